@@ -1,0 +1,469 @@
+#!/usr/bin/env bash
+# Brings up the services the chaos tests need, natively (no Docker), on 127.0.0.1 only:
+#   - PostgreSQL 15 (Debian's package, cluster 15/main) on 127.0.0.1:5432,
+#     role/password/database chaos/chaos/chaos;
+#   - Apache Kafka 4.x, one KRaft broker+controller, on 127.0.0.1:9092 (controller on 9093),
+#     its jars fetched from Maven Central with Maven into a cache outside the repository.
+#
+# Usage: scripts/services.sh up     [postgres|kafka]   start (idempotent; fast when already up)
+#        scripts/services.sh down   [postgres|kafka]   stop
+#        scripts/services.sh status [postgres|kafka]   one line per service; exit 0 iff all up
+#
+# Environment:
+#   CHAOS_CACHE_DIR        cache for Kafka jars, config, data and log (default ~/.cache/chaos)
+#   CHAOS_KAFKA_VERSION    Kafka version to fetch (default 4.1.1; others tried if it fails)
+#   CHAOS_KAFKA_HEAP       broker -Xmx (default 1g)
+#
+# Progress goes to stderr, prefixed "services:"; status lines go to stdout.
+set -euo pipefail
+
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+CACHE="${CHAOS_CACHE_DIR:-$HOME/.cache/chaos}"
+
+PG_VERSION=15
+PG_CLUSTER=main
+PG_PORT=5432
+PG_USER=chaos
+PG_PASSWORD=chaos
+PG_DB=chaos
+PG_URL="postgres://$PG_USER:$PG_PASSWORD@127.0.0.1:$PG_PORT/$PG_DB"
+
+KAFKA_DIR="$CACHE/kafka"
+KAFKA_LIB="$KAFKA_DIR/lib"
+KAFKA_MARKER="$KAFKA_LIB/.complete"
+KAFKA_DATA="$KAFKA_DIR/data"
+KAFKA_CONF="$KAFKA_DIR/server.properties"
+KAFKA_LOG="$KAFKA_DIR/kafka.log"
+KAFKA_PID="$KAFKA_DIR/kafka.pid"
+KAFKA_POM="$SCRIPT_DIR/kafka/pom.xml"
+KAFKA_VERSION="${CHAOS_KAFKA_VERSION:-4.1.1}"
+KAFKA_FALLBACK_VERSIONS="4.1.0 4.0.1 4.0.0"
+SLF4J_VERSION=2.0.16
+KAFKA_PORT=9092
+KAFKA_CONTROLLER_PORT=9093
+KAFKA_HEAP="${CHAOS_KAFKA_HEAP:-1g}"
+# Logged once by kafka.Kafka's KafkaRaftServer when the broker and controller are fully up.
+KAFKA_READY_LINE="Kafka Server started"
+KAFKA_READY_TIMEOUT_S=90
+KAFKA_STOP_TIMEOUT_S=30
+PG_READY_TIMEOUT_S=30
+
+log() { printf 'services: %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+now_ms() { date +%s%3N; }
+elapsed_since() { # start_ms -> "12.3"
+  local d=$(( $(now_ms) - $1 ))
+  printf '%d.%d' $((d / 1000)) $(((d % 1000) / 100))
+}
+
+# True when something accepts TCP connections on 127.0.0.1:$1.
+port_open() {
+  timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null
+}
+
+as_postgres() { # run a command as the postgres OS user, from a directory it can read
+  (cd / && runuser -u postgres -- "$@")
+}
+
+# ---------------------------------------------------------------------------------------------
+# PostgreSQL
+# ---------------------------------------------------------------------------------------------
+
+pg_cluster_line() { # "15 main 5432 online postgres ..." or nothing
+  pg_lsclusters -h 2>/dev/null | awk -v v="$PG_VERSION" -v c="$PG_CLUSTER" '$1 == v && $2 == c'
+}
+
+pg_online() {
+  command -v pg_lsclusters >/dev/null 2>&1 || return 1
+  [[ "$(pg_cluster_line | awk '{print $4}')" == online* ]]
+}
+
+pg_install() {
+  if ! command -v pg_ctlcluster >/dev/null 2>&1 || [[ ! -x /usr/lib/postgresql/$PG_VERSION/bin/postgres ]]; then
+    log "installing postgresql-$PG_VERSION (apt-get)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2
+    apt-get install -y -qq "postgresql-$PG_VERSION" >&2
+  fi
+  if [[ -z "$(pg_cluster_line)" ]]; then
+    log "creating cluster $PG_VERSION/$PG_CLUSTER"
+    pg_createcluster -p "$PG_PORT" "$PG_VERSION" "$PG_CLUSTER" >&2
+  fi
+  local port
+  port="$(pg_cluster_line | awk '{print $3}')"
+  [[ "$port" == "$PG_PORT" ]] || die "cluster $PG_VERSION/$PG_CLUSTER uses port $port, expected $PG_PORT"
+}
+
+# Bind to 127.0.0.1 only (Debian's default 'localhost' also binds ::1). Returns 0 if changed.
+pg_configure() {
+  local confd="/etc/postgresql/$PG_VERSION/$PG_CLUSTER/conf.d"
+  local conf="$confd/chaos.conf"
+  local want="# written by chaos scripts/services.sh
+listen_addresses = '127.0.0.1'"
+  mkdir -p "$confd"
+  if [[ -f "$conf" && "$(cat "$conf")" == "$want" ]]; then
+    return 1
+  fi
+  printf '%s\n' "$want" >"$conf"
+  return 0
+}
+
+pg_wait_ready() {
+  local deadline=$(( $(now_ms) + PG_READY_TIMEOUT_S * 1000 ))
+  until pg_isready -q -h 127.0.0.1 -p "$PG_PORT"; do
+    if (( $(now_ms) > deadline )); then
+      log "postgres not ready after ${PG_READY_TIMEOUT_S}s; last lines of its log:"
+      tail -n 30 "/var/log/postgresql/postgresql-$PG_VERSION-$PG_CLUSTER.log" >&2 || true
+      return 1
+    fi
+    sleep 0.2
+  done
+}
+
+pg_ensure_role_and_db() {
+  as_postgres psql -X -q -v ON_ERROR_STOP=1 -p "$PG_PORT" -d postgres >/dev/null <<SQL
+DO \$\$
+BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$PG_USER') THEN
+    CREATE ROLE $PG_USER;
+  END IF;
+END
+\$\$;
+ALTER ROLE $PG_USER WITH LOGIN SUPERUSER PASSWORD '$PG_PASSWORD';
+SELECT 'CREATE DATABASE $PG_DB OWNER $PG_USER'
+  WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '$PG_DB')
+\gexec
+SQL
+}
+
+postgres_up() {
+  pg_install
+  local changed=0
+  pg_configure && changed=1
+  if pg_online; then
+    if (( changed )); then
+      log "postgres: listen_addresses changed, restarting cluster $PG_VERSION/$PG_CLUSTER"
+      pg_ctlcluster "$PG_VERSION" "$PG_CLUSTER" restart >&2
+    fi
+  else
+    log "postgres: starting cluster $PG_VERSION/$PG_CLUSTER"
+    pg_ctlcluster "$PG_VERSION" "$PG_CLUSTER" start >&2
+  fi
+  pg_wait_ready || die "postgres did not become ready"
+  pg_ensure_role_and_db
+  if ! PGCONNECT_TIMEOUT=5 psql -X -qAt "$PG_URL" -c 'select 1' >/dev/null; then
+    die "password login failed: psql $PG_URL (check /etc/postgresql/$PG_VERSION/$PG_CLUSTER/pg_hba.conf)"
+  fi
+  log "postgres: up at 127.0.0.1:$PG_PORT ($PG_URL)"
+}
+
+postgres_down() {
+  if pg_online; then
+    log "postgres: stopping cluster $PG_VERSION/$PG_CLUSTER"
+    pg_ctlcluster "$PG_VERSION" "$PG_CLUSTER" stop >&2
+  else
+    log "postgres: already down"
+  fi
+}
+
+postgres_status() {
+  if pg_online && pg_isready -q -h 127.0.0.1 -p "$PG_PORT"; then
+    local ver
+    ver="$(PGCONNECT_TIMEOUT=3 psql -X -qAt "$PG_URL" -c 'show server_version' 2>/dev/null | awk '{print $1}' || true)"
+    printf 'postgres  up    127.0.0.1:%s  (cluster %s/%s%s)\n' "$PG_PORT" "$PG_VERSION" "$PG_CLUSTER" "${ver:+, PostgreSQL $ver}"
+    return 0
+  fi
+  printf 'postgres  down\n'
+  return 1
+}
+
+# ---------------------------------------------------------------------------------------------
+# Kafka
+# ---------------------------------------------------------------------------------------------
+
+kafka_need_tools() {
+  if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
+    log "installing Java 17 and Maven (apt-get)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2
+    apt-get install -y -qq openjdk-17-jre-headless maven >&2
+  fi
+}
+
+kafka_installed_version() { # version recorded in the marker, or nothing
+  [[ -f "$KAFKA_MARKER" ]] && sed -n 's/^kafka=//p' "$KAFKA_MARKER"
+  return 0
+}
+
+kafka_fetch() {
+  local have
+  have="$(kafka_installed_version)"
+  if [[ -n "$have" ]] && grep -qx "slf4j=$SLF4J_VERSION" "$KAFKA_MARKER" \
+     && ls "$KAFKA_LIB"/kafka_2.13-"$have".jar >/dev/null 2>&1; then
+    if [[ "$have" == "$KAFKA_VERSION" || -z "${CHAOS_KAFKA_VERSION:-}" ]]; then
+      return 0
+    fi
+  fi
+  kafka_need_tools
+  mkdir -p "$KAFKA_DIR"
+  local v tmp="$KAFKA_DIR/lib.tmp" mvnlog="$KAFKA_DIR/mvn.log" t0
+  for v in "$KAFKA_VERSION" $KAFKA_FALLBACK_VERSIONS; do
+    log "kafka: fetching org.apache.kafka:kafka_2.13:$v + slf4j-simple:$SLF4J_VERSION from Maven Central"
+    t0=$(now_ms)
+    rm -rf "$tmp"
+    if mvn -B -q -f "$KAFKA_POM" dependency:copy-dependencies \
+         -Dkafka.version="$v" -Dslf4j.version="$SLF4J_VERSION" \
+         -DoutputDirectory="$tmp" >"$mvnlog" 2>&1 \
+       && [[ -f "$tmp/kafka_2.13-$v.jar" ]]; then
+      rm -rf "$KAFKA_LIB"
+      mv "$tmp" "$KAFKA_LIB"
+      printf 'kafka=%s\nslf4j=%s\n' "$v" "$SLF4J_VERSION" >"$KAFKA_MARKER"
+      log "kafka: fetched Kafka $v ($(ls "$KAFKA_LIB" | wc -l) jars) in $(elapsed_since "$t0")s"
+      return 0
+    fi
+    log "kafka: fetching Kafka $v failed; last lines of $mvnlog:"
+    tail -n 15 "$mvnlog" >&2 || true
+  done
+  rm -rf "$tmp"
+  die "could not fetch any Kafka version ($KAFKA_VERSION $KAFKA_FALLBACK_VERSIONS)"
+}
+
+kafka_write_config() {
+  local tmp="$KAFKA_CONF.tmp"
+  cat >"$tmp" <<EOF
+# Generated by scripts/services.sh (chaos); rewritten on every 'up'.
+# One KRaft node that is both broker and controller, bound to 127.0.0.1 only.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$KAFKA_CONTROLLER_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$KAFKA_DATA
+num.partitions=1
+default.replication.factor=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+group.min.session.timeout.ms=1000
+auto.create.topics.enable=false
+delete.topic.enable=true
+EOF
+  if [[ -f "$KAFKA_CONF" ]] && cmp -s "$tmp" "$KAFKA_CONF"; then
+    rm -f "$tmp"
+  else
+    mv "$tmp" "$KAFKA_CONF"
+  fi
+}
+
+kafka_java() { # run a class from the Kafka jars
+  java -cp "$KAFKA_LIB/*" "$@"
+}
+
+kafka_format() {
+  if [[ -f "$KAFKA_DATA/meta.properties" ]]; then
+    return 0
+  fi
+  local cid
+  cid="$(kafka_java -Dorg.slf4j.simpleLogger.defaultLogLevel=warn kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)"
+  [[ "$cid" =~ ^[A-Za-z0-9_-]{22}$ ]] || die "StorageTool random-uuid gave '$cid'"
+  log "kafka: formatting $KAFKA_DATA (cluster id $cid)"
+  mkdir -p "$KAFKA_DATA"
+  kafka_java -Dorg.slf4j.simpleLogger.defaultLogLevel=warn kafka.tools.StorageTool \
+    format -t "$cid" -c "$KAFKA_CONF" >"$KAFKA_DIR/format.log" 2>&1 \
+    || { cat "$KAFKA_DIR/format.log" >&2; die "kafka storage format failed"; }
+}
+
+# Pid of our broker if it is alive (pid file checked against the process's command line).
+kafka_pid() {
+  local pid
+  [[ -f "$KAFKA_PID" ]] || return 1
+  pid="$(cat "$KAFKA_PID" 2>/dev/null)"
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "kafka.Kafka $KAFKA_CONF" || return 1
+  echo "$pid"
+}
+
+kafka_tail_log() {
+  log "last 30 lines of $KAFKA_LOG:"
+  tail -n 30 "$KAFKA_LOG" >&2 || true
+}
+
+kafka_start_process() {
+  : >"$KAFKA_LOG"
+  # setsid: not in the caller's process group, so a Ctrl-C on a test run leaves it alone;
+  # all three standard streams redirected, so a caller reading our output never waits on it.
+  setsid nohup java "-Xmx$KAFKA_HEAP" -Xms256m -XX:+UseG1GC -Djava.awt.headless=true \
+    -Dorg.slf4j.simpleLogger.defaultLogLevel=info \
+    -Dorg.slf4j.simpleLogger.showDateTime=true \
+    '-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd HH:mm:ss.SSS' \
+    -Dorg.slf4j.simpleLogger.log.state.change.logger=warn \
+    -Dorg.slf4j.simpleLogger.log.org.apache.kafka.common.config.AbstractConfig=warn \
+    -cp "$KAFKA_LIB/*" kafka.Kafka "$KAFKA_CONF" </dev/null >>"$KAFKA_LOG" 2>&1 &
+  echo $! >"$KAFKA_PID"
+}
+
+# 0 ready; 1 timed out; 2 the process died.
+kafka_wait_ready() {
+  local pid="$1" deadline=$(( $(now_ms) + KAFKA_READY_TIMEOUT_S * 1000 ))
+  while :; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      return 2
+    fi
+    if grep -qF "$KAFKA_READY_LINE" "$KAFKA_LOG" 2>/dev/null && port_open "$KAFKA_PORT"; then
+      return 0
+    fi
+    if (( $(now_ms) > deadline )); then
+      return 1
+    fi
+    sleep 0.5
+  done
+}
+
+kafka_up() {
+  local pid
+  if pid="$(kafka_pid)"; then
+    if port_open "$KAFKA_PORT"; then
+      log "kafka: already up (pid $pid)"
+      return 0
+    fi
+    log "kafka: pid $pid alive but port $KAFKA_PORT not open yet; waiting"
+    if kafka_wait_ready "$pid"; then
+      log "kafka: up at 127.0.0.1:$KAFKA_PORT (pid $pid)"
+      return 0
+    fi
+    kafka_tail_log
+    die "kafka (pid $pid) did not become ready; try: $0 down kafka && $0 up kafka"
+  fi
+  rm -f "$KAFKA_PID"
+  local p
+  for p in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"; do
+    if port_open "$p"; then
+      die "port 127.0.0.1:$p is in use by another process (not our broker: no live pid in $KAFKA_PID)"
+    fi
+  done
+
+  kafka_fetch
+  mkdir -p "$KAFKA_DIR"
+  kafka_write_config
+  local attempt rc
+  for attempt in 1 2; do
+    kafka_format
+    log "kafka: starting broker (Kafka $(kafka_installed_version), KRaft)"
+    kafka_start_process
+    pid="$(cat "$KAFKA_PID")"
+    rc=0
+    kafka_wait_ready "$pid" || rc=$?
+    if (( rc == 0 )); then
+      log "kafka: up at 127.0.0.1:$KAFKA_PORT (pid $pid)"
+      return 0
+    fi
+    if (( rc == 1 )); then
+      kafka_tail_log
+      kafka_stop_pid "$pid"
+      rm -f "$KAFKA_PID"
+      die "kafka did not become ready within ${KAFKA_READY_TIMEOUT_S}s"
+    fi
+    # The process died during startup.
+    rm -f "$KAFKA_PID"
+    kafka_tail_log
+    if (( attempt == 1 )) && [[ -d "$KAFKA_DATA" ]]; then
+      log "kafka: broker exited during startup; wiping $KAFKA_DATA and reformatting once"
+      rm -rf "$KAFKA_DATA"
+      continue
+    fi
+    die "kafka broker exited during startup"
+  done
+}
+
+kafka_stop_pid() {
+  local pid="$1" deadline=$(( $(now_ms) + KAFKA_STOP_TIMEOUT_S * 1000 ))
+  kill -TERM "$pid" 2>/dev/null || return 0
+  while kill -0 "$pid" 2>/dev/null; do
+    if (( $(now_ms) > deadline )); then
+      log "kafka: pid $pid still alive after ${KAFKA_STOP_TIMEOUT_S}s; kill -9"
+      kill -KILL "$pid" 2>/dev/null || true
+      sleep 0.2
+      break
+    fi
+    sleep 0.2
+  done
+}
+
+kafka_down() {
+  local pid t0
+  if pid="$(kafka_pid)"; then
+    t0=$(now_ms)
+    log "kafka: stopping pid $pid"
+    kafka_stop_pid "$pid"
+    log "kafka: stopped in $(elapsed_since "$t0")s"
+  else
+    log "kafka: already down"
+  fi
+  rm -f "$KAFKA_PID"
+}
+
+kafka_status() {
+  local pid
+  if pid="$(kafka_pid)" && port_open "$KAFKA_PORT"; then
+    printf 'kafka     up    127.0.0.1:%s  pid %s  (Apache Kafka %s, KRaft)\n' \
+      "$KAFKA_PORT" "$pid" "$(kafka_installed_version)"
+    return 0
+  fi
+  if [[ -n "${pid:-}" ]]; then
+    printf 'kafka     starting  pid %s (port %s not open yet)\n' "$pid" "$KAFKA_PORT"
+  else
+    printf 'kafka     down\n'
+  fi
+  return 1
+}
+
+# ---------------------------------------------------------------------------------------------
+
+usage() {
+  sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
+services_of() { # $1: optional service name; prints the services it names, or fails
+  case "${1:-all}" in
+    all) echo "postgres kafka" ;;
+    postgres|pg) echo postgres ;;
+    kafka) echo kafka ;;
+    *) return 1 ;;
+  esac
+}
+
+main() {
+  local cmd="${1:-}" services s t0 rc=0
+  if ! services="$(services_of "${2:-}")" || (( $# > 2 )); then
+    log "unknown service '${2:-}' (postgres|kafka)"
+    usage
+  fi
+  case "$cmd" in
+    up)
+      t0=$(now_ms)
+      for s in $services; do "${s}_up"; done
+      log "up in $(elapsed_since "$t0")s"
+      ;;
+    down)
+      for s in $services; do "${s}_down"; done
+      ;;
+    status)
+      for s in $services; do "${s}_status" || rc=1; done
+      return "$rc"
+      ;;
+    -h|--help|help) usage ;;
+    *) usage ;;
+  esac
+}
+
+main "$@"

@@ -1,0 +1,69 @@
+//! The command line. Flags mirror the README; `main.rs` only parses and
+//! dispatches.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "chaos",
+    version,
+    about = "Crash an outbox/inbox payments pipeline at named fault points and prove whether each payment produced exactly one receipt.",
+    long_about = "Crash an outbox/inbox payments pipeline at named fault points and prove whether each payment produced exactly one receipt.\n\n\
+The pipeline: a payment service writes payments and outbox events in one transaction; relays publish them to Kafka; \
+a notifier consumes them through an inbox. The verifier reconciles the database with every message on the topic.\n\n\
+Exit codes: 0 pass, 1 invariant violated, 2 bad input, 3 PostgreSQL/Kafka unreachable, 4 inconclusive (faults never fired), \
+5 incomplete (did not drain), 70 internal error, 130 interrupted.",
+    after_help = "First run: scripts/services.sh up && DATABASE_URL=postgres://chaos:chaos@127.0.0.1:5432/chaos KAFKA_BROKERS=127.0.0.1:9092 chaos run scenarios/payments.toml"
+)]
+pub struct Cli {
+    /// More logs on stderr (-v info, -vv debug). RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a scenario end to end, verify it, print the tables and write reports/<run-id>.json and .md.
+    Run(RunArgs),
+    /// Render a saved report (reports/<run-id>.json) again.
+    Report {
+        /// The JSON report to render.
+        file: PathBuf,
+        /// Render as Markdown instead of terminal tables.
+        #[arg(long)]
+        markdown: bool,
+    },
+    /// Check that PostgreSQL and Kafka answer; exits 3 with a hint when either does not.
+    Doctor(InfraArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct InfraArgs {
+    /// PostgreSQL url, e.g. postgres://chaos:chaos@127.0.0.1:5432/chaos.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Kafka bootstrap servers, e.g. 127.0.0.1:9092.
+    #[arg(long, env = "KAFKA_BROKERS")]
+    pub brokers: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The scenario file, e.g. scenarios/payments.toml.
+    pub scenario: PathBuf,
+    /// Override the scenario's seed; the report prints the command that replays a run.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    #[command(flatten)]
+    pub infra: InfraArgs,
+    /// Where reports are written.
+    #[arg(long, default_value = "reports")]
+    pub reports_dir: PathBuf,
+    /// Print the JSON report on stdout instead of the tables.
+    #[arg(long)]
+    pub json: bool,
+}

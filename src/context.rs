@@ -1,0 +1,90 @@
+//! What every component of one run shares: live counters and the shutdown
+//! signal. Components write the counters; the progress line only reads them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::watch;
+
+/// Live counters. They feed the progress line and the report's component
+/// figures; the verdict never rests on them (the verifier reads the ground
+/// truth instead).
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub payments_written: AtomicU64,
+    /// Messages the broker acked (a crashed batch counts again when replayed).
+    pub messages_published: AtomicU64,
+    pub relay_batches: AtomicU64,
+    pub relay_crashes: AtomicU64,
+    pub relay_errors: AtomicU64,
+    /// Events whose effects a notifier applied.
+    pub events_applied: AtomicU64,
+    /// Events the inbox absorbed as already processed.
+    pub duplicates_absorbed: AtomicU64,
+    pub stale_ignored: AtomicU64,
+    pub dead_lettered: AtomicU64,
+    pub notifier_crashes: AtomicU64,
+    pub notifier_errors: AtomicU64,
+    pub purged_outbox: AtomicU64,
+    pub purged_inbox: AtomicU64,
+}
+
+impl Stats {
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
+
+/// Tells every task to stop. Cloned into each task; `trigger` on the sender.
+#[derive(Clone)]
+pub struct Shutdown {
+    rx: watch::Receiver<bool>,
+}
+
+pub struct ShutdownTrigger {
+    tx: watch::Sender<bool>,
+}
+
+pub fn shutdown_pair() -> (ShutdownTrigger, Shutdown) {
+    let (tx, rx) = watch::channel(false);
+    (ShutdownTrigger { tx }, Shutdown { rx })
+}
+
+impl ShutdownTrigger {
+    pub fn trigger(&self) {
+        let _ = self.tx.send(true);
+    }
+}
+
+impl Shutdown {
+    pub fn is_set(&self) -> bool {
+        *self.rx.borrow()
+    }
+
+    /// Resolves once shutdown has been triggered.
+    pub async fn wait(&mut self) {
+        let _ = self.rx.wait_for(|v| *v).await;
+    }
+
+    /// Sleeps for `d`, or less if shutdown comes first. Returns true on shutdown.
+    pub async fn sleep(&mut self, d: std::time::Duration) -> bool {
+        tokio::select! {
+            _ = tokio::time::sleep(d) => self.is_set(),
+            _ = self.wait() => true,
+        }
+    }
+}
+
+/// Everything a component of one run needs, cheap to clone into each task.
+#[derive(Clone)]
+pub struct Ctx {
+    pub scenario: std::sync::Arc<crate::scenario::Scenario>,
+    pub store: crate::store::Store,
+    pub faults: std::sync::Arc<crate::faults::FaultInjector>,
+    pub stats: std::sync::Arc<Stats>,
+    pub shutdown: Shutdown,
+    pub brokers: String,
+    pub names: crate::infra::RunNames,
+}

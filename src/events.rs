@@ -1,0 +1,129 @@
+//! The message envelope. The relay builds it from an outbox row, the notifier
+//! and the verifier decode it with the same function, so "malformed" means the
+//! same thing to both.
+//!
+//! On the wire: key = payment id; header `event_id` = the outbox row id (the
+//! producer-assigned id the inbox deduplicates on); header `event_type`;
+//! value = the outbox payload (JSON).
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+pub const AUTHORIZED: &str = "payment.authorized";
+pub const CAPTURED: &str = "payment.captured";
+pub const HEADER_EVENT_ID: &str = "event_id";
+pub const HEADER_EVENT_TYPE: &str = "event_type";
+
+/// What happened to a payment. Ordered so that a state-based projection can
+/// refuse to go backwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    Authorized,
+    Captured,
+}
+
+impl EventKind {
+    pub fn from_type(t: &str) -> Option<Self> {
+        match t {
+            AUTHORIZED => Some(EventKind::Authorized),
+            CAPTURED => Some(EventKind::Captured),
+            _ => None,
+        }
+    }
+
+    pub fn event_type(self) -> &'static str {
+        match self {
+            EventKind::Authorized => AUTHORIZED,
+            EventKind::Captured => CAPTURED,
+        }
+    }
+
+    /// The status the projection shows after this event.
+    pub fn status(self) -> &'static str {
+        match self {
+            EventKind::Authorized => "authorized",
+            EventKind::Captured => "captured",
+        }
+    }
+}
+
+/// The payload of a payment event, as stored in `outbox.payload`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PaymentEvent {
+    pub payment_id: Uuid,
+    pub account_id: i32,
+    pub amount_cents: i64,
+}
+
+/// The payload the `workload.poison` fault writes instead: valid JSON, but not
+/// a payment event, exactly what a buggy producer emits.
+pub fn poison_payload() -> serde_json::Value {
+    serde_json::json!({ "poison": true, "amount_cents": "twelve" })
+}
+
+/// A decoded, well-formed event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decoded {
+    pub event_id: Uuid,
+    pub kind: EventKind,
+    pub body: PaymentEvent,
+}
+
+/// Decodes an event from its id, type and payload bytes. The error says what
+/// was wrong; it goes into the dead-letter table verbatim.
+pub fn decode(
+    event_id: Option<&[u8]>,
+    event_type: Option<&[u8]>,
+    payload: Option<&[u8]>,
+) -> Result<Decoded, String> {
+    let id = event_id.ok_or("missing header event_id")?;
+    let id = std::str::from_utf8(id).map_err(|_| "header event_id is not UTF-8")?;
+    let event_id =
+        Uuid::parse_str(id).map_err(|e| format!("header event_id {id:?} is not a uuid: {e}"))?;
+    let t = event_type.ok_or("missing header event_type")?;
+    let t = std::str::from_utf8(t).map_err(|_| "header event_type is not UTF-8")?;
+    let kind = EventKind::from_type(t).ok_or_else(|| format!("unknown event_type {t:?}"))?;
+    let payload = payload.ok_or("empty payload")?;
+    let body: PaymentEvent = serde_json::from_slice(payload)
+        .map_err(|e| format!("payload is not a payment event: {e}"))?;
+    Ok(Decoded {
+        event_id,
+        kind,
+        body,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_and_poison() {
+        let id = Uuid::new_v4();
+        let body = PaymentEvent {
+            payment_id: Uuid::new_v4(),
+            account_id: 3,
+            amount_cents: 120,
+        };
+        let bytes = serde_json::to_vec(&body).unwrap();
+        let d = decode(
+            Some(id.to_string().as_bytes()),
+            Some(CAPTURED.as_bytes()),
+            Some(&bytes),
+        )
+        .unwrap();
+        assert_eq!(d.kind, EventKind::Captured);
+        assert_eq!(d.body, body);
+        let poison = serde_json::to_vec(&poison_payload()).unwrap();
+        let e = decode(
+            Some(id.to_string().as_bytes()),
+            Some(CAPTURED.as_bytes()),
+            Some(&poison),
+        )
+        .unwrap_err();
+        assert!(e.starts_with("payload is not a payment event"), "{e}");
+        assert!(decode(None, Some(CAPTURED.as_bytes()), Some(&bytes)).is_err());
+    }
+}

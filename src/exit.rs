@@ -1,0 +1,40 @@
+//! Every exit code the binary returns, in one place. The README's table is
+//! written from this file; keep them in step.
+
+use std::process::ExitCode;
+
+/// What a `chaos` process ended with. CI gates on these numbers, so they never
+/// change meaning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// The run met its expectations (for `run`), or the command succeeded.
+    Pass = 0,
+    /// The verifier found a violated invariant (or, when violations were
+    /// expected, found none).
+    Fail = 1,
+    /// Bad input: a flag, a scenario file, a report file.
+    BadInput = 2,
+    /// PostgreSQL or Kafka could not be reached or used.
+    Infra = 3,
+    /// The run completed but its faults never fired, so it proves nothing.
+    Inconclusive = 4,
+    /// The pipeline did not drain in time (or a service died mid-run); the
+    /// partial report is marked incomplete and no verdict is green.
+    Incomplete = 5,
+    /// A bug in `chaos` itself.
+    Internal = 70,
+    /// Interrupted by Ctrl-C or SIGTERM; a partial report was written.
+    Interrupted = 130,
+}
+
+impl Exit {
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+}
+
+impl From<Exit> for ExitCode {
+    fn from(e: Exit) -> Self {
+        ExitCode::from(e.code())
+    }
+}

@@ -1,0 +1,237 @@
+//! The fault injector: named fault points, seeded decisions, and a log of
+//! everything that fired.
+//!
+//! A decision is a pure function of (seed, fault point, occurrence): the n-th
+//! time any component reaches `relay.after_produce` gets the same answer on
+//! every run with the same seed, whatever the backend. Which relay reaches it
+//! n-th depends on thread scheduling, which no seed controls.
+
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// Every place the injector may strike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum FaultPoint {
+    /// A relay crashes after the broker acked its batch and before it marks
+    /// the rows published: the batch will be published again.
+    RelayAfterProduce,
+    /// A notifier crashes after its inbox transaction committed and before it
+    /// commits the offsets: the batch will be delivered again.
+    NotifierBeforeOffsetCommit,
+    /// The payment service writes a malformed event next to a real one.
+    WorkloadPoison,
+}
+
+impl FaultPoint {
+    pub const ALL: [FaultPoint; 3] = [
+        FaultPoint::RelayAfterProduce,
+        FaultPoint::NotifierBeforeOffsetCommit,
+        FaultPoint::WorkloadPoison,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultPoint::RelayAfterProduce => "relay.after_produce",
+            FaultPoint::NotifierBeforeOffsetCommit => "notifier.before_offset_commit",
+            FaultPoint::WorkloadPoison => "workload.poison",
+        }
+    }
+
+    /// What one occurrence is: the unit the probability applies to.
+    pub fn unit(self) -> &'static str {
+        match self {
+            FaultPoint::RelayAfterProduce => "batch",
+            FaultPoint::NotifierBeforeOffsetCommit => "event",
+            FaultPoint::WorkloadPoison => "payment",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    /// A stable per-point salt, so points do not share a decision stream.
+    fn salt(self) -> u64 {
+        self.name().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+        })
+    }
+}
+
+/// The decision for one occurrence: a pure function, usable by tests and by
+/// anyone who wants to know in advance what a seed will do.
+pub fn decide(seed: u64, point: FaultPoint, occurrence: u64, probability: f64) -> bool {
+    if probability <= 0.0 {
+        return false;
+    }
+    let mixed =
+        splitmix(seed ^ point.salt()).wrapping_add(occurrence.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(splitmix(mixed));
+    rng.gen::<f64>() < probability
+}
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// One fault that fired.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FaultRecord {
+    pub point: String,
+    pub component: String,
+    /// Milliseconds since the run started.
+    pub at_ms: u64,
+    /// What it hit, e.g. "batch of 12 events (first seq 340)".
+    pub hit: String,
+}
+
+/// Per-point totals for the report.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FaultSummary {
+    pub point: String,
+    pub unit: String,
+    pub probability: f64,
+    pub occurrences: u64,
+    pub fired: u64,
+}
+
+/// Shared by every component of a run.
+pub struct FaultInjector {
+    seed: u64,
+    rates: [f64; 3],
+    occurrences: [AtomicU64; 3],
+    fired: [AtomicU64; 3],
+    log: Mutex<Vec<FaultRecord>>,
+    started: Instant,
+}
+
+/// The log keeps the first records only; the counters count them all.
+const LOG_CAP: usize = 10_000;
+
+impl FaultInjector {
+    pub fn new(seed: u64, rates: &crate::scenario::FaultRates) -> Self {
+        Self {
+            seed,
+            rates: [
+                rates.relay_after_produce,
+                rates.notifier_before_offset_commit,
+                rates.workload_poison,
+            ],
+            occurrences: Default::default(),
+            fired: Default::default(),
+            log: Mutex::new(Vec::new()),
+            started: Instant::now(),
+        }
+    }
+
+    pub fn probability(&self, point: FaultPoint) -> f64 {
+        self.rates[point.index()]
+    }
+
+    /// Reaches a fault point once. Returns true when the fault fires; then it
+    /// is counted and logged with what it hit.
+    pub fn strike(&self, point: FaultPoint, component: &str, hit: impl FnOnce() -> String) -> bool {
+        let i = point.index();
+        let n = self.occurrences[i].fetch_add(1, Ordering::Relaxed);
+        if !decide(self.seed, point, n, self.rates[i]) {
+            return false;
+        }
+        self.fired[i].fetch_add(1, Ordering::Relaxed);
+        let record = FaultRecord {
+            point: point.name().to_string(),
+            component: component.to_string(),
+            at_ms: self.started.elapsed().as_millis() as u64,
+            hit: hit(),
+        };
+        tracing::info!(point = %record.point, component = %record.component, hit = %record.hit, "fault fired");
+        let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        if log.len() < LOG_CAP {
+            log.push(record);
+        }
+        true
+    }
+
+    pub fn fired(&self, point: FaultPoint) -> u64 {
+        self.fired[point.index()].load(Ordering::Relaxed)
+    }
+
+    pub fn total_fired(&self) -> u64 {
+        FaultPoint::ALL.iter().map(|p| self.fired(*p)).sum()
+    }
+
+    pub fn summary(&self) -> Vec<FaultSummary> {
+        FaultPoint::ALL
+            .iter()
+            .map(|p| FaultSummary {
+                point: p.name().to_string(),
+                unit: p.unit().to_string(),
+                probability: self.probability(*p),
+                occurrences: self.occurrences[p.index()].load(Ordering::Relaxed),
+                fired: self.fired(*p),
+            })
+            .collect()
+    }
+
+    pub fn log(&self) -> Vec<FaultRecord> {
+        self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decisions_replay_and_follow_the_rate() {
+        let a: Vec<bool> = (0..10_000)
+            .map(|n| decide(42, FaultPoint::RelayAfterProduce, n, 0.1))
+            .collect();
+        let b: Vec<bool> = (0..10_000)
+            .map(|n| decide(42, FaultPoint::RelayAfterProduce, n, 0.1))
+            .collect();
+        assert_eq!(a, b);
+        let fired = a.iter().filter(|x| **x).count();
+        assert!(
+            (800..1200).contains(&fired),
+            "fired {fired} of 10000 at p=0.1"
+        );
+        let other: Vec<bool> = (0..10_000)
+            .map(|n| decide(43, FaultPoint::RelayAfterProduce, n, 0.1))
+            .collect();
+        assert_ne!(a, other, "another seed must give other decisions");
+    }
+
+    #[test]
+    fn zero_and_one_are_never_and_always() {
+        assert!((0..1000).all(|n| !decide(1, FaultPoint::WorkloadPoison, n, 0.0)));
+        assert!((0..1000).all(|n| decide(1, FaultPoint::WorkloadPoison, n, 1.0)));
+    }
+
+    #[test]
+    fn injector_counts_and_logs() {
+        let rates = crate::scenario::FaultRates {
+            relay_after_produce: 1.0,
+            notifier_before_offset_commit: 0.0,
+            workload_poison: 0.0,
+        };
+        let f = FaultInjector::new(7, &rates);
+        assert!(
+            f.strike(FaultPoint::RelayAfterProduce, "relay-1", || "batch of 3"
+                .into())
+        );
+        assert!(!f.strike(
+            FaultPoint::NotifierBeforeOffsetCommit,
+            "notifier-1",
+            || unreachable!()
+        ));
+        assert_eq!(f.fired(FaultPoint::RelayAfterProduce), 1);
+        assert_eq!(f.log()[0].component, "relay-1");
+        assert_eq!(f.summary()[1].occurrences, 1);
+    }
+}

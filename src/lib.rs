@@ -1,0 +1,47 @@
+//! `chaos` crashes an outbox/inbox payments pipeline at named fault points and
+//! proves, from the database rows and every message on the topic, whether each
+//! payment produced exactly one receipt.
+//!
+//! # Layout
+//!
+//! - [`scenario`]: the raw TOML scenario and the validated [`scenario::Scenario`].
+//! - [`infra`]: resolves which PostgreSQL and Kafka a run talks to, and creates
+//!   the run's own schema, topic and consumer group.
+//! - [`store`]: every SQL statement the pipeline and the verifier run (the schema
+//!   itself lives in `migrations/`).
+//! - [`events`]: the message envelope shared by relay, notifier and verifier.
+//! - [`workload`]: the payment service; writes payments and outbox events in one
+//!   transaction.
+//! - [`relay`]: outbox relays; claim, produce, `[relay.after_produce]`, mark.
+//! - [`notifier`]: the inbox consumer; one transaction per micro-batch, then
+//!   `[notifier.before_offset_commit]`, then the offset commit.
+//! - [`faults`]: named fault points, seeded decisions and the log of what fired.
+//! - [`verifier`]: reads the ground truth and reconciles it into counts,
+//!   invariants, anomalies and a verdict.
+//! - [`report`]: the JSON/Markdown report and the tables people read.
+//! - [`context`]: live counters and the shutdown signal every component shares.
+//! - [`progress`]: the live progress line on stderr.
+//! - [`run`]: wires one run together: infra, components, drain, verify, report.
+//! - [`doctor`]: checks that PostgreSQL and Kafka answer.
+//! - [`cli`]: the command line, parsed with clap.
+//! - [`exit`] and [`error`]: exit codes in one place, typed errors.
+
+pub mod cli;
+pub mod context;
+pub mod doctor;
+pub mod error;
+pub mod events;
+pub mod exit;
+pub mod faults;
+pub mod infra;
+pub mod notifier;
+pub mod progress;
+pub mod relay;
+pub mod report;
+pub mod run;
+pub mod scenario;
+pub mod store;
+pub mod verifier;
+pub mod workload;
+
+pub use error::Error;

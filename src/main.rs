@@ -1,0 +1,74 @@
+//! The `chaos` binary: parse, set up tracing, run, map the result to an exit code.
+
+use chaos::cli::{Cli, Command};
+use chaos::exit::Exit;
+use chaos::report::{self, Report, Style};
+use chaos::run::{self, RunOptions};
+use clap::Parser;
+use std::process::ExitCode;
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // Logs go to stderr; stdout carries only tables and JSON.
+    let default = match cli.verbose {
+        0 => "warn,rdkafka=off,sqlx=off",
+        1 => "info,rdkafka=warn,sqlx=warn",
+        _ => "debug,rdkafka=info,sqlx=info",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return Exit::Internal.into();
+        }
+    };
+    let result = rt.block_on(async move {
+        match cli.command {
+            Command::Run(a) => run::run(RunOptions {
+                scenario: a.scenario,
+                seed: a.seed,
+                database_url: a.infra.database_url,
+                brokers: a.infra.brokers,
+                reports_dir: a.reports_dir,
+                json: a.json,
+            })
+            .await
+            .map(|(_, exit)| exit),
+            Command::Report { file, markdown } => Report::load(&file).map(|r| {
+                print!(
+                    "{}",
+                    report::render(
+                        &r,
+                        if markdown {
+                            Style::Markdown
+                        } else {
+                            Style::Terminal
+                        }
+                    )
+                );
+                r.verdict.exit()
+            }),
+            Command::Doctor(a) => Ok(chaos::doctor::doctor(a.database_url, a.brokers).await),
+        }
+    });
+    // Components may still be closing Kafka clients; do not wait for them.
+    rt.shutdown_timeout(std::time::Duration::from_secs(2));
+    match result {
+        Ok(exit) => exit.into(),
+        Err(e) => {
+            eprintln!("error: {}", chaos::infra::redact(&e.to_string()));
+            e.exit().into()
+        }
+    }
+}

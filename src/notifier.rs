@@ -1,0 +1,229 @@
+//! The notifier: M instances in one consumer group, offsets committed by hand.
+//!
+//! Per micro-batch: ONE database transaction claims the inbox rows and applies
+//! the effects of what it newly claimed (see [`crate::store::Store::apply_batch`]);
+//! only then are the offsets committed.
+//!
+//! Fault point `notifier.before_offset_commit`: after the transaction committed
+//! and before the offsets are committed, the notifier may crash. It then
+//! restarts and the group redelivers the batch; the inbox must absorb it.
+//! Restarts use static membership (`group.instance.id`): the new incarnation
+//! takes its predecessor's place without waiting out a session timeout.
+
+use crate::context::{Ctx, Stats};
+use crate::error::{Error, Result};
+use crate::events;
+use crate::faults::FaultPoint;
+use crate::infra::{kafka_config, CONNECT_TIMEOUT};
+use crate::store::Incoming;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, StreamConsumer};
+use rdkafka::message::{Headers, Message, OwnedMessage};
+use rdkafka::{Offset, TopicPartitionList};
+use std::collections::BTreeMap;
+use std::time::Duration;
+use tracing::{debug, warn};
+
+/// How long the first message of a batch is waited for before re-checking shutdown.
+const FIRST_WAIT: Duration = Duration::from_millis(200);
+/// How long each further message may take to arrive before the batch closes.
+const GATHER_WAIT: Duration = Duration::from_millis(3);
+
+fn consumer(ctx: &Ctx, name: &str) -> Result<StreamConsumer> {
+    let cfg = &ctx.scenario.notifier;
+    let session = cfg.session_timeout.as_millis() as u64;
+    let c: StreamConsumer = kafka_config(&ctx.brokers)
+        .set("group.id", &ctx.names.group)
+        .set("group.instance.id", format!("{}.{name}", ctx.names.group))
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", session.to_string())
+        .set("heartbeat.interval.ms", (session / 3).max(100).to_string())
+        .set(
+            "max.poll.interval.ms",
+            (session * 5).max(30_000).to_string(),
+        )
+        .set("fetch.wait.max.ms", "50")
+        .create()
+        .map_err(|e| Error::kafka("creating a notifier consumer", e))?;
+    c.subscribe(&[&ctx.names.topic])
+        .map_err(|e| Error::kafka("subscribing the notifier", e))?;
+    Ok(c)
+}
+
+/// Drops a consumer off the async threads: its drop blocks until closed.
+fn discard(c: StreamConsumer) {
+    tokio::task::spawn_blocking(move || drop(c));
+}
+
+fn incoming(m: &OwnedMessage) -> Incoming {
+    let mut event_id = None;
+    let mut event_type = None;
+    if let Some(h) = m.headers() {
+        for header in h.iter() {
+            match header.key {
+                events::HEADER_EVENT_ID => event_id = header.value.map(|v| v.to_vec()),
+                events::HEADER_EVENT_TYPE => event_type = header.value.map(|v| v.to_vec()),
+                _ => {}
+            }
+        }
+    }
+    let decoded = events::decode(event_id.as_deref(), event_type.as_deref(), m.payload());
+    Incoming {
+        partition: m.partition(),
+        offset: m.offset(),
+        decoded,
+        raw_event_id: event_id.map(|v| String::from_utf8_lossy(&v).into_owned()),
+        raw_payload: m
+            .payload()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .unwrap_or_default(),
+    }
+}
+
+/// Runs notifier number `index` until shutdown, restarting after each crash.
+pub async fn run(ctx: Ctx, index: usize) {
+    let name = format!("notifier-{index}");
+    let cfg = ctx.scenario.notifier.clone();
+    let mut shutdown = ctx.shutdown.clone();
+    'incarnation: loop {
+        if shutdown.is_set() {
+            return;
+        }
+        let consumer = match consumer(&ctx, &name) {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(notifier = %name, cause = %e, "cannot start a consumer");
+                Stats::add(&ctx.stats.notifier_errors, 1);
+                if shutdown
+                    .sleep(cfg.restart_delay.max(Duration::from_millis(200)))
+                    .await
+                {
+                    return;
+                }
+                continue;
+            }
+        };
+        loop {
+            let first = tokio::select! {
+                _ = shutdown.wait() => { discard(consumer); return; }
+                r = tokio::time::timeout(FIRST_WAIT, consumer.recv()) => r,
+            };
+            let first = match first {
+                Err(_) => continue,
+                Ok(Err(e)) => {
+                    debug!(notifier = %name, cause = %e, "consumer error");
+                    continue;
+                }
+                Ok(Ok(m)) => m.detach(),
+            };
+            let mut batch = vec![incoming(&first)];
+            while batch.len() < cfg.batch_size {
+                match tokio::time::timeout(GATHER_WAIT, consumer.recv()).await {
+                    Ok(Ok(m)) => batch.push(incoming(&m.detach())),
+                    _ => break,
+                }
+            }
+            match ctx.store.apply_batch(&batch, cfg.inbox).await {
+                Ok(o) => {
+                    Stats::add(&ctx.stats.events_applied, o.applied);
+                    Stats::add(&ctx.stats.duplicates_absorbed, o.duplicates);
+                    Stats::add(&ctx.stats.stale_ignored, o.stale);
+                    Stats::add(&ctx.stats.dead_lettered, o.dead_lettered);
+                }
+                Err(e) => {
+                    // Nothing was committed; the batch comes back after restart.
+                    warn!(notifier = %name, cause = %e, "batch transaction failed; restarting");
+                    Stats::add(&ctx.stats.notifier_errors, 1);
+                    discard(consumer);
+                    if shutdown
+                        .sleep(cfg.restart_delay.max(Duration::from_millis(200)))
+                        .await
+                    {
+                        return;
+                    }
+                    continue 'incarnation;
+                }
+            }
+            // The probability is per event: every event of the batch reaches
+            // the fault point, and one hit is enough to crash.
+            let mut crash = false;
+            for m in &batch {
+                crash |= ctx
+                    .faults
+                    .strike(FaultPoint::NotifierBeforeOffsetCommit, &name, || {
+                        format!(
+                            "batch of {} events, partition {} offset {}",
+                            batch.len(),
+                            m.partition,
+                            m.offset
+                        )
+                    });
+            }
+            if crash {
+                Stats::add(&ctx.stats.notifier_crashes, 1);
+                discard(consumer);
+                if shutdown.sleep(cfg.restart_delay).await {
+                    return;
+                }
+                continue 'incarnation;
+            }
+            let tpl = next_offsets(&ctx.names.topic, &batch);
+            let committed = tokio::task::block_in_place(|| consumer.commit(&tpl, CommitMode::Sync));
+            if let Err(e) = committed {
+                // Usually a rebalance took the partition away; its new owner
+                // gets the batch again and the inbox absorbs it.
+                debug!(notifier = %name, cause = %e, "offset commit failed");
+            }
+        }
+    }
+}
+
+/// The offsets to commit after a batch: one past the highest seen per partition.
+fn next_offsets(topic: &str, batch: &[Incoming]) -> TopicPartitionList {
+    let mut next: BTreeMap<i32, i64> = BTreeMap::new();
+    for m in batch {
+        let e = next.entry(m.partition).or_insert(0);
+        *e = (*e).max(m.offset + 1);
+    }
+    let mut tpl = TopicPartitionList::new();
+    for (p, o) in next {
+        let _ = tpl.add_partition_offset(topic, p, Offset::Offset(o));
+    }
+    tpl
+}
+
+/// The group's lag: for each partition, high watermark minus committed offset.
+/// Returns the total. Every call is bounded by [`CONNECT_TIMEOUT`].
+pub async fn group_lag(brokers: &str, group: &str, topic: &str, partitions: i32) -> Result<i64> {
+    let (brokers, group, topic) = (brokers.to_string(), group.to_string(), topic.to_string());
+    tokio::task::spawn_blocking(move || {
+        // A consumer that never subscribes never joins the group; it only reads
+        // the group's committed offsets.
+        let c: BaseConsumer = kafka_config(&brokers)
+            .set("group.id", &group)
+            .set("enable.auto.commit", "false")
+            .create()
+            .map_err(|e| Error::kafka("creating the lag probe", e))?;
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition(&topic, p);
+        }
+        let committed = c
+            .committed_offsets(tpl, CONNECT_TIMEOUT)
+            .map_err(|e| Error::kafka("reading committed offsets", e))?;
+        let mut lag = 0;
+        for p in 0..partitions {
+            let (_, high) = c
+                .fetch_watermarks(&topic, p, CONNECT_TIMEOUT)
+                .map_err(|e| Error::kafka("reading watermarks", e))?;
+            let done = match committed.find_partition(&topic, p).map(|e| e.offset()) {
+                Some(Offset::Offset(o)) => o,
+                _ => 0,
+            };
+            lag += (high - done).max(0);
+        }
+        Ok(lag)
+    })
+    .await
+    .map_err(|e| Error::Internal(e.to_string()))?
+}

@@ -1,0 +1,196 @@
+//! Outbox relays. Each one loops: claim a batch of unpublished rows, produce
+//! them and await every ack, then mark them published and commit.
+//!
+//! Fault point `relay.after_produce`: after the acks and before the commit the
+//! relay may crash. The crash drops the database socket with the transaction
+//! open and drops the producer: no commit, no rollback, no cleanup. The rows
+//! become claimable again and the whole batch is published a second time,
+//! which is where the topic's duplicates come from.
+
+use crate::context::{Ctx, Stats};
+use crate::faults::FaultPoint;
+use crate::infra::kafka_config;
+use crate::store::OutboxRow;
+use futures::future::join_all;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::util::Timeout;
+use std::time::Duration;
+use tracing::{debug, warn};
+
+/// How long one produce may wait for its ack before the batch is given back.
+const PRODUCE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A producer as a relay uses it: idempotent (no duplicates from its own
+/// retries, order kept per partition), acks from all replicas.
+pub fn producer(brokers: &str) -> Result<FutureProducer, rdkafka::error::KafkaError> {
+    kafka_config(brokers)
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "2")
+        .set("compression.type", "none")
+        .set(
+            "message.timeout.ms",
+            &PRODUCE_TIMEOUT.as_millis().to_string(),
+        )
+        .create()
+}
+
+/// Drops a producer off the async threads: its drop purges and joins a thread.
+fn discard(p: FutureProducer) {
+    tokio::task::spawn_blocking(move || drop(p));
+}
+
+/// Runs relay number `index` until shutdown, restarting after each crash.
+pub async fn run(ctx: Ctx, index: usize) {
+    let name = format!("relay-{index}");
+    let cfg = ctx.scenario.relay.clone();
+    let mut shutdown = ctx.shutdown.clone();
+    'incarnation: loop {
+        if shutdown.is_set() {
+            return;
+        }
+        let producer = match producer(&ctx.brokers) {
+            Ok(p) => p,
+            Err(e) => {
+                warn!(relay = %name, cause = %e, "cannot create a producer");
+                Stats::add(&ctx.stats.relay_errors, 1);
+                if shutdown
+                    .sleep(cfg.restart_delay.max(Duration::from_millis(200)))
+                    .await
+                {
+                    return;
+                }
+                continue;
+            }
+        };
+        let mut conn = match ctx.store.relay_connection().await {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(relay = %name, cause = %e, "cannot open a database connection");
+                Stats::add(&ctx.stats.relay_errors, 1);
+                discard(producer);
+                if shutdown
+                    .sleep(cfg.restart_delay.max(Duration::from_millis(200)))
+                    .await
+                {
+                    return;
+                }
+                continue;
+            }
+        };
+        loop {
+            if shutdown.is_set() {
+                discard(producer);
+                return;
+            }
+            let rows = match conn.claim(cfg.batch_size).await {
+                Ok(r) => r,
+                Err(e) => {
+                    warn!(relay = %name, cause = %e, "claim failed; reconnecting");
+                    Stats::add(&ctx.stats.relay_errors, 1);
+                    conn.crash();
+                    discard(producer);
+                    if shutdown
+                        .sleep(cfg.restart_delay.max(Duration::from_millis(200)))
+                        .await
+                    {
+                        return;
+                    }
+                    continue 'incarnation;
+                }
+            };
+            if rows.is_empty() {
+                if conn.mark_published(&[]).await.is_err() {
+                    conn.crash();
+                    discard(producer);
+                    continue 'incarnation;
+                }
+                if shutdown.sleep(cfg.poll_interval).await {
+                    discard(producer);
+                    return;
+                }
+                continue;
+            }
+            if let Err(cause) = publish(&producer, &ctx.names.topic, &rows).await {
+                warn!(relay = %name, %cause, events = rows.len(), "produce failed; giving the batch back");
+                Stats::add(&ctx.stats.relay_errors, 1);
+                if conn.release().await.is_err() {
+                    conn.crash();
+                    discard(producer);
+                    continue 'incarnation;
+                }
+                if shutdown
+                    .sleep(cfg.restart_delay.max(Duration::from_millis(200)))
+                    .await
+                {
+                    discard(producer);
+                    return;
+                }
+                continue;
+            }
+            Stats::add(&ctx.stats.messages_published, rows.len() as u64);
+            let crashed = ctx.faults.strike(FaultPoint::RelayAfterProduce, &name, || {
+                format!(
+                    "batch of {} events, outbox seq {}..={}",
+                    rows.len(),
+                    rows[0].seq,
+                    rows[rows.len() - 1].seq
+                )
+            });
+            if crashed {
+                Stats::add(&ctx.stats.relay_crashes, 1);
+                conn.crash();
+                discard(producer);
+                if shutdown.sleep(cfg.restart_delay).await {
+                    return;
+                }
+                continue 'incarnation;
+            }
+            let ids: Vec<_> = rows.iter().map(|r| r.id).collect();
+            if let Err(e) = conn.mark_published(&ids).await {
+                // The rows stay unpublished and will be sent again: a
+                // duplicate on the topic, never a loss.
+                warn!(relay = %name, cause = %e, "marking published failed; reconnecting");
+                Stats::add(&ctx.stats.relay_errors, 1);
+                conn.crash();
+                discard(producer);
+                continue 'incarnation;
+            }
+            Stats::add(&ctx.stats.relay_batches, 1);
+            debug!(relay = %name, events = rows.len(), "batch published");
+        }
+    }
+}
+
+/// Produces every row and waits for every ack. All sends are in flight at
+/// once; the idempotent producer keeps their order within a partition.
+async fn publish(producer: &FutureProducer, topic: &str, rows: &[OutboxRow]) -> Result<(), String> {
+    let ids: Vec<String> = rows.iter().map(|r| r.id.to_string()).collect();
+    let keys: Vec<String> = rows.iter().map(|r| r.aggregate_id.to_string()).collect();
+    let sends = rows
+        .iter()
+        .zip(ids.iter().zip(keys.iter()))
+        .map(|(r, (id, key))| {
+            let headers = OwnedHeaders::new()
+                .insert(Header {
+                    key: crate::events::HEADER_EVENT_ID,
+                    value: Some(id.as_bytes()),
+                })
+                .insert(Header {
+                    key: crate::events::HEADER_EVENT_TYPE,
+                    value: Some(r.event_type.as_bytes()),
+                });
+            let record = FutureRecord::to(topic)
+                .key(key.as_bytes())
+                .payload(&r.payload)
+                .headers(headers);
+            producer.send(record, Timeout::After(PRODUCE_TIMEOUT))
+        });
+    for result in join_all(sends).await {
+        if let Err((e, _)) = result {
+            return Err(e.to_string());
+        }
+    }
+    Ok(())
+}

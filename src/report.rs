@@ -1,0 +1,337 @@
+//! The run report: one serde struct written as `reports/<run-id>.json`, and
+//! the tables people read, rendered from it for the terminal and for
+//! `reports/<run-id>.md`. `chaos report <file>` renders a saved one again, so
+//! showing never reaches back into a run.
+
+use crate::error::{Error, Result};
+use crate::faults::{FaultRecord, FaultSummary};
+use crate::verifier::{Anomaly, Counts, Invariant, Verdict};
+use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Bumped whenever a field changes meaning or disappears.
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    pub schema_version: u32,
+    pub run_id: String,
+    pub scenario: ScenarioInfo,
+    pub seed: u64,
+    /// The command that replays this run's fault decisions.
+    pub replay: String,
+    pub infra: InfraInfo,
+    pub counts: Counts,
+    pub faults: Vec<FaultSummary>,
+    /// The first faults that fired, in order (the counters in `faults` count all).
+    pub fault_log: Vec<FaultRecord>,
+    pub invariants: Vec<Invariant>,
+    /// "The chaos happened" checks; a failing one makes the run inconclusive.
+    pub chaos_checks: Vec<Invariant>,
+    pub anomalies: Vec<Anomaly>,
+    pub components: ComponentFigures,
+    pub timings: Timings,
+    pub verdict: Verdict,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScenarioInfo {
+    pub name: String,
+    pub path: String,
+    pub exactly_once_expected: bool,
+    pub payments: u64,
+    pub partitions: i32,
+    pub relays: usize,
+    pub notifiers: usize,
+    pub inbox: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct InfraInfo {
+    pub database: String,
+    /// host:port/database; never a password.
+    pub database_endpoint: String,
+    pub schema: String,
+    pub broker: String,
+    pub brokers: String,
+    pub topic: String,
+    pub group: String,
+}
+
+/// What the components say about themselves. Shown for insight; the verdict
+/// never rests on these.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ComponentFigures {
+    pub messages_published: u64,
+    pub relay_batches: u64,
+    pub relay_crashes: u64,
+    pub relay_errors: u64,
+    pub events_applied: u64,
+    pub duplicates_absorbed: u64,
+    pub stale_ignored: u64,
+    pub dead_lettered: u64,
+    pub notifier_crashes: u64,
+    pub notifier_errors: u64,
+    pub purged_outbox_rows: u64,
+    pub purged_inbox_rows: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Timings {
+    pub setup_ms: u64,
+    pub workload_ms: u64,
+    /// From the end of the workload to an empty outbox and zero group lag.
+    pub drain_ms: u64,
+    pub verify_ms: u64,
+    pub total_ms: u64,
+}
+
+impl Report {
+    /// Writes `<dir>/<run-id>.json` and `.md`; returns both paths.
+    pub fn save(&self, dir: &Path) -> Result<(PathBuf, PathBuf)> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::Write {
+            path: dir.into(),
+            cause: e.to_string(),
+        })?;
+        let json = dir.join(format!("{}.json", self.run_id));
+        let md = dir.join(format!("{}.md", self.run_id));
+        let text =
+            serde_json::to_string_pretty(self).map_err(|e| Error::Internal(e.to_string()))?;
+        std::fs::write(&json, text + "\n").map_err(|e| Error::Write {
+            path: json.clone(),
+            cause: e.to_string(),
+        })?;
+        std::fs::write(&md, render(self, Style::Markdown)).map_err(|e| Error::Write {
+            path: md.clone(),
+            cause: e.to_string(),
+        })?;
+        Ok((json, md))
+    }
+
+    pub fn load(path: &Path) -> Result<Self> {
+        let err = |cause: String| Error::ReportRead {
+            path: path.into(),
+            cause,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+        let value: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| err(format!("not JSON: {e}")))?;
+        match value.get("schema_version").and_then(|v| v.as_u64()) {
+            Some(v) if v == SCHEMA_VERSION as u64 => {}
+            Some(v) => {
+                return Err(err(format!(
+                    "schema_version {v}; this chaos reads version {SCHEMA_VERSION}"
+                )))
+            }
+            None => return Err(err("no schema_version; is this a chaos report?".into())),
+        }
+        serde_json::from_value(value).map_err(|e| err(format!("not a chaos report: {e}")))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    Terminal,
+    Markdown,
+}
+
+fn table(style: Style, header: &[&str]) -> Table {
+    let mut t = Table::new();
+    match style {
+        Style::Terminal => t.load_preset(presets::UTF8_FULL_CONDENSED),
+        Style::Markdown => t.load_preset(presets::ASCII_MARKDOWN),
+    };
+    t.set_content_arrangement(ContentArrangement::Disabled);
+    t.set_header(header.iter().map(|h| Cell::new(h)));
+    t
+}
+
+fn mark(ok: bool) -> &'static str {
+    if ok {
+        "✔"
+    } else {
+        "✘"
+    }
+}
+
+/// The whole report as text: header, verification, faults, invariants,
+/// anomalies, verdict.
+pub fn render(r: &Report, style: Style) -> String {
+    render_parts(r, style, true)
+}
+
+/// The report without its three header lines, for a live run that printed
+/// them when it started.
+pub fn render_body(r: &Report) -> String {
+    render_parts(r, Style::Terminal, false)
+}
+
+fn render_parts(r: &Report, style: Style, header: bool) -> String {
+    let md = style == Style::Markdown;
+    let h = |s: &str| {
+        if md {
+            format!("\n## {s}\n\n")
+        } else {
+            format!("\n{s}\n")
+        }
+    };
+    let mut out = String::new();
+    if !header {
+    } else if md {
+        out.push_str(&format!("# chaos run {}\n\n", r.run_id));
+    } else {
+        out.push_str(&format!("chaos run {}\n", r.run_id));
+    }
+    if header {
+        out.push_str(&format!(
+        "scenario {} ({}) · seed {} · {} payments · {} relays · {} notifiers · {} partitions · inbox {}\n",
+        r.scenario.name,
+        r.scenario.path,
+        r.seed,
+        r.scenario.payments,
+        r.scenario.relays,
+        r.scenario.notifiers,
+        r.scenario.partitions,
+        r.scenario.inbox
+    ));
+        out.push_str(&format!(
+            "infra: {} {} schema {} · {} {} topic {}\n",
+            r.infra.database,
+            r.infra.database_endpoint,
+            r.infra.schema,
+            r.infra.broker,
+            r.infra.brokers,
+            r.infra.topic
+        ));
+    }
+
+    let c = &r.counts;
+    out.push_str(&h("Verification (from the database and the full topic)"));
+    let mut t = table(style, &["measure", "value"]);
+    let rows: Vec<(&str, String)> = vec![
+        (
+            "payments captured",
+            format!("{} of {}", c.payments_captured, c.payments),
+        ),
+        (
+            "outbox events",
+            format!("{} ({} unpublished)", c.outbox_events, c.unpublished),
+        ),
+        (
+            "messages on the topic",
+            format!("{} ({} duplicates)", c.topic_messages, c.topic_duplicates),
+        ),
+        (
+            "events processed once",
+            format!(
+                "{} (inbox rows: {})",
+                c.inbox_rows_by_handler
+                    .get("projection")
+                    .copied()
+                    .unwrap_or(0),
+                c.inbox_rows
+            ),
+        ),
+        (
+            "receipts sent",
+            format!("{} for {} payments", c.receipts, c.payments_captured),
+        ),
+        (
+            "payments by receipts",
+            format!(
+                "{} with one, {} with none, {} with more",
+                c.payments_with_one_receipt,
+                c.payments_without_receipt,
+                c.payments_with_many_receipts
+            ),
+        ),
+        (
+            "projection shows captured",
+            c.projection_captured.to_string(),
+        ),
+        (
+            "authorized after captured",
+            format!("{} payments", c.reordered_payments),
+        ),
+        (
+            "dead letters",
+            format!(
+                "{} ({} malformed events injected)",
+                c.dead_letters, c.poison_events
+            ),
+        ),
+        (
+            "loyalty points",
+            format!(
+                "{} (expected {})",
+                c.loyalty_points, c.loyalty_points_expected
+            ),
+        ),
+    ];
+    for (k, v) in rows {
+        t.add_row(vec![Cell::new(k), Cell::new(v)]);
+    }
+    out.push_str(&format!("{t}\n"));
+
+    out.push_str(&h("Faults"));
+    let mut t = table(
+        style,
+        &["fault point", "probability", "per", "reached", "fired"],
+    );
+    for f in &r.faults {
+        t.add_row(vec![
+            Cell::new(&f.point),
+            Cell::new(format!("{}", f.probability)).set_alignment(CellAlignment::Right),
+            Cell::new(&f.unit),
+            Cell::new(f.occurrences).set_alignment(CellAlignment::Right),
+            Cell::new(f.fired).set_alignment(CellAlignment::Right),
+        ]);
+    }
+    out.push_str(&format!("{t}\n"));
+    let k = &r.components;
+    out.push_str(&format!(
+        "components: {} relay batches, {} relay crashes, {} notifier crashes, {} duplicates absorbed by the inbox, {} stale events ignored by the projection, {} relay errors, {} notifier errors; purged {} outbox and {} inbox rows\n",
+        k.relay_batches, k.relay_crashes, k.notifier_crashes, k.duplicates_absorbed, k.stale_ignored, k.relay_errors, k.notifier_errors, k.purged_outbox_rows, k.purged_inbox_rows
+    ));
+
+    out.push_str(&h("Invariants"));
+    let mut t = table(style, &["", "invariant", "expected", "actual"]);
+    for i in r.invariants.iter().chain(r.chaos_checks.iter()) {
+        t.add_row(vec![
+            Cell::new(mark(i.ok)),
+            Cell::new(&i.name),
+            Cell::new(&i.expected),
+            Cell::new(&i.actual),
+        ]);
+    }
+    out.push_str(&format!("{t}\n"));
+
+    if !r.anomalies.is_empty() {
+        out.push_str(&h("Anomalies"));
+        let mut t = table(style, &["anomaly", "count", "examples (up to 5)"]);
+        for a in &r.anomalies {
+            let sep = if md { "<br>" } else { "\n" };
+            t.add_row(vec![
+                Cell::new(&a.name),
+                Cell::new(a.count),
+                Cell::new(a.examples.join(sep)),
+            ]);
+        }
+        out.push_str(&format!("{t}\n"));
+    }
+
+    let tm = &r.timings;
+    out.push_str(&format!(
+        "\ntimings: setup {} ms · workload {} ms · drain {} ms · verify {} ms · total {} ms\n",
+        tm.setup_ms, tm.workload_ms, tm.drain_ms, tm.verify_ms, tm.total_ms
+    ));
+    out.push_str(&format!("replay: {}\n", r.replay));
+    out.push_str(&format!(
+        "\nverdict: {} — {}\n",
+        r.verdict.as_str().to_uppercase(),
+        r.reason
+    ));
+    out
+}

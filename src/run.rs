@@ -1,0 +1,325 @@
+//! One run, start to finish: resolve the infrastructure, create the run's
+//! schema and topic, start relays, notifiers and the retention purger, drive
+//! the workload, wait for the pipeline to drain, verify, report.
+
+use crate::context::{shutdown_pair, Ctx, Stats};
+use crate::error::{Error, Result};
+use crate::exit::Exit;
+use crate::faults::FaultInjector;
+use crate::infra::{self, Endpoints, RunNames};
+use crate::notifier;
+use crate::progress::Progress;
+use crate::report::{self, ComponentFigures, InfraInfo, Report, ScenarioInfo, Timings};
+use crate::scenario::{self, Scenario};
+use crate::store::Store;
+use crate::verifier::{reconcile, topic, Verdict};
+use crate::{relay, workload};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tracing::{info, warn};
+
+/// What `chaos run` was asked to do.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub scenario: PathBuf,
+    pub seed: Option<u64>,
+    pub database_url: Option<String>,
+    pub brokers: Option<String>,
+    pub reports_dir: PathBuf,
+    /// Print the JSON report on stdout instead of the tables.
+    pub json: bool,
+}
+
+/// How often the drain condition is polled.
+const DRAIN_POLL: Duration = Duration::from_millis(250);
+
+/// Runs a scenario end to end and returns the report and the exit code.
+pub async fn run(opts: RunOptions) -> Result<(Report, Exit)> {
+    let started = Instant::now();
+    let mut sc = scenario::load(&opts.scenario)?;
+    if let Some(seed) = opts.seed {
+        sc.seed = seed;
+    }
+    let endpoints = Endpoints::resolve(opts.database_url.clone(), opts.brokers.clone(), &sc)?;
+    let names = RunNames::new();
+    let infra_info = InfraInfo {
+        database: "postgresql".into(),
+        database_endpoint: infra::db_endpoint(&endpoints.database_url),
+        schema: names.schema.clone(),
+        broker: "kafka".into(),
+        brokers: endpoints.brokers.clone(),
+        topic: names.topic.clone(),
+        group: names.group.clone(),
+    };
+    if !opts.json {
+        println!(
+            "chaos run {} · scenario {} · seed {}\ninfra: PostgreSQL {} (schema {}) · Apache Kafka {} (topic {})",
+            names.run_id, sc.name, sc.seed, infra_info.database_endpoint, names.schema, endpoints.brokers, names.topic
+        );
+    }
+    info!(run_id = %names.run_id, seed = sc.seed, "starting");
+
+    let max_conns = (sc.producers + sc.notifier.instances + 4) as u32;
+    let store = Store::open(&endpoints.database_url, &names.schema, max_conns).await?;
+    infra::kafka_ping(&endpoints.brokers, infra::CONNECT_TIMEOUT).await?;
+    infra::create_topic(&endpoints.brokers, &names.topic, sc.partitions).await?;
+    let setup_ms = started.elapsed().as_millis() as u64;
+
+    let sc = Arc::new(sc);
+    let faults = Arc::new(FaultInjector::new(sc.seed, &sc.faults));
+    let stats = Arc::new(Stats::default());
+    let (trigger, shutdown) = shutdown_pair();
+    let ctx = Ctx {
+        scenario: sc.clone(),
+        store: store.clone(),
+        faults: faults.clone(),
+        stats: stats.clone(),
+        shutdown: shutdown.clone(),
+        brokers: endpoints.brokers.clone(),
+        names: names.clone(),
+    };
+
+    let mut components = Vec::new();
+    for i in 1..=sc.relay.instances {
+        components.push(tokio::spawn(relay::run(ctx.clone(), i)));
+    }
+    for i in 1..=sc.notifier.instances {
+        components.push(tokio::spawn(notifier::run(ctx.clone(), i)));
+    }
+    components.push(tokio::spawn(purger(ctx.clone())));
+    let progress = Progress::start(sc.payments, stats.clone(), faults.clone());
+
+    // The workload, then the drain; either may be cut short by a signal.
+    let t_work = Instant::now();
+    let mut incomplete: Option<String> = None;
+    let mut interrupted = false;
+    tokio::select! {
+        r = workload::run(ctx.clone()) => if let Err(e) = r {
+            incomplete = Some(format!("the workload stopped: {e}"));
+        },
+        _ = interrupt() => interrupted = true,
+    }
+    let workload_ms = t_work.elapsed().as_millis() as u64;
+    let t_drain = Instant::now();
+    if incomplete.is_none() && !interrupted {
+        tokio::select! {
+            r = drain(&ctx) => if let Err(why) = r { incomplete = Some(why) },
+            _ = interrupt() => interrupted = true,
+        }
+    }
+    let drain_ms = t_drain.elapsed().as_millis() as u64;
+    if interrupted {
+        // A second Ctrl-C exits at once.
+        tokio::spawn(async {
+            interrupt().await;
+            std::process::exit(Exit::Interrupted.code() as i32);
+        });
+    }
+    trigger.trigger();
+    for c in components {
+        if tokio::time::timeout(Duration::from_secs(15), c)
+            .await
+            .is_err()
+        {
+            warn!("a component did not stop within 15 s");
+        }
+    }
+    progress.finish();
+
+    let mut rep = Report {
+        schema_version: report::SCHEMA_VERSION,
+        run_id: names.run_id.clone(),
+        scenario: ScenarioInfo {
+            name: sc.name.clone(),
+            path: sc.path.display().to_string(),
+            exactly_once_expected: sc.exactly_once,
+            payments: sc.payments,
+            partitions: sc.partitions,
+            relays: sc.relay.instances,
+            notifiers: sc.notifier.instances,
+            inbox: sc.notifier.inbox.as_str().into(),
+        },
+        seed: sc.seed,
+        replay: format!("chaos run {} --seed {}", sc.path.display(), sc.seed),
+        infra: infra_info,
+        counts: Default::default(),
+        faults: faults.summary(),
+        fault_log: faults.log().into_iter().take(200).collect(),
+        invariants: vec![],
+        chaos_checks: vec![],
+        anomalies: vec![],
+        components: figures(&stats),
+        timings: Timings {
+            setup_ms,
+            workload_ms,
+            drain_ms,
+            ..Default::default()
+        },
+        verdict: Verdict::Incomplete,
+        reason: String::new(),
+    };
+
+    let t_verify = Instant::now();
+    if interrupted {
+        rep.verdict = Verdict::Interrupted;
+        rep.reason =
+            "interrupted by a signal before the pipeline drained; nothing was verified".into();
+    } else {
+        match verify(&store, &endpoints.brokers, &names, &sc).await {
+            Ok(r) => {
+                let chaos = reconcile::chaos_checks(&rep.faults, &r.counts);
+                let (v, why) = reconcile::verdict(sc.exactly_once, &r.invariants, &chaos);
+                rep.counts = r.counts;
+                rep.invariants = r.invariants;
+                rep.anomalies = r.anomalies;
+                rep.chaos_checks = chaos;
+                match &incomplete {
+                    Some(reason) => {
+                        rep.verdict = Verdict::Incomplete;
+                        rep.reason = format!("{reason}; the figures above are partial");
+                    }
+                    None => {
+                        rep.verdict = v;
+                        rep.reason = why;
+                    }
+                }
+            }
+            Err(e) => {
+                rep.verdict = Verdict::Incomplete;
+                rep.reason = match &incomplete {
+                    Some(r) => format!("{r}; verification failed too: {e}"),
+                    None => format!("verification could not read the ground truth: {e}"),
+                };
+            }
+        }
+    }
+    rep.timings.verify_ms = t_verify.elapsed().as_millis() as u64;
+    rep.timings.total_ms = started.elapsed().as_millis() as u64;
+    store.close().await;
+
+    let (json, md) = rep.save(&opts.reports_dir)?;
+    if opts.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rep).map_err(|e| Error::Internal(e.to_string()))?
+        );
+    } else {
+        print!("{}", report::render_body(&rep));
+        println!("report: {} and {}", json.display(), md.display());
+    }
+    let exit = rep.verdict.exit();
+    Ok((rep, exit))
+}
+
+fn figures(s: &Stats) -> ComponentFigures {
+    ComponentFigures {
+        messages_published: Stats::get(&s.messages_published),
+        relay_batches: Stats::get(&s.relay_batches),
+        relay_crashes: Stats::get(&s.relay_crashes),
+        relay_errors: Stats::get(&s.relay_errors),
+        events_applied: Stats::get(&s.events_applied),
+        duplicates_absorbed: Stats::get(&s.duplicates_absorbed),
+        stale_ignored: Stats::get(&s.stale_ignored),
+        dead_lettered: Stats::get(&s.dead_lettered),
+        notifier_crashes: Stats::get(&s.notifier_crashes),
+        notifier_errors: Stats::get(&s.notifier_errors),
+        purged_outbox_rows: Stats::get(&s.purged_outbox),
+        purged_inbox_rows: Stats::get(&s.purged_inbox),
+    }
+}
+
+/// Waits until every outbox row is published and the group's lag is zero,
+/// twice in a row. Gives up after the scenario's drain timeout.
+async fn drain(ctx: &Ctx) -> std::result::Result<(), String> {
+    let deadline = Instant::now() + ctx.scenario.drain_timeout;
+    let mut quiet = 0;
+    let mut last = (0i64, 0i64);
+    while Instant::now() < deadline {
+        let unpublished = ctx.store.unpublished().await;
+        let lag = notifier::group_lag(
+            &ctx.brokers,
+            &ctx.names.group,
+            &ctx.names.topic,
+            ctx.scenario.partitions,
+        )
+        .await;
+        match (unpublished, lag) {
+            (Ok(0), Ok(0)) => {
+                quiet += 1;
+                if quiet >= 2 {
+                    return Ok(());
+                }
+            }
+            (Ok(u), Ok(l)) => {
+                quiet = 0;
+                last = (u, l);
+            }
+            (u, l) => {
+                quiet = 0;
+                warn!(unpublished = ?u.err(), lag = ?l.err(), "drain probe failed");
+            }
+        }
+        tokio::time::sleep(DRAIN_POLL).await;
+    }
+    Err(format!(
+        "the pipeline did not drain within {}s ({} outbox rows unpublished, group lag {})",
+        ctx.scenario.drain_timeout.as_secs(),
+        last.0,
+        last.1
+    ))
+}
+
+/// Reads the ground truth and reconciles it.
+async fn verify(
+    store: &Store,
+    brokers: &str,
+    names: &RunNames,
+    sc: &Scenario,
+) -> Result<reconcile::Reconciliation> {
+    let db = store.ground_truth().await?;
+    let limit = Duration::from_secs(60).max(Duration::from_millis(sc.payments / 10));
+    let messages = topic::read_all(brokers, &names.topic, sc.partitions, limit).await?;
+    Ok(reconcile::reconcile(&db, &messages))
+}
+
+/// Retention: purges old published outbox rows and old inbox rows.
+async fn purger(ctx: Ctx) {
+    let mut shutdown = ctx.shutdown.clone();
+    let r = &ctx.scenario.retention;
+    loop {
+        if shutdown.sleep(r.purge_interval).await {
+            return;
+        }
+        match ctx.store.purge(r.outbox, r.inbox).await {
+            Ok((o, i)) => {
+                Stats::add(&ctx.stats.purged_outbox, o);
+                Stats::add(&ctx.stats.purged_inbox, i);
+            }
+            Err(e) => warn!(cause = %e, "retention purge failed"),
+        }
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn interrupt() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

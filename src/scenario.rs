@@ -1,0 +1,591 @@
+//! Scenarios: a raw layer that mirrors the TOML file, and a validated
+//! [`Scenario`] that the run uses. Every default lives in the `Default` impls of
+//! the raw structs below, and nowhere else.
+//!
+//! Validation errors name the file, the line and the column, because a user
+//! with a typo in a 60-line file deserves to be told where it is.
+
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use toml::Spanned;
+
+/// The scenario file as written. `deny_unknown_fields` everywhere: a misspelt
+/// key must fail loudly, not be silently ignored.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawScenario {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub seed: Spanned<i64>,
+    pub workload: RawWorkload,
+    pub topic: RawTopic,
+    pub relay: RawRelay,
+    pub notifier: RawNotifier,
+    pub faults: RawFaults,
+    pub retention: RawRetention,
+    pub run: RawRun,
+    pub expect: RawExpect,
+    pub infra: RawInfra,
+}
+
+impl Default for RawScenario {
+    fn default() -> Self {
+        Self {
+            name: None,
+            description: None,
+            seed: Spanned::new(0..0, 42),
+            workload: RawWorkload::default(),
+            topic: RawTopic::default(),
+            relay: RawRelay::default(),
+            notifier: RawNotifier::default(),
+            faults: RawFaults::default(),
+            retention: RawRetention::default(),
+            run: RawRun::default(),
+            expect: RawExpect::default(),
+            infra: RawInfra::default(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawWorkload {
+    /// Payments to write; each yields an `authorized` and a `captured` event.
+    pub payments: Spanned<i64>,
+    /// Concurrent payment-service producers.
+    pub producers: Spanned<i64>,
+    /// Distinct customer accounts, for the loyalty counter.
+    pub accounts: Spanned<i64>,
+}
+
+impl Default for RawWorkload {
+    fn default() -> Self {
+        Self {
+            payments: sp(1000),
+            producers: sp(4),
+            accounts: sp(100),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawTopic {
+    pub partitions: Spanned<i64>,
+}
+
+impl Default for RawTopic {
+    fn default() -> Self {
+        Self { partitions: sp(6) }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawRelay {
+    pub instances: Spanned<i64>,
+    pub batch_size: Spanned<i64>,
+    pub poll_interval_ms: Spanned<i64>,
+    pub restart_delay_ms: Spanned<i64>,
+}
+
+impl Default for RawRelay {
+    fn default() -> Self {
+        Self {
+            instances: sp(2),
+            batch_size: sp(50),
+            poll_interval_ms: sp(20),
+            restart_delay_ms: sp(50),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawNotifier {
+    pub instances: Spanned<i64>,
+    pub batch_size: Spanned<i64>,
+    /// `"on"` (the correct pipeline) or `"off"` (no deduplication at all).
+    pub inbox: Spanned<String>,
+    pub session_timeout_ms: Spanned<i64>,
+    pub restart_delay_ms: Spanned<i64>,
+}
+
+impl Default for RawNotifier {
+    fn default() -> Self {
+        Self {
+            instances: sp(2),
+            batch_size: sp(50),
+            inbox: sp("on".to_string()),
+            session_timeout_ms: sp(6000),
+            restart_delay_ms: sp(50),
+        }
+    }
+}
+
+/// Probabilities of each fault point. Keys are the fault point names with
+/// `_` for `.`: `relay_after_produce` is `relay.after_produce`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawFaults {
+    /// Per relay batch: crash after the broker acked, before the outbox commit.
+    pub relay_after_produce: Spanned<f64>,
+    /// Per event: crash after the inbox transaction, before the offset commit.
+    pub notifier_before_offset_commit: Spanned<f64>,
+    /// Per payment: also write a malformed event, which must be dead-lettered.
+    pub workload_poison: Spanned<f64>,
+}
+
+impl Default for RawFaults {
+    fn default() -> Self {
+        Self {
+            relay_after_produce: sp(0.0),
+            notifier_before_offset_commit: sp(0.0),
+            workload_poison: sp(0.0),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawRetention {
+    /// Published outbox rows older than this are purged, e.g. "7d", "1h", "30s".
+    pub outbox: Spanned<String>,
+    /// Inbox rows older than this are purged.
+    pub inbox: Spanned<String>,
+    pub purge_interval_ms: Spanned<i64>,
+}
+
+impl Default for RawRetention {
+    fn default() -> Self {
+        Self {
+            outbox: sp("7d".into()),
+            inbox: sp("7d".into()),
+            purge_interval_ms: sp(1000),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawRun {
+    /// How long the pipeline may take to drain after the workload ends.
+    pub drain_timeout_secs: Spanned<i64>,
+}
+
+impl Default for RawRun {
+    fn default() -> Self {
+        Self {
+            drain_timeout_secs: sp(60),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawExpect {
+    /// `true`: every invariant must hold. `false`: the scenario runs a broken
+    /// pipeline and the verifier is expected to find violations.
+    pub exactly_once: bool,
+}
+
+impl Default for RawExpect {
+    fn default() -> Self {
+        Self { exactly_once: true }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawInfra {
+    pub database_url: Option<String>,
+    pub kafka_brokers: Option<String>,
+}
+
+fn sp<T>(v: T) -> Spanned<T> {
+    Spanned::new(0..0, v)
+}
+
+/// How the notifier deduplicates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InboxMode {
+    /// The correct pipeline: one transaction claims (message_id, handler) with
+    /// `INSERT … ON CONFLICT DO NOTHING` and applies only what it claimed.
+    On,
+    /// The classic mistake: no deduplication at all.
+    Off,
+}
+
+impl InboxMode {
+    pub const NAMES: &'static str = "\"on\" or \"off\"";
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "on" => Some(InboxMode::On),
+            "off" => Some(InboxMode::Off),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InboxMode::On => "on",
+            InboxMode::Off => "off",
+        }
+    }
+}
+
+/// A scenario that has passed validation; every field is usable as is.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Scenario {
+    pub name: String,
+    pub path: PathBuf,
+    pub seed: u64,
+    pub payments: u64,
+    pub producers: usize,
+    pub accounts: u32,
+    pub partitions: i32,
+    pub relay: RelayConfig,
+    pub notifier: NotifierConfig,
+    pub faults: FaultRates,
+    pub retention: Retention,
+    pub drain_timeout: Duration,
+    pub exactly_once: bool,
+    pub infra_database_url: Option<String>,
+    pub infra_kafka_brokers: Option<String>,
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct RelayConfig {
+    pub instances: usize,
+    pub batch_size: usize,
+    pub poll_interval: Duration,
+    pub restart_delay: Duration,
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct NotifierConfig {
+    pub instances: usize,
+    pub batch_size: usize,
+    pub inbox: InboxMode,
+    pub session_timeout: Duration,
+    pub restart_delay: Duration,
+}
+
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+pub struct FaultRates {
+    pub relay_after_produce: f64,
+    pub notifier_before_offset_commit: f64,
+    pub workload_poison: f64,
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Retention {
+    pub outbox: Duration,
+    pub inbox: Duration,
+    pub purge_interval: Duration,
+}
+
+/// Reads and validates a scenario file. Every error is one line that names
+/// the file and, where there is one, the line and column.
+pub fn load(path: &Path) -> Result<Scenario, crate::Error> {
+    let shown = path.display().to_string();
+    if path.is_dir() {
+        return Err(crate::Error::Scenario(format!(
+            "{shown}: is a directory; pass a scenario file such as scenarios/payments.toml"
+        )));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        crate::Error::Scenario(format!("{shown}: cannot read the scenario file: {e}; check the path (scenarios/ holds the shipped ones)"))
+    })?;
+    parse(&text, path)
+}
+
+/// Parses scenario text; `path` is only used for messages and the default name.
+pub fn parse(text: &str, path: &Path) -> Result<Scenario, crate::Error> {
+    let shown = path.display().to_string();
+    if text.trim().is_empty() {
+        return Err(crate::Error::Scenario(format!(
+            "{shown}: the file is empty; copy scenarios/smoke.toml for a starting point"
+        )));
+    }
+    let raw: RawScenario = toml::from_str(text).map_err(|e| {
+        let at = e
+            .span()
+            .map(|s| line_col(text, s.start))
+            .map(|(l, c)| format!(":{l}:{c}"))
+            .unwrap_or_default();
+        let msg = e.message().trim().replace('\n', " ");
+        crate::Error::Scenario(format!("{shown}{at}: {msg}"))
+    })?;
+    Validator {
+        text,
+        shown: &shown,
+    }
+    .validate(raw, path)
+}
+
+struct Validator<'a> {
+    text: &'a str,
+    shown: &'a str,
+}
+
+impl Validator<'_> {
+    fn err<T>(&self, span: std::ops::Range<usize>, what: &str) -> Result<T, crate::Error> {
+        let at = if span.start == 0 && span.end == 0 {
+            String::new()
+        } else {
+            let (l, c) = line_col(self.text, span.start);
+            format!(":{l}:{c}")
+        };
+        Err(crate::Error::Scenario(format!(
+            "{}{at}: {what}",
+            self.shown
+        )))
+    }
+
+    fn count(&self, v: &Spanned<i64>, key: &str, min: i64, max: i64) -> Result<i64, crate::Error> {
+        let x = *v.get_ref();
+        if x < min || x > max {
+            return self.err(
+                v.span(),
+                &format!("`{key}` is {x}; expected an integer from {min} to {max}"),
+            );
+        }
+        Ok(x)
+    }
+
+    fn prob(&self, v: &Spanned<f64>, key: &str) -> Result<f64, crate::Error> {
+        let p = *v.get_ref();
+        if !(0.0..=1.0).contains(&p) || p.is_nan() {
+            return self.err(
+                v.span(),
+                &format!(
+                    "`faults.{key}` is {p}; a probability must be between 0 and 1 (0.1 means 10%)"
+                ),
+            );
+        }
+        Ok(p)
+    }
+
+    fn duration(&self, v: &Spanned<String>, key: &str) -> Result<Duration, crate::Error> {
+        match parse_duration(v.get_ref()) {
+            Some(d) => Ok(d),
+            None => self.err(
+                v.span(),
+                &format!("`{key}` is {:?}; expected a duration such as \"500ms\", \"30s\", \"10m\", \"1h\" or \"7d\"", v.get_ref()),
+            ),
+        }
+    }
+
+    fn validate(&self, raw: RawScenario, path: &Path) -> Result<Scenario, crate::Error> {
+        let seed = *raw.seed.get_ref();
+        if seed < 0 {
+            return self.err(
+                raw.seed.span(),
+                &format!("`seed` is {seed}; expected a non-negative integer"),
+            );
+        }
+        let ms = |v: i64| Duration::from_millis(v as u64);
+        let inbox = match InboxMode::parse(raw.notifier.inbox.get_ref()) {
+            Some(m) => m,
+            None => {
+                return self.err(
+                    raw.notifier.inbox.span(),
+                    &format!(
+                        "`notifier.inbox` is {:?}; expected {}",
+                        raw.notifier.inbox.get_ref(),
+                        InboxMode::NAMES
+                    ),
+                )
+            }
+        };
+        let name = raw.name.clone().unwrap_or_else(|| {
+            path.file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "scenario".into())
+        });
+        Ok(Scenario {
+            name,
+            path: path.to_path_buf(),
+            seed: seed as u64,
+            payments: self.count(&raw.workload.payments, "workload.payments", 1, 10_000_000)?
+                as u64,
+            producers: self.count(&raw.workload.producers, "workload.producers", 1, 256)? as usize,
+            accounts: self.count(&raw.workload.accounts, "workload.accounts", 1, 1_000_000)? as u32,
+            partitions: self.count(&raw.topic.partitions, "topic.partitions", 1, 1024)? as i32,
+            relay: RelayConfig {
+                instances: self.count(&raw.relay.instances, "relay.instances", 1, 64)? as usize,
+                batch_size: self.count(&raw.relay.batch_size, "relay.batch_size", 1, 100_000)?
+                    as usize,
+                poll_interval: ms(self.count(
+                    &raw.relay.poll_interval_ms,
+                    "relay.poll_interval_ms",
+                    1,
+                    60_000,
+                )?),
+                restart_delay: ms(self.count(
+                    &raw.relay.restart_delay_ms,
+                    "relay.restart_delay_ms",
+                    0,
+                    60_000,
+                )?),
+            },
+            notifier: NotifierConfig {
+                instances: self.count(&raw.notifier.instances, "notifier.instances", 1, 64)?
+                    as usize,
+                batch_size: self.count(
+                    &raw.notifier.batch_size,
+                    "notifier.batch_size",
+                    1,
+                    100_000,
+                )? as usize,
+                inbox,
+                session_timeout: ms(self.count(
+                    &raw.notifier.session_timeout_ms,
+                    "notifier.session_timeout_ms",
+                    1000,
+                    300_000,
+                )?),
+                restart_delay: ms(self.count(
+                    &raw.notifier.restart_delay_ms,
+                    "notifier.restart_delay_ms",
+                    0,
+                    60_000,
+                )?),
+            },
+            faults: FaultRates {
+                relay_after_produce: self
+                    .prob(&raw.faults.relay_after_produce, "relay_after_produce")?,
+                notifier_before_offset_commit: self.prob(
+                    &raw.faults.notifier_before_offset_commit,
+                    "notifier_before_offset_commit",
+                )?,
+                workload_poison: self.prob(&raw.faults.workload_poison, "workload_poison")?,
+            },
+            retention: Retention {
+                outbox: self.duration(&raw.retention.outbox, "retention.outbox")?,
+                inbox: self.duration(&raw.retention.inbox, "retention.inbox")?,
+                purge_interval: ms(self.count(
+                    &raw.retention.purge_interval_ms,
+                    "retention.purge_interval_ms",
+                    10,
+                    3_600_000,
+                )?),
+            },
+            drain_timeout: Duration::from_secs(self.count(
+                &raw.run.drain_timeout_secs,
+                "run.drain_timeout_secs",
+                1,
+                86_400,
+            )? as u64),
+            exactly_once: raw.expect.exactly_once,
+            infra_database_url: raw.infra.database_url,
+            infra_kafka_brokers: raw.infra.kafka_brokers,
+        })
+    }
+}
+
+/// 1-based line and column of a byte offset, as editors count them.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before
+        .rsplit('\n')
+        .next()
+        .map(|l| l.chars().count())
+        .unwrap_or(0)
+        + 1;
+    (line, col)
+}
+
+/// Parses "250ms", "30s", "10m", "1h", "7d".
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit())?;
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let secs = match unit {
+        "ms" => return Some(Duration::from_millis(n)),
+        "s" => n,
+        "m" => n.checked_mul(60)?,
+        "h" => n.checked_mul(3600)?,
+        "d" => n.checked_mul(86_400)?,
+        _ => return None,
+    };
+    Some(Duration::from_secs(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(text: &str) -> Result<Scenario, String> {
+        parse(text, Path::new("t.toml")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_fill_an_almost_empty_file() {
+        let s = p("seed = 7\n").unwrap();
+        assert_eq!(s.seed, 7);
+        assert_eq!(s.payments, 1000);
+        assert_eq!(s.notifier.inbox, InboxMode::On);
+        assert!(s.exactly_once);
+    }
+
+    #[test]
+    fn unknown_key_names_line_and_column() {
+        let e = p("seed = 1\n[relay]\ninstancs = 2\n").unwrap_err();
+        assert!(e.starts_with("t.toml:3:1: unknown field `instancs`"), "{e}");
+    }
+
+    #[test]
+    fn probability_out_of_range_is_located() {
+        let e = p("[faults]\nrelay_after_produce = 1.5\n").unwrap_err();
+        assert!(
+            e.starts_with("t.toml:2:23: `faults.relay_after_produce` is 1.5"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn zero_relays_rejected() {
+        let e = p("[relay]\ninstances = 0\n").unwrap_err();
+        assert!(
+            e.contains("`relay.instances` is 0; expected an integer from 1"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn unknown_inbox_mode_rejected() {
+        let e = p("[notifier]\ninbox = \"maybe\"\n").unwrap_err();
+        assert!(
+            e.contains("`notifier.inbox` is \"maybe\"; expected \"on\" or \"off\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("7d"), Some(Duration::from_secs(7 * 86_400)));
+        assert_eq!(parse_duration("7 days"), None);
+        assert_eq!(parse_duration("s"), None);
+    }
+
+    #[test]
+    fn errors_are_one_line() {
+        for bad in [
+            "seed = \"x\"",
+            "[relay",
+            "workload = 3",
+            "[faults]\nworkload_poison = -0.1",
+        ] {
+            let e = p(bad).unwrap_err();
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+}
