@@ -55,7 +55,8 @@ fn discard(c: StreamConsumer) {
     tokio::task::spawn_blocking(move || drop(c));
 }
 
-fn incoming(m: &OwnedMessage) -> Incoming {
+/// Decodes a received message into what the batch transaction needs.
+pub fn incoming(m: &OwnedMessage) -> Incoming {
     let mut event_id = None;
     let mut event_type = None;
     if let Some(h) = m.headers() {

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The project's test command: brings PostgreSQL and Apache Kafka up if they
+# are not already answering, then runs the whole test suite against them.
+#
+#   scripts/test.sh            # everything (unit + end-to-end on real services)
+#   scripts/test.sh <filter>   # extra arguments go to `cargo test`
+#
+# Services: Docker Compose when a Docker engine answers, the native script
+# (scripts/services.sh) otherwise. Installs what a fresh machine lacks.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+log() { printf 'test: %s\n' "$*" >&2; }
+
+# The Rust toolchain and a C toolchain (librdkafka and SQLite are built from source).
+if ! command -v cargo >/dev/null 2>&1; then
+  if [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+  else
+    log "cargo not found: install Rust from https://rustup.rs first"; exit 1
+  fi
+fi
+missing=()
+for tool in cc make perl; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    log "installing build tools: ${missing[*]}"
+    apt-get update -qq && apt-get install -y -qq build-essential perl >/dev/null
+  else
+    log "missing build tools: ${missing[*]}"; exit 1
+  fi
+fi
+
+export DATABASE_URL="${DATABASE_URL:-postgres://chaos:chaos@127.0.0.1:5432/chaos}"
+export KAFKA_BROKERS="${KAFKA_BROKERS:-127.0.0.1:9092}"
+
+if docker info >/dev/null 2>&1; then
+  log "Docker engine found: docker compose up -d --wait"
+  docker compose up -d --wait
+else
+  log "no Docker engine: starting the native services (scripts/services.sh up)"
+  bash scripts/services.sh up
+fi
+bash scripts/services.sh status || true
+
+log "building"
+cargo build --locked --all-targets
+log "running the test suite against PostgreSQL at ${DATABASE_URL##*@} and Kafka ($KAFKA_BROKERS)"
+cargo test --locked "$@"

@@ -1,0 +1,76 @@
+//! Helpers shared by the end-to-end tests: they run the real `chaos` binary
+//! against the services the test command started.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The services' endpoints. The test command (scripts/test.sh) exports both;
+/// a test that cannot reach them fails rather than skipping silently.
+pub fn database_url() -> String {
+    std::env::var("DATABASE_URL").expect("DATABASE_URL is not set: run the tests with scripts/test.sh, which starts PostgreSQL and Kafka")
+}
+
+pub fn brokers() -> String {
+    std::env::var("KAFKA_BROKERS").expect("KAFKA_BROKERS is not set: run the tests with scripts/test.sh, which starts PostgreSQL and Kafka")
+}
+
+pub fn chaos() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_chaos"));
+    c.current_dir(root());
+    c
+}
+
+pub struct Ran {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl Ran {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}\nstderr:\n{}", self.stdout, self.stderr))
+    }
+}
+
+pub fn run(cmd: &mut Command) -> Ran {
+    let t = Instant::now();
+    let Output { status, stdout, stderr } = cmd.output().expect("cannot start the chaos binary");
+    Ran {
+        code: status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        elapsed: t.elapsed(),
+    }
+}
+
+/// `chaos run <scenario> --json` on the real services, reports in `reports`.
+pub fn run_scenario(scenario: &Path, reports: &Path, extra: &[&str]) -> Ran {
+    let mut c = chaos();
+    c.arg("run")
+        .arg(scenario)
+        .arg("--json")
+        .arg("--reports-dir")
+        .arg(reports)
+        .args(extra)
+        .env("DATABASE_URL", database_url())
+        .env("KAFKA_BROKERS", brokers());
+    run(&mut c)
+}
+
+/// Every invariant of a JSON report that did not hold, by name.
+pub fn violated(report: &serde_json::Value) -> Vec<String> {
+    report["invariants"]
+        .as_array()
+        .expect("invariants")
+        .iter()
+        .filter(|i| !i["ok"].as_bool().unwrap())
+        .map(|i| i["name"].as_str().unwrap().to_string())
+        .collect()
+}

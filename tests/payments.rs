@@ -1,0 +1,84 @@
+//! The payments chaos run end to end on the real PostgreSQL and Apache Kafka.
+
+mod common;
+use common::*;
+
+#[test]
+fn payments_scenario_proves_exactly_once_under_crashes() {
+    let reports = tempfile::tempdir().unwrap();
+    let ran = run_scenario(&root().join("scenarios/payments.toml"), reports.path(), &[]);
+    assert_eq!(ran.code, 0, "expected a pass\nstderr:\n{}\nstdout:\n{}", ran.stderr, ran.stdout);
+    let r = ran.json();
+    assert_eq!(r["verdict"], "pass");
+    let c = &r["counts"];
+    assert_eq!(c["payments"], 1000);
+    assert_eq!(c["payments_captured"], 1000);
+    assert_eq!(c["outbox_events"], 2000);
+    assert_eq!(c["unpublished"], 0);
+    assert_eq!(c["receipts"], 1000);
+    assert_eq!(c["payments_with_one_receipt"], 1000);
+    assert_eq!(c["projection_captured"], 1000);
+    assert_eq!(c["topic_distinct_events"], 2000, "every outbox event reached the topic");
+    assert!(c["topic_duplicates"].as_u64().unwrap() > 0, "relay crashes must leave duplicates: {c}");
+    assert_eq!(c["topic_messages"].as_u64().unwrap(), 2000 + c["topic_duplicates"].as_u64().unwrap());
+    assert!(violated(&r).is_empty(), "{:?}", violated(&r));
+    for f in r["faults"].as_array().unwrap() {
+        if f["probability"].as_f64().unwrap() > 0.0 {
+            assert!(f["fired"].as_u64().unwrap() > 0, "fault point {} never fired", f["point"]);
+        }
+    }
+    assert!(r["chaos_checks"].as_array().unwrap().iter().all(|i| i["ok"] == true));
+    // The run wrote its two reports, and `chaos report` renders the JSON again.
+    let id = r["run_id"].as_str().unwrap();
+    let json = reports.path().join(format!("{id}.json"));
+    assert!(json.exists() && reports.path().join(format!("{id}.md")).exists());
+    let again = run(chaos().arg("report").arg(&json));
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert!(again.stdout.contains("receipts sent"), "{}", again.stdout);
+    assert!(again.stdout.contains("1000 for 1000 payments"), "{}", again.stdout);
+    eprintln!("payments scenario: {:.1}s wall, {} duplicates on the topic", ran.elapsed.as_secs_f64(), c["topic_duplicates"]);
+}
+
+#[test]
+fn inbox_off_is_caught_with_duplicate_receipts() {
+    let text = std::fs::read_to_string(root().join("scenarios/payments.toml")).unwrap();
+    assert!(text.contains("inbox = \"on\""));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("payments-inbox-off.toml");
+    std::fs::write(&path, text.replace("inbox = \"on\"", "inbox = \"off\"")).unwrap();
+    let ran = run_scenario(&path, dir.path(), &[]);
+    assert_eq!(ran.code, 1, "the inbox-off run must fail\nstderr:\n{}\nstdout:\n{}", ran.stderr, ran.stdout);
+    let r = ran.json();
+    assert_eq!(r["verdict"], "fail");
+    assert!(r["counts"]["payments_with_many_receipts"].as_u64().unwrap() > 0);
+    assert!(r["counts"]["receipts"].as_u64().unwrap() > 1000);
+    let v = violated(&r);
+    assert!(v.contains(&"exactly one receipt per captured payment".to_string()), "{v:?}");
+    let dup = r["anomalies"].as_array().unwrap().iter().find(|a| a["name"] == "duplicate effect").expect("duplicate effect anomaly");
+    let examples = dup["examples"].as_array().unwrap();
+    assert!(!examples.is_empty() && examples.len() <= 5);
+    assert!(examples[0].as_str().unwrap().contains("receipts; topic: "), "{examples:?}");
+}
+
+#[test]
+fn runs_are_isolated_by_schema_topic_and_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let smoke = root().join("scenarios/smoke.toml");
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| run_scenario(&smoke, dir.path(), &[]));
+        let b = s.spawn(|| run_scenario(&smoke, dir.path(), &[]));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    for ran in [&a, &b] {
+        assert_eq!(ran.code, 0, "stderr:\n{}\nstdout:\n{}", ran.stderr, ran.stdout);
+        let r = ran.json();
+        // Each run sees exactly its own 200 payments and nothing of the other's.
+        assert_eq!(r["counts"]["payments"], 200);
+        assert_eq!(r["counts"]["outbox_events"].as_u64().unwrap(), 400 + r["counts"]["poison_events"].as_u64().unwrap());
+        assert_eq!(r["counts"]["foreign_events"], serde_json::Value::Null);
+    }
+    let (ra, rb) = (a.json(), b.json());
+    assert_ne!(ra["infra"]["schema"], rb["infra"]["schema"]);
+    assert_ne!(ra["infra"]["topic"], rb["infra"]["topic"]);
+    assert_ne!(ra["infra"]["group"], rb["infra"]["group"]);
+}

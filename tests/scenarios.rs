@@ -1,0 +1,28 @@
+//! Every shipped scenario loads, and bad scenario files fail with one line
+//! naming file, line and column, and exit code 2.
+
+mod common;
+use common::*;
+
+#[test]
+fn every_shipped_scenario_is_valid() {
+    let mut n = 0;
+    for entry in std::fs::read_dir(root().join("scenarios")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().map(|e| e == "toml").unwrap_or(false) {
+            chaos::scenario::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            n += 1;
+        }
+    }
+    assert!(n >= 5, "expected the shipped scenarios, found {n}");
+}
+
+#[test]
+fn payments_toml_reproduces_the_experiment() {
+    let s = chaos::scenario::load(&root().join("scenarios/payments.toml")).unwrap();
+    assert_eq!(s.payments, 1000);
+    assert_eq!(s.relay.instances, 2);
+    assert_eq!(s.faults.relay_after_produce, 0.10);
+    assert_eq!(s.faults.notifier_before_offset_commit, 0.002);
+    assert!(s.exactly_once);
+}
