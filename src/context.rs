@@ -87,4 +87,8 @@ pub struct Ctx {
     pub shutdown: Shutdown,
     pub brokers: String,
     pub names: crate::infra::RunNames,
+    /// Notifiers restart with static group membership on a real broker. The
+    /// mock cluster does not shorten a static member's return, so there they
+    /// leave the group on close instead.
+    pub static_membership: bool,
 }

@@ -15,10 +15,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(8);
 
 /// The endpoints a run uses, resolved from flags, environment and scenario.
+/// `None` means embedded: SQLite in the run's file, librdkafka's mock cluster.
 #[derive(Debug, Clone)]
 pub struct Endpoints {
-    pub database_url: String,
-    pub brokers: String,
+    pub database_url: Option<String>,
+    pub brokers: Option<String>,
 }
 
 impl Endpoints {
@@ -27,26 +28,17 @@ impl Endpoints {
         flag_brokers: Option<String>,
         scenario: &crate::scenario::Scenario,
     ) -> Result<Self> {
-        let database_url = flag_db.or_else(|| scenario.infra_database_url.clone()).ok_or_else(|| {
-            Error::Usage(
-                "no database configured; set DATABASE_URL (e.g. postgres://chaos:chaos@127.0.0.1:5432/chaos, after `scripts/services.sh up`) or pass --database-url".into(),
-            )
-        })?;
-        let brokers = flag_brokers.or_else(|| scenario.infra_kafka_brokers.clone()).ok_or_else(|| {
-            Error::Usage(
-                "no Kafka brokers configured; set KAFKA_BROKERS (e.g. 127.0.0.1:9092, after `scripts/services.sh up`) or pass --brokers".into(),
-            )
-        })?;
-        if !(database_url.starts_with("postgres://") || database_url.starts_with("postgresql://")) {
-            return Err(Error::Usage(format!(
-                "database url {} is not a PostgreSQL url; expected postgres://user:password@host:port/database",
-                redact(&database_url)
-            )));
+        let database_url = flag_db.filter(|s| !s.is_empty()).or_else(|| scenario.infra_database_url.clone());
+        let brokers = flag_brokers.filter(|s| !s.is_empty()).or_else(|| scenario.infra_kafka_brokers.clone());
+        if let Some(url) = &database_url {
+            if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                return Err(Error::Usage(format!(
+                    "database url {} is not a PostgreSQL url; expected postgres://user:password@host:port/database, or leave DATABASE_URL unset for the embedded SQLite",
+                    redact(url)
+                )));
+            }
         }
-        Ok(Self {
-            database_url,
-            brokers,
-        })
+        Ok(Self { database_url, brokers })
     }
 }
 

@@ -5,9 +5,11 @@
 //! # Layout
 //!
 //! - [`scenario`]: the raw TOML scenario and the validated [`scenario::Scenario`].
+//! - [`embedded`]: the in-process broker (librdkafka's mock cluster) of the embedded mode.
 //! - [`infra`]: resolves which PostgreSQL and Kafka a run talks to, and creates
 //!   the run's own schema, topic and consumer group.
-//! - [`store`]: every SQL statement the pipeline and the verifier run (the schema
+//! - [`store`]: every SQL statement the pipeline and the verifier run, behind one
+//!   interface with a PostgreSQL and a SQLite backend (the schema
 //!   itself lives in `migrations/`).
 //! - [`events`]: the message envelope shared by relay, notifier and verifier.
 //! - [`workload`]: the payment service; writes payments and outbox events in one
@@ -29,6 +31,7 @@
 pub mod cli;
 pub mod context;
 pub mod doctor;
+pub mod embedded;
 pub mod error;
 pub mod events;
 pub mod exit;

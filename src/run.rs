@@ -11,7 +11,8 @@ use crate::notifier;
 use crate::progress::Progress;
 use crate::report::{self, ComponentFigures, InfraInfo, Report, ScenarioInfo, Timings};
 use crate::scenario::{self, Scenario};
-use crate::store::Store;
+use crate::embedded::MockBroker;
+use crate::store::{postgres::PgStore, sqlite::SqliteStore, Store};
 use crate::verifier::{reconcile, topic, Verdict};
 use crate::{relay, workload};
 use std::path::PathBuf;
@@ -43,27 +44,61 @@ pub async fn run(opts: RunOptions) -> Result<(Report, Exit)> {
     }
     let endpoints = Endpoints::resolve(opts.database_url.clone(), opts.brokers.clone(), &sc)?;
     let names = RunNames::new();
+
+    // The database: the run's schema in PostgreSQL, or a SQLite file of its own.
+    let max_conns = (sc.producers + sc.notifier.instances + 4) as u32;
+    let store = match &endpoints.database_url {
+        Some(url) => Store::Postgres(PgStore::open(url, &names.schema, max_conns).await?),
+        None => {
+            let path = opts.reports_dir.join(format!("{}.sqlite", names.run_id));
+            Store::Sqlite(SqliteStore::open(&path, max_conns).await?)
+        }
+    };
+    // The broker: a real Kafka, or librdkafka's mock cluster in process.
+    let (mock, brokers, broker_kind) = match &endpoints.brokers {
+        Some(b) => {
+            infra::kafka_ping(b, infra::CONNECT_TIMEOUT).await?;
+            (None, b.clone(), "kafka")
+        }
+        None => {
+            let m = MockBroker::start()?;
+            let b = m.bootstrap.clone();
+            (Some(m), b, "librdkafka mock cluster")
+        }
+    };
     let infra_info = InfraInfo {
-        database: "postgresql".into(),
-        database_endpoint: infra::db_endpoint(&endpoints.database_url),
-        schema: names.schema.clone(),
-        broker: "kafka".into(),
-        brokers: endpoints.brokers.clone(),
+        database: store.backend().into(),
+        database_endpoint: store.endpoint(),
+        schema: match &store {
+            Store::Postgres(s) => s.schema.clone(),
+            Store::Sqlite(_) => String::new(),
+        },
+        broker: broker_kind.into(),
+        brokers: brokers.clone(),
         topic: names.topic.clone(),
         group: names.group.clone(),
     };
     if !opts.json {
         println!(
-            "chaos run {} · scenario {} · seed {}\ninfra: PostgreSQL {} (schema {}) · Apache Kafka {} (topic {})",
-            names.run_id, sc.name, sc.seed, infra_info.database_endpoint, names.schema, endpoints.brokers, names.topic
+            "chaos run {} · scenario {} · seed {}\ninfra: {} · {}",
+            names.run_id,
+            sc.name,
+            sc.seed,
+            match &store {
+                Store::Postgres(s) => format!("PostgreSQL {} (schema {})", s.endpoint, s.schema),
+                Store::Sqlite(s) => format!("SQLite {} (embedded)", s.endpoint),
+            },
+            match &mock {
+                None => format!("Apache Kafka {brokers} (topic {})", names.topic),
+                Some(_) => format!("librdkafka mock cluster {brokers} (embedded, topic {})", names.topic),
+            },
         );
     }
     info!(run_id = %names.run_id, seed = sc.seed, "starting");
-
-    let max_conns = (sc.producers + sc.notifier.instances + 4) as u32;
-    let store = Store::open(&endpoints.database_url, &names.schema, max_conns).await?;
-    infra::kafka_ping(&endpoints.brokers, infra::CONNECT_TIMEOUT).await?;
-    infra::create_topic(&endpoints.brokers, &names.topic, sc.partitions).await?;
+    match &mock {
+        None => infra::create_topic(&brokers, &names.topic, sc.partitions).await?,
+        Some(m) => m.create_topic(&names.topic, sc.partitions)?,
+    }
     let setup_ms = started.elapsed().as_millis() as u64;
 
     let sc = Arc::new(sc);
@@ -76,8 +111,9 @@ pub async fn run(opts: RunOptions) -> Result<(Report, Exit)> {
         faults: faults.clone(),
         stats: stats.clone(),
         shutdown: shutdown.clone(),
-        brokers: endpoints.brokers.clone(),
+        brokers: brokers.clone(),
         names: names.clone(),
+        static_membership: mock.is_none(),
     };
 
     let mut components = Vec::new();
@@ -166,7 +202,7 @@ pub async fn run(opts: RunOptions) -> Result<(Report, Exit)> {
         rep.reason =
             "interrupted by a signal before the pipeline drained; nothing was verified".into();
     } else {
-        match verify(&store, &endpoints.brokers, &names, &sc).await {
+        match verify(&store, &brokers, &names, &sc).await {
             Ok(r) => {
                 let chaos = reconcile::chaos_checks(&rep.faults, &r.counts);
                 let (v, why) = reconcile::verdict(sc.exactly_once, &r.invariants, &chaos);
@@ -197,6 +233,9 @@ pub async fn run(opts: RunOptions) -> Result<(Report, Exit)> {
     rep.timings.verify_ms = t_verify.elapsed().as_millis() as u64;
     rep.timings.total_ms = started.elapsed().as_millis() as u64;
     store.close().await;
+    if let Some(m) = mock {
+        m.stop().await;
+    }
 
     let (json, md) = rep.save(&opts.reports_dir)?;
     if opts.json {

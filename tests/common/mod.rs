@@ -50,18 +50,53 @@ pub fn run(cmd: &mut Command) -> Ran {
     }
 }
 
-/// `chaos run <scenario> --json` on the real services, reports in `reports`.
-pub fn run_scenario(scenario: &Path, reports: &Path, extra: &[&str]) -> Ran {
+/// Which infrastructure a test body runs on. The same bodies run on each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// PostgreSQL and Apache Kafka, started by the test command.
+    Services,
+    /// Nothing installed: SQLite and librdkafka's mock cluster.
+    Embedded,
+    /// SQLite with the real Kafka.
+    SqliteKafka,
+    /// PostgreSQL with the mock cluster.
+    PostgresMock,
+}
+
+impl Backend {
+    pub fn apply(self, c: &mut Command) {
+        c.env_remove("DATABASE_URL").env_remove("KAFKA_BROKERS");
+        if matches!(self, Backend::Services | Backend::PostgresMock) {
+            c.env("DATABASE_URL", database_url());
+        }
+        if matches!(self, Backend::Services | Backend::SqliteKafka) {
+            c.env("KAFKA_BROKERS", brokers());
+        }
+    }
+
+    /// What the report's `infra` must say.
+    pub fn expected_infra(self) -> (&'static str, &'static str) {
+        match self {
+            Backend::Services => ("postgresql", "kafka"),
+            Backend::Embedded => ("sqlite", "librdkafka mock cluster"),
+            Backend::SqliteKafka => ("sqlite", "kafka"),
+            Backend::PostgresMock => ("postgresql", "librdkafka mock cluster"),
+        }
+    }
+}
+
+/// `chaos run <scenario> --json` on `backend`, reports in `reports`.
+pub fn run_scenario(backend: Backend, scenario: &Path, reports: &Path, extra: &[&str]) -> Ran {
     let mut c = chaos();
-    c.arg("run")
-        .arg(scenario)
-        .arg("--json")
-        .arg("--reports-dir")
-        .arg(reports)
-        .args(extra)
-        .env("DATABASE_URL", database_url())
-        .env("KAFKA_BROKERS", brokers());
-    run(&mut c)
+    c.arg("run").arg(scenario).arg("--json").arg("--reports-dir").arg(reports).args(extra);
+    backend.apply(&mut c);
+    let ran = run(&mut c);
+    if ran.code == 0 || ran.code == 1 {
+        let r = ran.json();
+        let (db, broker) = backend.expected_infra();
+        assert_eq!((r["infra"]["database"].as_str().unwrap(), r["infra"]["broker"].as_str().unwrap()), (db, broker));
+    }
+    ran
 }
 
 /// Every invariant of a JSON report that did not hold, by name.

@@ -1,91 +1,36 @@
-//! Every SQL statement of the pipeline and of the verifier, against
-//! PostgreSQL. The schema lives in `migrations/postgres/`.
+//! The PostgreSQL backend: every SQL statement of the pipeline and of the
+//! verifier. The schema lives in `migrations/postgres/`. Multi-row statements
+//! use `UNNEST` over arrays, so a micro-batch costs a handful of round trips.
 //!
-//! Relays get a connection of their own (see [`RelayConn`]) so that a crash can
-//! be a real one: the socket closes mid-transaction and the server rolls back.
+//! Relays get a connection of their own (see [`PgRelayConn`]) so that a crash
+//! can be a real one: the socket closes mid-transaction and the server rolls
+//! back.
 
+use super::{
+    claims, dead_letter_key, plan_effects, BatchOutcome, DbTruth, Incoming, NewPayment, OutboxRecord, OutboxRow,
+    PaymentRow, HANDLERS, PURGE_CHUNK,
+};
 use crate::error::{Error, Result};
 use crate::events::{self, Decoded, EventKind, PaymentEvent};
 use crate::infra::{db_endpoint, CONNECT_TIMEOUT};
 use crate::scenario::InboxMode;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, Row};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashSet;
 use std::str::FromStr;
 use std::time::Duration;
 use uuid::Uuid;
 
-/// The handlers of the notifier, each with its own inbox claim.
-pub const HANDLER_PROJECTION: &str = "projection";
-pub const HANDLER_RECEIPTS: &str = "receipts";
-pub const HANDLER_LOYALTY: &str = "loyalty";
-pub const HANDLERS: [&str; 3] = [HANDLER_PROJECTION, HANDLER_RECEIPTS, HANDLER_LOYALTY];
-
-/// Which handlers act on an event type.
-pub fn handlers_for(kind: EventKind) -> &'static [&'static str] {
-    match kind {
-        EventKind::Authorized => &[HANDLER_PROJECTION],
-        EventKind::Captured => &HANDLERS,
-    }
-}
-
-/// Retention deletes at most this many rows per statement, so one purge never
-/// holds long locks.
-pub const PURGE_CHUNK: i64 = 10_000;
-
-/// A run's database: a pool scoped to the run's schema.
+/// A run's PostgreSQL database: a pool scoped to the run's schema.
 #[derive(Clone)]
-pub struct Store {
+pub struct PgStore {
     pool: PgPool,
     opts: PgConnectOptions,
     pub schema: String,
     pub endpoint: String,
 }
 
-/// One payment as the workload writes it.
-#[derive(Debug, Clone)]
-pub struct NewPayment {
-    pub id: Uuid,
-    pub account_id: i32,
-    pub amount_cents: i64,
-}
-
-/// An unpublished outbox row, claimed by a relay.
-#[derive(Debug, Clone)]
-pub struct OutboxRow {
-    pub id: Uuid,
-    pub seq: i64,
-    pub aggregate_id: Uuid,
-    pub event_type: String,
-    pub payload: Vec<u8>,
-}
-
-/// A message as the notifier received it, already decoded (or not).
-#[derive(Debug, Clone)]
-pub struct Incoming {
-    pub partition: i32,
-    pub offset: i64,
-    /// The dedup key: the producer's event id, from the header.
-    pub decoded: std::result::Result<Decoded, String>,
-    /// Raw header value, kept for the dead-letter row.
-    pub raw_event_id: Option<String>,
-    pub raw_payload: String,
-}
-
-/// What one notifier transaction did.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct BatchOutcome {
-    /// Events whose effects were applied (newly claimed, or every event with
-    /// the inbox off).
-    pub applied: u64,
-    /// Events the inbox recognised as already processed.
-    pub duplicates: u64,
-    /// Events the state-based projection refused (stale or repeated).
-    pub stale: u64,
-    pub dead_lettered: u64,
-}
-
-impl Store {
+impl PgStore {
     /// Connects, creates the run's schema and applies the migrations in it.
     pub async fn open(url: &str, schema: &str, max_connections: u32) -> Result<Self> {
         let endpoint = db_endpoint(url);
@@ -132,7 +77,7 @@ impl Store {
     }
 
     /// A connection of the relay's own, outside the pool.
-    pub async fn relay_connection(&self) -> Result<RelayConn> {
+    pub async fn relay_connection(&self) -> Result<PgRelayConn> {
         let conn = tokio::time::timeout(CONNECT_TIMEOUT, self.opts.connect())
             .await
             .map_err(|_| Error::DatabaseUnreachable {
@@ -140,7 +85,7 @@ impl Store {
                 cause: "connect timed out".into(),
             })?
             .map_err(|e| Error::db("opening a relay connection", e))?;
-        Ok(RelayConn { conn })
+        Ok(PgRelayConn { conn })
     }
 
     /// Transaction 1 of a payment: the payment row and its `authorized` event.
@@ -211,11 +156,7 @@ impl Store {
             let mut payloads = Vec::new();
             let mut errors = Vec::new();
             for m in &bad {
-                ids.push(
-                    m.raw_event_id
-                        .clone()
-                        .unwrap_or_else(|| format!("p{}-o{}", m.partition, m.offset)),
-                );
+                ids.push(dead_letter_key(m));
                 parts.push(m.partition);
                 offs.push(m.offset);
                 payloads.push(m.raw_payload.clone());
@@ -237,113 +178,58 @@ impl Store {
             out.dead_lettered = r.rows_affected();
         }
 
-        let events: Vec<&Decoded> = good
-            .iter()
-            .filter_map(|m| m.decoded.as_ref().ok())
-            .collect();
-        // Which (event, handler) pairs this transaction may act on.
-        let claimed: HashSet<(Uuid, &str)> = match mode {
-            InboxMode::Off => events
-                .iter()
-                .flat_map(|e| handlers_for(e.kind).iter().map(move |h| (e.event_id, *h)))
-                .collect(),
-            InboxMode::On => {
-                let mut ids = Vec::new();
-                let mut hs = Vec::new();
-                for e in &events {
-                    for h in handlers_for(e.kind) {
-                        ids.push(e.event_id);
-                        hs.push(h.to_string());
-                    }
+        let events: Vec<&Decoded> = good.iter().filter_map(|m| m.decoded.as_ref().ok()).collect();
+        let mut claimed: HashSet<(Uuid, &str)> = HashSet::new();
+        if mode == InboxMode::On && !events.is_empty() {
+            let (ids, hs): (Vec<Uuid>, Vec<String>) = claims(&events).into_iter().map(|(i, h)| (i, h.to_string())).unzip();
+            let rows = sqlx::query(
+                "INSERT INTO inbox (message_id, handler) SELECT * FROM UNNEST($1::uuid[], $2::text[]) \
+                 ON CONFLICT DO NOTHING RETURNING message_id, handler",
+            )
+            .bind(&ids)
+            .bind(&hs)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(|e| Error::db("claiming inbox rows", e))?;
+            for r in rows {
+                let h: String = r.get(1);
+                if let Some(h) = HANDLERS.iter().find(|x| **x == h) {
+                    claimed.insert((r.get::<Uuid, _>(0), *h));
                 }
-                let rows = sqlx::query(
-                    "INSERT INTO inbox (message_id, handler) SELECT * FROM UNNEST($1::uuid[], $2::text[]) \
-                     ON CONFLICT DO NOTHING RETURNING message_id, handler",
-                )
-                .bind(&ids)
-                .bind(&hs)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(|e| Error::db("claiming inbox rows", e))?;
-                let mut set = HashSet::new();
-                for r in rows {
-                    let id: Uuid = r.get(0);
-                    let h: String = r.get(1);
-                    let h = HANDLERS
-                        .iter()
-                        .find(|x| **x == h)
-                        .copied()
-                        .unwrap_or(HANDLER_PROJECTION);
-                    set.insert((id, h));
-                }
-                set
-            }
-        };
-
-        // With the inbox off the same event may sit twice in one batch and
-        // must take effect twice: that is the bug being demonstrated. With it
-        // on, a pair claimed once applies once.
-        let mut applied_once: HashSet<(Uuid, &str)> = HashSet::new();
-        let mut may_apply = |id: Uuid, h: &'static str| -> bool {
-            match mode {
-                InboxMode::Off => true,
-                InboxMode::On => claimed.contains(&(id, h)) && applied_once.insert((id, h)),
-            }
-        };
-
-        let mut receipt_payments = Vec::new();
-        let mut receipt_messages = Vec::new();
-        let mut loyalty: BTreeMap<i32, i64> = BTreeMap::new();
-        for e in &events {
-            let mut any = false;
-            if may_apply(e.event_id, HANDLER_PROJECTION) {
-                any = true;
-                // State-based: only ever moves forward, so a replayed
-                // `authorized` cannot undo a `captured`.
-                let r = sqlx::query(
-                    "INSERT INTO payment_projection (payment_id, status) VALUES ($1, $2) \
-                     ON CONFLICT (payment_id) DO UPDATE SET status = EXCLUDED.status, updated_at = clock_timestamp() \
-                     WHERE payment_projection.status = 'authorized' AND EXCLUDED.status = 'captured'",
-                )
-                .bind(e.body.payment_id)
-                .bind(e.kind.status())
-                .execute(&mut *tx)
-                .await
-                .map_err(|err| Error::db("updating the projection", err))?;
-                if r.rows_affected() == 0 {
-                    out.stale += 1;
-                }
-            }
-            if e.kind == EventKind::Captured {
-                if may_apply(e.event_id, HANDLER_RECEIPTS) {
-                    any = true;
-                    receipt_payments.push(e.body.payment_id);
-                    receipt_messages.push(e.event_id);
-                }
-                if may_apply(e.event_id, HANDLER_LOYALTY) {
-                    any = true;
-                    *loyalty.entry(e.body.account_id).or_default() += e.body.amount_cents;
-                }
-            }
-            if any {
-                out.applied += 1;
-            } else {
-                out.duplicates += 1;
             }
         }
-        if !receipt_payments.is_empty() {
+        let plan = plan_effects(&events, mode, &claimed);
+        out.applied = plan.applied;
+        out.duplicates = plan.duplicates;
+        for e in &plan.projection {
+            // State-based: only ever moves forward, so a replayed
+            // `authorized` cannot undo a `captured`.
+            let r = sqlx::query(
+                "INSERT INTO payment_projection (payment_id, status) VALUES ($1, $2) \
+                 ON CONFLICT (payment_id) DO UPDATE SET status = EXCLUDED.status, updated_at = clock_timestamp() \
+                 WHERE payment_projection.status = 'authorized' AND EXCLUDED.status = 'captured'",
+            )
+            .bind(e.body.payment_id)
+            .bind(e.kind.status())
+            .execute(&mut *tx)
+            .await
+            .map_err(|err| Error::db("updating the projection", err))?;
+            if r.rows_affected() == 0 {
+                out.stale += 1;
+            }
+        }
+        if !plan.receipts.is_empty() {
+            let (payments, messages): (Vec<Uuid>, Vec<Uuid>) = plan.receipts.iter().copied().unzip();
             sqlx::query("INSERT INTO receipts (payment_id, message_id) SELECT * FROM UNNEST($1::uuid[], $2::uuid[])")
-                .bind(&receipt_payments)
-                .bind(&receipt_messages)
+                .bind(&payments)
+                .bind(&messages)
                 .execute(&mut *tx)
                 .await
                 .map_err(|e| Error::db("sending receipts", e))?;
         }
-        if !loyalty.is_empty() {
-            // Sorted by account (BTreeMap), so concurrent notifiers lock rows
-            // in the same order and cannot deadlock each other.
-            let accounts: Vec<i32> = loyalty.keys().copied().collect();
-            let points: Vec<i64> = loyalty.values().copied().collect();
+        if !plan.loyalty.is_empty() {
+            let accounts: Vec<i32> = plan.loyalty.keys().copied().collect();
+            let points: Vec<i64> = plan.loyalty.values().copied().collect();
             sqlx::query(
                 "INSERT INTO loyalty_points (account_id, points) SELECT * FROM UNNEST($1::int[], $2::bigint[]) \
                  ON CONFLICT (account_id) DO UPDATE SET points = loyalty_points.points + EXCLUDED.points",
@@ -511,11 +397,11 @@ async fn insert_outbox(
 /// A relay's private connection. Transactions are driven by hand (BEGIN …
 /// COMMIT) so that [`RelayConn::crash`] can drop the socket mid-transaction,
 /// exactly as a killed process would: no ROLLBACK is ever sent.
-pub struct RelayConn {
+pub struct PgRelayConn {
     conn: PgConnection,
 }
 
-impl RelayConn {
+impl PgRelayConn {
     /// Opens a transaction and claims up to `n` unpublished rows.
     ///
     /// `FOR UPDATE SKIP LOCKED`, with the lock held across the publish: two
@@ -578,34 +464,3 @@ impl RelayConn {
     }
 }
 
-/// One payment row, as the verifier sees it.
-#[derive(Debug, Clone)]
-pub struct PaymentRow {
-    pub id: Uuid,
-    pub account_id: i32,
-    pub amount_cents: i64,
-    pub captured: bool,
-}
-
-/// One outbox row, as the verifier sees it. `kind` is None for a malformed
-/// (poison) event.
-#[derive(Debug, Clone)]
-pub struct OutboxRecord {
-    pub id: Uuid,
-    pub payment_id: Uuid,
-    pub kind: Option<EventKind>,
-    pub published: bool,
-}
-
-/// The database half of the ground truth.
-#[derive(Debug, Default, Clone)]
-pub struct DbTruth {
-    pub payments: Vec<PaymentRow>,
-    pub outbox: Vec<OutboxRecord>,
-    pub inbox_rows: HashMap<String, u64>,
-    pub receipts: HashMap<Uuid, u64>,
-    /// payment id → projection shows captured.
-    pub projection: HashMap<Uuid, bool>,
-    pub dead_letters: u64,
-    pub loyalty: HashMap<i32, i64>,
-}

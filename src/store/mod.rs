@@ -1,0 +1,294 @@
+//! Storage: every SQL statement of the pipeline and the verifier, behind one
+//! interface with a backend per database.
+//!
+//! - [`postgres`]: PostgreSQL, one schema per run (`migrations/postgres/`).
+//! - [`sqlite`]: SQLite, one file per run, for the embedded mode
+//!   (`migrations/sqlite/`).
+//!
+//! What a notifier batch does is decided once, here ([`plan_effects`]); the
+//! backends only differ in how they say it in SQL.
+
+pub mod postgres;
+pub mod sqlite;
+
+use crate::error::Result;
+use crate::events::{Decoded, EventKind};
+use crate::scenario::InboxMode;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+use uuid::Uuid;
+
+/// The handlers of the notifier, each with its own inbox claim.
+pub const HANDLER_PROJECTION: &str = "projection";
+pub const HANDLER_RECEIPTS: &str = "receipts";
+pub const HANDLER_LOYALTY: &str = "loyalty";
+pub const HANDLERS: [&str; 3] = [HANDLER_PROJECTION, HANDLER_RECEIPTS, HANDLER_LOYALTY];
+
+/// Which handlers act on an event type.
+pub fn handlers_for(kind: EventKind) -> &'static [&'static str] {
+    match kind {
+        EventKind::Authorized => &[HANDLER_PROJECTION],
+        EventKind::Captured => &HANDLERS,
+    }
+}
+
+/// Retention deletes at most this many rows per statement, so one purge never
+/// holds long locks.
+pub const PURGE_CHUNK: i64 = 10_000;
+
+/// One payment as the workload writes it.
+#[derive(Debug, Clone)]
+pub struct NewPayment {
+    pub id: Uuid,
+    pub account_id: i32,
+    pub amount_cents: i64,
+}
+
+/// An unpublished outbox row, claimed by a relay.
+#[derive(Debug, Clone)]
+pub struct OutboxRow {
+    pub id: Uuid,
+    pub seq: i64,
+    pub aggregate_id: Uuid,
+    pub event_type: String,
+    pub payload: Vec<u8>,
+}
+
+/// A message as the notifier received it, already decoded (or not).
+#[derive(Debug, Clone)]
+pub struct Incoming {
+    pub partition: i32,
+    pub offset: i64,
+    /// The dedup key: the producer's event id, from the header.
+    pub decoded: std::result::Result<Decoded, String>,
+    /// Raw header value, kept for the dead-letter row.
+    pub raw_event_id: Option<String>,
+    pub raw_payload: String,
+}
+
+/// What one notifier transaction did.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BatchOutcome {
+    /// Events whose effects were applied (newly claimed, or every event with
+    /// the inbox off).
+    pub applied: u64,
+    /// Events the inbox recognised as already processed.
+    pub duplicates: u64,
+    /// Events the state-based projection refused (stale or repeated).
+    pub stale: u64,
+    pub dead_lettered: u64,
+}
+
+/// A run's database, whichever backend it is.
+#[derive(Clone)]
+pub enum Store {
+    Postgres(postgres::PgStore),
+    Sqlite(sqlite::SqliteStore),
+}
+
+/// A relay's own connection, whichever backend it is.
+pub enum RelayConn {
+    Postgres(postgres::PgRelayConn),
+    Sqlite(sqlite::SqliteRelayConn),
+}
+
+macro_rules! each {
+    ($self:expr, $s:ident => $e:expr) => {
+        match $self {
+            Store::Postgres($s) => $e,
+            Store::Sqlite($s) => $e,
+        }
+    };
+}
+
+impl Store {
+    /// Which backend, for the report ("postgresql" or "sqlite").
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Store::Postgres(_) => "postgresql",
+            Store::Sqlite(_) => "sqlite",
+        }
+    }
+
+    /// Where the data lives: `host:port/database` or the SQLite file.
+    pub fn endpoint(&self) -> String {
+        each!(self, s => s.endpoint.clone())
+    }
+
+    /// The PostgreSQL schema or the SQLite file holding this run's tables.
+    pub fn location(&self) -> String {
+        match self {
+            Store::Postgres(s) => format!("schema {}", s.schema),
+            Store::Sqlite(s) => format!("file {}", s.endpoint),
+        }
+    }
+
+    pub async fn close(&self) {
+        each!(self, s => s.close().await)
+    }
+
+    pub async fn relay_connection(&self) -> Result<RelayConn> {
+        match self {
+            Store::Postgres(s) => s.relay_connection().await.map(RelayConn::Postgres),
+            Store::Sqlite(s) => s.relay_connection().await.map(RelayConn::Sqlite),
+        }
+    }
+
+    pub async fn authorize(&self, p: &NewPayment) -> Result<()> {
+        each!(self, s => s.authorize(p).await)
+    }
+
+    pub async fn capture(&self, p: &NewPayment, poison: bool) -> Result<()> {
+        each!(self, s => s.capture(p, poison).await)
+    }
+
+    /// One notifier transaction over a micro-batch. The caller commits
+    /// offsets only after this returns Ok.
+    pub async fn apply_batch(&self, batch: &[Incoming], mode: InboxMode) -> Result<BatchOutcome> {
+        each!(self, s => s.apply_batch(batch, mode).await)
+    }
+
+    pub async fn unpublished(&self) -> Result<i64> {
+        each!(self, s => s.unpublished().await)
+    }
+
+    /// Deletes published outbox rows and inbox rows older than their
+    /// retention, in chunks of [`PURGE_CHUNK`]. Returns (outbox, inbox) rows.
+    pub async fn purge(&self, outbox_older: Duration, inbox_older: Duration) -> Result<(u64, u64)> {
+        each!(self, s => s.purge(outbox_older, inbox_older).await)
+    }
+
+    pub async fn ground_truth(&self) -> Result<DbTruth> {
+        each!(self, s => s.ground_truth().await)
+    }
+}
+
+impl RelayConn {
+    /// Opens a transaction and claims up to `n` unpublished rows that no
+    /// other relay holds.
+    pub async fn claim(&mut self, n: usize) -> Result<Vec<OutboxRow>> {
+        match self {
+            RelayConn::Postgres(c) => c.claim(n).await,
+            RelayConn::Sqlite(c) => c.claim(n).await,
+        }
+    }
+
+    /// Marks the claimed rows published and commits the claim.
+    pub async fn mark_published(&mut self, ids: &[Uuid]) -> Result<()> {
+        match self {
+            RelayConn::Postgres(c) => c.mark_published(ids).await,
+            RelayConn::Sqlite(c) => c.mark_published(ids).await,
+        }
+    }
+
+    /// Gives the rows back after a produce error (a controlled failure).
+    pub async fn release(&mut self) -> Result<()> {
+        match self {
+            RelayConn::Postgres(c) => c.release().await,
+            RelayConn::Sqlite(c) => c.release().await,
+        }
+    }
+
+    /// The crash: drop the connection with its transaction open. No
+    /// ROLLBACK is sent; the database rolls back when it sees the close.
+    pub fn crash(self) {
+        match self {
+            RelayConn::Postgres(c) => c.crash(),
+            RelayConn::Sqlite(c) => c.crash(),
+        }
+    }
+}
+
+/// The (event, handler) pairs a batch must claim in the inbox.
+pub fn claims<'a>(events: &[&'a Decoded]) -> Vec<(Uuid, &'static str)> {
+    events.iter().flat_map(|e| handlers_for(e.kind).iter().map(move |h| (e.event_id, *h))).collect()
+}
+
+/// The effects one notifier transaction applies.
+#[derive(Debug, Default)]
+pub struct EffectPlan<'a> {
+    /// Projection updates, in message order.
+    pub projection: Vec<&'a Decoded>,
+    /// (payment id, message id) of each receipt to send.
+    pub receipts: Vec<(Uuid, Uuid)>,
+    /// Points to add per account, sorted by account so that concurrent
+    /// notifiers lock rows in the same order and cannot deadlock.
+    pub loyalty: BTreeMap<i32, i64>,
+    pub applied: u64,
+    pub duplicates: u64,
+}
+
+/// Decides which effects a batch applies. With the inbox on, only the pairs
+/// this transaction newly claimed, each once. With it off, everything, as
+/// often as it arrived: that is the bug being demonstrated.
+pub fn plan_effects<'a>(events: &[&'a Decoded], mode: InboxMode, claimed: &HashSet<(Uuid, &str)>) -> EffectPlan<'a> {
+    let mut plan = EffectPlan::default();
+    let mut applied_once: HashSet<(Uuid, &str)> = HashSet::new();
+    let mut may_apply = |id: Uuid, h: &'static str| -> bool {
+        match mode {
+            InboxMode::Off => true,
+            InboxMode::On => claimed.contains(&(id, h)) && applied_once.insert((id, h)),
+        }
+    };
+    for e in events {
+        let mut any = false;
+        if may_apply(e.event_id, HANDLER_PROJECTION) {
+            any = true;
+            plan.projection.push(e);
+        }
+        if e.kind == EventKind::Captured {
+            if may_apply(e.event_id, HANDLER_RECEIPTS) {
+                any = true;
+                plan.receipts.push((e.body.payment_id, e.event_id));
+            }
+            if may_apply(e.event_id, HANDLER_LOYALTY) {
+                any = true;
+                *plan.loyalty.entry(e.body.account_id).or_default() += e.body.amount_cents;
+            }
+        }
+        if any {
+            plan.applied += 1;
+        } else {
+            plan.duplicates += 1;
+        }
+    }
+    plan
+}
+
+/// The key a dead letter is recorded under: the event id when readable,
+/// else the message's place on the topic.
+pub fn dead_letter_key(m: &Incoming) -> String {
+    m.raw_event_id.clone().unwrap_or_else(|| format!("p{}-o{}", m.partition, m.offset))
+}
+
+/// One payment row, as the verifier sees it.
+#[derive(Debug, Clone)]
+pub struct PaymentRow {
+    pub id: Uuid,
+    pub account_id: i32,
+    pub amount_cents: i64,
+    pub captured: bool,
+}
+
+/// One outbox row, as the verifier sees it. `kind` is None for a malformed
+/// (poison) event.
+#[derive(Debug, Clone)]
+pub struct OutboxRecord {
+    pub id: Uuid,
+    pub payment_id: Uuid,
+    pub kind: Option<EventKind>,
+    pub published: bool,
+}
+
+/// The database half of the ground truth.
+#[derive(Debug, Default, Clone)]
+pub struct DbTruth {
+    pub payments: Vec<PaymentRow>,
+    pub outbox: Vec<OutboxRecord>,
+    pub inbox_rows: HashMap<String, u64>,
+    pub receipts: HashMap<Uuid, u64>,
+    /// payment id → projection shows captured.
+    pub projection: HashMap<Uuid, bool>,
+    pub dead_letters: u64,
+    pub loyalty: HashMap<i32, i64>,
+}
