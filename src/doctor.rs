@@ -33,26 +33,13 @@ async fn postgres(url: Option<&str>) -> Check {
     let attempt = async {
         let opts = sqlx::postgres::PgConnectOptions::from_str(url).map_err(|e| e.to_string())?;
         let mut c = opts.connect().await.map_err(|e| e.to_string())?;
-        let v: String = sqlx::query_scalar("SHOW server_version")
-            .fetch_one(&mut c)
-            .await
-            .map_err(|e| e.to_string())?;
+        let v: String = sqlx::query_scalar("SHOW server_version").fetch_one(&mut c).await.map_err(|e| e.to_string())?;
         let _ = c.close().await;
         Ok::<_, String>(v)
     };
     match tokio::time::timeout(PROBE, attempt).await {
-        Ok(Ok(v)) => Check {
-            service: "PostgreSQL",
-            endpoint,
-            ok: true,
-            detail: format!("server {v}"),
-        },
-        Ok(Err(e)) => Check {
-            service: "PostgreSQL",
-            endpoint,
-            ok: false,
-            detail: redact(&e),
-        },
+        Ok(Ok(v)) => Check { service: "PostgreSQL", endpoint, ok: true, detail: format!("server {v}") },
+        Ok(Err(e)) => Check { service: "PostgreSQL", endpoint, ok: false, detail: redact(&e) },
         Err(_) => Check {
             service: "PostgreSQL",
             endpoint,
@@ -68,18 +55,9 @@ async fn kafka(brokers: &str) -> Check {
             service: "Kafka",
             endpoint: brokers.into(),
             ok: true,
-            detail: list
-                .iter()
-                .map(|(id, addr)| format!("broker id {id} at {addr}"))
-                .collect::<Vec<_>>()
-                .join(", "),
+            detail: list.iter().map(|(id, addr)| format!("broker id {id} at {addr}")).collect::<Vec<_>>().join(", "),
         },
-        Err(e) => Check {
-            service: "Kafka",
-            endpoint: brokers.into(),
-            ok: false,
-            detail: short(&e.to_string()),
-        },
+        Err(e) => Check { service: "Kafka", endpoint: brokers.into(), ok: false, detail: short(&e.to_string()) },
     }
 }
 
@@ -106,7 +84,9 @@ pub async fn doctor(database_url: Option<String>, brokers: Option<String>) -> Ex
     if pg.ok && k.ok {
         Exit::Pass
     } else {
-        eprintln!("hint: start the services with `scripts/services.sh up` (no Docker) or `docker compose up -d --wait`");
+        eprintln!(
+            "hint: start the services with `scripts/services.sh up` (no Docker) or `docker compose up -d --wait`"
+        );
         Exit::Infra
     }
 }

@@ -43,13 +43,22 @@ impl MockBroker {
     /// Creates a topic. The mock answers no CreateTopics request, so the
     /// topic is made through the mock's own API.
     pub fn create_topic(&self, topic: &str, partitions: i32) -> Result<()> {
-        let name = CString::new(topic).map_err(|_| Error::Usage(format!("topic name {topic:?} contains a NUL byte")))?;
+        let name =
+            CString::new(topic).map_err(|_| Error::Usage(format!("topic name {topic:?} contains a NUL byte")))?;
         // SAFETY: `cluster` is valid while `holder` is alive, which `&self` guarantees.
         let code = unsafe {
-            bindings::rd_kafka_mock_topic_create(self.cluster as *mut bindings::rd_kafka_mock_cluster_t, name.as_ptr(), partitions, 1)
+            bindings::rd_kafka_mock_topic_create(
+                self.cluster as *mut bindings::rd_kafka_mock_cluster_t,
+                name.as_ptr(),
+                partitions,
+                1,
+            )
         };
         if code != bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-            return Err(Error::Kafka { context: format!("creating topic {topic} on the mock cluster"), cause: format!("{code:?}") });
+            return Err(Error::Kafka {
+                context: format!("creating topic {topic} on the mock cluster"),
+                cause: format!("{code:?}"),
+            });
         }
         Ok(())
     }

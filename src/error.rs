@@ -50,17 +50,11 @@ impl Error {
 
     /// Wraps a sqlx error with what we were doing, with any password removed.
     pub fn db(context: impl Into<String>, err: sqlx::Error) -> Self {
-        Error::Database {
-            context: context.into(),
-            cause: crate::infra::redact(&err.to_string()),
-        }
+        Error::Database { context: context.into(), cause: crate::infra::redact(&err.to_string()) }
     }
 
     pub fn kafka(context: impl Into<String>, err: rdkafka::error::KafkaError) -> Self {
-        Error::Kafka {
-            context: context.into(),
-            cause: err.to_string(),
-        }
+        Error::Kafka { context: context.into(), cause: err.to_string() }
     }
 }
 

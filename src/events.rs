@@ -73,26 +73,17 @@ pub struct Decoded {
 
 /// Decodes an event from its id, type and payload bytes. The error says what
 /// was wrong; it goes into the dead-letter table verbatim.
-pub fn decode(
-    event_id: Option<&[u8]>,
-    event_type: Option<&[u8]>,
-    payload: Option<&[u8]>,
-) -> Result<Decoded, String> {
+pub fn decode(event_id: Option<&[u8]>, event_type: Option<&[u8]>, payload: Option<&[u8]>) -> Result<Decoded, String> {
     let id = event_id.ok_or("missing header event_id")?;
     let id = std::str::from_utf8(id).map_err(|_| "header event_id is not UTF-8")?;
-    let event_id =
-        Uuid::parse_str(id).map_err(|e| format!("header event_id {id:?} is not a uuid: {e}"))?;
+    let event_id = Uuid::parse_str(id).map_err(|e| format!("header event_id {id:?} is not a uuid: {e}"))?;
     let t = event_type.ok_or("missing header event_type")?;
     let t = std::str::from_utf8(t).map_err(|_| "header event_type is not UTF-8")?;
     let kind = EventKind::from_type(t).ok_or_else(|| format!("unknown event_type {t:?}"))?;
     let payload = payload.ok_or("empty payload")?;
-    let body: PaymentEvent = serde_json::from_slice(payload)
-        .map_err(|e| format!("payload is not a payment event: {e}"))?;
-    Ok(Decoded {
-        event_id,
-        kind,
-        body,
-    })
+    let body: PaymentEvent =
+        serde_json::from_slice(payload).map_err(|e| format!("payload is not a payment event: {e}"))?;
+    Ok(Decoded { event_id, kind, body })
 }
 
 #[cfg(test)]
@@ -102,27 +93,13 @@ mod tests {
     #[test]
     fn roundtrip_and_poison() {
         let id = Uuid::new_v4();
-        let body = PaymentEvent {
-            payment_id: Uuid::new_v4(),
-            account_id: 3,
-            amount_cents: 120,
-        };
+        let body = PaymentEvent { payment_id: Uuid::new_v4(), account_id: 3, amount_cents: 120 };
         let bytes = serde_json::to_vec(&body).unwrap();
-        let d = decode(
-            Some(id.to_string().as_bytes()),
-            Some(CAPTURED.as_bytes()),
-            Some(&bytes),
-        )
-        .unwrap();
+        let d = decode(Some(id.to_string().as_bytes()), Some(CAPTURED.as_bytes()), Some(&bytes)).unwrap();
         assert_eq!(d.kind, EventKind::Captured);
         assert_eq!(d.body, body);
         let poison = serde_json::to_vec(&poison_payload()).unwrap();
-        let e = decode(
-            Some(id.to_string().as_bytes()),
-            Some(CAPTURED.as_bytes()),
-            Some(&poison),
-        )
-        .unwrap_err();
+        let e = decode(Some(id.to_string().as_bytes()), Some(CAPTURED.as_bytes()), Some(&poison)).unwrap_err();
         assert!(e.starts_with("payload is not a payment event"), "{e}");
         assert!(decode(None, Some(CAPTURED.as_bytes()), Some(&bytes)).is_err());
     }

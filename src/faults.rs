@@ -23,13 +23,36 @@ pub enum FaultPoint {
     NotifierBeforeOffsetCommit,
     /// The payment service writes a malformed event next to a real one.
     WorkloadPoison,
+    /// A relay crashes between its two steps, before producing: harmless when
+    /// it publishes then marks, a loss when it marks first.
+    RelayBeforeProduce,
+    /// A relay stalls before producing, holding its claim, so other relays
+    /// publish later events first: reordering on the topic.
+    RelaySlowProduce,
+    /// A notifier crashes after the inbox claim and before the effects.
+    NotifierMidBatch,
+    /// A notifier stalls past its session timeout while holding a batch; the
+    /// group gives its partitions away and the zombie then wakes up.
+    NotifierStall,
+    /// After a batch, the group's offsets are rewound to the start of its
+    /// partitions: a late replay of everything.
+    NotifierReplay,
+    /// The payment service crashes after its database commit and before it
+    /// produces (only meaningful with `publish = "dual-write"`).
+    WorkloadAfterCommit,
 }
 
 impl FaultPoint {
-    pub const ALL: [FaultPoint; 3] = [
+    pub const ALL: [FaultPoint; 9] = [
         FaultPoint::RelayAfterProduce,
         FaultPoint::NotifierBeforeOffsetCommit,
         FaultPoint::WorkloadPoison,
+        FaultPoint::RelayBeforeProduce,
+        FaultPoint::RelaySlowProduce,
+        FaultPoint::NotifierMidBatch,
+        FaultPoint::NotifierStall,
+        FaultPoint::NotifierReplay,
+        FaultPoint::WorkloadAfterCommit,
     ];
 
     pub fn name(self) -> &'static str {
@@ -37,14 +60,25 @@ impl FaultPoint {
             FaultPoint::RelayAfterProduce => "relay.after_produce",
             FaultPoint::NotifierBeforeOffsetCommit => "notifier.before_offset_commit",
             FaultPoint::WorkloadPoison => "workload.poison",
+            FaultPoint::RelayBeforeProduce => "relay.before_produce",
+            FaultPoint::RelaySlowProduce => "relay.slow_produce",
+            FaultPoint::NotifierMidBatch => "notifier.mid_batch",
+            FaultPoint::NotifierStall => "notifier.stall",
+            FaultPoint::NotifierReplay => "notifier.replay",
+            FaultPoint::WorkloadAfterCommit => "workload.after_commit",
         }
     }
 
     /// What one occurrence is: the unit the probability applies to.
     pub fn unit(self) -> &'static str {
         match self {
-            FaultPoint::RelayAfterProduce => "batch",
-            FaultPoint::NotifierBeforeOffsetCommit => "event",
+            FaultPoint::RelayAfterProduce
+            | FaultPoint::RelayBeforeProduce
+            | FaultPoint::RelaySlowProduce
+            | FaultPoint::NotifierMidBatch
+            | FaultPoint::NotifierStall
+            | FaultPoint::NotifierReplay => "batch",
+            FaultPoint::NotifierBeforeOffsetCommit | FaultPoint::WorkloadAfterCommit => "event",
             FaultPoint::WorkloadPoison => "payment",
         }
     }
@@ -55,11 +89,26 @@ impl FaultPoint {
 
     /// A stable per-point salt, so points do not share a decision stream.
     fn salt(self) -> u64 {
-        self.name().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-        })
+        self.name().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+    }
+
+    /// This point's probability in a scenario.
+    pub fn rate(self, r: &crate::scenario::FaultRates) -> f64 {
+        match self {
+            FaultPoint::RelayAfterProduce => r.relay_after_produce,
+            FaultPoint::NotifierBeforeOffsetCommit => r.notifier_before_offset_commit,
+            FaultPoint::WorkloadPoison => r.workload_poison,
+            FaultPoint::RelayBeforeProduce => r.relay_before_produce,
+            FaultPoint::RelaySlowProduce => r.relay_slow_produce,
+            FaultPoint::NotifierMidBatch => r.notifier_mid_batch,
+            FaultPoint::NotifierStall => r.notifier_stall,
+            FaultPoint::NotifierReplay => r.notifier_replay,
+            FaultPoint::WorkloadAfterCommit => r.workload_after_commit,
+        }
     }
 }
+
+const N: usize = FaultPoint::ALL.len();
 
 /// The decision for one occurrence: a pure function, usable by tests and by
 /// anyone who wants to know in advance what a seed will do.
@@ -67,8 +116,7 @@ pub fn decide(seed: u64, point: FaultPoint, occurrence: u64, probability: f64) -
     if probability <= 0.0 {
         return false;
     }
-    let mixed =
-        splitmix(seed ^ point.salt()).wrapping_add(occurrence.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let mixed = splitmix(seed ^ point.salt()).wrapping_add(occurrence.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let mut rng = rand::rngs::StdRng::seed_from_u64(splitmix(mixed));
     rng.gen::<f64>() < probability
 }
@@ -104,9 +152,9 @@ pub struct FaultSummary {
 /// Shared by every component of a run.
 pub struct FaultInjector {
     seed: u64,
-    rates: [f64; 3],
-    occurrences: [AtomicU64; 3],
-    fired: [AtomicU64; 3],
+    rates: [f64; N],
+    occurrences: [AtomicU64; N],
+    fired: [AtomicU64; N],
     log: Mutex<Vec<FaultRecord>>,
     started: Instant,
 }
@@ -118,11 +166,7 @@ impl FaultInjector {
     pub fn new(seed: u64, rates: &crate::scenario::FaultRates) -> Self {
         Self {
             seed,
-            rates: [
-                rates.relay_after_produce,
-                rates.notifier_before_offset_commit,
-                rates.workload_poison,
-            ],
+            rates: FaultPoint::ALL.map(|p| p.rate(rates)),
             occurrences: Default::default(),
             fired: Default::default(),
             log: Mutex::new(Vec::new()),
@@ -189,21 +233,12 @@ mod tests {
 
     #[test]
     fn decisions_replay_and_follow_the_rate() {
-        let a: Vec<bool> = (0..10_000)
-            .map(|n| decide(42, FaultPoint::RelayAfterProduce, n, 0.1))
-            .collect();
-        let b: Vec<bool> = (0..10_000)
-            .map(|n| decide(42, FaultPoint::RelayAfterProduce, n, 0.1))
-            .collect();
+        let a: Vec<bool> = (0..10_000).map(|n| decide(42, FaultPoint::RelayAfterProduce, n, 0.1)).collect();
+        let b: Vec<bool> = (0..10_000).map(|n| decide(42, FaultPoint::RelayAfterProduce, n, 0.1)).collect();
         assert_eq!(a, b);
         let fired = a.iter().filter(|x| **x).count();
-        assert!(
-            (800..1200).contains(&fired),
-            "fired {fired} of 10000 at p=0.1"
-        );
-        let other: Vec<bool> = (0..10_000)
-            .map(|n| decide(43, FaultPoint::RelayAfterProduce, n, 0.1))
-            .collect();
+        assert!((800..1200).contains(&fired), "fired {fired} of 10000 at p=0.1");
+        let other: Vec<bool> = (0..10_000).map(|n| decide(43, FaultPoint::RelayAfterProduce, n, 0.1)).collect();
         assert_ne!(a, other, "another seed must give other decisions");
     }
 
@@ -215,21 +250,10 @@ mod tests {
 
     #[test]
     fn injector_counts_and_logs() {
-        let rates = crate::scenario::FaultRates {
-            relay_after_produce: 1.0,
-            notifier_before_offset_commit: 0.0,
-            workload_poison: 0.0,
-        };
+        let rates = crate::scenario::FaultRates { relay_after_produce: 1.0, ..crate::scenario::FaultRates::none() };
         let f = FaultInjector::new(7, &rates);
-        assert!(
-            f.strike(FaultPoint::RelayAfterProduce, "relay-1", || "batch of 3"
-                .into())
-        );
-        assert!(!f.strike(
-            FaultPoint::NotifierBeforeOffsetCommit,
-            "notifier-1",
-            || unreachable!()
-        ));
+        assert!(f.strike(FaultPoint::RelayAfterProduce, "relay-1", || "batch of 3".into()));
+        assert!(!f.strike(FaultPoint::NotifierBeforeOffsetCommit, "notifier-1", || unreachable!()));
         assert_eq!(f.fired(FaultPoint::RelayAfterProduce), 1);
         assert_eq!(f.log()[0].component, "relay-1");
         assert_eq!(f.summary()[1].occurrences, 1);

@@ -54,9 +54,7 @@ pub struct RunNames {
 
 impl RunNames {
     pub fn new() -> Self {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         let tag: u16 = rand::random();
         let run_id = format!("{}-{tag:04x}", utc_stamp(now.as_secs()));
         Self::from_id(&run_id)
@@ -93,12 +91,7 @@ pub fn utc_stamp(secs: u64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
-    format!(
-        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
+    format!("{y:04}{m:02}{d:02}-{:02}{:02}{:02}", rem / 3600, (rem % 3600) / 60, rem % 60)
 }
 
 /// Removes the password from anything that may contain a URL.
@@ -108,9 +101,7 @@ pub fn redact(text: &str) -> String {
     while let Some(i) = rest.find("://") {
         let (head, tail) = rest.split_at(i + 3);
         out.push_str(head);
-        let end = tail
-            .find(|c: char| c.is_whitespace() || c == '/' || c == '"' || c == '\'')
-            .unwrap_or(tail.len());
+        let end = tail.find(|c: char| c.is_whitespace() || c == '/' || c == '"' || c == '\'').unwrap_or(tail.len());
         let authority = &tail[..end];
         match (authority.rfind('@'), authority.find(':')) {
             (Some(at), Some(colon)) if colon < at => {
@@ -150,46 +141,28 @@ pub fn kafka_config(brokers: &str) -> ClientConfig {
 /// Checks that the brokers answer within `timeout`. Returns the broker ids
 /// and addresses.
 pub async fn kafka_ping(brokers: &str, timeout: Duration) -> Result<Vec<(i32, String)>> {
-    let admin: AdminClient<DefaultClientContext> =
-        kafka_config(brokers)
-            .create()
-            .map_err(|e| Error::KafkaUnreachable {
-                brokers: brokers.into(),
-                cause: e.to_string(),
-            })?;
+    let admin: AdminClient<DefaultClientContext> = kafka_config(brokers)
+        .create()
+        .map_err(|e| Error::KafkaUnreachable { brokers: brokers.into(), cause: e.to_string() })?;
     let b = brokers.to_string();
     let res = tokio::task::spawn_blocking(move || {
         let md = admin.inner().fetch_metadata(None, timeout);
         // The admin client is dropped here, off the async threads: its drop blocks.
-        md.map(|m| {
-            m.brokers()
-                .iter()
-                .map(|b| (b.id(), format!("{}:{}", b.host(), b.port())))
-                .collect::<Vec<_>>()
-        })
+        md.map(|m| m.brokers().iter().map(|b| (b.id(), format!("{}:{}", b.host(), b.port()))).collect::<Vec<_>>())
     })
     .await
     .map_err(|e| Error::Internal(e.to_string()))?;
-    res.map_err(|e| Error::KafkaUnreachable {
-        brokers: b,
-        cause: e.to_string(),
-    })
+    res.map_err(|e| Error::KafkaUnreachable { brokers: b, cause: e.to_string() })
 }
 
 /// Creates the run's topic and waits for the broker to confirm it.
 pub async fn create_topic(brokers: &str, topic: &str, partitions: i32) -> Result<()> {
-    let admin: AdminClient<DefaultClientContext> = kafka_config(brokers)
-        .create()
-        .map_err(|e| Error::kafka("creating the admin client", e))?;
-    let opts = AdminOptions::new()
-        .operation_timeout(Some(CONNECT_TIMEOUT))
-        .request_timeout(Some(CONNECT_TIMEOUT));
+    let admin: AdminClient<DefaultClientContext> =
+        kafka_config(brokers).create().map_err(|e| Error::kafka("creating the admin client", e))?;
+    let opts = AdminOptions::new().operation_timeout(Some(CONNECT_TIMEOUT)).request_timeout(Some(CONNECT_TIMEOUT));
     let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
-    let result = tokio::time::timeout(
-        CONNECT_TIMEOUT + Duration::from_secs(2),
-        admin.create_topics([&new], &opts),
-    )
-    .await;
+    let result =
+        tokio::time::timeout(CONNECT_TIMEOUT + Duration::from_secs(2), admin.create_topics([&new], &opts)).await;
     tokio::task::spawn_blocking(move || drop(admin));
     let results = match result {
         Err(_) => {
@@ -204,7 +177,9 @@ pub async fn create_topic(brokers: &str, topic: &str, partitions: i32) -> Result
         if let Err((name, code)) = r {
             return Err(Error::Kafka {
                 context: format!("creating topic {name}"),
-                cause: format!("{code}; check that the broker allows topic creation and has room for {partitions} partitions"),
+                cause: format!(
+                    "{code}; check that the broker allows topic creation and has room for {partitions} partitions"
+                ),
             });
         }
     }
@@ -217,22 +192,13 @@ mod tests {
 
     #[test]
     fn redacts_passwords_only() {
-        assert_eq!(
-            redact("postgres://chaos:s3cret@127.0.0.1:5432/db"),
-            "postgres://chaos:***@127.0.0.1:5432/db"
-        );
-        assert_eq!(
-            redact("error at postgres://u@h/db ok"),
-            "error at postgres://u@h/db ok"
-        );
+        assert_eq!(redact("postgres://chaos:s3cret@127.0.0.1:5432/db"), "postgres://chaos:***@127.0.0.1:5432/db");
+        assert_eq!(redact("error at postgres://u@h/db ok"), "error at postgres://u@h/db ok");
         assert_eq!(
             redact("x postgres://a:b@h/d and postgres://c:d@h2/e"),
             "x postgres://a:***@h/d and postgres://c:***@h2/e"
         );
-        assert_eq!(
-            db_endpoint("postgres://chaos:pw@127.0.0.1:5432/chaos?sslmode=disable"),
-            "127.0.0.1:5432/chaos"
-        );
+        assert_eq!(db_endpoint("postgres://chaos:pw@127.0.0.1:5432/chaos?sslmode=disable"), "127.0.0.1:5432/chaos");
     }
 
     #[test]

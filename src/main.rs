@@ -17,16 +17,9 @@ fn main() -> ExitCode {
         _ => "debug,rdkafka=info,sqlx=info",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
 
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -46,17 +39,7 @@ fn main() -> ExitCode {
             .await
             .map(|(_, exit)| exit),
             Command::Report { file, markdown } => Report::load(&file).map(|r| {
-                print!(
-                    "{}",
-                    report::render(
-                        &r,
-                        if markdown {
-                            Style::Markdown
-                        } else {
-                            Style::Terminal
-                        }
-                    )
-                );
+                print!("{}", report::render(&r, if markdown { Style::Markdown } else { Style::Terminal }));
                 r.verdict.exit()
             }),
             Command::Doctor(a) => Ok(chaos::doctor::doctor(a.database_url, a.brokers).await),

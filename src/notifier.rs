@@ -15,7 +15,8 @@ use crate::error::{Error, Result};
 use crate::events;
 use crate::faults::FaultPoint;
 use crate::infra::{kafka_config, CONNECT_TIMEOUT};
-use crate::store::Incoming;
+use crate::scenario::InboxMode;
+use crate::store::{BatchFaults, Incoming, Modes};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{Headers, Message, OwnedMessage};
 use rdkafka::{Offset, TopicPartitionList};
@@ -28,15 +29,27 @@ const FIRST_WAIT: Duration = Duration::from_millis(200);
 /// How long each further message may take to arrive before the batch closes.
 const GATHER_WAIT: Duration = Duration::from_millis(3);
 
-fn consumer(ctx: &Ctx, name: &str) -> Result<StreamConsumer> {
-    let cfg = &ctx.scenario.notifier;
-    let mut session = cfg.session_timeout.as_millis() as u64;
-    if !ctx.static_membership {
+/// The session timeout a notifier uses.
+pub fn session_ms(ctx: &Ctx) -> u64 {
+    let session = ctx.scenario.notifier.session_timeout.as_millis() as u64;
+    if ctx.static_membership {
+        session
+    } else {
         // The mock cluster keeps a dropped member until its session times
         // out (measured: about one session timeout per notifier crash), so
         // the embedded mode uses a 1 s session to keep crashes cheap.
-        session = session.min(1000);
+        session.min(1000)
     }
+}
+
+/// How long `notifier.stall` holds a batch: past the poll interval and the
+/// session timeout both, plus time for the group to hand the partitions on.
+pub fn stall_duration(ctx: &Ctx) -> Duration {
+    Duration::from_millis(2 * session_ms(ctx) + 2000)
+}
+
+fn consumer(ctx: &Ctx, name: &str) -> Result<StreamConsumer> {
+    let session = session_ms(ctx);
     let mut config = kafka_config(&ctx.brokers);
     if ctx.static_membership {
         config.set("group.instance.id", format!("{}.{name}", ctx.names.group));
@@ -49,15 +62,11 @@ fn consumer(ctx: &Ctx, name: &str) -> Result<StreamConsumer> {
         // Members learn of a rebalance on their next heartbeat; a short one
         // keeps a crashed member's return from stalling the others.
         .set("heartbeat.interval.ms", (session / 3).clamp(100, 250).to_string())
-        .set(
-            "max.poll.interval.ms",
-            (session * 5).max(30_000).to_string(),
-        )
+        .set("max.poll.interval.ms", (session * 5).max(30_000).to_string())
         .set("fetch.wait.max.ms", "50")
         .create()
         .map_err(|e| Error::kafka("creating a notifier consumer", e))?;
-    c.subscribe(&[&ctx.names.topic])
-        .map_err(|e| Error::kafka("subscribing the notifier", e))?;
+    c.subscribe(&[&ctx.names.topic]).map_err(|e| Error::kafka("subscribing the notifier", e))?;
     Ok(c)
 }
 
@@ -85,10 +94,7 @@ pub fn incoming(m: &OwnedMessage) -> Incoming {
         offset: m.offset(),
         decoded,
         raw_event_id: event_id.map(|v| String::from_utf8_lossy(&v).into_owned()),
-        raw_payload: m
-            .payload()
-            .map(|p| String::from_utf8_lossy(p).into_owned())
-            .unwrap_or_default(),
+        raw_payload: m.payload().map(|p| String::from_utf8_lossy(p).into_owned()).unwrap_or_default(),
     }
 }
 
@@ -106,10 +112,7 @@ pub async fn run(ctx: Ctx, index: usize) {
             Err(e) => {
                 warn!(notifier = %name, cause = %e, "cannot start a consumer");
                 Stats::add(&ctx.stats.notifier_errors, 1);
-                if shutdown
-                    .sleep(cfg.restart_delay.max(Duration::from_millis(200)))
-                    .await
-                {
+                if shutdown.sleep(cfg.restart_delay.max(Duration::from_millis(200))).await {
                     return;
                 }
                 continue;
@@ -135,7 +138,29 @@ pub async fn run(ctx: Ctx, index: usize) {
                     _ => break,
                 }
             }
-            match ctx.store.apply_batch(&batch, cfg.inbox).await {
+            let first = &batch[0];
+            let hit =
+                || format!("batch of {} events, partition {} offset {}", batch.len(), first.partition, first.offset);
+            let faults = BatchFaults {
+                crash_mid_batch: ctx.faults.strike(FaultPoint::NotifierMidBatch, &name, hit),
+                stall: ctx.faults.strike(FaultPoint::NotifierStall, &name, hit).then(|| stall_duration(&ctx)),
+            };
+            let tpl = next_offsets(&ctx.names.topic, &batch);
+            if cfg.inbox == InboxMode::CommitOffsetFirst {
+                // The mistake: acknowledge first, process after.
+                let _ = tokio::task::block_in_place(|| consumer.commit(&tpl, CommitMode::Sync));
+            }
+            let modes = Modes { inbox: cfg.inbox, projection: cfg.projection };
+            match ctx.store.apply_batch(&batch, modes, faults).await {
+                Ok(o) if o.crashed => {
+                    Stats::add(&ctx.stats.notifier_crashes, 1);
+                    drop(tpl);
+                    discard(consumer);
+                    if shutdown.sleep(cfg.restart_delay).await {
+                        return;
+                    }
+                    continue 'incarnation;
+                }
                 Ok(o) => {
                     Stats::add(&ctx.stats.events_applied, o.applied);
                     Stats::add(&ctx.stats.duplicates_absorbed, o.duplicates);
@@ -146,11 +171,9 @@ pub async fn run(ctx: Ctx, index: usize) {
                     // Nothing was committed; the batch comes back after restart.
                     warn!(notifier = %name, cause = %e, "batch transaction failed; restarting");
                     Stats::add(&ctx.stats.notifier_errors, 1);
+                    drop(tpl);
                     discard(consumer);
-                    if shutdown
-                        .sleep(cfg.restart_delay.max(Duration::from_millis(200)))
-                        .await
-                    {
+                    if shutdown.sleep(cfg.restart_delay.max(Duration::from_millis(200))).await {
                         return;
                     }
                     continue 'incarnation;
@@ -160,34 +183,52 @@ pub async fn run(ctx: Ctx, index: usize) {
             // the fault point, and one hit is enough to crash.
             let mut crash = false;
             for m in &batch {
-                crash |= ctx
-                    .faults
-                    .strike(FaultPoint::NotifierBeforeOffsetCommit, &name, || {
-                        format!(
-                            "batch of {} events, partition {} offset {}",
-                            batch.len(),
-                            m.partition,
-                            m.offset
-                        )
-                    });
+                crash |= ctx.faults.strike(FaultPoint::NotifierBeforeOffsetCommit, &name, || {
+                    format!("batch of {} events, partition {} offset {}", batch.len(), m.partition, m.offset)
+                });
             }
             if crash {
                 Stats::add(&ctx.stats.notifier_crashes, 1);
+                drop(tpl);
                 discard(consumer);
                 if shutdown.sleep(cfg.restart_delay).await {
                     return;
                 }
                 continue 'incarnation;
             }
-            let tpl = next_offsets(&ctx.names.topic, &batch);
-            let committed = tokio::task::block_in_place(|| consumer.commit(&tpl, CommitMode::Sync));
-            if let Err(e) = committed {
-                // Usually a rebalance took the partition away; its new owner
-                // gets the batch again and the inbox absorbs it.
-                debug!(notifier = %name, cause = %e, "offset commit failed");
+            if cfg.inbox != InboxMode::CommitOffsetFirst {
+                let committed = tokio::task::block_in_place(|| consumer.commit(&tpl, CommitMode::Sync));
+                if let Err(e) = committed {
+                    // Usually a rebalance took the partition away; its new owner
+                    // gets the batch again and the inbox absorbs it.
+                    debug!(notifier = %name, cause = %e, "offset commit failed");
+                }
+            }
+            drop(tpl);
+            if ctx.faults.strike(FaultPoint::NotifierReplay, &name, hit) {
+                // A late replay: the group's offsets go back to the start of
+                // this batch's partitions, and the notifier restarts there.
+                let rewind = rewind_offsets(&ctx.names.topic, &batch);
+                let _ = tokio::task::block_in_place(|| consumer.commit(&rewind, CommitMode::Sync));
+                drop(rewind);
+                discard(consumer);
+                if shutdown.sleep(cfg.restart_delay).await {
+                    return;
+                }
+                continue 'incarnation;
             }
         }
     }
+}
+
+/// Offset 0 for every partition of a batch: everything again.
+fn rewind_offsets(topic: &str, batch: &[Incoming]) -> TopicPartitionList {
+    let parts: std::collections::BTreeSet<i32> = batch.iter().map(|m| m.partition).collect();
+    let mut tpl = TopicPartitionList::new();
+    for p in parts {
+        let _ = tpl.add_partition_offset(topic, p, Offset::Offset(0));
+    }
+    tpl
 }
 
 /// The offsets to commit after a batch: one past the highest seen per partition.
@@ -220,14 +261,12 @@ pub async fn group_lag(brokers: &str, group: &str, topic: &str, partitions: i32)
         for p in 0..partitions {
             tpl.add_partition(&topic, p);
         }
-        let committed = c
-            .committed_offsets(tpl, CONNECT_TIMEOUT)
-            .map_err(|e| Error::kafka("reading committed offsets", e))?;
+        let committed =
+            c.committed_offsets(tpl, CONNECT_TIMEOUT).map_err(|e| Error::kafka("reading committed offsets", e))?;
         let mut lag = 0;
         for p in 0..partitions {
-            let (_, high) = c
-                .fetch_watermarks(&topic, p, CONNECT_TIMEOUT)
-                .map_err(|e| Error::kafka("reading watermarks", e))?;
+            let (_, high) =
+                c.fetch_watermarks(&topic, p, CONNECT_TIMEOUT).map_err(|e| Error::kafka("reading watermarks", e))?;
             let done = match committed.find_partition(&topic, p).map(|e| e.offset()) {
                 Some(Offset::Offset(o)) => o,
                 _ => 0,

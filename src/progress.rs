@@ -16,10 +16,8 @@ impl Progress {
     pub fn start(total: u64, stats: Arc<Stats>, faults: Arc<FaultInjector>) -> Self {
         let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
         bar.set_style(
-            ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} payments · {msg}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} payments · {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         let b = bar.clone();
         let task = tokio::spawn(async move {

@@ -10,6 +10,7 @@
 use crate::context::{Ctx, Stats};
 use crate::faults::FaultPoint;
 use crate::infra::kafka_config;
+use crate::scenario::RelayOrder;
 use crate::store::OutboxRow;
 use futures::future::join_all;
 use rdkafka::message::{Header, OwnedHeaders};
@@ -17,6 +18,9 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
 use std::time::Duration;
 use tracing::{debug, warn};
+
+/// How long `relay.slow_produce` holds a claimed batch before producing.
+const SLOW_PRODUCE: Duration = Duration::from_millis(300);
 
 /// How long one produce may wait for its ack before the batch is given back.
 const PRODUCE_TIMEOUT: Duration = Duration::from_secs(15);
@@ -29,10 +33,7 @@ pub fn producer(brokers: &str) -> Result<FutureProducer, rdkafka::error::KafkaEr
         .set("enable.idempotence", "true")
         .set("linger.ms", "2")
         .set("compression.type", "none")
-        .set(
-            "message.timeout.ms",
-            &PRODUCE_TIMEOUT.as_millis().to_string(),
-        )
+        .set("message.timeout.ms", &PRODUCE_TIMEOUT.as_millis().to_string())
         .create()
 }
 
@@ -55,10 +56,7 @@ pub async fn run(ctx: Ctx, index: usize) {
             Err(e) => {
                 warn!(relay = %name, cause = %e, "cannot create a producer");
                 Stats::add(&ctx.stats.relay_errors, 1);
-                if shutdown
-                    .sleep(cfg.restart_delay.max(Duration::from_millis(200)))
-                    .await
-                {
+                if shutdown.sleep(cfg.restart_delay.max(Duration::from_millis(200))).await {
                     return;
                 }
                 continue;
@@ -70,10 +68,7 @@ pub async fn run(ctx: Ctx, index: usize) {
                 warn!(relay = %name, cause = %e, "cannot open a database connection");
                 Stats::add(&ctx.stats.relay_errors, 1);
                 discard(producer);
-                if shutdown
-                    .sleep(cfg.restart_delay.max(Duration::from_millis(200)))
-                    .await
-                {
+                if shutdown.sleep(cfg.restart_delay.max(Duration::from_millis(200))).await {
                     return;
                 }
                 continue;
@@ -91,10 +86,7 @@ pub async fn run(ctx: Ctx, index: usize) {
                     Stats::add(&ctx.stats.relay_errors, 1);
                     conn.crash();
                     discard(producer);
-                    if shutdown
-                        .sleep(cfg.restart_delay.max(Duration::from_millis(200)))
-                        .await
-                    {
+                    if shutdown.sleep(cfg.restart_delay.max(Duration::from_millis(200))).await {
                         return;
                     }
                     continue 'incarnation;
@@ -112,33 +104,23 @@ pub async fn run(ctx: Ctx, index: usize) {
                 }
                 continue;
             }
-            if let Err(cause) = publish(&producer, &ctx.names.topic, &rows).await {
-                warn!(relay = %name, %cause, events = rows.len(), "produce failed; giving the batch back");
-                Stats::add(&ctx.stats.relay_errors, 1);
-                if conn.release().await.is_err() {
+            let span =
+                || format!("batch of {} events, outbox seq {}..={}", rows.len(), rows[0].seq, rows[rows.len() - 1].seq);
+            let ids: Vec<_> = rows.iter().map(|r| r.id).collect();
+            if cfg.order == RelayOrder::MarkThenPublish {
+                // The mistake: the rows are marked published and committed
+                // before the broker has them.
+                if let Err(e) = conn.mark_published(&ids).await {
+                    warn!(relay = %name, cause = %e, "marking published failed; reconnecting");
+                    Stats::add(&ctx.stats.relay_errors, 1);
                     conn.crash();
                     discard(producer);
                     continue 'incarnation;
                 }
-                if shutdown
-                    .sleep(cfg.restart_delay.max(Duration::from_millis(200)))
-                    .await
-                {
-                    discard(producer);
-                    return;
-                }
-                continue;
             }
-            Stats::add(&ctx.stats.messages_published, rows.len() as u64);
-            let crashed = ctx.faults.strike(FaultPoint::RelayAfterProduce, &name, || {
-                format!(
-                    "batch of {} events, outbox seq {}..={}",
-                    rows.len(),
-                    rows[0].seq,
-                    rows[rows.len() - 1].seq
-                )
-            });
-            if crashed {
+            if ctx.faults.strike(FaultPoint::RelayBeforeProduce, &name, span) {
+                // Publish-then-mark loses nothing here (the claim dies with
+                // the connection); mark-then-publish has already lost the batch.
                 Stats::add(&ctx.stats.relay_crashes, 1);
                 conn.crash();
                 discard(producer);
@@ -147,15 +129,45 @@ pub async fn run(ctx: Ctx, index: usize) {
                 }
                 continue 'incarnation;
             }
-            let ids: Vec<_> = rows.iter().map(|r| r.id).collect();
-            if let Err(e) = conn.mark_published(&ids).await {
-                // The rows stay unpublished and will be sent again: a
-                // duplicate on the topic, never a loss.
-                warn!(relay = %name, cause = %e, "marking published failed; reconnecting");
+            if ctx.faults.strike(FaultPoint::RelaySlowProduce, &name, span) {
+                // Holding the claim while others skip past it: later rows
+                // reach the topic first.
+                tokio::time::sleep(SLOW_PRODUCE).await;
+            }
+            if let Err(cause) = publish(&producer, &ctx.names.topic, &rows).await {
+                warn!(relay = %name, %cause, events = rows.len(), "produce failed; giving the batch back");
                 Stats::add(&ctx.stats.relay_errors, 1);
+                if cfg.order == RelayOrder::MarkThenPublish || conn.release().await.is_err() {
+                    conn.crash();
+                    discard(producer);
+                    continue 'incarnation;
+                }
+                if shutdown.sleep(cfg.restart_delay.max(Duration::from_millis(200))).await {
+                    discard(producer);
+                    return;
+                }
+                continue;
+            }
+            Stats::add(&ctx.stats.messages_published, rows.len() as u64);
+            if ctx.faults.strike(FaultPoint::RelayAfterProduce, &name, span) {
+                Stats::add(&ctx.stats.relay_crashes, 1);
                 conn.crash();
                 discard(producer);
+                if shutdown.sleep(cfg.restart_delay).await {
+                    return;
+                }
                 continue 'incarnation;
+            }
+            if cfg.order == RelayOrder::PublishThenMark {
+                if let Err(e) = conn.mark_published(&ids).await {
+                    // The rows stay unpublished and will be sent again: a
+                    // duplicate on the topic, never a loss.
+                    warn!(relay = %name, cause = %e, "marking published failed; reconnecting");
+                    Stats::add(&ctx.stats.relay_errors, 1);
+                    conn.crash();
+                    discard(producer);
+                    continue 'incarnation;
+                }
             }
             Stats::add(&ctx.stats.relay_batches, 1);
             debug!(relay = %name, events = rows.len(), "batch published");
@@ -168,25 +180,13 @@ pub async fn run(ctx: Ctx, index: usize) {
 async fn publish(producer: &FutureProducer, topic: &str, rows: &[OutboxRow]) -> Result<(), String> {
     let ids: Vec<String> = rows.iter().map(|r| r.id.to_string()).collect();
     let keys: Vec<String> = rows.iter().map(|r| r.aggregate_id.to_string()).collect();
-    let sends = rows
-        .iter()
-        .zip(ids.iter().zip(keys.iter()))
-        .map(|(r, (id, key))| {
-            let headers = OwnedHeaders::new()
-                .insert(Header {
-                    key: crate::events::HEADER_EVENT_ID,
-                    value: Some(id.as_bytes()),
-                })
-                .insert(Header {
-                    key: crate::events::HEADER_EVENT_TYPE,
-                    value: Some(r.event_type.as_bytes()),
-                });
-            let record = FutureRecord::to(topic)
-                .key(key.as_bytes())
-                .payload(&r.payload)
-                .headers(headers);
-            producer.send(record, Timeout::After(PRODUCE_TIMEOUT))
-        });
+    let sends = rows.iter().zip(ids.iter().zip(keys.iter())).map(|(r, (id, key))| {
+        let headers = OwnedHeaders::new()
+            .insert(Header { key: crate::events::HEADER_EVENT_ID, value: Some(id.as_bytes()) })
+            .insert(Header { key: crate::events::HEADER_EVENT_TYPE, value: Some(r.event_type.as_bytes()) });
+        let record = FutureRecord::to(topic).key(key.as_bytes()).payload(&r.payload).headers(headers);
+        producer.send(record, Timeout::After(PRODUCE_TIMEOUT))
+    });
     for result in join_all(sends).await {
         if let Err((e, _)) = result {
             return Err(e.to_string());

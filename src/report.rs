@@ -91,40 +91,23 @@ pub struct Timings {
 impl Report {
     /// Writes `<dir>/<run-id>.json` and `.md`; returns both paths.
     pub fn save(&self, dir: &Path) -> Result<(PathBuf, PathBuf)> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::Write {
-            path: dir.into(),
-            cause: e.to_string(),
-        })?;
+        std::fs::create_dir_all(dir).map_err(|e| Error::Write { path: dir.into(), cause: e.to_string() })?;
         let json = dir.join(format!("{}.json", self.run_id));
         let md = dir.join(format!("{}.md", self.run_id));
-        let text =
-            serde_json::to_string_pretty(self).map_err(|e| Error::Internal(e.to_string()))?;
-        std::fs::write(&json, text + "\n").map_err(|e| Error::Write {
-            path: json.clone(),
-            cause: e.to_string(),
-        })?;
-        std::fs::write(&md, render(self, Style::Markdown)).map_err(|e| Error::Write {
-            path: md.clone(),
-            cause: e.to_string(),
-        })?;
+        let text = serde_json::to_string_pretty(self).map_err(|e| Error::Internal(e.to_string()))?;
+        std::fs::write(&json, text + "\n").map_err(|e| Error::Write { path: json.clone(), cause: e.to_string() })?;
+        std::fs::write(&md, render(self, Style::Markdown))
+            .map_err(|e| Error::Write { path: md.clone(), cause: e.to_string() })?;
         Ok((json, md))
     }
 
     pub fn load(path: &Path) -> Result<Self> {
-        let err = |cause: String| Error::ReportRead {
-            path: path.into(),
-            cause,
-        };
+        let err = |cause: String| Error::ReportRead { path: path.into(), cause };
         let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-        let value: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| err(format!("not JSON: {e}")))?;
+        let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| err(format!("not JSON: {e}")))?;
         match value.get("schema_version").and_then(|v| v.as_u64()) {
             Some(v) if v == SCHEMA_VERSION as u64 => {}
-            Some(v) => {
-                return Err(err(format!(
-                    "schema_version {v}; this chaos reads version {SCHEMA_VERSION}"
-                )))
-            }
+            Some(v) => return Err(err(format!("schema_version {v}; this chaos reads version {SCHEMA_VERSION}"))),
             None => return Err(err("no schema_version; is this a chaos report?".into())),
         }
         serde_json::from_value(value).map_err(|e| err(format!("not a chaos report: {e}")))
@@ -186,24 +169,19 @@ fn render_parts(r: &Report, style: Style, header: bool) -> String {
     }
     if header {
         out.push_str(&format!(
-        "scenario {} ({}) · seed {} · {} payments · {} relays · {} notifiers · {} partitions · inbox {}\n",
-        r.scenario.name,
-        r.scenario.path,
-        r.seed,
-        r.scenario.payments,
-        r.scenario.relays,
-        r.scenario.notifiers,
-        r.scenario.partitions,
-        r.scenario.inbox
-    ));
+            "scenario {} ({}) · seed {} · {} payments · {} relays · {} notifiers · {} partitions · inbox {}\n",
+            r.scenario.name,
+            r.scenario.path,
+            r.seed,
+            r.scenario.payments,
+            r.scenario.relays,
+            r.scenario.notifiers,
+            r.scenario.partitions,
+            r.scenario.inbox
+        ));
         out.push_str(&format!(
             "infra: {} {} schema {} · {} {} topic {}\n",
-            r.infra.database,
-            r.infra.database_endpoint,
-            r.infra.schema,
-            r.infra.broker,
-            r.infra.brokers,
-            r.infra.topic
+            r.infra.database, r.infra.database_endpoint, r.infra.schema, r.infra.broker, r.infra.brokers, r.infra.topic
         ));
     }
 
@@ -211,64 +189,29 @@ fn render_parts(r: &Report, style: Style, header: bool) -> String {
     out.push_str(&h("Verification (from the database and the full topic)"));
     let mut t = table(style, &["measure", "value"]);
     let rows: Vec<(&str, String)> = vec![
-        (
-            "payments captured",
-            format!("{} of {}", c.payments_captured, c.payments),
-        ),
-        (
-            "outbox events",
-            format!("{} ({} unpublished)", c.outbox_events, c.unpublished),
-        ),
-        (
-            "messages on the topic",
-            format!("{} ({} duplicates)", c.topic_messages, c.topic_duplicates),
-        ),
+        ("payments captured", format!("{} of {}", c.payments_captured, c.payments)),
+        ("outbox events", format!("{} ({} unpublished)", c.outbox_events, c.unpublished)),
+        ("messages on the topic", format!("{} ({} duplicates)", c.topic_messages, c.topic_duplicates)),
         (
             "events processed once",
             format!(
                 "{} (inbox rows: {})",
-                c.inbox_rows_by_handler
-                    .get("projection")
-                    .copied()
-                    .unwrap_or(0),
+                c.inbox_rows_by_handler.get("projection").copied().unwrap_or(0),
                 c.inbox_rows
             ),
         ),
-        (
-            "receipts sent",
-            format!("{} for {} payments", c.receipts, c.payments_captured),
-        ),
+        ("receipts sent", format!("{} for {} payments", c.receipts, c.payments_captured)),
         (
             "payments by receipts",
             format!(
                 "{} with one, {} with none, {} with more",
-                c.payments_with_one_receipt,
-                c.payments_without_receipt,
-                c.payments_with_many_receipts
+                c.payments_with_one_receipt, c.payments_without_receipt, c.payments_with_many_receipts
             ),
         ),
-        (
-            "projection shows captured",
-            c.projection_captured.to_string(),
-        ),
-        (
-            "authorized after captured",
-            format!("{} payments", c.reordered_payments),
-        ),
-        (
-            "dead letters",
-            format!(
-                "{} ({} malformed events injected)",
-                c.dead_letters, c.poison_events
-            ),
-        ),
-        (
-            "loyalty points",
-            format!(
-                "{} (expected {})",
-                c.loyalty_points, c.loyalty_points_expected
-            ),
-        ),
+        ("projection shows captured", c.projection_captured.to_string()),
+        ("authorized after captured", format!("{} payments", c.reordered_payments)),
+        ("dead letters", format!("{} ({} malformed events injected)", c.dead_letters, c.poison_events)),
+        ("loyalty points", format!("{} (expected {})", c.loyalty_points, c.loyalty_points_expected)),
     ];
     for (k, v) in rows {
         t.add_row(vec![Cell::new(k), Cell::new(v)]);
@@ -276,10 +219,7 @@ fn render_parts(r: &Report, style: Style, header: bool) -> String {
     out.push_str(&format!("{t}\n"));
 
     out.push_str(&h("Faults"));
-    let mut t = table(
-        style,
-        &["fault point", "probability", "per", "reached", "fired"],
-    );
+    let mut t = table(style, &["fault point", "probability", "per", "reached", "fired"]);
     for f in &r.faults {
         t.add_row(vec![
             Cell::new(&f.point),
@@ -299,12 +239,7 @@ fn render_parts(r: &Report, style: Style, header: bool) -> String {
     out.push_str(&h("Invariants"));
     let mut t = table(style, &["", "invariant", "expected", "actual"]);
     for i in r.invariants.iter().chain(r.chaos_checks.iter()) {
-        t.add_row(vec![
-            Cell::new(mark(i.ok)),
-            Cell::new(&i.name),
-            Cell::new(&i.expected),
-            Cell::new(&i.actual),
-        ]);
+        t.add_row(vec![Cell::new(mark(i.ok)), Cell::new(&i.name), Cell::new(&i.expected), Cell::new(&i.actual)]);
     }
     out.push_str(&format!("{t}\n"));
 
@@ -313,11 +248,7 @@ fn render_parts(r: &Report, style: Style, header: bool) -> String {
         let mut t = table(style, &["anomaly", "count", "examples (up to 5)"]);
         for a in &r.anomalies {
             let sep = if md { "<br>" } else { "\n" };
-            t.add_row(vec![
-                Cell::new(&a.name),
-                Cell::new(a.count),
-                Cell::new(a.examples.join(sep)),
-            ]);
+            t.add_row(vec![Cell::new(&a.name), Cell::new(a.count), Cell::new(a.examples.join(sep))]);
         }
         out.push_str(&format!("{t}\n"));
     }
@@ -328,10 +259,6 @@ fn render_parts(r: &Report, style: Style, header: bool) -> String {
         tm.setup_ms, tm.workload_ms, tm.drain_ms, tm.verify_ms, tm.total_ms
     ));
     out.push_str(&format!("replay: {}\n", r.replay));
-    out.push_str(&format!(
-        "\nverdict: {} — {}\n",
-        r.verdict.as_str().to_uppercase(),
-        r.reason
-    ));
+    out.push_str(&format!("\nverdict: {} — {}\n", r.verdict.as_str().to_uppercase(), r.reason));
     out
 }

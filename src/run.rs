@@ -3,6 +3,7 @@
 //! the workload, wait for the pipeline to drain, verify, report.
 
 use crate::context::{shutdown_pair, Ctx, Stats};
+use crate::embedded::MockBroker;
 use crate::error::{Error, Result};
 use crate::exit::Exit;
 use crate::faults::FaultInjector;
@@ -11,7 +12,6 @@ use crate::notifier;
 use crate::progress::Progress;
 use crate::report::{self, ComponentFigures, InfraInfo, Report, ScenarioInfo, Timings};
 use crate::scenario::{self, Scenario};
-use crate::embedded::MockBroker;
 use crate::store::{postgres::PgStore, sqlite::SqliteStore, Store};
 use crate::verifier::{reconcile, topic, Verdict};
 use crate::{relay, workload};
@@ -154,10 +154,7 @@ pub async fn run(opts: RunOptions) -> Result<(Report, Exit)> {
     }
     trigger.trigger();
     for c in components {
-        if tokio::time::timeout(Duration::from_secs(15), c)
-            .await
-            .is_err()
-        {
+        if tokio::time::timeout(Duration::from_secs(15), c).await.is_err() {
             warn!("a component did not stop within 15 s");
         }
     }
@@ -186,12 +183,7 @@ pub async fn run(opts: RunOptions) -> Result<(Report, Exit)> {
         chaos_checks: vec![],
         anomalies: vec![],
         components: figures(&stats),
-        timings: Timings {
-            setup_ms,
-            workload_ms,
-            drain_ms,
-            ..Default::default()
-        },
+        timings: Timings { setup_ms, workload_ms, drain_ms, ..Default::default() },
         verdict: Verdict::Incomplete,
         reason: String::new(),
     };
@@ -199,8 +191,7 @@ pub async fn run(opts: RunOptions) -> Result<(Report, Exit)> {
     let t_verify = Instant::now();
     if interrupted {
         rep.verdict = Verdict::Interrupted;
-        rep.reason =
-            "interrupted by a signal before the pipeline drained; nothing was verified".into();
+        rep.reason = "interrupted by a signal before the pipeline drained; nothing was verified".into();
     } else {
         match verify(&store, &brokers, &names, &sc).await {
             Ok(r) => {
@@ -239,10 +230,7 @@ pub async fn run(opts: RunOptions) -> Result<(Report, Exit)> {
 
     let (json, md) = rep.save(&opts.reports_dir)?;
     if opts.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&rep).map_err(|e| Error::Internal(e.to_string()))?
-        );
+        println!("{}", serde_json::to_string_pretty(&rep).map_err(|e| Error::Internal(e.to_string()))?);
     } else {
         print!("{}", report::render_body(&rep));
         println!("report: {} and {}", json.display(), md.display());
@@ -276,13 +264,7 @@ async fn drain(ctx: &Ctx) -> std::result::Result<(), String> {
     let mut last = (0i64, 0i64);
     while Instant::now() < deadline {
         let unpublished = ctx.store.unpublished().await;
-        let lag = notifier::group_lag(
-            &ctx.brokers,
-            &ctx.names.group,
-            &ctx.names.topic,
-            ctx.scenario.partitions,
-        )
-        .await;
+        let lag = notifier::group_lag(&ctx.brokers, &ctx.names.group, &ctx.names.topic, ctx.scenario.partitions).await;
         match (unpublished, lag) {
             (Ok(0), Ok(0)) => {
                 quiet += 1;
@@ -310,12 +292,7 @@ async fn drain(ctx: &Ctx) -> std::result::Result<(), String> {
 }
 
 /// Reads the ground truth and reconciles it.
-async fn verify(
-    store: &Store,
-    brokers: &str,
-    names: &RunNames,
-    sc: &Scenario,
-) -> Result<reconcile::Reconciliation> {
+async fn verify(store: &Store, brokers: &str, names: &RunNames, sc: &Scenario) -> Result<reconcile::Reconciliation> {
     let db = store.ground_truth().await?;
     let limit = Duration::from_secs(60).max(Duration::from_millis(sc.payments / 10));
     let messages = topic::read_all(brokers, &names.topic, sc.partitions, limit).await?;
@@ -344,14 +321,13 @@ async fn purger(ctx: Ctx) {
 pub async fn interrupt() {
     #[cfg(unix)]
     {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = tokio::signal::ctrl_c().await;
-                    return;
-                }
-            };
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}

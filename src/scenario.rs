@@ -57,15 +57,13 @@ pub struct RawWorkload {
     pub producers: Spanned<i64>,
     /// Distinct customer accounts, for the loyalty counter.
     pub accounts: Spanned<i64>,
+    /// `"outbox"` (correct) or `"dual-write"` (no outbox: commit, then produce).
+    pub publish: Spanned<String>,
 }
 
 impl Default for RawWorkload {
     fn default() -> Self {
-        Self {
-            payments: sp(1000),
-            producers: sp(4),
-            accounts: sp(100),
-        }
+        Self { payments: sp(1000), producers: sp(4), accounts: sp(100), publish: sp("outbox".into()) }
     }
 }
 
@@ -88,6 +86,8 @@ pub struct RawRelay {
     pub batch_size: Spanned<i64>,
     pub poll_interval_ms: Spanned<i64>,
     pub restart_delay_ms: Spanned<i64>,
+    /// `"publish-then-mark"` (correct) or `"mark-then-publish"`.
+    pub order: Spanned<String>,
 }
 
 impl Default for RawRelay {
@@ -97,6 +97,7 @@ impl Default for RawRelay {
             batch_size: sp(50),
             poll_interval_ms: sp(20),
             restart_delay_ms: sp(50),
+            order: sp("publish-then-mark".into()),
         }
     }
 }
@@ -106,8 +107,11 @@ impl Default for RawRelay {
 pub struct RawNotifier {
     pub instances: Spanned<i64>,
     pub batch_size: Spanned<i64>,
-    /// `"on"` (the correct pipeline) or `"off"` (no deduplication at all).
+    /// `"on"` (the correct pipeline) or one of the broken variants, see
+    /// [`InboxMode`].
     pub inbox: Spanned<String>,
+    /// `"state-guard"` (correct) or `"last-write-wins"`.
+    pub projection: Spanned<String>,
     pub session_timeout_ms: Spanned<i64>,
     pub restart_delay_ms: Spanned<i64>,
 }
@@ -118,6 +122,7 @@ impl Default for RawNotifier {
             instances: sp(2),
             batch_size: sp(50),
             inbox: sp("on".to_string()),
+            projection: sp("state-guard".to_string()),
             session_timeout_ms: sp(6000),
             restart_delay_ms: sp(50),
         }
@@ -135,6 +140,22 @@ pub struct RawFaults {
     pub notifier_before_offset_commit: Spanned<f64>,
     /// Per payment: also write a malformed event, which must be dead-lettered.
     pub workload_poison: Spanned<f64>,
+    /// Per relay batch: crash after claiming (or, with `mark-then-publish`,
+    /// after marking), before producing.
+    pub relay_before_produce: Spanned<f64>,
+    /// Per relay batch: stall 300 ms before producing, holding the claim, so
+    /// that other relays publish later rows first.
+    pub relay_slow_produce: Spanned<f64>,
+    /// Per batch: crash after the inbox claim and before the effects.
+    pub notifier_mid_batch: Spanned<f64>,
+    /// Per batch: stall past the session timeout while holding the batch.
+    pub notifier_stall: Spanned<f64>,
+    /// Per batch: after committing, rewind the group's offsets to the start
+    /// of the batch's partitions (a late replay).
+    pub notifier_replay: Spanned<f64>,
+    /// Per event, with `publish = "dual-write"`: crash after the database
+    /// commit, before producing.
+    pub workload_after_commit: Spanned<f64>,
 }
 
 impl Default for RawFaults {
@@ -143,6 +164,12 @@ impl Default for RawFaults {
             relay_after_produce: sp(0.0),
             notifier_before_offset_commit: sp(0.0),
             workload_poison: sp(0.0),
+            relay_before_produce: sp(0.0),
+            relay_slow_produce: sp(0.0),
+            notifier_mid_batch: sp(0.0),
+            notifier_stall: sp(0.0),
+            notifier_replay: sp(0.0),
+            workload_after_commit: sp(0.0),
         }
     }
 }
@@ -159,11 +186,7 @@ pub struct RawRetention {
 
 impl Default for RawRetention {
     fn default() -> Self {
-        Self {
-            outbox: sp("7d".into()),
-            inbox: sp("7d".into()),
-            purge_interval_ms: sp(1000),
-        }
+        Self { outbox: sp("7d".into()), inbox: sp("7d".into()), purge_interval_ms: sp(1000) }
     }
 }
 
@@ -176,9 +199,7 @@ pub struct RawRun {
 
 impl Default for RawRun {
     fn default() -> Self {
-        Self {
-            drain_timeout_secs: sp(60),
-        }
+        Self { drain_timeout_secs: sp(60) }
     }
 }
 
@@ -207,33 +228,90 @@ fn sp<T>(v: T) -> Spanned<T> {
     Spanned::new(0..0, v)
 }
 
-/// How the notifier deduplicates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum InboxMode {
-    /// The correct pipeline: one transaction claims (message_id, handler) with
-    /// `INSERT … ON CONFLICT DO NOTHING` and applies only what it claimed.
-    On,
-    /// The classic mistake: no deduplication at all.
-    Off,
+/// Declares a closed set of names a scenario key may take, with parsing and
+/// the list shown in error messages.
+macro_rules! choices {
+    ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+        pub enum $name {
+            $($(#[$vdoc])* #[serde(rename = $text)] $variant),+
+        }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn parse(s: &str) -> Option<Self> {
+                match s {
+                    $($text => Some($name::$variant),)+
+                    _ => None,
+                }
+            }
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)+
+                }
+            }
+
+            /// `"a", "b" or "c"`, for error messages.
+            pub fn names() -> String {
+                let all: Vec<String> = Self::ALL.iter().map(|v| format!("{:?}", v.as_str())).collect();
+                match all.split_last() {
+                    Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+                    _ => all.join(""),
+                }
+            }
+        }
+    };
 }
 
-impl InboxMode {
-    pub const NAMES: &'static str = "\"on\" or \"off\"";
-
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "on" => Some(InboxMode::On),
-            "off" => Some(InboxMode::Off),
-            _ => None,
-        }
+choices! {
+    /// How the notifier deduplicates: the correct inbox, or a classic mistake.
+    InboxMode {
+        /// One transaction claims (message_id, handler) with `INSERT … ON
+        /// CONFLICT DO NOTHING` and applies only what it claimed.
+        On = "on",
+        /// No deduplication at all.
+        Off = "off",
+        /// SELECT the inbox, process, then INSERT: no unique key, no single transaction.
+        CheckThenAct = "check-then-act",
+        /// The inbox insert commits in its own transaction, the effects in another.
+        SeparateTransactions = "separate-transactions",
+        /// The offsets are committed before the batch is processed.
+        CommitOffsetFirst = "commit-offset-first",
+        /// The dedup key is generated on consumption, not taken from the producer.
+        ConsumerMadeId = "consumer-made-id",
     }
+}
 
-    pub fn as_str(self) -> &'static str {
-        match self {
-            InboxMode::On => "on",
-            InboxMode::Off => "off",
-        }
+choices! {
+    /// How the projection applies a status.
+    ProjectionMode {
+        /// Only ever forward: a stale `authorized` cannot undo `captured`.
+        StateGuard = "state-guard",
+        /// The last event applied wins, stale or not.
+        LastWriteWins = "last-write-wins",
+    }
+}
+
+choices! {
+    /// The order of a relay's two steps.
+    RelayOrder {
+        /// Produce, await the acks, then mark published and commit.
+        PublishThenMark = "publish-then-mark",
+        /// Mark published and commit, then produce.
+        MarkThenPublish = "mark-then-publish",
+    }
+}
+
+choices! {
+    /// How the payment service gets its events to the broker.
+    PublishMode {
+        /// Outbox rows in the payment's transaction; relays publish them.
+        Outbox = "outbox",
+        /// No outbox: commit the payment, then produce directly.
+        DualWrite = "dual-write",
     }
 }
 
@@ -246,6 +324,7 @@ pub struct Scenario {
     pub payments: u64,
     pub producers: usize,
     pub accounts: u32,
+    pub publish: PublishMode,
     pub partitions: i32,
     pub relay: RelayConfig,
     pub notifier: NotifierConfig,
@@ -263,6 +342,7 @@ pub struct RelayConfig {
     pub batch_size: usize,
     pub poll_interval: Duration,
     pub restart_delay: Duration,
+    pub order: RelayOrder,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -270,6 +350,7 @@ pub struct NotifierConfig {
     pub instances: usize,
     pub batch_size: usize,
     pub inbox: InboxMode,
+    pub projection: ProjectionMode,
     pub session_timeout: Duration,
     pub restart_delay: Duration,
 }
@@ -279,6 +360,29 @@ pub struct FaultRates {
     pub relay_after_produce: f64,
     pub notifier_before_offset_commit: f64,
     pub workload_poison: f64,
+    pub relay_before_produce: f64,
+    pub relay_slow_produce: f64,
+    pub notifier_mid_batch: f64,
+    pub notifier_stall: f64,
+    pub notifier_replay: f64,
+    pub workload_after_commit: f64,
+}
+
+impl FaultRates {
+    /// No faults at all.
+    pub fn none() -> Self {
+        Self {
+            relay_after_produce: 0.0,
+            notifier_before_offset_commit: 0.0,
+            workload_poison: 0.0,
+            relay_before_produce: 0.0,
+            relay_slow_produce: 0.0,
+            notifier_mid_batch: 0.0,
+            notifier_stall: 0.0,
+            notifier_replay: 0.0,
+            workload_after_commit: 0.0,
+        }
+    }
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -298,7 +402,9 @@ pub fn load(path: &Path) -> Result<Scenario, crate::Error> {
         )));
     }
     let text = std::fs::read_to_string(path).map_err(|e| {
-        crate::Error::Scenario(format!("{shown}: cannot read the scenario file: {e}; check the path (scenarios/ holds the shipped ones)"))
+        crate::Error::Scenario(format!(
+            "{shown}: cannot read the scenario file: {e}; check the path (scenarios/ holds the shipped ones)"
+        ))
     })?;
     parse(&text, path)
 }
@@ -312,19 +418,11 @@ pub fn parse(text: &str, path: &Path) -> Result<Scenario, crate::Error> {
         )));
     }
     let raw: RawScenario = toml::from_str(text).map_err(|e| {
-        let at = e
-            .span()
-            .map(|s| line_col(text, s.start))
-            .map(|(l, c)| format!(":{l}:{c}"))
-            .unwrap_or_default();
+        let at = e.span().map(|s| line_col(text, s.start)).map(|(l, c)| format!(":{l}:{c}")).unwrap_or_default();
         let msg = e.message().trim().replace('\n', " ");
         crate::Error::Scenario(format!("{shown}{at}: {msg}"))
     })?;
-    Validator {
-        text,
-        shown: &shown,
-    }
-    .validate(raw, path)
+    Validator { text, shown: &shown }.validate(raw, path)
 }
 
 struct Validator<'a> {
@@ -340,19 +438,13 @@ impl Validator<'_> {
             let (l, c) = line_col(self.text, span.start);
             format!(":{l}:{c}")
         };
-        Err(crate::Error::Scenario(format!(
-            "{}{at}: {what}",
-            self.shown
-        )))
+        Err(crate::Error::Scenario(format!("{}{at}: {what}", self.shown)))
     }
 
     fn count(&self, v: &Spanned<i64>, key: &str, min: i64, max: i64) -> Result<i64, crate::Error> {
         let x = *v.get_ref();
         if x < min || x > max {
-            return self.err(
-                v.span(),
-                &format!("`{key}` is {x}; expected an integer from {min} to {max}"),
-            );
+            return self.err(v.span(), &format!("`{key}` is {x}; expected an integer from {min} to {max}"));
         }
         Ok(x)
     }
@@ -362,12 +454,23 @@ impl Validator<'_> {
         if !(0.0..=1.0).contains(&p) || p.is_nan() {
             return self.err(
                 v.span(),
-                &format!(
-                    "`faults.{key}` is {p}; a probability must be between 0 and 1 (0.1 means 10%)"
-                ),
+                &format!("`faults.{key}` is {p}; a probability must be between 0 and 1 (0.1 means 10%)"),
             );
         }
         Ok(p)
+    }
+
+    fn choice<T>(
+        &self,
+        v: &Spanned<String>,
+        key: &str,
+        parse: fn(&str) -> Option<T>,
+        names: fn() -> String,
+    ) -> Result<T, crate::Error> {
+        match parse(v.get_ref()) {
+            Some(t) => Ok(t),
+            None => self.err(v.span(), &format!("`{key}` is {:?}; expected {}", v.get_ref(), names())),
+        }
     }
 
     fn duration(&self, v: &Spanned<String>, key: &str) -> Result<Duration, crate::Error> {
@@ -375,7 +478,10 @@ impl Validator<'_> {
             Some(d) => Ok(d),
             None => self.err(
                 v.span(),
-                &format!("`{key}` is {:?}; expected a duration such as \"500ms\", \"30s\", \"10m\", \"1h\" or \"7d\"", v.get_ref()),
+                &format!(
+                    "`{key}` is {:?}; expected a duration such as \"500ms\", \"30s\", \"10m\", \"1h\" or \"7d\"",
+                    v.get_ref()
+                ),
             ),
         }
     }
@@ -383,66 +489,38 @@ impl Validator<'_> {
     fn validate(&self, raw: RawScenario, path: &Path) -> Result<Scenario, crate::Error> {
         let seed = *raw.seed.get_ref();
         if seed < 0 {
-            return self.err(
-                raw.seed.span(),
-                &format!("`seed` is {seed}; expected a non-negative integer"),
-            );
+            return self.err(raw.seed.span(), &format!("`seed` is {seed}; expected a non-negative integer"));
         }
         let ms = |v: i64| Duration::from_millis(v as u64);
-        let inbox = match InboxMode::parse(raw.notifier.inbox.get_ref()) {
-            Some(m) => m,
-            None => {
-                return self.err(
-                    raw.notifier.inbox.span(),
-                    &format!(
-                        "`notifier.inbox` is {:?}; expected {}",
-                        raw.notifier.inbox.get_ref(),
-                        InboxMode::NAMES
-                    ),
-                )
-            }
-        };
+        let inbox = self.choice(&raw.notifier.inbox, "notifier.inbox", InboxMode::parse, InboxMode::names)?;
+        let projection =
+            self.choice(&raw.notifier.projection, "notifier.projection", ProjectionMode::parse, ProjectionMode::names)?;
+        let order = self.choice(&raw.relay.order, "relay.order", RelayOrder::parse, RelayOrder::names)?;
+        let publish = self.choice(&raw.workload.publish, "workload.publish", PublishMode::parse, PublishMode::names)?;
         let name = raw.name.clone().unwrap_or_else(|| {
-            path.file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "scenario".into())
+            path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "scenario".into())
         });
         Ok(Scenario {
             name,
             path: path.to_path_buf(),
             seed: seed as u64,
-            payments: self.count(&raw.workload.payments, "workload.payments", 1, 10_000_000)?
-                as u64,
+            payments: self.count(&raw.workload.payments, "workload.payments", 1, 10_000_000)? as u64,
             producers: self.count(&raw.workload.producers, "workload.producers", 1, 256)? as usize,
             accounts: self.count(&raw.workload.accounts, "workload.accounts", 1, 1_000_000)? as u32,
+            publish,
             partitions: self.count(&raw.topic.partitions, "topic.partitions", 1, 1024)? as i32,
             relay: RelayConfig {
                 instances: self.count(&raw.relay.instances, "relay.instances", 1, 64)? as usize,
-                batch_size: self.count(&raw.relay.batch_size, "relay.batch_size", 1, 100_000)?
-                    as usize,
-                poll_interval: ms(self.count(
-                    &raw.relay.poll_interval_ms,
-                    "relay.poll_interval_ms",
-                    1,
-                    60_000,
-                )?),
-                restart_delay: ms(self.count(
-                    &raw.relay.restart_delay_ms,
-                    "relay.restart_delay_ms",
-                    0,
-                    60_000,
-                )?),
+                batch_size: self.count(&raw.relay.batch_size, "relay.batch_size", 1, 100_000)? as usize,
+                poll_interval: ms(self.count(&raw.relay.poll_interval_ms, "relay.poll_interval_ms", 1, 60_000)?),
+                restart_delay: ms(self.count(&raw.relay.restart_delay_ms, "relay.restart_delay_ms", 0, 60_000)?),
+                order,
             },
             notifier: NotifierConfig {
-                instances: self.count(&raw.notifier.instances, "notifier.instances", 1, 64)?
-                    as usize,
-                batch_size: self.count(
-                    &raw.notifier.batch_size,
-                    "notifier.batch_size",
-                    1,
-                    100_000,
-                )? as usize,
+                instances: self.count(&raw.notifier.instances, "notifier.instances", 1, 64)? as usize,
+                batch_size: self.count(&raw.notifier.batch_size, "notifier.batch_size", 1, 100_000)? as usize,
                 inbox,
+                projection,
                 session_timeout: ms(self.count(
                     &raw.notifier.session_timeout_ms,
                     "notifier.session_timeout_ms",
@@ -457,13 +535,16 @@ impl Validator<'_> {
                 )?),
             },
             faults: FaultRates {
-                relay_after_produce: self
-                    .prob(&raw.faults.relay_after_produce, "relay_after_produce")?,
-                notifier_before_offset_commit: self.prob(
-                    &raw.faults.notifier_before_offset_commit,
-                    "notifier_before_offset_commit",
-                )?,
+                relay_after_produce: self.prob(&raw.faults.relay_after_produce, "relay_after_produce")?,
+                notifier_before_offset_commit: self
+                    .prob(&raw.faults.notifier_before_offset_commit, "notifier_before_offset_commit")?,
                 workload_poison: self.prob(&raw.faults.workload_poison, "workload_poison")?,
+                relay_before_produce: self.prob(&raw.faults.relay_before_produce, "relay_before_produce")?,
+                relay_slow_produce: self.prob(&raw.faults.relay_slow_produce, "relay_slow_produce")?,
+                notifier_mid_batch: self.prob(&raw.faults.notifier_mid_batch, "notifier_mid_batch")?,
+                notifier_stall: self.prob(&raw.faults.notifier_stall, "notifier_stall")?,
+                notifier_replay: self.prob(&raw.faults.notifier_replay, "notifier_replay")?,
+                workload_after_commit: self.prob(&raw.faults.workload_after_commit, "workload_after_commit")?,
             },
             retention: Retention {
                 outbox: self.duration(&raw.retention.outbox, "retention.outbox")?,
@@ -492,12 +573,7 @@ impl Validator<'_> {
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
     let line = before.matches('\n').count() + 1;
-    let col = before
-        .rsplit('\n')
-        .next()
-        .map(|l| l.chars().count())
-        .unwrap_or(0)
-        + 1;
+    let col = before.rsplit('\n').next().map(|l| l.chars().count()).unwrap_or(0) + 1;
     (line, col)
 }
 
@@ -544,27 +620,22 @@ mod tests {
     #[test]
     fn probability_out_of_range_is_located() {
         let e = p("[faults]\nrelay_after_produce = 1.5\n").unwrap_err();
-        assert!(
-            e.starts_with("t.toml:2:23: `faults.relay_after_produce` is 1.5"),
-            "{e}"
-        );
+        assert!(e.starts_with("t.toml:2:23: `faults.relay_after_produce` is 1.5"), "{e}");
     }
 
     #[test]
     fn zero_relays_rejected() {
         let e = p("[relay]\ninstances = 0\n").unwrap_err();
-        assert!(
-            e.contains("`relay.instances` is 0; expected an integer from 1"),
-            "{e}"
-        );
+        assert!(e.contains("`relay.instances` is 0; expected an integer from 1"), "{e}");
     }
 
     #[test]
     fn unknown_inbox_mode_rejected() {
         let e = p("[notifier]\ninbox = \"maybe\"\n").unwrap_err();
-        assert!(
-            e.contains("`notifier.inbox` is \"maybe\"; expected \"on\" or \"off\""),
-            "{e}"
+        assert_eq!(
+            e,
+            "t.toml:2:9: `notifier.inbox` is \"maybe\"; expected \"on\", \"off\", \"check-then-act\", \
+             \"separate-transactions\", \"commit-offset-first\" or \"consumer-made-id\""
         );
     }
 
@@ -578,12 +649,7 @@ mod tests {
 
     #[test]
     fn errors_are_one_line() {
-        for bad in [
-            "seed = \"x\"",
-            "[relay",
-            "workload = 3",
-            "[faults]\nworkload_poison = -0.1",
-        ] {
+        for bad in ["seed = \"x\"", "[relay", "workload = 3", "[faults]\nworkload_poison = -0.1"] {
             let e = p(bad).unwrap_err();
             assert!(!e.contains('\n'), "{e}");
         }

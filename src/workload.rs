@@ -1,12 +1,22 @@
 //! The payment service: per payment, one transaction writes the payment and
 //! its `payment.authorized` event; a second marks it captured and writes
 //! `payment.captured`. Several producers run at once, as a busy service would.
+//!
+//! The `dual-write` variant (a classic mistake) writes no outbox: it commits
+//! the payment, then produces the event itself. Fault point
+//! `workload.after_commit` crashes it between the two, and the event is lost.
 
 use crate::context::{Ctx, Stats};
 use crate::error::Result;
+use crate::events::{EventKind, PaymentEvent};
 use crate::faults::FaultPoint;
+use crate::scenario::PublishMode;
 use crate::store::NewPayment;
 use rand::{Rng, SeedableRng};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::util::Timeout;
+use std::time::Duration;
 use uuid::Uuid;
 
 /// Writes `payments` payments with `producers` concurrent tasks. Amounts and
@@ -19,27 +29,34 @@ pub async fn run(ctx: Ctx) -> Result<()> {
         let ctx = ctx.clone();
         tasks.push(tokio::spawn(async move {
             let component = format!("workload-{}", k + 1);
+            let outbox = ctx.scenario.publish == PublishMode::Outbox;
+            let producer = if outbox { None } else { Some(dual_write_producer(&ctx.brokers)?) };
             let mut i = k as u64;
             while i < payments {
                 if ctx.shutdown.is_set() {
                     break;
                 }
-                let mut rng =
-                    rand::rngs::StdRng::seed_from_u64(seed ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
                 let p = NewPayment {
                     id: Uuid::new_v4(),
                     account_id: rng.gen_range(1..=accounts as i32),
                     amount_cents: rng.gen_range(100..=50_000),
                 };
-                ctx.store.authorize(&p).await?;
-                let poison = ctx
-                    .faults
-                    .strike(FaultPoint::WorkloadPoison, &component, || {
-                        format!("payment {}", p.id)
-                    });
-                ctx.store.capture(&p, poison).await?;
+                ctx.store.authorize(&p, outbox).await?;
+                if let Some(producer) = &producer {
+                    dual_write(&ctx, producer, &component, &p, EventKind::Authorized).await?;
+                }
+                let poison =
+                    outbox && ctx.faults.strike(FaultPoint::WorkloadPoison, &component, || format!("payment {}", p.id));
+                ctx.store.capture(&p, poison, outbox).await?;
+                if let Some(producer) = &producer {
+                    dual_write(&ctx, producer, &component, &p, EventKind::Captured).await?;
+                }
                 Stats::add(&ctx.stats.payments_written, 1);
                 i += producers as u64;
+            }
+            if let Some(p) = producer {
+                tokio::task::spawn_blocking(move || drop(p));
             }
             Ok::<(), crate::Error>(())
         }));
@@ -52,8 +69,7 @@ pub async fn run(ctx: Ctx) -> Result<()> {
                 first_err.get_or_insert(e);
             }
             Err(e) => {
-                first_err
-                    .get_or_insert(crate::Error::Internal(format!("workload task failed: {e}")));
+                first_err.get_or_insert(crate::Error::Internal(format!("workload task failed: {e}")));
             }
         }
     }
@@ -61,4 +77,41 @@ pub async fn run(ctx: Ctx) -> Result<()> {
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+fn dual_write_producer(brokers: &str) -> Result<FutureProducer> {
+    crate::relay::producer(brokers).map_err(|e| crate::Error::kafka("creating the dual-write producer", e))
+}
+
+/// The dual write: after the database commit, produce the event directly.
+/// The event id is made up here, since there is no outbox row to carry one.
+async fn dual_write(
+    ctx: &Ctx,
+    producer: &FutureProducer,
+    component: &str,
+    p: &NewPayment,
+    kind: EventKind,
+) -> Result<()> {
+    let id = Uuid::new_v4();
+    if ctx
+        .faults
+        .strike(FaultPoint::WorkloadAfterCommit, component, || format!("{} of payment {}", kind.event_type(), p.id))
+    {
+        // Crashed between the commit and the produce: the payment exists, its
+        // event never will. The service restarts and carries on.
+        return Ok(());
+    }
+    let body = PaymentEvent { payment_id: p.id, account_id: p.account_id, amount_cents: p.amount_cents };
+    let payload = serde_json::to_vec(&body).map_err(|e| crate::Error::Internal(e.to_string()))?;
+    let (id_s, key) = (id.to_string(), p.id.to_string());
+    let headers = OwnedHeaders::new()
+        .insert(Header { key: crate::events::HEADER_EVENT_ID, value: Some(id_s.as_bytes()) })
+        .insert(Header { key: crate::events::HEADER_EVENT_TYPE, value: Some(kind.event_type().as_bytes()) });
+    let record = FutureRecord::to(&ctx.names.topic).key(key.as_bytes()).payload(&payload).headers(headers);
+    producer
+        .send(record, Timeout::After(Duration::from_secs(15)))
+        .await
+        .map_err(|(e, _)| crate::Error::kafka("producing a dual-write event", e))?;
+    Stats::add(&ctx.stats.messages_published, 1);
+    Ok(())
 }

@@ -4,8 +4,8 @@
 //! then the rows and the committed offset are checked.
 
 mod common;
-use chaos::scenario::InboxMode;
-use chaos::store::{NewPayment, Store};
+use chaos::scenario::{InboxMode, ProjectionMode};
+use chaos::store::{postgres::PgStore, BatchFaults, Modes, NewPayment, Store};
 use common::*;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::Message;
@@ -18,14 +18,14 @@ use uuid::Uuid;
 async fn outbox_to_kafka_to_inbox_round_trip() {
     let names = chaos::infra::RunNames::new();
     let topic = format!("{}.foundation", names.topic);
-    let store = Store::open(&database_url(), &names.schema, 4).await.expect("PostgreSQL");
+    let store = Store::Postgres(PgStore::open(&database_url(), &names.schema, 4).await.expect("PostgreSQL"));
     let brokers = chaos::infra::kafka_ping(&brokers(), Duration::from_secs(8)).await.expect("Kafka");
-    eprintln!("talking to PostgreSQL at {} and Kafka brokers {brokers:?}", store.endpoint);
+    eprintln!("talking to PostgreSQL at {} and Kafka brokers {brokers:?}", store.endpoint());
     chaos::infra::create_topic(&common::brokers(), &topic, 1).await.unwrap();
 
     // 1. The outbox row, written with its payment in one transaction.
     let p = NewPayment { id: Uuid::new_v4(), account_id: 7, amount_cents: 1234 };
-    store.authorize(&p).await.unwrap();
+    store.authorize(&p, true).await.unwrap();
 
     // 2. A relay claims it, publishes it, waits for the ack, marks it.
     let mut conn = store.relay_connection().await.unwrap();
@@ -59,14 +59,19 @@ async fn outbox_to_kafka_to_inbox_round_trip() {
         .create()
         .unwrap();
     consumer.subscribe(&[&topic]).unwrap();
-    let msg = tokio::time::timeout(Duration::from_secs(30), consumer.recv()).await.expect("a message within 30 s").unwrap().detach();
+    let msg = tokio::time::timeout(Duration::from_secs(30), consumer.recv())
+        .await
+        .expect("a message within 30 s")
+        .unwrap()
+        .detach();
     let incoming = chaos::notifier::incoming(&msg);
     let decoded = incoming.decoded.clone().expect("a well-formed event");
     assert_eq!(decoded.event_id, rows[0].id);
-    let first = store.apply_batch(&[incoming.clone()], InboxMode::On).await.unwrap();
+    let modes = Modes { inbox: InboxMode::On, projection: ProjectionMode::StateGuard };
+    let first = store.apply_batch(&[incoming.clone()], modes, BatchFaults::default()).await.unwrap();
     assert_eq!(first.applied, 1);
     // The same message again is absorbed by the inbox.
-    let again = store.apply_batch(&[incoming], InboxMode::On).await.unwrap();
+    let again = store.apply_batch(&[incoming], modes, BatchFaults::default()).await.unwrap();
     assert_eq!((again.applied, again.duplicates), (0, 1));
 
     // 4. Commit the offset by hand and read it back from the broker.

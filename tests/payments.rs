@@ -29,7 +29,11 @@ fn payments_proves_exactly_once_under_crashes(backend: Backend) {
         }
     }
     assert!(r["chaos_checks"].as_array().unwrap().iter().all(|i| i["ok"] == true));
-    assert_eq!(r["replay"], "chaos run scenarios/payments.toml --seed 42".replace("scenarios/", &format!("{}/scenarios/", root().display())));
+    assert_eq!(
+        r["replay"],
+        "chaos run scenarios/payments.toml --seed 42"
+            .replace("scenarios/", &format!("{}/scenarios/", root().display()))
+    );
     // The run wrote its two reports, and `chaos report` renders the JSON again.
     let id = r["run_id"].as_str().unwrap();
     let json = reports.path().join(format!("{id}.json"));
@@ -52,14 +56,23 @@ fn inbox_off_is_caught_with_duplicate_receipts(backend: Backend) {
     let path = dir.path().join("payments-inbox-off.toml");
     std::fs::write(&path, text.replace("inbox = \"on\"", "inbox = \"off\"")).unwrap();
     let ran = run_scenario(backend, &path, dir.path(), &[]);
-    assert_eq!(ran.code, 1, "the inbox-off run must fail on {backend:?}\nstderr:\n{}\nstdout:\n{}", ran.stderr, ran.stdout);
+    assert_eq!(
+        ran.code, 1,
+        "the inbox-off run must fail on {backend:?}\nstderr:\n{}\nstdout:\n{}",
+        ran.stderr, ran.stdout
+    );
     let r = ran.json();
     assert_eq!(r["verdict"], "fail");
     assert!(r["counts"]["payments_with_many_receipts"].as_u64().unwrap() > 0);
     assert!(r["counts"]["receipts"].as_u64().unwrap() > 1000);
     let v = violated(&r);
     assert!(v.contains(&"exactly one receipt per captured payment".to_string()), "{v:?}");
-    let dup = r["anomalies"].as_array().unwrap().iter().find(|a| a["name"] == "duplicate effect").expect("duplicate effect anomaly");
+    let dup = r["anomalies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "duplicate effect")
+        .expect("duplicate effect anomaly");
     let examples = dup["examples"].as_array().unwrap();
     assert!(!examples.is_empty() && examples.len() <= 5);
     assert!(examples[0].as_str().unwrap().contains("receipts; topic: "), "{examples:?}");
@@ -119,7 +132,10 @@ fn runs_are_isolated_by_schema_topic_and_group() {
         let r = ran.json();
         // Each run sees exactly its own 200 payments and nothing of the other's.
         assert_eq!(r["counts"]["payments"], 200);
-        assert_eq!(r["counts"]["outbox_events"].as_u64().unwrap(), 400 + r["counts"]["poison_events"].as_u64().unwrap());
+        assert_eq!(
+            r["counts"]["outbox_events"].as_u64().unwrap(),
+            400 + r["counts"]["poison_events"].as_u64().unwrap()
+        );
         assert!(violated(&r).is_empty(), "{:?}", violated(&r));
     }
     let (ra, rb) = (a.json(), b.json());

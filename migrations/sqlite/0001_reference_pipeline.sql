@@ -24,7 +24,12 @@ CREATE TABLE outbox (
     payload      TEXT    NOT NULL,
     created_at   INTEGER NOT NULL DEFAULT (CAST(unixepoch('subsec') * 1000 AS INTEGER)),
     -- NULL until a relay has the broker's ack and commits the mark.
-    published_at INTEGER
+    published_at INTEGER,
+    -- The relay lease (SQLite has no SKIP LOCKED): which relay incarnation
+    -- holds the row, and until when. An expired lease is free to claim, so
+    -- a crashed relay's rows come back without anyone cleaning up.
+    lease_owner  TEXT,
+    lease_until  INTEGER
 );
 -- Relays only look for unpublished rows; the partial index stays as small as the backlog.
 CREATE INDEX outbox_unpublished ON outbox (seq) WHERE published_at IS NULL;

@@ -13,7 +13,7 @@ pub mod sqlite;
 
 use crate::error::Result;
 use crate::events::{Decoded, EventKind};
-use crate::scenario::InboxMode;
+use crate::scenario::{InboxMode, ProjectionMode};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 use uuid::Uuid;
@@ -77,6 +77,8 @@ pub struct BatchOutcome {
     /// Events the state-based projection refused (stale or repeated).
     pub stale: u64,
     pub dead_lettered: u64,
+    /// The batch's fault crashed the notifier part way.
+    pub crashed: bool,
 }
 
 /// A run's database, whichever backend it is.
@@ -90,6 +92,60 @@ pub enum Store {
 pub enum RelayConn {
     Postgres(postgres::PgRelayConn),
     Sqlite(sqlite::SqliteRelayConn),
+}
+
+/// The notifier's choices that shape a batch.
+#[derive(Debug, Clone, Copy)]
+pub struct Modes {
+    pub inbox: InboxMode,
+    pub projection: ProjectionMode,
+}
+
+/// What the fault injector decided for one batch.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BatchFaults {
+    /// Crash after the inbox claim and before the effects.
+    pub crash_mid_batch: bool,
+    /// Stall this long while holding the batch.
+    pub stall: Option<Duration>,
+}
+
+/// An open notifier transaction, whichever backend it is. Dropping it
+/// without `commit` rolls it back.
+pub enum Tx {
+    Postgres(postgres::PgTx),
+    Sqlite(sqlite::SqliteTx),
+}
+
+impl Tx {
+    async fn dead_letters(&mut self, bad: &[&Incoming]) -> Result<u64> {
+        match self {
+            Tx::Postgres(t) => postgres::dead_letters(t, bad).await,
+            Tx::Sqlite(t) => sqlite::dead_letters(t, bad).await,
+        }
+    }
+
+    async fn claim(&mut self, pairs: &[(Uuid, &'static str)]) -> Result<HashSet<(Uuid, &'static str)>> {
+        match self {
+            Tx::Postgres(t) => postgres::claim(t, pairs).await,
+            Tx::Sqlite(t) => sqlite::claim(t, pairs).await,
+        }
+    }
+
+    async fn apply(&mut self, plan: &EffectPlan<'_>, projection: ProjectionMode) -> Result<u64> {
+        match self {
+            Tx::Postgres(t) => postgres::apply(t, plan, projection).await,
+            Tx::Sqlite(t) => sqlite::apply(t, plan, projection).await,
+        }
+    }
+
+    async fn commit(self) -> Result<()> {
+        match self {
+            Tx::Postgres(t) => t.commit().await,
+            Tx::Sqlite(t) => t.commit().await,
+        }
+        .map_err(|e| crate::Error::db("committing a notifier batch", e))
+    }
 }
 
 macro_rules! each {
@@ -134,18 +190,114 @@ impl Store {
         }
     }
 
-    pub async fn authorize(&self, p: &NewPayment) -> Result<()> {
-        each!(self, s => s.authorize(p).await)
+    /// Transaction 1 of a payment: the payment row and, with `outbox`, its
+    /// `authorized` event.
+    pub async fn authorize(&self, p: &NewPayment, outbox: bool) -> Result<()> {
+        each!(self, s => s.authorize(p, outbox).await)
     }
 
-    pub async fn capture(&self, p: &NewPayment, poison: bool) -> Result<()> {
-        each!(self, s => s.capture(p, poison).await)
+    /// Transaction 2: mark captured and, with `outbox`, write `captured`
+    /// (plus, when the poison fault fired, a malformed event beside it).
+    pub async fn capture(&self, p: &NewPayment, poison: bool, outbox: bool) -> Result<()> {
+        each!(self, s => s.capture(p, poison, outbox).await)
     }
 
-    /// One notifier transaction over a micro-batch. The caller commits
-    /// offsets only after this returns Ok.
-    pub async fn apply_batch(&self, batch: &[Incoming], mode: InboxMode) -> Result<BatchOutcome> {
-        each!(self, s => s.apply_batch(batch, mode).await)
+    /// One notifier micro-batch: inbox claims, effects for what was claimed,
+    /// dead letters, in the shape the notifier's inbox mode prescribes (the
+    /// correct one: a single transaction). The caller commits offsets only
+    /// after this returns Ok and not crashed, except in the
+    /// commit-offset-first variant, which commits them before.
+    ///
+    /// `faults` says what the fault injector decided for this batch: crash
+    /// between the inbox claim and the effects, or stall while holding it.
+    pub async fn apply_batch(&self, batch: &[Incoming], modes: Modes, faults: BatchFaults) -> Result<BatchOutcome> {
+        let mut out = BatchOutcome::default();
+        let bad: Vec<&Incoming> = batch.iter().filter(|m| m.decoded.is_err()).collect();
+        let mut events: Vec<Decoded> = batch.iter().filter_map(|m| m.decoded.as_ref().ok().cloned()).collect();
+        if modes.inbox == InboxMode::ConsumerMadeId {
+            // The mistake: a dedup key made up on receipt, so a redelivered
+            // message looks new every time.
+            for e in &mut events {
+                e.event_id = Uuid::new_v4();
+            }
+        }
+        let refs: Vec<&Decoded> = events.iter().collect();
+        let pairs = claims(&refs);
+        let stall = |d: Option<Duration>| async move {
+            if let Some(d) = d {
+                tokio::time::sleep(d).await;
+            }
+        };
+        match modes.inbox {
+            InboxMode::On | InboxMode::CommitOffsetFirst | InboxMode::ConsumerMadeId | InboxMode::Off => {
+                let mut tx = self.begin().await?;
+                out.dead_lettered = tx.dead_letters(&bad).await?;
+                let claimed = if modes.inbox == InboxMode::Off { HashSet::new() } else { tx.claim(&pairs).await? };
+                if faults.crash_mid_batch {
+                    // The process dies with its transaction open: nothing commits.
+                    drop(tx);
+                    out.crashed = true;
+                    return Ok(out);
+                }
+                stall(faults.stall).await;
+                let plan = plan_effects(&refs, modes.inbox, &claimed);
+                out.stale = tx.apply(&plan, modes.projection).await?;
+                tx.commit().await?;
+                (out.applied, out.duplicates) = (plan.applied, plan.duplicates);
+            }
+            InboxMode::SeparateTransactions => {
+                let mut tx = self.begin().await?;
+                out.dead_lettered = tx.dead_letters(&bad).await?;
+                let claimed = tx.claim(&pairs).await?;
+                tx.commit().await?;
+                if faults.crash_mid_batch {
+                    // The inbox says "processed"; the effects never happen.
+                    out.crashed = true;
+                    return Ok(out);
+                }
+                stall(faults.stall).await;
+                let plan = plan_effects(&refs, modes.inbox, &claimed);
+                let mut tx = self.begin().await?;
+                out.stale = tx.apply(&plan, modes.projection).await?;
+                tx.commit().await?;
+                (out.applied, out.duplicates) = (plan.applied, plan.duplicates);
+            }
+            InboxMode::CheckThenAct => {
+                let seen = self.unkeyed_seen(&pairs).await?;
+                let claimed: HashSet<(Uuid, &str)> = pairs.iter().copied().filter(|p| !seen.contains(p)).collect();
+                if faults.crash_mid_batch {
+                    out.crashed = true;
+                    return Ok(out);
+                }
+                // A stall here, between the check and the act, is what lets
+                // a second notifier see "absent" too.
+                stall(faults.stall).await;
+                let plan = plan_effects(&refs, modes.inbox, &claimed);
+                let mut tx = self.begin().await?;
+                out.dead_lettered = tx.dead_letters(&bad).await?;
+                out.stale = tx.apply(&plan, modes.projection).await?;
+                tx.commit().await?;
+                let acted: Vec<(Uuid, &'static str)> = pairs.iter().copied().filter(|p| claimed.contains(p)).collect();
+                self.unkeyed_record(&acted).await?;
+                (out.applied, out.duplicates) = (plan.applied, plan.duplicates);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn begin(&self) -> Result<Tx> {
+        match self {
+            Store::Postgres(s) => s.begin().await.map(Tx::Postgres),
+            Store::Sqlite(s) => s.begin_tx().await.map(Tx::Sqlite),
+        }
+    }
+
+    async fn unkeyed_seen(&self, pairs: &[(Uuid, &'static str)]) -> Result<HashSet<(Uuid, &'static str)>> {
+        each!(self, s => s.unkeyed_seen(pairs).await)
+    }
+
+    async fn unkeyed_record(&self, pairs: &[(Uuid, &'static str)]) -> Result<()> {
+        each!(self, s => s.unkeyed_record(pairs).await)
     }
 
     pub async fn unpublished(&self) -> Result<i64> {
@@ -227,7 +379,7 @@ pub fn plan_effects<'a>(events: &[&'a Decoded], mode: InboxMode, claimed: &HashS
     let mut may_apply = |id: Uuid, h: &'static str| -> bool {
         match mode {
             InboxMode::Off => true,
-            InboxMode::On => claimed.contains(&(id, h)) && applied_once.insert((id, h)),
+            _ => claimed.contains(&(id, h)) && applied_once.insert((id, h)),
         }
     };
     for e in events {

@@ -7,13 +7,13 @@
 //! back.
 
 use super::{
-    claims, dead_letter_key, plan_effects, BatchOutcome, DbTruth, Incoming, NewPayment, OutboxRecord, OutboxRow,
-    PaymentRow, HANDLERS, PURGE_CHUNK,
+    dead_letter_key, DbTruth, EffectPlan, Incoming, NewPayment, OutboxRecord, OutboxRow, PaymentRow, HANDLERS,
+    PURGE_CHUNK,
 };
 use crate::error::{Error, Result};
-use crate::events::{self, Decoded, EventKind, PaymentEvent};
+use crate::events::{self, EventKind, PaymentEvent};
 use crate::infra::{db_endpoint, CONNECT_TIMEOUT};
-use crate::scenario::InboxMode;
+use crate::scenario::ProjectionMode;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, Row};
 use std::collections::HashSet;
@@ -34,12 +34,8 @@ impl PgStore {
     /// Connects, creates the run's schema and applies the migrations in it.
     pub async fn open(url: &str, schema: &str, max_connections: u32) -> Result<Self> {
         let endpoint = db_endpoint(url);
-        let unreachable = |cause: String| Error::DatabaseUnreachable {
-            endpoint: endpoint.clone(),
-            cause,
-        };
-        let base = PgConnectOptions::from_str(url)
-            .map_err(|e| unreachable(crate::infra::redact(&e.to_string())))?;
+        let unreachable = |cause: String| Error::DatabaseUnreachable { endpoint: endpoint.clone(), cause };
+        let base = PgConnectOptions::from_str(url).map_err(|e| unreachable(crate::infra::redact(&e.to_string())))?;
         let base = base.log_statements(tracing::log::LevelFilter::Trace);
         let mut admin = tokio::time::timeout(CONNECT_TIMEOUT, base.connect())
             .await
@@ -60,16 +56,8 @@ impl PgStore {
         sqlx::migrate!("migrations/postgres")
             .run(&pool)
             .await
-            .map_err(|e| Error::Database {
-                context: format!("migrating schema {schema}"),
-                cause: e.to_string(),
-            })?;
-        Ok(Self {
-            pool,
-            opts,
-            schema: schema.to_string(),
-            endpoint,
-        })
+            .map_err(|e| Error::Database { context: format!("migrating schema {schema}"), cause: e.to_string() })?;
+        Ok(Self { pool, opts, schema: schema.to_string(), endpoint })
     }
 
     pub async fn close(&self) {
@@ -89,12 +77,8 @@ impl PgStore {
     }
 
     /// Transaction 1 of a payment: the payment row and its `authorized` event.
-    pub async fn authorize(&self, p: &NewPayment) -> Result<()> {
-        let mut tx = self
-            .pool
-            .begin()
-            .await
-            .map_err(|e| Error::db("beginning authorize", e))?;
+    pub async fn authorize(&self, p: &NewPayment, outbox: bool) -> Result<()> {
+        let mut tx = self.pool.begin().await.map_err(|e| Error::db("beginning authorize", e))?;
         sqlx::query("INSERT INTO payments (id, account_id, amount_cents, status) VALUES ($1, $2, $3, 'authorized')")
             .bind(p.id)
             .bind(p.account_id)
@@ -102,148 +86,60 @@ impl PgStore {
             .execute(&mut *tx)
             .await
             .map_err(|e| Error::db("inserting a payment", e))?;
-        insert_outbox(&mut tx, p, EventKind::Authorized, None).await?;
-        tx.commit()
-            .await
-            .map_err(|e| Error::db("committing authorize", e))
+        if outbox {
+            insert_outbox(&mut tx, p, EventKind::Authorized, None).await?;
+        }
+        tx.commit().await.map_err(|e| Error::db("committing authorize", e))
     }
 
     /// Transaction 2: mark captured and write `captured` (plus, when the poison
     /// fault fired, a malformed event beside it).
-    pub async fn capture(&self, p: &NewPayment, poison: bool) -> Result<()> {
-        let mut tx = self
-            .pool
-            .begin()
-            .await
-            .map_err(|e| Error::db("beginning capture", e))?;
+    pub async fn capture(&self, p: &NewPayment, poison: bool, outbox: bool) -> Result<()> {
+        let mut tx = self.pool.begin().await.map_err(|e| Error::db("beginning capture", e))?;
         sqlx::query("UPDATE payments SET status = 'captured', updated_at = clock_timestamp() WHERE id = $1 AND status = 'authorized'")
             .bind(p.id)
             .execute(&mut *tx)
             .await
             .map_err(|e| Error::db("capturing a payment", e))?;
-        insert_outbox(&mut tx, p, EventKind::Captured, None).await?;
-        if poison {
-            insert_outbox(
-                &mut tx,
-                p,
-                EventKind::Captured,
-                Some(events::poison_payload()),
-            )
-            .await?;
+        if outbox {
+            insert_outbox(&mut tx, p, EventKind::Captured, None).await?;
         }
-        tx.commit()
-            .await
-            .map_err(|e| Error::db("committing capture", e))
+        if poison && outbox {
+            insert_outbox(&mut tx, p, EventKind::Captured, Some(events::poison_payload())).await?;
+        }
+        tx.commit().await.map_err(|e| Error::db("committing capture", e))
     }
 
-    /// One notifier transaction over a micro-batch: inbox claims, effects for
-    /// what was claimed, dead letters. The caller commits offsets only after
-    /// this returns Ok.
-    pub async fn apply_batch(&self, batch: &[Incoming], mode: InboxMode) -> Result<BatchOutcome> {
-        let mut out = BatchOutcome::default();
-        let mut tx = self
-            .pool
-            .begin()
-            .await
-            .map_err(|e| Error::db("beginning a notifier batch", e))?;
+    pub async fn begin(&self) -> Result<PgTx> {
+        self.pool.begin().await.map_err(|e| Error::db("beginning a notifier transaction", e))
+    }
 
-        let (good, bad): (Vec<&Incoming>, Vec<&Incoming>) =
-            batch.iter().partition(|m| m.decoded.is_ok());
-        if !bad.is_empty() {
-            let mut ids = Vec::new();
-            let mut parts = Vec::new();
-            let mut offs = Vec::new();
-            let mut payloads = Vec::new();
-            let mut errors = Vec::new();
-            for m in &bad {
-                ids.push(dead_letter_key(m));
-                parts.push(m.partition);
-                offs.push(m.offset);
-                payloads.push(m.raw_payload.clone());
-                errors.push(m.decoded.as_ref().err().cloned().unwrap_or_default());
-            }
-            let r = sqlx::query(
-                "INSERT INTO dead_letters (message_id, topic_partition, topic_offset, payload, error) \
-                 SELECT * FROM UNNEST($1::text[], $2::int[], $3::bigint[], $4::text[], $5::text[]) \
-                 ON CONFLICT (message_id) DO NOTHING",
-            )
-            .bind(&ids)
-            .bind(&parts)
-            .bind(&offs)
-            .bind(&payloads)
-            .bind(&errors)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| Error::db("writing dead letters", e))?;
-            out.dead_lettered = r.rows_affected();
-        }
+    /// The check of the check-then-act variant: which pairs are already in
+    /// its unkeyed inbox. Runs outside any transaction, as the mistake does.
+    pub async fn unkeyed_seen(&self, pairs: &[(Uuid, &'static str)]) -> Result<HashSet<(Uuid, &'static str)>> {
+        let (ids, hs): (Vec<Uuid>, Vec<String>) = pairs.iter().map(|(i, h)| (*i, h.to_string())).unzip();
+        let rows = sqlx::query(
+            "SELECT DISTINCT u.message_id, u.handler FROM inbox_unkeyed u \
+             JOIN UNNEST($1::uuid[], $2::text[]) AS p(message_id, handler) USING (message_id, handler)",
+        )
+        .bind(&ids)
+        .bind(&hs)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| Error::db("checking the unkeyed inbox", e))?;
+        Ok(rows.into_iter().filter_map(|r| known_pair(r.get(0), &r.get::<String, _>(1))).collect())
+    }
 
-        let events: Vec<&Decoded> = good.iter().filter_map(|m| m.decoded.as_ref().ok()).collect();
-        let mut claimed: HashSet<(Uuid, &str)> = HashSet::new();
-        if mode == InboxMode::On && !events.is_empty() {
-            let (ids, hs): (Vec<Uuid>, Vec<String>) = claims(&events).into_iter().map(|(i, h)| (i, h.to_string())).unzip();
-            let rows = sqlx::query(
-                "INSERT INTO inbox (message_id, handler) SELECT * FROM UNNEST($1::uuid[], $2::text[]) \
-                 ON CONFLICT DO NOTHING RETURNING message_id, handler",
-            )
+    /// The act's bookkeeping of the check-then-act variant, after the effects.
+    pub async fn unkeyed_record(&self, pairs: &[(Uuid, &'static str)]) -> Result<()> {
+        let (ids, hs): (Vec<Uuid>, Vec<String>) = pairs.iter().map(|(i, h)| (*i, h.to_string())).unzip();
+        sqlx::query("INSERT INTO inbox_unkeyed (message_id, handler) SELECT * FROM UNNEST($1::uuid[], $2::text[])")
             .bind(&ids)
             .bind(&hs)
-            .fetch_all(&mut *tx)
+            .execute(&self.pool)
             .await
-            .map_err(|e| Error::db("claiming inbox rows", e))?;
-            for r in rows {
-                let h: String = r.get(1);
-                if let Some(h) = HANDLERS.iter().find(|x| **x == h) {
-                    claimed.insert((r.get::<Uuid, _>(0), *h));
-                }
-            }
-        }
-        let plan = plan_effects(&events, mode, &claimed);
-        out.applied = plan.applied;
-        out.duplicates = plan.duplicates;
-        for e in &plan.projection {
-            // State-based: only ever moves forward, so a replayed
-            // `authorized` cannot undo a `captured`.
-            let r = sqlx::query(
-                "INSERT INTO payment_projection (payment_id, status) VALUES ($1, $2) \
-                 ON CONFLICT (payment_id) DO UPDATE SET status = EXCLUDED.status, updated_at = clock_timestamp() \
-                 WHERE payment_projection.status = 'authorized' AND EXCLUDED.status = 'captured'",
-            )
-            .bind(e.body.payment_id)
-            .bind(e.kind.status())
-            .execute(&mut *tx)
-            .await
-            .map_err(|err| Error::db("updating the projection", err))?;
-            if r.rows_affected() == 0 {
-                out.stale += 1;
-            }
-        }
-        if !plan.receipts.is_empty() {
-            let (payments, messages): (Vec<Uuid>, Vec<Uuid>) = plan.receipts.iter().copied().unzip();
-            sqlx::query("INSERT INTO receipts (payment_id, message_id) SELECT * FROM UNNEST($1::uuid[], $2::uuid[])")
-                .bind(&payments)
-                .bind(&messages)
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| Error::db("sending receipts", e))?;
-        }
-        if !plan.loyalty.is_empty() {
-            let accounts: Vec<i32> = plan.loyalty.keys().copied().collect();
-            let points: Vec<i64> = plan.loyalty.values().copied().collect();
-            sqlx::query(
-                "INSERT INTO loyalty_points (account_id, points) SELECT * FROM UNNEST($1::int[], $2::bigint[]) \
-                 ON CONFLICT (account_id) DO UPDATE SET points = loyalty_points.points + EXCLUDED.points",
-            )
-            .bind(&accounts)
-            .bind(&points)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| Error::db("adding loyalty points", e))?;
-        }
-        tx.commit()
-            .await
-            .map_err(|e| Error::db("committing a notifier batch", e))?;
-        Ok(out)
+            .map_err(|e| Error::db("recording in the unkeyed inbox", e))?;
+        Ok(())
     }
 
     pub async fn unpublished(&self) -> Result<i64> {
@@ -295,8 +191,7 @@ impl PgStore {
 
     /// Reads the database side of the ground truth for the verifier.
     pub async fn ground_truth(&self) -> Result<DbTruth> {
-        let ctx =
-            |what: &'static str| move |e| Error::db(format!("reading {what} for the verifier"), e);
+        let ctx = |what: &'static str| move |e| Error::db(format!("reading {what} for the verifier"), e);
         let payments = sqlx::query("SELECT id, account_id, amount_cents, status FROM payments")
             .fetch_all(&self.pool)
             .await
@@ -309,21 +204,22 @@ impl PgStore {
                 captured: r.get::<String, _>(3) == "captured",
             })
             .collect();
-        let outbox = sqlx::query("SELECT id, aggregate_id, event_type, payload::text, published_at IS NOT NULL FROM outbox")
-            .fetch_all(&self.pool)
-            .await
-            .map_err(ctx("the outbox"))?
-            .into_iter()
-            .map(|r| {
-                let id: Uuid = r.get(0);
-                let t: String = r.get(2);
-                let payload: String = r.get(3);
-                let kind = EventKind::from_type(&t)
-                    .filter(|_| serde_json::from_str::<PaymentEvent>(&payload).is_ok());
-                OutboxRecord { id, payment_id: r.get(1), kind, published: r.get(4) }
-            })
-            .collect();
-        let inbox_rows = sqlx::query("SELECT handler, count(*) FROM inbox GROUP BY handler")
+        let outbox =
+            sqlx::query("SELECT id, aggregate_id, event_type, payload::text, published_at IS NOT NULL FROM outbox")
+                .fetch_all(&self.pool)
+                .await
+                .map_err(ctx("the outbox"))?
+                .into_iter()
+                .map(|r| {
+                    let id: Uuid = r.get(0);
+                    let t: String = r.get(2);
+                    let payload: String = r.get(3);
+                    let kind =
+                        EventKind::from_type(&t).filter(|_| serde_json::from_str::<PaymentEvent>(&payload).is_ok());
+                    OutboxRecord { id, payment_id: r.get(1), kind, published: r.get(4) }
+                })
+                .collect();
+        let inbox_rows = sqlx::query("SELECT handler, count(*) FROM (SELECT handler FROM inbox UNION ALL SELECT handler FROM inbox_unkeyed) i GROUP BY handler")
             .fetch_all(&self.pool)
             .await
             .map_err(ctx("the inbox"))?
@@ -355,16 +251,112 @@ impl PgStore {
             .into_iter()
             .map(|r| (r.get::<i32, _>(0), r.get::<i64, _>(1)))
             .collect();
-        Ok(DbTruth {
-            payments,
-            outbox,
-            inbox_rows,
-            receipts,
-            projection,
-            dead_letters: dead_letters as u64,
-            loyalty,
-        })
+        Ok(DbTruth { payments, outbox, inbox_rows, receipts, projection, dead_letters: dead_letters as u64, loyalty })
     }
+}
+
+/// A notifier transaction on PostgreSQL.
+pub type PgTx = sqlx::Transaction<'static, sqlx::Postgres>;
+
+fn known_pair(id: Uuid, handler: &str) -> Option<(Uuid, &'static str)> {
+    HANDLERS.iter().find(|h| **h == handler).map(|h| (id, *h))
+}
+
+/// Records malformed messages, once each. Returns the rows written.
+pub async fn dead_letters(tx: &mut PgTx, bad: &[&Incoming]) -> Result<u64> {
+    if bad.is_empty() {
+        return Ok(0);
+    }
+    let ids: Vec<String> = bad.iter().map(|m| dead_letter_key(m)).collect();
+    let parts: Vec<i32> = bad.iter().map(|m| m.partition).collect();
+    let offs: Vec<i64> = bad.iter().map(|m| m.offset).collect();
+    let payloads: Vec<String> = bad.iter().map(|m| m.raw_payload.clone()).collect();
+    let errors: Vec<String> = bad.iter().map(|m| m.decoded.as_ref().err().cloned().unwrap_or_default()).collect();
+    let r = sqlx::query(
+        "INSERT INTO dead_letters (message_id, topic_partition, topic_offset, payload, error) \
+         SELECT * FROM UNNEST($1::text[], $2::int[], $3::bigint[], $4::text[], $5::text[]) \
+         ON CONFLICT (message_id) DO NOTHING",
+    )
+    .bind(&ids)
+    .bind(&parts)
+    .bind(&offs)
+    .bind(&payloads)
+    .bind(&errors)
+    .execute(&mut **tx)
+    .await
+    .map_err(|e| Error::db("writing dead letters", e))?;
+    Ok(r.rows_affected())
+}
+
+/// The inbox claim: one multi-row `INSERT … ON CONFLICT DO NOTHING
+/// RETURNING`. Returns the pairs this transaction newly claimed.
+pub async fn claim(tx: &mut PgTx, pairs: &[(Uuid, &'static str)]) -> Result<HashSet<(Uuid, &'static str)>> {
+    if pairs.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let (ids, hs): (Vec<Uuid>, Vec<String>) = pairs.iter().map(|(i, h)| (*i, h.to_string())).unzip();
+    let rows = sqlx::query(
+        "INSERT INTO inbox (message_id, handler) SELECT * FROM UNNEST($1::uuid[], $2::text[]) \
+         ON CONFLICT DO NOTHING RETURNING message_id, handler",
+    )
+    .bind(&ids)
+    .bind(&hs)
+    .fetch_all(&mut **tx)
+    .await
+    .map_err(|e| Error::db("claiming inbox rows", e))?;
+    Ok(rows.into_iter().filter_map(|r| known_pair(r.get(0), &r.get::<String, _>(1))).collect())
+}
+
+/// Applies a batch's effects. Returns how many projection updates were
+/// refused by the state guard.
+pub async fn apply(tx: &mut PgTx, plan: &EffectPlan<'_>, projection: ProjectionMode) -> Result<u64> {
+    let mut stale = 0;
+    let sql = match projection {
+        // Only ever forward, so a stale `authorized` cannot undo `captured`.
+        ProjectionMode::StateGuard => {
+            "INSERT INTO payment_projection (payment_id, status) VALUES ($1, $2) \
+             ON CONFLICT (payment_id) DO UPDATE SET status = EXCLUDED.status, updated_at = clock_timestamp() \
+             WHERE payment_projection.status = 'authorized' AND EXCLUDED.status = 'captured'"
+        }
+        ProjectionMode::LastWriteWins => {
+            "INSERT INTO payment_projection (payment_id, status) VALUES ($1, $2) \
+             ON CONFLICT (payment_id) DO UPDATE SET status = EXCLUDED.status, updated_at = clock_timestamp()"
+        }
+    };
+    for e in &plan.projection {
+        let r = sqlx::query(sql)
+            .bind(e.body.payment_id)
+            .bind(e.kind.status())
+            .execute(&mut **tx)
+            .await
+            .map_err(|err| Error::db("updating the projection", err))?;
+        if r.rows_affected() == 0 {
+            stale += 1;
+        }
+    }
+    if !plan.receipts.is_empty() {
+        let (payments, messages): (Vec<Uuid>, Vec<Uuid>) = plan.receipts.iter().copied().unzip();
+        sqlx::query("INSERT INTO receipts (payment_id, message_id) SELECT * FROM UNNEST($1::uuid[], $2::uuid[])")
+            .bind(&payments)
+            .bind(&messages)
+            .execute(&mut **tx)
+            .await
+            .map_err(|e| Error::db("sending receipts", e))?;
+    }
+    if !plan.loyalty.is_empty() {
+        let accounts: Vec<i32> = plan.loyalty.keys().copied().collect();
+        let points: Vec<i64> = plan.loyalty.values().copied().collect();
+        sqlx::query(
+            "INSERT INTO loyalty_points (account_id, points) SELECT * FROM UNNEST($1::int[], $2::bigint[]) \
+             ON CONFLICT (account_id) DO UPDATE SET points = loyalty_points.points + EXCLUDED.points",
+        )
+        .bind(&accounts)
+        .bind(&points)
+        .execute(&mut **tx)
+        .await
+        .map_err(|e| Error::db("adding loyalty points", e))?;
+    }
+    Ok(stale)
 }
 
 async fn insert_outbox(
@@ -374,23 +366,17 @@ async fn insert_outbox(
     payload: Option<serde_json::Value>,
 ) -> Result<()> {
     let payload = payload.unwrap_or_else(|| {
-        serde_json::to_value(PaymentEvent {
-            payment_id: p.id,
-            account_id: p.account_id,
-            amount_cents: p.amount_cents,
-        })
-        .unwrap_or_default()
+        serde_json::to_value(PaymentEvent { payment_id: p.id, account_id: p.account_id, amount_cents: p.amount_cents })
+            .unwrap_or_default()
     });
-    sqlx::query(
-        "INSERT INTO outbox (id, aggregate_id, event_type, payload) VALUES ($1, $2, $3, $4)",
-    )
-    .bind(Uuid::new_v4())
-    .bind(p.id)
-    .bind(kind.event_type())
-    .bind(payload)
-    .execute(&mut **tx)
-    .await
-    .map_err(|e| Error::db("writing an outbox event", e))?;
+    sqlx::query("INSERT INTO outbox (id, aggregate_id, event_type, payload) VALUES ($1, $2, $3, $4)")
+        .bind(Uuid::new_v4())
+        .bind(p.id)
+        .bind(kind.event_type())
+        .bind(payload)
+        .execute(&mut **tx)
+        .await
+        .map_err(|e| Error::db("writing an outbox event", e))?;
     Ok(())
 }
 
@@ -409,10 +395,7 @@ impl PgRelayConn {
     /// dies with it, so the rows are claimable again at once. A lease column
     /// would leave them stuck until the lease expired.
     pub async fn claim(&mut self, n: usize) -> Result<Vec<OutboxRow>> {
-        sqlx::query("BEGIN")
-            .execute(&mut self.conn)
-            .await
-            .map_err(|e| Error::db("beginning a relay claim", e))?;
+        sqlx::query("BEGIN").execute(&mut self.conn).await.map_err(|e| Error::db("beginning a relay claim", e))?;
         let rows = sqlx::query(
             "SELECT id, seq, aggregate_id, event_type, payload::text FROM outbox \
              WHERE published_at IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED",
@@ -442,19 +425,13 @@ impl PgRelayConn {
                 .await
                 .map_err(|e| Error::db("marking outbox rows published", e))?;
         }
-        sqlx::query("COMMIT")
-            .execute(&mut self.conn)
-            .await
-            .map_err(|e| Error::db("committing a relay batch", e))?;
+        sqlx::query("COMMIT").execute(&mut self.conn).await.map_err(|e| Error::db("committing a relay batch", e))?;
         Ok(())
     }
 
     /// Gives the rows back after a produce error (a controlled failure, not a crash).
     pub async fn release(&mut self) -> Result<()> {
-        sqlx::query("ROLLBACK")
-            .execute(&mut self.conn)
-            .await
-            .map_err(|e| Error::db("releasing a relay claim", e))?;
+        sqlx::query("ROLLBACK").execute(&mut self.conn).await.map_err(|e| Error::db("releasing a relay claim", e))?;
         Ok(())
     }
 
@@ -463,4 +440,3 @@ impl PgRelayConn {
         drop(self.conn);
     }
 }
-

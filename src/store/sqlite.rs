@@ -3,18 +3,21 @@
 //! allows; one row per statement where PostgreSQL uses arrays (SQLite runs
 //! in-process, so a statement costs no round trip).
 //!
-//! SQLite has no `SKIP LOCKED`. A relay's claim is `BEGIN IMMEDIATE`, the
-//! database's single write lock, held across the publish: two relays never
-//! hold the same rows (they take turns), and a crashed relay's transaction
-//! dies with its connection, so the rows are claimable again at once.
+//! SQLite has no `SKIP LOCKED`, so a relay claims rows with a lease: one short
+//! `BEGIN IMMEDIATE` transaction stamps a batch of unleased (or expired)
+//! unpublished rows with the relay's id and a deadline, and commits. Two
+//! relays never hold the same rows, relays publish concurrently (as they do
+//! on PostgreSQL), and a crashed relay's rows come back when its lease
+//! expires ([`LEASE`]), with no cleanup by anyone. Holding SQLite's single
+//! write lock across the publish instead would serialise every writer behind
+//! the broker.
 
 use super::{
-    claims, dead_letter_key, plan_effects, BatchOutcome, DbTruth, Incoming, NewPayment, OutboxRecord, OutboxRow,
-    PaymentRow, PURGE_CHUNK,
+    dead_letter_key, DbTruth, EffectPlan, Incoming, NewPayment, OutboxRecord, OutboxRow, PaymentRow, PURGE_CHUNK,
 };
 use crate::error::{Error, Result};
-use crate::events::{self, Decoded, EventKind, PaymentEvent};
-use crate::scenario::InboxMode;
+use crate::events::{self, EventKind, PaymentEvent};
+use crate::scenario::ProjectionMode;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
@@ -23,6 +26,10 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
 use uuid::Uuid;
+
+/// How long a relay's claim on outbox rows lasts. Longer than a publish
+/// takes; a crashed relay's rows are claimable again after it.
+pub const LEASE: Duration = Duration::from_secs(2);
 
 /// "Now" in milliseconds since the epoch, as the migrations store times.
 const NOW_MS: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
@@ -70,7 +77,7 @@ impl SqliteStore {
 
     pub async fn relay_connection(&self) -> Result<SqliteRelayConn> {
         let conn = self.opts.connect().await.map_err(|e| Error::db("opening a relay connection", e))?;
-        Ok(SqliteRelayConn { conn })
+        Ok(SqliteRelayConn::new(conn))
     }
 
     async fn begin(&self, what: &str) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>> {
@@ -79,7 +86,7 @@ impl SqliteStore {
         self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(|e| Error::db(format!("beginning {what}"), e))
     }
 
-    pub async fn authorize(&self, p: &NewPayment) -> Result<()> {
+    pub async fn authorize(&self, p: &NewPayment, outbox: bool) -> Result<()> {
         let mut tx = self.begin("authorize").await?;
         sqlx::query("INSERT INTO payments (id, account_id, amount_cents, status) VALUES (?, ?, ?, 'authorized')")
             .bind(p.id)
@@ -88,11 +95,13 @@ impl SqliteStore {
             .execute(&mut *tx)
             .await
             .map_err(|e| Error::db("inserting a payment", e))?;
-        insert_outbox(&mut tx, p, EventKind::Authorized, None).await?;
+        if outbox {
+            insert_outbox(&mut tx, p, EventKind::Authorized, None).await?;
+        }
         tx.commit().await.map_err(|e| Error::db("committing authorize", e))
     }
 
-    pub async fn capture(&self, p: &NewPayment, poison: bool) -> Result<()> {
+    pub async fn capture(&self, p: &NewPayment, poison: bool, outbox: bool) -> Result<()> {
         let mut tx = self.begin("capture").await?;
         sqlx::query(&format!(
             "UPDATE payments SET status = 'captured', updated_at = {NOW_MS} WHERE id = ? AND status = 'authorized'"
@@ -101,86 +110,46 @@ impl SqliteStore {
         .execute(&mut *tx)
         .await
         .map_err(|e| Error::db("capturing a payment", e))?;
-        insert_outbox(&mut tx, p, EventKind::Captured, None).await?;
-        if poison {
+        if outbox {
+            insert_outbox(&mut tx, p, EventKind::Captured, None).await?;
+        }
+        if poison && outbox {
             insert_outbox(&mut tx, p, EventKind::Captured, Some(events::poison_payload())).await?;
         }
         tx.commit().await.map_err(|e| Error::db("committing capture", e))
     }
 
-    pub async fn apply_batch(&self, batch: &[Incoming], mode: InboxMode) -> Result<BatchOutcome> {
-        let mut out = BatchOutcome::default();
-        let mut tx = self.begin("a notifier batch").await?;
-        for m in batch.iter().filter(|m| m.decoded.is_err()) {
-            let r = sqlx::query(
-                "INSERT INTO dead_letters (message_id, topic_partition, topic_offset, payload, error) \
-                 VALUES (?, ?, ?, ?, ?) ON CONFLICT (message_id) DO NOTHING",
-            )
-            .bind(dead_letter_key(m))
-            .bind(m.partition)
-            .bind(m.offset)
-            .bind(&m.raw_payload)
-            .bind(m.decoded.as_ref().err().cloned().unwrap_or_default())
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| Error::db("writing dead letters", e))?;
-            out.dead_lettered += r.rows_affected();
-        }
-        let events: Vec<&Decoded> = batch.iter().filter_map(|m| m.decoded.as_ref().ok()).collect();
-        let mut claimed: HashSet<(Uuid, &str)> = HashSet::new();
-        if mode == InboxMode::On {
-            for (id, h) in claims(&events) {
-                let r = sqlx::query("INSERT INTO inbox (message_id, handler) VALUES (?, ?) ON CONFLICT DO NOTHING")
-                    .bind(id)
-                    .bind(h)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(|e| Error::db("claiming inbox rows", e))?;
-                if r.rows_affected() == 1 {
-                    claimed.insert((id, h));
-                }
-            }
-        }
-        let plan = plan_effects(&events, mode, &claimed);
-        out.applied = plan.applied;
-        out.duplicates = plan.duplicates;
-        for e in &plan.projection {
-            // State-based: a replayed `authorized` cannot undo a `captured`.
-            let r = sqlx::query(&format!(
-                "INSERT INTO payment_projection (payment_id, status) VALUES (?, ?) \
-                 ON CONFLICT (payment_id) DO UPDATE SET status = excluded.status, updated_at = {NOW_MS} \
-                 WHERE payment_projection.status = 'authorized' AND excluded.status = 'captured'"
-            ))
-            .bind(e.body.payment_id)
-            .bind(e.kind.status())
-            .execute(&mut *tx)
-            .await
-            .map_err(|err| Error::db("updating the projection", err))?;
-            if r.rows_affected() == 0 {
-                out.stale += 1;
-            }
-        }
-        for (payment, message) in &plan.receipts {
-            sqlx::query("INSERT INTO receipts (payment_id, message_id) VALUES (?, ?)")
-                .bind(payment)
-                .bind(message)
-                .execute(&mut *tx)
+    pub async fn begin_tx(&self) -> Result<SqliteTx> {
+        self.begin("a notifier transaction").await
+    }
+
+    /// The check of the check-then-act variant, outside any transaction.
+    pub async fn unkeyed_seen(&self, pairs: &[(Uuid, &'static str)]) -> Result<HashSet<(Uuid, &'static str)>> {
+        let mut seen = HashSet::new();
+        for (id, h) in pairs {
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM inbox_unkeyed WHERE message_id = ? AND handler = ?")
+                .bind(id)
+                .bind(*h)
+                .fetch_one(&self.pool)
                 .await
-                .map_err(|e| Error::db("sending receipts", e))?;
+                .map_err(|e| Error::db("checking the unkeyed inbox", e))?;
+            if n > 0 {
+                seen.insert((*id, *h));
+            }
         }
-        for (account, points) in &plan.loyalty {
-            sqlx::query(
-                "INSERT INTO loyalty_points (account_id, points) VALUES (?, ?) \
-                 ON CONFLICT (account_id) DO UPDATE SET points = loyalty_points.points + excluded.points",
-            )
-            .bind(account)
-            .bind(points)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| Error::db("adding loyalty points", e))?;
+        Ok(seen)
+    }
+
+    pub async fn unkeyed_record(&self, pairs: &[(Uuid, &'static str)]) -> Result<()> {
+        for (id, h) in pairs {
+            sqlx::query("INSERT INTO inbox_unkeyed (message_id, handler) VALUES (?, ?)")
+                .bind(id)
+                .bind(*h)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| Error::db("recording in the unkeyed inbox", e))?;
         }
-        tx.commit().await.map_err(|e| Error::db("committing a notifier batch", e))?;
-        Ok(out)
+        Ok(())
     }
 
     pub async fn unpublished(&self) -> Result<i64> {
@@ -197,7 +166,9 @@ impl SqliteStore {
                 "DELETE FROM outbox WHERE rowid IN (SELECT rowid FROM outbox WHERE published_at IS NOT NULL \
                  AND published_at < {NOW_MS} - ? LIMIT ?)"
             ),
-            format!("DELETE FROM inbox WHERE rowid IN (SELECT rowid FROM inbox WHERE processed_at < {NOW_MS} - ? LIMIT ?)"),
+            format!(
+                "DELETE FROM inbox WHERE rowid IN (SELECT rowid FROM inbox WHERE processed_at < {NOW_MS} - ? LIMIT ?)"
+            ),
         ];
         for (i, (sql, older)) in statements.iter().zip([outbox_older, inbox_older]).enumerate() {
             loop {
@@ -239,12 +210,11 @@ impl SqliteStore {
             .map(|r| {
                 let t: String = r.get(2);
                 let payload: String = r.get(3);
-                let kind =
-                    EventKind::from_type(&t).filter(|_| serde_json::from_str::<PaymentEvent>(&payload).is_ok());
+                let kind = EventKind::from_type(&t).filter(|_| serde_json::from_str::<PaymentEvent>(&payload).is_ok());
                 OutboxRecord { id: r.get(0), payment_id: r.get(1), kind, published: r.get(4) }
             })
             .collect();
-        let inbox_rows = sqlx::query("SELECT handler, count(*) FROM inbox GROUP BY handler")
+        let inbox_rows = sqlx::query("SELECT handler, count(*) FROM (SELECT handler FROM inbox UNION ALL SELECT handler FROM inbox_unkeyed) GROUP BY handler")
             .fetch_all(&self.pool)
             .await
             .map_err(ctx("the inbox"))?
@@ -280,6 +250,92 @@ impl SqliteStore {
     }
 }
 
+/// A notifier transaction on SQLite (begun IMMEDIATE).
+pub type SqliteTx = sqlx::Transaction<'static, sqlx::Sqlite>;
+
+pub async fn dead_letters(tx: &mut SqliteTx, bad: &[&Incoming]) -> Result<u64> {
+    let mut n = 0;
+    for m in bad {
+        let r = sqlx::query(
+            "INSERT INTO dead_letters (message_id, topic_partition, topic_offset, payload, error) \
+             VALUES (?, ?, ?, ?, ?) ON CONFLICT (message_id) DO NOTHING",
+        )
+        .bind(dead_letter_key(m))
+        .bind(m.partition)
+        .bind(m.offset)
+        .bind(&m.raw_payload)
+        .bind(m.decoded.as_ref().err().cloned().unwrap_or_default())
+        .execute(&mut **tx)
+        .await
+        .map_err(|e| Error::db("writing dead letters", e))?;
+        n += r.rows_affected();
+    }
+    Ok(n)
+}
+
+/// The inbox claim, one `INSERT … ON CONFLICT DO NOTHING` per pair.
+pub async fn claim(tx: &mut SqliteTx, pairs: &[(Uuid, &'static str)]) -> Result<HashSet<(Uuid, &'static str)>> {
+    let mut claimed = HashSet::new();
+    for (id, h) in pairs {
+        let r = sqlx::query("INSERT INTO inbox (message_id, handler) VALUES (?, ?) ON CONFLICT DO NOTHING")
+            .bind(id)
+            .bind(*h)
+            .execute(&mut **tx)
+            .await
+            .map_err(|e| Error::db("claiming inbox rows", e))?;
+        if r.rows_affected() == 1 {
+            claimed.insert((*id, *h));
+        }
+    }
+    Ok(claimed)
+}
+
+pub async fn apply(tx: &mut SqliteTx, plan: &EffectPlan<'_>, projection: ProjectionMode) -> Result<u64> {
+    let mut stale = 0;
+    let guard = match projection {
+        // Only ever forward, so a stale `authorized` cannot undo `captured`.
+        ProjectionMode::StateGuard => {
+            " WHERE payment_projection.status = 'authorized' AND excluded.status = 'captured'"
+        }
+        ProjectionMode::LastWriteWins => "",
+    };
+    let sql = format!(
+        "INSERT INTO payment_projection (payment_id, status) VALUES (?, ?) \
+         ON CONFLICT (payment_id) DO UPDATE SET status = excluded.status, updated_at = {NOW_MS}{guard}"
+    );
+    for e in &plan.projection {
+        let r = sqlx::query(&sql)
+            .bind(e.body.payment_id)
+            .bind(e.kind.status())
+            .execute(&mut **tx)
+            .await
+            .map_err(|err| Error::db("updating the projection", err))?;
+        if r.rows_affected() == 0 {
+            stale += 1;
+        }
+    }
+    for (payment, message) in &plan.receipts {
+        sqlx::query("INSERT INTO receipts (payment_id, message_id) VALUES (?, ?)")
+            .bind(payment)
+            .bind(message)
+            .execute(&mut **tx)
+            .await
+            .map_err(|e| Error::db("sending receipts", e))?;
+    }
+    for (account, points) in &plan.loyalty {
+        sqlx::query(
+            "INSERT INTO loyalty_points (account_id, points) VALUES (?, ?) \
+             ON CONFLICT (account_id) DO UPDATE SET points = loyalty_points.points + excluded.points",
+        )
+        .bind(account)
+        .bind(points)
+        .execute(&mut **tx)
+        .await
+        .map_err(|e| Error::db("adding loyalty points", e))?;
+    }
+    Ok(stale)
+}
+
 async fn insert_outbox(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
     p: &NewPayment,
@@ -301,22 +357,38 @@ async fn insert_outbox(
     Ok(())
 }
 
-/// A relay's private SQLite connection; see the module docs for the claim.
+/// A relay's private SQLite connection; see the module docs for the lease.
 pub struct SqliteRelayConn {
     conn: SqliteConnection,
+    /// This relay incarnation's lease id.
+    owner: String,
+    /// The ids it holds a lease on, to release them.
+    held: Vec<Uuid>,
 }
 
 impl SqliteRelayConn {
+    pub fn new(conn: SqliteConnection) -> Self {
+        Self { conn, owner: Uuid::new_v4().to_string(), held: Vec::new() }
+    }
+
     pub async fn claim(&mut self, n: usize) -> Result<Vec<OutboxRow>> {
-        sqlx::query("BEGIN IMMEDIATE").execute(&mut self.conn).await.map_err(|e| Error::db("beginning a relay claim", e))?;
-        let rows = sqlx::query(
-            "SELECT id, seq, aggregate_id, event_type, payload FROM outbox WHERE published_at IS NULL ORDER BY seq LIMIT ?",
-        )
+        let mut tx = sqlx::Connection::begin_with(&mut self.conn, "BEGIN IMMEDIATE")
+            .await
+            .map_err(|e| Error::db("beginning a relay claim", e))?;
+        let rows = sqlx::query(&format!(
+            "UPDATE outbox SET lease_owner = ?, lease_until = {NOW_MS} + ? WHERE seq IN ( \
+               SELECT seq FROM outbox WHERE published_at IS NULL \
+               AND (lease_until IS NULL OR lease_until < {NOW_MS}) ORDER BY seq LIMIT ?) \
+             RETURNING id, seq, aggregate_id, event_type, payload"
+        ))
+        .bind(&self.owner)
+        .bind(LEASE.as_millis() as i64)
         .bind(n as i64)
-        .fetch_all(&mut self.conn)
+        .fetch_all(&mut *tx)
         .await
         .map_err(|e| Error::db("claiming outbox rows", e))?;
-        Ok(rows
+        tx.commit().await.map_err(|e| Error::db("committing a relay claim", e))?;
+        let mut rows: Vec<OutboxRow> = rows
             .into_iter()
             .map(|r| OutboxRow {
                 id: r.get(0),
@@ -325,28 +397,48 @@ impl SqliteRelayConn {
                 event_type: r.get(3),
                 payload: r.get::<String, _>(4).into_bytes(),
             })
-            .collect())
+            .collect();
+        // RETURNING has no order; publish oldest first.
+        rows.sort_by_key(|r| r.seq);
+        self.held = rows.iter().map(|r| r.id).collect();
+        Ok(rows)
     }
 
     pub async fn mark_published(&mut self, ids: &[Uuid]) -> Result<()> {
-        for id in ids {
-            sqlx::query(&format!("UPDATE outbox SET published_at = {NOW_MS} WHERE id = ?"))
-                .bind(id)
-                .execute(&mut self.conn)
-                .await
-                .map_err(|e| Error::db("marking outbox rows published", e))?;
+        if ids.is_empty() {
+            return Ok(());
         }
-        sqlx::query("COMMIT").execute(&mut self.conn).await.map_err(|e| Error::db("committing a relay batch", e))?;
+        let mut tx = sqlx::Connection::begin_with(&mut self.conn, "BEGIN IMMEDIATE")
+            .await
+            .map_err(|e| Error::db("beginning a relay mark", e))?;
+        for id in ids {
+            sqlx::query(&format!(
+                "UPDATE outbox SET published_at = {NOW_MS}, lease_owner = NULL, lease_until = NULL WHERE id = ?"
+            ))
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| Error::db("marking outbox rows published", e))?;
+        }
+        tx.commit().await.map_err(|e| Error::db("committing a relay batch", e))?;
+        self.held.clear();
         Ok(())
     }
 
     pub async fn release(&mut self) -> Result<()> {
-        sqlx::query("ROLLBACK").execute(&mut self.conn).await.map_err(|e| Error::db("releasing a relay claim", e))?;
+        let held = std::mem::take(&mut self.held);
+        for id in held {
+            sqlx::query("UPDATE outbox SET lease_owner = NULL, lease_until = NULL WHERE id = ? AND lease_owner = ?")
+                .bind(id)
+                .bind(&self.owner)
+                .execute(&mut self.conn)
+                .await
+                .map_err(|e| Error::db("releasing a relay claim", e))?;
+        }
         Ok(())
     }
 
-    /// The crash: the connection closes with its transaction open; SQLite
-    /// rolls it back and frees the write lock.
+    /// The crash: the connection closes; the lease is left to expire.
     pub fn crash(self) {
         drop(self.conn);
     }

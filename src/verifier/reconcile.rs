@@ -31,6 +31,8 @@ pub struct Counts {
     pub payments_with_many_receipts: u64,
     pub projection_captured: u64,
     pub reordered_payments: u64,
+    /// Payments with an event absent from the topic (by key and type).
+    pub payments_missing_events: u64,
     pub dead_letters: u64,
     pub loyalty_points: i64,
     pub loyalty_points_expected: i64,
@@ -48,12 +50,7 @@ pub struct Invariant {
 impl Invariant {
     fn eq<T: PartialEq + ToString>(name: &str, expected: T, actual: T) -> Self {
         let ok = expected == actual;
-        Self {
-            name: name.to_string(),
-            expected: expected.to_string(),
-            actual: actual.to_string(),
-            ok,
-        }
+        Self { name: name.to_string(), expected: expected.to_string(), actual: actual.to_string(), ok }
     }
 }
 
@@ -123,11 +120,7 @@ struct AnomalyBuilder {
 
 impl AnomalyBuilder {
     fn new(name: &'static str) -> Self {
-        Self {
-            name,
-            count: 0,
-            examples: Vec::new(),
-        }
+        Self { name, count: 0, examples: Vec::new() }
     }
     fn hit(&mut self, example: impl FnOnce() -> String) {
         self.count += 1;
@@ -137,29 +130,20 @@ impl AnomalyBuilder {
     }
     fn push_into(self, out: &mut Vec<Anomaly>) {
         if self.count > 0 {
-            out.push(Anomaly {
-                name: self.name.into(),
-                count: self.count,
-                examples: self.examples,
-            });
+            out.push(Anomaly { name: self.name.into(), count: self.count, examples: self.examples });
         }
     }
 }
 
 /// Where a payment's messages sit on the topic, for examples.
-fn locate(
-    topic_by_payment: &HashMap<Uuid, Vec<(i32, i64, Option<EventKind>)>>,
-    payment: Uuid,
-) -> String {
+fn locate(topic_by_payment: &HashMap<Uuid, Vec<(i32, i64, Option<EventKind>)>>, payment: Uuid) -> String {
     match topic_by_payment.get(&payment) {
         None => "no message on the topic".into(),
         Some(v) => {
             let parts: Vec<String> = v
                 .iter()
                 .take(6)
-                .map(|(p, o, k)| {
-                    format!("{}@{p}:{o}", k.map(|k| k.status()).unwrap_or("malformed"))
-                })
+                .map(|(p, o, k)| format!("{}@{p}:{o}", k.map(|k| k.status()).unwrap_or("malformed")))
                 .collect();
             parts.join(" ")
         }
@@ -188,46 +172,26 @@ pub fn reconcile(db: &DbTruth, topic: &[TopicRecord]) -> Reconciliation {
             Some(id) if outbox_ids.contains(&id) => {
                 seen.insert(id);
             }
-            Some(id) => foreign.hit(|| {
-                format!(
-                    "event {id} at partition {} offset {}",
-                    m.partition, m.offset
-                )
-            }),
-            None => foreign.hit(|| {
-                format!(
-                    "message without an event id at partition {} offset {}",
-                    m.partition, m.offset
-                )
-            }),
+            Some(id) => foreign.hit(|| format!("event {id} at partition {} offset {}", m.partition, m.offset)),
+            None => {
+                foreign.hit(|| format!("message without an event id at partition {} offset {}", m.partition, m.offset))
+            }
         }
         if let Some(p) = m.payment_id {
-            by_payment
-                .entry(p)
-                .or_default()
-                .push((m.partition, m.offset, m.kind));
+            by_payment.entry(p).or_default().push((m.partition, m.offset, m.kind));
         }
     }
     c.topic_distinct_events = seen.len() as u64;
-    let with_ids = topic
-        .iter()
-        .filter(|m| m.event_id.map(|i| outbox_ids.contains(&i)).unwrap_or(false))
-        .count() as u64;
+    let with_ids = topic.iter().filter(|m| m.event_id.map(|i| outbox_ids.contains(&i)).unwrap_or(false)).count() as u64;
     c.topic_duplicates = with_ids - c.topic_distinct_events;
 
     // Reordering: an `authorized` message at a later offset than a `captured`
     // one of the same payment (same key, so same partition).
     for msgs in by_payment.values() {
-        let last_auth = msgs
-            .iter()
-            .filter(|m| m.2 == Some(EventKind::Authorized))
-            .map(|m| (m.0, m.1))
-            .max_by_key(|m| m.1);
-        let first_cap = msgs
-            .iter()
-            .filter(|m| m.2 == Some(EventKind::Captured))
-            .map(|m| (m.0, m.1))
-            .min_by_key(|m| m.1);
+        let last_auth =
+            msgs.iter().filter(|m| m.2 == Some(EventKind::Authorized)).map(|m| (m.0, m.1)).max_by_key(|m| m.1);
+        let first_cap =
+            msgs.iter().filter(|m| m.2 == Some(EventKind::Captured)).map(|m| (m.0, m.1)).min_by_key(|m| m.1);
         if let (Some(a), Some(k)) = (last_auth, first_cap) {
             if a.0 == k.0 && a.1 > k.1 {
                 c.reordered_payments += 1;
@@ -252,6 +216,23 @@ pub fn reconcile(db: &DbTruth, topic: &[TopicRecord]) -> Reconciliation {
             leftover.hit(|| format!("event {} of payment {}", o.id, o.payment_id));
         }
     }
+    // Payment by payment too: each payment's events must be on the topic,
+    // whatever the outbox says (a dual write has no outbox to compare with).
+    let mut payments_missing_events = 0u64;
+    for p in &db.payments {
+        let kinds: HashSet<EventKind> =
+            by_payment.get(&p.id).map(|v| v.iter().filter_map(|m| m.2).collect()).unwrap_or_default();
+        let mut want = vec![EventKind::Authorized];
+        if p.captured {
+            want.push(EventKind::Captured);
+        }
+        let missing: Vec<&str> = want.iter().filter(|k| !kinds.contains(k)).map(|k| k.status()).collect();
+        if !missing.is_empty() {
+            payments_missing_events += 1;
+            lost.hit(|| format!("payment {}: no {} message on the topic", p.id, missing.join(" or ")));
+        }
+    }
+    c.payments_missing_events = payments_missing_events;
     let lost_count = lost.count;
 
     // Effects: receipts per captured payment.
@@ -259,34 +240,17 @@ pub fn reconcile(db: &DbTruth, topic: &[TopicRecord]) -> Reconciliation {
     let mut dup = AnomalyBuilder::new("duplicate effect");
     let mut missing = AnomalyBuilder::new("missing effect");
     let mut stale = AnomalyBuilder::new("stale projection");
-    let captured: HashSet<Uuid> = db
-        .payments
-        .iter()
-        .filter(|p| p.captured)
-        .map(|p| p.id)
-        .collect();
+    let captured: HashSet<Uuid> = db.payments.iter().filter(|p| p.captured).map(|p| p.id).collect();
     for p in db.payments.iter().filter(|p| p.captured) {
         match db.receipts.get(&p.id).copied().unwrap_or(0) {
             0 => {
                 c.payments_without_receipt += 1;
-                missing.hit(|| {
-                    format!(
-                        "payment {}: no receipt; topic: {}",
-                        p.id,
-                        locate(&by_payment, p.id)
-                    )
-                });
+                missing.hit(|| format!("payment {}: no receipt; topic: {}", p.id, locate(&by_payment, p.id)));
             }
             1 => c.payments_with_one_receipt += 1,
             n => {
                 c.payments_with_many_receipts += 1;
-                dup.hit(|| {
-                    format!(
-                        "payment {}: {n} receipts; topic: {}",
-                        p.id,
-                        locate(&by_payment, p.id)
-                    )
-                });
+                dup.hit(|| format!("payment {}: {n} receipts; topic: {}", p.id, locate(&by_payment, p.id)));
             }
         }
         if db.projection.get(&p.id).copied().unwrap_or(false) {
@@ -296,13 +260,7 @@ pub fn reconcile(db: &DbTruth, topic: &[TopicRecord]) -> Reconciliation {
                 Some(_) => "authorized",
                 None => "absent",
             };
-            stale.hit(|| {
-                format!(
-                    "payment {}: projection {shown}; topic: {}",
-                    p.id,
-                    locate(&by_payment, p.id)
-                )
-            });
+            stale.hit(|| format!("payment {}: projection {shown}; topic: {}", p.id, locate(&by_payment, p.id)));
         }
     }
     // Receipts for payments that were never captured are duplicates of nothing.
@@ -313,8 +271,7 @@ pub fn reconcile(db: &DbTruth, topic: &[TopicRecord]) -> Reconciliation {
     }
 
     // Inbox rows per handler against the distinct valid events it handles.
-    let mut expected_inbox: BTreeMap<String, u64> =
-        HANDLERS.iter().map(|h| (h.to_string(), 0)).collect();
+    let mut expected_inbox: BTreeMap<String, u64> = HANDLERS.iter().map(|h| (h.to_string(), 0)).collect();
     for o in &db.outbox {
         if let Some(k) = o.kind {
             for h in handlers_for(k) {
@@ -323,28 +280,20 @@ pub fn reconcile(db: &DbTruth, topic: &[TopicRecord]) -> Reconciliation {
         }
     }
     c.inbox_rows = db.inbox_rows.values().sum();
-    c.inbox_rows_by_handler = HANDLERS
-        .iter()
-        .map(|h| (h.to_string(), db.inbox_rows.get(*h).copied().unwrap_or(0)))
-        .collect();
+    c.inbox_rows_by_handler =
+        HANDLERS.iter().map(|h| (h.to_string(), db.inbox_rows.get(*h).copied().unwrap_or(0))).collect();
     let mut inbox_mismatch = AnomalyBuilder::new("inbox mismatch");
     for (h, want) in &expected_inbox {
         let got = c.inbox_rows_by_handler.get(h).copied().unwrap_or(0);
         if got != *want {
-            inbox_mismatch
-                .hit(|| format!("handler {h}: {got} inbox rows for {want} distinct events"));
+            inbox_mismatch.hit(|| format!("handler {h}: {got} inbox rows for {want} distinct events"));
         }
     }
 
     c.dead_letters = db.dead_letters;
     let mut dl = AnomalyBuilder::new("dead letter mismatch");
     if c.dead_letters != c.poison_events {
-        dl.hit(|| {
-            format!(
-                "{} dead letters for {} malformed events",
-                c.dead_letters, c.poison_events
-            )
-        });
+        dl.hit(|| format!("{} dead letters for {} malformed events", c.dead_letters, c.poison_events));
     }
 
     // The non-idempotent counter, per account.
@@ -355,11 +304,7 @@ pub fn reconcile(db: &DbTruth, topic: &[TopicRecord]) -> Reconciliation {
     c.loyalty_points = db.loyalty.values().sum();
     c.loyalty_points_expected = want_points.values().sum();
     let mut drift = AnomalyBuilder::new("counter drift");
-    let accounts: HashSet<i32> = want_points
-        .keys()
-        .chain(db.loyalty.keys())
-        .copied()
-        .collect();
+    let accounts: HashSet<i32> = want_points.keys().chain(db.loyalty.keys()).copied().collect();
     let mut accounts: Vec<i32> = accounts.into_iter().collect();
     accounts.sort_unstable();
     for a in accounts {
@@ -371,71 +316,31 @@ pub fn reconcile(db: &DbTruth, topic: &[TopicRecord]) -> Reconciliation {
     }
 
     let invariants = vec![
-        Invariant::eq(
-            "no lost events (outbox events missing from the topic)",
-            0,
-            lost_count,
-        ),
-        Invariant::eq(
-            "no foreign events (topic events not in the outbox)",
-            0,
-            foreign.count,
-        ),
+        Invariant::eq("no lost events (outbox events missing from the topic)", 0, lost_count - payments_missing_events),
+        Invariant::eq("every payment's events on the topic", 0, payments_missing_events),
+        Invariant::eq("no foreign events (topic events not in the outbox)", 0, foreign.count),
         Invariant::eq("no unpublished leftovers", 0, c.unpublished),
         Invariant::eq("every payment captured", c.payments, c.payments_captured),
-        Invariant::eq(
-            "exactly one receipt per captured payment",
-            c.payments_captured,
-            c.payments_with_one_receipt,
-        ),
+        Invariant::eq("exactly one receipt per captured payment", c.payments_captured, c.payments_with_one_receipt),
         Invariant::eq("receipts sent", c.payments_captured, c.receipts),
         Invariant::eq(
             "inbox rows = distinct events, per handler",
             fmt_map(&expected_inbox),
             fmt_map(&c.inbox_rows_by_handler),
         ),
-        Invariant::eq(
-            "projection shows captured",
-            c.payments_captured,
-            c.projection_captured,
-        ),
-        Invariant::eq(
-            "dead letters = malformed events injected",
-            c.poison_events,
-            c.dead_letters,
-        ),
-        Invariant::eq(
-            "loyalty points = sum of captured amounts",
-            c.loyalty_points_expected,
-            c.loyalty_points,
-        ),
+        Invariant::eq("projection shows captured", c.payments_captured, c.projection_captured),
+        Invariant::eq("dead letters = malformed events injected", c.poison_events, c.dead_letters),
+        Invariant::eq("loyalty points = sum of captured amounts", c.loyalty_points_expected, c.loyalty_points),
     ];
 
-    for b in [
-        lost,
-        foreign,
-        leftover,
-        dup,
-        missing,
-        stale,
-        inbox_mismatch,
-        dl,
-        drift,
-    ] {
+    for b in [lost, foreign, leftover, dup, missing, stale, inbox_mismatch, dl, drift] {
         b.push_into(&mut anomalies);
     }
-    Reconciliation {
-        counts: c,
-        invariants,
-        anomalies,
-    }
+    Reconciliation { counts: c, invariants, anomalies }
 }
 
 fn fmt_map(m: &BTreeMap<String, u64>) -> String {
-    m.iter()
-        .map(|(k, v)| format!("{k} {v}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    m.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")
 }
 
 /// "The chaos happened": every fault point with a probability above zero
@@ -451,9 +356,7 @@ pub fn chaos_checks(faults: &[FaultSummary], counts: &Counts) -> Vec<Invariant> 
             ok: f.fired > 0,
         });
     }
-    let relay = faults
-        .iter()
-        .find(|f| f.point == FaultPoint::RelayAfterProduce.name());
+    let relay = faults.iter().find(|f| f.point == FaultPoint::RelayAfterProduce.name());
     if let Some(r) = relay.filter(|r| r.fired > 0) {
         out.push(Invariant {
             name: format!("relay crashes ({}) left duplicates on the topic", r.fired),
@@ -466,51 +369,24 @@ pub fn chaos_checks(faults: &[FaultSummary], counts: &Counts) -> Vec<Invariant> 
 }
 
 /// The verdict, and one line saying why.
-pub fn verdict(
-    exactly_once: bool,
-    invariants: &[Invariant],
-    chaos: &[Invariant],
-) -> (Verdict, String) {
-    let violated: Vec<&str> = invariants
-        .iter()
-        .filter(|i| !i.ok)
-        .map(|i| i.name.as_str())
-        .collect();
-    let quiet: Vec<&str> = chaos
-        .iter()
-        .filter(|i| !i.ok)
-        .map(|i| i.name.as_str())
-        .collect();
+pub fn verdict(exactly_once: bool, invariants: &[Invariant], chaos: &[Invariant]) -> (Verdict, String) {
+    let violated: Vec<&str> = invariants.iter().filter(|i| !i.ok).map(|i| i.name.as_str()).collect();
+    let quiet: Vec<&str> = chaos.iter().filter(|i| !i.ok).map(|i| i.name.as_str()).collect();
     if !violated.is_empty() {
         let list = violated.join("; ");
         return if exactly_once {
-            (
-                Verdict::Fail,
-                format!("{} invariant(s) violated: {list}", violated.len()),
-            )
+            (Verdict::Fail, format!("{} invariant(s) violated: {list}", violated.len()))
         } else {
-            (
-                Verdict::Pass,
-                format!("violations were expected and found: {list}"),
-            )
+            (Verdict::Pass, format!("violations were expected and found: {list}"))
         };
     }
     if !quiet.is_empty() {
-        return (
-            Verdict::Inconclusive,
-            format!("the chaos did not happen: {}", quiet.join("; ")),
-        );
+        return (Verdict::Inconclusive, format!("the chaos did not happen: {}", quiet.join("; ")));
     }
     if exactly_once {
-        (
-            Verdict::Pass,
-            "every invariant held under the injected faults".into(),
-        )
+        (Verdict::Pass, "every invariant held under the injected faults".into())
     } else {
-        (
-            Verdict::Fail,
-            "violations were expected but every invariant held".into(),
-        )
+        (Verdict::Fail, "violations were expected but every invariant held".into())
     }
 }
 
@@ -526,23 +402,10 @@ mod tests {
         let mut topic = Vec::new();
         for i in 0..n {
             let pid = Uuid::from_u128(1000 + i as u128);
-            db.payments.push(PaymentRow {
-                id: pid,
-                account_id: (i % 3) as i32,
-                amount_cents: 100,
-                captured: true,
-            });
-            for (j, kind) in [EventKind::Authorized, EventKind::Captured]
-                .into_iter()
-                .enumerate()
-            {
+            db.payments.push(PaymentRow { id: pid, account_id: (i % 3) as i32, amount_cents: 100, captured: true });
+            for (j, kind) in [EventKind::Authorized, EventKind::Captured].into_iter().enumerate() {
                 let id = Uuid::from_u128(((i as u128) << 8) | j as u128 | 1 << 100);
-                db.outbox.push(OutboxRecord {
-                    id,
-                    payment_id: pid,
-                    kind: Some(kind),
-                    published: true,
-                });
+                db.outbox.push(OutboxRecord { id, payment_id: pid, kind: Some(kind), published: true });
                 let offset = topic.len() as i64;
                 topic.push(TopicRecord {
                     partition: 0,
@@ -563,11 +426,7 @@ mod tests {
     }
 
     fn failing(r: &Reconciliation) -> Vec<String> {
-        r.invariants
-            .iter()
-            .filter(|i| !i.ok)
-            .map(|i| i.name.clone())
-            .collect()
+        r.invariants.iter().filter(|i| !i.ok).map(|i| i.name.clone()).collect()
     }
 
     #[test]
@@ -603,26 +462,18 @@ mod tests {
         let r = reconcile(&db, &topic);
         assert_eq!(
             failing(&r),
-            vec!["no lost events (outbox events missing from the topic)"]
+            vec!["no lost events (outbox events missing from the topic)", "every payment's events on the topic"]
         );
         assert_eq!(r.anomalies[0].name, "lost event");
+        assert_eq!(r.anomalies[0].count, 2, "the event, and the payment missing it");
     }
 
     #[test]
     fn foreign_event_fails_alone() {
         let (db, mut topic) = healthy(2);
-        topic.push(TopicRecord {
-            partition: 0,
-            offset: 99,
-            event_id: Some(Uuid::nil()),
-            payment_id: None,
-            kind: None,
-        });
+        topic.push(TopicRecord { partition: 0, offset: 99, event_id: Some(Uuid::nil()), payment_id: None, kind: None });
         let r = reconcile(&db, &topic);
-        assert_eq!(
-            failing(&r),
-            vec!["no foreign events (topic events not in the outbox)"]
-        );
+        assert_eq!(failing(&r), vec!["no foreign events (topic events not in the outbox)"]);
     }
 
     #[test]
@@ -639,15 +490,8 @@ mod tests {
         let pid = db.payments[2].id;
         db.receipts.insert(pid, 2);
         let r = reconcile(&db, &topic);
-        assert_eq!(
-            failing(&r),
-            vec!["exactly one receipt per captured payment", "receipts sent"]
-        );
-        let a = r
-            .anomalies
-            .iter()
-            .find(|a| a.name == "duplicate effect")
-            .unwrap();
+        assert_eq!(failing(&r), vec!["exactly one receipt per captured payment", "receipts sent"]);
+        let a = r.anomalies.iter().find(|a| a.name == "duplicate effect").unwrap();
         assert!(a.examples[0].contains(&pid.to_string()), "{:?}", a.examples);
         assert!(a.examples[0].contains("captured@0:"), "{:?}", a.examples);
     }
@@ -676,10 +520,7 @@ mod tests {
         let (mut db, topic) = healthy(3);
         db.inbox_rows.insert("receipts".into(), 2);
         let r = reconcile(&db, &topic);
-        assert_eq!(
-            failing(&r),
-            vec!["inbox rows = distinct events, per handler"]
-        );
+        assert_eq!(failing(&r), vec!["inbox rows = distinct events, per handler"]);
     }
 
     #[test]
@@ -687,10 +528,7 @@ mod tests {
         let (mut db, topic) = healthy(2);
         db.dead_letters = 1;
         let r = reconcile(&db, &topic);
-        assert_eq!(
-            failing(&r),
-            vec!["dead letters = malformed events injected"]
-        );
+        assert_eq!(failing(&r), vec!["dead letters = malformed events injected"]);
     }
 
     #[test]
@@ -698,10 +536,7 @@ mod tests {
         let (mut db, topic) = healthy(3);
         *db.loyalty.get_mut(&1).unwrap() += 100;
         let r = reconcile(&db, &topic);
-        assert_eq!(
-            failing(&r),
-            vec!["loyalty points = sum of captured amounts"]
-        );
+        assert_eq!(failing(&r), vec!["loyalty points = sum of captured amounts"]);
         assert!(r.anomalies[0].examples[0].starts_with("account 1: 200 points, expected 100"));
     }
 
@@ -714,21 +549,12 @@ mod tests {
     }
 
     fn fs(point: FaultPoint, p: f64, fired: u64) -> FaultSummary {
-        FaultSummary {
-            point: point.name().into(),
-            unit: point.unit().into(),
-            probability: p,
-            occurrences: 10,
-            fired,
-        }
+        FaultSummary { point: point.name().into(), unit: point.unit().into(), probability: p, occurrences: 10, fired }
     }
 
     #[test]
     fn chaos_checks_and_verdicts() {
-        let counts = Counts {
-            topic_duplicates: 0,
-            ..Default::default()
-        };
+        let counts = Counts { topic_duplicates: 0, ..Default::default() };
         let quiet = chaos_checks(&[fs(FaultPoint::RelayAfterProduce, 0.1, 0)], &counts);
         assert!(!quiet[0].ok);
         let ok_inv = vec![Invariant::eq("x", 1, 1)];
@@ -737,21 +563,10 @@ mod tests {
         assert_eq!(verdict(true, &bad_inv, &quiet).0, Verdict::Fail);
         let fired = chaos_checks(&[fs(FaultPoint::RelayAfterProduce, 0.1, 3)], &counts);
         assert_eq!(fired.len(), 2);
-        assert!(
-            !fired[1].ok,
-            "crashes without duplicates must not count as chaos"
-        );
-        let dup = Counts {
-            topic_duplicates: 5,
-            ..Default::default()
-        };
-        let good = chaos_checks(
-            &[
-                fs(FaultPoint::RelayAfterProduce, 0.1, 3),
-                fs(FaultPoint::WorkloadPoison, 0.0, 0),
-            ],
-            &dup,
-        );
+        assert!(!fired[1].ok, "crashes without duplicates must not count as chaos");
+        let dup = Counts { topic_duplicates: 5, ..Default::default() };
+        let good =
+            chaos_checks(&[fs(FaultPoint::RelayAfterProduce, 0.1, 3), fs(FaultPoint::WorkloadPoison, 0.0, 0)], &dup);
         assert!(good.iter().all(|i| i.ok));
         assert_eq!(verdict(true, &ok_inv, &good).0, Verdict::Pass);
         assert_eq!(verdict(false, &bad_inv, &good).0, Verdict::Pass);

@@ -25,24 +25,14 @@ pub struct TopicRecord {
 
 /// Reads every message. Gives up with an error, never hangs, if the topic
 /// cannot be read to its end within `limit`.
-pub async fn read_all(
-    brokers: &str,
-    topic: &str,
-    partitions: i32,
-    limit: Duration,
-) -> Result<Vec<TopicRecord>> {
+pub async fn read_all(brokers: &str, topic: &str, partitions: i32, limit: Duration) -> Result<Vec<TopicRecord>> {
     let (brokers, topic) = (brokers.to_string(), topic.to_string());
     tokio::task::spawn_blocking(move || read_blocking(&brokers, &topic, partitions, limit))
         .await
         .map_err(|e| Error::Internal(e.to_string()))?
 }
 
-fn read_blocking(
-    brokers: &str,
-    topic: &str,
-    partitions: i32,
-    limit: Duration,
-) -> Result<Vec<TopicRecord>> {
+fn read_blocking(brokers: &str, topic: &str, partitions: i32, limit: Duration) -> Result<Vec<TopicRecord>> {
     let c: BaseConsumer = kafka_config(brokers)
         .set("group.id", format!("{topic}.verifier"))
         .set("enable.auto.commit", "false")
@@ -53,17 +43,14 @@ fn read_blocking(
     let mut ends = Vec::new();
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
-        let (low, high) = c
-            .fetch_watermarks(topic, p, CONNECT_TIMEOUT)
-            .map_err(|e| Error::kafka("reading watermarks", e))?;
+        let (low, high) =
+            c.fetch_watermarks(topic, p, CONNECT_TIMEOUT).map_err(|e| Error::kafka("reading watermarks", e))?;
         ends.push(high);
         if high > low {
-            tpl.add_partition_offset(topic, p, Offset::Beginning)
-                .map_err(|e| Error::kafka("assigning", e))?;
+            tpl.add_partition_offset(topic, p, Offset::Beginning).map_err(|e| Error::kafka("assigning", e))?;
         }
     }
-    c.assign(&tpl)
-        .map_err(|e| Error::kafka("assigning the topic", e))?;
+    c.assign(&tpl).map_err(|e| Error::kafka("assigning the topic", e))?;
     let total: i64 = ends.iter().sum();
     let mut out = Vec::with_capacity(total.max(0) as usize);
     let mut next: Vec<i64> = vec![0; partitions as usize];
@@ -73,11 +60,7 @@ fn read_blocking(
         if started.elapsed() > limit {
             return Err(Error::Kafka {
                 context: format!("reading topic {topic} to its end"),
-                cause: format!(
-                    "read {} of {total} messages in {}s",
-                    out.len(),
-                    limit.as_secs()
-                ),
+                cause: format!("read {} of {total} messages in {}s", out.len(), limit.as_secs()),
             });
         }
         let Some(m) = c.poll(Duration::from_millis(200)) else {
@@ -100,21 +83,10 @@ fn read_blocking(
                 }
             }
         }
-        let event_id = id
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .and_then(|s| Uuid::parse_str(s).ok());
-        let payment_id = m
-            .key()
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .and_then(|s| Uuid::parse_str(s).ok());
+        let event_id = id.and_then(|v| std::str::from_utf8(v).ok()).and_then(|s| Uuid::parse_str(s).ok());
+        let payment_id = m.key().and_then(|v| std::str::from_utf8(v).ok()).and_then(|s| Uuid::parse_str(s).ok());
         let kind = events::decode(id, ty, m.payload()).ok().map(|d| d.kind);
-        out.push(TopicRecord {
-            partition: m.partition(),
-            offset: m.offset(),
-            event_id,
-            payment_id,
-            kind,
-        });
+        out.push(TopicRecord { partition: m.partition(), offset: m.offset(), event_id, payment_id, kind });
     }
     drop(c);
     Ok(out)

@@ -13,11 +13,13 @@ pub fn root() -> PathBuf {
 /// The services' endpoints. The test command (scripts/test.sh) exports both;
 /// a test that cannot reach them fails rather than skipping silently.
 pub fn database_url() -> String {
-    std::env::var("DATABASE_URL").expect("DATABASE_URL is not set: run the tests with scripts/test.sh, which starts PostgreSQL and Kafka")
+    std::env::var("DATABASE_URL")
+        .expect("DATABASE_URL is not set: run the tests with scripts/test.sh, which starts PostgreSQL and Kafka")
 }
 
 pub fn brokers() -> String {
-    std::env::var("KAFKA_BROKERS").expect("KAFKA_BROKERS is not set: run the tests with scripts/test.sh, which starts PostgreSQL and Kafka")
+    std::env::var("KAFKA_BROKERS")
+        .expect("KAFKA_BROKERS is not set: run the tests with scripts/test.sh, which starts PostgreSQL and Kafka")
 }
 
 pub fn chaos() -> Command {
@@ -35,7 +37,8 @@ pub struct Ran {
 
 impl Ran {
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}\nstderr:\n{}", self.stdout, self.stderr))
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}\nstderr:\n{}", self.stdout, self.stderr))
     }
 }
 
