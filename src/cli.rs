@@ -39,6 +39,29 @@ pub enum Command {
     },
     /// Check that PostgreSQL and Kafka answer; exits 3 with a hint when either does not.
     Doctor(InfraArgs),
+    /// Prove the verifier can fail: run every classic mistake with the fault that exposes it, then the correct pipeline.
+    Selftest(SelftestArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SelftestArgs {
+    #[command(flatten)]
+    pub infra: InfraArgs,
+    /// First seed; a variant's retries and the correct pipeline's runs count up from it.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// How many seeds the correct pipeline runs with (the no-false-alarm check).
+    #[arg(long, default_value_t = 1)]
+    pub clean_seeds: u32,
+    /// Run only the variants whose name contains this (skips the correct pipeline).
+    #[arg(long)]
+    pub only: Option<String>,
+    /// Where the runs' reports are written.
+    #[arg(long, default_value = "reports")]
+    pub reports_dir: PathBuf,
+    /// Print the summary as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -23,6 +23,9 @@ pub struct Stats {
     pub dead_lettered: AtomicU64,
     pub notifier_crashes: AtomicU64,
     pub notifier_errors: AtomicU64,
+    /// Stalled notifier incarnations still holding a batch; the drain waits
+    /// for them, or their late effects would land after verification.
+    pub zombies_active: AtomicU64,
     pub purged_outbox: AtomicU64,
     pub purged_inbox: AtomicU64,
 }

@@ -24,6 +24,7 @@
 //! - [`context`]: live counters and the shutdown signal every component shares.
 //! - [`progress`]: the live progress line on stderr.
 //! - [`run`]: wires one run together: infra, components, drain, verify, report.
+//! - [`selftest`]: the catalogue of classic mistakes the verifier must catch.
 //! - [`doctor`]: checks that PostgreSQL and Kafka answer.
 //! - [`cli`]: the command line, parsed with clap.
 //! - [`exit`] and [`error`]: exit codes in one place, typed errors.
@@ -43,6 +44,7 @@ pub mod relay;
 pub mod report;
 pub mod run;
 pub mod scenario;
+pub mod selftest;
 pub mod store;
 pub mod verifier;
 pub mod workload;

@@ -12,8 +12,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // Logs go to stderr; stdout carries only tables and JSON.
     let default = match cli.verbose {
-        0 => "warn,rdkafka=off,sqlx=off",
-        1 => "info,rdkafka=warn,sqlx=warn",
+        0 => "warn,rdkafka=off,librdkafka=off,sqlx=off",
+        1 => "info,rdkafka=warn,librdkafka=warn,sqlx=warn",
         _ => "debug,rdkafka=info,sqlx=info",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
@@ -43,6 +43,25 @@ fn main() -> ExitCode {
                 r.verdict.exit()
             }),
             Command::Doctor(a) => Ok(chaos::doctor::doctor(a.database_url, a.brokers).await),
+            Command::Selftest(a) => {
+                let opts = chaos::selftest::Options {
+                    database_url: a.infra.database_url,
+                    brokers: a.infra.brokers,
+                    reports_dir: a.reports_dir,
+                    seed: a.seed,
+                    clean_seeds: a.clean_seeds,
+                    only: a.only,
+                };
+                chaos::selftest::selftest(&opts).await.map(|summary| {
+                    let (table, exit) = chaos::selftest::render(&summary);
+                    if a.json {
+                        println!("{}", serde_json::to_string_pretty(&summary).unwrap_or_default());
+                    } else {
+                        print!("{table}");
+                    }
+                    exit
+                })
+            }
         }
     });
     // Components may still be closing Kafka clients; do not wait for them.

@@ -42,8 +42,8 @@ pub fn session_ms(ctx: &Ctx) -> u64 {
     }
 }
 
-/// How long `notifier.stall` holds a batch: past the poll interval and the
-/// session timeout both, plus time for the group to hand the partitions on.
+/// How long `notifier.stall` freezes a zombie: long enough for its
+/// replacement to rejoin the group and process the same batch.
 pub fn stall_duration(ctx: &Ctx) -> Duration {
     Duration::from_millis(2 * session_ms(ctx) + 2000)
 }
@@ -151,6 +151,31 @@ pub async fn run(ctx: Ctx, index: usize) {
                 let _ = tokio::task::block_in_place(|| consumer.commit(&tpl, CommitMode::Sync));
             }
             let modes = Modes { inbox: cfg.inbox, projection: cfg.projection };
+            if let Some(stall) = faults.stall {
+                // A zombie: this incarnation freezes while holding the batch
+                // (a GC pause, a stopped VM). The group replaces it and the
+                // batch is delivered again; when the zombie wakes it still
+                // applies what it held. It never commits offsets: it has been
+                // fenced.
+                let (store, held) = (ctx.store.clone(), batch.clone());
+                let (stats, who) = (ctx.stats.clone(), name.clone());
+                Stats::add(&ctx.stats.zombies_active, 1);
+                tokio::spawn(async move {
+                    let hold = BatchFaults { crash_mid_batch: faults.crash_mid_batch, stall: Some(stall) };
+                    match store.apply_batch(&held, modes, hold).await {
+                        Ok(o) => Stats::add(&stats.events_applied, o.applied),
+                        Err(e) => warn!(notifier = %who, cause = %e, "zombie batch failed"),
+                    }
+                    stats.zombies_active.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                });
+                Stats::add(&ctx.stats.notifier_crashes, 1);
+                drop(tpl);
+                discard(consumer);
+                if shutdown.sleep(cfg.restart_delay).await {
+                    return;
+                }
+                continue 'incarnation;
+            }
             match ctx.store.apply_batch(&batch, modes, faults).await {
                 Ok(o) if o.crashed => {
                     Stats::add(&ctx.stats.notifier_crashes, 1);

@@ -13,8 +13,9 @@ pub struct Progress {
 }
 
 impl Progress {
-    pub fn start(total: u64, stats: Arc<Stats>, faults: Arc<FaultInjector>) -> Self {
-        let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    pub fn start(total: u64, stats: Arc<Stats>, faults: Arc<FaultInjector>, visible: bool) -> Self {
+        let target = if visible { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() };
+        let bar = ProgressBar::with_draw_target(Some(total), target);
         bar.set_style(
             ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} payments · {msg}")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),

@@ -35,14 +35,37 @@ pub struct RunOptions {
 /// How often the drain condition is polled.
 const DRAIN_POLL: Duration = Duration::from_millis(250);
 
-/// Runs a scenario end to end and returns the report and the exit code.
+/// What a run prints on stdout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// The infra lines first, the tables at the end.
+    Tables,
+    /// The JSON report only.
+    Json,
+    /// Nothing (the selftest prints its own table).
+    Quiet,
+}
+
+/// Runs a scenario file end to end and returns the report and the exit code.
 pub async fn run(opts: RunOptions) -> Result<(Report, Exit)> {
-    let started = Instant::now();
     let mut sc = scenario::load(&opts.scenario)?;
     if let Some(seed) = opts.seed {
         sc.seed = seed;
     }
-    let endpoints = Endpoints::resolve(opts.database_url.clone(), opts.brokers.clone(), &sc)?;
+    let output = if opts.json { Output::Json } else { Output::Tables };
+    execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, output).await
+}
+
+/// Runs a validated scenario end to end.
+pub async fn execute(
+    sc: Scenario,
+    database_url: Option<String>,
+    brokers: Option<String>,
+    reports_dir: &std::path::Path,
+    output: Output,
+) -> Result<(Report, Exit)> {
+    let started = Instant::now();
+    let endpoints = Endpoints::resolve(database_url, brokers, &sc)?;
     let names = RunNames::new();
 
     // The database: the run's schema in PostgreSQL, or a SQLite file of its own.
@@ -50,7 +73,7 @@ pub async fn run(opts: RunOptions) -> Result<(Report, Exit)> {
     let store = match &endpoints.database_url {
         Some(url) => Store::Postgres(PgStore::open(url, &names.schema, max_conns).await?),
         None => {
-            let path = opts.reports_dir.join(format!("{}.sqlite", names.run_id));
+            let path = reports_dir.join(format!("{}.sqlite", names.run_id));
             Store::Sqlite(SqliteStore::open(&path, max_conns).await?)
         }
     };
@@ -78,7 +101,7 @@ pub async fn run(opts: RunOptions) -> Result<(Report, Exit)> {
         topic: names.topic.clone(),
         group: names.group.clone(),
     };
-    if !opts.json {
+    if output == Output::Tables {
         println!(
             "chaos run {} · scenario {} · seed {}\ninfra: {} · {}",
             names.run_id,
@@ -124,7 +147,7 @@ pub async fn run(opts: RunOptions) -> Result<(Report, Exit)> {
         components.push(tokio::spawn(notifier::run(ctx.clone(), i)));
     }
     components.push(tokio::spawn(purger(ctx.clone())));
-    let progress = Progress::start(sc.payments, stats.clone(), faults.clone());
+    let progress = Progress::start(sc.payments, stats.clone(), faults.clone(), output != Output::Quiet);
 
     // The workload, then the drain; either may be cut short by a signal.
     let t_work = Instant::now();
@@ -228,8 +251,9 @@ pub async fn run(opts: RunOptions) -> Result<(Report, Exit)> {
         m.stop().await;
     }
 
-    let (json, md) = rep.save(&opts.reports_dir)?;
-    if opts.json {
+    let (json, md) = rep.save(reports_dir)?;
+    if output == Output::Quiet {
+    } else if output == Output::Json {
         println!("{}", serde_json::to_string_pretty(&rep).map_err(|e| Error::Internal(e.to_string()))?);
     } else {
         print!("{}", report::render_body(&rep));
@@ -265,8 +289,9 @@ async fn drain(ctx: &Ctx) -> std::result::Result<(), String> {
     while Instant::now() < deadline {
         let unpublished = ctx.store.unpublished().await;
         let lag = notifier::group_lag(&ctx.brokers, &ctx.names.group, &ctx.names.topic, ctx.scenario.partitions).await;
+        let zombies = Stats::get(&ctx.stats.zombies_active);
         match (unpublished, lag) {
-            (Ok(0), Ok(0)) => {
+            (Ok(0), Ok(0)) if zombies == 0 => {
                 quiet += 1;
                 if quiet >= 2 {
                     return Ok(());
