@@ -39,6 +39,8 @@ pub enum Command {
     },
     /// Check that PostgreSQL and Kafka answer; exits 3 with a hint when either does not.
     Doctor(InfraArgs),
+    /// Remove the schemas, topics, consumer groups and SQLite files of runs older than a duration; nothing else.
+    Clean(CleanArgs),
     /// Prove the verifier can fail: run every classic mistake with the fault that exposes it, then the correct pipeline.
     Selftest(SelftestArgs),
 }
@@ -56,6 +58,9 @@ pub struct SelftestArgs {
     /// Run only the variants whose name contains this (skips the correct pipeline).
     #[arg(long)]
     pub only: Option<String>,
+    /// Skip the variants: only the correct pipeline's no-false-alarm runs.
+    #[arg(long, conflicts_with = "only")]
+    pub no_variants: bool,
     /// Where the runs' reports are written.
     #[arg(long, default_value = "reports")]
     pub reports_dir: PathBuf,
@@ -89,4 +94,23 @@ pub struct RunArgs {
     /// Print the JSON report on stdout instead of the tables.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CleanArgs {
+    /// Remove runs older than this, e.g. 30m, 12h, 7d.
+    #[arg(long, value_parser = parse_age)]
+    pub older_than: std::time::Duration,
+    #[command(flatten)]
+    pub infra: InfraArgs,
+    /// Where the runs' SQLite files are.
+    #[arg(long, default_value = "reports")]
+    pub reports_dir: PathBuf,
+    /// Only list what would be removed.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+fn parse_age(s: &str) -> Result<std::time::Duration, String> {
+    crate::scenario::parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration; use e.g. 30m, 12h or 7d"))
 }

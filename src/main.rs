@@ -9,6 +9,14 @@ use std::process::ExitCode;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
+    // Die quietly on a closed pipe (`chaos report x.json | head`), as CLIs
+    // do, instead of panicking in println!.
+    #[cfg(unix)]
+    // SAFETY: restoring the default disposition of one signal before any
+    // thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     // Logs go to stderr; stdout carries only tables and JSON.
     let default = match cli.verbose {
@@ -43,6 +51,28 @@ fn main() -> ExitCode {
                 r.verdict.exit()
             }),
             Command::Doctor(a) => Ok(chaos::doctor::doctor(a.database_url, a.brokers).await),
+            Command::Clean(a) => chaos::clean::clean(
+                a.older_than,
+                a.infra.database_url.as_deref(),
+                a.infra.brokers.as_deref(),
+                &a.reports_dir,
+                a.dry_run,
+            )
+            .await
+            .map(|c| {
+                let verb = if a.dry_run { "would remove" } else { "removed" };
+                println!(
+                    "{verb}: {} schemas, {} topics, {} consumer groups, {} files",
+                    c.schemas.len(),
+                    c.topics.len(),
+                    c.groups.len(),
+                    c.files.len()
+                );
+                for n in c.schemas.iter().chain(&c.topics).chain(&c.groups).chain(&c.files) {
+                    println!("  {n}");
+                }
+                chaos::exit::Exit::Pass
+            }),
             Command::Selftest(a) => {
                 let opts = chaos::selftest::Options {
                     database_url: a.infra.database_url,
@@ -51,6 +81,7 @@ fn main() -> ExitCode {
                     seed: a.seed,
                     clean_seeds: a.clean_seeds,
                     only: a.only,
+                    variants: !a.no_variants,
                 };
                 chaos::selftest::selftest(&opts).await.map(|summary| {
                     let (table, exit) = chaos::selftest::render(&summary);

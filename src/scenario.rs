@@ -419,7 +419,30 @@ pub fn parse(text: &str, path: &Path) -> Result<Scenario, crate::Error> {
     }
     let raw: RawScenario = toml::from_str(text).map_err(|e| {
         let at = e.span().map(|s| line_col(text, s.start)).map(|(l, c)| format!(":{l}:{c}")).unwrap_or_default();
-        let msg = e.message().trim().replace('\n', " ");
+        // One line: the parser's own line breaks become "; ", and any control
+        // character quoted from the file (a key with "\r" in it) is escaped.
+        let mut msg: String = e
+            .message()
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ")
+            .chars()
+            .flat_map(|c| if c.is_control() { c.escape_default().collect::<Vec<_>>() } else { vec![c] })
+            .collect();
+        // serde names Rust types; say what to write instead.
+        msg = msg.replace("expected i64", "expected an integer").replace("expected f64", "expected a number");
+        if let Some(i) = msg.find("expected struct Raw") {
+            let name = i + "expected struct ".len();
+            let end = msg[name..].find(|c: char| !c.is_alphanumeric()).map_or(msg.len(), |n| name + n);
+            msg.replace_range(i..end, "expected a table");
+        }
+        // A syntax error, not a wrong key or value: say so, and what the format is.
+        if text.parse::<toml::Table>().is_err() {
+            let json = if text.trim_start().starts_with('{') { " (it looks like JSON)" } else { "" };
+            msg.push_str(&format!("; the file is not valid TOML{json}, see scenarios/smoke.toml for the format"));
+        }
         crate::Error::Scenario(format!("{shown}{at}: {msg}"))
     })?;
     Validator { text, shown: &shown }.validate(raw, path)

@@ -245,6 +245,8 @@ pub struct Options {
     pub clean_seeds: u32,
     /// Only the variants whose name contains this.
     pub only: Option<String>,
+    /// Run the catalogue at all (false: only the correct pipeline).
+    pub variants: bool,
 }
 
 fn expected_found(r: &Report, anomaly: &str) -> Option<u64> {
@@ -254,7 +256,11 @@ fn expected_found(r: &Report, anomaly: &str) -> Option<u64> {
 /// Runs the catalogue and the correct pipeline; prints progress on stderr.
 pub async fn selftest(opts: &Options) -> Result<Summary> {
     let mut rows = Vec::new();
-    for v in CATALOGUE.iter().filter(|v| opts.only.as_deref().map(|o| v.name.contains(o)).unwrap_or(true)) {
+    let chosen = CATALOGUE
+        .iter()
+        .filter(|_| opts.variants)
+        .filter(|v| opts.only.as_deref().map(|o| v.name.contains(o)).unwrap_or(true));
+    for v in chosen {
         let mut row = Row {
             variant: v.name.into(),
             mistake: v.mistake.into(),
@@ -267,7 +273,8 @@ pub async fn selftest(opts: &Options) -> Result<Summary> {
         };
         for attempt in 0..MAX_ATTEMPTS {
             let sc = scenario_for(v.scenario, v.name, opts.seed + attempt as u64)?;
-            let (rep, _) = execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, Output::Quiet).await?;
+            let (rep, _) =
+                execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, Output::Quiet).await?;
             row.runs += 1;
             row.last_run = rep.run_id.clone();
             match expected_found(&rep, v.expected) {
@@ -303,7 +310,8 @@ pub async fn selftest(opts: &Options) -> Result<Summary> {
             // Alternate: every fault of the catalogue at once, then heavy faults.
             let (overrides, flavour) = if i % 2 == 0 { (CORRECT, "all faults") } else { (HEAVY, "heavy faults") };
             let sc = scenario_for(overrides, &format!("correct pipeline, {flavour}"), seed)?;
-            let (rep, _) = execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, Output::Quiet).await?;
+            let (rep, _) =
+                execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, Output::Quiet).await?;
             clean.runs += 1;
             clean.last_run = rep.run_id.clone();
             let passed = rep.verdict == Verdict::Pass && rep.anomalies.is_empty();
@@ -339,7 +347,11 @@ pub fn render(s: &Summary) -> (String, Exit) {
     }
     let mut out = format!("{t}\n");
     out.push_str(&format!("mutation score: {}/{} variants caught", s.caught, s.variants));
-    out.push_str(if s.correct_clean { "; the correct pipeline is clean\n" } else { "; the correct pipeline was FLAGGED\n" });
+    out.push_str(if s.correct_clean {
+        "; the correct pipeline is clean\n"
+    } else {
+        "; the correct pipeline was FLAGGED\n"
+    });
     let exit = if s.caught == s.variants && s.correct_clean { Exit::Pass } else { Exit::Fail };
     (out, exit)
 }

@@ -54,3 +54,60 @@ fn run_with_kafka_not_listening_is_an_infra_error_within_15s() {
     assert!(ran.elapsed < Duration::from_secs(15), "took {:?}", ran.elapsed);
     assert!(ran.stderr.contains("cannot reach Kafka at 127.0.0.1:1"), "{}", ran.stderr);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clean_removes_old_runs_and_nothing_else() {
+    use sqlx::Connection;
+    let mut c = sqlx::PgConnection::connect(&database_url()).await.unwrap();
+    let old = "chaos_20200101_000000_c1ea";
+    let keep = ["chaos_keep_me", "chaosx_20200101_000000_c1ea"];
+    let fresh = chaos::infra::RunNames::new().schema;
+    for s in [old, fresh.as_str()].into_iter().chain(keep) {
+        sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS \"{s}\"")).execute(&mut c).await.unwrap();
+    }
+    let old_topic = "chaos.20200101-000000-c1ea.payments";
+    let keep_topic = "keep.20200101-000000-c1ea.payments";
+    for t in [old_topic, keep_topic] {
+        let _ = chaos::infra::create_topic(&brokers(), t, 1).await;
+    }
+    let reports = tempfile::tempdir().unwrap();
+    std::fs::write(reports.path().join("20200101-000000-c1ea.sqlite"), b"").unwrap();
+    std::fs::write(reports.path().join("20200101-000000-c1ea.json"), b"{}").unwrap();
+
+    let ran = run(chaos()
+        .args(["clean", "--older-than", "1d", "--reports-dir"])
+        .arg(reports.path())
+        .env("DATABASE_URL", database_url())
+        .env("KAFKA_BROKERS", brokers()));
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    assert!(ran.stdout.contains(old) && ran.stdout.contains(old_topic), "{}", ran.stdout);
+
+    let schemas: Vec<String> =
+        sqlx::query_scalar("SELECT nspname::text FROM pg_namespace").fetch_all(&mut c).await.unwrap();
+    assert!(!schemas.contains(&old.to_string()), "the old run's schema must be gone");
+    for k in keep {
+        assert!(schemas.contains(&k.to_string()), "{k} is not the harness's and must stay");
+        sqlx::query(&format!("DROP SCHEMA \"{k}\"")).execute(&mut c).await.unwrap();
+    }
+    // A run of today is untouched: its schema is not older than a day.
+    let recent: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_namespace WHERE nspname = $1")
+        .bind(&fresh)
+        .fetch_one(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(recent, 1, "today's run {fresh} must stay");
+    sqlx::query(&format!("DROP SCHEMA \"{fresh}\"")).execute(&mut c).await.unwrap();
+    assert!(!reports.path().join("20200101-000000-c1ea.sqlite").exists());
+    assert!(reports.path().join("20200101-000000-c1ea.json").exists(), "reports are kept");
+    let listed = tokio::task::spawn_blocking(|| {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        let c: BaseConsumer = chaos::infra::kafka_config(&brokers()).create().unwrap();
+        let md = c.fetch_metadata(None, Duration::from_secs(5)).unwrap();
+        md.topics().iter().map(|t| t.name().to_string()).collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    assert!(!listed.contains(&old_topic.to_string()), "the old run's topic must be gone");
+    assert!(listed.contains(&keep_topic.to_string()), "a topic the harness did not name must stay");
+    assert!(!ran.stdout.contains(keep_topic), "{}", ran.stdout);
+}

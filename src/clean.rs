@@ -1,0 +1,180 @@
+//! `chaos clean --older-than <duration>`: removes what old runs left behind,
+//! their PostgreSQL schemas, Kafka topics and consumer groups, and SQLite
+//! files. It only touches names that carry a run id (`chaos_20261130_034000_ab12`,
+//! `chaos.20261130-034000-ab12.…`), which only the harness creates, and
+//! only when the run id's time is older than the cut-off. Reports are kept.
+
+use crate::error::{Error, Result};
+use crate::infra::{db_endpoint, kafka_config, redact, CONNECT_TIMEOUT};
+use rdkafka::admin::{AdminClient, AdminOptions};
+use rdkafka::client::DefaultClientContext;
+use sqlx::{ConnectOptions, Connection, Row};
+use std::path::Path;
+use std::str::FromStr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Seconds since the epoch of a run id `YYYYMMDD-HHMMSS-xxxx`, or None when
+/// the text is not exactly a run id.
+pub fn run_id_time(id: &str) -> Option<u64> {
+    let b = id.as_bytes();
+    if b.len() != 20 || b[8] != b'-' || b[15] != b'-' {
+        return None;
+    }
+    let digits = |r: std::ops::Range<usize>| -> Option<i64> {
+        let s = id.get(r)?;
+        s.bytes().all(|c| c.is_ascii_digit()).then(|| s.parse().ok()).flatten()
+    };
+    if !id[16..].bytes().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    let (y, m, d) = (digits(0..4)?, digits(4..6)?, digits(6..8)?);
+    let (hh, mm, ss) = (digits(9..11)?, digits(11..13)?, digits(13..15)?);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 59 {
+        return None;
+    }
+    // Days-from-civil (Howard Hinnant's algorithm), the inverse of infra::utc_stamp.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400 + hh * 3600 + mm * 60 + ss).ok()
+}
+
+/// The run id inside a schema, topic, group or file name the harness made.
+pub fn run_id_of(name: &str) -> Option<String> {
+    let id = if let Some(rest) = name.strip_prefix("chaos_") {
+        rest.replace('_', "-")
+    } else if let Some(rest) = name.strip_prefix("chaos.") {
+        rest.split('.').next()?.to_string()
+    } else {
+        name.split('.').next()?.to_string()
+    };
+    run_id_time(&id).map(|_| id)
+}
+
+fn is_old(name: &str, cutoff: u64) -> bool {
+    run_id_of(name).and_then(|id| run_id_time(&id)).map(|t| t < cutoff).unwrap_or(false)
+}
+
+/// What was (or, with `dry_run`, would be) removed.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct Cleaned {
+    pub schemas: Vec<String>,
+    pub topics: Vec<String>,
+    pub groups: Vec<String>,
+    pub files: Vec<String>,
+}
+
+pub async fn clean(
+    older_than: Duration,
+    database_url: Option<&str>,
+    brokers: Option<&str>,
+    reports_dir: &Path,
+    dry_run: bool,
+) -> Result<Cleaned> {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    let cutoff = now.saturating_sub(older_than.as_secs());
+    let mut out = Cleaned::default();
+
+    if let Some(url) = database_url {
+        let endpoint = db_endpoint(url);
+        let unreachable = |cause: String| Error::DatabaseUnreachable { endpoint: endpoint.clone(), cause };
+        let opts = sqlx::postgres::PgConnectOptions::from_str(url).map_err(|e| unreachable(redact(&e.to_string())))?;
+        let mut c = tokio::time::timeout(CONNECT_TIMEOUT, opts.connect())
+            .await
+            .map_err(|_| unreachable("no answer".into()))?
+            .map_err(|e| unreachable(redact(&e.to_string())))?;
+        let names: Vec<String> = sqlx::query("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'chaos\\_%'")
+            .fetch_all(&mut c)
+            .await
+            .map_err(|e| Error::db("listing schemas", e))?
+            .into_iter()
+            .map(|r| r.get(0))
+            .collect();
+        for n in names.into_iter().filter(|n| is_old(n, cutoff)) {
+            if !dry_run {
+                sqlx::query(&format!("DROP SCHEMA \"{n}\" CASCADE"))
+                    .execute(&mut c)
+                    .await
+                    .map_err(|e| Error::db(format!("dropping schema {n}"), e))?;
+            }
+            out.schemas.push(n);
+        }
+        let _ = c.close().await;
+    }
+
+    if let Some(brokers) = brokers {
+        let admin: AdminClient<DefaultClientContext> =
+            kafka_config(brokers).create().map_err(|e| Error::kafka("creating the admin client", e))?;
+        let b = brokers.to_string();
+        let (admin, listed) = tokio::task::spawn_blocking(move || {
+            let topics = admin
+                .inner()
+                .fetch_metadata(None, CONNECT_TIMEOUT)
+                .map(|m| m.topics().iter().map(|t| t.name().to_string()).collect::<Vec<_>>());
+            let groups = admin
+                .inner()
+                .fetch_group_list(None, CONNECT_TIMEOUT)
+                .map(|g| g.groups().iter().map(|g| g.name().to_string()).collect::<Vec<_>>());
+            (admin, topics.and_then(|t| groups.map(|g| (t, g))))
+        })
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))?;
+        let (topics, groups) = listed.map_err(|e| Error::KafkaUnreachable { brokers: b, cause: e.to_string() })?;
+        out.topics = topics.into_iter().filter(|t| t.starts_with("chaos.") && is_old(t, cutoff)).collect();
+        out.groups = groups.into_iter().filter(|g| g.starts_with("chaos.") && is_old(g, cutoff)).collect();
+        if !dry_run {
+            let opts = AdminOptions::new().operation_timeout(Some(CONNECT_TIMEOUT));
+            if !out.groups.is_empty() {
+                let names: Vec<&str> = out.groups.iter().map(String::as_str).collect();
+                let _ = tokio::time::timeout(CONNECT_TIMEOUT, admin.delete_groups(&names, &opts)).await;
+            }
+            if !out.topics.is_empty() {
+                let names: Vec<&str> = out.topics.iter().map(String::as_str).collect();
+                tokio::time::timeout(CONNECT_TIMEOUT, admin.delete_topics(&names, &opts))
+                    .await
+                    .map_err(|_| Error::Kafka { context: "deleting topics".into(), cause: "timed out".into() })?
+                    .map_err(|e| Error::kafka("deleting topics", e))?;
+            }
+        }
+        tokio::task::spawn_blocking(move || drop(admin));
+    }
+
+    if let Ok(entries) = std::fs::read_dir(reports_dir) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let is_db = [".sqlite", ".sqlite-wal", ".sqlite-shm"].iter().any(|s| name.ends_with(s));
+            if is_db && is_old(&name, cutoff) {
+                if !dry_run {
+                    std::fs::remove_file(e.path())
+                        .map_err(|err| Error::Write { path: e.path(), cause: err.to_string() })?;
+                }
+                out.files.push(e.path().display().to_string());
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_harness_names_match() {
+        assert_eq!(run_id_time("19700101-000000-0000"), Some(0));
+        assert_eq!(run_id_time("20261130-034000-ab12"), Some(1_796_010_000));
+        assert_eq!(run_id_of("chaos_20261130_034000_ab12").as_deref(), Some("20261130-034000-ab12"));
+        assert_eq!(run_id_of("chaos.20261130-034000-ab12.payments").as_deref(), Some("20261130-034000-ab12"));
+        assert_eq!(run_id_of("20261130-034000-ab12.sqlite").as_deref(), Some("20261130-034000-ab12"));
+        for other in
+            ["chaos_keep", "chaos.payments", "public", "chaos_20261130_034000_zz12", "chaos_2026113_034000_ab12"]
+        {
+            assert_eq!(run_id_of(other), None, "{other}");
+        }
+        assert!(is_old("chaos_20200101_000000_abcd", 1_796_010_000));
+        assert!(!is_old("chaos_20261130_034000_ab12", 1_796_010_000));
+    }
+}
