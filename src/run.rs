@@ -176,10 +176,11 @@ pub async fn execute(
         });
     }
     trigger.trigger();
-    for c in components {
-        if tokio::time::timeout(Duration::from_secs(15), c).await.is_err() {
-            warn!("a component did not stop within 15 s");
-        }
+    // One deadline for all of them: a component stuck on a dead service is
+    // abandoned (it dies with the process), never waited on forever.
+    let stopping = futures::future::join_all(components);
+    if tokio::time::timeout(Duration::from_secs(15), stopping).await.is_err() {
+        warn!("components did not stop within 15 s; abandoning them");
     }
     progress.finish();
 

@@ -1,0 +1,114 @@
+//! Interruptions and services dying mid-run: the harness never hangs and
+//! never prints a green verdict over an incomplete run.
+
+mod common;
+use common::*;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The outage tests stop and start the shared services; one at a time.
+static SERVICES: Mutex<()> = Mutex::new(());
+
+fn services(args: &[&str]) {
+    let ok = Command::new("bash")
+        .arg(root().join("scripts/services.sh"))
+        .args(args)
+        .stdout(Stdio::null())
+        .status()
+        .expect("scripts/services.sh")
+        .success();
+    assert!(ok, "scripts/services.sh {args:?} failed");
+}
+
+fn scenario(dir: &std::path::Path, payments: u32) -> std::path::PathBuf {
+    let path = dir.join("long.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "seed = 9\n[workload]\npayments = {payments}\nproducers = 1\n[faults]\nrelay_after_produce = 0.1\n[run]\ndrain_timeout_secs = 60\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn interrupted_by(signal: i32) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = chaos();
+    c.arg("run").arg(scenario(dir.path(), 20_000)).args(["--json", "--reports-dir"]).arg(dir.path());
+    Backend::Embedded.apply(&mut c);
+    let child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: sending a signal to our own child process.
+    unsafe { libc::kill(child.id() as i32, signal) };
+    let t = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(20), "took {:?} to stop", t.elapsed());
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["verdict"], "interrupted");
+    assert!(r["invariants"].as_array().unwrap().is_empty(), "nothing is verified after an interruption");
+    let id = r["run_id"].as_str().unwrap();
+    assert!(dir.path().join(format!("{id}.json")).exists(), "the partial report is written");
+}
+
+#[test]
+fn sigterm_writes_an_interrupted_report_and_exits_130() {
+    interrupted_by(libc::SIGTERM);
+}
+
+#[test]
+fn ctrl_c_writes_an_interrupted_report_and_exits_130() {
+    interrupted_by(libc::SIGINT);
+}
+
+/// Runs a long scenario on the real services while `outage` runs; the run
+/// must end within its drain timeout, and either pass with every invariant
+/// or be marked incomplete.
+fn survives(outage: impl FnOnce()) -> serde_json::Value {
+    let _one = SERVICES.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = chaos();
+    c.arg("run").arg(scenario(dir.path(), 4000)).args(["--json", "--reports-dir"]).arg(dir.path());
+    Backend::Services.apply(&mut c);
+    let child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    outage();
+    let t = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(120), "took {:?}", t.elapsed());
+    let code = out.status.code();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("no report; exit {code:?}\n{stderr}"));
+    match code {
+        Some(0) => {
+            assert_eq!(r["verdict"], "pass");
+            assert!(violated(&r).is_empty(), "{:?}", violated(&r));
+            assert_eq!(r["counts"]["payments_with_one_receipt"], 4000);
+        }
+        Some(5) => {
+            assert_eq!(r["verdict"], "incomplete", "{r:#}");
+            assert!(!r["reason"].as_str().unwrap().is_empty());
+        }
+        other => panic!("exit {other:?}: a dying service must give 0 (recovered) or 5 (incomplete)\n{stderr}"),
+    }
+    eprintln!("outage: exit {code:?}, verdict {}, reason {}", r["verdict"], r["reason"]);
+    r
+}
+
+#[test]
+fn kafka_stopped_and_started_mid_run() {
+    survives(|| {
+        services(&["down", "kafka"]);
+        services(&["up", "kafka"]);
+    });
+}
+
+#[test]
+fn postgres_restarted_mid_run() {
+    survives(|| {
+        services(&["down", "postgres"]);
+        services(&["up", "postgres"]);
+    });
+}
