@@ -39,6 +39,8 @@ pub enum Command {
     },
     /// Check that PostgreSQL and Kafka answer; exits 3 with a hint when either does not.
     Doctor(InfraArgs),
+    /// Measure throughput per stage, latency and peak memory, beside a pgbench yardstick; prints which targets are met.
+    Bench(BenchArgs),
     /// Remove the schemas, topics, consumer groups and SQLite files of runs older than a duration; nothing else.
     Clean(CleanArgs),
     /// Prove the verifier can fail: run every classic mistake with the fault that exposes it, then the correct pipeline.
@@ -113,4 +115,27 @@ pub struct CleanArgs {
 
 fn parse_age(s: &str) -> Result<std::time::Duration, String> {
     crate::scenario::parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration; use e.g. 30m, 12h or 7d"))
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Payments to push through the pipeline.
+    #[arg(long, default_value_t = 100_000)]
+    pub payments: u64,
+    /// The scenario whose settings and faults the benchmark uses.
+    #[arg(long, default_value = "scenarios/bench.toml")]
+    pub scenario: PathBuf,
+    #[command(flatten)]
+    pub infra: InfraArgs,
+    /// pgbench clients for the yardstick.
+    #[arg(long, default_value_t = 16)]
+    pub pgbench_clients: u32,
+    /// pgbench duration for the yardstick, in seconds.
+    #[arg(long, default_value_t = 10)]
+    pub pgbench_seconds: u32,
+    #[arg(long, default_value = "reports")]
+    pub reports_dir: PathBuf,
+    /// Print the figures as JSON instead of the tables.
+    #[arg(long)]
+    pub json: bool,
 }

@@ -4,11 +4,19 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::watch;
 
-/// Live counters. They feed the progress line and the report's component
-/// figures; the verdict never rests on them (the verifier reads the ground
-/// truth instead).
-#[derive(Debug, Default)]
+/// Live counters. They feed the progress line, the report's component
+/// figures and the benchmark's stage rates; the verdict never rests on them
+/// (the verifier reads the ground truth instead).
+#[derive(Debug)]
 pub struct Stats {
+    /// When the run's clock started; the `*_ms` marks count from here.
+    pub origin: std::time::Instant,
+    pub first_write_ms: AtomicU64,
+    pub last_write_ms: AtomicU64,
+    pub first_publish_ms: AtomicU64,
+    pub last_publish_ms: AtomicU64,
+    pub first_apply_ms: AtomicU64,
+    pub last_apply_ms: AtomicU64,
     pub payments_written: AtomicU64,
     /// Messages the broker acked (a crashed batch counts again when replayed).
     pub messages_published: AtomicU64,
@@ -30,7 +38,42 @@ pub struct Stats {
     pub purged_inbox: AtomicU64,
 }
 
+impl Default for Stats {
+    fn default() -> Self {
+        Self {
+            origin: std::time::Instant::now(),
+            first_write_ms: AtomicU64::new(u64::MAX),
+            last_write_ms: AtomicU64::new(0),
+            first_publish_ms: AtomicU64::new(u64::MAX),
+            last_publish_ms: AtomicU64::new(0),
+            first_apply_ms: AtomicU64::new(u64::MAX),
+            last_apply_ms: AtomicU64::new(0),
+            payments_written: AtomicU64::new(0),
+            messages_published: AtomicU64::new(0),
+            relay_batches: AtomicU64::new(0),
+            relay_crashes: AtomicU64::new(0),
+            relay_errors: AtomicU64::new(0),
+            events_applied: AtomicU64::new(0),
+            duplicates_absorbed: AtomicU64::new(0),
+            stale_ignored: AtomicU64::new(0),
+            dead_lettered: AtomicU64::new(0),
+            notifier_crashes: AtomicU64::new(0),
+            notifier_errors: AtomicU64::new(0),
+            zombies_active: AtomicU64::new(0),
+            purged_outbox: AtomicU64::new(0),
+            purged_inbox: AtomicU64::new(0),
+        }
+    }
+}
+
 impl Stats {
+    /// Records that a stage did something now: moves its first/last marks.
+    pub fn mark(&self, first: &AtomicU64, last: &AtomicU64) {
+        let now = self.origin.elapsed().as_millis() as u64;
+        first.fetch_min(now, Ordering::Relaxed);
+        last.fetch_max(now, Ordering::Relaxed);
+    }
+
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
     }

@@ -25,11 +25,13 @@
 //! - [`progress`]: the live progress line on stderr.
 //! - [`run`]: wires one run together: infra, components, drain, verify, report.
 //! - [`selftest`]: the catalogue of classic mistakes the verifier must catch.
+//! - [`bench`]: throughput, latency and memory, against a pgbench yardstick.
 //! - [`doctor`]: checks that PostgreSQL and Kafka answer.
 //! - [`clean`]: removes the schemas, topics, groups and files of old runs.
 //! - [`cli`]: the command line, parsed with clap.
 //! - [`exit`] and [`error`]: exit codes in one place, typed errors.
 
+pub mod bench;
 pub mod clean;
 pub mod cli;
 pub mod context;

@@ -51,6 +51,26 @@ fn main() -> ExitCode {
                 r.verdict.exit()
             }),
             Command::Doctor(a) => Ok(chaos::doctor::doctor(a.database_url, a.brokers).await),
+            Command::Bench(a) => {
+                let opts = chaos::bench::Options {
+                    scenario: a.scenario,
+                    payments: a.payments,
+                    database_url: a.infra.database_url,
+                    brokers: a.infra.brokers,
+                    reports_dir: a.reports_dir,
+                    pgbench_clients: a.pgbench_clients,
+                    pgbench_seconds: a.pgbench_seconds,
+                };
+                chaos::bench::bench(&opts).await.map(|(figures, _)| {
+                    let (table, exit) = chaos::bench::render(&figures);
+                    if a.json {
+                        println!("{}", serde_json::to_string_pretty(&figures).unwrap_or_default());
+                    } else {
+                        print!("{table}");
+                    }
+                    exit
+                })
+            }
             Command::Clean(a) => chaos::clean::clean(
                 a.older_than,
                 a.infra.database_url.as_deref(),

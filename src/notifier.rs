@@ -187,6 +187,7 @@ pub async fn run(ctx: Ctx, index: usize) {
                     continue 'incarnation;
                 }
                 Ok(o) => {
+                    ctx.stats.mark(&ctx.stats.first_apply_ms, &ctx.stats.last_apply_ms);
                     Stats::add(&ctx.stats.events_applied, o.applied);
                     Stats::add(&ctx.stats.duplicates_absorbed, o.duplicates);
                     Stats::add(&ctx.stats.stale_ignored, o.stale);

@@ -149,6 +149,7 @@ pub async fn run(ctx: Ctx, index: usize) {
                 continue;
             }
             Stats::add(&ctx.stats.messages_published, rows.len() as u64);
+            ctx.stats.mark(&ctx.stats.first_publish_ms, &ctx.stats.last_publish_ms);
             if ctx.faults.strike(FaultPoint::RelayAfterProduce, &name, span) {
                 Stats::add(&ctx.stats.relay_crashes, 1);
                 conn.crash();

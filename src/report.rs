@@ -32,6 +32,12 @@ pub struct Report {
     pub anomalies: Vec<Anomaly>,
     pub components: ComponentFigures,
     pub timings: Timings,
+    /// Outbox created → inbox processed, per event (projection handler).
+    #[serde(default)]
+    pub latency_ms: Option<Latency>,
+    /// When each stage first and last did something, in ms from the start.
+    #[serde(default)]
+    pub stages: Stages,
     pub verdict: Verdict,
     pub reason: String,
 }
@@ -76,6 +82,27 @@ pub struct ComponentFigures {
     pub notifier_errors: u64,
     pub purged_outbox_rows: u64,
     pub purged_inbox_rows: u64,
+}
+
+/// End-to-end latency percentiles, in milliseconds.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Latency {
+    pub events: u64,
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+/// First and last activity of each stage, in ms since the run started.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Stages {
+    pub first_write_ms: u64,
+    pub last_write_ms: u64,
+    pub first_publish_ms: u64,
+    pub last_publish_ms: u64,
+    pub first_apply_ms: u64,
+    pub last_apply_ms: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -258,6 +285,12 @@ fn render_parts(r: &Report, style: Style, header: bool) -> String {
         "\ntimings: setup {} ms · workload {} ms · drain {} ms · verify {} ms · total {} ms\n",
         tm.setup_ms, tm.workload_ms, tm.drain_ms, tm.verify_ms, tm.total_ms
     ));
+    if let Some(l) = &r.latency_ms {
+        out.push_str(&format!(
+            "latency outbox → inbox over {} events: p50 {:.0} ms · p95 {:.0} ms · p99 {:.0} ms · max {:.0} ms\n",
+            l.events, l.p50, l.p95, l.p99, l.max
+        ));
+    }
     out.push_str(&format!("replay: {}\n", r.replay));
     out.push_str(&format!("\nverdict: {} — {}\n", r.verdict.as_str().to_uppercase(), r.reason));
     out

@@ -10,7 +10,7 @@ use crate::faults::FaultInjector;
 use crate::infra::{self, Endpoints, RunNames};
 use crate::notifier;
 use crate::progress::Progress;
-use crate::report::{self, ComponentFigures, InfraInfo, Report, ScenarioInfo, Timings};
+use crate::report::{self, ComponentFigures, InfraInfo, Report, ScenarioInfo, Stages, Timings};
 use crate::scenario::{self, Scenario};
 use crate::store::{postgres::PgStore, sqlite::SqliteStore, Store};
 use crate::verifier::{reconcile, topic, Verdict};
@@ -208,6 +208,8 @@ pub async fn execute(
         anomalies: vec![],
         components: figures(&stats),
         timings: Timings { setup_ms, workload_ms, drain_ms, ..Default::default() },
+        latency_ms: None,
+        stages: stages(&stats),
         verdict: Verdict::Incomplete,
         reason: String::new(),
     };
@@ -225,6 +227,7 @@ pub async fn execute(
                 rep.invariants = r.invariants;
                 rep.anomalies = r.anomalies;
                 rep.chaos_checks = chaos;
+                rep.latency_ms = store.latency().await.unwrap_or(None);
                 match &incomplete {
                     Some(reason) => {
                         rep.verdict = Verdict::Incomplete;
@@ -262,6 +265,21 @@ pub async fn execute(
     }
     let exit = rep.verdict.exit();
     Ok((rep, exit))
+}
+
+fn stages(s: &Stats) -> Stages {
+    let first = |a: &std::sync::atomic::AtomicU64| match Stats::get(a) {
+        u64::MAX => 0,
+        v => v,
+    };
+    Stages {
+        first_write_ms: first(&s.first_write_ms),
+        last_write_ms: Stats::get(&s.last_write_ms),
+        first_publish_ms: first(&s.first_publish_ms),
+        last_publish_ms: Stats::get(&s.last_publish_ms),
+        first_apply_ms: first(&s.first_apply_ms),
+        last_apply_ms: Stats::get(&s.last_apply_ms),
+    }
 }
 
 fn figures(s: &Stats) -> ComponentFigures {

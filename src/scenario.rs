@@ -59,11 +59,13 @@ pub struct RawWorkload {
     pub accounts: Spanned<i64>,
     /// `"outbox"` (correct) or `"dual-write"` (no outbox: commit, then produce).
     pub publish: Spanned<String>,
+    /// Payments per transaction, as a busy service batching requests would.
+    pub batch: Spanned<i64>,
 }
 
 impl Default for RawWorkload {
     fn default() -> Self {
-        Self { payments: sp(1000), producers: sp(4), accounts: sp(100), publish: sp("outbox".into()) }
+        Self { payments: sp(1000), producers: sp(4), accounts: sp(100), publish: sp("outbox".into()), batch: sp(1) }
     }
 }
 
@@ -325,6 +327,8 @@ pub struct Scenario {
     pub producers: usize,
     pub accounts: u32,
     pub publish: PublishMode,
+    /// Payments per workload transaction.
+    pub workload_batch: usize,
     pub partitions: i32,
     pub relay: RelayConfig,
     pub notifier: NotifierConfig,
@@ -531,6 +535,7 @@ impl Validator<'_> {
             producers: self.count(&raw.workload.producers, "workload.producers", 1, 256)? as usize,
             accounts: self.count(&raw.workload.accounts, "workload.accounts", 1, 1_000_000)? as u32,
             publish,
+            workload_batch: self.count(&raw.workload.batch, "workload.batch", 1, 10_000)? as usize,
             partitions: self.count(&raw.topic.partitions, "topic.partitions", 1, 1024)? as i32,
             relay: RelayConfig {
                 instances: self.count(&raw.relay.instances, "relay.instances", 1, 64)? as usize,

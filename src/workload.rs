@@ -31,29 +31,51 @@ pub async fn run(ctx: Ctx) -> Result<()> {
             let component = format!("workload-{}", k + 1);
             let outbox = ctx.scenario.publish == PublishMode::Outbox;
             let producer = if outbox { None } else { Some(dual_write_producer(&ctx.brokers)?) };
-            let mut i = k as u64;
-            while i < payments {
+            let batch = ctx.scenario.workload_batch as u64;
+            // Producer k takes payment groups k, k + producers, …; a group is
+            // `batch` consecutive payments written in one transaction each step.
+            let mut group = k as u64;
+            while group * batch < payments {
                 if ctx.shutdown.is_set() {
                     break;
                 }
-                let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-                let p = NewPayment {
-                    id: Uuid::new_v4(),
-                    account_id: rng.gen_range(1..=accounts as i32),
-                    amount_cents: rng.gen_range(100..=50_000),
-                };
-                ctx.store.authorize(&p, outbox).await?;
+                let first = group * batch;
+                let ps: Vec<NewPayment> = (first..(first + batch).min(payments))
+                    .map(|i| {
+                        let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                        NewPayment {
+                            id: Uuid::new_v4(),
+                            account_id: rng.gen_range(1..=accounts as i32),
+                            amount_cents: rng.gen_range(100..=50_000),
+                        }
+                    })
+                    .collect();
+                ctx.store.authorize(&ps, outbox).await?;
+                ctx.stats.mark(&ctx.stats.first_write_ms, &ctx.stats.last_write_ms);
                 if let Some(producer) = &producer {
-                    dual_write(&ctx, producer, &component, &p, EventKind::Authorized).await?;
+                    for p in &ps {
+                        dual_write(&ctx, producer, &component, p, EventKind::Authorized).await?;
+                    }
                 }
-                let poison =
-                    outbox && ctx.faults.strike(FaultPoint::WorkloadPoison, &component, || format!("payment {}", p.id));
-                ctx.store.capture(&p, poison, outbox).await?;
+                let captures: Vec<(NewPayment, bool)> = ps
+                    .into_iter()
+                    .map(|p| {
+                        let poison = outbox
+                            && ctx
+                                .faults
+                                .strike(FaultPoint::WorkloadPoison, &component, || format!("payment {}", p.id));
+                        (p, poison)
+                    })
+                    .collect();
+                ctx.store.capture(&captures, outbox).await?;
                 if let Some(producer) = &producer {
-                    dual_write(&ctx, producer, &component, &p, EventKind::Captured).await?;
+                    for (p, _) in &captures {
+                        dual_write(&ctx, producer, &component, p, EventKind::Captured).await?;
+                    }
                 }
-                Stats::add(&ctx.stats.payments_written, 1);
-                i += producers as u64;
+                Stats::add(&ctx.stats.payments_written, captures.len() as u64);
+                ctx.stats.mark(&ctx.stats.first_write_ms, &ctx.stats.last_write_ms);
+                group += producers as u64;
             }
             if let Some(p) = producer {
                 tokio::task::spawn_blocking(move || drop(p));

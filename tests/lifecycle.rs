@@ -80,7 +80,8 @@ fn survives(outage: impl FnOnce()) -> serde_json::Value {
     assert!(t.elapsed() < Duration::from_secs(120), "took {:?}", t.elapsed());
     let code = out.status.code();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("no report; exit {code:?}\n{stderr}"));
+    let r: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("no report; exit {code:?}\n{stderr}"));
     match code {
         Some(0) => {
             assert_eq!(r["verdict"], "pass");

@@ -190,16 +190,16 @@ impl Store {
         }
     }
 
-    /// Transaction 1 of a payment: the payment row and, with `outbox`, its
-    /// `authorized` event.
-    pub async fn authorize(&self, p: &NewPayment, outbox: bool) -> Result<()> {
-        each!(self, s => s.authorize(p, outbox).await)
+    /// Transaction 1 of a group of payments (one, unless the workload batches):
+    /// the payment rows and, with `outbox`, their `authorized` events.
+    pub async fn authorize(&self, ps: &[NewPayment], outbox: bool) -> Result<()> {
+        each!(self, s => s.authorize(ps, outbox).await)
     }
 
     /// Transaction 2: mark captured and, with `outbox`, write `captured`
     /// (plus, when the poison fault fired, a malformed event beside it).
-    pub async fn capture(&self, p: &NewPayment, poison: bool, outbox: bool) -> Result<()> {
-        each!(self, s => s.capture(p, poison, outbox).await)
+    pub async fn capture(&self, ps: &[(NewPayment, bool)], outbox: bool) -> Result<()> {
+        each!(self, s => s.capture(ps, outbox).await)
     }
 
     /// One notifier micro-batch: inbox claims, effects for what was claimed,
@@ -313,6 +313,11 @@ impl Store {
     pub async fn ground_truth(&self) -> Result<DbTruth> {
         each!(self, s => s.ground_truth().await)
     }
+
+    /// End-to-end latency per event (outbox created → inbox processed).
+    pub async fn latency(&self) -> Result<Option<crate::report::Latency>> {
+        each!(self, s => s.latency().await)
+    }
 }
 
 impl RelayConn {
@@ -405,6 +410,32 @@ pub fn plan_effects<'a>(events: &[&'a Decoded], mode: InboxMode, claimed: &HashS
         }
     }
     plan
+}
+
+/// The status each payment is left with by a batch's projection events, in
+/// message order: with the state guard the furthest status seen, without it
+/// the last one. Sorted by payment, so concurrent transactions lock rows in
+/// the same order.
+pub fn final_statuses(events: &[&Decoded], mode: ProjectionMode) -> BTreeMap<Uuid, EventKind> {
+    let mut out: BTreeMap<Uuid, EventKind> = BTreeMap::new();
+    for e in events {
+        let slot = out.entry(e.body.payment_id).or_insert(e.kind);
+        *slot = match mode {
+            ProjectionMode::StateGuard => (*slot).max(e.kind),
+            ProjectionMode::LastWriteWins => e.kind,
+        };
+    }
+    out
+}
+
+/// Nearest-rank percentiles of millisecond samples.
+pub fn percentiles(ms: &mut [i64]) -> Option<crate::report::Latency> {
+    if ms.is_empty() {
+        return None;
+    }
+    ms.sort_unstable();
+    let at = |q: f64| ms[((q * ms.len() as f64).ceil() as usize).clamp(1, ms.len()) - 1] as f64;
+    Some(crate::report::Latency { events: ms.len() as u64, p50: at(0.5), p95: at(0.95), p99: at(0.99), max: at(1.0) })
 }
 
 /// The key a dead letter is recorded under: the event id when readable,

@@ -13,6 +13,7 @@ use super::{
 use crate::error::{Error, Result};
 use crate::events::{self, EventKind, PaymentEvent};
 use crate::infra::{db_endpoint, CONNECT_TIMEOUT};
+use crate::report::Latency;
 use crate::scenario::ProjectionMode;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, Row};
@@ -77,35 +78,51 @@ impl PgStore {
     }
 
     /// Transaction 1 of a payment: the payment row and its `authorized` event.
-    pub async fn authorize(&self, p: &NewPayment, outbox: bool) -> Result<()> {
+    pub async fn authorize(&self, ps: &[NewPayment], outbox: bool) -> Result<()> {
         let mut tx = self.pool.begin().await.map_err(|e| Error::db("beginning authorize", e))?;
-        sqlx::query("INSERT INTO payments (id, account_id, amount_cents, status) VALUES ($1, $2, $3, 'authorized')")
-            .bind(p.id)
-            .bind(p.account_id)
-            .bind(p.amount_cents)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| Error::db("inserting a payment", e))?;
+        let ids: Vec<Uuid> = ps.iter().map(|p| p.id).collect();
+        let accounts: Vec<i32> = ps.iter().map(|p| p.account_id).collect();
+        let amounts: Vec<i64> = ps.iter().map(|p| p.amount_cents).collect();
+        sqlx::query(
+            "INSERT INTO payments (id, account_id, amount_cents, status) \
+             SELECT *, 'authorized' FROM UNNEST($1::uuid[], $2::int[], $3::bigint[])",
+        )
+        .bind(&ids)
+        .bind(&accounts)
+        .bind(&amounts)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| Error::db("inserting payments", e))?;
         if outbox {
-            insert_outbox(&mut tx, p, EventKind::Authorized, None).await?;
+            let events: Vec<(&NewPayment, EventKind, Option<serde_json::Value>)> =
+                ps.iter().map(|p| (p, EventKind::Authorized, None)).collect();
+            insert_outbox(&mut tx, &events).await?;
         }
         tx.commit().await.map_err(|e| Error::db("committing authorize", e))
     }
 
-    /// Transaction 2: mark captured and write `captured` (plus, when the poison
-    /// fault fired, a malformed event beside it).
-    pub async fn capture(&self, p: &NewPayment, poison: bool, outbox: bool) -> Result<()> {
+    /// Transaction 2: mark captured and write `captured` (plus, where the
+    /// poison fault fired, a malformed event beside it).
+    pub async fn capture(&self, ps: &[(NewPayment, bool)], outbox: bool) -> Result<()> {
         let mut tx = self.pool.begin().await.map_err(|e| Error::db("beginning capture", e))?;
-        sqlx::query("UPDATE payments SET status = 'captured', updated_at = clock_timestamp() WHERE id = $1 AND status = 'authorized'")
-            .bind(p.id)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| Error::db("capturing a payment", e))?;
+        let ids: Vec<Uuid> = ps.iter().map(|(p, _)| p.id).collect();
+        sqlx::query(
+            "UPDATE payments SET status = 'captured', updated_at = clock_timestamp() \
+             WHERE id = ANY($1) AND status = 'authorized'",
+        )
+        .bind(&ids)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| Error::db("capturing payments", e))?;
         if outbox {
-            insert_outbox(&mut tx, p, EventKind::Captured, None).await?;
-        }
-        if poison && outbox {
-            insert_outbox(&mut tx, p, EventKind::Captured, Some(events::poison_payload())).await?;
+            let mut events = Vec::with_capacity(ps.len());
+            for (p, poison) in ps {
+                events.push((p, EventKind::Captured, None));
+                if *poison {
+                    events.push((p, EventKind::Captured, Some(events::poison_payload())));
+                }
+            }
+            insert_outbox(&mut tx, &events).await?;
         }
         tx.commit().await.map_err(|e| Error::db("committing capture", e))
     }
@@ -187,6 +204,29 @@ impl PgStore {
             }
         }
         Ok((outbox, inbox))
+    }
+
+    /// Outbox created → inbox processed, per event, for the report.
+    pub async fn latency(&self) -> Result<Option<Latency>> {
+        let row = sqlx::query(
+            "SELECT count(*), percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY ms), max(ms) FROM ( \
+               SELECT extract(epoch FROM i.processed_at - o.created_at)::float8 * 1000 AS ms \
+               FROM inbox i JOIN outbox o ON o.id = i.message_id WHERE i.handler = 'projection') l",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| Error::db("measuring latency", e))?;
+        let decode = |e| Error::db("reading latency", e);
+        let n: i64 = row.try_get(0).map_err(decode)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        let p: Vec<f64> = row.try_get(1).map_err(decode)?;
+        let max: f64 = row.try_get::<Option<f64>, _>(2).map_err(decode)?.unwrap_or(0.0);
+        if p.len() != 3 {
+            return Ok(None);
+        }
+        Ok(Some(Latency { events: n as u64, p50: p[0], p95: p[1], p99: p[2], max }))
     }
 
     /// Reads the database side of the ground truth for the verifier.
@@ -314,25 +354,27 @@ pub async fn apply(tx: &mut PgTx, plan: &EffectPlan<'_>, projection: ProjectionM
     let sql = match projection {
         // Only ever forward, so a stale `authorized` cannot undo `captured`.
         ProjectionMode::StateGuard => {
-            "INSERT INTO payment_projection (payment_id, status) VALUES ($1, $2) \
+            "INSERT INTO payment_projection (payment_id, status) SELECT * FROM UNNEST($1::uuid[], $2::text[]) \
              ON CONFLICT (payment_id) DO UPDATE SET status = EXCLUDED.status, updated_at = clock_timestamp() \
              WHERE payment_projection.status = 'authorized' AND EXCLUDED.status = 'captured'"
         }
         ProjectionMode::LastWriteWins => {
-            "INSERT INTO payment_projection (payment_id, status) VALUES ($1, $2) \
+            "INSERT INTO payment_projection (payment_id, status) SELECT * FROM UNNEST($1::uuid[], $2::text[]) \
              ON CONFLICT (payment_id) DO UPDATE SET status = EXCLUDED.status, updated_at = clock_timestamp()"
         }
     };
-    for e in &plan.projection {
+    // One row per payment: what the batch's events leave behind, applied in
+    // one statement (a statement may not update a row twice).
+    let finals = super::final_statuses(&plan.projection, projection);
+    if !finals.is_empty() {
+        let (payments, statuses): (Vec<Uuid>, Vec<&str>) = finals.iter().map(|(p, k)| (*p, k.status())).unzip();
         let r = sqlx::query(sql)
-            .bind(e.body.payment_id)
-            .bind(e.kind.status())
+            .bind(&payments)
+            .bind(&statuses)
             .execute(&mut **tx)
             .await
             .map_err(|err| Error::db("updating the projection", err))?;
-        if r.rows_affected() == 0 {
-            stale += 1;
-        }
+        stale = plan.projection.len() as u64 - r.rows_affected();
     }
     if !plan.receipts.is_empty() {
         let (payments, messages): (Vec<Uuid>, Vec<Uuid>) = plan.receipts.iter().copied().unzip();
@@ -359,24 +401,42 @@ pub async fn apply(tx: &mut PgTx, plan: &EffectPlan<'_>, projection: ProjectionM
     Ok(stale)
 }
 
+/// Writes outbox events (payment, type, payload or the payment's own) in one
+/// multi-row statement.
 async fn insert_outbox(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    p: &NewPayment,
-    kind: EventKind,
-    payload: Option<serde_json::Value>,
+    events: &[(&NewPayment, EventKind, Option<serde_json::Value>)],
 ) -> Result<()> {
-    let payload = payload.unwrap_or_else(|| {
-        serde_json::to_value(PaymentEvent { payment_id: p.id, account_id: p.account_id, amount_cents: p.amount_cents })
+    let mut ids = Vec::with_capacity(events.len());
+    let mut aggregates = Vec::with_capacity(events.len());
+    let mut types = Vec::with_capacity(events.len());
+    let mut payloads = Vec::with_capacity(events.len());
+    for (p, kind, payload) in events {
+        let payload = payload.clone().unwrap_or_else(|| {
+            serde_json::to_value(PaymentEvent {
+                payment_id: p.id,
+                account_id: p.account_id,
+                amount_cents: p.amount_cents,
+            })
             .unwrap_or_default()
-    });
-    sqlx::query("INSERT INTO outbox (id, aggregate_id, event_type, payload) VALUES ($1, $2, $3, $4)")
-        .bind(Uuid::new_v4())
-        .bind(p.id)
-        .bind(kind.event_type())
-        .bind(payload)
-        .execute(&mut **tx)
-        .await
-        .map_err(|e| Error::db("writing an outbox event", e))?;
+        });
+        ids.push(Uuid::new_v4());
+        aggregates.push(p.id);
+        types.push(kind.event_type().to_string());
+        payloads.push(payload.to_string());
+    }
+    sqlx::query(
+        "INSERT INTO outbox (id, aggregate_id, event_type, payload) \
+         SELECT i, a, t, p::jsonb FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::text[]) \
+         WITH ORDINALITY AS u(i, a, t, p, n) ORDER BY n",
+    )
+    .bind(&ids)
+    .bind(&aggregates)
+    .bind(&types)
+    .bind(&payloads)
+    .execute(&mut **tx)
+    .await
+    .map_err(|e| Error::db("writing outbox events", e))?;
     Ok(())
 }
 

@@ -17,6 +17,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::events::{self, EventKind, PaymentEvent};
+use crate::report::Latency;
 use crate::scenario::ProjectionMode;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -86,35 +87,39 @@ impl SqliteStore {
         self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(|e| Error::db(format!("beginning {what}"), e))
     }
 
-    pub async fn authorize(&self, p: &NewPayment, outbox: bool) -> Result<()> {
+    pub async fn authorize(&self, ps: &[NewPayment], outbox: bool) -> Result<()> {
         let mut tx = self.begin("authorize").await?;
-        sqlx::query("INSERT INTO payments (id, account_id, amount_cents, status) VALUES (?, ?, ?, 'authorized')")
-            .bind(p.id)
-            .bind(p.account_id)
-            .bind(p.amount_cents)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| Error::db("inserting a payment", e))?;
-        if outbox {
-            insert_outbox(&mut tx, p, EventKind::Authorized, None).await?;
+        for p in ps {
+            sqlx::query("INSERT INTO payments (id, account_id, amount_cents, status) VALUES (?, ?, ?, 'authorized')")
+                .bind(p.id)
+                .bind(p.account_id)
+                .bind(p.amount_cents)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| Error::db("inserting a payment", e))?;
+            if outbox {
+                insert_outbox(&mut tx, p, EventKind::Authorized, None).await?;
+            }
         }
         tx.commit().await.map_err(|e| Error::db("committing authorize", e))
     }
 
-    pub async fn capture(&self, p: &NewPayment, poison: bool, outbox: bool) -> Result<()> {
+    pub async fn capture(&self, ps: &[(NewPayment, bool)], outbox: bool) -> Result<()> {
         let mut tx = self.begin("capture").await?;
-        sqlx::query(&format!(
-            "UPDATE payments SET status = 'captured', updated_at = {NOW_MS} WHERE id = ? AND status = 'authorized'"
-        ))
-        .bind(p.id)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| Error::db("capturing a payment", e))?;
-        if outbox {
-            insert_outbox(&mut tx, p, EventKind::Captured, None).await?;
-        }
-        if poison && outbox {
-            insert_outbox(&mut tx, p, EventKind::Captured, Some(events::poison_payload())).await?;
+        for (p, poison) in ps {
+            sqlx::query(&format!(
+                "UPDATE payments SET status = 'captured', updated_at = {NOW_MS} WHERE id = ? AND status = 'authorized'"
+            ))
+            .bind(p.id)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| Error::db("capturing a payment", e))?;
+            if outbox {
+                insert_outbox(&mut tx, p, EventKind::Captured, None).await?;
+                if *poison {
+                    insert_outbox(&mut tx, p, EventKind::Captured, Some(events::poison_payload())).await?;
+                }
+            }
         }
         tx.commit().await.map_err(|e| Error::db("committing capture", e))
     }
@@ -186,6 +191,18 @@ impl SqliteStore {
             }
         }
         Ok((total[0], total[1]))
+    }
+
+    /// Outbox created → inbox processed, per event, for the report.
+    pub async fn latency(&self) -> Result<Option<Latency>> {
+        let mut ms: Vec<i64> = sqlx::query_scalar(
+            "SELECT i.processed_at - o.created_at FROM inbox i JOIN outbox o ON o.id = i.message_id \
+             WHERE i.handler = 'projection'",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| Error::db("measuring latency", e))?;
+        Ok(super::percentiles(&mut ms))
     }
 
     pub async fn ground_truth(&self) -> Result<DbTruth> {

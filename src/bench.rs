@@ -1,0 +1,270 @@
+//! `chaos bench`: how fast the harness pushes real traffic, measured against
+//! PostgreSQL's own yardstick in the same run.
+//!
+//! The yardstick is `pgbench` running the notifier's per-event transaction
+//! (inbox claim, projection upsert, receipt insert) with 16 clients. Absolute
+//! figures swing on a shared machine; the ratio of the pipeline's end-to-end
+//! events/s to the yardstick's transactions/s, taken minutes apart on the same
+//! machine, says whether batching pays off. Targets are printed, never
+//! asserted in tests.
+
+use crate::error::{Error, Result};
+use crate::exit::Exit;
+use crate::report::{Latency, Report};
+use crate::run::{execute, Output};
+use crate::store::postgres::PgStore;
+use comfy_table::{presets, Cell, CellAlignment, Table};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub struct Options {
+    pub scenario: PathBuf,
+    pub payments: u64,
+    pub database_url: Option<String>,
+    pub brokers: Option<String>,
+    pub reports_dir: PathBuf,
+    pub pgbench_clients: u32,
+    pub pgbench_seconds: u32,
+}
+
+/// What the benchmark measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Figures {
+    pub run_id: String,
+    pub backends: String,
+    pub payments: u64,
+    /// Distinct events (each counted once, however often it was redelivered).
+    pub events: u64,
+    /// From the first payment written to the last effect committed.
+    pub end_to_end_ms: u64,
+    pub end_to_end_events_per_s: f64,
+    pub workload_events_per_s: f64,
+    pub relay_messages_per_s: f64,
+    pub notifier_events_per_s: f64,
+    pub verify_ms: u64,
+    pub total_ms: u64,
+    pub latency_ms: Option<Latency>,
+    pub peak_rss_mb: f64,
+    pub pgbench_tps: Option<f64>,
+    pub ratio_to_pgbench: Option<f64>,
+    pub verdict: String,
+    pub targets: Vec<Target>,
+}
+
+/// One target of the throughput issue, and whether this run met it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Target {
+    pub target: String,
+    pub measured: String,
+    /// None when the target does not apply to this run (size or backend).
+    pub met: Option<bool>,
+}
+
+fn per_s(n: u64, ms: u64) -> f64 {
+    if ms == 0 {
+        0.0
+    } else {
+        n as f64 * 1000.0 / ms as f64
+    }
+}
+
+/// Peak resident set size of this process, in MB.
+pub fn peak_rss_mb() -> f64 {
+    #[cfg(unix)]
+    {
+        // SAFETY: getrusage fills the struct we own.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } == 0 {
+            return u.ru_maxrss as f64 / 1024.0;
+        }
+    }
+    0.0
+}
+
+const PGBENCH_SCRIPT: &str = "\
+SELECT gen_random_uuid() AS mid, gen_random_uuid() AS pid \\gset
+BEGIN;
+INSERT INTO inbox (message_id, handler) VALUES (:mid, 'receipts') ON CONFLICT DO NOTHING;
+INSERT INTO payment_projection (payment_id, status) VALUES (:pid, 'captured') ON CONFLICT (payment_id) DO UPDATE SET status = EXCLUDED.status WHERE payment_projection.status = 'authorized';
+INSERT INTO receipts (payment_id, message_id) VALUES (:pid, :mid);
+END;
+";
+
+/// Runs pgbench on the notifier's per-event transaction in a schema of its
+/// own; returns transactions per second.
+async fn pgbench(url: &str, clients: u32, seconds: u32, scratch: &Path) -> Result<f64> {
+    let names = crate::infra::RunNames::new();
+    let store = PgStore::open(url, &names.schema, 2).await?;
+    store.close().await;
+    std::fs::create_dir_all(scratch).map_err(|e| Error::Write { path: scratch.into(), cause: e.to_string() })?;
+    let script = scratch.join(format!("{}.pgbench.sql", names.run_id));
+    std::fs::write(&script, PGBENCH_SCRIPT).map_err(|e| Error::Write { path: script.clone(), cause: e.to_string() })?;
+    let out = tokio::time::timeout(
+        Duration::from_secs(seconds as u64 + 60),
+        tokio::process::Command::new("pgbench")
+            .args(["-n", "-M", "prepared", "-c", &clients.to_string(), "-j", "2", "-T", &seconds.to_string(), "-f"])
+            .arg(&script)
+            .arg(url)
+            .env("PGOPTIONS", format!("-c search_path={}", names.schema))
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await;
+    let _ = std::fs::remove_file(&script);
+    let drop_schema = async {
+        use sqlx::{ConnectOptions, Connection};
+        use std::str::FromStr;
+        if let Ok(o) = sqlx::postgres::PgConnectOptions::from_str(url) {
+            if let Ok(mut c) = o.connect().await {
+                let _ = sqlx::query(&format!("DROP SCHEMA \"{}\" CASCADE", names.schema)).execute(&mut c).await;
+                let _ = c.close().await;
+            }
+        }
+    };
+    drop_schema.await;
+    let out = out.map_err(|_| Error::Internal("pgbench did not finish".into()))?.map_err(|e| {
+        Error::Usage(format!(
+            "cannot run pgbench: {e}; install PostgreSQL's client tools (Debian: postgresql-contrib or postgresql-15)"
+        ))
+    })?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find(|l| l.starts_with("tps = "))
+        .and_then(|l| l.trim_start_matches("tps = ").split_whitespace().next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .ok_or_else(|| {
+            Error::Internal(format!(
+                "pgbench printed no tps: {}",
+                crate::infra::redact(&String::from_utf8_lossy(&out.stderr))
+            ))
+        })
+}
+
+pub async fn bench(opts: &Options) -> Result<(Figures, Report)> {
+    let mut sc = crate::scenario::load(&opts.scenario)?;
+    sc.payments = opts.payments;
+    let url = opts.database_url.clone().or_else(|| sc.infra_database_url.clone());
+    // The yardstick first, so the pipeline never competes with it.
+    let tps = match &url {
+        Some(u) => {
+            eprintln!("bench: pgbench, {} clients for {} s", opts.pgbench_clients, opts.pgbench_seconds);
+            Some(pgbench(u, opts.pgbench_clients, opts.pgbench_seconds, &opts.reports_dir).await?)
+        }
+        None => None,
+    };
+    eprintln!("bench: {} payments through the pipeline", opts.payments);
+    let (rep, _) =
+        execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, Output::Quiet).await?;
+    let s = &rep.stages;
+    let events = rep.counts.topic_distinct_events;
+    let e2e_ms = s.last_apply_ms.saturating_sub(s.first_write_ms);
+    let e2e = per_s(events, e2e_ms);
+    let rss = peak_rss_mb();
+    let embedded = rep.infra.database == "sqlite" && rep.infra.broker != "kafka";
+    let real = rep.infra.database == "postgresql" && rep.infra.broker == "kafka";
+    let n = opts.payments;
+    let mut targets = vec![
+        Target {
+            target: "≥ 20,000 events/s end to end at 100,000 payments (PostgreSQL + Kafka)".into(),
+            measured: format!("{e2e:.0} events/s"),
+            met: (real && n >= 100_000).then_some(e2e >= 20_000.0),
+        },
+        Target {
+            target: "end-to-end events/s ≥ 2 × pgbench tps".into(),
+            measured: tps.map(|t| format!("{:.2} ×", e2e / t)).unwrap_or_else(|| "no pgbench (no PostgreSQL)".into()),
+            met: tps.map(|t| e2e >= 2.0 * t),
+        },
+        Target {
+            target: "1,000,000 payments complete and verified in ≤ 5 min".into(),
+            measured: format!("{:.1} s", rep.timings.total_ms as f64 / 1000.0),
+            met: (n >= 1_000_000).then_some(rep.timings.total_ms <= 300_000 && rep.verdict.as_str() == "pass"),
+        },
+        Target {
+            target: "peak RSS ≤ 500 MB at 1,000,000 payments".into(),
+            measured: format!("{rss:.0} MB"),
+            met: (n >= 1_000_000).then_some(rss <= 500.0),
+        },
+        Target {
+            target: "embedded: 100,000 payments in ≤ 30 s".into(),
+            measured: format!("{:.1} s", rep.timings.total_ms as f64 / 1000.0),
+            met: (embedded && n >= 100_000).then_some(rep.timings.total_ms <= 30_000),
+        },
+    ];
+    targets.push(Target {
+        target: "every invariant holds (a faster run that loses the proof is a regression)".into(),
+        measured: rep.verdict.as_str().into(),
+        met: Some(rep.verdict.as_str() == "pass"),
+    });
+    let figures = Figures {
+        run_id: rep.run_id.clone(),
+        backends: format!("{} + {}", rep.infra.database, rep.infra.broker),
+        payments: n,
+        events,
+        end_to_end_ms: e2e_ms,
+        end_to_end_events_per_s: e2e,
+        workload_events_per_s: per_s(rep.counts.outbox_events, s.last_write_ms.saturating_sub(s.first_write_ms)),
+        relay_messages_per_s: per_s(
+            rep.components.messages_published,
+            s.last_publish_ms.saturating_sub(s.first_publish_ms),
+        ),
+        notifier_events_per_s: per_s(rep.components.events_applied, s.last_apply_ms.saturating_sub(s.first_apply_ms)),
+        verify_ms: rep.timings.verify_ms,
+        total_ms: rep.timings.total_ms,
+        latency_ms: rep.latency_ms.clone(),
+        peak_rss_mb: rss,
+        pgbench_tps: tps,
+        ratio_to_pgbench: tps.map(|t| e2e / t),
+        verdict: rep.verdict.as_str().into(),
+        targets,
+    };
+    let path = opts.reports_dir.join(format!("{}.bench.json", rep.run_id));
+    let text = serde_json::to_string_pretty(&figures).map_err(|e| Error::Internal(e.to_string()))?;
+    std::fs::write(&path, text + "\n").map_err(|e| Error::Write { path: path.clone(), cause: e.to_string() })?;
+    Ok((figures, rep))
+}
+
+pub fn render(f: &Figures) -> (String, Exit) {
+    let mut t = Table::new();
+    t.load_preset(presets::UTF8_FULL_CONDENSED);
+    t.set_header(vec!["measure", "value"]);
+    let lat = f
+        .latency_ms
+        .as_ref()
+        .map(|l| format!("p50 {:.0} · p95 {:.0} · p99 {:.0} · max {:.0} ms", l.p50, l.p95, l.p99, l.max))
+        .unwrap_or_else(|| "-".into());
+    let rows = vec![
+        ("backends", f.backends.clone()),
+        ("payments / distinct events", format!("{} / {}", f.payments, f.events)),
+        (
+            "end to end (first write → last effect)",
+            format!("{:.0} events/s over {:.1} s", f.end_to_end_events_per_s, f.end_to_end_ms as f64 / 1000.0),
+        ),
+        ("workload stage", format!("{:.0} events/s", f.workload_events_per_s)),
+        ("relay stage", format!("{:.0} messages/s", f.relay_messages_per_s)),
+        ("notifier stage", format!("{:.0} deliveries/s", f.notifier_events_per_s)),
+        ("verification (separate)", format!("{:.1} s", f.verify_ms as f64 / 1000.0)),
+        ("latency outbox → inbox", lat),
+        ("peak RSS", format!("{:.0} MB", f.peak_rss_mb)),
+        ("pgbench yardstick", f.pgbench_tps.map(|t| format!("{t:.0} tps")).unwrap_or_else(|| "-".into())),
+        ("ratio end to end / pgbench", f.ratio_to_pgbench.map(|r| format!("{r:.2} ×")).unwrap_or_else(|| "-".into())),
+        ("verdict", f.verdict.clone()),
+    ];
+    for (k, v) in rows {
+        t.add_row(vec![Cell::new(k), Cell::new(v).set_alignment(CellAlignment::Left)]);
+    }
+    let mut g = Table::new();
+    g.load_preset(presets::UTF8_FULL_CONDENSED);
+    g.set_header(vec!["", "target", "measured"]);
+    for x in &f.targets {
+        let mark = match x.met {
+            Some(true) => "✔",
+            Some(false) => "✘",
+            None => "—",
+        };
+        g.add_row(vec![Cell::new(mark), Cell::new(&x.target), Cell::new(&x.measured)]);
+    }
+    let out = format!("{t}\n{g}\n— : does not apply to this size or backend\n");
+    let exit = if f.verdict == "pass" { Exit::Pass } else { Exit::Fail };
+    (out, exit)
+}

@@ -1,0 +1,53 @@
+//! A small `chaos bench` on the real services: every figure is produced and
+//! written to the JSON report. No timing is asserted: targets belong in the
+//! benchmark's own output.
+
+mod common;
+use common::*;
+
+#[test]
+fn small_bench_reports_every_figure() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = chaos();
+    c.args([
+        "bench",
+        "--payments",
+        "2000",
+        "--pgbench-seconds",
+        "2",
+        "--pgbench-clients",
+        "4",
+        "--json",
+        "--reports-dir",
+    ])
+    .arg(dir.path());
+    Backend::Services.apply(&mut c);
+    let ran = run(&mut c);
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    let f = ran.json();
+    assert_eq!(f["backends"], "postgresql + kafka");
+    assert_eq!(f["events"], 4000, "every distinct event is counted once");
+    for key in [
+        "end_to_end_events_per_s",
+        "workload_events_per_s",
+        "relay_messages_per_s",
+        "notifier_events_per_s",
+        "peak_rss_mb",
+        "pgbench_tps",
+        "ratio_to_pgbench",
+    ] {
+        assert!(f[key].as_f64().unwrap() > 0.0, "{key} = {}", f[key]);
+    }
+    let l = &f["latency_ms"];
+    assert_eq!(l["events"], 4000);
+    assert!(l["p50"].as_f64().unwrap() <= l["p95"].as_f64().unwrap());
+    assert!(l["p95"].as_f64().unwrap() <= l["p99"].as_f64().unwrap());
+    assert!(l["p99"].as_f64().unwrap() <= l["max"].as_f64().unwrap());
+    let targets = f["targets"].as_array().unwrap();
+    assert_eq!(targets.len(), 6);
+    // A 2,000-payment run is not the size the throughput targets speak of.
+    assert!(targets[0]["met"].is_null());
+    assert_eq!(targets[5]["met"], true, "the run's invariants held");
+    let saved = dir.path().join(format!("{}.bench.json", f["run_id"].as_str().unwrap()));
+    assert!(saved.exists());
+}
