@@ -25,7 +25,7 @@ async fn outbox_to_kafka_to_inbox_round_trip() {
 
     // 1. The outbox row, written with its payment in one transaction.
     let p = NewPayment { id: Uuid::new_v4(), account_id: 7, amount_cents: 1234 };
-    store.authorize(&p, true).await.unwrap();
+    store.authorize(std::slice::from_ref(&p), true).await.unwrap();
 
     // 2. A relay claims it, publishes it, waits for the ack, marks it.
     let mut conn = store.relay_connection().await.unwrap();
