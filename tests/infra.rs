@@ -111,3 +111,45 @@ async fn clean_removes_old_runs_and_nothing_else() {
     assert!(listed.contains(&keep_topic.to_string()), "a topic the harness did not name must stay");
     assert!(!ran.stdout.contains(keep_topic), "{}", ran.stdout);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_never_reaches_output_logs_or_reports() {
+    use sqlx::Connection;
+    let secret = "Zq7-secret-pw-4711";
+    let mut c = sqlx::PgConnection::connect(&database_url()).await.unwrap();
+    // A role of its own, so the password is a string found nowhere else.
+    sqlx::query(&format!(
+        "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'chaos_secret') THEN \
+         CREATE ROLE chaos_secret LOGIN PASSWORD '{secret}'; END IF; END $$"
+    ))
+    .execute(&mut c)
+    .await
+    .unwrap();
+    sqlx::query("GRANT CREATE ON DATABASE chaos TO chaos_secret").execute(&mut c).await.unwrap();
+    let url = database_url().replacen("chaos:chaos@", &format!("chaos_secret:{secret}@"), 1);
+    assert!(url.contains(secret), "DATABASE_URL is expected in the form postgres://chaos:chaos@host/db");
+
+    let dir = tempfile::tempdir().unwrap();
+    let ran = run(chaos()
+        .args(["-vv", "run", "scenarios/smoke.toml", "--reports-dir"])
+        .arg(dir.path())
+        .env("DATABASE_URL", &url)
+        .env("KAFKA_BROKERS", brokers()));
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr.lines().rev().take(20).collect::<Vec<_>>().join("\n"));
+    assert!(ran.stderr.contains("INFO"), "-vv gives logs on stderr");
+    assert!(!ran.stdout.contains(secret) && !ran.stderr.contains(secret), "password in output");
+    let mut reports = 0;
+    for e in std::fs::read_dir(dir.path()).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().map(|x| x == "json" || x == "md").unwrap_or(false) {
+            reports += 1;
+            assert!(!std::fs::read_to_string(&p).unwrap().contains(secret), "password in {}", p.display());
+        }
+    }
+    assert_eq!(reports, 2);
+    // And a wrong password is not echoed back either.
+    let wrong = url.replace(secret, "Wr0ng-pw-0815");
+    let ran = run(chaos().arg("doctor").env("DATABASE_URL", &wrong).env("KAFKA_BROKERS", brokers()));
+    assert_eq!(ran.code, 3);
+    assert!(!ran.stdout.contains("Wr0ng-pw-0815") && !ran.stderr.contains("Wr0ng-pw-0815"));
+}
