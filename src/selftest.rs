@@ -115,14 +115,18 @@ faults.notifier_before_offset_commit = 0.01
     Variant {
         name: "retention too short",
         mistake: "inbox rows are purged before the redelivery window closes",
-        fault: "notifier.replay 0.1: the group's offsets rewound behind purged ids",
+        fault: "notifier.replay 0.25: the group's offsets rewound behind purged ids",
         expected: "duplicate effect",
-        // Inbox rows live 300 ms; a replay re-reads whole partitions, most of
-        // whose ids are long purged by then.
+        // Inbox rows live 100 ms; a replay re-reads its partition from the
+        // start, whose ids are purged by then. Sixteen small partitions keep
+        // each replay short (a replayed batch may replay again: ~2 batches
+        // × 0.25 = 0.5 follow-ups, so replays die out) while giving ~7
+        // replays a run.
         scenario: r#"
-retention.inbox = "300ms"
-retention.purge_interval_ms = 100
-faults.notifier_replay = 0.1
+topic.partitions = 16
+retention.inbox = "100ms"
+retention.purge_interval_ms = 50
+faults.notifier_replay = 0.25
 "#,
     },
     Variant {
@@ -188,7 +192,8 @@ faults.workload_poison = 0.02
 /// retention. Alone, because a replay re-reads whole partitions and every
 /// other crash would multiply its cost.
 pub const REPLAY: &str = r#"
-faults.notifier_replay = 0.1
+topic.partitions = 16
+faults.notifier_replay = 0.25
 "#;
 
 /// The no-false-alarm runs cycle through these.
