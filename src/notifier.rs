@@ -232,16 +232,22 @@ pub async fn run(ctx: Ctx, index: usize) {
             }
             drop(tpl);
             if ctx.faults.strike(FaultPoint::NotifierReplay, &name, hit) {
-                // A late replay: the group's offsets go back to the start of
-                // this batch's partitions, and the notifier restarts there.
+                // A late replay, as an operator's offset reset makes one: the
+                // group's committed offsets go back to the start of this
+                // batch's partitions and reading resumes there. No restart:
+                // the replay is of the data, not of the process.
                 let rewind = rewind_offsets(&ctx.names.topic, &batch);
                 let _ = tokio::task::block_in_place(|| consumer.commit(&rewind, CommitMode::Sync));
                 drop(rewind);
-                discard(consumer);
-                if shutdown.sleep(cfg.restart_delay).await {
-                    return;
+                let parts: std::collections::BTreeSet<i32> = batch.iter().map(|m| m.partition).collect();
+                for p in parts {
+                    let sought = tokio::task::block_in_place(|| {
+                        consumer.seek(&ctx.names.topic, p, Offset::Beginning, Duration::from_secs(5))
+                    });
+                    if let Err(e) = sought {
+                        debug!(notifier = %name, partition = p, cause = %e, "seek for the replay failed");
+                    }
                 }
-                continue 'incarnation;
             }
         }
     }

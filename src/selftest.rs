@@ -184,7 +184,7 @@ faults.relay_before_produce = 0.2
 faults.relay_slow_produce = 0.2
 faults.notifier_before_offset_commit = 0.005
 faults.notifier_mid_batch = 0.1
-faults.notifier_stall = 0.1
+faults.notifier_stall = 0.06
 faults.workload_poison = 0.02
 "#;
 
