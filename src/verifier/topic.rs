@@ -38,6 +38,7 @@ fn read_blocking(brokers: &str, topic: &str, partitions: i32, limit: Duration) -
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "false")
+        .set("queued.max.messages.kbytes", "16384")
         .create()
         .map_err(|e| Error::kafka("creating the verifier's reader", e))?;
     let mut ends = Vec::new();
