@@ -153,3 +153,19 @@ async fn a_password_never_reaches_output_logs_or_reports() {
     assert_eq!(ran.code, 3);
     assert!(!ran.stdout.contains("Wr0ng-pw-0815") && !ran.stderr.contains("Wr0ng-pw-0815"));
 }
+
+#[test]
+fn something_listening_that_is_not_kafka_is_an_infra_error_within_15s() {
+    // PostgreSQL's port answers TCP but not the Kafka protocol.
+    let dir = tempfile::tempdir().unwrap();
+    let ran = run(chaos()
+        .args(["run", "scenarios/smoke.toml", "--reports-dir"])
+        .arg(dir.path())
+        .env("DATABASE_URL", database_url())
+        .env("KAFKA_BROKERS", "127.0.0.1:5432"));
+    assert_eq!(ran.code, 3, "{}\n{}", ran.stdout, ran.stderr);
+    assert!(ran.elapsed < Duration::from_secs(15), "took {:?}", ran.elapsed);
+    let err: Vec<&str> = ran.stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(err.len(), 1, "{}", ran.stderr);
+    assert!(err[0].contains("cannot reach Kafka at 127.0.0.1:5432"), "{}", err[0]);
+}
