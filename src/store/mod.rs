@@ -10,6 +10,7 @@
 
 pub mod postgres;
 pub mod sqlite;
+pub mod truth;
 
 use crate::error::Result;
 use crate::events::{Decoded, EventKind};

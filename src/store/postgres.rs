@@ -6,10 +6,7 @@
 //! can be a real one: the socket closes mid-transaction and the server rolls
 //! back.
 
-use super::{
-    dead_letter_key, DbTruth, EffectPlan, Incoming, NewPayment, OutboxRecord, OutboxRow, PaymentRow, HANDLERS,
-    PURGE_CHUNK,
-};
+use super::{dead_letter_key, DbTruth, EffectPlan, Incoming, NewPayment, OutboxRow, HANDLERS, PURGE_CHUNK};
 use crate::error::{Error, Result};
 use crate::events::{self, EventKind, PaymentEvent};
 use crate::infra::{db_endpoint, CONNECT_TIMEOUT};
@@ -230,68 +227,13 @@ impl PgStore {
     }
 
     /// Reads the database side of the ground truth for the verifier.
+    /// Reads the database side of the ground truth for the verifier.
     pub async fn ground_truth(&self) -> Result<DbTruth> {
-        let ctx = |what: &'static str| move |e| Error::db(format!("reading {what} for the verifier"), e);
-        let payments = sqlx::query("SELECT id, account_id, amount_cents, status FROM payments")
-            .fetch_all(&self.pool)
-            .await
-            .map_err(ctx("payments"))?
-            .into_iter()
-            .map(|r| PaymentRow {
-                id: r.get(0),
-                account_id: r.get(1),
-                amount_cents: r.get(2),
-                captured: r.get::<String, _>(3) == "captured",
-            })
-            .collect();
-        let outbox =
-            sqlx::query("SELECT id, aggregate_id, event_type, payload::text, published_at IS NOT NULL FROM outbox")
-                .fetch_all(&self.pool)
-                .await
-                .map_err(ctx("the outbox"))?
-                .into_iter()
-                .map(|r| {
-                    let id: Uuid = r.get(0);
-                    let t: String = r.get(2);
-                    let payload: String = r.get(3);
-                    let kind =
-                        EventKind::from_type(&t).filter(|_| serde_json::from_str::<PaymentEvent>(&payload).is_ok());
-                    OutboxRecord { id, payment_id: r.get(1), kind, published: r.get(4) }
-                })
-                .collect();
-        let inbox_rows = sqlx::query("SELECT handler, count(*) FROM (SELECT handler FROM inbox UNION ALL SELECT handler FROM inbox_unkeyed) i GROUP BY handler")
-            .fetch_all(&self.pool)
-            .await
-            .map_err(ctx("the inbox"))?
-            .into_iter()
-            .map(|r| (r.get::<String, _>(0), r.get::<i64, _>(1) as u64))
-            .collect();
-        let receipts = sqlx::query("SELECT payment_id, count(*) FROM receipts GROUP BY payment_id")
-            .fetch_all(&self.pool)
-            .await
-            .map_err(ctx("receipts"))?
-            .into_iter()
-            .map(|r| (r.get::<Uuid, _>(0), r.get::<i64, _>(1) as u64))
-            .collect();
-        let projection = sqlx::query("SELECT payment_id, status FROM payment_projection")
-            .fetch_all(&self.pool)
-            .await
-            .map_err(ctx("the projection"))?
-            .into_iter()
-            .map(|r| (r.get::<Uuid, _>(0), r.get::<String, _>(1) == "captured"))
-            .collect();
-        let dead_letters: i64 = sqlx::query_scalar("SELECT count(*) FROM dead_letters")
-            .fetch_one(&self.pool)
-            .await
-            .map_err(ctx("dead letters"))?;
-        let loyalty = sqlx::query("SELECT account_id, points FROM loyalty_points")
-            .fetch_all(&self.pool)
-            .await
-            .map_err(ctx("loyalty points"))?
-            .into_iter()
-            .map(|r| (r.get::<i32, _>(0), r.get::<i64, _>(1)))
-            .collect();
-        Ok(DbTruth { payments, outbox, inbox_rows, receipts, projection, dead_letters: dead_letters as u64, loyalty })
+        let dialect = super::truth::Dialect {
+            outbox: "SELECT id, aggregate_id, event_type, payload::text, published_at IS NOT NULL FROM outbox",
+            inbox: "SELECT handler, count(*) FROM (SELECT handler FROM inbox UNION ALL SELECT handler FROM inbox_unkeyed) i GROUP BY handler",
+        };
+        super::truth::read(&self.pool, &dialect).await
     }
 }
 
