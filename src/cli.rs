@@ -14,7 +14,9 @@ The pipeline: a payment service writes payments and outbox events in one transac
 a notifier consumes them through an inbox. The verifier reconciles the database with every message on the topic.\n\n\
 Exit codes: 0 pass, 1 invariant violated, 2 bad input, 3 PostgreSQL/Kafka unreachable, 4 inconclusive (faults never fired), \
 5 incomplete (did not drain), 70 internal error, 130 interrupted.",
-    after_help = "First run: scripts/services.sh up && DATABASE_URL=postgres://chaos:chaos@127.0.0.1:5432/chaos KAFKA_BROKERS=127.0.0.1:9092 chaos run scenarios/payments.toml"
+    after_help = "First run (embedded, nothing installed): chaos run scenarios/payments.toml\n\
+On the real services: scripts/services.sh up, then DATABASE_URL=postgres://chaos:chaos@127.0.0.1:5432/chaos KAFKA_BROKERS=127.0.0.1:9092 chaos run scenarios/payments.toml\n\
+Prove the verifier can fail: chaos selftest"
 )]
 pub struct Cli {
     /// More logs on stderr (-v info, -vv debug). RUST_LOG overrides.
@@ -73,10 +75,10 @@ pub struct SelftestArgs {
 
 #[derive(Debug, Args)]
 pub struct InfraArgs {
-    /// PostgreSQL url, e.g. postgres://chaos:chaos@127.0.0.1:5432/chaos.
+    /// PostgreSQL url, e.g. postgres://chaos:chaos@127.0.0.1:5432/chaos. Unset: an embedded SQLite file.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
-    /// Kafka bootstrap servers, e.g. 127.0.0.1:9092.
+    /// Kafka bootstrap servers, e.g. 127.0.0.1:9092. Unset: librdkafka's embedded mock cluster.
     #[arg(long, env = "KAFKA_BROKERS")]
     pub brokers: Option<String>,
 }
