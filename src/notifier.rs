@@ -179,26 +179,8 @@ pub async fn run(ctx: Ctx, index: usize) {
                 }
                 continue 'incarnation;
             }
-            match ctx.store.apply_batch(&batch, modes, faults).await {
-                Ok(o) if o.crashed => {
-                    Stats::add(&ctx.stats.notifier_crashes, 1);
-                    drop(tpl);
-                    if !ctx.static_membership && rewind_to_committed(&consumer, &ctx.names.topic) {
-                        continue;
-                    }
-                    discard(consumer);
-                    if shutdown.sleep(cfg.restart_delay).await {
-                        return;
-                    }
-                    continue 'incarnation;
-                }
-                Ok(o) => {
-                    ctx.stats.mark(&ctx.stats.first_apply_ms, &ctx.stats.last_apply_ms);
-                    Stats::add(&ctx.stats.events_applied, o.applied);
-                    Stats::add(&ctx.stats.duplicates_absorbed, o.duplicates);
-                    Stats::add(&ctx.stats.stale_ignored, o.stale);
-                    Stats::add(&ctx.stats.dead_lettered, o.dead_lettered);
-                }
+            let outcome = match ctx.store.apply_batch(&batch, modes, faults).await {
+                Ok(o) => o,
                 Err(e) => {
                     // Nothing was committed; the batch comes back after restart.
                     warn!(notifier = %name, cause = %e, "batch transaction failed; restarting");
@@ -210,14 +192,22 @@ pub async fn run(ctx: Ctx, index: usize) {
                     }
                     continue 'incarnation;
                 }
-            }
-            // The probability is per event: every event of the batch reaches
-            // the fault point, and one hit is enough to crash.
-            let mut crash = false;
-            for m in &batch {
-                crash |= ctx.faults.strike(FaultPoint::NotifierBeforeOffsetCommit, &name, || {
-                    format!("batch of {} events, partition {} offset {}", batch.len(), m.partition, m.offset)
-                });
+            };
+            // Crashed part way through the batch (notifier.mid_batch), or
+            // after it: the probability of notifier.before_offset_commit is
+            // per event, every event reaches it, and one hit is enough.
+            let mut crash = outcome.crashed;
+            if !crash {
+                ctx.stats.mark(&ctx.stats.first_apply_ms, &ctx.stats.last_apply_ms);
+                Stats::add(&ctx.stats.events_applied, outcome.applied);
+                Stats::add(&ctx.stats.duplicates_absorbed, outcome.duplicates);
+                Stats::add(&ctx.stats.stale_ignored, outcome.stale);
+                Stats::add(&ctx.stats.dead_lettered, outcome.dead_lettered);
+                for m in &batch {
+                    crash |= ctx.faults.strike(FaultPoint::NotifierBeforeOffsetCommit, &name, || {
+                        format!("batch of {} events, partition {} offset {}", batch.len(), m.partition, m.offset)
+                    });
+                }
             }
             if crash {
                 Stats::add(&ctx.stats.notifier_crashes, 1);

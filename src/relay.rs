@@ -7,11 +7,11 @@
 //! become claimable again and the whole batch is published a second time,
 //! which is where the topic's duplicates come from.
 
-use crate::context::{Ctx, Stats};
+use crate::context::{Ctx, Shutdown, Stats};
 use crate::faults::FaultPoint;
 use crate::infra::kafka_config;
 use crate::scenario::RelayOrder;
-use crate::store::OutboxRow;
+use crate::store::{OutboxRow, RelayConn};
 use futures::future::join_all;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -40,6 +40,16 @@ pub fn producer(brokers: &str) -> Result<FutureProducer, rdkafka::error::KafkaEr
 /// Drops a producer off the async threads: its drop purges and joins a thread.
 fn discard(p: FutureProducer) {
     tokio::task::spawn_blocking(move || drop(p));
+}
+
+/// A fault point fired: the relay dies as a process would (the socket closes
+/// with the claim open, the producer goes, nothing is flushed or rolled back)
+/// and pauses before its next incarnation. True when the run is stopping.
+async fn crash(ctx: &Ctx, conn: RelayConn, producer: FutureProducer, shutdown: &mut Shutdown) -> bool {
+    Stats::add(&ctx.stats.relay_crashes, 1);
+    conn.crash();
+    discard(producer);
+    shutdown.sleep(ctx.scenario.relay.restart_delay).await
 }
 
 /// Runs relay number `index` until shutdown, restarting after each crash.
@@ -121,10 +131,7 @@ pub async fn run(ctx: Ctx, index: usize) {
             if ctx.faults.strike(FaultPoint::RelayBeforeProduce, &name, span) {
                 // Publish-then-mark loses nothing here (the claim dies with
                 // the connection); mark-then-publish has already lost the batch.
-                Stats::add(&ctx.stats.relay_crashes, 1);
-                conn.crash();
-                discard(producer);
-                if shutdown.sleep(cfg.restart_delay).await {
+                if crash(&ctx, conn, producer, &mut shutdown).await {
                     return;
                 }
                 continue 'incarnation;
@@ -151,10 +158,7 @@ pub async fn run(ctx: Ctx, index: usize) {
             Stats::add(&ctx.stats.messages_published, rows.len() as u64);
             ctx.stats.mark(&ctx.stats.first_publish_ms, &ctx.stats.last_publish_ms);
             if ctx.faults.strike(FaultPoint::RelayAfterProduce, &name, span) {
-                Stats::add(&ctx.stats.relay_crashes, 1);
-                conn.crash();
-                discard(producer);
-                if shutdown.sleep(cfg.restart_delay).await {
+                if crash(&ctx, conn, producer, &mut shutdown).await {
                     return;
                 }
                 continue 'incarnation;
