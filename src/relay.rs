@@ -52,6 +52,20 @@ async fn crash(ctx: &Ctx, conn: RelayConn, producer: FutureProducer, shutdown: &
     shutdown.sleep(ctx.scenario.relay.restart_delay).await
 }
 
+/// Marks the batch published and commits the claim. On failure the caller
+/// reconnects; with publish-then-mark the rows stay unpublished and go out
+/// again, a duplicate on the topic, never a loss.
+async fn mark(ctx: &Ctx, name: &str, conn: &mut RelayConn, ids: &[uuid::Uuid]) -> bool {
+    match conn.mark_published(ids).await {
+        Ok(()) => true,
+        Err(e) => {
+            warn!(relay = %name, cause = %e, "marking published failed; reconnecting");
+            Stats::add(&ctx.stats.relay_errors, 1);
+            false
+        }
+    }
+}
+
 /// Runs relay number `index` until shutdown, restarting after each crash.
 pub async fn run(ctx: Ctx, index: usize) {
     let name = format!("relay-{index}");
@@ -117,16 +131,12 @@ pub async fn run(ctx: Ctx, index: usize) {
             let span =
                 || format!("batch of {} events, outbox seq {}..={}", rows.len(), rows[0].seq, rows[rows.len() - 1].seq);
             let ids: Vec<_> = rows.iter().map(|r| r.id).collect();
-            if cfg.order == RelayOrder::MarkThenPublish {
-                // The mistake: the rows are marked published and committed
-                // before the broker has them.
-                if let Err(e) = conn.mark_published(&ids).await {
-                    warn!(relay = %name, cause = %e, "marking published failed; reconnecting");
-                    Stats::add(&ctx.stats.relay_errors, 1);
-                    conn.crash();
-                    discard(producer);
-                    continue 'incarnation;
-                }
+            // The mistake of mark-then-publish: the rows are marked published
+            // and committed before the broker has them.
+            if cfg.order == RelayOrder::MarkThenPublish && !mark(&ctx, &name, &mut conn, &ids).await {
+                conn.crash();
+                discard(producer);
+                continue 'incarnation;
             }
             if ctx.faults.strike(FaultPoint::RelayBeforeProduce, &name, span) {
                 // Publish-then-mark loses nothing here (the claim dies with
@@ -163,16 +173,10 @@ pub async fn run(ctx: Ctx, index: usize) {
                 }
                 continue 'incarnation;
             }
-            if cfg.order == RelayOrder::PublishThenMark {
-                if let Err(e) = conn.mark_published(&ids).await {
-                    // The rows stay unpublished and will be sent again: a
-                    // duplicate on the topic, never a loss.
-                    warn!(relay = %name, cause = %e, "marking published failed; reconnecting");
-                    Stats::add(&ctx.stats.relay_errors, 1);
-                    conn.crash();
-                    discard(producer);
-                    continue 'incarnation;
-                }
+            if cfg.order == RelayOrder::PublishThenMark && !mark(&ctx, &name, &mut conn, &ids).await {
+                conn.crash();
+                discard(producer);
+                continue 'incarnation;
             }
             Stats::add(&ctx.stats.relay_batches, 1);
             debug!(relay = %name, events = rows.len(), "batch published");

@@ -257,11 +257,7 @@ impl Store {
                     return Ok(out);
                 }
                 stall(faults.stall).await;
-                let plan = plan_effects(&refs, modes.inbox, &claimed);
-                let mut tx = self.begin().await?;
-                out.stale = tx.apply(&plan, modes.projection).await?;
-                tx.commit().await?;
-                (out.applied, out.duplicates) = (plan.applied, plan.duplicates);
+                self.apply_alone(&refs, modes, &claimed, &[], &mut out).await?;
             }
             InboxMode::CheckThenAct => {
                 let seen = self.unkeyed_seen(&pairs).await?;
@@ -273,17 +269,31 @@ impl Store {
                 // A stall here, between the check and the act, is what lets
                 // a second notifier see "absent" too.
                 stall(faults.stall).await;
-                let plan = plan_effects(&refs, modes.inbox, &claimed);
-                let mut tx = self.begin().await?;
-                out.dead_lettered = tx.dead_letters(&bad).await?;
-                out.stale = tx.apply(&plan, modes.projection).await?;
-                tx.commit().await?;
+                self.apply_alone(&refs, modes, &claimed, &bad, &mut out).await?;
                 let acted: Vec<(Uuid, &'static str)> = pairs.iter().copied().filter(|p| claimed.contains(p)).collect();
                 self.unkeyed_record(&acted).await?;
-                (out.applied, out.duplicates) = (plan.applied, plan.duplicates);
             }
         }
         Ok(out)
+    }
+
+    /// The effects in a transaction of their own, for the variants that
+    /// split them from the inbox claim.
+    async fn apply_alone(
+        &self,
+        events: &[&Decoded],
+        modes: Modes,
+        claimed: &HashSet<(Uuid, &str)>,
+        bad: &[&Incoming],
+        out: &mut BatchOutcome,
+    ) -> Result<()> {
+        let plan = plan_effects(events, modes.inbox, claimed);
+        let mut tx = self.begin().await?;
+        out.dead_lettered += tx.dead_letters(bad).await?;
+        out.stale = tx.apply(&plan, modes.projection).await?;
+        tx.commit().await?;
+        (out.applied, out.duplicates) = (plan.applied, plan.duplicates);
+        Ok(())
     }
 
     async fn begin(&self) -> Result<Tx> {
@@ -302,7 +312,10 @@ impl Store {
     }
 
     pub async fn unpublished(&self) -> Result<i64> {
-        each!(self, s => s.unpublished().await)
+        match self {
+            Store::Postgres(s) => truth::unpublished(s.pool()).await,
+            Store::Sqlite(s) => truth::unpublished(s.pool()).await,
+        }
     }
 
     /// Deletes published outbox rows and inbox rows older than their

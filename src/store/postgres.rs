@@ -156,11 +156,8 @@ impl PgStore {
         Ok(())
     }
 
-    pub async fn unpublished(&self) -> Result<i64> {
-        sqlx::query_scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| Error::db("counting unpublished outbox rows", e))
+    pub(super) fn pool(&self) -> &sqlx::PgPool {
+        &self.pool
     }
 
     /// Deletes published outbox rows and inbox rows older than their

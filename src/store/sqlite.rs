@@ -155,11 +155,8 @@ impl SqliteStore {
         Ok(())
     }
 
-    pub async fn unpublished(&self) -> Result<i64> {
-        sqlx::query_scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| Error::db("counting unpublished outbox rows", e))
+    pub(super) fn pool(&self) -> &sqlx::SqlitePool {
+        &self.pool
     }
 
     pub async fn purge(&self, outbox_older: Duration, inbox_older: Duration) -> Result<(u64, u64)> {

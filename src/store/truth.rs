@@ -1,4 +1,4 @@
-//! The verifier's read of the database, written once for both backends: the
+//! The verifier's and the drain's reads of the database, written once for both backends: the
 //! statements are the same text, and only the SQL dialect of two of them
 //! differs (how the payload is read as text, how the two inboxes are joined).
 
@@ -102,4 +102,20 @@ where
         );
     }
     Ok(DbTruth { payments, outbox, inbox_rows, receipts, projection, dead_letters, loyalty })
+}
+
+/// Outbox rows no relay has published yet (the drain waits for zero).
+pub async fn unpublished<DB>(pool: &Pool<DB>) -> Result<i64>
+where
+    DB: Database,
+    for<'c> &'c Pool<DB>: Executor<'c, Database = DB>,
+    for<'q> <DB as Database>::Arguments<'q>: IntoArguments<'q, DB>,
+    usize: ColumnIndex<DB::Row>,
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+{
+    let row = sqlx::query("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+        .fetch_one(pool)
+        .await
+        .map_err(|e| Error::db("counting unpublished outbox rows", e))?;
+    row.try_get(0).map_err(|e| Error::db("counting unpublished outbox rows", e))
 }
