@@ -17,6 +17,15 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    // librdkafka's threads each take a glibc malloc arena of their own, and
+    // memory freed in one arena is not reused by the others: measured on the
+    // 100,000-payment bench, peak RSS was 316 MB with the default arenas and
+    // 163 MB with two, for a live heap of about 110 MB.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: a malloc tuning call made before any thread starts.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
     let cli = Cli::parse();
     // Logs go to stderr; stdout carries only tables and JSON.
     let default = match cli.verbose {

@@ -13,7 +13,7 @@ use crate::progress::Progress;
 use crate::report::{self, ComponentFigures, InfraInfo, Report, ScenarioInfo, Stages, Timings};
 use crate::scenario::{self, Scenario};
 use crate::store::{postgres::PgStore, sqlite::SqliteStore, Store};
-use crate::verifier::{reconcile, topic, Verdict};
+use crate::verifier::{reconcile, topic, Ledger, Verdict};
 use crate::{relay, workload};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -337,10 +337,11 @@ async fn drain(ctx: &Ctx) -> std::result::Result<(), String> {
 
 /// Reads the ground truth and reconciles it.
 async fn verify(store: &Store, brokers: &str, names: &RunNames, sc: &Scenario) -> Result<reconcile::Reconciliation> {
-    let db = store.ground_truth().await?;
+    let mut ledger = Ledger::new();
+    store.ground_truth(&mut ledger).await?;
     let limit = Duration::from_secs(60).max(Duration::from_millis(sc.payments / 10));
-    let messages = topic::read_all(brokers, &names.topic, sc.partitions, limit).await?;
-    Ok(reconcile::reconcile(&db, &messages))
+    let ledger = topic::read_all(brokers, &names.topic, sc.partitions, limit, ledger).await?;
+    Ok(ledger.reconcile())
 }
 
 /// Retention: purges old published outbox rows and old inbox rows.

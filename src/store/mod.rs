@@ -15,7 +15,7 @@ pub mod truth;
 use crate::error::Result;
 use crate::events::{Decoded, EventKind};
 use crate::scenario::{InboxMode, ProjectionMode};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -324,8 +324,9 @@ impl Store {
         each!(self, s => s.purge(outbox_older, inbox_older).await)
     }
 
-    pub async fn ground_truth(&self) -> Result<DbTruth> {
-        each!(self, s => s.ground_truth().await)
+    /// Streams the database half of the ground truth into the ledger.
+    pub async fn ground_truth(&self, ledger: &mut crate::verifier::Ledger) -> Result<()> {
+        each!(self, s => s.ground_truth(ledger).await)
     }
 
     /// End-to-end latency per event (outbox created → inbox processed).
@@ -475,17 +476,4 @@ pub struct OutboxRecord {
     pub payment_id: Uuid,
     pub kind: Option<EventKind>,
     pub published: bool,
-}
-
-/// The database half of the ground truth.
-#[derive(Debug, Default, Clone)]
-pub struct DbTruth {
-    pub payments: Vec<PaymentRow>,
-    pub outbox: Vec<OutboxRecord>,
-    pub inbox_rows: HashMap<String, u64>,
-    pub receipts: HashMap<Uuid, u64>,
-    /// payment id → projection shows captured.
-    pub projection: HashMap<Uuid, bool>,
-    pub dead_letters: u64,
-    pub loyalty: HashMap<i32, i64>,
 }

@@ -6,7 +6,7 @@
 //! can be a real one: the socket closes mid-transaction and the server rolls
 //! back.
 
-use super::{dead_letter_key, DbTruth, EffectPlan, Incoming, NewPayment, OutboxRow, HANDLERS, PURGE_CHUNK};
+use super::{dead_letter_key, EffectPlan, Incoming, NewPayment, OutboxRow, HANDLERS, PURGE_CHUNK};
 use crate::error::{Error, Result};
 use crate::events::{self, EventKind, PaymentEvent};
 use crate::infra::{db_endpoint, CONNECT_TIMEOUT};
@@ -225,12 +225,12 @@ impl PgStore {
 
     /// Reads the database side of the ground truth for the verifier.
     /// Reads the database side of the ground truth for the verifier.
-    pub async fn ground_truth(&self) -> Result<DbTruth> {
+    pub async fn ground_truth(&self, ledger: &mut crate::verifier::Ledger) -> Result<()> {
         let dialect = super::truth::Dialect {
             outbox: "SELECT id, aggregate_id, event_type, payload::text, published_at IS NOT NULL FROM outbox",
             inbox: "SELECT handler, count(*) FROM (SELECT handler FROM inbox UNION ALL SELECT handler FROM inbox_unkeyed) i GROUP BY handler",
         };
-        super::truth::read(&self.pool, &dialect).await
+        super::truth::read(&self.pool, &dialect, ledger).await
     }
 }
 

@@ -1,7 +1,17 @@
 //! The SQLite backend of the embedded mode: one file per run, WAL mode, a
 //! busy timeout. Same statements as the PostgreSQL backend where SQLite
-//! allows; one row per statement where PostgreSQL uses arrays (SQLite runs
-//! in-process, so a statement costs no round trip).
+//! allows; where PostgreSQL binds arrays, SQLite gets multi-row `VALUES`
+//! lists (chunked under its bound-parameter limit). SQLite runs in process,
+//! but sqlx hands every statement to a worker thread and back: a statement
+//! per row cost two context switches per row, which was most of the embedded
+//! mode's CPU.
+//!
+//! SQLite has one writer at a time. Writers here take turns in process
+//! ([`SqliteStore::writer`], a FIFO lock) before `BEGIN IMMEDIATE`, instead
+//! of polling the file lock in SQLite's busy handler, which sleeps in growing
+//! steps (up to 100 ms) and leaves the lock idle while everyone sleeps. The
+//! busy timeout stays as the backstop (e.g. a rolled-back transaction whose
+//! ROLLBACK has not reached its connection yet).
 //!
 //! SQLite has no `SKIP LOCKED`, so a relay claims rows with a lease: one short
 //! `BEGIN IMMEDIATE` transaction stamps a batch of unleased (or expired)
@@ -12,7 +22,7 @@
 //! write lock across the publish instead would serialise every writer behind
 //! the broker.
 
-use super::{dead_letter_key, DbTruth, EffectPlan, Incoming, NewPayment, OutboxRow, PURGE_CHUNK};
+use super::{dead_letter_key, EffectPlan, Incoming, NewPayment, OutboxRow, HANDLERS, PURGE_CHUNK};
 use crate::error::{Error, Result};
 use crate::events::{self, EventKind, PaymentEvent};
 use crate::report::Latency;
@@ -23,7 +33,9 @@ use sqlx::sqlite::{
 use sqlx::{ConnectOptions, Row};
 use std::collections::HashSet;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::{Mutex, OwnedMutexGuard};
 use uuid::Uuid;
 
 /// How long a relay's claim on outbox rows lasts. Longer than a publish
@@ -33,11 +45,41 @@ pub const LEASE: Duration = Duration::from_secs(2);
 /// "Now" in milliseconds since the epoch, as the migrations store times.
 const NOW_MS: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
 
+/// SQLite's bound-parameter limit (SQLITE_MAX_VARIABLE_NUMBER since 3.32);
+/// multi-row statements are cut into chunks that stay under it.
+const MAX_PARAMS: usize = 32_766;
+
+/// `(?, ?), (?, ?), …`: `rows` tuples of `cols` placeholders.
+fn values(rows: usize, cols: usize) -> String {
+    repeat(rows, &format!("({})", list(cols)))
+}
+
+/// `tuple, tuple, …`, `rows` times.
+fn repeat(rows: usize, tuple: &str) -> String {
+    vec![tuple; rows].join(", ")
+}
+
+/// `?, ?, …`: `n` placeholders, for `IN (…)`.
+fn list(n: usize) -> String {
+    vec!["?"; n].join(", ")
+}
+
+/// How many rows of `cols` parameters fit in one statement.
+fn chunk_rows(cols: usize) -> usize {
+    MAX_PARAMS / cols
+}
+
+/// The in-process writer turn; see the module docs.
+type Writer = Arc<Mutex<()>>;
+
 /// A run's SQLite database.
 #[derive(Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
     opts: SqliteConnectOptions,
+    /// Every write transaction of the run (workload, relays, notifiers,
+    /// purge) holds this for its whole span; FIFO, so nobody starves.
+    writer: Writer,
     /// The database file.
     pub endpoint: String,
 }
@@ -54,7 +96,7 @@ impl SqliteStore {
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
-            // Writers take turns; a relay holds the write lock across a publish.
+            // The backstop behind the writer turn (see the module docs).
             .busy_timeout(Duration::from_secs(30))
             .log_statements(tracing::log::LevelFilter::Trace);
         let pool = SqlitePoolOptions::new()
@@ -67,7 +109,7 @@ impl SqliteStore {
             .run(&pool)
             .await
             .map_err(|e| Error::Database { context: format!("migrating {endpoint}"), cause: e.to_string() })?;
-        Ok(Self { pool, opts, endpoint })
+        Ok(Self { pool, opts, writer: Arc::new(Mutex::new(())), endpoint })
     }
 
     pub async fn close(&self) {
@@ -76,48 +118,64 @@ impl SqliteStore {
 
     pub async fn relay_connection(&self) -> Result<SqliteRelayConn> {
         let conn = self.opts.connect().await.map_err(|e| Error::db("opening a relay connection", e))?;
-        Ok(SqliteRelayConn::new(conn))
+        Ok(SqliteRelayConn::new(conn, self.writer.clone()))
     }
 
-    async fn begin(&self, what: &str) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>> {
+    /// Waits for the writer turn, then begins a write transaction holding it.
+    async fn begin(&self, what: &str) -> Result<SqliteTx> {
+        let turn = self.writer.clone().lock_owned().await;
         // IMMEDIATE: take the write lock up front (waiting up to the busy
         // timeout) instead of failing when a read would have to upgrade.
-        self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(|e| Error::db(format!("beginning {what}"), e))
+        let tx =
+            self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(|e| Error::db(format!("beginning {what}"), e))?;
+        Ok(SqliteTx { tx, _turn: turn })
     }
 
     pub async fn authorize(&self, ps: &[NewPayment], outbox: bool) -> Result<()> {
         let mut tx = self.begin("authorize").await?;
-        for p in ps {
-            sqlx::query("INSERT INTO payments (id, account_id, amount_cents, status) VALUES (?, ?, ?, 'authorized')")
-                .bind(p.id)
-                .bind(p.account_id)
-                .bind(p.amount_cents)
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| Error::db("inserting a payment", e))?;
-            if outbox {
-                insert_outbox(&mut tx, p, EventKind::Authorized, None).await?;
+        for chunk in ps.chunks(chunk_rows(3)) {
+            let sql = format!(
+                "INSERT INTO payments (id, account_id, amount_cents, status) VALUES {}",
+                repeat(chunk.len(), "(?, ?, ?, 'authorized')")
+            );
+            let mut q = sqlx::query(&sql);
+            for p in chunk {
+                q = q.bind(p.id).bind(p.account_id).bind(p.amount_cents);
             }
+            q.execute(&mut *tx.tx).await.map_err(|e| Error::db("inserting payments", e))?;
+        }
+        if outbox {
+            let events: Vec<_> = ps.iter().map(|p| (p, EventKind::Authorized, None)).collect();
+            insert_outbox(&mut tx, &events).await?;
         }
         tx.commit().await.map_err(|e| Error::db("committing authorize", e))
     }
 
     pub async fn capture(&self, ps: &[(NewPayment, bool)], outbox: bool) -> Result<()> {
         let mut tx = self.begin("capture").await?;
-        for (p, poison) in ps {
-            sqlx::query(&format!(
-                "UPDATE payments SET status = 'captured', updated_at = {NOW_MS} WHERE id = ? AND status = 'authorized'"
-            ))
-            .bind(p.id)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| Error::db("capturing a payment", e))?;
-            if outbox {
-                insert_outbox(&mut tx, p, EventKind::Captured, None).await?;
+        for chunk in ps.chunks(MAX_PARAMS) {
+            let sql = format!(
+                "UPDATE payments SET status = 'captured', updated_at = {NOW_MS} \
+                 WHERE status = 'authorized' AND id IN ({})",
+                list(chunk.len())
+            );
+            let mut q = sqlx::query(&sql);
+            for (p, _) in chunk {
+                q = q.bind(p.id);
+            }
+            q.execute(&mut *tx.tx).await.map_err(|e| Error::db("capturing payments", e))?;
+        }
+        if outbox {
+            // Each payment's event, then its poison twin when the fault fired,
+            // in payment order: the outbox `seq` keeps that order.
+            let mut events = Vec::with_capacity(ps.len());
+            for (p, poison) in ps {
+                events.push((p, EventKind::Captured, None));
                 if *poison {
-                    insert_outbox(&mut tx, p, EventKind::Captured, Some(events::poison_payload())).await?;
+                    events.push((p, EventKind::Captured, Some(events::poison_payload())));
                 }
             }
+            insert_outbox(&mut tx, &events).await?;
         }
         tx.commit().await.map_err(|e| Error::db("committing capture", e))
     }
@@ -144,6 +202,7 @@ impl SqliteStore {
     }
 
     pub async fn unkeyed_record(&self, pairs: &[(Uuid, &'static str)]) -> Result<()> {
+        let _turn = self.writer.lock().await;
         for (id, h) in pairs {
             sqlx::query("INSERT INTO inbox_unkeyed (message_id, handler) VALUES (?, ?)")
                 .bind(id)
@@ -172,6 +231,7 @@ impl SqliteStore {
         ];
         for (i, (sql, older)) in statements.iter().zip([outbox_older, inbox_older]).enumerate() {
             loop {
+                let _turn = self.writer.lock().await;
                 let n = sqlx::query(sql)
                     .bind(older.as_millis() as i64)
                     .bind(PURGE_CHUNK)
@@ -201,55 +261,81 @@ impl SqliteStore {
     }
 
     /// Reads the database side of the ground truth for the verifier.
-    pub async fn ground_truth(&self) -> Result<DbTruth> {
+    pub async fn ground_truth(&self, ledger: &mut crate::verifier::Ledger) -> Result<()> {
         let dialect = super::truth::Dialect {
             outbox: "SELECT id, aggregate_id, event_type, payload, published_at IS NOT NULL FROM outbox",
             inbox: "SELECT handler, count(*) FROM (SELECT handler FROM inbox UNION ALL SELECT handler FROM inbox_unkeyed) GROUP BY handler",
         };
-        super::truth::read(&self.pool, &dialect).await
+        super::truth::read(&self.pool, &dialect, ledger).await
     }
 }
 
-/// A notifier transaction on SQLite (begun IMMEDIATE).
-pub type SqliteTx = sqlx::Transaction<'static, sqlx::Sqlite>;
+/// A notifier (or workload) transaction on SQLite: begun IMMEDIATE, holding
+/// the writer turn until it commits or is dropped (dropping rolls back).
+pub struct SqliteTx {
+    tx: sqlx::Transaction<'static, sqlx::Sqlite>,
+    // Declared after `tx`, so it is released after the rollback of a dropped
+    // transaction has been handed to its connection.
+    _turn: OwnedMutexGuard<()>,
+}
 
+impl SqliteTx {
+    pub async fn commit(self) -> std::result::Result<(), sqlx::Error> {
+        self.tx.commit().await
+    }
+}
+
+/// Records malformed messages, once each, in multi-row statements. Returns
+/// the rows written.
 pub async fn dead_letters(tx: &mut SqliteTx, bad: &[&Incoming]) -> Result<u64> {
     let mut n = 0;
-    for m in bad {
-        let r = sqlx::query(
+    for chunk in bad.chunks(chunk_rows(5)) {
+        let sql = format!(
             "INSERT INTO dead_letters (message_id, topic_partition, topic_offset, payload, error) \
-             VALUES (?, ?, ?, ?, ?) ON CONFLICT (message_id) DO NOTHING",
-        )
-        .bind(dead_letter_key(m))
-        .bind(m.partition)
-        .bind(m.offset)
-        .bind(&m.raw_payload)
-        .bind(m.decoded.as_ref().err().cloned().unwrap_or_default())
-        .execute(&mut **tx)
-        .await
-        .map_err(|e| Error::db("writing dead letters", e))?;
-        n += r.rows_affected();
+             VALUES {} ON CONFLICT (message_id) DO NOTHING",
+            values(chunk.len(), 5)
+        );
+        let mut q = sqlx::query(&sql);
+        for m in chunk {
+            q = q
+                .bind(dead_letter_key(m))
+                .bind(m.partition)
+                .bind(m.offset)
+                .bind(&m.raw_payload)
+                .bind(m.decoded.as_ref().err().cloned().unwrap_or_default());
+        }
+        n += q.execute(&mut *tx.tx).await.map_err(|e| Error::db("writing dead letters", e))?.rows_affected();
     }
     Ok(n)
 }
 
-/// The inbox claim, one `INSERT … ON CONFLICT DO NOTHING` per pair.
+/// The inbox claim: multi-row `INSERT … ON CONFLICT DO NOTHING RETURNING`.
+/// Returns the pairs this transaction newly claimed (a pair twice in one
+/// batch conflicts with itself and is returned once).
 pub async fn claim(tx: &mut SqliteTx, pairs: &[(Uuid, &'static str)]) -> Result<HashSet<(Uuid, &'static str)>> {
     let mut claimed = HashSet::new();
-    for (id, h) in pairs {
-        let r = sqlx::query("INSERT INTO inbox (message_id, handler) VALUES (?, ?) ON CONFLICT DO NOTHING")
-            .bind(id)
-            .bind(*h)
-            .execute(&mut **tx)
-            .await
-            .map_err(|e| Error::db("claiming inbox rows", e))?;
-        if r.rows_affected() == 1 {
-            claimed.insert((*id, *h));
+    for chunk in pairs.chunks(chunk_rows(2)) {
+        let sql = format!(
+            "INSERT INTO inbox (message_id, handler) VALUES {} ON CONFLICT DO NOTHING RETURNING message_id, handler",
+            values(chunk.len(), 2)
+        );
+        let mut q = sqlx::query(&sql);
+        for (id, h) in chunk {
+            q = q.bind(id).bind(*h);
+        }
+        let rows = q.fetch_all(&mut *tx.tx).await.map_err(|e| Error::db("claiming inbox rows", e))?;
+        for r in rows {
+            let (id, h): (Uuid, String) = (r.get(0), r.get(1));
+            if let Some(h) = HANDLERS.iter().find(|k| **k == h) {
+                claimed.insert((id, *h));
+            }
         }
     }
     Ok(claimed)
 }
 
+/// Applies a batch's effects, a multi-row statement per effect. Returns how
+/// many projection updates were refused by the state guard.
 pub async fn apply(tx: &mut SqliteTx, plan: &EffectPlan<'_>, projection: ProjectionMode) -> Result<u64> {
     let mut stale = 0;
     let guard = match projection {
@@ -259,67 +345,79 @@ pub async fn apply(tx: &mut SqliteTx, plan: &EffectPlan<'_>, projection: Project
         }
         ProjectionMode::LastWriteWins => "",
     };
-    let sql = format!(
-        "INSERT INTO payment_projection (payment_id, status) VALUES (?, ?) \
-         ON CONFLICT (payment_id) DO UPDATE SET status = excluded.status, updated_at = {NOW_MS}{guard}"
-    );
-    for e in &plan.projection {
-        let r = sqlx::query(&sql)
-            .bind(e.body.payment_id)
-            .bind(e.kind.status())
-            .execute(&mut **tx)
-            .await
-            .map_err(|err| Error::db("updating the projection", err))?;
-        if r.rows_affected() == 0 {
-            stale += 1;
+    // One row per event, in message order: SQLite applies a multi-row
+    // upsert row by row, so a payment's second event in the batch meets the
+    // row its first one wrote, exactly as one statement per event did. A
+    // refused update changes no row, so refusals are events minus changes.
+    for chunk in plan.projection.chunks(chunk_rows(2)) {
+        let sql = format!(
+            "INSERT INTO payment_projection (payment_id, status) VALUES {} \
+             ON CONFLICT (payment_id) DO UPDATE SET status = excluded.status, updated_at = {NOW_MS}{guard}",
+            values(chunk.len(), 2)
+        );
+        let mut q = sqlx::query(&sql);
+        for e in chunk {
+            q = q.bind(e.body.payment_id).bind(e.kind.status());
         }
+        let r = q.execute(&mut *tx.tx).await.map_err(|err| Error::db("updating the projection", err))?;
+        stale += chunk.len() as u64 - r.rows_affected();
     }
-    for (payment, message) in &plan.receipts {
-        sqlx::query("INSERT INTO receipts (payment_id, message_id) VALUES (?, ?)")
-            .bind(payment)
-            .bind(message)
-            .execute(&mut **tx)
-            .await
-            .map_err(|e| Error::db("sending receipts", e))?;
+    for chunk in plan.receipts.chunks(chunk_rows(2)) {
+        let sql = format!("INSERT INTO receipts (payment_id, message_id) VALUES {}", values(chunk.len(), 2));
+        let mut q = sqlx::query(&sql);
+        for (payment, message) in chunk {
+            q = q.bind(payment).bind(message);
+        }
+        q.execute(&mut *tx.tx).await.map_err(|e| Error::db("sending receipts", e))?;
     }
-    for (account, points) in &plan.loyalty {
-        sqlx::query(
-            "INSERT INTO loyalty_points (account_id, points) VALUES (?, ?) \
+    // Accounts are unique and sorted (a BTreeMap), so one row each.
+    let loyalty: Vec<(&i32, &i64)> = plan.loyalty.iter().collect();
+    for chunk in loyalty.chunks(chunk_rows(2)) {
+        let sql = format!(
+            "INSERT INTO loyalty_points (account_id, points) VALUES {} \
              ON CONFLICT (account_id) DO UPDATE SET points = loyalty_points.points + excluded.points",
-        )
-        .bind(account)
-        .bind(points)
-        .execute(&mut **tx)
-        .await
-        .map_err(|e| Error::db("adding loyalty points", e))?;
+            values(chunk.len(), 2)
+        );
+        let mut q = sqlx::query(&sql);
+        for (account, points) in chunk {
+            q = q.bind(**account).bind(**points);
+        }
+        q.execute(&mut *tx.tx).await.map_err(|e| Error::db("adding loyalty points", e))?;
     }
     Ok(stale)
 }
 
+/// Writes outbox events (payment, type, payload or the payment's own) in
+/// multi-row statements, in the order given (`seq` follows it).
 async fn insert_outbox(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    p: &NewPayment,
-    kind: EventKind,
-    payload: Option<serde_json::Value>,
+    tx: &mut SqliteTx,
+    events: &[(&NewPayment, EventKind, Option<serde_json::Value>)],
 ) -> Result<()> {
-    let payload = payload.unwrap_or_else(|| {
-        serde_json::to_value(PaymentEvent { payment_id: p.id, account_id: p.account_id, amount_cents: p.amount_cents })
-            .unwrap_or_default()
-    });
-    sqlx::query("INSERT INTO outbox (id, aggregate_id, event_type, payload) VALUES (?, ?, ?, ?)")
-        .bind(Uuid::new_v4())
-        .bind(p.id)
-        .bind(kind.event_type())
-        .bind(payload.to_string())
-        .execute(&mut **tx)
-        .await
-        .map_err(|e| Error::db("writing an outbox event", e))?;
+    for chunk in events.chunks(chunk_rows(4)) {
+        let sql =
+            format!("INSERT INTO outbox (id, aggregate_id, event_type, payload) VALUES {}", values(chunk.len(), 4));
+        let mut q = sqlx::query(&sql);
+        for (p, kind, payload) in chunk {
+            let payload = payload.clone().unwrap_or_else(|| {
+                serde_json::to_value(PaymentEvent {
+                    payment_id: p.id,
+                    account_id: p.account_id,
+                    amount_cents: p.amount_cents,
+                })
+                .unwrap_or_default()
+            });
+            q = q.bind(Uuid::new_v4()).bind(p.id).bind(kind.event_type()).bind(payload.to_string());
+        }
+        q.execute(&mut *tx.tx).await.map_err(|e| Error::db("writing outbox events", e))?;
+    }
     Ok(())
 }
 
 /// A relay's private SQLite connection; see the module docs for the lease.
 pub struct SqliteRelayConn {
     conn: SqliteConnection,
+    /// The store's writer turn, held for each claim, mark and release.
+    writer: Writer,
     /// This relay incarnation's lease id.
     owner: String,
     /// The ids it holds a lease on, to release them.
@@ -327,11 +425,12 @@ pub struct SqliteRelayConn {
 }
 
 impl SqliteRelayConn {
-    pub fn new(conn: SqliteConnection) -> Self {
-        Self { conn, owner: Uuid::new_v4().to_string(), held: Vec::new() }
+    fn new(conn: SqliteConnection, writer: Writer) -> Self {
+        Self { conn, writer, owner: Uuid::new_v4().to_string(), held: Vec::new() }
     }
 
     pub async fn claim(&mut self, n: usize) -> Result<Vec<OutboxRow>> {
+        let _turn = self.writer.lock().await;
         let mut tx = sqlx::Connection::begin_with(&mut self.conn, "BEGIN IMMEDIATE")
             .await
             .map_err(|e| Error::db("beginning a relay claim", e))?;
@@ -364,21 +463,26 @@ impl SqliteRelayConn {
         Ok(rows)
     }
 
+    /// Marks the rows published (and frees their lease) with one `UPDATE …
+    /// WHERE id IN (…)` per chunk, in one transaction.
     pub async fn mark_published(&mut self, ids: &[Uuid]) -> Result<()> {
         if ids.is_empty() {
             return Ok(());
         }
+        let _turn = self.writer.lock().await;
         let mut tx = sqlx::Connection::begin_with(&mut self.conn, "BEGIN IMMEDIATE")
             .await
             .map_err(|e| Error::db("beginning a relay mark", e))?;
-        for id in ids {
-            sqlx::query(&format!(
-                "UPDATE outbox SET published_at = {NOW_MS}, lease_owner = NULL, lease_until = NULL WHERE id = ?"
-            ))
-            .bind(id)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| Error::db("marking outbox rows published", e))?;
+        for chunk in ids.chunks(MAX_PARAMS) {
+            let sql = format!(
+                "UPDATE outbox SET published_at = {NOW_MS}, lease_owner = NULL, lease_until = NULL WHERE id IN ({})",
+                list(chunk.len())
+            );
+            let mut q = sqlx::query(&sql);
+            for id in chunk {
+                q = q.bind(id);
+            }
+            q.execute(&mut *tx).await.map_err(|e| Error::db("marking outbox rows published", e))?;
         }
         tx.commit().await.map_err(|e| Error::db("committing a relay batch", e))?;
         self.held.clear();
@@ -387,13 +491,17 @@ impl SqliteRelayConn {
 
     pub async fn release(&mut self) -> Result<()> {
         let held = std::mem::take(&mut self.held);
-        for id in held {
-            sqlx::query("UPDATE outbox SET lease_owner = NULL, lease_until = NULL WHERE id = ? AND lease_owner = ?")
-                .bind(id)
-                .bind(&self.owner)
-                .execute(&mut self.conn)
-                .await
-                .map_err(|e| Error::db("releasing a relay claim", e))?;
+        let _turn = self.writer.lock().await;
+        for chunk in held.chunks(MAX_PARAMS - 1) {
+            let sql = format!(
+                "UPDATE outbox SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = ? AND id IN ({})",
+                list(chunk.len())
+            );
+            let mut q = sqlx::query(&sql).bind(&self.owner);
+            for id in chunk {
+                q = q.bind(id);
+            }
+            q.execute(&mut self.conn).await.map_err(|e| Error::db("releasing a relay claim", e))?;
         }
         Ok(())
     }

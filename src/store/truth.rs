@@ -2,9 +2,11 @@
 //! statements are the same text, and only the SQL dialect of two of them
 //! differs (how the payload is read as text, how the two inboxes are joined).
 
-use super::{DbTruth, OutboxRecord, PaymentRow};
+use super::{OutboxRecord, PaymentRow};
 use crate::error::{Error, Result};
 use crate::events::{EventKind, PaymentEvent};
+use crate::verifier::Ledger;
+use futures::TryStreamExt;
 use sqlx::{ColumnIndex, Database, Decode, Executor, IntoArguments, Pool, Row, Type};
 use uuid::Uuid;
 
@@ -20,9 +22,12 @@ fn ctx(what: &'static str) -> impl Fn(sqlx::Error) -> Error {
     move |e| Error::db(format!("reading {what} for the verifier"), e)
 }
 
-/// Reads every table the verifier reconciles. Decoding errors are errors,
-/// never panics.
-pub async fn read<DB>(pool: &Pool<DB>, dialect: &Dialect) -> Result<DbTruth>
+/// Streams every table the verifier reconciles into the ledger, row by row:
+/// nothing here holds more than one row at a time, so a million payments
+/// cost the ledger's compact entries and no more. Payments come first, then
+/// the outbox (the ledger indexes events by payment). Decoding errors are
+/// errors, never panics.
+pub async fn read<DB>(pool: &Pool<DB>, dialect: &Dialect, ledger: &mut Ledger) -> Result<()>
 where
     DB: Database,
     for<'c> &'c Pool<DB>: Executor<'c, Database = DB>,
@@ -34,74 +39,66 @@ where
     for<'r> i32: Decode<'r, DB> + Type<DB>,
     for<'r> bool: Decode<'r, DB> + Type<DB>,
 {
-    let mut payments = Vec::new();
-    for r in sqlx::query("SELECT id, account_id, amount_cents, status FROM payments")
-        .fetch_all(pool)
-        .await
-        .map_err(ctx("payments"))?
-    {
-        payments.push(PaymentRow {
-            id: r.try_get(0).map_err(ctx("payments"))?,
-            account_id: r.try_get(1).map_err(ctx("payments"))?,
-            amount_cents: r.try_get(2).map_err(ctx("payments"))?,
-            captured: r.try_get::<String, _>(3).map_err(ctx("payments"))? == "captured",
+    let what = "payments";
+    let mut rows = sqlx::query("SELECT id, account_id, amount_cents, status FROM payments").fetch(pool);
+    while let Some(r) = rows.try_next().await.map_err(ctx(what))? {
+        ledger.add_payment(PaymentRow {
+            id: r.try_get(0).map_err(ctx(what))?,
+            account_id: r.try_get(1).map_err(ctx(what))?,
+            amount_cents: r.try_get(2).map_err(ctx(what))?,
+            captured: r.try_get::<String, _>(3).map_err(ctx(what))? == "captured",
         });
     }
-    let mut outbox = Vec::new();
-    for r in sqlx::query(dialect.outbox).fetch_all(pool).await.map_err(ctx("the outbox"))? {
-        let t: String = r.try_get(2).map_err(ctx("the outbox"))?;
-        let payload: String = r.try_get(3).map_err(ctx("the outbox"))?;
+    drop(rows);
+    let what = "the outbox";
+    let mut rows = sqlx::query(dialect.outbox).fetch(pool);
+    while let Some(r) = rows.try_next().await.map_err(ctx(what))? {
+        let t: String = r.try_get(2).map_err(ctx(what))?;
+        let payload: String = r.try_get(3).map_err(ctx(what))?;
         // Malformed (poison) events are told apart exactly as the notifier
         // tells them apart: by failing to decode.
         let kind = EventKind::from_type(&t).filter(|_| serde_json::from_str::<PaymentEvent>(&payload).is_ok());
-        outbox.push(OutboxRecord {
-            id: r.try_get(0).map_err(ctx("the outbox"))?,
-            payment_id: r.try_get(1).map_err(ctx("the outbox"))?,
+        ledger.add_event(OutboxRecord {
+            id: r.try_get(0).map_err(ctx(what))?,
+            payment_id: r.try_get(1).map_err(ctx(what))?,
             kind,
-            published: r.try_get(4).map_err(ctx("the outbox"))?,
+            published: r.try_get(4).map_err(ctx(what))?,
         });
     }
-    let mut inbox_rows = std::collections::HashMap::new();
-    for r in sqlx::query(dialect.inbox).fetch_all(pool).await.map_err(ctx("the inbox"))? {
-        let n: i64 = r.try_get(1).map_err(ctx("the inbox"))?;
-        inbox_rows.insert(r.try_get::<String, _>(0).map_err(ctx("the inbox"))?, n as u64);
+    drop(rows);
+    let what = "the inbox";
+    let mut rows = sqlx::query(dialect.inbox).fetch(pool);
+    while let Some(r) = rows.try_next().await.map_err(ctx(what))? {
+        let n: i64 = r.try_get(1).map_err(ctx(what))?;
+        ledger.add_inbox_rows(&r.try_get::<String, _>(0).map_err(ctx(what))?, n as u64);
     }
-    let mut receipts = std::collections::HashMap::new();
-    for r in sqlx::query("SELECT payment_id, count(*) FROM receipts GROUP BY payment_id")
-        .fetch_all(pool)
-        .await
-        .map_err(ctx("receipts"))?
-    {
-        let n: i64 = r.try_get(1).map_err(ctx("receipts"))?;
-        receipts.insert(r.try_get::<Uuid, _>(0).map_err(ctx("receipts"))?, n as u64);
+    drop(rows);
+    let what = "receipts";
+    let mut rows = sqlx::query("SELECT payment_id, count(*) FROM receipts GROUP BY payment_id").fetch(pool);
+    while let Some(r) = rows.try_next().await.map_err(ctx(what))? {
+        let n: i64 = r.try_get(1).map_err(ctx(what))?;
+        ledger.add_receipts(r.try_get::<Uuid, _>(0).map_err(ctx(what))?, n as u64);
     }
-    let mut projection = std::collections::HashMap::new();
-    for r in sqlx::query("SELECT payment_id, status FROM payment_projection")
-        .fetch_all(pool)
-        .await
-        .map_err(ctx("the projection"))?
-    {
-        let status: String = r.try_get(1).map_err(ctx("the projection"))?;
-        projection.insert(r.try_get::<Uuid, _>(0).map_err(ctx("the projection"))?, status == "captured");
+    drop(rows);
+    let what = "the projection";
+    let mut rows = sqlx::query("SELECT payment_id, status FROM payment_projection").fetch(pool);
+    while let Some(r) = rows.try_next().await.map_err(ctx(what))? {
+        let status: String = r.try_get(1).map_err(ctx(what))?;
+        ledger.add_projection(r.try_get::<Uuid, _>(0).map_err(ctx(what))?, status == "captured");
     }
-    let dead: Vec<DB::Row> =
-        sqlx::query("SELECT count(*) FROM dead_letters").fetch_all(pool).await.map_err(ctx("dead letters"))?;
-    let dead_letters = match dead.first() {
-        Some(r) => r.try_get::<i64, _>(0).map_err(ctx("dead letters"))? as u64,
-        None => 0,
-    };
-    let mut loyalty = std::collections::HashMap::new();
-    for r in sqlx::query("SELECT account_id, points FROM loyalty_points")
-        .fetch_all(pool)
-        .await
-        .map_err(ctx("loyalty points"))?
-    {
-        loyalty.insert(
-            r.try_get::<i32, _>(0).map_err(ctx("loyalty points"))?,
-            r.try_get(1).map_err(ctx("loyalty points"))?,
-        );
+    drop(rows);
+    let what = "dead letters";
+    let mut rows = sqlx::query("SELECT count(*) FROM dead_letters").fetch(pool);
+    while let Some(r) = rows.try_next().await.map_err(ctx(what))? {
+        ledger.add_dead_letters(r.try_get::<i64, _>(0).map_err(ctx(what))? as u64);
     }
-    Ok(DbTruth { payments, outbox, inbox_rows, receipts, projection, dead_letters, loyalty })
+    drop(rows);
+    let what = "loyalty points";
+    let mut rows = sqlx::query("SELECT account_id, points FROM loyalty_points").fetch(pool);
+    while let Some(r) = rows.try_next().await.map_err(ctx(what))? {
+        ledger.add_loyalty(r.try_get::<i32, _>(0).map_err(ctx(what))?, r.try_get(1).map_err(ctx(what))?);
+    }
+    Ok(())
 }
 
 /// Outbox rows no relay has published yet (the drain waits for zero).

@@ -4,7 +4,7 @@
 use super::topic::TopicRecord;
 use crate::events::EventKind;
 use crate::faults::{FaultPoint, FaultSummary};
-use crate::store::{handlers_for, DbTruth, HANDLERS};
+use crate::store::{handlers_for, OutboxRecord, PaymentRow, HANDLERS};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use uuid::Uuid;
@@ -112,6 +112,7 @@ pub struct Reconciliation {
     pub anomalies: Vec<Anomaly>,
 }
 
+#[derive(Debug)]
 struct AnomalyBuilder {
     name: &'static str,
     count: u64,
@@ -135,208 +136,347 @@ impl AnomalyBuilder {
     }
 }
 
-/// Where a payment's messages sit on the topic, for examples.
-fn locate(topic_by_payment: &HashMap<Uuid, Vec<(i32, i64, Option<EventKind>)>>, payment: Uuid) -> String {
-    match topic_by_payment.get(&payment) {
-        None => "no message on the topic".into(),
-        Some(v) => {
-            let parts: Vec<String> = v
-                .iter()
-                .take(6)
-                .map(|(p, o, k)| format!("{}@{p}:{o}", k.map(|k| k.status()).unwrap_or("malformed")))
-                .collect();
-            parts.join(" ")
-        }
-    }
+/// Marks an index "not in the payments table".
+const NONE: u32 = u32::MAX;
+
+/// One payment, compact: the verifier holds one per payment.
+#[derive(Debug, Clone, Copy)]
+struct PaymentEntry {
+    id: Uuid,
+    amount_cents: i64,
+    account_id: i32,
+    receipts: u32,
+    captured: bool,
+    /// What the projection shows: 0 absent, 1 authorized, 2 captured.
+    projection: u8,
 }
 
-/// Reconciles the database with the topic.
-pub fn reconcile(db: &DbTruth, topic: &[TopicRecord]) -> Reconciliation {
-    let mut c = Counts::default();
-    let mut anomalies = Vec::new();
+/// One outbox event, compact: 24 bytes.
+#[derive(Debug, Clone, Copy)]
+struct EventEntry {
+    id: Uuid,
+    /// Index into the payments, or [`NONE`].
+    payment: u32,
+    kind: Option<EventKind>,
+    published: bool,
+    /// Copies of it on the topic (saturating: only zero matters).
+    seen: u8,
+}
 
-    c.payments = db.payments.len() as u64;
-    c.payments_captured = db.payments.iter().filter(|p| p.captured).count() as u64;
-    c.outbox_events = db.outbox.len() as u64;
-    c.unpublished = db.outbox.iter().filter(|o| !o.published).count() as u64;
-    c.poison_events = db.outbox.iter().filter(|o| o.kind.is_none()).count() as u64;
+/// One message on the topic that carries a known payment's key.
+#[derive(Debug, Clone, Copy)]
+struct MessageEntry {
+    payment: u32,
+    partition: i32,
+    offset: i64,
+    kind: Option<EventKind>,
+}
 
-    // The topic: duplicates, foreign ids, and where each payment's events sit.
-    let outbox_ids: HashSet<Uuid> = db.outbox.iter().map(|o| o.id).collect();
-    let mut seen: HashSet<Uuid> = HashSet::with_capacity(topic.len());
-    let mut foreign = AnomalyBuilder::new("foreign event");
-    let mut by_payment: HashMap<Uuid, Vec<(i32, i64, Option<EventKind>)>> = HashMap::new();
-    for m in topic {
-        c.topic_messages += 1;
-        match m.event_id {
-            Some(id) if outbox_ids.contains(&id) => {
-                seen.insert(id);
+/// The ground truth, kept compact and fed row by row, so that the verifier's
+/// memory grows with a few dozen bytes per payment and per message, never
+/// with whole rows. Feed it in this order: payments, then outbox events,
+/// then the rest of the database, then the topic; then [`Ledger::reconcile`].
+#[derive(Debug, Default)]
+pub struct Ledger {
+    payments: Vec<PaymentEntry>,
+    payments_sorted: bool,
+    events: Vec<EventEntry>,
+    events_sorted: bool,
+    /// Receipts of payments absent from the payments table.
+    stray_receipts: Vec<(Uuid, u64)>,
+    inbox_rows: HashMap<String, u64>,
+    dead_letters: u64,
+    loyalty: HashMap<i32, i64>,
+    messages: Vec<MessageEntry>,
+    topic_messages: u64,
+    /// Messages whose event id is an outbox event.
+    topic_known: u64,
+    foreign: Option<AnomalyBuilder>,
+}
+
+impl Ledger {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn add_payment(&mut self, p: PaymentRow) {
+        debug_assert!(self.events.is_empty(), "payments come before outbox events");
+        self.payments_sorted = false;
+        self.payments.push(PaymentEntry {
+            id: p.id,
+            amount_cents: p.amount_cents,
+            account_id: p.account_id,
+            receipts: 0,
+            captured: p.captured,
+            projection: 0,
+        });
+    }
+
+    fn payment(&mut self, id: Uuid) -> Option<usize> {
+        if !self.payments_sorted {
+            self.payments.sort_unstable_by_key(|p| p.id);
+            self.payments_sorted = true;
+        }
+        self.payments.binary_search_by_key(&id, |p| p.id).ok()
+    }
+
+    pub fn add_event(&mut self, o: OutboxRecord) {
+        debug_assert!(self.messages.is_empty(), "outbox events come before the topic");
+        let payment = self.payment(o.payment_id).map(|i| i as u32).unwrap_or(NONE);
+        self.events_sorted = false;
+        self.events.push(EventEntry { id: o.id, payment, kind: o.kind, published: o.published, seen: 0 });
+    }
+
+    fn event(&mut self, id: Uuid) -> Option<usize> {
+        if !self.events_sorted {
+            self.events.sort_unstable_by_key(|e| e.id);
+            self.events_sorted = true;
+        }
+        self.events.binary_search_by_key(&id, |e| e.id).ok()
+    }
+
+    /// `n` receipt rows for a payment.
+    pub fn add_receipts(&mut self, payment: Uuid, n: u64) {
+        match self.payment(payment) {
+            Some(i) => {
+                self.payments[i].receipts = self.payments[i].receipts.saturating_add(n.min(u32::MAX as u64) as u32)
             }
-            Some(id) => foreign.hit(|| format!("event {id} at partition {} offset {}", m.partition, m.offset)),
-            None => {
+            None => self.stray_receipts.push((payment, n)),
+        }
+    }
+
+    /// The projection's row for a payment (rows of unknown payments are ignored).
+    pub fn add_projection(&mut self, payment: Uuid, captured: bool) {
+        if let Some(i) = self.payment(payment) {
+            self.payments[i].projection = if captured { 2 } else { 1 };
+        }
+    }
+
+    pub fn add_inbox_rows(&mut self, handler: &str, n: u64) {
+        *self.inbox_rows.entry(handler.to_string()).or_default() += n;
+    }
+
+    pub fn add_dead_letters(&mut self, n: u64) {
+        self.dead_letters += n;
+    }
+
+    pub fn add_loyalty(&mut self, account: i32, points: i64) {
+        *self.loyalty.entry(account).or_default() += points;
+    }
+
+    /// One message read from the topic.
+    pub fn add_message(&mut self, m: TopicRecord) {
+        self.topic_messages += 1;
+        let known = m.event_id.and_then(|id| self.event(id));
+        let foreign = self.foreign.get_or_insert_with(|| AnomalyBuilder::new("foreign event"));
+        match (known, m.event_id) {
+            (Some(i), _) => {
+                self.topic_known += 1;
+                self.events[i].seen = self.events[i].seen.saturating_add(1);
+            }
+            (None, Some(id)) => foreign.hit(|| format!("event {id} at partition {} offset {}", m.partition, m.offset)),
+            (None, None) => {
                 foreign.hit(|| format!("message without an event id at partition {} offset {}", m.partition, m.offset))
             }
         }
-        if let Some(p) = m.payment_id {
-            by_payment.entry(p).or_default().push((m.partition, m.offset, m.kind));
-        }
-    }
-    c.topic_distinct_events = seen.len() as u64;
-    let with_ids = topic.iter().filter(|m| m.event_id.map(|i| outbox_ids.contains(&i)).unwrap_or(false)).count() as u64;
-    c.topic_duplicates = with_ids - c.topic_distinct_events;
-
-    // Reordering: an `authorized` message at a later offset than a `captured`
-    // one of the same payment (same key, so same partition).
-    for msgs in by_payment.values() {
-        let last_auth =
-            msgs.iter().filter(|m| m.2 == Some(EventKind::Authorized)).map(|m| (m.0, m.1)).max_by_key(|m| m.1);
-        let first_cap =
-            msgs.iter().filter(|m| m.2 == Some(EventKind::Captured)).map(|m| (m.0, m.1)).min_by_key(|m| m.1);
-        if let (Some(a), Some(k)) = (last_auth, first_cap) {
-            if a.0 == k.0 && a.1 > k.1 {
-                c.reordered_payments += 1;
-            }
-        }
-    }
-
-    let mut lost = AnomalyBuilder::new("lost event");
-    let mut leftover = AnomalyBuilder::new("unpublished leftover");
-    for o in &db.outbox {
-        if !seen.contains(&o.id) {
-            lost.hit(|| {
-                format!(
-                    "event {} ({}) of payment {}",
-                    o.id,
-                    o.kind.map(|k| k.status()).unwrap_or("malformed"),
-                    o.payment_id
-                )
+        if let Some(i) = m.payment_id.and_then(|p| self.payment(p)) {
+            self.messages.push(MessageEntry {
+                payment: i as u32,
+                partition: m.partition,
+                offset: m.offset,
+                kind: m.kind,
             });
         }
-        if !o.published {
-            leftover.hit(|| format!("event {} of payment {}", o.id, o.payment_id));
-        }
     }
-    // Payment by payment too: each payment's events must be on the topic,
-    // whatever the outbox says (a dual write has no outbox to compare with).
-    let mut payments_missing_events = 0u64;
-    for p in &db.payments {
-        let kinds: HashSet<EventKind> =
-            by_payment.get(&p.id).map(|v| v.iter().filter_map(|m| m.2).collect()).unwrap_or_default();
-        let mut want = vec![EventKind::Authorized];
-        if p.captured {
-            want.push(EventKind::Captured);
-        }
-        let missing: Vec<&str> = want.iter().filter(|k| !kinds.contains(k)).map(|k| k.status()).collect();
-        if !missing.is_empty() {
-            payments_missing_events += 1;
-            lost.hit(|| format!("payment {}: no {} message on the topic", p.id, missing.join(" or ")));
-        }
-    }
-    c.payments_missing_events = payments_missing_events;
-    let lost_count = lost.count;
 
-    // Effects: receipts per captured payment.
-    c.receipts = db.receipts.values().sum();
-    let mut dup = AnomalyBuilder::new("duplicate effect");
-    let mut missing = AnomalyBuilder::new("missing effect");
-    let mut stale = AnomalyBuilder::new("stale projection");
-    let captured: HashSet<Uuid> = db.payments.iter().filter(|p| p.captured).map(|p| p.id).collect();
-    for p in db.payments.iter().filter(|p| p.captured) {
-        match db.receipts.get(&p.id).copied().unwrap_or(0) {
-            0 => {
-                c.payments_without_receipt += 1;
-                missing.hit(|| format!("payment {}: no receipt; topic: {}", p.id, locate(&by_payment, p.id)));
+    /// Reconciles the database with the topic.
+    pub fn reconcile(mut self) -> Reconciliation {
+        // Sorts whatever was not looked up yet.
+        let _ = self.payment(Uuid::nil());
+        let _ = self.event(Uuid::nil());
+        let mut c = Counts::default();
+        let mut anomalies = Vec::new();
+        let (payments, events) = (&self.payments, &self.events);
+
+        c.payments = payments.len() as u64;
+        c.payments_captured = payments.iter().filter(|p| p.captured).count() as u64;
+        c.outbox_events = events.len() as u64;
+        c.unpublished = events.iter().filter(|o| !o.published).count() as u64;
+        c.poison_events = events.iter().filter(|o| o.kind.is_none()).count() as u64;
+        c.topic_messages = self.topic_messages;
+        c.topic_distinct_events = events.iter().filter(|e| e.seen > 0).count() as u64;
+        c.topic_duplicates = self.topic_known - c.topic_distinct_events;
+        let foreign = self.foreign.take().unwrap_or_else(|| AnomalyBuilder::new("foreign event"));
+
+        let payment_id =
+            |i: u32| payments.get(i as usize).map(|p| p.id.to_string()).unwrap_or_else(|| "unknown".into());
+        let mut lost = AnomalyBuilder::new("lost event");
+        let mut leftover = AnomalyBuilder::new("unpublished leftover");
+        for o in events {
+            if o.seen == 0 {
+                lost.hit(|| {
+                    let kind = o.kind.map(|k| k.status()).unwrap_or("malformed");
+                    format!("event {} ({kind}) of payment {}", o.id, payment_id(o.payment))
+                });
             }
-            1 => c.payments_with_one_receipt += 1,
-            n => {
-                c.payments_with_many_receipts += 1;
-                dup.hit(|| format!("payment {}: {n} receipts; topic: {}", p.id, locate(&by_payment, p.id)));
+            if !o.published {
+                leftover.hit(|| format!("event {} of payment {}", o.id, payment_id(o.payment)));
             }
         }
-        if db.projection.get(&p.id).copied().unwrap_or(false) {
-            c.projection_captured += 1;
-        } else {
-            let shown = match db.projection.get(&p.id) {
-                Some(_) => "authorized",
-                None => "absent",
-            };
-            stale.hit(|| format!("payment {}: projection {shown}; topic: {}", p.id, locate(&by_payment, p.id)));
+
+        // Payment by payment, with its messages side by side: the messages
+        // sorted by payment, then by place on the topic.
+        self.messages.sort_unstable_by_key(|m| (m.payment, m.partition, m.offset));
+        let messages = &self.messages;
+        let mut dup = AnomalyBuilder::new("duplicate effect");
+        let mut missing = AnomalyBuilder::new("missing effect");
+        let mut stale = AnomalyBuilder::new("stale projection");
+        let mut want_points: BTreeMap<i32, i64> = BTreeMap::new();
+        let mut at = 0;
+        for (i, p) in payments.iter().enumerate() {
+            let start = at;
+            while at < messages.len() && messages[at].payment == i as u32 {
+                at += 1;
+            }
+            let msgs = &messages[start..at];
+            if reordered(msgs) {
+                c.reordered_payments += 1;
+            }
+            // Each payment's events must be on the topic, whatever the outbox
+            // says (a dual write has no outbox to compare with).
+            let has = |k: EventKind| msgs.iter().any(|m| m.kind == Some(k));
+            let mut want = vec![EventKind::Authorized];
+            if p.captured {
+                want.push(EventKind::Captured);
+            }
+            let absent: Vec<&str> = want.iter().filter(|k| !has(**k)).map(|k| k.status()).collect();
+            if !absent.is_empty() {
+                c.payments_missing_events += 1;
+                lost.hit(|| format!("payment {}: no {} message on the topic", p.id, absent.join(" or ")));
+            }
+            if !p.captured {
+                if p.receipts > 0 {
+                    // Receipts for a payment never captured are duplicates of nothing.
+                    dup.hit(|| format!("payment {}: {} receipts but not captured", p.id, p.receipts));
+                }
+                continue;
+            }
+            *want_points.entry(p.account_id).or_default() += p.amount_cents;
+            match p.receipts {
+                0 => {
+                    c.payments_without_receipt += 1;
+                    missing.hit(|| format!("payment {}: no receipt; topic: {}", p.id, locate(msgs)));
+                }
+                1 => c.payments_with_one_receipt += 1,
+                n => {
+                    c.payments_with_many_receipts += 1;
+                    dup.hit(|| format!("payment {}: {n} receipts; topic: {}", p.id, locate(msgs)));
+                }
+            }
+            match p.projection {
+                2 => c.projection_captured += 1,
+                shown => {
+                    let shown = if shown == 1 { "authorized" } else { "absent" };
+                    stale.hit(|| format!("payment {}: projection {shown}; topic: {}", p.id, locate(msgs)));
+                }
+            }
         }
-    }
-    // Receipts for payments that were never captured are duplicates of nothing.
-    for (pid, n) in &db.receipts {
-        if !captured.contains(pid) {
+        for (pid, n) in &self.stray_receipts {
             dup.hit(|| format!("payment {pid}: {n} receipts but not captured"));
         }
-    }
+        c.receipts = payments.iter().map(|p| p.receipts as u64).sum::<u64>()
+            + self.stray_receipts.iter().map(|(_, n)| n).sum::<u64>();
+        let lost_count = lost.count;
 
-    // Inbox rows per handler against the distinct valid events it handles.
-    let mut expected_inbox: BTreeMap<String, u64> = HANDLERS.iter().map(|h| (h.to_string(), 0)).collect();
-    for o in &db.outbox {
-        if let Some(k) = o.kind {
+        // Inbox rows per handler against the distinct valid events it handles.
+        let mut expected_inbox: BTreeMap<String, u64> = HANDLERS.iter().map(|h| (h.to_string(), 0)).collect();
+        for k in events.iter().filter_map(|o| o.kind) {
             for h in handlers_for(k) {
                 *expected_inbox.entry(h.to_string()).or_default() += 1;
             }
         }
-    }
-    c.inbox_rows = db.inbox_rows.values().sum();
-    c.inbox_rows_by_handler =
-        HANDLERS.iter().map(|h| (h.to_string(), db.inbox_rows.get(*h).copied().unwrap_or(0))).collect();
-    let mut inbox_mismatch = AnomalyBuilder::new("inbox mismatch");
-    for (h, want) in &expected_inbox {
-        let got = c.inbox_rows_by_handler.get(h).copied().unwrap_or(0);
-        if got != *want {
-            inbox_mismatch.hit(|| format!("handler {h}: {got} inbox rows for {want} distinct events"));
+        c.inbox_rows = self.inbox_rows.values().sum();
+        c.inbox_rows_by_handler =
+            HANDLERS.iter().map(|h| (h.to_string(), self.inbox_rows.get(*h).copied().unwrap_or(0))).collect();
+        let mut inbox_mismatch = AnomalyBuilder::new("inbox mismatch");
+        for (h, want) in &expected_inbox {
+            let got = c.inbox_rows_by_handler.get(h).copied().unwrap_or(0);
+            if got != *want {
+                inbox_mismatch.hit(|| format!("handler {h}: {got} inbox rows for {want} distinct events"));
+            }
         }
-    }
 
-    c.dead_letters = db.dead_letters;
-    let mut dl = AnomalyBuilder::new("dead letter mismatch");
-    if c.dead_letters != c.poison_events {
-        dl.hit(|| format!("{} dead letters for {} malformed events", c.dead_letters, c.poison_events));
-    }
-
-    // The non-idempotent counter, per account.
-    let mut want_points: BTreeMap<i32, i64> = BTreeMap::new();
-    for p in db.payments.iter().filter(|p| p.captured) {
-        *want_points.entry(p.account_id).or_default() += p.amount_cents;
-    }
-    c.loyalty_points = db.loyalty.values().sum();
-    c.loyalty_points_expected = want_points.values().sum();
-    let mut drift = AnomalyBuilder::new("counter drift");
-    let accounts: HashSet<i32> = want_points.keys().chain(db.loyalty.keys()).copied().collect();
-    let mut accounts: Vec<i32> = accounts.into_iter().collect();
-    accounts.sort_unstable();
-    for a in accounts {
-        let want = want_points.get(&a).copied().unwrap_or(0);
-        let got = db.loyalty.get(&a).copied().unwrap_or(0);
-        if want != got {
-            drift.hit(|| format!("account {a}: {got} points, expected {want}"));
+        c.dead_letters = self.dead_letters;
+        let mut dl = AnomalyBuilder::new("dead letter mismatch");
+        if c.dead_letters != c.poison_events {
+            dl.hit(|| format!("{} dead letters for {} malformed events", c.dead_letters, c.poison_events));
         }
-    }
 
-    let invariants = vec![
-        Invariant::eq("no lost events (outbox events missing from the topic)", 0, lost_count - payments_missing_events),
-        Invariant::eq("every payment's events on the topic", 0, payments_missing_events),
-        Invariant::eq("no foreign events (topic events not in the outbox)", 0, foreign.count),
-        Invariant::eq("no unpublished leftovers", 0, c.unpublished),
-        Invariant::eq("every payment captured", c.payments, c.payments_captured),
-        Invariant::eq("exactly one receipt per captured payment", c.payments_captured, c.payments_with_one_receipt),
-        Invariant::eq("receipts sent", c.payments_captured, c.receipts),
-        Invariant::eq(
-            "inbox rows = distinct events, per handler",
-            fmt_map(&expected_inbox),
-            fmt_map(&c.inbox_rows_by_handler),
-        ),
-        Invariant::eq("projection shows captured", c.payments_captured, c.projection_captured),
-        Invariant::eq("dead letters = malformed events injected", c.poison_events, c.dead_letters),
-        Invariant::eq("loyalty points = sum of captured amounts", c.loyalty_points_expected, c.loyalty_points),
-    ];
+        // The non-idempotent counter, per account.
+        c.loyalty_points = self.loyalty.values().sum();
+        c.loyalty_points_expected = want_points.values().sum();
+        let mut drift = AnomalyBuilder::new("counter drift");
+        let accounts: HashSet<i32> = want_points.keys().chain(self.loyalty.keys()).copied().collect();
+        let mut accounts: Vec<i32> = accounts.into_iter().collect();
+        accounts.sort_unstable();
+        for a in accounts {
+            let want = want_points.get(&a).copied().unwrap_or(0);
+            let got = self.loyalty.get(&a).copied().unwrap_or(0);
+            if want != got {
+                drift.hit(|| format!("account {a}: {got} points, expected {want}"));
+            }
+        }
 
-    for b in [lost, foreign, leftover, dup, missing, stale, inbox_mismatch, dl, drift] {
-        b.push_into(&mut anomalies);
+        let payments_missing_events = c.payments_missing_events;
+        let invariants = vec![
+            Invariant::eq(
+                "no lost events (outbox events missing from the topic)",
+                0,
+                lost_count - payments_missing_events,
+            ),
+            Invariant::eq("every payment's events on the topic", 0, payments_missing_events),
+            Invariant::eq("no foreign events (topic events not in the outbox)", 0, foreign.count),
+            Invariant::eq("no unpublished leftovers", 0, c.unpublished),
+            Invariant::eq("every payment captured", c.payments, c.payments_captured),
+            Invariant::eq("exactly one receipt per captured payment", c.payments_captured, c.payments_with_one_receipt),
+            Invariant::eq("receipts sent", c.payments_captured, c.receipts),
+            Invariant::eq(
+                "inbox rows = distinct events, per handler",
+                fmt_map(&expected_inbox),
+                fmt_map(&c.inbox_rows_by_handler),
+            ),
+            Invariant::eq("projection shows captured", c.payments_captured, c.projection_captured),
+            Invariant::eq("dead letters = malformed events injected", c.poison_events, c.dead_letters),
+            Invariant::eq("loyalty points = sum of captured amounts", c.loyalty_points_expected, c.loyalty_points),
+        ];
+
+        for b in [lost, foreign, leftover, dup, missing, stale, inbox_mismatch, dl, drift] {
+            b.push_into(&mut anomalies);
+        }
+        Reconciliation { counts: c, invariants, anomalies }
     }
-    Reconciliation { counts: c, invariants, anomalies }
+}
+
+/// Reordering: an `authorized` message at a later offset than a `captured`
+/// one of the same payment (same key, so same partition).
+fn reordered(msgs: &[MessageEntry]) -> bool {
+    let at = |k: EventKind| msgs.iter().filter(move |m| m.kind == Some(k));
+    let last_auth = at(EventKind::Authorized).max_by_key(|m| m.offset);
+    let first_cap = at(EventKind::Captured).min_by_key(|m| m.offset);
+    matches!((last_auth, first_cap), (Some(a), Some(k)) if a.partition == k.partition && a.offset > k.offset)
+}
+
+/// Where a payment's messages sit on the topic, for examples.
+fn locate(msgs: &[MessageEntry]) -> String {
+    if msgs.is_empty() {
+        return "no message on the topic".into();
+    }
+    let parts: Vec<String> = msgs
+        .iter()
+        .take(6)
+        .map(|m| format!("{}@{}:{}", m.kind.map(|k| k.status()).unwrap_or("malformed"), m.partition, m.offset))
+        .collect();
+    parts.join(" ")
 }
 
 fn fmt_map(m: &BTreeMap<String, u64>) -> String {
@@ -393,7 +533,45 @@ pub fn verdict(exactly_once: bool, invariants: &[Invariant], chaos: &[Invariant]
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{OutboxRecord, PaymentRow};
+
+    /// Hand-made ground truth, fed to a [`Ledger`] as the readers feed it.
+    #[derive(Default)]
+    struct DbTruth {
+        payments: Vec<PaymentRow>,
+        outbox: Vec<OutboxRecord>,
+        inbox_rows: HashMap<String, u64>,
+        receipts: HashMap<Uuid, u64>,
+        projection: HashMap<Uuid, bool>,
+        dead_letters: u64,
+        loyalty: HashMap<i32, i64>,
+    }
+
+    fn reconcile(db: &DbTruth, topic: &[TopicRecord]) -> Reconciliation {
+        let mut l = Ledger::new();
+        for p in &db.payments {
+            l.add_payment(p.clone());
+        }
+        for o in &db.outbox {
+            l.add_event(o.clone());
+        }
+        for (h, n) in &db.inbox_rows {
+            l.add_inbox_rows(h, *n);
+        }
+        for (p, n) in &db.receipts {
+            l.add_receipts(*p, *n);
+        }
+        for (p, c) in &db.projection {
+            l.add_projection(*p, *c);
+        }
+        l.add_dead_letters(db.dead_letters);
+        for (a, n) in &db.loyalty {
+            l.add_loyalty(*a, *n);
+        }
+        for m in topic {
+            l.add_message(m.clone());
+        }
+        l.reconcile()
+    }
 
     /// A healthy world: `n` payments, both events on the topic once, one
     /// receipt each, projection captured, inbox and counter in step.
@@ -427,6 +605,26 @@ mod tests {
 
     fn failing(r: &Reconciliation) -> Vec<String> {
         r.invariants.iter().filter(|i| !i.ok).map(|i| i.name.clone()).collect()
+    }
+
+    #[test]
+    fn ledger_entries_stay_compact() {
+        // A million payments keep two events and about 2.2 messages each:
+        // these sizes are what keeps the verifier within its memory budget.
+        assert!(std::mem::size_of::<PaymentEntry>() <= 40);
+        assert!(std::mem::size_of::<EventEntry>() <= 24);
+        assert!(std::mem::size_of::<MessageEntry>() <= 24);
+    }
+
+    #[test]
+    fn receipts_of_unknown_payments_are_duplicates() {
+        let (mut db, topic) = healthy(2);
+        db.receipts.insert(Uuid::from_u128(7), 1);
+        let r = reconcile(&db, &topic);
+        assert_eq!(failing(&r), vec!["receipts sent"]);
+        let a = r.anomalies.iter().find(|a| a.name == "duplicate effect").unwrap();
+        assert!(a.examples[0].contains("but not captured"), "{:?}", a.examples);
+        assert_eq!(r.counts.receipts, 3);
     }
 
     #[test]

@@ -4,13 +4,14 @@
 use crate::error::{Error, Result};
 use crate::events::{self, EventKind};
 use crate::infra::{kafka_config, CONNECT_TIMEOUT};
+use crate::verifier::Ledger;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
-/// One message on the topic, kept compact: the verifier holds one per message.
+/// One message on the topic as read, before the ledger compacts it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicRecord {
     pub partition: i32,
@@ -23,16 +24,32 @@ pub struct TopicRecord {
     pub kind: Option<EventKind>,
 }
 
-/// Reads every message. Gives up with an error, never hangs, if the topic
+/// Streams every message into the ledger, one compact record at a time, and
+/// gives the ledger back. Gives up with an error, never hangs, if the topic
 /// cannot be read to its end within `limit`.
-pub async fn read_all(brokers: &str, topic: &str, partitions: i32, limit: Duration) -> Result<Vec<TopicRecord>> {
+pub async fn read_all(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+    limit: Duration,
+    mut ledger: Ledger,
+) -> Result<Ledger> {
     let (brokers, topic) = (brokers.to_string(), topic.to_string());
-    tokio::task::spawn_blocking(move || read_blocking(&brokers, &topic, partitions, limit))
-        .await
-        .map_err(|e| Error::Internal(e.to_string()))?
+    tokio::task::spawn_blocking(move || {
+        read_blocking(&brokers, &topic, partitions, limit, |m| ledger.add_message(m))?;
+        Ok(ledger)
+    })
+    .await
+    .map_err(|e| Error::Internal(e.to_string()))?
 }
 
-fn read_blocking(brokers: &str, topic: &str, partitions: i32, limit: Duration) -> Result<Vec<TopicRecord>> {
+fn read_blocking(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+    limit: Duration,
+    mut sink: impl FnMut(TopicRecord),
+) -> Result<()> {
     let c: BaseConsumer = kafka_config(brokers)
         .set("group.id", format!("{topic}.verifier"))
         .set("enable.auto.commit", "false")
@@ -53,7 +70,7 @@ fn read_blocking(brokers: &str, topic: &str, partitions: i32, limit: Duration) -
     }
     c.assign(&tpl).map_err(|e| Error::kafka("assigning the topic", e))?;
     let total: i64 = ends.iter().sum();
-    let mut out = Vec::with_capacity(total.max(0) as usize);
+    let mut read = 0u64;
     let mut next: Vec<i64> = vec![0; partitions as usize];
     let done = |next: &Vec<i64>| next.iter().zip(&ends).all(|(n, e)| n >= e);
     let started = Instant::now();
@@ -61,7 +78,7 @@ fn read_blocking(brokers: &str, topic: &str, partitions: i32, limit: Duration) -
         if started.elapsed() > limit {
             return Err(Error::Kafka {
                 context: format!("reading topic {topic} to its end"),
-                cause: format!("read {} of {total} messages in {}s", out.len(), limit.as_secs()),
+                cause: format!("read {read} of {total} messages in {}s", limit.as_secs()),
             });
         }
         let Some(m) = c.poll(Duration::from_millis(200)) else {
@@ -87,8 +104,9 @@ fn read_blocking(brokers: &str, topic: &str, partitions: i32, limit: Duration) -
         let event_id = id.and_then(|v| std::str::from_utf8(v).ok()).and_then(|s| Uuid::parse_str(s).ok());
         let payment_id = m.key().and_then(|v| std::str::from_utf8(v).ok()).and_then(|s| Uuid::parse_str(s).ok());
         let kind = events::decode(id, ty, m.payload()).ok().map(|d| d.kind);
-        out.push(TopicRecord { partition: m.partition(), offset: m.offset(), event_id, payment_id, kind });
+        read += 1;
+        sink(TopicRecord { partition: m.partition(), offset: m.offset(), event_id, payment_id, kind });
     }
     drop(c);
-    Ok(out)
+    Ok(())
 }
