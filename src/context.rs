@@ -36,6 +36,8 @@ pub struct Stats {
     pub zombies_active: AtomicU64,
     pub purged_outbox: AtomicU64,
     pub purged_inbox: AtomicU64,
+    /// Partitions each notifier (by index) holds after its latest rebalance.
+    pub assigned: std::sync::Mutex<std::collections::BTreeMap<usize, usize>>,
 }
 
 impl Default for Stats {
@@ -62,6 +64,7 @@ impl Default for Stats {
             zombies_active: AtomicU64::new(0),
             purged_outbox: AtomicU64::new(0),
             purged_inbox: AtomicU64::new(0),
+            assigned: Default::default(),
         }
     }
 }
@@ -80,6 +83,18 @@ impl Stats {
 
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
+    }
+
+    /// Records the partitions a notifier holds after a rebalance.
+    pub fn set_assigned(&self, notifier: usize, partitions: usize) {
+        if let Ok(mut a) = self.assigned.lock() {
+            a.insert(notifier, partitions);
+        }
+    }
+
+    /// Partitions held by all notifiers together.
+    pub fn assigned_total(&self) -> usize {
+        self.assigned.lock().map(|a| a.values().sum()).unwrap_or(0)
     }
 }
 

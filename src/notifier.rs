@@ -17,7 +17,8 @@ use crate::faults::FaultPoint;
 use crate::infra::{kafka_config, CONNECT_TIMEOUT};
 use crate::scenario::InboxMode;
 use crate::store::{BatchFaults, Incoming, Modes};
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, StreamConsumer};
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::message::{Headers, Message, OwnedMessage};
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::BTreeMap;
@@ -48,13 +49,35 @@ pub fn stall_duration(ctx: &Ctx) -> Duration {
     Duration::from_millis(2 * session_ms(ctx) + 2000)
 }
 
-fn consumer(ctx: &Ctx, name: &str) -> Result<StreamConsumer> {
+/// The notifier's consumer context: it reports each rebalance's outcome, so
+/// the run can wait for the group to hold every partition before the
+/// workload starts (a real service's consumers are up before its traffic).
+pub struct Membership {
+    stats: std::sync::Arc<Stats>,
+    index: usize,
+}
+
+impl ClientContext for Membership {}
+
+impl ConsumerContext for Membership {
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let held = match rebalance {
+            Rebalance::Assign(tpl) => tpl.count(),
+            _ => 0,
+        };
+        self.stats.set_assigned(self.index, held);
+    }
+}
+
+type NotifierConsumer = StreamConsumer<Membership>;
+
+fn consumer(ctx: &Ctx, name: &str, index: usize) -> Result<NotifierConsumer> {
     let session = session_ms(ctx);
     let mut config = kafka_config(&ctx.brokers);
     if ctx.static_membership {
         config.set("group.instance.id", format!("{}.{name}", ctx.names.group));
     }
-    let c: StreamConsumer = config
+    let c: NotifierConsumer = config
         .set("group.id", &ctx.names.group)
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest")
@@ -67,14 +90,14 @@ fn consumer(ctx: &Ctx, name: &str) -> Result<StreamConsumer> {
         // librdkafka prefetches up to 64 MB per consumer by default; a
         // micro-batch needs far less, and several notifiers share one process.
         .set("queued.max.messages.kbytes", "8192")
-        .create()
+        .create_with_context(Membership { stats: ctx.stats.clone(), index })
         .map_err(|e| Error::kafka("creating a notifier consumer", e))?;
     c.subscribe(&[&ctx.names.topic]).map_err(|e| Error::kafka("subscribing the notifier", e))?;
     Ok(c)
 }
 
 /// Drops a consumer off the async threads: its drop blocks until closed.
-fn discard(c: StreamConsumer) {
+fn discard(c: NotifierConsumer) {
     tokio::task::spawn_blocking(move || drop(c));
 }
 
@@ -110,7 +133,7 @@ pub async fn run(ctx: Ctx, index: usize) {
         if shutdown.is_set() {
             return;
         }
-        let consumer = match consumer(&ctx, &name) {
+        let consumer = match consumer(&ctx, &name, index) {
             Ok(c) => c,
             Err(e) => {
                 warn!(notifier = %name, cause = %e, "cannot start a consumer");
@@ -260,7 +283,7 @@ pub async fn run(ctx: Ctx, index: usize) {
 /// at the group's committed offsets, and what was processed since is
 /// delivered again, as after a restart. Returns false when the consumer
 /// could not be rewound (then the caller restarts it for real).
-fn rewind_to_committed(consumer: &StreamConsumer, topic: &str) -> bool {
+fn rewind_to_committed(consumer: &NotifierConsumer, topic: &str) -> bool {
     tokio::task::block_in_place(|| {
         let Ok(assignment) = consumer.assignment() else { return false };
         let Ok(committed) = consumer.committed_offsets(assignment, Duration::from_secs(5)) else { return false };

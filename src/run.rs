@@ -154,7 +154,7 @@ pub async fn execute(
     let mut incomplete: Option<String> = None;
     let mut interrupted = false;
     tokio::select! {
-        r = workload::run(ctx.clone()) => if let Err(e) = r {
+        r = async { group_ready(&ctx).await; workload::run(ctx.clone()).await } => if let Err(e) = r {
             incomplete = Some(format!("the workload stopped: {e}"));
         },
         _ = interrupt() => interrupted = true,
@@ -297,6 +297,40 @@ fn figures(s: &Stats) -> ComponentFigures {
         purged_outbox_rows: Stats::get(&s.purged_outbox),
         purged_inbox_rows: Stats::get(&s.purged_inbox),
     }
+}
+
+/// How long the workload waits for the notifiers' group to settle.
+const GROUP_READY: Duration = Duration::from_secs(15);
+
+/// Waits until the notifiers' group holds every partition, with every
+/// notifier that can have one holding at least one: a payment service's
+/// consumers are up before its traffic, and without this the first seconds
+/// of a run measure the group's initial rebalances, not the pipeline.
+/// Gives up after [`GROUP_READY`] (the run goes on; partitions are then
+/// picked up as the group settles).
+async fn group_ready(ctx: &Ctx) {
+    let (instances, partitions) = (ctx.scenario.notifier.instances, ctx.scenario.partitions as usize);
+    let deadline = Instant::now() + GROUP_READY;
+    let started = Instant::now();
+    let mut settled = 0;
+    while Instant::now() < deadline {
+        let ready = match ctx.stats.assigned.lock() {
+            Ok(a) => {
+                let holders = a.values().filter(|n| **n > 0).count();
+                a.len() == instances && a.values().sum::<usize>() == partitions && holders == instances.min(partitions)
+            }
+            Err(_) => false,
+        };
+        // Twice in a row, so that a rebalance still under way is not taken
+        // for the settled group.
+        settled = if ready { settled + 1 } else { 0 };
+        if settled >= 2 {
+            info!(ms = started.elapsed().as_millis() as u64, "notifier group settled");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    warn!("the notifier group did not settle within {}s; starting the workload anyway", GROUP_READY.as_secs());
 }
 
 /// Waits until every outbox row is published and the group's lag is zero,
