@@ -330,7 +330,8 @@ async fn group_ready(ctx: &Ctx) {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    warn!("the notifier group did not settle within {}s; starting the workload anyway", GROUP_READY.as_secs());
+    let held = ctx.stats.assigned.lock().map(|a| format!("{a:?}")).unwrap_or_default();
+    warn!(%held, "the notifier group did not settle within {}s; starting the workload anyway", GROUP_READY.as_secs());
 }
 
 /// Waits until every outbox row is published and the group's lag is zero,
