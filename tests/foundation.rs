@@ -85,10 +85,13 @@ async fn outbox_to_kafka_to_inbox_round_trip() {
     drop((committed, tpl));
 
     // 5. The rows: one inbox claim for the projection handler, its effect, no receipt.
-    let truth = store.ground_truth().await.unwrap();
-    assert_eq!(truth.inbox_rows.get("projection"), Some(&1));
-    assert_eq!(truth.projection.get(&p.id), Some(&false), "authorized, not captured");
-    assert!(truth.receipts.is_empty());
+    let mut ledger = chaos::verifier::Ledger::new();
+    store.ground_truth(&mut ledger).await.unwrap();
+    let counts = ledger.reconcile().counts;
+    assert_eq!(counts.payments, 1);
+    assert_eq!(counts.inbox_rows_by_handler.get("projection"), Some(&1));
+    assert_eq!(counts.projection_captured, 0, "authorized, not captured");
+    assert_eq!(counts.receipts, 0);
     let pool = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(&database_url()).await.unwrap();
     let row = sqlx::query(&format!("SELECT status FROM \"{}\".payment_projection WHERE payment_id = $1", names.schema))
         .bind(p.id)
