@@ -132,6 +132,13 @@ pub fn kafka_config(brokers: &str) -> ClientConfig {
     c.set("bootstrap.servers", brokers)
         .set("socket.timeout.ms", "10000")
         .set("socket.connection.setup.timeout.ms", "5000")
+        // A new client learns the broker from the bootstrap connection, then
+        // waits out the initial reconnect backoff (100 ms by default, with
+        // jitter) before connecting to it by its id. Every crashed notifier
+        // and relay is a new client: measured, a notifier was back 61 ms
+        // after its crash with the default and 22 ms with 10 ms. The backoff
+        // still grows to the 1 s maximum while a broker stays down.
+        .set("reconnect.backoff.ms", "10")
         .set("reconnect.backoff.max.ms", "1000")
         .set("topic.metadata.refresh.interval.ms", "5000")
         .set("log_level", "3");
