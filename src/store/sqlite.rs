@@ -35,12 +35,18 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Mutex, OwnedMutexGuard};
+use tokio::sync::{watch, Mutex, OwnedMutexGuard};
 use uuid::Uuid;
 
-/// How long a relay's claim on outbox rows lasts. Longer than a publish
-/// takes; a crashed relay's rows are claimable again after it.
-pub const LEASE: Duration = Duration::from_secs(2);
+/// How long a relay's claim on outbox rows lasts. Longer than a claim is
+/// legitimately held: a publish takes milliseconds, `relay.slow_produce`
+/// holds it 300 ms, the mark may queue for its writer turn. A lease that runs
+/// out early costs a duplicate on the topic, never a loss (the mark does not
+/// check the owner). It is also how long a crashed relay's rows wait: at 2 s
+/// the last relay crash of a run left its batch unpublished for 2 s after
+/// the workload ended (measured: the last publish came 2.0 to 3.3 s after
+/// the last write in the 100,000-payment bench), all of it on the clock.
+pub const LEASE: Duration = Duration::from_secs(1);
 
 /// "Now" in milliseconds since the epoch, as the migrations store times.
 const NOW_MS: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
@@ -69,17 +75,52 @@ fn chunk_rows(cols: usize) -> usize {
     MAX_PARAMS / cols
 }
 
-/// The in-process writer turn; see the module docs.
+/// The WAL size (in pages) at which a committing transaction checkpoints
+/// itself, should the background checkpointer fall behind.
+const WAL_BACKSTOP_PAGES: u32 = 16_384;
+
+/// How often the background checkpointer copies the WAL into the database.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
+
+/// Copies committed WAL frames into the database file, off the writers'
+/// path: a PASSIVE checkpoint takes no write lock, so writers go on
+/// appending while it copies and fsyncs. With the WAL fully copied, the next
+/// writer starts it over from the beginning, so it stays small.
+async fn checkpointer(mut conn: SqliteConnection, mut stopped: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = stopped.changed() => break,
+            _ = tokio::time::sleep(CHECKPOINT_EVERY) => {}
+        }
+        if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)").execute(&mut conn).await {
+            tracing::debug!(cause = %e, "background checkpoint failed");
+        }
+    }
+    let _ = sqlx::Connection::close(conn).await;
+}
+
+/// The in-process writer turn; see the module docs. Held for a write
+/// transaction's whole span; FIFO, so nobody starves. (Letting relays jump
+/// the queue was measured too: their batches shrank to a fifth and the run
+/// took more CPU.)
 type Writer = Arc<Mutex<()>>;
 
 /// A run's SQLite database.
 #[derive(Clone)]
 pub struct SqliteStore {
+    /// Reads: the drain's counts, the verifier, the check-then-act check.
     pool: SqlitePool,
-    opts: SqliteConnectOptions,
+    /// Writes: one connection for every write transaction, the relays'
+    /// included. Writers take turns anyway, and SQLite drops a connection's
+    /// page cache whenever another connection has written, so with one
+    /// writer connection the cache stays warm (checked: PRAGMA data_version
+    /// on it moved once in a 100,000-payment run).
+    write: SqlitePool,
     /// Every write transaction of the run (workload, relays, notifiers,
     /// purge) holds this for its whole span; FIFO, so nobody starves.
     writer: Writer,
+    /// Stops the background checkpointer when the store closes.
+    stop: Arc<watch::Sender<bool>>,
     /// The database file.
     pub endpoint: String,
 }
@@ -98,27 +139,54 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             // The backstop behind the writer turn (see the module docs).
             .busy_timeout(Duration::from_secs(30))
+            // Checkpoints run in the background ([`checkpointer`]); by
+            // default the transaction that pushes the WAL past 1,000 pages
+            // runs one (copy and fsync) while holding the writer turn. This
+            // is only the backstop should the checkpointer fall behind.
+            .pragma("wal_autocheckpoint", WAL_BACKSTOP_PAGES.to_string())
             .log_statements(tracing::log::LevelFilter::Trace);
+        let write = SqlitePoolOptions::new()
+            .max_connections(1)
+            // In process, a ping proves nothing and costs a hand-off to the
+            // connection's worker thread per transaction.
+            .test_before_acquire(false)
+            .acquire_timeout(Duration::from_secs(30))
+            // A 4 MB page cache (the default is 2 MB). Measured against 16
+            // and 64 MB: as fast or faster, and less CPU; with 64 MB SQLite's
+            // own page-cache upkeep (pcache1TruncateUnsafe, malloc) showed
+            // up at several percent of the run's CPU.
+            .connect_with(opts.clone().pragma("cache_size", "-4096").statement_cache_capacity(2000))
+            .await
+            .map_err(|e| Error::db(format!("opening {endpoint}"), e))?;
+        sqlx::migrate!("migrations/sqlite")
+            .run(&write)
+            .await
+            .map_err(|e| Error::Database { context: format!("migrating {endpoint}"), cause: e.to_string() })?;
         let pool = SqlitePoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(Duration::from_secs(30))
             .connect_with(opts.clone())
             .await
             .map_err(|e| Error::db(format!("opening {endpoint}"), e))?;
-        sqlx::migrate!("migrations/sqlite")
-            .run(&pool)
-            .await
-            .map_err(|e| Error::Database { context: format!("migrating {endpoint}"), cause: e.to_string() })?;
-        Ok(Self { pool, opts, writer: Arc::new(Mutex::new(())), endpoint })
+        let checkpoints = opts.connect().await.map_err(|e| Error::db(format!("opening {endpoint}"), e))?;
+        let (stop, stopped) = watch::channel(false);
+        tokio::spawn(checkpointer(checkpoints, stopped));
+        Ok(Self { pool, write, writer: Arc::new(Mutex::new(())), stop: Arc::new(stop), endpoint })
     }
 
     pub async fn close(&self) {
+        let _ = self.stop.send(true);
+        self.write.close().await;
         self.pool.close().await;
     }
 
+    /// A relay's handle on the database: the writer connection, in turn
+    /// with every other writer. A relay holds no transaction between its
+    /// calls (the lease is its claim), so it has nothing of its own to lose
+    /// in a crash; and with a connection of its own every claim and mark
+    /// would empty the writer connection's page cache.
     pub async fn relay_connection(&self) -> Result<SqliteRelayConn> {
-        let conn = self.opts.connect().await.map_err(|e| Error::db("opening a relay connection", e))?;
-        Ok(SqliteRelayConn::new(conn, self.writer.clone()))
+        Ok(SqliteRelayConn::new(self.write.clone(), self.writer.clone()))
     }
 
     /// Waits for the writer turn, then begins a write transaction holding it.
@@ -127,7 +195,7 @@ impl SqliteStore {
         // IMMEDIATE: take the write lock up front (waiting up to the busy
         // timeout) instead of failing when a read would have to upgrade.
         let tx =
-            self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(|e| Error::db(format!("beginning {what}"), e))?;
+            self.write.begin_with("BEGIN IMMEDIATE").await.map_err(|e| Error::db(format!("beginning {what}"), e))?;
         Ok(SqliteTx { tx, _turn: turn })
     }
 
@@ -207,7 +275,7 @@ impl SqliteStore {
             sqlx::query("INSERT INTO inbox_unkeyed (message_id, handler) VALUES (?, ?)")
                 .bind(id)
                 .bind(*h)
-                .execute(&self.pool)
+                .execute(&self.write)
                 .await
                 .map_err(|e| Error::db("recording in the unkeyed inbox", e))?;
         }
@@ -235,7 +303,7 @@ impl SqliteStore {
                 let n = sqlx::query(sql)
                     .bind(older.as_millis() as i64)
                     .bind(PURGE_CHUNK)
-                    .execute(&self.pool)
+                    .execute(&self.write)
                     .await
                     .map_err(|e| Error::db("purging by retention", e))?
                     .rows_affected();
@@ -387,6 +455,20 @@ pub async fn apply(tx: &mut SqliteTx, plan: &EffectPlan<'_>, projection: Project
     Ok(stale)
 }
 
+/// A fresh event id, time-ordered (the layout of a version 7 uuid: 48 bits
+/// of milliseconds, then random bits). Ids are still unique and still made
+/// by the producer; being ordered, the outbox id index and the inbox primary
+/// key grow at their right edge, so a batch dirties a few pages instead of
+/// one random page per row (which had every notifier transaction write
+/// hundreds of pages to the WAL).
+fn event_id() -> Uuid {
+    let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
+    let random = Uuid::new_v4().into_bytes();
+    let mut tail = [0u8; 10];
+    tail.copy_from_slice(&random[6..]);
+    uuid::Builder::from_unix_timestamp_millis(ms, &tail).into_uuid()
+}
+
 /// Writes outbox events (payment, type, payload or the payment's own) in
 /// multi-row statements, in the order given (`seq` follows it).
 async fn insert_outbox(
@@ -406,16 +488,17 @@ async fn insert_outbox(
                 })
                 .unwrap_or_default()
             });
-            q = q.bind(Uuid::new_v4()).bind(p.id).bind(kind.event_type()).bind(payload.to_string());
+            q = q.bind(event_id()).bind(p.id).bind(kind.event_type()).bind(payload.to_string());
         }
         q.execute(&mut *tx.tx).await.map_err(|e| Error::db("writing outbox events", e))?;
     }
     Ok(())
 }
 
-/// A relay's private SQLite connection; see the module docs for the lease.
+/// A relay's handle on the database; see the module docs for the lease.
 pub struct SqliteRelayConn {
-    conn: SqliteConnection,
+    /// The store's writer connection (a pool of one).
+    write: SqlitePool,
     /// The store's writer turn, held for each claim, mark and release.
     writer: Writer,
     /// This relay incarnation's lease id.
@@ -425,15 +508,14 @@ pub struct SqliteRelayConn {
 }
 
 impl SqliteRelayConn {
-    fn new(conn: SqliteConnection, writer: Writer) -> Self {
-        Self { conn, writer, owner: Uuid::new_v4().to_string(), held: Vec::new() }
+    fn new(write: SqlitePool, writer: Writer) -> Self {
+        Self { write, writer, owner: Uuid::new_v4().to_string(), held: Vec::new() }
     }
 
     pub async fn claim(&mut self, n: usize) -> Result<Vec<OutboxRow>> {
         let _turn = self.writer.lock().await;
-        let mut tx = sqlx::Connection::begin_with(&mut self.conn, "BEGIN IMMEDIATE")
-            .await
-            .map_err(|e| Error::db("beginning a relay claim", e))?;
+        let mut tx =
+            self.write.begin_with("BEGIN IMMEDIATE").await.map_err(|e| Error::db("beginning a relay claim", e))?;
         let rows = sqlx::query(&format!(
             "UPDATE outbox SET lease_owner = ?, lease_until = {NOW_MS} + ? WHERE seq IN ( \
                SELECT seq FROM outbox WHERE published_at IS NULL \
@@ -470,9 +552,8 @@ impl SqliteRelayConn {
             return Ok(());
         }
         let _turn = self.writer.lock().await;
-        let mut tx = sqlx::Connection::begin_with(&mut self.conn, "BEGIN IMMEDIATE")
-            .await
-            .map_err(|e| Error::db("beginning a relay mark", e))?;
+        let mut tx =
+            self.write.begin_with("BEGIN IMMEDIATE").await.map_err(|e| Error::db("beginning a relay mark", e))?;
         for chunk in ids.chunks(MAX_PARAMS) {
             let sql = format!(
                 "UPDATE outbox SET published_at = {NOW_MS}, lease_owner = NULL, lease_until = NULL WHERE id IN ({})",
@@ -501,13 +582,14 @@ impl SqliteRelayConn {
             for id in chunk {
                 q = q.bind(id);
             }
-            q.execute(&mut self.conn).await.map_err(|e| Error::db("releasing a relay claim", e))?;
+            q.execute(&self.write).await.map_err(|e| Error::db("releasing a relay claim", e))?;
         }
         Ok(())
     }
 
-    /// The crash: the connection closes; the lease is left to expire.
+    /// The crash: the relay lets go of the database with its rows still
+    /// leased (no release, no cleanup); the lease is left to expire.
     pub fn crash(self) {
-        drop(self.conn);
+        drop(self);
     }
 }
