@@ -9,6 +9,20 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+/// A fresh id, time-ordered (the layout of a version 7 uuid: 48 bits of
+/// milliseconds, then random bits), as payment services mint them. Ids are
+/// still unique and still made by their producer; being ordered, the
+/// payment and outbox primary keys, the inbox key, the projection and the
+/// receipts grow at their right edge, so a batch dirties a few index pages
+/// instead of one random page per row.
+pub fn time_ordered_id() -> Uuid {
+    let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
+    let random = Uuid::new_v4().into_bytes();
+    let mut tail = [0u8; 10];
+    tail.copy_from_slice(&random[6..]);
+    uuid::Builder::from_unix_timestamp_millis(ms, &tail).into_uuid()
+}
+
 pub const AUTHORIZED: &str = "payment.authorized";
 pub const CAPTURED: &str = "payment.captured";
 pub const HEADER_EVENT_ID: &str = "event_id";

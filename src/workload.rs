@@ -17,7 +17,6 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
 use std::time::Duration;
-use uuid::Uuid;
 
 /// Writes `payments` payments with `producers` concurrent tasks. Amounts and
 /// accounts come from the seed; payment ids are fresh uuids.
@@ -44,7 +43,7 @@ pub async fn run(ctx: Ctx) -> Result<()> {
                     .map(|i| {
                         let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
                         NewPayment {
-                            id: Uuid::new_v4(),
+                            id: crate::events::time_ordered_id(),
                             account_id: rng.gen_range(1..=accounts as i32),
                             amount_cents: rng.gen_range(100..=50_000),
                         }
@@ -114,7 +113,7 @@ async fn dual_write(
     p: &NewPayment,
     kind: EventKind,
 ) -> Result<()> {
-    let id = Uuid::new_v4();
+    let id = crate::events::time_ordered_id();
     if ctx
         .faults
         .strike(FaultPoint::WorkloadAfterCommit, component, || format!("{} of payment {}", kind.event_type(), p.id))

@@ -359,7 +359,7 @@ async fn insert_outbox(
             })
             .unwrap_or_default()
         });
-        ids.push(Uuid::new_v4());
+        ids.push(crate::events::time_ordered_id());
         aggregates.push(p.id);
         types.push(kind.event_type().to_string());
         payloads.push(payload.to_string());

@@ -455,20 +455,6 @@ pub async fn apply(tx: &mut SqliteTx, plan: &EffectPlan<'_>, projection: Project
     Ok(stale)
 }
 
-/// A fresh event id, time-ordered (the layout of a version 7 uuid: 48 bits
-/// of milliseconds, then random bits). Ids are still unique and still made
-/// by the producer; being ordered, the outbox id index and the inbox primary
-/// key grow at their right edge, so a batch dirties a few pages instead of
-/// one random page per row (which had every notifier transaction write
-/// hundreds of pages to the WAL).
-fn event_id() -> Uuid {
-    let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
-    let random = Uuid::new_v4().into_bytes();
-    let mut tail = [0u8; 10];
-    tail.copy_from_slice(&random[6..]);
-    uuid::Builder::from_unix_timestamp_millis(ms, &tail).into_uuid()
-}
-
 /// Writes outbox events (payment, type, payload or the payment's own) in
 /// multi-row statements, in the order given (`seq` follows it).
 async fn insert_outbox(
@@ -488,7 +474,7 @@ async fn insert_outbox(
                 })
                 .unwrap_or_default()
             });
-            q = q.bind(event_id()).bind(p.id).bind(kind.event_type()).bind(payload.to_string());
+            q = q.bind(crate::events::time_ordered_id()).bind(p.id).bind(kind.event_type()).bind(payload.to_string());
         }
         q.execute(&mut *tx.tx).await.map_err(|e| Error::db("writing outbox events", e))?;
     }
