@@ -248,7 +248,13 @@ pub async fn run(ctx: Ctx, index: usize) {
                 continue 'incarnation;
             }
             if cfg.inbox != InboxMode::CommitOffsetFirst {
-                let committed = tokio::task::block_in_place(|| consumer.commit(&tpl, CommitMode::Sync));
+                // Asynchronous, as consumers commit in their loop: the batch's
+                // effects are already committed with its inbox rows, so an
+                // offset commit lost to a crash only means a redelivery the
+                // inbox absorbs. Measured on the bench scenario, two
+                // interleaved pairs: 15,663 and 16,586 events/s against
+                // 14,915 and 15,491 with a synchronous commit.
+                let committed = consumer.commit(&tpl, CommitMode::Async);
                 if let Err(e) = committed {
                     // Usually a rebalance took the partition away; its new owner
                     // gets the batch again and the inbox absorbs it.
