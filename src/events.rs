@@ -105,6 +105,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn time_ordered_ids_are_unique_and_sort_by_time() {
+        let first = time_ordered_id();
+        let mut ids: Vec<Uuid> = (0..10_000).map(|_| time_ordered_id()).collect();
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        let later = time_ordered_id();
+        assert!(ids.iter().all(|i| *i > Uuid::nil()));
+        assert!(later > first, "a later millisecond sorts after an earlier one");
+        assert!(ids.iter().all(|i| i.as_bytes()[..6] >= first.as_bytes()[..6]));
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), 10_000, "no two ids alike");
+        assert_eq!(later.get_version_num(), 7);
+    }
+
+    #[test]
     fn roundtrip_and_poison() {
         let id = Uuid::new_v4();
         let body = PaymentEvent { payment_id: Uuid::new_v4(), account_id: 3, amount_cents: 120 };
