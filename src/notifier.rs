@@ -27,9 +27,9 @@ use tracing::{debug, info, warn};
 
 /// How long the first message of a batch is waited for before re-checking shutdown.
 const FIRST_WAIT: Duration = Duration::from_millis(200);
-/// How long a consumer on the mock cluster may go without completing its
-/// join before it is replaced: the mock sometimes leaves one member of a
-/// group unjoined for good (measured: about 1 run in 5 of payments.toml,
+/// How long a notifier's first consumer on the mock cluster may go without
+/// completing its join before it is replaced: the mock sometimes leaves one
+/// member of a new group unjoined for good (measured: about 1 run in 5 of payments.toml,
 /// one of two notifiers had no assignment after 5 s), while joins that
 /// complete do so in about 1.1 s.
 const MOCK_JOIN_WAIT: Duration = Duration::from_secs(2);
@@ -167,8 +167,12 @@ pub async fn run(ctx: Ctx, index: usize) {
             };
             let first = match first {
                 Err(_) => {
+                    // Only a notifier that never joined at all: once the group
+                    // is running, rebalances after crashes and stalls take the
+                    // mock longer, and rejoining then would only restart them.
                     let joined = consumer.context().joined.load(std::sync::atomic::Ordering::Relaxed);
-                    if !ctx.static_membership && !joined && created.elapsed() > MOCK_JOIN_WAIT {
+                    let never = ctx.stats.assigned.lock().map(|a| !a.contains_key(&index)).unwrap_or(false);
+                    if !ctx.static_membership && !joined && never && created.elapsed() > MOCK_JOIN_WAIT {
                         info!(notifier = %name, "no assignment from the mock cluster; joining again");
                         discard(consumer);
                         continue 'incarnation;
