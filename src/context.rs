@@ -91,11 +91,6 @@ impl Stats {
             a.insert(notifier, partitions);
         }
     }
-
-    /// Partitions held by all notifiers together.
-    pub fn assigned_total(&self) -> usize {
-        self.assigned.lock().map(|a| a.values().sum()).unwrap_or(0)
-    }
 }
 
 /// Tells every task to stop. Cloned into each task; `trigger` on the sender.
