@@ -85,6 +85,14 @@ impl Stats {
         counter.load(Ordering::Relaxed)
     }
 
+    /// Every notifier has joined, the group holds every partition once, and
+    /// every notifier that can have a partition holds one.
+    pub fn group_settled(&self, notifiers: usize, partitions: usize) -> bool {
+        let Ok(a) = self.assigned.lock() else { return false };
+        let holders = a.values().filter(|n| **n > 0).count();
+        a.len() == notifiers && a.values().sum::<usize>() == partitions && holders == notifiers.min(partitions)
+    }
+
     /// Records the partitions a notifier holds after a rebalance.
     pub fn set_assigned(&self, notifier: usize, partitions: usize) {
         if let Ok(mut a) = self.assigned.lock() {
@@ -147,4 +155,28 @@ pub struct Ctx {
     /// mock cluster does not shorten a static member's return, so there they
     /// leave the group on close instead.
     pub static_membership: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_settles_only_when_every_notifier_holds_its_share() {
+        let s = Stats::default();
+        assert!(!s.group_settled(2, 6), "nobody joined");
+        s.set_assigned(1, 6);
+        assert!(!s.group_settled(2, 6), "the first member holds everything; the second has not joined");
+        s.set_assigned(2, 0);
+        assert!(!s.group_settled(2, 6), "the second joined but holds nothing");
+        s.set_assigned(1, 3);
+        s.set_assigned(2, 3);
+        assert!(s.group_settled(2, 6));
+        // More notifiers than partitions: some hold none by design.
+        let s = Stats::default();
+        for (n, held) in [(1, 1), (2, 1), (3, 0)] {
+            s.set_assigned(n, held);
+        }
+        assert!(s.group_settled(3, 2));
+    }
 }

@@ -319,13 +319,7 @@ async fn group_ready(ctx: &Ctx) {
     let started = Instant::now();
     let mut settled = 0;
     while Instant::now() < deadline {
-        let ready = match ctx.stats.assigned.lock() {
-            Ok(a) => {
-                let holders = a.values().filter(|n| **n > 0).count();
-                a.len() == instances && a.values().sum::<usize>() == partitions && holders == instances.min(partitions)
-            }
-            Err(_) => false,
-        };
+        let ready = ctx.stats.group_settled(instances, partitions);
         // Twice in a row, so that a rebalance still under way is not taken
         // for the settled group.
         settled = if ready { settled + 1 } else { 0 };

@@ -453,6 +453,20 @@ pub fn percentiles(ms: &mut [i64]) -> Option<crate::report::Latency> {
     Some(crate::report::Latency { events: ms.len() as u64, p50: at(0.5), p95: at(0.95), p99: at(0.99), max: at(1.0) })
 }
 
+/// The `captured` outbox events of a capture transaction: each payment's
+/// event, then its malformed twin when the poison fault fired, in payment
+/// order (the outbox `seq` keeps that order).
+pub fn captured_events(ps: &[(NewPayment, bool)]) -> Vec<(&NewPayment, EventKind, Option<serde_json::Value>)> {
+    let mut events = Vec::with_capacity(ps.len());
+    for (p, poison) in ps {
+        events.push((p, EventKind::Captured, None));
+        if *poison {
+            events.push((p, EventKind::Captured, Some(crate::events::poison_payload())));
+        }
+    }
+    events
+}
+
 /// The key a dead letter is recorded under: the event id when readable,
 /// else the message's place on the topic.
 pub fn dead_letter_key(m: &Incoming) -> String {

@@ -8,7 +8,7 @@
 
 use super::{dead_letter_key, EffectPlan, Incoming, NewPayment, OutboxRow, HANDLERS, PURGE_CHUNK};
 use crate::error::{Error, Result};
-use crate::events::{self, EventKind, PaymentEvent};
+use crate::events::{EventKind, PaymentEvent};
 use crate::infra::{db_endpoint, CONNECT_TIMEOUT};
 use crate::report::Latency;
 use crate::scenario::ProjectionMode;
@@ -112,13 +112,7 @@ impl PgStore {
         .await
         .map_err(|e| Error::db("capturing payments", e))?;
         if outbox {
-            let mut events = Vec::with_capacity(ps.len());
-            for (p, poison) in ps {
-                events.push((p, EventKind::Captured, None));
-                if *poison {
-                    events.push((p, EventKind::Captured, Some(events::poison_payload())));
-                }
-            }
+            let events = super::captured_events(ps);
             insert_outbox(&mut tx, &events).await?;
         }
         tx.commit().await.map_err(|e| Error::db("committing capture", e))

@@ -24,7 +24,7 @@
 
 use super::{dead_letter_key, EffectPlan, Incoming, NewPayment, OutboxRow, HANDLERS, PURGE_CHUNK};
 use crate::error::{Error, Result};
-use crate::events::{self, EventKind, PaymentEvent};
+use crate::events::{EventKind, PaymentEvent};
 use crate::report::Latency;
 use crate::scenario::ProjectionMode;
 use sqlx::sqlite::{
@@ -234,15 +234,7 @@ impl SqliteStore {
             q.execute(&mut *tx.tx).await.map_err(|e| Error::db("capturing payments", e))?;
         }
         if outbox {
-            // Each payment's event, then its poison twin when the fault fired,
-            // in payment order: the outbox `seq` keeps that order.
-            let mut events = Vec::with_capacity(ps.len());
-            for (p, poison) in ps {
-                events.push((p, EventKind::Captured, None));
-                if *poison {
-                    events.push((p, EventKind::Captured, Some(events::poison_payload())));
-                }
-            }
+            let events = super::captured_events(ps);
             insert_outbox(&mut tx, &events).await?;
         }
         tx.commit().await.map_err(|e| Error::db("committing capture", e))

@@ -212,11 +212,17 @@ impl Ledger {
         });
     }
 
-    fn payment(&mut self, id: Uuid) -> Option<usize> {
+    /// Sorts the payments by id once they are all in; indexes into them
+    /// are taken only after.
+    fn sort_payments(&mut self) {
         if !self.payments_sorted {
             self.payments.sort_unstable_by_key(|p| p.id);
             self.payments_sorted = true;
         }
+    }
+
+    fn payment(&mut self, id: Uuid) -> Option<usize> {
+        self.sort_payments();
         self.payments.binary_search_by_key(&id, |p| p.id).ok()
     }
 
@@ -227,11 +233,15 @@ impl Ledger {
         self.events.push(EventEntry { id: o.id, payment, kind: o.kind, published: o.published, seen: 0 });
     }
 
-    fn event(&mut self, id: Uuid) -> Option<usize> {
+    fn sort_events(&mut self) {
         if !self.events_sorted {
             self.events.sort_unstable_by_key(|e| e.id);
             self.events_sorted = true;
         }
+    }
+
+    fn event(&mut self, id: Uuid) -> Option<usize> {
+        self.sort_events();
         self.events.binary_search_by_key(&id, |e| e.id).ok()
     }
 
@@ -288,9 +298,9 @@ impl Ledger {
 
     /// Reconciles the database with the topic.
     pub fn reconcile(mut self) -> Reconciliation {
-        // Sorts whatever was not looked up yet.
-        let _ = self.payment(Uuid::nil());
-        let _ = self.event(Uuid::nil());
+        // Examples then come out in id order, whatever was looked up.
+        self.sort_payments();
+        self.sort_events();
         let mut c = Counts::default();
         let mut anomalies = Vec::new();
         let (payments, events) = (&self.payments, &self.events);
