@@ -156,12 +156,19 @@ impl PgStore {
 
     /// Deletes published outbox rows and inbox rows older than their
     /// retention, in chunks of [`PURGE_CHUNK`]. Returns (outbox, inbox) rows.
+    ///
+    /// Both scans must walk the timestamp index, oldest first. The cutoff is
+    /// `now()`: a volatile `clock_timestamp()` cannot bound an index scan.
+    /// The `ORDER BY` keeps the planner on the index while the tables grow
+    /// faster than their statistics. Without the two, every purge read the
+    /// whole outbox and inbox: 60 ms and 40 ms per purge, once a second, at
+    /// 100,000 payments on the bench scenario, deleting nothing.
     pub async fn purge(&self, outbox_older: Duration, inbox_older: Duration) -> Result<(u64, u64)> {
         let mut outbox = 0;
         loop {
             let n = sqlx::query(
                 "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE published_at IS NOT NULL \
-                 AND published_at < clock_timestamp() - make_interval(secs => $1) LIMIT $2)",
+                 AND published_at < now() - make_interval(secs => $1) ORDER BY published_at LIMIT $2)",
             )
             .bind(outbox_older.as_secs_f64())
             .bind(PURGE_CHUNK)
@@ -178,7 +185,7 @@ impl PgStore {
         loop {
             let n = sqlx::query(
                 "DELETE FROM inbox WHERE ctid IN (SELECT ctid FROM inbox \
-                 WHERE processed_at < clock_timestamp() - make_interval(secs => $1) LIMIT $2)",
+                 WHERE processed_at < now() - make_interval(secs => $1) ORDER BY processed_at LIMIT $2)",
             )
             .bind(inbox_older.as_secs_f64())
             .bind(PURGE_CHUNK)
