@@ -47,6 +47,10 @@ impl PgStore {
         let opts = base.options([("search_path", schema)]);
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
+            // No ping before each checkout: it is one more round trip per
+            // transaction, and a dead connection shows up anyway as the
+            // transaction's error, which every caller already handles.
+            .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(15))
             .connect_with(opts.clone())
             .await
@@ -71,7 +75,7 @@ impl PgStore {
                 cause: "connect timed out".into(),
             })?
             .map_err(|e| Error::db("opening a relay connection", e))?;
-        Ok(PgRelayConn { conn })
+        Ok(PgRelayConn { conn, held: Default::default() })
     }
 
     /// Transaction 1 of a payment: the payment row and its `authorized` event.
@@ -385,6 +389,10 @@ async fn insert_outbox(
 /// exactly as a killed process would: no ROLLBACK is ever sent.
 pub struct PgRelayConn {
     conn: PgConnection,
+    /// Where each claimed row lies (its `ctid`). The claim's row locks keep
+    /// them there until the transaction ends, so the mark reaches each row
+    /// directly instead of looking its id up in the primary key.
+    held: std::collections::HashMap<Uuid, String>,
 }
 
 impl PgRelayConn {
@@ -397,13 +405,14 @@ impl PgRelayConn {
     pub async fn claim(&mut self, n: usize) -> Result<Vec<OutboxRow>> {
         sqlx::query("BEGIN").execute(&mut self.conn).await.map_err(|e| Error::db("beginning a relay claim", e))?;
         let rows = sqlx::query(
-            "SELECT id, seq, aggregate_id, event_type, payload::text FROM outbox \
+            "SELECT id, seq, aggregate_id, event_type, payload::text, ctid::text FROM outbox \
              WHERE published_at IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED",
         )
         .bind(n as i64)
         .fetch_all(&mut self.conn)
         .await
         .map_err(|e| Error::db("claiming outbox rows", e))?;
+        self.held = rows.iter().map(|r| (r.get(0), r.get(5))).collect();
         Ok(rows
             .into_iter()
             .map(|r| OutboxRow {
@@ -419,18 +428,22 @@ impl PgRelayConn {
     /// Marks the claimed rows published and commits the claim.
     pub async fn mark_published(&mut self, ids: &[Uuid]) -> Result<()> {
         if !ids.is_empty() {
-            sqlx::query("UPDATE outbox SET published_at = clock_timestamp() WHERE id = ANY($1)")
-                .bind(ids)
+            // Only rows of this claim have a ctid here: nothing else is marked.
+            let ctids: Vec<&str> = ids.iter().filter_map(|i| self.held.get(i).map(String::as_str)).collect();
+            sqlx::query("UPDATE outbox SET published_at = clock_timestamp() WHERE ctid = ANY($1::tid[])")
+                .bind(&ctids)
                 .execute(&mut self.conn)
                 .await
                 .map_err(|e| Error::db("marking outbox rows published", e))?;
         }
+        self.held.clear();
         sqlx::query("COMMIT").execute(&mut self.conn).await.map_err(|e| Error::db("committing a relay batch", e))?;
         Ok(())
     }
 
     /// Gives the rows back after a produce error (a controlled failure, not a crash).
     pub async fn release(&mut self) -> Result<()> {
+        self.held.clear();
         sqlx::query("ROLLBACK").execute(&mut self.conn).await.map_err(|e| Error::db("releasing a relay claim", e))?;
         Ok(())
     }
