@@ -62,7 +62,8 @@ pub struct Incoming {
     pub offset: i64,
     /// The dedup key: the producer's event id, from the header.
     pub decoded: std::result::Result<Decoded, String>,
-    /// Raw header value, kept for the dead-letter row.
+    /// Raw header value and payload, kept only when `decoded` is an error:
+    /// the dead-letter row records them.
     pub raw_event_id: Option<String>,
     pub raw_payload: String,
 }
