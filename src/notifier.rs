@@ -21,6 +21,7 @@ use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
+use futures::FutureExt;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tracing::{debug, info, warn};
@@ -227,7 +228,12 @@ pub async fn run(ctx: Ctx, index: usize) {
             };
             let mut batch = vec![first];
             while batch.len() < cfg.batch_size {
-                match tokio::time::timeout(GATHER_WAIT, consumer.recv()).await {
+                // What is already queued is taken without arming a timer.
+                let next = match consumer.recv().now_or_never() {
+                    Some(r) => Ok(r),
+                    None => tokio::time::timeout(GATHER_WAIT, consumer.recv()).await,
+                };
+                match next {
                     Ok(Ok(m)) => batch.push(incoming(&m)),
                     _ => break,
                 }

@@ -356,18 +356,19 @@ async fn insert_outbox(
     let mut types = Vec::with_capacity(events.len());
     let mut payloads = Vec::with_capacity(events.len());
     for (p, kind, payload) in events {
-        let payload = payload.clone().unwrap_or_else(|| {
-            serde_json::to_value(PaymentEvent {
+        let payload = match payload {
+            Some(v) => v.to_string(),
+            None => serde_json::to_string(&PaymentEvent {
                 payment_id: p.id,
                 account_id: p.account_id,
                 amount_cents: p.amount_cents,
             })
-            .unwrap_or_default()
-        });
+            .map_err(|e| Error::Internal(format!("encoding an event: {e}")))?,
+        };
         ids.push(crate::events::time_ordered_id());
         aggregates.push(p.id);
-        types.push(kind.event_type().to_string());
-        payloads.push(payload.to_string());
+        types.push(kind.event_type());
+        payloads.push(payload);
     }
     sqlx::query(
         "INSERT INTO outbox (id, aggregate_id, event_type, payload) \
