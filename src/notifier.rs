@@ -93,24 +93,40 @@ fn consumer(ctx: &Ctx, name: &str, index: usize) -> Result<NotifierConsumer> {
 
 /// The next incarnation's consumer, made while the current one works, as a
 /// supervisor keeps a replacement process warm: it has connected to the
-/// broker and found the group coordinator, but holds no membership until it
-/// subscribes. A crash still costs a new member joining the group, fetching
-/// the committed offsets and reading from them; it no longer waits for
-/// three connections to open first (measured under load: about 46 ms from
-/// creation to the first message, median, most of it connecting).
-struct Spare(Option<NotifierConsumer>);
+/// broker, found the group coordinator and read the topic's metadata, but
+/// holds no membership until it subscribes. A crash still costs a new member
+/// joining the group, fetching the committed offsets and reading from them;
+/// it no longer waits for three connections and a metadata request first.
+struct Spare(Option<tokio::task::JoinHandle<Option<NotifierConsumer>>>);
 
 impl Spare {
-    fn take(&mut self, ctx: &Ctx) -> Option<Result<NotifierConsumer>> {
-        let c = self.0.take()?;
+    /// Starts making the next incarnation's consumer, off the async threads
+    /// (creating a client and reading metadata block).
+    fn prepare(ctx: &Ctx, name: &str, index: usize) -> Self {
+        let (ctx, name) = (ctx.clone(), name.to_string());
+        Spare(Some(tokio::task::spawn_blocking(move || {
+            let c = client(&ctx, &name, index).ok()?;
+            // With the topic's metadata cached, subscribing joins at once.
+            let _ = c.fetch_metadata(Some(&ctx.names.topic), CONNECT_TIMEOUT);
+            Some(c)
+        })))
+    }
+
+    /// The prepared consumer, subscribed; None when there is none.
+    async fn take(&mut self, ctx: &Ctx) -> Option<Result<NotifierConsumer>> {
+        let c = self.0.take()?.await.ok()??;
         Some(c.subscribe(&[&ctx.names.topic]).map(|_| c).map_err(|e| Error::kafka("subscribing the notifier", e)))
     }
 }
 
 impl Drop for Spare {
     fn drop(&mut self) {
-        if let Some(c) = self.0.take() {
-            discard(c);
+        if let Some(h) = self.0.take() {
+            tokio::spawn(async move {
+                if let Ok(Some(c)) = h.await {
+                    discard(c);
+                }
+            });
         }
     }
 }
@@ -183,11 +199,15 @@ pub async fn run(ctx: Ctx, index: usize) {
         if shutdown.is_set() {
             return;
         }
-        let next = spare.take(&ctx).unwrap_or_else(|| consumer(&ctx, &name, index));
+        let prepared = tokio::select! {
+            _ = shutdown.wait() => return,
+            c = spare.take(&ctx) => c,
+        };
+        let next = prepared.unwrap_or_else(|| consumer(&ctx, &name, index));
         if ctx.static_membership {
             // The mock cluster is left alone: its notifiers rewind in place
             // instead of restarting (see `rewind_to_committed`).
-            spare.0 = client(&ctx, &name, index).ok();
+            spare = Spare::prepare(&ctx, &name, index);
         }
         let consumer = match next {
             Ok(c) => c,
