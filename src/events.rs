@@ -83,6 +83,9 @@ pub struct Decoded {
     pub event_id: Uuid,
     pub kind: EventKind,
     pub body: PaymentEvent,
+    /// The topic partition it was read from (0 until the notifier sets it):
+    /// the loyalty counter's stripe.
+    pub partition: i32,
 }
 
 /// Decodes an event from its id, type and payload bytes. The error says what
@@ -97,7 +100,7 @@ pub fn decode(event_id: Option<&[u8]>, event_type: Option<&[u8]>, payload: Optio
     let payload = payload.ok_or("empty payload")?;
     let body: PaymentEvent =
         serde_json::from_slice(payload).map_err(|e| format!("payload is not a payment event: {e}"))?;
-    Ok(Decoded { event_id, kind, body })
+    Ok(Decoded { event_id, kind, body, partition: 0 })
 }
 
 #[cfg(test)]

@@ -178,7 +178,7 @@ pub fn incoming<M: Message>(m: &M) -> Incoming {
             }
         }
     }
-    let decoded = events::decode(event_id, event_type, m.payload());
+    let decoded = events::decode(event_id, event_type, m.payload()).map(|d| events::Decoded { partition: m.partition(), ..d });
     let (raw_event_id, raw_payload) = match decoded {
         Ok(_) => (None, String::new()),
         Err(_) => (

@@ -74,9 +74,15 @@ CREATE TABLE payment_projection (
 
 -- A non-idempotent counter: loyalty points += amount on every capture. A row
 -- count can hide a duplicate; a sum cannot.
+-- Striped by the topic partition the capture was read from: a partition has
+-- one notifier at a time, so notifiers never wait on each other's counter
+-- rows (with one row per account, every notifier transaction queued behind
+-- the others' commits). An account's points are the sum of its stripes.
 CREATE TABLE loyalty_points (
-    account_id integer PRIMARY KEY,
-    points     bigint  NOT NULL
+    account_id integer NOT NULL,
+    stripe     integer NOT NULL,
+    points     bigint  NOT NULL,
+    PRIMARY KEY (account_id, stripe)
 );
 
 -- Messages the notifier could not decode. Keyed by message id (or by

@@ -62,10 +62,13 @@ CREATE TABLE payment_projection (
     updated_at INTEGER NOT NULL DEFAULT (CAST(unixepoch('subsec') * 1000 AS INTEGER))
 );
 
--- The non-idempotent counter: points += amount on every capture.
+-- The non-idempotent counter: points += amount on every capture, striped by
+-- topic partition as in PostgreSQL; an account's points are its stripes' sum.
 CREATE TABLE loyalty_points (
-    account_id INTEGER PRIMARY KEY,
-    points     INTEGER NOT NULL
+    account_id INTEGER NOT NULL,
+    stripe     INTEGER NOT NULL,
+    points     INTEGER NOT NULL,
+    PRIMARY KEY (account_id, stripe)
 );
 
 -- Messages the notifier could not decode, recorded once per message.

@@ -384,9 +384,9 @@ pub struct EffectPlan<'a> {
     pub projection: Vec<&'a Decoded>,
     /// (payment id, message id) of each receipt to send.
     pub receipts: Vec<(Uuid, Uuid)>,
-    /// Points to add per account, sorted by account so that concurrent
+    /// Points to add per (account, stripe), sorted so that concurrent
     /// notifiers lock rows in the same order and cannot deadlock.
-    pub loyalty: BTreeMap<i32, i64>,
+    pub loyalty: BTreeMap<(i32, i32), i64>,
     pub applied: u64,
     pub duplicates: u64,
 }
@@ -416,7 +416,7 @@ pub fn plan_effects<'a>(events: &[&'a Decoded], mode: InboxMode, claimed: &HashS
             }
             if may_apply(e.event_id, HANDLER_LOYALTY) {
                 any = true;
-                *plan.loyalty.entry(e.body.account_id).or_default() += e.body.amount_cents;
+                *plan.loyalty.entry((e.body.account_id, e.partition)).or_default() += e.body.amount_cents;
             }
         }
         if any {

@@ -330,13 +330,16 @@ pub async fn apply(tx: &mut PgTx, plan: &EffectPlan<'_>, projection: ProjectionM
             .map_err(|e| Error::db("sending receipts", e))?;
     }
     if !plan.loyalty.is_empty() {
-        let accounts: Vec<i32> = plan.loyalty.keys().copied().collect();
+        let accounts: Vec<i32> = plan.loyalty.keys().map(|k| k.0).collect();
+        let stripes: Vec<i32> = plan.loyalty.keys().map(|k| k.1).collect();
         let points: Vec<i64> = plan.loyalty.values().copied().collect();
         sqlx::query(
-            "INSERT INTO loyalty_points (account_id, points) SELECT * FROM UNNEST($1::int[], $2::bigint[]) \
-             ON CONFLICT (account_id) DO UPDATE SET points = loyalty_points.points + EXCLUDED.points",
+            "INSERT INTO loyalty_points (account_id, stripe, points) \
+             SELECT * FROM UNNEST($1::int[], $2::int[], $3::bigint[]) \
+             ON CONFLICT (account_id, stripe) DO UPDATE SET points = loyalty_points.points + EXCLUDED.points",
         )
         .bind(&accounts)
+        .bind(&stripes)
         .bind(&points)
         .execute(&mut **tx)
         .await

@@ -430,17 +430,17 @@ pub async fn apply(tx: &mut SqliteTx, plan: &EffectPlan<'_>, projection: Project
         }
         q.execute(&mut *tx.tx).await.map_err(|e| Error::db("sending receipts", e))?;
     }
-    // Accounts are unique and sorted (a BTreeMap), so one row each.
-    let loyalty: Vec<(&i32, &i64)> = plan.loyalty.iter().collect();
-    for chunk in loyalty.chunks(chunk_rows(2)) {
+    // (account, stripe) pairs are unique and sorted (a BTreeMap), so one row each.
+    let loyalty: Vec<(&(i32, i32), &i64)> = plan.loyalty.iter().collect();
+    for chunk in loyalty.chunks(chunk_rows(3)) {
         let sql = format!(
-            "INSERT INTO loyalty_points (account_id, points) VALUES {} \
-             ON CONFLICT (account_id) DO UPDATE SET points = loyalty_points.points + excluded.points",
-            values(chunk.len(), 2)
+            "INSERT INTO loyalty_points (account_id, stripe, points) VALUES {} \
+             ON CONFLICT (account_id, stripe) DO UPDATE SET points = loyalty_points.points + excluded.points",
+            values(chunk.len(), 3)
         );
         let mut q = sqlx::query(&sql);
-        for (account, points) in chunk {
-            q = q.bind(**account).bind(**points);
+        for ((account, stripe), points) in chunk {
+            q = q.bind(*account).bind(*stripe).bind(**points);
         }
         q.execute(&mut *tx.tx).await.map_err(|e| Error::db("adding loyalty points", e))?;
     }
