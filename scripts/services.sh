@@ -105,12 +105,18 @@ pg_configure() {
   # indexes, so every commit wrote back pages it would soon dirty again.
   # max_wal_size / checkpoint_timeout: the default 1 GB of WAL forced a
   # checkpoint (and full-page images after it) every few seconds of a bench.
+  # commit_delay / commit_siblings: with three or more other transactions
+  # open, a commit waits 200 us so that one WAL flush serves several (group
+  # commit). Each commit still waits for its own flush. Bench scenario, six
+  # interleaved pairs: median 22,188 events/s against 20,696 without.
   local want="# written by chaos scripts/services.sh
 listen_addresses = '127.0.0.1'
 shared_buffers = '1GB'
 wal_buffers = '64MB'
 max_wal_size = '8GB'
-checkpoint_timeout = '30min'"
+checkpoint_timeout = '30min'
+commit_delay = 200
+commit_siblings = 3"
   mkdir -p "$confd"
   if [[ -f "$conf" && "$(cat "$conf")" == "$want" ]]; then
     return 1
