@@ -168,7 +168,8 @@ pub async fn bench(opts: &Options) -> Result<(Figures, Report)> {
         Target {
             target: "≥ 20,000 events/s end to end at 100,000 payments (PostgreSQL + Kafka)".into(),
             measured: format!("{e2e:.0} events/s"),
-            met: (real && n >= 100_000).then_some(e2e >= 20_000.0),
+            // Both 100,000-payment targets are judged at that size only.
+            met: (real && n == 100_000).then_some(e2e >= 20_000.0),
         },
         Target {
             target: "end-to-end events/s ≥ 2 × pgbench tps".into(),
@@ -188,7 +189,7 @@ pub async fn bench(opts: &Options) -> Result<(Figures, Report)> {
         Target {
             target: "embedded: 100,000 payments in ≤ 30 s".into(),
             measured: format!("{:.1} s", rep.timings.total_ms as f64 / 1000.0),
-            met: (embedded && n >= 100_000).then_some(rep.timings.total_ms <= 30_000),
+            met: (embedded && n == 100_000).then_some(rep.timings.total_ms <= 30_000),
         },
     ];
     targets.push(Target {
