@@ -135,6 +135,11 @@ pub struct BenchArgs {
     /// pgbench duration for the yardstick, in seconds.
     #[arg(long, default_value_t = 10)]
     pub pgbench_seconds: u32,
+    /// Pipeline runs, one after the other (the yardstick runs once). The
+    /// figures and targets are the median run's, by end-to-end events/s;
+    /// every run's figure is listed. A shared machine swings single runs.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub runs: u32,
     #[arg(long, default_value = "reports")]
     pub reports_dir: PathBuf,
     /// Print the figures as JSON instead of the tables.

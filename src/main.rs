@@ -69,6 +69,7 @@ fn main() -> ExitCode {
                     reports_dir: a.reports_dir,
                     pgbench_clients: a.pgbench_clients,
                     pgbench_seconds: a.pgbench_seconds,
+                    runs: a.runs,
                 };
                 chaos::bench::bench(&opts).await.map(|(figures, _)| {
                     let (table, exit) = chaos::bench::render(&figures);

@@ -121,8 +121,10 @@ impl Spare {
 
 impl Drop for Spare {
     fn drop(&mut self) {
-        if let Some(h) = self.0.take() {
-            tokio::spawn(async move {
+        // Outside a runtime (it is shutting down) the handle is only
+        // detached: the blocking task then drops the consumer itself.
+        if let (Some(h), Ok(rt)) = (self.0.take(), tokio::runtime::Handle::try_current()) {
+            rt.spawn(async move {
                 if let Ok(Some(c)) = h.await {
                     discard(c);
                 }

@@ -17,6 +17,8 @@ fn small_bench_reports_every_figure() {
         "2",
         "--pgbench-clients",
         "4",
+        "--runs",
+        "2",
         "--json",
         "--reports-dir",
     ])
@@ -48,6 +50,21 @@ fn small_bench_reports_every_figure() {
     // A 2,000-payment run is not the size the throughput targets speak of.
     assert!(targets[0]["met"].is_null());
     assert_eq!(targets[5]["met"], true, "the run's invariants held");
+    // Two pipeline runs: both listed, and the figures are one of them.
+    let runs = f["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    assert!(runs.iter().all(|r| r["verdict"] == "pass" && r["end_to_end_events_per_s"].as_f64().unwrap() > 0.0));
+    assert_ne!(runs[0]["run_id"], runs[1]["run_id"]);
+    let shown = runs.iter().find(|r| r["run_id"] == f["run_id"]).expect("the figures are one run's");
+    assert_eq!(shown["end_to_end_events_per_s"], f["end_to_end_events_per_s"]);
+    assert_eq!(targets[5]["measured"], "pass in 2 of 2 runs");
     let saved = dir.path().join(format!("{}.bench.json", f["run_id"].as_str().unwrap()));
     assert!(saved.exists());
+}
+
+#[test]
+fn zero_runs_is_bad_input() {
+    let ran = run(chaos().args(["bench", "--runs", "0"]));
+    assert_eq!(ran.code, 2, "{}", ran.stderr);
+    assert!(ran.stderr.contains("--runs"), "{}", ran.stderr);
 }
