@@ -8,7 +8,9 @@
 //! and before the offsets are committed, the notifier may crash. It then
 //! restarts and the group redelivers the batch; the inbox must absorb it.
 //! Restarts use static membership (`group.instance.id`): the new incarnation
-//! takes its predecessor's place without waiting out a session timeout.
+//! takes its predecessor's place without waiting out a session timeout. Its
+//! consumer is made ahead, while the current one works (`Spare`), as a
+//! supervisor keeps a replacement process warm.
 
 use crate::context::{Ctx, Stats};
 use crate::error::{Error, Result};
