@@ -170,14 +170,9 @@ pub async fn bench(opts: &Options) -> Result<(Figures, Report)> {
     let mut done: Vec<(f64, Report)> = Vec::with_capacity(n_runs as usize);
     for i in 1..=n_runs {
         eprintln!("bench: run {i} of {n_runs}: {} payments through the pipeline", opts.payments);
-        let (rep, _) = execute(
-            sc.clone(),
-            opts.database_url.clone(),
-            opts.brokers.clone(),
-            &opts.reports_dir,
-            Output::Quiet,
-        )
-        .await?;
+        let (rep, _) =
+            execute(sc.clone(), opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, Output::Quiet)
+                .await?;
         let e2e_ms = rep.stages.last_apply_ms.saturating_sub(rep.stages.first_write_ms);
         done.push((per_s(rep.counts.topic_distinct_events, e2e_ms), rep));
     }

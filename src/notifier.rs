@@ -19,11 +19,11 @@ use crate::faults::FaultPoint;
 use crate::infra::{kafka_config, CONNECT_TIMEOUT};
 use crate::scenario::InboxMode;
 use crate::store::{BatchFaults, Incoming, Modes};
+use futures::FutureExt;
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
-use futures::FutureExt;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tracing::{debug, info, warn};
@@ -191,7 +191,8 @@ pub fn incoming<M: Message>(m: &M) -> Incoming {
             }
         }
     }
-    let decoded = events::decode(event_id, event_type, m.payload()).map(|d| events::Decoded { partition: m.partition(), ..d });
+    let decoded =
+        events::decode(event_id, event_type, m.payload()).map(|d| events::Decoded { partition: m.partition(), ..d });
     let (raw_event_id, raw_payload) = match decoded {
         Ok(_) => (None, String::new()),
         Err(_) => (
