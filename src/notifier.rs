@@ -141,8 +141,6 @@ fn client(ctx: &Ctx, name: &str, index: usize) -> Result<NotifierConsumer> {
     let mut config = kafka_config(&ctx.brokers);
     if ctx.static_membership {
         config.set("group.instance.id", format!("{}.{name}", ctx.names.group));
-    }
-    if ctx.static_membership {
         // A fetch answers once 64 KB are there or 50 ms have passed, not at
         // the first byte: fewer, fuller fetches for the broker to serve.
         // Measured on the bench scenario, three interleaved pairs: 20,419 /
