@@ -82,6 +82,13 @@ fn per_s(n: u64, ms: u64) -> f64 {
     }
 }
 
+/// A run's end-to-end clock, first payment written to last effect
+/// committed: milliseconds, and distinct events per second over them.
+fn end_to_end(rep: &Report) -> (u64, f64) {
+    let ms = rep.stages.last_apply_ms.saturating_sub(rep.stages.first_write_ms);
+    (ms, per_s(rep.counts.topic_distinct_events, ms))
+}
+
 /// Peak resident set size of this process, in MB.
 pub fn peak_rss_mb() -> f64 {
     #[cfg(unix)]
@@ -173,8 +180,7 @@ pub async fn bench(opts: &Options) -> Result<(Figures, Report)> {
         let (rep, _) =
             execute(sc.clone(), opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, Output::Quiet)
                 .await?;
-        let e2e_ms = rep.stages.last_apply_ms.saturating_sub(rep.stages.first_write_ms);
-        done.push((per_s(rep.counts.topic_distinct_events, e2e_ms), rep));
+        done.push((end_to_end(&rep).1, rep));
     }
     let runs: Vec<RunSummary> = done
         .iter()
@@ -192,7 +198,7 @@ pub async fn bench(opts: &Options) -> Result<(Figures, Report)> {
     let passed = runs.iter().filter(|r| r.verdict == "pass").count();
     let s = &rep.stages;
     let events = rep.counts.topic_distinct_events;
-    let e2e_ms = s.last_apply_ms.saturating_sub(s.first_write_ms);
+    let e2e_ms = end_to_end(&rep).0;
     let rss = peak_rss_mb();
     let embedded = rep.infra.database == "sqlite" && rep.infra.broker != "kafka";
     let real = rep.infra.database == "postgresql" && rep.infra.broker == "kafka";

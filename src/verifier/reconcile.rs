@@ -194,6 +194,14 @@ pub struct Ledger {
     foreign: Option<AnomalyBuilder>,
 }
 
+/// Sorts `entries` by id unless `sorted` says they already are.
+fn sort_once<T>(entries: &mut [T], sorted: &mut bool, id: impl Fn(&T) -> Uuid) {
+    if !*sorted {
+        entries.sort_unstable_by_key(id);
+        *sorted = true;
+    }
+}
+
 impl Ledger {
     pub fn new() -> Self {
         Self::default()
@@ -215,10 +223,7 @@ impl Ledger {
     /// Sorts the payments by id once they are all in; indexes into them
     /// are taken only after.
     fn sort_payments(&mut self) {
-        if !self.payments_sorted {
-            self.payments.sort_unstable_by_key(|p| p.id);
-            self.payments_sorted = true;
-        }
+        sort_once(&mut self.payments, &mut self.payments_sorted, |p| p.id);
     }
 
     fn payment(&mut self, id: Uuid) -> Option<usize> {
@@ -234,10 +239,7 @@ impl Ledger {
     }
 
     fn sort_events(&mut self) {
-        if !self.events_sorted {
-            self.events.sort_unstable_by_key(|e| e.id);
-            self.events_sorted = true;
-        }
+        sort_once(&mut self.events, &mut self.events_sorted, |e| e.id);
     }
 
     fn event(&mut self, id: Uuid) -> Option<usize> {
