@@ -29,6 +29,9 @@ fn small_bench_reports_every_figure() {
     let f = ran.json();
     assert_eq!(f["backends"], "postgresql + kafka");
     assert_eq!(f["events"], 4000, "every distinct event is counted once");
+    // scripts/services.sh makes `chaos` a superuser, so every timed stretch
+    // starts right after a checkpoint.
+    assert_eq!(f["checkpoint_before_each_run"], true, "{}", ran.stderr);
     for key in [
         "end_to_end_events_per_s",
         "workload_events_per_s",

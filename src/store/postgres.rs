@@ -229,7 +229,6 @@ impl PgStore {
     }
 
     /// Reads the database side of the ground truth for the verifier.
-    /// Reads the database side of the ground truth for the verifier.
     pub async fn ground_truth(&self, ledger: &mut crate::verifier::Ledger) -> Result<()> {
         let dialect = super::truth::Dialect {
             outbox: "SELECT id, aggregate_id, event_type, payload::text, published_at IS NOT NULL FROM outbox",
