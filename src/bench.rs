@@ -194,7 +194,7 @@ pub async fn bench(opts: &Options) -> Result<(Figures, Report)> {
     // The yardstick first, so the pipeline never competes with it.
     let tps = match &url {
         Some(u) => {
-            checkpoints &= checkpoint(u).await;
+            checkpoints = checkpoint(u).await;
             eprintln!("bench: pgbench, {} clients for {} s", opts.pgbench_clients, opts.pgbench_seconds);
             Some(pgbench(u, opts.pgbench_clients, opts.pgbench_seconds, &opts.reports_dir).await?)
         }
@@ -203,8 +203,9 @@ pub async fn bench(opts: &Options) -> Result<(Figures, Report)> {
     let n_runs = opts.runs.max(1);
     let mut done: Vec<(f64, Report)> = Vec::with_capacity(n_runs as usize);
     for i in 1..=n_runs {
-        if let Some(u) = &url {
-            checkpoints &= checkpoint(u).await;
+        // Once refused, not asked again: one warning is enough.
+        if let (Some(u), true) = (&url, checkpoints) {
+            checkpoints = checkpoint(u).await;
         }
         eprintln!("bench: run {i} of {n_runs}: {} payments through the pipeline", opts.payments);
         let (rep, _) =
