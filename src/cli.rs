@@ -140,6 +140,12 @@ pub struct BenchArgs {
     /// every run's figure is listed. A shared machine swings single runs.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub runs: u32,
+    /// Untimed pipeline runs first, at the same size, to warm the broker's
+    /// JIT (right after Kafka starts, the first runs are slower). Their
+    /// invariants still count; their figures do not.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=10))]
+    pub warmup: u32,
+    /// Where the runs' reports and the bench's JSON are written.
     #[arg(long, default_value = "reports")]
     pub reports_dir: PathBuf,
     /// Print the figures as JSON instead of the tables.

@@ -70,6 +70,7 @@ fn main() -> ExitCode {
                     pgbench_clients: a.pgbench_clients,
                     pgbench_seconds: a.pgbench_seconds,
                     runs: a.runs,
+                    warmup: a.warmup,
                 };
                 chaos::bench::bench(&opts).await.map(|(figures, _)| {
                     let (table, exit) = chaos::bench::render(&figures);

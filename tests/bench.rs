@@ -19,6 +19,8 @@ fn small_bench_reports_every_figure() {
         "4",
         "--runs",
         "2",
+        "--warmup",
+        "1",
         "--json",
         "--reports-dir",
     ])
@@ -60,14 +62,22 @@ fn small_bench_reports_every_figure() {
     assert_ne!(runs[0]["run_id"], runs[1]["run_id"]);
     let shown = runs.iter().find(|r| r["run_id"] == f["run_id"]).expect("the figures are one run's");
     assert_eq!(shown["end_to_end_events_per_s"], f["end_to_end_events_per_s"]);
-    assert_eq!(targets[5]["measured"], "pass in 2 of 2 runs");
+    // The warm-up run is listed apart, and its invariants count.
+    let warm = f["warmup_runs"].as_array().unwrap();
+    assert_eq!(warm.len(), 1);
+    assert_eq!(warm[0]["verdict"], "pass");
+    assert!(runs.iter().all(|r| r["run_id"] != warm[0]["run_id"]));
+    assert_eq!(targets[5]["measured"], "pass in 3 of 3 runs");
     let saved = dir.path().join(format!("{}.bench.json", f["run_id"].as_str().unwrap()));
     assert!(saved.exists());
 }
 
 #[test]
-fn zero_runs_is_bad_input() {
+fn run_counts_out_of_range_are_bad_input() {
     let ran = run(chaos().args(["bench", "--runs", "0"]));
     assert_eq!(ran.code, 2, "{}", ran.stderr);
     assert!(ran.stderr.contains("--runs"), "{}", ran.stderr);
+    let ran = run(chaos().args(["bench", "--warmup", "11"]));
+    assert_eq!(ran.code, 2, "{}", ran.stderr);
+    assert!(ran.stderr.contains("--warmup"), "{}", ran.stderr);
 }
