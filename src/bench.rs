@@ -6,7 +6,8 @@
 //! figures swing on a shared machine; the ratio of the pipeline's end-to-end
 //! events/s to the yardstick's transactions/s, taken minutes apart on the same
 //! machine, says whether batching pays off. Targets are printed, never
-//! asserted in tests.
+//! asserted in tests. Every timed stretch starts right after a PostgreSQL
+//! checkpoint; `--warmup` runs untimed runs first for a cold broker.
 
 use crate::error::{Error, Result};
 use crate::exit::Exit;
