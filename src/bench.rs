@@ -216,12 +216,12 @@ pub async fn bench(opts: &Options) -> Result<(Figures, Report)> {
         end_to_end_events_per_s: e2e,
         verdict: r.verdict.as_str().into(),
     };
+    let pipeline =
+        || execute(sc.clone(), opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, Output::Quiet);
     let mut warmup_runs = Vec::with_capacity(opts.warmup as usize);
     for i in 1..=opts.warmup {
         eprintln!("bench: warm-up run {i} of {}: {} payments, not timed", opts.warmup, opts.payments);
-        let (rep, _) =
-            execute(sc.clone(), opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, Output::Quiet)
-                .await?;
+        let (rep, _) = pipeline().await?;
         warmup_runs.push(summary(end_to_end(&rep).1, &rep));
     }
     let n_runs = opts.runs.max(1);
@@ -232,9 +232,7 @@ pub async fn bench(opts: &Options) -> Result<(Figures, Report)> {
             checkpoints = checkpoint(u).await;
         }
         eprintln!("bench: run {i} of {n_runs}: {} payments through the pipeline", opts.payments);
-        let (rep, _) =
-            execute(sc.clone(), opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, Output::Quiet)
-                .await?;
+        let (rep, _) = pipeline().await?;
         done.push((end_to_end(&rep).1, rep));
     }
     let runs: Vec<RunSummary> = done.iter().map(|(e2e, r)| summary(*e2e, r)).collect();
