@@ -141,6 +141,27 @@ impl Shutdown {
     }
 }
 
+/// Tasks a component spawns beside itself (a stalled notifier's zombie),
+/// named, so that the run's stop awaits them with the components and
+/// notices one that panicked.
+#[derive(Clone, Default)]
+pub struct Tasks(std::sync::Arc<std::sync::Mutex<Vec<Named>>>);
+
+/// A task and the name the run reports it by.
+pub type Named = (String, tokio::task::JoinHandle<()>);
+
+impl Tasks {
+    pub fn spawn(&self, name: String, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        let handle = tokio::spawn(task);
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push((name, handle));
+    }
+
+    /// Every task spawned so far, leaving none behind.
+    pub fn take(&self) -> Vec<Named> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
 /// Everything a component of one run needs, cheap to clone into each task.
 #[derive(Clone)]
 pub struct Ctx {
@@ -151,6 +172,10 @@ pub struct Ctx {
     pub shutdown: Shutdown,
     pub brokers: String,
     pub names: crate::infra::RunNames,
+    /// What the workload committed: the verifier's record of intent.
+    pub intent: std::sync::Arc<crate::intent::Intent>,
+    /// Tasks the components spawn beside themselves.
+    pub tasks: Tasks,
     /// Notifiers restart with static group membership on a real broker. The
     /// mock cluster does not shorten a static member's return, so there they
     /// leave the group on close instead.

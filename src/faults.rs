@@ -40,10 +40,17 @@ pub enum FaultPoint {
     /// The payment service crashes after its database commit and before it
     /// produces (only meaningful with `publish = "dual-write"`).
     WorkloadAfterCommit,
+    /// A relay's produce fails: one message of the batch is refused, so the
+    /// client reports a delivery error for it while the rest are acked. The
+    /// relay must not mark the batch; it gives it back and it goes out again.
+    RelayProduceError,
+    /// A relay crashes right after its mark committed: nothing is lost and
+    /// nothing is repeated, the next incarnation just carries on.
+    RelayAfterMark,
 }
 
 impl FaultPoint {
-    pub const ALL: [FaultPoint; 9] = [
+    pub const ALL: [FaultPoint; 11] = [
         FaultPoint::RelayAfterProduce,
         FaultPoint::NotifierBeforeOffsetCommit,
         FaultPoint::WorkloadPoison,
@@ -53,6 +60,8 @@ impl FaultPoint {
         FaultPoint::NotifierStall,
         FaultPoint::NotifierReplay,
         FaultPoint::WorkloadAfterCommit,
+        FaultPoint::RelayProduceError,
+        FaultPoint::RelayAfterMark,
     ];
 
     pub fn name(self) -> &'static str {
@@ -66,6 +75,8 @@ impl FaultPoint {
             FaultPoint::NotifierStall => "notifier.stall",
             FaultPoint::NotifierReplay => "notifier.replay",
             FaultPoint::WorkloadAfterCommit => "workload.after_commit",
+            FaultPoint::RelayProduceError => "relay.produce_error",
+            FaultPoint::RelayAfterMark => "relay.after_mark",
         }
     }
 
@@ -77,7 +88,9 @@ impl FaultPoint {
             | FaultPoint::RelaySlowProduce
             | FaultPoint::NotifierMidBatch
             | FaultPoint::NotifierStall
-            | FaultPoint::NotifierReplay => "batch",
+            | FaultPoint::NotifierReplay
+            | FaultPoint::RelayProduceError
+            | FaultPoint::RelayAfterMark => "batch",
             FaultPoint::NotifierBeforeOffsetCommit | FaultPoint::WorkloadAfterCommit => "event",
             FaultPoint::WorkloadPoison => "payment",
         }
@@ -104,6 +117,25 @@ impl FaultPoint {
             FaultPoint::NotifierStall => r.notifier_stall,
             FaultPoint::NotifierReplay => r.notifier_replay,
             FaultPoint::WorkloadAfterCommit => r.workload_after_commit,
+            FaultPoint::RelayProduceError => r.relay_produce_error,
+            FaultPoint::RelayAfterMark => r.relay_after_mark,
+        }
+    }
+
+    /// How the harness confirms that a firing of this point had its effect:
+    /// the chaos counts only once it is seen.
+    pub fn confirmed_by(self) -> &'static str {
+        match self {
+            FaultPoint::RelayAfterProduce => "the crashed batch's first event on the topic twice",
+            FaultPoint::RelayProduceError => "the failed batch published again",
+            FaultPoint::RelayBeforeProduce | FaultPoint::RelayAfterMark => "the relay's next incarnation",
+            FaultPoint::RelaySlowProduce => "the held claim released after the delay",
+            FaultPoint::NotifierBeforeOffsetCommit | FaultPoint::NotifierMidBatch | FaultPoint::NotifierReplay => {
+                "the batch's first message delivered again"
+            }
+            FaultPoint::NotifierStall => "the zombie's late attempt at its batch",
+            FaultPoint::WorkloadPoison => "the malformed event's dead letter",
+            FaultPoint::WorkloadAfterCommit => "the produce the crash skipped",
         }
     }
 }
@@ -147,6 +179,20 @@ pub struct FaultSummary {
     pub probability: f64,
     pub occurrences: u64,
     pub fired: u64,
+    /// Firings whose effect the harness saw ([`FaultPoint::confirmed_by`]).
+    #[serde(default)]
+    pub confirmed: u64,
+}
+
+/// What the harness still has to see before a firing counts as confirmed.
+#[derive(Debug, Default)]
+struct Awaited {
+    /// Notifier faults waiting for the message at (partition, offset) to be
+    /// delivered again: the point, and how many firings that confirms.
+    redeliveries: std::collections::HashMap<(i32, i64), Vec<(FaultPoint, u64)>>,
+    /// Relay faults the verifier confirms from the topic: the point, the
+    /// batch's first event and the copies of it the topic must hold.
+    copies: Vec<(FaultPoint, uuid::Uuid, u8)>,
 }
 
 /// Shared by every component of a run.
@@ -155,6 +201,10 @@ pub struct FaultInjector {
     rates: [f64; N],
     occurrences: [AtomicU64; N],
     fired: [AtomicU64; N],
+    confirmed: [AtomicU64; N],
+    awaited: Mutex<Awaited>,
+    /// Redeliveries awaited, so that a delivery checks the map only then.
+    redeliveries_awaited: std::sync::atomic::AtomicUsize,
     log: Mutex<Vec<FaultRecord>>,
     started: Instant,
 }
@@ -169,6 +219,9 @@ impl FaultInjector {
             rates: FaultPoint::ALL.map(|p| p.rate(rates)),
             occurrences: Default::default(),
             fired: Default::default(),
+            confirmed: Default::default(),
+            awaited: Mutex::new(Awaited::default()),
+            redeliveries_awaited: Default::default(),
             log: Mutex::new(Vec::new()),
             started: Instant::now(),
         }
@@ -201,6 +254,54 @@ impl FaultInjector {
         true
     }
 
+    /// `n` firings of `point` had the effect the harness looks for.
+    pub fn confirm(&self, point: FaultPoint, n: u64) {
+        self.confirmed[point.index()].fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn confirmed(&self, point: FaultPoint) -> u64 {
+        self.confirmed[point.index()].load(Ordering::Relaxed)
+    }
+
+    fn awaited(&self) -> std::sync::MutexGuard<'_, Awaited> {
+        self.awaited.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `fires` firings of `point` are confirmed once the message at
+    /// (`partition`, `offset`) is delivered again, to any notifier.
+    pub fn await_redelivery(&self, point: FaultPoint, fires: u64, partition: i32, offset: i64) {
+        self.awaited().redeliveries.entry((partition, offset)).or_default().push((point, fires));
+        self.redeliveries_awaited.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A notifier received these messages: confirms the faults waiting for
+    /// any of them. Costs one atomic load while nothing is awaited.
+    pub fn delivered(&self, messages: impl IntoIterator<Item = (i32, i64)>) {
+        if self.redeliveries_awaited.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut awaited = self.awaited();
+        for m in messages {
+            if let Some(waiting) = awaited.redeliveries.remove(&m) {
+                self.redeliveries_awaited.fetch_sub(1, Ordering::Relaxed);
+                for (point, fires) in waiting {
+                    self.confirm(point, fires);
+                }
+            }
+        }
+    }
+
+    /// A firing of `point` is confirmed when the topic holds at least `copies`
+    /// copies of `event`; the verifier looks.
+    pub fn await_copies(&self, point: FaultPoint, event: uuid::Uuid, copies: u8) {
+        self.awaited().copies.push((point, event, copies));
+    }
+
+    /// The copies the verifier must look for, taken once.
+    pub fn take_awaited_copies(&self) -> Vec<(FaultPoint, uuid::Uuid, u8)> {
+        std::mem::take(&mut self.awaited().copies)
+    }
+
     pub fn fired(&self, point: FaultPoint) -> u64 {
         self.fired[point.index()].load(Ordering::Relaxed)
     }
@@ -218,6 +319,7 @@ impl FaultInjector {
                 probability: self.probability(*p),
                 occurrences: self.occurrences[p.index()].load(Ordering::Relaxed),
                 fired: self.fired(*p),
+                confirmed: self.confirmed(*p),
             })
             .collect()
     }
@@ -256,6 +358,31 @@ mod tests {
         assert!(!f.strike(FaultPoint::NotifierBeforeOffsetCommit, "notifier-1", || unreachable!()));
         assert_eq!(f.fired(FaultPoint::RelayAfterProduce), 1);
         assert_eq!(f.log()[0].component, "relay-1");
-        assert_eq!(f.summary()[1].occurrences, 1);
+        let summary = f.summary();
+        let point = |p: FaultPoint| summary.iter().find(|s| s.point == p.name()).unwrap();
+        assert_eq!(point(FaultPoint::NotifierBeforeOffsetCommit).occurrences, 1);
+        assert_eq!(point(FaultPoint::RelayAfterProduce).confirmed, 0, "fired is not confirmed");
+    }
+
+    #[test]
+    fn all_is_in_discriminant_order() {
+        // `strike` indexes its arrays by discriminant: a point missing from
+        // ALL, or out of order, would index out of bounds or count wrongly.
+        for (i, p) in FaultPoint::ALL.iter().enumerate() {
+            assert_eq!(*p as usize, i, "{}", p.name());
+        }
+    }
+
+    #[test]
+    fn redelivery_confirms_what_waits_for_it_once() {
+        let f = FaultInjector::new(1, &crate::scenario::FaultRates::none());
+        f.await_redelivery(FaultPoint::NotifierMidBatch, 1, 2, 40);
+        f.await_redelivery(FaultPoint::NotifierBeforeOffsetCommit, 3, 2, 40);
+        f.delivered([(2, 39), (1, 40)]);
+        assert_eq!(f.confirmed(FaultPoint::NotifierMidBatch), 0, "another message, another partition");
+        f.delivered([(2, 40), (2, 41)]);
+        f.delivered([(2, 40)]);
+        assert_eq!(f.confirmed(FaultPoint::NotifierMidBatch), 1);
+        assert_eq!(f.confirmed(FaultPoint::NotifierBeforeOffsetCommit), 3);
     }
 }

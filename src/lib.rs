@@ -4,6 +4,7 @@
 //!
 //! # Layout
 //!
+//! - [`names`]: the `choices!` enums (scenario choices, anomaly kinds).
 //! - [`scenario`]: the raw TOML scenario and the validated [`scenario::Scenario`].
 //! - [`embedded`]: the in-process broker (librdkafka's mock cluster) of the embedded mode.
 //! - [`infra`]: resolves which PostgreSQL and Kafka a run talks to, and creates
@@ -13,7 +14,7 @@
 //!   itself lives in `migrations/`).
 //! - [`events`]: the message envelope shared by relay, notifier and verifier.
 //! - [`workload`]: the payment service; writes payments and outbox events in one
-//!   transaction.
+//!   transaction, and keeps the [`intent`] record of what it committed.
 //! - [`relay`]: outbox relays; claim, produce, `[relay.after_produce]`, mark.
 //! - [`notifier`]: the inbox consumer; one transaction per micro-batch, then
 //!   `[notifier.before_offset_commit]`, then the offset commit.
@@ -31,6 +32,9 @@
 //! - [`cli`]: the command line, parsed with clap.
 //! - [`exit`] and [`error`]: exit codes in one place, typed errors.
 
+#[macro_use]
+pub mod names;
+
 pub mod bench;
 pub mod clean;
 pub mod cli;
@@ -42,6 +46,7 @@ pub mod events;
 pub mod exit;
 pub mod faults;
 pub mod infra;
+pub mod intent;
 pub mod notifier;
 pub mod progress;
 pub mod relay;

@@ -22,7 +22,7 @@ use crate::store::{BatchFaults, Incoming, Modes};
 use futures::FutureExt;
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -178,6 +178,24 @@ fn client(ctx: &Ctx, name: &str, index: usize) -> Result<NotifierConsumer> {
         .map_err(|e| Error::kafka("creating a notifier consumer", e))
 }
 
+/// Counts a zombie as active for as long as it lives, panics included: the
+/// drain waits for none to be left, or their late effects would land after
+/// verification.
+struct ZombieGuard(std::sync::Arc<Stats>);
+
+impl ZombieGuard {
+    fn new(stats: &std::sync::Arc<Stats>) -> Self {
+        Stats::add(&stats.zombies_active, 1);
+        Self(stats.clone())
+    }
+}
+
+impl Drop for ZombieGuard {
+    fn drop(&mut self) {
+        self.0.zombies_active.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Drops a consumer off the async threads: its drop blocks until closed.
 fn discard(c: NotifierConsumer) {
     tokio::task::spawn_blocking(move || drop(c));
@@ -187,17 +205,7 @@ fn discard(c: NotifierConsumer) {
 /// raw header and payload are copied only for a message that does not
 /// decode: they are what its dead-letter row records.
 pub fn incoming<M: Message>(m: &M) -> Incoming {
-    let mut event_id = None;
-    let mut event_type = None;
-    if let Some(h) = m.headers() {
-        for header in h.iter() {
-            match header.key {
-                events::HEADER_EVENT_ID => event_id = header.value,
-                events::HEADER_EVENT_TYPE => event_type = header.value,
-                _ => {}
-            }
-        }
-    }
+    let events::Header { event_id, event_type } = events::Header::of(m);
     let decoded =
         events::decode(event_id, event_type, m.payload()).map(|d| events::Decoded { partition: m.partition(), ..d });
     let (raw_event_id, raw_payload) = match decoded {
@@ -279,7 +287,11 @@ pub async fn run(ctx: Ctx, index: usize) {
                     _ => break,
                 }
             }
+            // What was delivered confirms the faults awaiting a redelivery,
+            // before this batch's own faults start awaiting theirs.
+            ctx.faults.delivered(batch.iter().map(|m| (m.partition, m.offset)));
             let first = &batch[0];
+            let at = (first.partition, first.offset);
             let hit =
                 || format!("batch of {} events, partition {} offset {}", batch.len(), first.partition, first.offset);
             let faults = BatchFaults {
@@ -299,15 +311,21 @@ pub async fn run(ctx: Ctx, index: usize) {
                 // applies what it held. It never commits offsets: it has been
                 // fenced.
                 let (store, held) = (ctx.store.clone(), batch.clone());
-                let (stats, who) = (ctx.stats.clone(), name.clone());
-                Stats::add(&ctx.stats.zombies_active, 1);
-                tokio::spawn(async move {
+                let (stats, who, injector) = (ctx.stats.clone(), name.clone(), ctx.faults.clone());
+                if faults.crash_mid_batch {
+                    // The zombie never commits offsets: its batch comes back.
+                    ctx.faults.await_redelivery(FaultPoint::NotifierMidBatch, 1, at.0, at.1);
+                }
+                let zombie = ZombieGuard::new(&ctx.stats);
+                ctx.tasks.spawn(format!("{name} zombie"), async move {
+                    let _zombie = zombie;
                     let hold = BatchFaults { crash_mid_batch: faults.crash_mid_batch, stall: Some(stall) };
                     match store.apply_batch(&held, modes, hold).await {
                         Ok(o) => Stats::add(&stats.events_applied, o.applied),
                         Err(e) => warn!(notifier = %who, cause = %e, "zombie batch failed"),
                     }
-                    stats.zombies_active.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                    // Woken past its stall, it made its late attempt.
+                    injector.confirm(FaultPoint::NotifierStall, 1);
                 });
                 Stats::add(&ctx.stats.notifier_crashes, 1);
                 drop(tpl);
@@ -334,19 +352,26 @@ pub async fn run(ctx: Ctx, index: usize) {
             // Crashed part way through the batch (notifier.mid_batch), or
             // after it: the probability of notifier.before_offset_commit is
             // per event, every event reaches it, and one hit is enough.
-            let mut crash = outcome.crashed;
-            if !crash {
+            let crash = if outcome.crashed {
+                ctx.faults.await_redelivery(FaultPoint::NotifierMidBatch, 1, at.0, at.1);
+                true
+            } else {
                 ctx.stats.mark(&ctx.stats.first_apply_ms, &ctx.stats.last_apply_ms);
                 Stats::add(&ctx.stats.events_applied, outcome.applied);
                 Stats::add(&ctx.stats.duplicates_absorbed, outcome.duplicates);
                 Stats::add(&ctx.stats.stale_ignored, outcome.stale);
                 Stats::add(&ctx.stats.dead_lettered, outcome.dead_lettered);
+                let mut fires = 0;
                 for m in &batch {
-                    crash |= ctx.faults.strike(FaultPoint::NotifierBeforeOffsetCommit, &name, || {
+                    fires += ctx.faults.strike(FaultPoint::NotifierBeforeOffsetCommit, &name, || {
                         format!("batch of {} events, partition {} offset {}", batch.len(), m.partition, m.offset)
-                    });
+                    }) as u64;
                 }
-            }
+                if fires > 0 {
+                    ctx.faults.await_redelivery(FaultPoint::NotifierBeforeOffsetCommit, fires, at.0, at.1);
+                }
+                fires > 0
+            };
             if crash {
                 Stats::add(&ctx.stats.notifier_crashes, 1);
                 drop(tpl);
@@ -379,6 +404,7 @@ pub async fn run(ctx: Ctx, index: usize) {
                 // group's committed offsets go back to the start of this
                 // batch's partitions and reading resumes there. No restart:
                 // the replay is of the data, not of the process.
+                ctx.faults.await_redelivery(FaultPoint::NotifierReplay, 1, at.0, at.1);
                 let rewind = rewind_offsets(&ctx.names.topic, &batch);
                 let _ = tokio::task::block_in_place(|| consumer.commit(&rewind, CommitMode::Sync));
                 drop(rewind);

@@ -51,6 +51,19 @@ async fn crash(ctx: &Ctx, conn: RelayConn, producer: FutureProducer, shutdown: &
     shutdown.sleep(ctx.scenario.relay.restart_delay).await
 }
 
+/// One message of a batch made undeliverable, for `relay.produce_error`: it
+/// is addressed to a partition the topic does not have, so the client
+/// reports a delivery error for it through the same path as a refused
+/// produce, while the rest of the batch is acked.
+#[derive(Debug, Clone, Copy)]
+struct Refuse {
+    /// Index of the refused row in the batch (the last one, so the rest are
+    /// on the topic before the relay sees the error).
+    row: usize,
+    /// A partition the topic does not have.
+    partition: i32,
+}
+
 /// Marks the batch published and commits the claim. On failure the caller
 /// reconnects; with publish-then-mark the rows stay unpublished and go out
 /// again, a duplicate on the topic, never a loss.
@@ -70,6 +83,9 @@ pub async fn run(ctx: Ctx, index: usize) {
     let name = format!("relay-{index}");
     let cfg = ctx.scenario.relay.clone();
     let mut shutdown = ctx.shutdown.clone();
+    // The fault point that ended the previous incarnation: its effect is
+    // this one starting.
+    let mut ended_by: Option<FaultPoint> = None;
     'incarnation: loop {
         if shutdown.is_set() {
             return;
@@ -97,6 +113,9 @@ pub async fn run(ctx: Ctx, index: usize) {
                 continue;
             }
         };
+        if let Some(point) = ended_by.take() {
+            ctx.faults.confirm(point, 1);
+        }
         loop {
             if shutdown.is_set() {
                 discard(producer);
@@ -143,14 +162,23 @@ pub async fn run(ctx: Ctx, index: usize) {
                 if crash(&ctx, conn, producer, &mut shutdown).await {
                     return;
                 }
+                ended_by = Some(FaultPoint::RelayBeforeProduce);
                 continue 'incarnation;
             }
             if ctx.faults.strike(FaultPoint::RelaySlowProduce, &name, span) {
                 // Holding the claim while others skip past it: later rows
                 // reach the topic first.
                 tokio::time::sleep(SLOW_PRODUCE).await;
+                ctx.faults.confirm(FaultPoint::RelaySlowProduce, 1);
             }
-            if let Err(cause) = publish(&producer, &ctx.names.topic, &rows).await {
+            let refuse = ctx.faults.strike(FaultPoint::RelayProduceError, &name, span).then(|| {
+                // Confirmed when the batch goes out again: its first event
+                // twice, or once when it is the refused one.
+                let copies = if rows.len() > 1 { 2 } else { 1 };
+                ctx.faults.await_copies(FaultPoint::RelayProduceError, rows[0].id, copies);
+                Refuse { row: rows.len() - 1, partition: ctx.scenario.partitions }
+            });
+            if let Err(cause) = publish(&producer, &ctx.names.topic, &rows, refuse).await {
                 warn!(relay = %name, %cause, events = rows.len(), "produce failed; giving the batch back");
                 Stats::add(&ctx.stats.relay_errors, 1);
                 if cfg.order == RelayOrder::MarkThenPublish || conn.release().await.is_err() {
@@ -167,6 +195,8 @@ pub async fn run(ctx: Ctx, index: usize) {
             Stats::add(&ctx.stats.messages_published, rows.len() as u64);
             ctx.stats.mark(&ctx.stats.first_publish_ms, &ctx.stats.last_publish_ms);
             if ctx.faults.strike(FaultPoint::RelayAfterProduce, &name, span) {
+                // The batch will be published again: its first event twice.
+                ctx.faults.await_copies(FaultPoint::RelayAfterProduce, rows[0].id, 2);
                 if crash(&ctx, conn, producer, &mut shutdown).await {
                     return;
                 }
@@ -175,6 +205,14 @@ pub async fn run(ctx: Ctx, index: usize) {
             if cfg.order == RelayOrder::PublishThenMark && !mark(&ctx, &name, &mut conn, &ids).await {
                 conn.crash();
                 discard(producer);
+                continue 'incarnation;
+            }
+            if ctx.faults.strike(FaultPoint::RelayAfterMark, &name, span) {
+                // Everything of this batch is done; the crash costs nothing.
+                if crash(&ctx, conn, producer, &mut shutdown).await {
+                    return;
+                }
+                ended_by = Some(FaultPoint::RelayAfterMark);
                 continue 'incarnation;
             }
             Stats::add(&ctx.stats.relay_batches, 1);
@@ -188,14 +226,22 @@ pub async fn run(ctx: Ctx, index: usize) {
 /// acks are awaited one by one, in the order sent: they arrive in about that
 /// order, and one pass over the list costs less than a join of thousands of
 /// futures.
-async fn publish(producer: &FutureProducer, topic: &str, rows: &[OutboxRow]) -> Result<(), String> {
+async fn publish(
+    producer: &FutureProducer,
+    topic: &str,
+    rows: &[OutboxRow],
+    refuse: Option<Refuse>,
+) -> Result<(), String> {
     let mut acks = Vec::with_capacity(rows.len());
-    for r in rows {
+    for (i, r) in rows.iter().enumerate() {
         let (id, key) = (r.id.to_string(), r.aggregate_id.to_string());
         let headers = OwnedHeaders::new_with_capacity(2)
             .insert(Header { key: crate::events::HEADER_EVENT_ID, value: Some(id.as_bytes()) })
             .insert(Header { key: crate::events::HEADER_EVENT_TYPE, value: Some(r.event_type.as_bytes()) });
-        let record = FutureRecord::to(topic).key(key.as_bytes()).payload(&r.payload).headers(headers);
+        let mut record = FutureRecord::to(topic).key(key.as_bytes()).payload(&r.payload).headers(headers);
+        if let Some(f) = refuse.filter(|f| f.row == i) {
+            record = record.partition(f.partition);
+        }
         match producer.send_result(record) {
             Ok(ack) => acks.push(ack),
             // The local queue is full: wait for room (bounded by the timeout).

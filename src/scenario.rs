@@ -5,6 +5,7 @@
 //! Validation errors name the file, the line and the column, because a user
 //! with a typo in a 60-line file deserves to be told where it is.
 
+use crate::verifier::AnomalyKind;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -158,6 +159,11 @@ pub struct RawFaults {
     /// Per event, with `publish = "dual-write"`: crash after the database
     /// commit, before producing.
     pub workload_after_commit: Spanned<f64>,
+    /// Per relay batch: one message of the batch is refused, so the produce
+    /// reports a delivery error.
+    pub relay_produce_error: Spanned<f64>,
+    /// Per relay batch: crash right after the mark committed.
+    pub relay_after_mark: Spanned<f64>,
 }
 
 impl Default for RawFaults {
@@ -172,6 +178,8 @@ impl Default for RawFaults {
             notifier_stall: sp(0.0),
             notifier_replay: sp(0.0),
             workload_after_commit: sp(0.0),
+            relay_produce_error: sp(0.0),
+            relay_after_mark: sp(0.0),
         }
     }
 }
@@ -211,11 +219,15 @@ pub struct RawExpect {
     /// `true`: every invariant must hold. `false`: the scenario runs a broken
     /// pipeline and the verifier is expected to find violations.
     pub exactly_once: bool,
+    /// Anomalies reported but not counted as violations, by name (Jepsen's
+    /// allowed anomalies): e.g. `["split payment"]` for a relay that
+    /// partitions by something else on purpose. Empty: every anomaly fails.
+    pub allowed_anomalies: Vec<Spanned<String>>,
 }
 
 impl Default for RawExpect {
     fn default() -> Self {
-        Self { exactly_once: true }
+        Self { exactly_once: true, allowed_anomalies: Vec::new() }
     }
 }
 
@@ -228,44 +240,6 @@ pub struct RawInfra {
 
 fn sp<T>(v: T) -> Spanned<T> {
     Spanned::new(0..0, v)
-}
-
-/// Declares a closed set of names a scenario key may take, with parsing and
-/// the list shown in error messages.
-macro_rules! choices {
-    ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-        pub enum $name {
-            $($(#[$vdoc])* #[serde(rename = $text)] $variant),+
-        }
-
-        impl $name {
-            pub const ALL: &'static [$name] = &[$($name::$variant),+];
-
-            pub fn parse(s: &str) -> Option<Self> {
-                match s {
-                    $($text => Some($name::$variant),)+
-                    _ => None,
-                }
-            }
-
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $($name::$variant => $text,)+
-                }
-            }
-
-            /// `"a", "b" or "c"`, for error messages.
-            pub fn names() -> String {
-                let all: Vec<String> = Self::ALL.iter().map(|v| format!("{:?}", v.as_str())).collect();
-                match all.split_last() {
-                    Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
-                    _ => all.join(""),
-                }
-            }
-        }
-    };
 }
 
 choices! {
@@ -336,6 +310,8 @@ pub struct Scenario {
     pub retention: Retention,
     pub drain_timeout: Duration,
     pub exactly_once: bool,
+    /// Anomalies the scenario allows: reported, never a violation.
+    pub allowed_anomalies: Vec<AnomalyKind>,
     pub infra_database_url: Option<String>,
     pub infra_kafka_brokers: Option<String>,
 }
@@ -370,6 +346,8 @@ pub struct FaultRates {
     pub notifier_stall: f64,
     pub notifier_replay: f64,
     pub workload_after_commit: f64,
+    pub relay_produce_error: f64,
+    pub relay_after_mark: f64,
 }
 
 impl FaultRates {
@@ -385,6 +363,8 @@ impl FaultRates {
             notifier_stall: 0.0,
             notifier_replay: 0.0,
             workload_after_commit: 0.0,
+            relay_produce_error: 0.0,
+            relay_after_mark: 0.0,
         }
     }
 }
@@ -573,6 +553,8 @@ impl Validator<'_> {
                 notifier_stall: self.prob(&raw.faults.notifier_stall, "notifier_stall")?,
                 notifier_replay: self.prob(&raw.faults.notifier_replay, "notifier_replay")?,
                 workload_after_commit: self.prob(&raw.faults.workload_after_commit, "workload_after_commit")?,
+                relay_produce_error: self.prob(&raw.faults.relay_produce_error, "relay_produce_error")?,
+                relay_after_mark: self.prob(&raw.faults.relay_after_mark, "relay_after_mark")?,
             },
             retention: Retention {
                 outbox: self.duration(&raw.retention.outbox, "retention.outbox")?,
@@ -591,6 +573,12 @@ impl Validator<'_> {
                 86_400,
             )? as u64),
             exactly_once: raw.expect.exactly_once,
+            allowed_anomalies: raw
+                .expect
+                .allowed_anomalies
+                .iter()
+                .map(|a| self.choice(a, "expect.allowed_anomalies", AnomalyKind::parse, AnomalyKind::names))
+                .collect::<Result<_, _>>()?,
             infra_database_url: raw.infra.database_url,
             infra_kafka_brokers: raw.infra.kafka_brokers,
         })

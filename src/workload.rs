@@ -10,6 +10,7 @@ use crate::context::{Ctx, Stats};
 use crate::error::Result;
 use crate::events::{EventKind, PaymentEvent};
 use crate::faults::FaultPoint;
+use crate::intent::Intended;
 use crate::scenario::PublishMode;
 use crate::store::NewPayment;
 use rand::{Rng, SeedableRng};
@@ -21,65 +22,17 @@ use std::time::Duration;
 /// Writes `payments` payments with `producers` concurrent tasks. Amounts and
 /// accounts come from the seed; payment ids are fresh uuids.
 pub async fn run(ctx: Ctx) -> Result<()> {
-    let (seed, payments) = (ctx.scenario.seed, ctx.scenario.payments);
-    let (producers, accounts) = (ctx.scenario.producers, ctx.scenario.accounts);
+    let producers = ctx.scenario.producers;
     let mut tasks = Vec::with_capacity(producers);
     for k in 0..producers {
         let ctx = ctx.clone();
         tasks.push(tokio::spawn(async move {
-            let component = format!("workload-{}", k + 1);
-            let outbox = ctx.scenario.publish == PublishMode::Outbox;
-            let producer = if outbox { None } else { Some(dual_write_producer(&ctx.brokers)?) };
-            let batch = ctx.scenario.workload_batch as u64;
-            // Producer k takes payment groups k, k + producers, …; a group is
-            // `batch` consecutive payments written in one transaction each step.
-            let mut group = k as u64;
-            while group * batch < payments {
-                if ctx.shutdown.is_set() {
-                    break;
-                }
-                let first = group * batch;
-                let ps: Vec<NewPayment> = (first..(first + batch).min(payments))
-                    .map(|i| {
-                        let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-                        NewPayment {
-                            id: crate::events::time_ordered_id(),
-                            account_id: rng.gen_range(1..=accounts as i32),
-                            amount_cents: rng.gen_range(100..=50_000),
-                        }
-                    })
-                    .collect();
-                ctx.store.authorize(&ps, outbox).await?;
-                ctx.stats.mark(&ctx.stats.first_write_ms, &ctx.stats.last_write_ms);
-                if let Some(producer) = &producer {
-                    for p in &ps {
-                        dual_write(&ctx, producer, &component, p, EventKind::Authorized).await?;
-                    }
-                }
-                let captures: Vec<(NewPayment, bool)> = ps
-                    .into_iter()
-                    .map(|p| {
-                        let poison = outbox
-                            && ctx
-                                .faults
-                                .strike(FaultPoint::WorkloadPoison, &component, || format!("payment {}", p.id));
-                        (p, poison)
-                    })
-                    .collect();
-                ctx.store.capture(&captures, outbox).await?;
-                if let Some(producer) = &producer {
-                    for (p, _) in &captures {
-                        dual_write(&ctx, producer, &component, p, EventKind::Captured).await?;
-                    }
-                }
-                Stats::add(&ctx.stats.payments_written, captures.len() as u64);
-                ctx.stats.mark(&ctx.stats.first_write_ms, &ctx.stats.last_write_ms);
-                group += producers as u64;
-            }
-            if let Some(p) = producer {
-                tokio::task::spawn_blocking(move || drop(p));
-            }
-            Ok::<(), crate::Error>(())
+            // What this producer committed, handed to the run's record of
+            // intent when it stops, finished or not.
+            let mut committed = Vec::new();
+            let r = produce(&ctx, k, &mut committed).await;
+            ctx.intent.extend(committed);
+            r
         }));
     }
     let mut first_err = None;
@@ -98,6 +51,76 @@ pub async fn run(ctx: Ctx) -> Result<()> {
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// Producer `k`: takes payment groups k, k + producers, …; a group is
+/// `batch` consecutive payments written in one transaction each step. Each
+/// payment enters `committed` once its authorize transaction returned, and
+/// is marked captured once its capture did.
+async fn produce(ctx: &Ctx, k: usize, committed: &mut Vec<Intended>) -> Result<()> {
+    let (seed, payments) = (ctx.scenario.seed, ctx.scenario.payments);
+    let (producers, accounts) = (ctx.scenario.producers, ctx.scenario.accounts);
+    let component = format!("workload-{}", k + 1);
+    let outbox = ctx.scenario.publish == PublishMode::Outbox;
+    let producer = if outbox { None } else { Some(dual_write_producer(&ctx.brokers)?) };
+    let batch = ctx.scenario.workload_batch as u64;
+    let mut group = k as u64;
+    while group * batch < payments {
+        if ctx.shutdown.is_set() {
+            break;
+        }
+        let first = group * batch;
+        let ps: Vec<NewPayment> = (first..(first + batch).min(payments))
+            .map(|i| {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                NewPayment {
+                    id: crate::events::time_ordered_id(),
+                    account_id: rng.gen_range(1..=accounts as i32),
+                    amount_cents: rng.gen_range(100..=50_000),
+                }
+            })
+            .collect();
+        ctx.store.authorize(&ps, outbox).await?;
+        let from = committed.len();
+        committed.extend(ps.iter().map(|p| Intended {
+            id: p.id,
+            amount_cents: p.amount_cents,
+            account_id: p.account_id,
+            captured: false,
+            poison: false,
+        }));
+        ctx.stats.mark(&ctx.stats.first_write_ms, &ctx.stats.last_write_ms);
+        if let Some(producer) = &producer {
+            for p in &ps {
+                dual_write(ctx, producer, &component, p, EventKind::Authorized).await?;
+            }
+        }
+        let captures: Vec<(NewPayment, bool)> = ps
+            .into_iter()
+            .map(|p| {
+                let poison =
+                    outbox && ctx.faults.strike(FaultPoint::WorkloadPoison, &component, || format!("payment {}", p.id));
+                (p, poison)
+            })
+            .collect();
+        ctx.store.capture(&captures, outbox).await?;
+        for (entry, (_, poison)) in committed[from..].iter_mut().zip(&captures) {
+            entry.captured = true;
+            entry.poison = *poison;
+        }
+        if let Some(producer) = &producer {
+            for (p, _) in &captures {
+                dual_write(ctx, producer, &component, p, EventKind::Captured).await?;
+            }
+        }
+        Stats::add(&ctx.stats.payments_written, captures.len() as u64);
+        ctx.stats.mark(&ctx.stats.first_write_ms, &ctx.stats.last_write_ms);
+        group += producers as u64;
+    }
+    if let Some(p) = producer {
+        tokio::task::spawn_blocking(move || drop(p));
+    }
+    Ok(())
 }
 
 fn dual_write_producer(brokers: &str) -> Result<FutureProducer> {
@@ -119,7 +142,9 @@ async fn dual_write(
         .strike(FaultPoint::WorkloadAfterCommit, component, || format!("{} of payment {}", kind.event_type(), p.id))
     {
         // Crashed between the commit and the produce: the payment exists, its
-        // event never will. The service restarts and carries on.
+        // event never will. The service restarts and carries on. The
+        // harness skipped the produce itself, so it saw the effect.
+        ctx.faults.confirm(FaultPoint::WorkloadAfterCommit, 1);
         return Ok(());
     }
     let body = PaymentEvent { payment_id: p.id, account_id: p.account_id, amount_cents: p.amount_cents };

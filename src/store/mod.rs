@@ -19,17 +19,36 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 use uuid::Uuid;
 
-/// The handlers of the notifier, each with its own inbox claim.
+choices! {
+    /// The handlers of the notifier, each with its own inbox claim.
+    Handler {
+        /// The payment's status in the read model.
+        Projection = "projection",
+        /// One receipt per captured payment.
+        Receipts = "receipts",
+        /// Loyalty points += amount per captured payment.
+        Loyalty = "loyalty",
+    }
+}
+
+impl Handler {
+    /// One bit per handler, for compact sets of them.
+    pub fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+}
+
+/// The handlers' names as the inbox table stores them.
 pub const HANDLER_PROJECTION: &str = "projection";
 pub const HANDLER_RECEIPTS: &str = "receipts";
 pub const HANDLER_LOYALTY: &str = "loyalty";
 pub const HANDLERS: [&str; 3] = [HANDLER_PROJECTION, HANDLER_RECEIPTS, HANDLER_LOYALTY];
 
 /// Which handlers act on an event type.
-pub fn handlers_for(kind: EventKind) -> &'static [&'static str] {
+pub fn handlers_for(kind: EventKind) -> &'static [Handler] {
     match kind {
-        EventKind::Authorized => &[HANDLER_PROJECTION],
-        EventKind::Captured => &HANDLERS,
+        EventKind::Authorized => &[Handler::Projection],
+        EventKind::Captured => &[Handler::Projection, Handler::Receipts, Handler::Loyalty],
     }
 }
 
@@ -374,7 +393,7 @@ impl RelayConn {
 
 /// The (event, handler) pairs a batch must claim in the inbox.
 pub fn claims<'a>(events: &[&'a Decoded]) -> Vec<(Uuid, &'static str)> {
-    events.iter().flat_map(|e| handlers_for(e.kind).iter().map(move |h| (e.event_id, *h))).collect()
+    events.iter().flat_map(|e| handlers_for(e.kind).iter().map(move |h| (e.event_id, h.as_str()))).collect()
 }
 
 /// The effects one notifier transaction applies.
@@ -387,6 +406,9 @@ pub struct EffectPlan<'a> {
     /// Points to add per (account, stripe), sorted so that concurrent
     /// notifiers lock rows in the same order and cannot deadlock.
     pub loyalty: BTreeMap<(i32, i32), i64>,
+    /// (event id, account, points) of each loyalty credit: the counter's
+    /// audit trail, one row per credit, so the verifier can trace it.
+    pub credits: Vec<(Uuid, i32, i64)>,
     pub applied: u64,
     pub duplicates: u64,
 }
@@ -417,6 +439,7 @@ pub fn plan_effects<'a>(events: &[&'a Decoded], mode: InboxMode, claimed: &HashS
             if may_apply(e.event_id, HANDLER_LOYALTY) {
                 any = true;
                 *plan.loyalty.entry((e.body.account_id, e.partition)).or_default() += e.body.amount_cents;
+                plan.credits.push((e.event_id, e.body.account_id, e.body.amount_cents));
             }
         }
         if any {
@@ -429,29 +452,45 @@ pub fn plan_effects<'a>(events: &[&'a Decoded], mode: InboxMode, claimed: &HashS
 }
 
 /// The status each payment is left with by a batch's projection events, in
-/// message order: with the state guard the furthest status seen, without it
-/// the last one. Sorted by payment, so concurrent transactions lock rows in
-/// the same order.
-pub fn final_statuses(events: &[&Decoded], mode: ProjectionMode) -> BTreeMap<Uuid, EventKind> {
-    let mut out: BTreeMap<Uuid, EventKind> = BTreeMap::new();
+/// message order, with the event that set it: with the state guard the
+/// furthest status seen (its first event), without it the last one. Sorted
+/// by payment, so concurrent transactions lock rows in the same order.
+pub fn final_statuses(events: &[&Decoded], mode: ProjectionMode) -> BTreeMap<Uuid, (EventKind, Uuid)> {
+    let mut out: BTreeMap<Uuid, (EventKind, Uuid)> = BTreeMap::new();
     for e in events {
-        let slot = out.entry(e.body.payment_id).or_insert(e.kind);
-        *slot = match mode {
-            ProjectionMode::StateGuard => (*slot).max(e.kind),
-            ProjectionMode::LastWriteWins => e.kind,
+        let slot = out.entry(e.body.payment_id).or_insert((e.kind, e.event_id));
+        let moves = match mode {
+            ProjectionMode::StateGuard => e.kind > slot.0,
+            ProjectionMode::LastWriteWins => true,
         };
+        if moves {
+            *slot = (e.kind, e.event_id);
+        }
     }
     out
 }
 
-/// Nearest-rank percentiles of millisecond samples.
-pub fn percentiles(ms: &mut [i64]) -> Option<crate::report::Latency> {
-    if ms.is_empty() {
-        return None;
+/// How many of a batch's projection events the state guard refused, given
+/// each payment's status before the batch (`None`: no row yet). One
+/// definition for both backends: an event is refused unless it moves its
+/// payment's status forward (a first row, or authorized to captured), as
+/// the guarded upsert decides event by event. Without the guard nothing is
+/// refused.
+pub fn refused_by_guard(events: &[&Decoded], mode: ProjectionMode, before: impl Fn(Uuid) -> Option<EventKind>) -> u64 {
+    if mode == ProjectionMode::LastWriteWins {
+        return 0;
     }
-    ms.sort_unstable();
-    let at = |q: f64| ms[((q * ms.len() as f64).ceil() as usize).clamp(1, ms.len()) - 1] as f64;
-    Some(crate::report::Latency { events: ms.len() as u64, p50: at(0.5), p95: at(0.95), p99: at(0.99), max: at(1.0) })
+    let mut status: BTreeMap<Uuid, Option<EventKind>> = BTreeMap::new();
+    let mut refused = 0;
+    for e in events {
+        let s = status.entry(e.body.payment_id).or_insert_with(|| before(e.body.payment_id));
+        if s.is_none_or(|k| e.kind > k) {
+            *s = Some(e.kind);
+        } else {
+            refused += 1;
+        }
+    }
+    refused
 }
 
 /// The `captured` outbox events of a capture transaction: each payment's
@@ -474,21 +513,4 @@ pub fn dead_letter_key(m: &Incoming) -> String {
     m.raw_event_id.clone().unwrap_or_else(|| format!("p{}-o{}", m.partition, m.offset))
 }
 
-/// One payment row, as the verifier sees it.
-#[derive(Debug, Clone)]
-pub struct PaymentRow {
-    pub id: Uuid,
-    pub account_id: i32,
-    pub amount_cents: i64,
-    pub captured: bool,
-}
-
-/// One outbox row, as the verifier sees it. `kind` is None for a malformed
-/// (poison) event.
-#[derive(Debug, Clone)]
-pub struct OutboxRecord {
-    pub id: Uuid,
-    pub payment_id: Uuid,
-    pub kind: Option<EventKind>,
-    pub published: bool,
-}
+pub use crate::verifier::ledger::{OutboxRecord, PaymentRow};

@@ -207,36 +207,21 @@ impl PgStore {
 
     /// Outbox created → inbox processed, per event, for the report.
     pub async fn latency(&self) -> Result<Option<Latency>> {
-        let row = sqlx::query(
-            "SELECT count(*), percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY ms), max(ms) FROM ( \
-               SELECT extract(epoch FROM i.processed_at - o.created_at)::float8 * 1000 AS ms \
-               FROM inbox i JOIN outbox o ON o.id = i.message_id WHERE i.handler = 'projection') l",
-        )
-        .fetch_one(&self.pool)
-        .await
-        .map_err(|e| Error::db("measuring latency", e))?;
-        let decode = |e| Error::db("reading latency", e);
-        let n: i64 = row.try_get(0).map_err(decode)?;
-        if n == 0 {
-            return Ok(None);
-        }
-        let p: Vec<f64> = row.try_get(1).map_err(decode)?;
-        let max: f64 = row.try_get::<Option<f64>, _>(2).map_err(decode)?.unwrap_or(0.0);
-        if p.len() != 3 {
-            return Ok(None);
-        }
-        Ok(Some(Latency { events: n as u64, p50: p[0], p95: p[1], p99: p[2], max }))
+        super::truth::latency(&self.pool, &DIALECT).await
     }
 
     /// Reads the database side of the ground truth for the verifier.
     pub async fn ground_truth(&self, ledger: &mut crate::verifier::Ledger) -> Result<()> {
-        let dialect = super::truth::Dialect {
-            outbox: "SELECT id, aggregate_id, event_type, payload::text, published_at IS NOT NULL FROM outbox",
-            inbox: "SELECT handler, count(*) FROM (SELECT handler FROM inbox UNION ALL SELECT handler FROM inbox_unkeyed) i GROUP BY handler",
-        };
-        super::truth::read(&self.pool, &dialect, ledger).await
+        super::truth::read(&self.pool, &DIALECT, ledger).await
     }
 }
+
+/// The verifier's statements in this backend's SQL.
+const DIALECT: super::truth::Dialect = super::truth::Dialect {
+    outbox: "SELECT id, aggregate_id, event_type, payload::text, published_at IS NOT NULL FROM outbox",
+    latency: "SELECT round(extract(epoch FROM i.processed_at - o.created_at) * 1000)::bigint \
+             FROM inbox i JOIN outbox o ON o.id = i.message_id WHERE i.handler = 'projection'",
+};
 
 /// A notifier transaction on PostgreSQL.
 pub type PgTx = sqlx::Transaction<'static, sqlx::Postgres>;
@@ -290,34 +275,60 @@ pub async fn claim(tx: &mut PgTx, pairs: &[(Uuid, &'static str)]) -> Result<Hash
     Ok(rows.into_iter().filter_map(|r| known_pair(r.get(0), &r.get::<String, _>(1))).collect())
 }
 
-/// Applies a batch's effects. Returns how many projection updates were
-/// refused by the state guard.
+/// Applies a batch's effects. Returns how many projection events the state
+/// guard refused ([`super::refused_by_guard`]).
 pub async fn apply(tx: &mut PgTx, plan: &EffectPlan<'_>, projection: ProjectionMode) -> Result<u64> {
     let mut stale = 0;
+    // RETURNING says, per row written, whether it was a first insert (xmax
+    // = 0) or an update; a payment not returned was refused. With the guard
+    // an update only ever moves authorized to captured, so each payment's
+    // status before the batch follows, and the refusals are counted event
+    // by event exactly as on SQLite.
     let sql = match projection {
         // Only ever forward, so a stale `authorized` cannot undo `captured`.
         ProjectionMode::StateGuard => {
-            "INSERT INTO payment_projection (payment_id, status) SELECT * FROM UNNEST($1::uuid[], $2::text[]) \
-             ON CONFLICT (payment_id) DO UPDATE SET status = EXCLUDED.status, updated_at = clock_timestamp() \
-             WHERE payment_projection.status = 'authorized' AND EXCLUDED.status = 'captured'"
+            "INSERT INTO payment_projection (payment_id, status, event_id) \
+             SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::uuid[]) \
+             ON CONFLICT (payment_id) DO UPDATE SET status = EXCLUDED.status, event_id = EXCLUDED.event_id, \
+             updated_at = clock_timestamp() \
+             WHERE payment_projection.status = 'authorized' AND EXCLUDED.status = 'captured' \
+             RETURNING payment_id, xmax = 0"
         }
         ProjectionMode::LastWriteWins => {
-            "INSERT INTO payment_projection (payment_id, status) SELECT * FROM UNNEST($1::uuid[], $2::text[]) \
-             ON CONFLICT (payment_id) DO UPDATE SET status = EXCLUDED.status, updated_at = clock_timestamp()"
+            "INSERT INTO payment_projection (payment_id, status, event_id) \
+             SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::uuid[]) \
+             ON CONFLICT (payment_id) DO UPDATE SET status = EXCLUDED.status, event_id = EXCLUDED.event_id, \
+             updated_at = clock_timestamp() \
+             RETURNING payment_id, xmax = 0"
         }
     };
     // One row per payment: what the batch's events leave behind, applied in
     // one statement (a statement may not update a row twice).
     let finals = super::final_statuses(&plan.projection, projection);
     if !finals.is_empty() {
-        let (payments, statuses): (Vec<Uuid>, Vec<&str>) = finals.iter().map(|(p, k)| (*p, k.status())).unzip();
-        let r = sqlx::query(sql)
+        let mut payments = Vec::with_capacity(finals.len());
+        let mut statuses = Vec::with_capacity(finals.len());
+        let mut causes = Vec::with_capacity(finals.len());
+        for (p, (k, e)) in &finals {
+            payments.push(*p);
+            statuses.push(k.status());
+            causes.push(*e);
+        }
+        let rows = sqlx::query(sql)
             .bind(&payments)
             .bind(&statuses)
-            .execute(&mut **tx)
+            .bind(&causes)
+            .fetch_all(&mut **tx)
             .await
             .map_err(|err| Error::db("updating the projection", err))?;
-        stale = plan.projection.len() as u64 - r.rows_affected();
+        let written: std::collections::HashMap<Uuid, bool> =
+            rows.iter().map(|r| (r.get::<Uuid, _>(0), r.get::<bool, _>(1))).collect();
+        stale = super::refused_by_guard(&plan.projection, projection, |p| match written.get(&p) {
+            Some(true) => None,
+            Some(false) => Some(EventKind::Authorized),
+            // Refused as a whole: the row already holds the furthest status.
+            None => Some(EventKind::Captured),
+        });
     }
     if !plan.receipts.is_empty() {
         let (payments, messages): (Vec<Uuid>, Vec<Uuid>) = plan.receipts.iter().copied().unzip();
@@ -343,6 +354,21 @@ pub async fn apply(tx: &mut PgTx, plan: &EffectPlan<'_>, projection: ProjectionM
         .execute(&mut **tx)
         .await
         .map_err(|e| Error::db("adding loyalty points", e))?;
+    }
+    if !plan.credits.is_empty() {
+        let events: Vec<Uuid> = plan.credits.iter().map(|c| c.0).collect();
+        let accounts: Vec<i32> = plan.credits.iter().map(|c| c.1).collect();
+        let points: Vec<i64> = plan.credits.iter().map(|c| c.2).collect();
+        sqlx::query(
+            "INSERT INTO loyalty_credits (event_id, account_id, points) \
+             SELECT * FROM UNNEST($1::uuid[], $2::int[], $3::bigint[])",
+        )
+        .bind(&events)
+        .bind(&accounts)
+        .bind(&points)
+        .execute(&mut **tx)
+        .await
+        .map_err(|e| Error::db("recording loyalty credits", e))?;
     }
     Ok(stale)
 }

@@ -99,6 +99,19 @@ async fn checkpointer(mut conn: SqliteConnection, mut stopped: watch::Receiver<b
     let _ = sqlx::Connection::close(conn).await;
 }
 
+/// How long a writer waits for its turn before giving up with an error: as
+/// long as SQLite's own busy timeout, so a stuck writer makes the run fail
+/// loudly instead of hanging it.
+const WRITER_TURN_WAIT: Duration = Duration::from_secs(30);
+
+/// Waits for the writer turn, bounded by [`WRITER_TURN_WAIT`].
+async fn turn(writer: &Writer, what: &str) -> Result<OwnedMutexGuard<()>> {
+    tokio::time::timeout(WRITER_TURN_WAIT, writer.clone().lock_owned()).await.map_err(|_| Error::Database {
+        context: format!("waiting for the SQLite writer turn for {what}"),
+        cause: format!("no turn within {} s", WRITER_TURN_WAIT.as_secs()),
+    })
+}
+
 /// The in-process writer turn; see the module docs. Held for a write
 /// transaction's whole span; FIFO, so nobody starves. (Letting relays jump
 /// the queue was measured too: their batches shrank to a fifth and the run
@@ -191,7 +204,7 @@ impl SqliteStore {
 
     /// Waits for the writer turn, then begins a write transaction holding it.
     async fn begin(&self, what: &str) -> Result<SqliteTx> {
-        let turn = self.writer.clone().lock_owned().await;
+        let turn = turn(&self.writer, what).await?;
         // IMMEDIATE: take the write lock up front (waiting up to the busy
         // timeout) instead of failing when a read would have to upgrade.
         let tx =
@@ -262,7 +275,7 @@ impl SqliteStore {
     }
 
     pub async fn unkeyed_record(&self, pairs: &[(Uuid, &'static str)]) -> Result<()> {
-        let _turn = self.writer.lock().await;
+        let _turn = turn(&self.writer, "the unkeyed inbox").await?;
         for (id, h) in pairs {
             sqlx::query("INSERT INTO inbox_unkeyed (message_id, handler) VALUES (?, ?)")
                 .bind(id)
@@ -291,7 +304,7 @@ impl SqliteStore {
         ];
         for (i, (sql, older)) in statements.iter().zip([outbox_older, inbox_older]).enumerate() {
             loop {
-                let _turn = self.writer.lock().await;
+                let _turn = turn(&self.writer, "the retention purge").await?;
                 let n = sqlx::query(sql)
                     .bind(older.as_millis() as i64)
                     .bind(PURGE_CHUNK)
@@ -310,25 +323,21 @@ impl SqliteStore {
 
     /// Outbox created → inbox processed, per event, for the report.
     pub async fn latency(&self) -> Result<Option<Latency>> {
-        let mut ms: Vec<i64> = sqlx::query_scalar(
-            "SELECT i.processed_at - o.created_at FROM inbox i JOIN outbox o ON o.id = i.message_id \
-             WHERE i.handler = 'projection'",
-        )
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| Error::db("measuring latency", e))?;
-        Ok(super::percentiles(&mut ms))
+        super::truth::latency(&self.pool, &DIALECT).await
     }
 
     /// Reads the database side of the ground truth for the verifier.
     pub async fn ground_truth(&self, ledger: &mut crate::verifier::Ledger) -> Result<()> {
-        let dialect = super::truth::Dialect {
-            outbox: "SELECT id, aggregate_id, event_type, payload, published_at IS NOT NULL FROM outbox",
-            inbox: "SELECT handler, count(*) FROM (SELECT handler FROM inbox UNION ALL SELECT handler FROM inbox_unkeyed) GROUP BY handler",
-        };
-        super::truth::read(&self.pool, &dialect, ledger).await
+        super::truth::read(&self.pool, &DIALECT, ledger).await
     }
 }
+
+/// The verifier's statements in this backend's SQL.
+const DIALECT: super::truth::Dialect = super::truth::Dialect {
+    outbox: "SELECT id, aggregate_id, event_type, payload, published_at IS NOT NULL FROM outbox",
+    latency: "SELECT i.processed_at - o.created_at FROM inbox i JOIN outbox o ON o.id = i.message_id \
+              WHERE i.handler = 'projection'",
+};
 
 /// A notifier (or workload) transaction on SQLite: begun IMMEDIATE, holding
 /// the writer turn until it commits or is dropped (dropping rolls back).
@@ -409,15 +418,16 @@ pub async fn apply(tx: &mut SqliteTx, plan: &EffectPlan<'_>, projection: Project
     // upsert row by row, so a payment's second event in the batch meets the
     // row its first one wrote, exactly as one statement per event did. A
     // refused update changes no row, so refusals are events minus changes.
-    for chunk in plan.projection.chunks(chunk_rows(2)) {
+    for chunk in plan.projection.chunks(chunk_rows(3)) {
         let sql = format!(
-            "INSERT INTO payment_projection (payment_id, status) VALUES {} \
-             ON CONFLICT (payment_id) DO UPDATE SET status = excluded.status, updated_at = {NOW_MS}{guard}",
-            values(chunk.len(), 2)
+            "INSERT INTO payment_projection (payment_id, status, event_id) VALUES {} \
+             ON CONFLICT (payment_id) DO UPDATE SET status = excluded.status, event_id = excluded.event_id, \
+             updated_at = {NOW_MS}{guard}",
+            values(chunk.len(), 3)
         );
         let mut q = sqlx::query(&sql);
         for e in chunk {
-            q = q.bind(e.body.payment_id).bind(e.kind.status());
+            q = q.bind(e.body.payment_id).bind(e.kind.status()).bind(e.event_id);
         }
         let r = q.execute(&mut *tx.tx).await.map_err(|err| Error::db("updating the projection", err))?;
         stale += chunk.len() as u64 - r.rows_affected();
@@ -444,6 +454,15 @@ pub async fn apply(tx: &mut SqliteTx, plan: &EffectPlan<'_>, projection: Project
         }
         q.execute(&mut *tx.tx).await.map_err(|e| Error::db("adding loyalty points", e))?;
     }
+    for chunk in plan.credits.chunks(chunk_rows(3)) {
+        let sql =
+            format!("INSERT INTO loyalty_credits (event_id, account_id, points) VALUES {}", values(chunk.len(), 3));
+        let mut q = sqlx::query(&sql);
+        for (event, account, points) in chunk {
+            q = q.bind(event).bind(*account).bind(*points);
+        }
+        q.execute(&mut *tx.tx).await.map_err(|e| Error::db("recording loyalty credits", e))?;
+    }
     Ok(stale)
 }
 
@@ -458,15 +477,16 @@ async fn insert_outbox(
             format!("INSERT INTO outbox (id, aggregate_id, event_type, payload) VALUES {}", values(chunk.len(), 4));
         let mut q = sqlx::query(&sql);
         for (p, kind, payload) in chunk {
-            let payload = payload.clone().unwrap_or_else(|| {
-                serde_json::to_value(PaymentEvent {
+            let payload = match payload {
+                Some(v) => v.to_string(),
+                None => serde_json::to_string(&PaymentEvent {
                     payment_id: p.id,
                     account_id: p.account_id,
                     amount_cents: p.amount_cents,
                 })
-                .unwrap_or_default()
-            });
-            q = q.bind(crate::events::time_ordered_id()).bind(p.id).bind(kind.event_type()).bind(payload.to_string());
+                .map_err(|e| Error::Internal(format!("encoding an event: {e}")))?,
+            };
+            q = q.bind(crate::events::time_ordered_id()).bind(p.id).bind(kind.event_type()).bind(payload);
         }
         q.execute(&mut *tx.tx).await.map_err(|e| Error::db("writing outbox events", e))?;
     }
@@ -491,7 +511,7 @@ impl SqliteRelayConn {
     }
 
     pub async fn claim(&mut self, n: usize) -> Result<Vec<OutboxRow>> {
-        let _turn = self.writer.lock().await;
+        let _turn = turn(&self.writer, "a relay claim").await?;
         let mut tx =
             self.write.begin_with("BEGIN IMMEDIATE").await.map_err(|e| Error::db("beginning a relay claim", e))?;
         let rows = sqlx::query(&format!(
@@ -529,7 +549,7 @@ impl SqliteRelayConn {
         if ids.is_empty() {
             return Ok(());
         }
-        let _turn = self.writer.lock().await;
+        let _turn = turn(&self.writer, "a relay mark").await?;
         let mut tx =
             self.write.begin_with("BEGIN IMMEDIATE").await.map_err(|e| Error::db("beginning a relay mark", e))?;
         for chunk in ids.chunks(MAX_PARAMS) {
@@ -550,7 +570,7 @@ impl SqliteRelayConn {
 
     pub async fn release(&mut self) -> Result<()> {
         let held = std::mem::take(&mut self.held);
-        let _turn = self.writer.lock().await;
+        let _turn = turn(&self.writer, "a relay release").await?;
         for chunk in held.chunks(MAX_PARAMS - 1) {
             let sql = format!(
                 "UPDATE outbox SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = ? AND id IN ({})",

@@ -1,32 +1,53 @@
-//! The verifier's and the drain's reads of the database, written once for both backends: the
-//! statements are the same text, and only the SQL dialect of two of them
-//! differs (how the payload is read as text, how the two inboxes are joined).
+//! The verifier's and the drain's reads of the database, written once for
+//! both backends: the statements are the same text, and only the SQL dialect
+//! of two of them differs (how the payload is read as text, how a latency is
+//! computed from two timestamps).
 
 use super::{OutboxRecord, PaymentRow};
 use crate::error::{Error, Result};
-use crate::events::{EventKind, PaymentEvent};
+use crate::events::{fingerprint, EventKind, PaymentEvent};
+use crate::report::Latency;
+use crate::verifier::latency::LatencyRecorder;
 use crate::verifier::Ledger;
 use futures::TryStreamExt;
 use sqlx::{ColumnIndex, Database, Decode, Executor, IntoArguments, Pool, Row, Type};
 use uuid::Uuid;
 
-/// The two statements whose text differs per backend.
+/// The statements whose text differs per backend.
 pub struct Dialect {
     /// id, aggregate_id, event_type, payload as text, published flag.
     pub outbox: &'static str,
-    /// handler, count over `inbox` and `inbox_unkeyed` together.
-    pub inbox: &'static str,
+    /// Each event's latency in whole milliseconds, outbox created → inbox
+    /// processed (projection handler).
+    pub latency: &'static str,
 }
 
 fn ctx(what: &'static str) -> impl Fn(sqlx::Error) -> Error {
     move |e| Error::db(format!("reading {what} for the verifier"), e)
 }
 
+/// Streams the rows of one statement through `row`, one at a time. The
+/// stream is dropped before the next statement starts, which hands its pool
+/// connection back (shadowing a stream would not drop it).
+async fn stream<DB, F>(pool: &Pool<DB>, sql: &str, what: &'static str, mut row: F) -> Result<()>
+where
+    DB: Database,
+    for<'c> &'c Pool<DB>: Executor<'c, Database = DB>,
+    for<'q> <DB as Database>::Arguments<'q>: IntoArguments<'q, DB>,
+    F: FnMut(&DB::Row) -> std::result::Result<(), sqlx::Error>,
+{
+    let mut rows = sqlx::query(sql).fetch(pool);
+    while let Some(r) = rows.try_next().await.map_err(ctx(what))? {
+        row(&r).map_err(ctx(what))?;
+    }
+    Ok(())
+}
+
 /// Streams every table the verifier reconciles into the ledger, row by row:
 /// nothing here holds more than one row at a time, so a million payments
 /// cost the ledger's compact entries and no more. Payments come first, then
-/// the outbox (the ledger indexes events by payment). Decoding errors are
-/// errors, never panics.
+/// the outbox (the ledger indexes events by payment), then the effects.
+/// Decoding errors are errors, never panics.
 pub async fn read<DB>(pool: &Pool<DB>, dialect: &Dialect, ledger: &mut Ledger) -> Result<()>
 where
     DB: Database,
@@ -34,71 +55,96 @@ where
     for<'q> <DB as Database>::Arguments<'q>: IntoArguments<'q, DB>,
     usize: ColumnIndex<DB::Row>,
     for<'r> Uuid: Decode<'r, DB> + Type<DB>,
+    for<'r> Option<Uuid>: Decode<'r, DB> + Type<DB>,
     for<'r> String: Decode<'r, DB> + Type<DB>,
     for<'r> i64: Decode<'r, DB> + Type<DB>,
     for<'r> i32: Decode<'r, DB> + Type<DB>,
     for<'r> bool: Decode<'r, DB> + Type<DB>,
 {
-    let what = "payments";
-    let mut rows = sqlx::query("SELECT id, account_id, amount_cents, status FROM payments").fetch(pool);
-    while let Some(r) = rows.try_next().await.map_err(ctx(what))? {
+    stream(pool, "SELECT id, account_id, amount_cents, status FROM payments", "payments", |r| {
         ledger.add_payment(PaymentRow {
-            id: r.try_get(0).map_err(ctx(what))?,
-            account_id: r.try_get(1).map_err(ctx(what))?,
-            amount_cents: r.try_get(2).map_err(ctx(what))?,
-            captured: r.try_get::<String, _>(3).map_err(ctx(what))? == "captured",
+            id: r.try_get(0)?,
+            account_id: r.try_get(1)?,
+            amount_cents: r.try_get(2)?,
+            captured: r.try_get::<String, _>(3)? == "captured",
         });
-    }
-    drop(rows);
-    let what = "the outbox";
-    let mut rows = sqlx::query(dialect.outbox).fetch(pool);
-    while let Some(r) = rows.try_next().await.map_err(ctx(what))? {
-        let t: String = r.try_get(2).map_err(ctx(what))?;
-        let payload: String = r.try_get(3).map_err(ctx(what))?;
+        Ok(())
+    })
+    .await?;
+    stream(pool, dialect.outbox, "the outbox", |r| {
+        let payment_id: Uuid = r.try_get(1)?;
+        let t: String = r.try_get(2)?;
+        let payload: String = r.try_get(3)?;
         // Malformed (poison) events are told apart exactly as the notifier
         // tells them apart: by failing to decode.
-        let kind = EventKind::from_type(&t).filter(|_| serde_json::from_str::<PaymentEvent>(&payload).is_ok());
+        let body = serde_json::from_str::<PaymentEvent>(&payload).ok();
+        let kind = EventKind::from_type(&t).filter(|_| body.is_some());
+        // What a relay publishes for this row: the payment id as the key,
+        // the type header, the payload as stored.
+        let fingerprint = fingerprint(payment_id.to_string().as_bytes(), t.as_bytes(), payload.as_bytes());
         ledger.add_event(OutboxRecord {
-            id: r.try_get(0).map_err(ctx(what))?,
-            payment_id: r.try_get(1).map_err(ctx(what))?,
+            id: r.try_get(0)?,
+            payment_id,
             kind,
-            published: r.try_get(4).map_err(ctx(what))?,
+            body: body.filter(|_| kind.is_some()),
+            published: r.try_get(4)?,
+            fingerprint,
         });
-    }
-    drop(rows);
-    let what = "the inbox";
-    let mut rows = sqlx::query(dialect.inbox).fetch(pool);
-    while let Some(r) = rows.try_next().await.map_err(ctx(what))? {
-        let n: i64 = r.try_get(1).map_err(ctx(what))?;
-        ledger.add_inbox_rows(&r.try_get::<String, _>(0).map_err(ctx(what))?, n as u64);
-    }
-    drop(rows);
-    let what = "receipts";
-    let mut rows = sqlx::query("SELECT payment_id, count(*) FROM receipts GROUP BY payment_id").fetch(pool);
-    while let Some(r) = rows.try_next().await.map_err(ctx(what))? {
-        let n: i64 = r.try_get(1).map_err(ctx(what))?;
-        ledger.add_receipts(r.try_get::<Uuid, _>(0).map_err(ctx(what))?, n as u64);
-    }
-    drop(rows);
-    let what = "the projection";
-    let mut rows = sqlx::query("SELECT payment_id, status FROM payment_projection").fetch(pool);
-    while let Some(r) = rows.try_next().await.map_err(ctx(what))? {
-        let status: String = r.try_get(1).map_err(ctx(what))?;
-        ledger.add_projection(r.try_get::<Uuid, _>(0).map_err(ctx(what))?, status == "captured");
-    }
-    drop(rows);
-    let what = "dead letters";
-    let mut rows = sqlx::query("SELECT count(*) FROM dead_letters").fetch(pool);
-    while let Some(r) = rows.try_next().await.map_err(ctx(what))? {
-        ledger.add_dead_letters(r.try_get::<i64, _>(0).map_err(ctx(what))? as u64);
-    }
-    drop(rows);
-    let what = "loyalty points";
-    let mut rows = sqlx::query("SELECT account_id, points FROM loyalty_points").fetch(pool);
-    while let Some(r) = rows.try_next().await.map_err(ctx(what))? {
-        ledger.add_loyalty(r.try_get::<i32, _>(0).map_err(ctx(what))?, r.try_get(1).map_err(ctx(what))?);
-    }
-    Ok(())
+        Ok(())
+    })
+    .await?;
+    let inbox = "SELECT message_id, handler FROM inbox UNION ALL SELECT message_id, handler FROM inbox_unkeyed";
+    stream(pool, inbox, "the inbox", |r| {
+        ledger.add_inbox_row(r.try_get(0)?, &r.try_get::<String, _>(1)?);
+        Ok(())
+    })
+    .await?;
+    // In payment order, so a payment's receipts arrive side by side.
+    stream(pool, "SELECT payment_id, message_id FROM receipts ORDER BY payment_id", "receipts", |r| {
+        ledger.add_receipt(r.try_get(0)?, r.try_get(1)?);
+        Ok(())
+    })
+    .await?;
+    stream(pool, "SELECT payment_id, status, event_id FROM payment_projection", "the projection", |r| {
+        let status: String = r.try_get(1)?;
+        ledger.add_projection(r.try_get(0)?, status == "captured", r.try_get(2)?);
+        Ok(())
+    })
+    .await?;
+    stream(pool, "SELECT message_id FROM dead_letters", "dead letters", |r| {
+        ledger.add_dead_letter(&r.try_get::<String, _>(0)?);
+        Ok(())
+    })
+    .await?;
+    stream(pool, "SELECT account_id, points FROM loyalty_points", "loyalty points", |r| {
+        ledger.add_loyalty(r.try_get(0)?, r.try_get(1)?);
+        Ok(())
+    })
+    .await?;
+    stream(pool, "SELECT event_id, account_id, points FROM loyalty_credits", "loyalty credits", |r| {
+        ledger.add_credit(r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
+        Ok(())
+    })
+    .await
+}
+
+/// End-to-end latency per event, streamed into one histogram: the same
+/// statistic whichever backend holds the samples.
+pub async fn latency<DB>(pool: &Pool<DB>, dialect: &Dialect) -> Result<Option<Latency>>
+where
+    DB: Database,
+    for<'c> &'c Pool<DB>: Executor<'c, Database = DB>,
+    for<'q> <DB as Database>::Arguments<'q>: IntoArguments<'q, DB>,
+    usize: ColumnIndex<DB::Row>,
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+{
+    let mut recorder = LatencyRecorder::new();
+    stream(pool, dialect.latency, "latencies", |r| {
+        recorder.record(r.try_get(0)?);
+        Ok(())
+    })
+    .await?;
+    Ok(recorder.finish())
 }
 
 /// Outbox rows no relay has published yet (the drain waits for zero).

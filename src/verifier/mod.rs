@@ -1,14 +1,25 @@
-//! The verifier: reads the ground truth (database rows and every message on
-//! the topic), reconciles it, and decides a verdict. It never trusts the
-//! components' own counters.
+//! The verifier: reads the ground truth (the workload's record of intent,
+//! the database rows and every message on the topic), reconciles it, and
+//! decides a verdict. It never trusts the components' own counters.
 //!
-//! - [`topic`]: reads every partition from the beginning to its high watermark.
-//! - [`reconcile`]: the [`Ledger`], the ground truth kept compact (a few dozen
-//!   bytes per payment and per message, fed row by row as it streams in), and
-//!   pure functions from it to counts, invariants, anomalies and verdict;
-//!   unit-tested on hand-made rows.
+//! - [`topic`]: reads every partition from its low to its high watermark,
+//!   and checks that it read exactly that many messages.
+//! - [`ledger`]: the [`Ledger`], the ground truth kept compact (a few dozen
+//!   bytes per payment, event and message, fed row by row as it streams in).
+//! - [`reconcile`]: the checks, pure functions from the ledger to counts,
+//!   invariants and anomalies; unit-tested on hand-made rows.
+//! - [`verdict`]: anomalies and confirmed chaos to a verdict.
+//! - [`latency`]: end-to-end latency percentiles, one computation for every backend.
 
+pub mod latency;
+pub mod ledger;
 pub mod reconcile;
 pub mod topic;
+pub mod verdict;
 
-pub use reconcile::{Anomaly, Counts, Invariant, Ledger, Verdict};
+#[cfg(test)]
+mod tests;
+
+pub use ledger::Ledger;
+pub use reconcile::{Anomaly, AnomalyKind, Counts, Invariant, Spec};
+pub use verdict::Verdict;

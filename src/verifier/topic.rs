@@ -1,15 +1,21 @@
 //! Reads the whole topic with a consumer of its own: no group, no commits,
-//! every partition from the beginning to the high watermark seen at the start.
+//! every partition from its low to its high watermark as seen at the start.
+//! The reader checks its own read: each partition must yield exactly high
+//! minus low messages. A short (or long) read is an error, so the run is
+//! incomplete, never passed or failed on a partial topic.
 
 use crate::error::{Error, Result};
 use crate::events::{self, EventKind};
 use crate::infra::{kafka_config, CONNECT_TIMEOUT};
 use crate::verifier::Ledger;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
+
+/// How long one poll of the reader waits before it checks its time limit.
+const POLL: Duration = Duration::from_millis(200);
 
 /// One message on the topic as read, before the ledger compacts it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +28,8 @@ pub struct TopicRecord {
     pub payment_id: Option<Uuid>,
     /// None for a message that does not decode (poison).
     pub kind: Option<EventKind>,
+    /// Of its raw key, type header and payload ([`events::fingerprint`]).
+    pub fingerprint: u32,
 }
 
 /// Streams every message into the ledger, one compact record at a time, and
@@ -58,20 +66,23 @@ fn read_blocking(
         .set("queued.max.messages.kbytes", "16384")
         .create()
         .map_err(|e| Error::kafka("creating the verifier's reader", e))?;
+    let mut lows = Vec::new();
     let mut ends = Vec::new();
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         let (low, high) =
             c.fetch_watermarks(topic, p, CONNECT_TIMEOUT).map_err(|e| Error::kafka("reading watermarks", e))?;
+        lows.push(low);
         ends.push(high);
         if high > low {
-            tpl.add_partition_offset(topic, p, Offset::Beginning).map_err(|e| Error::kafka("assigning", e))?;
+            tpl.add_partition_offset(topic, p, Offset::Offset(low)).map_err(|e| Error::kafka("assigning", e))?;
         }
     }
     c.assign(&tpl).map_err(|e| Error::kafka("assigning the topic", e))?;
-    let total: i64 = ends.iter().sum();
+    let total: i64 = ends.iter().zip(&lows).map(|(h, l)| h - l).sum();
     let mut read = 0u64;
-    let mut next: Vec<i64> = vec![0; partitions as usize];
+    let mut per_partition: Vec<i64> = vec![0; partitions as usize];
+    let mut next: Vec<i64> = lows.clone();
     let done = |next: &Vec<i64>| next.iter().zip(&ends).all(|(n, e)| n >= e);
     let started = Instant::now();
     while !done(&next) {
@@ -81,31 +92,39 @@ fn read_blocking(
                 cause: format!("read {read} of {total} messages in {}s", limit.as_secs()),
             });
         }
-        let Some(m) = c.poll(Duration::from_millis(200)) else {
+        let Some(m) = c.poll(POLL) else {
             continue;
         };
         let m = m.map_err(|e| Error::kafka("reading the topic", e))?;
         let p = m.partition() as usize;
-        if m.offset() >= ends[p] {
+        if p >= ends.len() || m.offset() >= ends[p] || m.offset() < next[p] {
             continue;
         }
-        next[p] = next[p].max(m.offset() + 1);
-        let mut id = None;
-        let mut ty = None;
-        if let Some(h) = m.headers() {
-            for header in h.iter() {
-                match header.key {
-                    events::HEADER_EVENT_ID => id = header.value,
-                    events::HEADER_EVENT_TYPE => ty = header.value,
-                    _ => {}
-                }
-            }
-        }
-        let event_id = id.and_then(|v| std::str::from_utf8(v).ok()).and_then(|s| Uuid::parse_str(s).ok());
+        next[p] = m.offset() + 1;
+        per_partition[p] += 1;
+        let header = events::Header::of(&m);
+        let event_id = header.event_id.and_then(|v| std::str::from_utf8(v).ok()).and_then(|s| Uuid::parse_str(s).ok());
         let payment_id = m.key().and_then(|v| std::str::from_utf8(v).ok()).and_then(|s| Uuid::parse_str(s).ok());
-        let kind = events::decode(id, ty, m.payload()).ok().map(|d| d.kind);
+        let kind = events::decode(header.event_id, header.event_type, m.payload()).ok().map(|d| d.kind);
+        let fingerprint = events::fingerprint(
+            m.key().unwrap_or_default(),
+            header.event_type.unwrap_or_default(),
+            m.payload().unwrap_or_default(),
+        );
         read += 1;
-        sink(TopicRecord { partition: m.partition(), offset: m.offset(), event_id, payment_id, kind });
+        sink(TopicRecord { partition: m.partition(), offset: m.offset(), event_id, payment_id, kind, fingerprint });
+    }
+    for (p, n) in per_partition.iter().enumerate() {
+        let want = ends[p] - lows[p];
+        if *n != want {
+            return Err(Error::Kafka {
+                context: format!("checking the read of topic {topic}"),
+                cause: format!(
+                    "partition {p} gave {n} messages between its watermarks {}..{}, which hold {want}",
+                    lows[p], ends[p]
+                ),
+            });
+        }
     }
     drop(c);
     Ok(())

@@ -1,0 +1,61 @@
+//! End-to-end latency (outbox row created → inbox row processed), computed
+//! once for every backend: the database only hands over one sample per
+//! event, in milliseconds, and the percentiles come from an HDR histogram
+//! here. (They were interpolated by PostgreSQL and nearest-rank on SQLite,
+//! two different statistics under one name.)
+
+use crate::report::Latency;
+use hdrhistogram::Histogram;
+
+/// Millisecond samples, three significant digits, any range.
+pub struct LatencyRecorder {
+    h: Option<Histogram<u64>>,
+}
+
+impl Default for LatencyRecorder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LatencyRecorder {
+    pub fn new() -> Self {
+        // Auto-resizing: a run's worst latency is not known in advance.
+        Self { h: Histogram::new(3).ok() }
+    }
+
+    /// One event's latency. A negative sample (clock steps) counts as 0.
+    pub fn record(&mut self, ms: i64) {
+        if let Some(h) = &mut self.h {
+            let _ = h.record(ms.max(0) as u64);
+        }
+    }
+
+    /// The percentiles, or None without a sample.
+    pub fn finish(&self) -> Option<Latency> {
+        let h = self.h.as_ref().filter(|h| !h.is_empty())?;
+        let at = |q: f64| h.value_at_quantile(q) as f64;
+        Some(Latency { events: h.len(), p50: at(0.5), p95: at(0.95), p99: at(0.99), max: h.max() as f64 })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_of_a_known_distribution() {
+        let mut r = LatencyRecorder::new();
+        assert!(r.finish().is_none());
+        for ms in 1..=1000 {
+            r.record(ms);
+        }
+        r.record(-3);
+        let l = r.finish().unwrap();
+        assert_eq!(l.events, 1001);
+        assert_eq!(l.p50, 500.0);
+        assert_eq!(l.p95, 950.0);
+        assert_eq!(l.p99, 990.0);
+        assert_eq!(l.max, 1000.0);
+    }
+}

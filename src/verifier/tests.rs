@@ -1,0 +1,428 @@
+//! The verifier's checks on hand-made worlds: a healthy one holds every
+//! invariant, and each planted bug breaks exactly the invariants it should.
+
+use super::ledger::{EventEntry, MessageEntry, OutboxRecord, PaymentEntry, PaymentRow};
+use super::reconcile::{Reconciliation, Spec};
+use super::topic::TopicRecord;
+use super::Ledger;
+use crate::events::{fingerprint, EventKind, PaymentEvent};
+use crate::intent::Intended;
+use uuid::Uuid;
+
+/// Hand-made ground truth, fed to a [`Ledger`] as the readers feed it.
+#[derive(Default, Clone)]
+struct World {
+    intent: Vec<Intended>,
+    payments: Vec<PaymentRow>,
+    outbox: Vec<OutboxRecord>,
+    inbox: Vec<(Uuid, &'static str)>,
+    receipts: Vec<(Uuid, Uuid)>,
+    projection: Vec<(Uuid, bool, Option<Uuid>)>,
+    dead_letters: Vec<String>,
+    loyalty: Vec<(i32, i64)>,
+    credits: Vec<(Uuid, i32, i64)>,
+    topic: Vec<TopicRecord>,
+    scenario_payments: u64,
+}
+
+impl World {
+    fn reconcile(&self) -> Reconciliation {
+        let mut l = Ledger::new();
+        self.intent.iter().for_each(|p| l.add_intended(*p));
+        self.payments.iter().for_each(|p| l.add_payment(p.clone()));
+        self.outbox.iter().for_each(|o| l.add_event(o.clone()));
+        self.inbox.iter().for_each(|(m, h)| l.add_inbox_row(*m, h));
+        self.receipts.iter().for_each(|(p, m)| l.add_receipt(*p, *m));
+        self.projection.iter().for_each(|(p, c, e)| l.add_projection(*p, *c, *e));
+        self.dead_letters.iter().for_each(|d| l.add_dead_letter(d));
+        self.loyalty.iter().for_each(|(a, n)| l.add_loyalty(*a, *n));
+        self.credits.iter().for_each(|(e, a, n)| l.add_credit(*e, *a, *n));
+        self.topic.iter().for_each(|m| l.add_message(m.clone()));
+        l.reconcile(&Spec { payments: self.scenario_payments, outbox: true })
+    }
+
+    /// The event of payment `i` of this kind.
+    fn event(&self, i: usize, kind: EventKind) -> Uuid {
+        let pid = self.payments[i].id;
+        self.outbox.iter().find(|o| o.payment_id == pid && o.kind == Some(kind)).unwrap().id
+    }
+}
+
+fn payload(p: &Intended) -> String {
+    serde_json::to_string(&PaymentEvent { payment_id: p.id, account_id: p.account_id, amount_cents: p.amount_cents })
+        .unwrap()
+}
+
+/// A healthy world: `n` payments on three accounts, both events on the
+/// topic once (each payment on one partition), one receipt, one credit,
+/// the projection captured by the captured event, inbox and counter in step.
+fn healthy(n: usize) -> World {
+    let mut w = World { scenario_payments: n as u64, ..World::default() };
+    for i in 0..n {
+        let p = Intended {
+            id: Uuid::from_u128(1000 + i as u128),
+            amount_cents: 100 + i as i64,
+            account_id: (i % 3) as i32,
+            captured: true,
+            poison: false,
+        };
+        w.intent.push(p);
+        w.payments.push(PaymentRow {
+            id: p.id,
+            account_id: p.account_id,
+            amount_cents: p.amount_cents,
+            captured: true,
+        });
+        let text = payload(&p);
+        for (j, kind) in [EventKind::Authorized, EventKind::Captured].into_iter().enumerate() {
+            let id = Uuid::from_u128(((i as u128) << 8) | j as u128 | 1 << 100);
+            let fp = fingerprint(p.id.to_string().as_bytes(), kind.event_type().as_bytes(), text.as_bytes());
+            let body = serde_json::from_str(&text).ok();
+            w.outbox.push(OutboxRecord {
+                id,
+                payment_id: p.id,
+                kind: Some(kind),
+                body,
+                published: true,
+                fingerprint: fp,
+            });
+            let offset = w.topic.iter().filter(|m| m.partition == (i % 2) as i32).count() as i64;
+            w.topic.push(TopicRecord {
+                partition: (i % 2) as i32,
+                offset,
+                event_id: Some(id),
+                payment_id: Some(p.id),
+                kind: Some(kind),
+                fingerprint: fp,
+            });
+            w.inbox.push((id, "projection"));
+            if kind == EventKind::Captured {
+                w.inbox.push((id, "receipts"));
+                w.inbox.push((id, "loyalty"));
+                w.receipts.push((p.id, id));
+                w.projection.push((p.id, true, Some(id)));
+                w.credits.push((id, p.account_id, p.amount_cents));
+                w.loyalty.push((p.account_id, p.amount_cents));
+            }
+        }
+    }
+    w
+}
+
+fn failing(r: &Reconciliation) -> Vec<String> {
+    r.invariants.iter().filter(|i| !i.ok).map(|i| i.name.clone()).collect()
+}
+
+fn anomaly<'a>(r: &'a Reconciliation, name: &str) -> &'a super::Anomaly {
+    r.anomalies.iter().find(|a| a.name == name).unwrap_or_else(|| panic!("no {name:?} in {:?}", r.anomalies))
+}
+
+#[track_caller]
+fn fails_with(w: &World, want: &[&str]) -> Reconciliation {
+    let r = w.reconcile();
+    assert_eq!(failing(&r), want, "{:#?}", r.anomalies);
+    for i in r.invariants.iter().filter(|i| !i.ok) {
+        assert!(!i.anomalies.is_empty(), "{} failed without an anomaly to show", i.name);
+    }
+    r
+}
+
+#[test]
+fn ledger_entries_stay_compact() {
+    // A million payments keep two events and about 2.2 messages each:
+    // these sizes are what keeps the verifier within its memory budget.
+    assert!(std::mem::size_of::<PaymentEntry>() <= 40);
+    assert!(std::mem::size_of::<EventEntry>() <= 28);
+    assert!(std::mem::size_of::<MessageEntry>() <= 16);
+}
+
+#[test]
+fn healthy_world_holds_every_invariant() {
+    let r = healthy(10).reconcile();
+    assert!(failing(&r).is_empty(), "{:?} {:#?}", failing(&r), r.anomalies);
+    assert!(r.anomalies.is_empty());
+    assert_eq!(r.counts.payments_committed, 10);
+    assert_eq!(r.counts.topic_messages, 20);
+    assert_eq!(r.counts.topic_duplicates, 0);
+    assert_eq!(r.counts.reordered_payments, 0);
+    assert_eq!(r.counts.loyalty_credits, 10);
+}
+
+#[test]
+fn replayed_batch_counts_duplicates_and_reordering_but_no_violation() {
+    let mut w = healthy(3);
+    // The first payment's batch (authorized, captured) is replayed whole.
+    let replay: Vec<TopicRecord> = w.topic[0..2].to_vec();
+    for mut m in replay {
+        m.offset += 100;
+        w.topic.push(m);
+    }
+    let r = fails_with(&w, &[]);
+    assert_eq!(r.counts.topic_duplicates, 2);
+    assert_eq!(r.counts.reordered_payments, 1);
+}
+
+#[test]
+fn a_workload_that_writes_one_payment_fewer_fails() {
+    let mut w = healthy(4);
+    w.scenario_payments = 5;
+    let r = fails_with(&w, &["payments committed = the scenario's payments"]);
+    assert!(anomaly(&r, "lost payment").examples[0].contains("committed 4 of the scenario's 5"));
+}
+
+#[test]
+fn a_committed_payment_without_a_row_fails() {
+    let mut w = healthy(4);
+    let gone = w.payments.remove(2).id;
+    let r = w.reconcile();
+    assert!(failing(&r).contains(&"every committed payment in the payments table".to_string()));
+    assert!(anomaly(&r, "lost payment").examples[0].contains(&gone.to_string()));
+}
+
+#[test]
+fn a_payment_nobody_committed_fails() {
+    let mut w = healthy(2);
+    let ghost = Uuid::from_u128(77);
+    w.payments.push(PaymentRow { id: ghost, account_id: 1, amount_cents: 5, captured: false });
+    let r = w.reconcile();
+    assert!(failing(&r).contains(&"every committed payment in the payments table".to_string()));
+    assert!(anomaly(&r, "phantom payment").examples[0].contains(&ghost.to_string()));
+}
+
+#[test]
+fn a_payment_row_with_another_amount_fails_alone() {
+    let mut w = healthy(3);
+    w.payments[1].amount_cents += 1;
+    fails_with(&w, &["payment rows as committed (account, amount, status)"]);
+}
+
+#[test]
+fn an_outbox_payload_with_another_account_fails_alone() {
+    let mut w = healthy(3);
+    w.outbox[3].body.as_mut().unwrap().account_id = 9;
+    let r = fails_with(&w, &["each payment's outbox events as committed"]);
+    assert!(anomaly(&r, "outbox mismatch").examples[0].contains("account 9"));
+}
+
+#[test]
+fn a_missing_outbox_event_fails() {
+    let mut w = healthy(3);
+    let e = w.outbox.remove(1).id;
+    w.topic.retain(|m| m.event_id != Some(e));
+    w.inbox.retain(|(m, _)| *m != e);
+    w.receipts.retain(|(_, m)| *m != e);
+    let r = w.reconcile();
+    assert!(failing(&r).contains(&"each payment's outbox events as committed".to_string()), "{:?}", failing(&r));
+}
+
+#[test]
+fn lost_event_fails() {
+    let mut w = healthy(4);
+    w.topic.remove(3);
+    let r = fails_with(
+        &w,
+        &["no lost events (outbox events missing from the topic)", "every payment's events on the topic"],
+    );
+    assert_eq!(anomaly(&r, "lost event").count, 2, "the event, and the payment missing it");
+}
+
+#[test]
+fn foreign_event_fails_alone() {
+    let mut w = healthy(2);
+    w.topic.push(TopicRecord {
+        partition: 0,
+        offset: 99,
+        event_id: Some(Uuid::nil()),
+        payment_id: None,
+        kind: None,
+        fingerprint: 0,
+    });
+    fails_with(&w, &["no foreign events (topic events not in the outbox)"]);
+}
+
+#[test]
+fn a_message_that_differs_from_its_outbox_row_fails_alone() {
+    let mut w = healthy(3);
+    w.topic[2].fingerprint ^= 1;
+    let r = fails_with(&w, &["messages equal their outbox rows (key, type, payload)"]);
+    assert!(anomaly(&r, "message mismatch").examples[0].contains("offset"));
+}
+
+#[test]
+fn a_payment_on_two_partitions_fails_alone() {
+    let mut w = healthy(3);
+    w.topic[1].partition = 7;
+    fails_with(&w, &["each payment's events on one partition"]);
+}
+
+#[test]
+fn unpublished_leftover_fails_alone() {
+    let mut w = healthy(2);
+    w.outbox[1].published = false;
+    fails_with(&w, &["no unpublished leftovers"]);
+}
+
+#[test]
+fn duplicate_receipt_fails_with_an_example() {
+    let mut w = healthy(5);
+    let (pid, cause) = (w.payments[2].id, w.event(2, EventKind::Captured));
+    w.receipts.push((pid, cause));
+    let r = fails_with(&w, &["exactly one receipt per captured payment", "receipts sent"]);
+    let a = anomaly(&r, "duplicate effect");
+    assert!(a.examples[0].contains(&pid.to_string()), "{:?}", a.examples);
+    assert!(a.examples[0].contains("captured@0:"), "{:?}", a.examples);
+}
+
+#[test]
+fn missing_receipt_fails() {
+    let mut w = healthy(5);
+    let pid = w.payments[0].id;
+    w.receipts.retain(|(p, _)| *p != pid);
+    let r = fails_with(&w, &["exactly one receipt per captured payment", "receipts sent"]);
+    assert_eq!(r.counts.payments_without_receipt, 1);
+    anomaly(&r, "missing effect");
+}
+
+#[test]
+fn receipts_of_unknown_payments_are_duplicates() {
+    let mut w = healthy(2);
+    let cause = w.event(0, EventKind::Captured);
+    w.receipts.push((Uuid::from_u128(7), cause));
+    let r = fails_with(
+        &w,
+        &[
+            "no receipts of payments that do not exist",
+            "receipts sent",
+            "each receipt caused by its payment's captured event",
+        ],
+    );
+    assert!(anomaly(&r, "duplicate effect").examples[0].contains("does not exist"));
+    assert_eq!(r.counts.receipts, 3);
+}
+
+#[test]
+fn a_receipt_sent_on_the_wrong_event_fails_alone() {
+    // One receipt per payment, the right count: only its cause is wrong.
+    let mut w = healthy(3);
+    let auth = w.event(1, EventKind::Authorized);
+    let pid = w.payments[1].id;
+    w.receipts.iter_mut().find(|(p, _)| *p == pid).unwrap().1 = auth;
+    let r = fails_with(&w, &["each receipt caused by its payment's captured event"]);
+    assert!(anomaly(&r, "misattributed effect").examples[0].contains("authorized"));
+}
+
+#[test]
+fn loyalty_credited_to_the_wrong_accounts_fails_though_the_total_is_right() {
+    let mut w = healthy(6);
+    // Two payments' credits and points swap accounts: the total is unchanged.
+    let (a, b) = (w.credits[0].1, w.credits[1].1);
+    w.credits[0].1 = b;
+    w.credits[1].1 = a;
+    w.loyalty[0].0 = b;
+    w.loyalty[1].0 = a;
+    let r = fails_with(
+        &w,
+        &[
+            "each loyalty credit caused by a captured event of its account",
+            "loyalty points per account = its captured amounts",
+        ],
+    );
+    assert_eq!(r.counts.loyalty_points, r.counts.loyalty_points_expected, "the total hides it");
+    anomaly(&r, "counter drift");
+}
+
+#[test]
+fn counter_drift_fails_alone_when_the_credits_are_right() {
+    let mut w = healthy(3);
+    w.loyalty[1].1 += 100;
+    let r = fails_with(
+        &w,
+        &["loyalty points per account = its captured amounts", "loyalty counter = its credits, per account"],
+    );
+    assert!(anomaly(&r, "counter drift").examples[0].starts_with("account 1: 201 points, expected 101"));
+}
+
+#[test]
+fn a_credit_applied_twice_fails() {
+    let mut w = healthy(3);
+    let c = w.credits[2];
+    w.credits.push(c);
+    w.loyalty.push((c.1, c.2));
+    let r =
+        fails_with(&w, &["one loyalty credit per captured event", "loyalty points per account = its captured amounts"]);
+    anomaly(&r, "duplicate effect");
+}
+
+#[test]
+fn stale_projection_fails_alone() {
+    let mut w = healthy(3);
+    let pid = w.payments[1].id;
+    let auth = w.event(1, EventKind::Authorized);
+    *w.projection.iter_mut().find(|(p, ..)| *p == pid).unwrap() = (pid, false, Some(auth));
+    fails_with(&w, &["projection shows captured"]);
+}
+
+#[test]
+fn a_projection_set_by_another_payments_event_fails_alone() {
+    let mut w = healthy(3);
+    let other = w.event(2, EventKind::Captured);
+    w.projection[0].2 = Some(other);
+    fails_with(&w, &["each projection row set by its payment's event"]);
+}
+
+#[test]
+fn inbox_mismatch_fails_alone() {
+    let mut w = healthy(3);
+    let i = w.inbox.iter().position(|(_, h)| *h == "receipts").unwrap();
+    w.inbox.remove(i);
+    let r = fails_with(&w, &["inbox rows = distinct events, per handler"]);
+    assert_eq!(anomaly(&r, "inbox mismatch").count, 2, "the handler's count, and the event without its row");
+}
+
+#[test]
+fn an_inbox_row_for_no_event_fails() {
+    let mut w = healthy(3);
+    w.inbox.push((Uuid::from_u128(5), "projection"));
+    fails_with(
+        &w,
+        &["inbox rows = distinct events, per handler", "each inbox row an outbox event, for one of its handlers"],
+    );
+}
+
+#[test]
+fn an_inbox_row_for_a_handler_the_event_has_not_fails() {
+    let mut w = healthy(3);
+    let auth = w.event(0, EventKind::Authorized);
+    let i = w.inbox.iter().position(|(_, h)| *h == "receipts").unwrap();
+    w.inbox[i].0 = auth;
+    let r = w.reconcile();
+    assert!(failing(&r).contains(&"each inbox row an outbox event, for one of its handlers".to_string()));
+}
+
+#[test]
+fn dead_letters_must_be_the_malformed_events_by_id() {
+    let mut w = healthy(2);
+    // A malformed twin of payment 0's capture, dead-lettered under its id.
+    let mut twin = w.outbox[1].clone();
+    twin.id = Uuid::from_u128(9_999);
+    twin.kind = None;
+    twin.body = None;
+    w.intent[0].poison = true;
+    w.topic.push(TopicRecord { event_id: Some(twin.id), kind: None, offset: 50, ..w.topic[1].clone() });
+    w.outbox.push(twin.clone());
+    w.dead_letters.push(twin.id.to_string());
+    let r = fails_with(&w, &[]);
+    assert_eq!(r.counts.dead_letters_matched, 1);
+    // The same count, the wrong id: caught by id.
+    w.dead_letters[0] = Uuid::from_u128(4).to_string();
+    let r = fails_with(&w, &["dead letters = the malformed events, by id"]);
+    assert_eq!(anomaly(&r, "dead letter mismatch").count, 2, "the stray letter and the unlettered event");
+}
+
+#[test]
+fn uncaptured_payment_fails() {
+    let mut w = healthy(3);
+    w.intent[0].captured = false;
+    let r = w.reconcile();
+    assert!(failing(&r).contains(&"every committed payment captured".to_string()));
+}

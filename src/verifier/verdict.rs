@@ -1,0 +1,201 @@
+//! From invariants, anomalies and the chaos that was seen to a verdict.
+//!
+//! Anomalies decide: any anomaly the scenario does not list as allowed is a
+//! violation, whatever the invariants' figures say. And the chaos counts
+//! only as far as the harness saw its effects: a fault that fired without
+//! its observable effect makes the run inconclusive, named.
+
+use super::reconcile::{Anomaly, AnomalyKind, Invariant};
+use crate::faults::{FaultPoint, FaultSummary};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Expectations held and the faults really fired.
+    Pass,
+    /// An expectation was violated.
+    Fail,
+    /// Nothing was violated, but the chaos did not happen: proves nothing.
+    Inconclusive,
+    /// The pipeline did not drain (or a service died); no verdict on the rest.
+    Incomplete,
+    /// Stopped by Ctrl-C or SIGTERM.
+    Interrupted,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Fail => "fail",
+            Verdict::Inconclusive => "inconclusive",
+            Verdict::Incomplete => "incomplete",
+            Verdict::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn exit(self) -> crate::exit::Exit {
+        use crate::exit::Exit;
+        match self {
+            Verdict::Pass => Exit::Pass,
+            Verdict::Fail => Exit::Fail,
+            Verdict::Inconclusive => Exit::Inconclusive,
+            Verdict::Incomplete => Exit::Incomplete,
+            Verdict::Interrupted => Exit::Interrupted,
+        }
+    }
+}
+
+/// "The chaos happened", as the harness saw it: every fault point with a
+/// probability above zero fired, and every firing had its effect
+/// ([`FaultPoint::confirmed_by`]). A run that fails these proves nothing.
+pub fn chaos_checks(faults: &[FaultSummary]) -> Vec<Invariant> {
+    let mut out = Vec::new();
+    for f in faults.iter().filter(|f| f.probability > 0.0) {
+        out.push(Invariant {
+            name: format!("fault {} fired", f.point),
+            expected: "at least 1".into(),
+            actual: f.fired.to_string(),
+            ok: f.fired > 0,
+            anomalies: vec![],
+        });
+        if f.fired > 0 {
+            let seen =
+                FaultPoint::ALL.iter().find(|p| p.name() == f.point).map(|p| p.confirmed_by()).unwrap_or("its effect");
+            out.push(Invariant {
+                name: format!("fault {} confirmed: {seen}", f.point),
+                expected: f.fired.to_string(),
+                actual: f.confirmed.to_string(),
+                ok: f.confirmed >= f.fired,
+                anomalies: vec![],
+            });
+        }
+    }
+    out
+}
+
+/// Marks the anomalies the scenario allows.
+pub fn allow(anomalies: &mut [Anomaly], allowed: &[AnomalyKind]) {
+    for a in anomalies {
+        a.allowed = allowed.iter().any(|k| k.as_str() == a.name);
+    }
+}
+
+/// The verdict, and one line saying why. A violated invariant whose every
+/// anomaly is allowed is no violation; an anomaly not allowed always is.
+pub fn verdict(
+    exactly_once: bool,
+    invariants: &[Invariant],
+    anomalies: &[Anomaly],
+    chaos: &[Invariant],
+) -> (Verdict, String) {
+    let allowed = |name: &String| anomalies.iter().any(|a| &a.name == name && a.allowed);
+    let mut violated: Vec<&str> = invariants
+        .iter()
+        .filter(|i| !i.ok && (i.anomalies.is_empty() || !i.anomalies.iter().all(allowed)))
+        .map(|i| i.name.as_str())
+        .collect();
+    for a in anomalies.iter().filter(|a| !a.allowed) {
+        if !invariants.iter().any(|i| !i.ok && i.anomalies.contains(&a.name)) {
+            violated.push(a.name.as_str());
+        }
+    }
+    let quiet: Vec<&str> = chaos.iter().filter(|i| !i.ok).map(|i| i.name.as_str()).collect();
+    if !violated.is_empty() {
+        let list = violated.join("; ");
+        return if exactly_once {
+            (Verdict::Fail, format!("{} invariant(s) violated: {list}", violated.len()))
+        } else {
+            (Verdict::Pass, format!("violations were expected and found: {list}"))
+        };
+    }
+    if !quiet.is_empty() {
+        return (Verdict::Inconclusive, format!("the chaos did not happen: {}", quiet.join("; ")));
+    }
+    if exactly_once {
+        (Verdict::Pass, "every invariant held under the injected faults".into())
+    } else {
+        (Verdict::Fail, "violations were expected but every invariant held".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(point: FaultPoint, p: f64, fired: u64, confirmed: u64) -> FaultSummary {
+        FaultSummary {
+            point: point.name().into(),
+            unit: point.unit().into(),
+            probability: p,
+            occurrences: 10,
+            fired,
+            confirmed,
+        }
+    }
+
+    fn anomaly(name: AnomalyKind, allowed: bool) -> Anomaly {
+        Anomaly { name: name.as_str().into(), count: 1, examples: vec![], allowed }
+    }
+
+    fn broken(name: &str, by: AnomalyKind) -> Invariant {
+        Invariant { ok: false, anomalies: vec![by.as_str().into()], ..Invariant::eq(name, 1, 2) }
+    }
+
+    #[test]
+    fn a_fault_that_never_fired_is_inconclusive() {
+        let quiet = chaos_checks(&[summary(FaultPoint::RelayAfterProduce, 0.1, 0, 0)]);
+        assert_eq!(quiet.len(), 1);
+        assert_eq!(verdict(true, &[Invariant::eq("x", 1, 1)], &[], &quiet).0, Verdict::Inconclusive);
+    }
+
+    #[test]
+    fn a_fault_fired_but_not_confirmed_is_inconclusive_and_named() {
+        let chaos = chaos_checks(&[summary(FaultPoint::NotifierBeforeOffsetCommit, 0.1, 3, 2)]);
+        let (v, why) = verdict(true, &[Invariant::eq("x", 1, 1)], &[], &chaos);
+        assert_eq!(v, Verdict::Inconclusive);
+        assert!(why.contains("notifier.before_offset_commit confirmed"), "{why}");
+    }
+
+    #[test]
+    fn confirmed_chaos_and_held_invariants_pass() {
+        let chaos = chaos_checks(&[
+            summary(FaultPoint::RelayAfterProduce, 0.1, 3, 3),
+            summary(FaultPoint::WorkloadPoison, 0.0, 0, 0),
+        ]);
+        assert!(chaos.iter().all(|i| i.ok));
+        assert_eq!(verdict(true, &[Invariant::eq("x", 1, 1)], &[], &chaos).0, Verdict::Pass);
+        assert_eq!(verdict(false, &[Invariant::eq("x", 1, 1)], &[], &chaos).0, Verdict::Fail);
+    }
+
+    #[test]
+    fn a_violation_fails_even_when_the_chaos_was_quiet() {
+        let quiet = chaos_checks(&[summary(FaultPoint::RelayAfterProduce, 0.1, 0, 0)]);
+        let bad = [broken("x", AnomalyKind::LostEvent)];
+        let found = [anomaly(AnomalyKind::LostEvent, false)];
+        assert_eq!(verdict(true, &bad, &found, &quiet).0, Verdict::Fail);
+        assert_eq!(verdict(false, &bad, &found, &quiet).0, Verdict::Pass, "expected and found");
+    }
+
+    #[test]
+    fn an_anomaly_alone_fails_the_run() {
+        // No report says PASS above an anomaly table, whatever the invariants say.
+        let (v, why) = verdict(true, &[Invariant::eq("x", 1, 1)], &[anomaly(AnomalyKind::CounterDrift, false)], &[]);
+        assert_eq!(v, Verdict::Fail);
+        assert!(why.contains("counter drift"), "{why}");
+    }
+
+    #[test]
+    fn an_allowed_anomaly_does_not_fail_the_run() {
+        let bad = [broken("x", AnomalyKind::SplitPayment)];
+        let mut found = [anomaly(AnomalyKind::SplitPayment, false)];
+        allow(&mut found, &[AnomalyKind::SplitPayment]);
+        assert!(found[0].allowed);
+        assert_eq!(verdict(true, &bad, &found, &[]).0, Verdict::Pass);
+        // Allowing one kind does not excuse another on the same invariant.
+        let two = [Invariant { anomalies: vec!["split payment".into(), "lost event".into()], ..bad[0].clone() }];
+        let found = [found[0].clone(), anomaly(AnomalyKind::LostEvent, false)];
+        assert_eq!(verdict(true, &two, &found, &[]).0, Verdict::Fail);
+    }
+}
