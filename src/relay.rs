@@ -10,7 +10,7 @@
 use crate::context::{Ctx, Shutdown, Stats};
 use crate::faults::FaultPoint;
 use crate::infra::kafka_config;
-use crate::scenario::RelayOrder;
+use crate::scenario::{RelayAcks, RelayEventId, RelayOrder};
 use crate::store::{OutboxRow, RelayConn};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -49,6 +49,15 @@ async fn crash(ctx: &Ctx, conn: RelayConn, producer: FutureProducer, shutdown: &
     conn.crash();
     discard(producer);
     shutdown.sleep(ctx.scenario.relay.restart_delay).await
+}
+
+/// How a batch is published: the faults and mistakes that shape it.
+#[derive(Debug, Clone, Copy)]
+struct Publish {
+    refuse: Option<Refuse>,
+    /// A fresh event id per message (the relay-minted id mistake).
+    minted: bool,
+    acks: RelayAcks,
 }
 
 /// One message of a batch made undeliverable, for `relay.produce_error`: it
@@ -156,6 +165,17 @@ pub async fn run(ctx: Ctx, index: usize) {
                 discard(producer);
                 continue 'incarnation;
             }
+            // The mistake of delete-then-publish: the rows are gone, committed,
+            // before the broker has them.
+            if cfg.order == RelayOrder::DeleteThenPublish {
+                if let Err(e) = conn.delete_claimed(&ids).await {
+                    warn!(relay = %name, cause = %e, "deleting the claimed rows failed; reconnecting");
+                    Stats::add(&ctx.stats.relay_errors, 1);
+                    conn.crash();
+                    discard(producer);
+                    continue 'incarnation;
+                }
+            }
             if ctx.faults.strike(FaultPoint::RelayBeforeProduce, &name, span) {
                 // Publish-then-mark loses nothing here (the claim dies with
                 // the connection); mark-then-publish has already lost the batch.
@@ -178,10 +198,12 @@ pub async fn run(ctx: Ctx, index: usize) {
                 ctx.faults.await_copies(FaultPoint::RelayProduceError, rows[0].id, copies);
                 Refuse { row: rows.len() - 1, partition: ctx.scenario.partitions }
             });
-            if let Err(cause) = publish(&producer, &ctx.names.topic, &rows, refuse).await {
+            let how = Publish { refuse, minted: cfg.event_id == RelayEventId::Minted, acks: cfg.acks };
+            if let Err(cause) = publish(&producer, &ctx.names.topic, &rows, how).await {
                 warn!(relay = %name, %cause, events = rows.len(), "produce failed; giving the batch back");
                 Stats::add(&ctx.stats.relay_errors, 1);
-                if cfg.order == RelayOrder::MarkThenPublish || conn.release().await.is_err() {
+                // Marked or deleted already: there is nothing left to give back.
+                if cfg.order != RelayOrder::PublishThenMark || conn.release().await.is_err() {
                     conn.crash();
                     discard(producer);
                     continue 'incarnation;
@@ -226,30 +248,35 @@ pub async fn run(ctx: Ctx, index: usize) {
 /// acks are awaited one by one, in the order sent: they arrive in about that
 /// order, and one pass over the list costs less than a join of thousands of
 /// futures.
-async fn publish(
-    producer: &FutureProducer,
-    topic: &str,
-    rows: &[OutboxRow],
-    refuse: Option<Refuse>,
-) -> Result<(), String> {
+async fn publish(producer: &FutureProducer, topic: &str, rows: &[OutboxRow], how: Publish) -> Result<(), String> {
     let mut acks = Vec::with_capacity(rows.len());
     for (i, r) in rows.iter().enumerate() {
-        let (id, key) = (r.id.to_string(), r.aggregate_id.to_string());
+        // The relay-minted id mistake: each copy of an event gets a new id,
+        // so the inbox cannot tell a republished event from a new one.
+        let id = if how.minted { crate::events::time_ordered_id() } else { r.id };
+        let (id, key) = (id.to_string(), r.aggregate_id.to_string());
         let headers = OwnedHeaders::new_with_capacity(2)
             .insert(Header { key: crate::events::HEADER_EVENT_ID, value: Some(id.as_bytes()) })
             .insert(Header { key: crate::events::HEADER_EVENT_TYPE, value: Some(r.event_type.as_bytes()) });
         let mut record = FutureRecord::to(topic).key(key.as_bytes()).payload(&r.payload).headers(headers);
-        if let Some(f) = refuse.filter(|f| f.row == i) {
+        if let Some(f) = how.refuse.filter(|f| f.row == i) {
             record = record.partition(f.partition);
         }
         match producer.send_result(record) {
             Ok(ack) => acks.push(ack),
+            // Fire and forget ignores what the send said, too.
+            Err(_) if how.acks == RelayAcks::FireAndForget => {}
             // The local queue is full: wait for room (bounded by the timeout).
             Err((_, record)) => match producer.send(record, Timeout::After(PRODUCE_TIMEOUT)).await {
                 Ok(_) => {}
                 Err((e, _)) => return Err(e.to_string()),
             },
         }
+    }
+    if how.acks == RelayAcks::FireAndForget {
+        // The mistake: the sends are queued, and the relay goes on to mark
+        // without knowing whether any of them reached the broker.
+        return Ok(());
     }
     for ack in acks {
         match ack.await {

@@ -89,8 +89,13 @@ pub struct RawRelay {
     pub batch_size: Spanned<i64>,
     pub poll_interval_ms: Spanned<i64>,
     pub restart_delay_ms: Spanned<i64>,
-    /// `"publish-then-mark"` (correct) or `"mark-then-publish"`.
+    /// `"publish-then-mark"` (correct), `"mark-then-publish"` or
+    /// `"delete-then-publish"`.
     pub order: Spanned<String>,
+    /// `"outbox"` (correct: the outbox row's id) or `"minted"` (a fresh id per publish).
+    pub event_id: Spanned<String>,
+    /// `"awaited"` (correct) or `"fire-and-forget"`.
+    pub acks: Spanned<String>,
 }
 
 impl Default for RawRelay {
@@ -101,6 +106,8 @@ impl Default for RawRelay {
             poll_interval_ms: sp(20),
             restart_delay_ms: sp(50),
             order: sp("publish-then-mark".into()),
+            event_id: sp("outbox".into()),
+            acks: sp("awaited".into()),
         }
     }
 }
@@ -258,6 +265,9 @@ choices! {
         CommitOffsetFirst = "commit-offset-first",
         /// The dedup key is generated on consumption, not taken from the producer.
         ConsumerMadeId = "consumer-made-id",
+        /// The inbox is keyed by message id alone: the first handler's claim
+        /// makes every other handler skip the message.
+        MessageIdOnly = "message-id-only",
     }
 }
 
@@ -278,6 +288,28 @@ choices! {
         PublishThenMark = "publish-then-mark",
         /// Mark published and commit, then produce.
         MarkThenPublish = "mark-then-publish",
+        /// Delete the claimed rows and commit, then produce.
+        DeleteThenPublish = "delete-then-publish",
+    }
+}
+
+choices! {
+    /// The event id a relay puts on a message.
+    RelayEventId {
+        /// The outbox row's id: every copy of an event carries the same id.
+        Outbox = "outbox",
+        /// A fresh id minted at publish time: each copy looks like a new event.
+        Minted = "minted",
+    }
+}
+
+choices! {
+    /// Whether a relay waits for the broker's acks before it marks.
+    RelayAcks {
+        /// Await every ack; a failed one gives the batch back.
+        Awaited = "awaited",
+        /// Send and mark at once; a failed delivery goes unnoticed.
+        FireAndForget = "fire-and-forget",
     }
 }
 
@@ -323,6 +355,8 @@ pub struct RelayConfig {
     pub poll_interval: Duration,
     pub restart_delay: Duration,
     pub order: RelayOrder,
+    pub event_id: RelayEventId,
+    pub acks: RelayAcks,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -503,6 +537,8 @@ impl Validator<'_> {
         let projection =
             self.choice(&raw.notifier.projection, "notifier.projection", ProjectionMode::parse, ProjectionMode::names)?;
         let order = self.choice(&raw.relay.order, "relay.order", RelayOrder::parse, RelayOrder::names)?;
+        let event_id = self.choice(&raw.relay.event_id, "relay.event_id", RelayEventId::parse, RelayEventId::names)?;
+        let acks = self.choice(&raw.relay.acks, "relay.acks", RelayAcks::parse, RelayAcks::names)?;
         let publish = self.choice(&raw.workload.publish, "workload.publish", PublishMode::parse, PublishMode::names)?;
         let name = raw.name.clone().unwrap_or_else(|| {
             path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "scenario".into())
@@ -523,6 +559,8 @@ impl Validator<'_> {
                 poll_interval: ms(self.count(&raw.relay.poll_interval_ms, "relay.poll_interval_ms", 1, 60_000)?),
                 restart_delay: ms(self.count(&raw.relay.restart_delay_ms, "relay.restart_delay_ms", 0, 60_000)?),
                 order,
+                event_id,
+                acks,
             },
             notifier: NotifierConfig {
                 instances: self.count(&raw.notifier.instances, "notifier.instances", 1, 64)? as usize,
@@ -651,7 +689,7 @@ mod tests {
         assert_eq!(
             e,
             "t.toml:2:9: `notifier.inbox` is \"maybe\"; expected \"on\", \"off\", \"check-then-act\", \
-             \"separate-transactions\", \"commit-offset-first\" or \"consumer-made-id\""
+             \"separate-transactions\", \"commit-offset-first\", \"consumer-made-id\" or \"message-id-only\""
         );
     }
 

@@ -165,6 +165,51 @@ relay.poll_interval_ms = 5
 faults.relay_slow_produce = 0.05
 "#,
     },
+    Variant {
+        name: "relay-minted id",
+        mistake: "the relay mints the event id at publish time instead of sending the outbox row's",
+        fault: "relay.after_produce 0.2: a republished batch carries new ids",
+        expected: "duplicate effect",
+        // ~7 crashed batches of ~20 events, each republished under new ids
+        // that the inbox has never seen.
+        scenario: r#"
+relay.event_id = "minted"
+faults.relay_after_produce = 0.2
+"#,
+    },
+    Variant {
+        name: "inbox keyed by message id",
+        mistake: "the inbox key is the message id alone, not (message id, handler)",
+        fault: "notifier.before_offset_commit 0.01: redelivery (the mistake needs none)",
+        expected: "missing effect",
+        // The first handler's claim takes the key; the receipt and loyalty
+        // handlers find the message taken and skip it, every time.
+        scenario: r#"
+notifier.inbox = "message-id-only"
+faults.notifier_before_offset_commit = 0.01
+"#,
+    },
+    Variant {
+        name: "delete before publish",
+        mistake: "the relay deletes the outbox rows and commits, then produces",
+        fault: "relay.before_produce 0.2: a crash between the two",
+        expected: "lost event",
+        scenario: r#"
+relay.order = "delete-then-publish"
+faults.relay_before_produce = 0.2
+"#,
+    },
+    Variant {
+        name: "acks not awaited",
+        mistake: "the relay sends and marks without awaiting the broker's acks",
+        fault: "relay.produce_error 0.2: a refused message goes unnoticed",
+        expected: "lost event",
+        // ~7 refused messages a run, each marked published anyway.
+        scenario: r#"
+relay.acks = "fire-and-forget"
+faults.relay_produce_error = 0.2
+"#,
+    },
 ];
 
 /// The heavy-fault scenario's rates (scenarios/heavy-faults.toml), for the
@@ -186,6 +231,8 @@ faults.notifier_before_offset_commit = 0.005
 faults.notifier_mid_batch = 0.1
 faults.notifier_stall = 0.06
 faults.workload_poison = 0.02
+faults.relay_produce_error = 0.1
+faults.relay_after_mark = 0.1
 "#;
 
 /// The correct pipeline under late replays, with its week-long inbox

@@ -87,7 +87,7 @@ async fn outbox_to_kafka_to_inbox_round_trip() {
     // 5. The rows: one inbox claim for the projection handler, its effect, no receipt.
     let mut ledger = chaos::verifier::Ledger::new();
     store.ground_truth(&mut ledger).await.unwrap();
-    let counts = ledger.reconcile().counts;
+    let counts = ledger.reconcile(&chaos::verifier::Spec { payments: 1, outbox: true }).counts;
     assert_eq!(counts.payments, 1);
     assert_eq!(counts.inbox_rows_by_handler.get("projection"), Some(&1));
     assert_eq!(counts.projection_captured, 0, "authorized, not captured");

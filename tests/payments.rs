@@ -20,7 +20,13 @@ fn payments_proves_exactly_once_under_crashes(backend: Backend) {
     assert_eq!(c["payments_with_one_receipt"], 1000);
     assert_eq!(c["projection_captured"], 1000);
     assert_eq!(c["topic_distinct_events"], 2000, "every outbox event reached the topic");
-    assert!(c["topic_duplicates"].as_u64().unwrap() > 0, "relay crashes must leave duplicates: {c}");
+    // The seed experiment's figure is 201 duplicates; seeds 1-10 give 160-270
+    // on both backends (README), so anything under 100 or over 300 means the
+    // relays' batching or the crashes changed.
+    let dups = c["topic_duplicates"].as_u64().unwrap();
+    assert!((100..=300).contains(&dups), "about 10% of the 2,000 events duplicated, got {dups}: {c}");
+    assert_eq!(c["payments_committed"], 1000);
+    assert_eq!(c["loyalty_credits"], 1000);
     assert_eq!(c["topic_messages"].as_u64().unwrap(), 2000 + c["topic_duplicates"].as_u64().unwrap());
     assert!(violated(&r).is_empty(), "{:?}", violated(&r));
     for f in r["faults"].as_array().unwrap() {

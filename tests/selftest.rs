@@ -12,8 +12,8 @@ fn selftest_catches_every_variant(backend: Backend) {
     let ran = run(&mut c);
     assert_eq!(ran.code, 0, "selftest on {backend:?} must pass\nstdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
     let s = ran.json();
-    assert_eq!(s["variants"], 9);
-    assert_eq!(s["caught"], 9, "{s:#}");
+    assert_eq!(s["variants"], 13);
+    assert_eq!(s["caught"], 13, "{s:#}");
     assert_eq!(s["correct_clean"], true);
     let rows = s["rows"].as_array().unwrap();
     let expected = [
@@ -26,6 +26,10 @@ fn selftest_catches_every_variant(backend: Backend) {
         ("mark before publish", "lost event"),
         ("dual write", "lost event"),
         ("last write wins", "stale projection"),
+        ("relay-minted id", "duplicate effect"),
+        ("inbox keyed by message id", "missing effect"),
+        ("delete before publish", "lost event"),
+        ("acks not awaited", "lost event"),
     ];
     for (variant, anomaly) in expected {
         let row = rows.iter().find(|r| r["variant"] == variant).unwrap_or_else(|| panic!("no row for {variant}"));

@@ -243,14 +243,24 @@ impl Store {
             }
         }
         let refs: Vec<&Decoded> = events.iter().collect();
-        let pairs = claims(&refs);
+        let pairs = match modes.inbox {
+            // The mistake: one claim per message, whatever the handlers. The
+            // first handler's claim is the only one; the others find the
+            // message taken and skip it.
+            InboxMode::MessageIdOnly => refs.iter().map(|e| (e.event_id, HANDLER_PROJECTION)).collect(),
+            _ => claims(&refs),
+        };
         let stall = |d: Option<Duration>| async move {
             if let Some(d) = d {
                 tokio::time::sleep(d).await;
             }
         };
         match modes.inbox {
-            InboxMode::On | InboxMode::CommitOffsetFirst | InboxMode::ConsumerMadeId | InboxMode::Off => {
+            InboxMode::On
+            | InboxMode::CommitOffsetFirst
+            | InboxMode::ConsumerMadeId
+            | InboxMode::MessageIdOnly
+            | InboxMode::Off => {
                 let mut tx = self.begin().await?;
                 out.dead_lettered = tx.dead_letters(&bad).await?;
                 let claimed = if modes.inbox == InboxMode::Off { HashSet::new() } else { tx.claim(&pairs).await? };
@@ -370,6 +380,15 @@ impl RelayConn {
         match self {
             RelayConn::Postgres(c) => c.mark_published(ids).await,
             RelayConn::Sqlite(c) => c.mark_published(ids).await,
+        }
+    }
+
+    /// Deletes the claimed rows and commits the claim (the
+    /// delete-then-publish mistake: the rows are gone before the broker has them).
+    pub async fn delete_claimed(&mut self, ids: &[Uuid]) -> Result<()> {
+        match self {
+            RelayConn::Postgres(c) => c.delete_claimed(ids).await,
+            RelayConn::Sqlite(c) => c.delete_claimed(ids).await,
         }
     }
 

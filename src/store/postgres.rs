@@ -470,6 +470,19 @@ impl PgRelayConn {
         Ok(())
     }
 
+    /// Deletes the claimed rows and commits the claim.
+    pub async fn delete_claimed(&mut self, ids: &[Uuid]) -> Result<()> {
+        let ctids: Vec<&str> = ids.iter().filter_map(|i| self.held.get(i).map(String::as_str)).collect();
+        sqlx::query("DELETE FROM outbox WHERE ctid = ANY($1::tid[])")
+            .bind(&ctids)
+            .execute(&mut self.conn)
+            .await
+            .map_err(|e| Error::db("deleting claimed outbox rows", e))?;
+        self.held.clear();
+        sqlx::query("COMMIT").execute(&mut self.conn).await.map_err(|e| Error::db("committing a relay delete", e))?;
+        Ok(())
+    }
+
     /// Gives the rows back after a produce error (a controlled failure, not a crash).
     pub async fn release(&mut self) -> Result<()> {
         self.held.clear();

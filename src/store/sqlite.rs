@@ -568,6 +568,24 @@ impl SqliteRelayConn {
         Ok(())
     }
 
+    /// Deletes the claimed rows, in one transaction.
+    pub async fn delete_claimed(&mut self, ids: &[Uuid]) -> Result<()> {
+        let _turn = turn(&self.writer, "a relay delete").await?;
+        let mut tx =
+            self.write.begin_with("BEGIN IMMEDIATE").await.map_err(|e| Error::db("beginning a relay delete", e))?;
+        for chunk in ids.chunks(MAX_PARAMS) {
+            let sql = format!("DELETE FROM outbox WHERE id IN ({})", list(chunk.len()));
+            let mut q = sqlx::query(&sql);
+            for id in chunk {
+                q = q.bind(id);
+            }
+            q.execute(&mut *tx).await.map_err(|e| Error::db("deleting claimed outbox rows", e))?;
+        }
+        tx.commit().await.map_err(|e| Error::db("committing a relay delete", e))?;
+        self.held.clear();
+        Ok(())
+    }
+
     pub async fn release(&mut self) -> Result<()> {
         let held = std::mem::take(&mut self.held);
         let _turn = turn(&self.writer, "a relay release").await?;
