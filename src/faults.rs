@@ -12,90 +12,142 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-/// Every place the injector may strike.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum FaultPoint {
+/// Declares every fault point once: its variant and what it does, its
+/// name, the scenario key that sets its probability, what one occurrence
+/// is, and how the harness confirms its effect. The list of points, the
+/// scenario's `[faults]` keys with their defaults, and the rates are all
+/// generated from this table, so a new fault point is one entry here plus
+/// the place that strikes it.
+macro_rules! fault_points {
+    ($(
+        $(#[$doc:meta])*
+        $variant:ident = $name:literal, key $key:ident, per $unit:literal, confirmed by $confirmed:literal;
+    )+) => {
+        /// Every place the injector may strike.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum FaultPoint {
+            $($(#[$doc])* $variant,)+
+        }
+
+        impl FaultPoint {
+            /// Every point, in declaration (and so discriminant) order.
+            pub const ALL: &'static [FaultPoint] = &[$(FaultPoint::$variant),+];
+
+            pub fn name(self) -> &'static str {
+                match self { $(FaultPoint::$variant => $name,)+ }
+            }
+
+            /// Its key in a scenario's `[faults]` table.
+            pub fn key(self) -> &'static str {
+                match self { $(FaultPoint::$variant => stringify!($key),)+ }
+            }
+
+            /// What one occurrence is: the unit the probability applies to.
+            pub fn unit(self) -> &'static str {
+                match self { $(FaultPoint::$variant => $unit,)+ }
+            }
+
+            /// How the harness confirms that a firing of this point had its
+            /// effect: the chaos counts only once it is seen.
+            pub fn confirmed_by(self) -> &'static str {
+                match self { $(FaultPoint::$variant => $confirmed,)+ }
+            }
+        }
+
+        /// The `[faults]` table as written: a probability per fault point,
+        /// keyed by its name with `_` for `.`; 0 when absent.
+        #[derive(Debug, Deserialize)]
+        #[serde(deny_unknown_fields, default)]
+        pub struct RawFaults {
+            $($(#[$doc])* pub $key: toml::Spanned<f64>,)+
+        }
+
+        impl Default for RawFaults {
+            fn default() -> Self {
+                Self { $($key: toml::Spanned::new(0..0, 0.0),)+ }
+            }
+        }
+
+        impl RawFaults {
+            /// A point's probability as written, with where it was written.
+            pub fn get(&self, point: FaultPoint) -> &toml::Spanned<f64> {
+                match point { $(FaultPoint::$variant => &self.$key,)+ }
+            }
+        }
+    };
+}
+
+fault_points! {
     /// A relay crashes after the broker acked its batch and before it marks
     /// the rows published: the batch will be published again.
-    RelayAfterProduce,
+    RelayAfterProduce = "relay.after_produce", key relay_after_produce, per "batch",
+        confirmed by "the crashed batch's first event on the topic twice";
     /// A notifier crashes after its inbox transaction committed and before it
     /// commits the offsets: the batch will be delivered again.
-    NotifierBeforeOffsetCommit,
+    NotifierBeforeOffsetCommit = "notifier.before_offset_commit", key notifier_before_offset_commit, per "event",
+        confirmed by "the batch's first message delivered again";
     /// The payment service writes a malformed event next to a real one.
-    WorkloadPoison,
+    WorkloadPoison = "workload.poison", key workload_poison, per "payment",
+        confirmed by "the malformed event's dead letter";
     /// A relay crashes between its two steps, before producing: harmless when
     /// it publishes then marks, a loss when it marks first.
-    RelayBeforeProduce,
+    RelayBeforeProduce = "relay.before_produce", key relay_before_produce, per "batch",
+        confirmed by "the relay's next incarnation";
     /// A relay stalls before producing, holding its claim, so other relays
     /// publish later events first: reordering on the topic.
-    RelaySlowProduce,
+    RelaySlowProduce = "relay.slow_produce", key relay_slow_produce, per "batch",
+        confirmed by "the held claim released after the delay";
     /// A notifier crashes after the inbox claim and before the effects.
-    NotifierMidBatch,
+    NotifierMidBatch = "notifier.mid_batch", key notifier_mid_batch, per "batch",
+        confirmed by "the batch's first message delivered again";
     /// A notifier stalls past its session timeout while holding a batch; the
     /// group gives its partitions away and the zombie then wakes up.
-    NotifierStall,
+    NotifierStall = "notifier.stall", key notifier_stall, per "batch",
+        confirmed by "the zombie's late attempt at its batch";
     /// After a batch, the group's offsets are rewound to the start of its
     /// partitions: a late replay of everything.
-    NotifierReplay,
+    NotifierReplay = "notifier.replay", key notifier_replay, per "batch",
+        confirmed by "the batch's first message delivered again";
     /// The payment service crashes after its database commit and before it
     /// produces (only meaningful with `publish = "dual-write"`).
-    WorkloadAfterCommit,
+    WorkloadAfterCommit = "workload.after_commit", key workload_after_commit, per "event",
+        confirmed by "the produce the crash skipped";
     /// A relay's produce fails: one message of the batch is refused, so the
     /// client reports a delivery error for it while the rest are acked. The
     /// relay must not mark the batch; it gives it back and it goes out again.
-    RelayProduceError,
+    RelayProduceError = "relay.produce_error", key relay_produce_error, per "batch",
+        confirmed by "the failed batch published again";
     /// A relay crashes right after its mark committed: nothing is lost and
     /// nothing is repeated, the next incarnation just carries on.
-    RelayAfterMark,
+    RelayAfterMark = "relay.after_mark", key relay_after_mark, per "batch",
+        confirmed by "the relay's next incarnation";
+}
+
+/// How many fault points there are.
+pub const N: usize = FaultPoint::ALL.len();
+
+/// A probability per fault point, indexed by point.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct FaultRates([f64; N]);
+
+impl FaultRates {
+    /// No faults at all.
+    pub fn none() -> Self {
+        Self([0.0; N])
+    }
+
+    pub fn get(&self, point: FaultPoint) -> f64 {
+        self.0[point.index()]
+    }
+
+    /// The same rates with `point` at `p`.
+    pub fn with(mut self, point: FaultPoint, p: f64) -> Self {
+        self.0[point.index()] = p;
+        self
+    }
 }
 
 impl FaultPoint {
-    pub const ALL: [FaultPoint; 11] = [
-        FaultPoint::RelayAfterProduce,
-        FaultPoint::NotifierBeforeOffsetCommit,
-        FaultPoint::WorkloadPoison,
-        FaultPoint::RelayBeforeProduce,
-        FaultPoint::RelaySlowProduce,
-        FaultPoint::NotifierMidBatch,
-        FaultPoint::NotifierStall,
-        FaultPoint::NotifierReplay,
-        FaultPoint::WorkloadAfterCommit,
-        FaultPoint::RelayProduceError,
-        FaultPoint::RelayAfterMark,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            FaultPoint::RelayAfterProduce => "relay.after_produce",
-            FaultPoint::NotifierBeforeOffsetCommit => "notifier.before_offset_commit",
-            FaultPoint::WorkloadPoison => "workload.poison",
-            FaultPoint::RelayBeforeProduce => "relay.before_produce",
-            FaultPoint::RelaySlowProduce => "relay.slow_produce",
-            FaultPoint::NotifierMidBatch => "notifier.mid_batch",
-            FaultPoint::NotifierStall => "notifier.stall",
-            FaultPoint::NotifierReplay => "notifier.replay",
-            FaultPoint::WorkloadAfterCommit => "workload.after_commit",
-            FaultPoint::RelayProduceError => "relay.produce_error",
-            FaultPoint::RelayAfterMark => "relay.after_mark",
-        }
-    }
-
-    /// What one occurrence is: the unit the probability applies to.
-    pub fn unit(self) -> &'static str {
-        match self {
-            FaultPoint::RelayAfterProduce
-            | FaultPoint::RelayBeforeProduce
-            | FaultPoint::RelaySlowProduce
-            | FaultPoint::NotifierMidBatch
-            | FaultPoint::NotifierStall
-            | FaultPoint::NotifierReplay
-            | FaultPoint::RelayProduceError
-            | FaultPoint::RelayAfterMark => "batch",
-            FaultPoint::NotifierBeforeOffsetCommit | FaultPoint::WorkloadAfterCommit => "event",
-            FaultPoint::WorkloadPoison => "payment",
-        }
-    }
-
     fn index(self) -> usize {
         self as usize
     }
@@ -104,43 +156,7 @@ impl FaultPoint {
     fn salt(self) -> u64 {
         self.name().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
     }
-
-    /// This point's probability in a scenario.
-    pub fn rate(self, r: &crate::scenario::FaultRates) -> f64 {
-        match self {
-            FaultPoint::RelayAfterProduce => r.relay_after_produce,
-            FaultPoint::NotifierBeforeOffsetCommit => r.notifier_before_offset_commit,
-            FaultPoint::WorkloadPoison => r.workload_poison,
-            FaultPoint::RelayBeforeProduce => r.relay_before_produce,
-            FaultPoint::RelaySlowProduce => r.relay_slow_produce,
-            FaultPoint::NotifierMidBatch => r.notifier_mid_batch,
-            FaultPoint::NotifierStall => r.notifier_stall,
-            FaultPoint::NotifierReplay => r.notifier_replay,
-            FaultPoint::WorkloadAfterCommit => r.workload_after_commit,
-            FaultPoint::RelayProduceError => r.relay_produce_error,
-            FaultPoint::RelayAfterMark => r.relay_after_mark,
-        }
-    }
-
-    /// How the harness confirms that a firing of this point had its effect:
-    /// the chaos counts only once it is seen.
-    pub fn confirmed_by(self) -> &'static str {
-        match self {
-            FaultPoint::RelayAfterProduce => "the crashed batch's first event on the topic twice",
-            FaultPoint::RelayProduceError => "the failed batch published again",
-            FaultPoint::RelayBeforeProduce | FaultPoint::RelayAfterMark => "the relay's next incarnation",
-            FaultPoint::RelaySlowProduce => "the held claim released after the delay",
-            FaultPoint::NotifierBeforeOffsetCommit | FaultPoint::NotifierMidBatch | FaultPoint::NotifierReplay => {
-                "the batch's first message delivered again"
-            }
-            FaultPoint::NotifierStall => "the zombie's late attempt at its batch",
-            FaultPoint::WorkloadPoison => "the malformed event's dead letter",
-            FaultPoint::WorkloadAfterCommit => "the produce the crash skipped",
-        }
-    }
 }
-
-const N: usize = FaultPoint::ALL.len();
 
 /// The decision for one occurrence: a pure function, usable by tests and by
 /// anyone who wants to know in advance what a seed will do.
@@ -213,10 +229,10 @@ pub struct FaultInjector {
 const LOG_CAP: usize = 10_000;
 
 impl FaultInjector {
-    pub fn new(seed: u64, rates: &crate::scenario::FaultRates) -> Self {
+    pub fn new(seed: u64, rates: &FaultRates) -> Self {
         Self {
             seed,
-            rates: FaultPoint::ALL.map(|p| p.rate(rates)),
+            rates: std::array::from_fn(|i| rates.get(FaultPoint::ALL[i])),
             occurrences: Default::default(),
             fired: Default::default(),
             confirmed: Default::default(),
@@ -352,7 +368,7 @@ mod tests {
 
     #[test]
     fn injector_counts_and_logs() {
-        let rates = crate::scenario::FaultRates { relay_after_produce: 1.0, ..crate::scenario::FaultRates::none() };
+        let rates = FaultRates::none().with(FaultPoint::RelayAfterProduce, 1.0);
         let f = FaultInjector::new(7, &rates);
         assert!(f.strike(FaultPoint::RelayAfterProduce, "relay-1", || "batch of 3".into()));
         assert!(!f.strike(FaultPoint::NotifierBeforeOffsetCommit, "notifier-1", || unreachable!()));
@@ -375,7 +391,7 @@ mod tests {
 
     #[test]
     fn redelivery_confirms_what_waits_for_it_once() {
-        let f = FaultInjector::new(1, &crate::scenario::FaultRates::none());
+        let f = FaultInjector::new(1, &FaultRates::none());
         f.await_redelivery(FaultPoint::NotifierMidBatch, 1, 2, 40);
         f.await_redelivery(FaultPoint::NotifierBeforeOffsetCommit, 3, 2, 40);
         f.delivered([(2, 39), (1, 40)]);

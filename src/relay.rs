@@ -32,7 +32,7 @@ pub fn producer(brokers: &str) -> Result<FutureProducer, rdkafka::error::KafkaEr
         .set("enable.idempotence", "true")
         .set("linger.ms", "2")
         .set("compression.type", "none")
-        .set("message.timeout.ms", &PRODUCE_TIMEOUT.as_millis().to_string())
+        .set("message.timeout.ms", PRODUCE_TIMEOUT.as_millis().to_string())
         .create()
 }
 
@@ -200,7 +200,12 @@ pub async fn run(ctx: Ctx, index: usize) {
             });
             let how = Publish { refuse, minted: cfg.event_id == RelayEventId::Minted, acks: cfg.acks };
             if let Err(cause) = publish(&producer, &ctx.names.topic, &rows, how).await {
-                warn!(relay = %name, %cause, events = rows.len(), "produce failed; giving the batch back");
+                if refuse.is_some() {
+                    // The injected failure: expected, so not a warning.
+                    debug!(relay = %name, %cause, events = rows.len(), "refused produce; giving the batch back");
+                } else {
+                    warn!(relay = %name, %cause, events = rows.len(), "produce failed; giving the batch back");
+                }
                 Stats::add(&ctx.stats.relay_errors, 1);
                 // Marked or deleted already: there is nothing left to give back.
                 if cfg.order != RelayOrder::PublishThenMark || conn.release().await.is_err() {

@@ -154,7 +154,7 @@ fn table(style: Style, header: &[&str]) -> Table {
         Style::Markdown => t.load_preset(presets::ASCII_MARKDOWN),
     };
     t.set_content_arrangement(ContentArrangement::Disabled);
-    t.set_header(header.iter().map(|h| Cell::new(h)));
+    t.set_header(header.iter().map(Cell::new));
     t
 }
 

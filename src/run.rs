@@ -536,3 +536,29 @@ pub async fn interrupt() {
         let _ = tokio::signal::ctrl_c().await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_stop_names_what_panicked_and_what_did_not_stop() {
+        let fine = tokio::spawn(async {});
+        let panics = tokio::spawn(async { panic!("planted") });
+        let stuck = tokio::spawn(std::future::pending::<()>());
+        let stopped =
+            stop(vec![("relay-1".into(), fine), ("notifier-2".into(), panics), ("notifier-1 zombie".into(), stuck)])
+                .await;
+        assert_eq!(stopped.panicked, vec!["notifier-2"]);
+        assert_eq!(stopped.stuck, vec!["notifier-1 zombie"]);
+        let why = stopped.why().unwrap();
+        assert_eq!(why, "notifier-2 panicked; notifier-1 zombie did not stop within 15 s");
+        assert!(Stopped::default().why().is_none());
+    }
+
+    #[test]
+    fn the_workload_limit_grows_with_the_payments() {
+        assert_eq!(workload_limit(1000), WORKLOAD_FLOOR);
+        assert_eq!(workload_limit(1_000_000), Duration::from_secs(2000));
+    }
+}

@@ -5,6 +5,8 @@
 //! Validation errors name the file, the line and the column, because a user
 //! with a typo in a 60-line file deserves to be told where it is.
 
+use crate::faults::FaultPoint;
+pub use crate::faults::{FaultRates, RawFaults};
 use crate::verifier::AnomalyKind;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -135,58 +137,6 @@ impl Default for RawNotifier {
             projection: sp("state-guard".to_string()),
             session_timeout_ms: sp(6000),
             restart_delay_ms: sp(50),
-        }
-    }
-}
-
-/// Probabilities of each fault point. Keys are the fault point names with
-/// `_` for `.`: `relay_after_produce` is `relay.after_produce`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RawFaults {
-    /// Per relay batch: crash after the broker acked, before the outbox commit.
-    pub relay_after_produce: Spanned<f64>,
-    /// Per event: crash after the inbox transaction, before the offset commit.
-    pub notifier_before_offset_commit: Spanned<f64>,
-    /// Per payment: also write a malformed event, which must be dead-lettered.
-    pub workload_poison: Spanned<f64>,
-    /// Per relay batch: crash after claiming (or, with `mark-then-publish`,
-    /// after marking), before producing.
-    pub relay_before_produce: Spanned<f64>,
-    /// Per relay batch: stall 300 ms before producing, holding the claim, so
-    /// that other relays publish later rows first.
-    pub relay_slow_produce: Spanned<f64>,
-    /// Per batch: crash after the inbox claim and before the effects.
-    pub notifier_mid_batch: Spanned<f64>,
-    /// Per batch: stall past the session timeout while holding the batch.
-    pub notifier_stall: Spanned<f64>,
-    /// Per batch: after committing, rewind the group's offsets to the start
-    /// of the batch's partitions (a late replay).
-    pub notifier_replay: Spanned<f64>,
-    /// Per event, with `publish = "dual-write"`: crash after the database
-    /// commit, before producing.
-    pub workload_after_commit: Spanned<f64>,
-    /// Per relay batch: one message of the batch is refused, so the produce
-    /// reports a delivery error.
-    pub relay_produce_error: Spanned<f64>,
-    /// Per relay batch: crash right after the mark committed.
-    pub relay_after_mark: Spanned<f64>,
-}
-
-impl Default for RawFaults {
-    fn default() -> Self {
-        Self {
-            relay_after_produce: sp(0.0),
-            notifier_before_offset_commit: sp(0.0),
-            workload_poison: sp(0.0),
-            relay_before_produce: sp(0.0),
-            relay_slow_produce: sp(0.0),
-            notifier_mid_batch: sp(0.0),
-            notifier_stall: sp(0.0),
-            notifier_replay: sp(0.0),
-            workload_after_commit: sp(0.0),
-            relay_produce_error: sp(0.0),
-            relay_after_mark: sp(0.0),
         }
     }
 }
@@ -369,40 +319,6 @@ pub struct NotifierConfig {
     pub restart_delay: Duration,
 }
 
-#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
-pub struct FaultRates {
-    pub relay_after_produce: f64,
-    pub notifier_before_offset_commit: f64,
-    pub workload_poison: f64,
-    pub relay_before_produce: f64,
-    pub relay_slow_produce: f64,
-    pub notifier_mid_batch: f64,
-    pub notifier_stall: f64,
-    pub notifier_replay: f64,
-    pub workload_after_commit: f64,
-    pub relay_produce_error: f64,
-    pub relay_after_mark: f64,
-}
-
-impl FaultRates {
-    /// No faults at all.
-    pub fn none() -> Self {
-        Self {
-            relay_after_produce: 0.0,
-            notifier_before_offset_commit: 0.0,
-            workload_poison: 0.0,
-            relay_before_produce: 0.0,
-            relay_slow_produce: 0.0,
-            notifier_mid_batch: 0.0,
-            notifier_stall: 0.0,
-            notifier_replay: 0.0,
-            workload_after_commit: 0.0,
-            relay_produce_error: 0.0,
-            relay_after_mark: 0.0,
-        }
-    }
-}
-
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Retention {
     pub outbox: Duration,
@@ -540,6 +456,10 @@ impl Validator<'_> {
         let event_id = self.choice(&raw.relay.event_id, "relay.event_id", RelayEventId::parse, RelayEventId::names)?;
         let acks = self.choice(&raw.relay.acks, "relay.acks", RelayAcks::parse, RelayAcks::names)?;
         let publish = self.choice(&raw.workload.publish, "workload.publish", PublishMode::parse, PublishMode::names)?;
+        let mut faults = FaultRates::none();
+        for point in FaultPoint::ALL {
+            faults = faults.with(*point, self.prob(raw.faults.get(*point), point.key())?);
+        }
         let name = raw.name.clone().unwrap_or_else(|| {
             path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "scenario".into())
         });
@@ -580,20 +500,7 @@ impl Validator<'_> {
                     60_000,
                 )?),
             },
-            faults: FaultRates {
-                relay_after_produce: self.prob(&raw.faults.relay_after_produce, "relay_after_produce")?,
-                notifier_before_offset_commit: self
-                    .prob(&raw.faults.notifier_before_offset_commit, "notifier_before_offset_commit")?,
-                workload_poison: self.prob(&raw.faults.workload_poison, "workload_poison")?,
-                relay_before_produce: self.prob(&raw.faults.relay_before_produce, "relay_before_produce")?,
-                relay_slow_produce: self.prob(&raw.faults.relay_slow_produce, "relay_slow_produce")?,
-                notifier_mid_batch: self.prob(&raw.faults.notifier_mid_batch, "notifier_mid_batch")?,
-                notifier_stall: self.prob(&raw.faults.notifier_stall, "notifier_stall")?,
-                notifier_replay: self.prob(&raw.faults.notifier_replay, "notifier_replay")?,
-                workload_after_commit: self.prob(&raw.faults.workload_after_commit, "workload_after_commit")?,
-                relay_produce_error: self.prob(&raw.faults.relay_produce_error, "relay_produce_error")?,
-                relay_after_mark: self.prob(&raw.faults.relay_after_mark, "relay_after_mark")?,
-            },
+            faults,
             retention: Retention {
                 outbox: self.duration(&raw.retention.outbox, "retention.outbox")?,
                 inbox: self.duration(&raw.retention.inbox, "retention.inbox")?,

@@ -347,7 +347,7 @@ pub async fn selftest(opts: &Options) -> Result<Summary> {
                 }
                 None => row.found = format!("verdict {}", rep.verdict.as_str()),
             }
-            eprintln!("selftest: {:<22} run {} {}", v.name, row.runs, if row.ok { "caught" } else { "not caught" });
+            eprintln!("selftest: {:<26} run {} {}", v.name, row.runs, if row.ok { "caught" } else { "not caught" });
             if row.ok {
                 break;
             }

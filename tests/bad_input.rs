@@ -217,6 +217,8 @@ const REQUIRED: &[&str] = &[
     "unknown_notifier_projection.toml",
     "unknown_relay_order.toml",
     "unknown_workload_publish.toml",
+    "unknown_allowed_anomaly.toml",
+    "unknown_relay_acks.toml",
     "bad_retention_inbox_duration.toml",
     "empty.toml",
     "whitespace_only.toml",
@@ -297,9 +299,12 @@ fn assert_one_line_error(text: &str) -> Result<(), TestCaseError> {
 /// Every table with its real keys, plus a misspelling or two.
 const SECTIONS: &[(&str, &[&str])] = &[
     ("", &["name", "description", "seed", "workloads"]),
-    ("workload", &["payments", "producers", "accounts", "publish"]),
+    ("workload", &["payments", "producers", "accounts", "publish", "batch"]),
     ("topic", &["partitions"]),
-    ("relay", &["instances", "batch_size", "poll_interval_ms", "restart_delay_ms", "order", "instancs"]),
+    (
+        "relay",
+        &["instances", "batch_size", "poll_interval_ms", "restart_delay_ms", "order", "event_id", "acks", "instancs"],
+    ),
     ("notifier", &["instances", "batch_size", "inbox", "projection", "session_timeout_ms", "restart_delay_ms"]),
     (
         "faults",
@@ -313,12 +318,14 @@ const SECTIONS: &[(&str, &[&str])] = &[
             "notifier_stall",
             "notifier_replay",
             "workload_after_commit",
+            "relay_produce_error",
+            "relay_after_mark",
             "relay.after_produce",
         ],
     ),
     ("retention", &["outbox", "inbox", "purge_interval_ms"]),
     ("run", &["drain_timeout_secs"]),
-    ("expect", &["exactly_once"]),
+    ("expect", &["exactly_once", "allowed_anomalies"]),
     ("infra", &["database_url", "kafka_brokers"]),
 ];
 
@@ -406,10 +413,15 @@ fn pick(list: &'static [&'static str]) -> impl Strategy<Value = String> {
 fn typed(table: &str, key: &str) -> &'static [&'static str] {
     match (table, key) {
         ("faults", _) => &["0.0", "0.1", "1.0", "1", "1.5", "-0.1", "10", "nan", "inf"],
+        ("expect", "allowed_anomalies") => {
+            &["[]", "[\"split payment\"]", "[\"no such anomaly\"]", "[1]", "\"lost event\""]
+        }
         ("expect", _) => &["true", "false"],
         ("retention", "outbox" | "inbox") => &["\"7d\"", "\"30s\"", "\"500ms\"", "\"7 days\"", "\"\"", "\"d\""],
         ("workload", "publish") => &["\"outbox\"", "\"dual-write\"", "\"dual_write\""],
-        ("relay", "order") => &["\"publish-then-mark\"", "\"mark-then-publish\"", "\"\""],
+        ("relay", "order") => &["\"publish-then-mark\"", "\"mark-then-publish\"", "\"delete-then-publish\"", "\"\""],
+        ("relay", "event_id") => &["\"outbox\"", "\"minted\"", "\"random\""],
+        ("relay", "acks") => &["\"awaited\"", "\"fire-and-forget\"", "\"none\""],
         ("notifier", "inbox") => &["\"on\"", "\"off\"", "\"commit-offset-first\"", "\"maybe\""],
         ("notifier", "projection") => &["\"state-guard\"", "\"last-write-wins\"", "\"latest\""],
         ("infra", _) | ("", "name" | "description") => &["\"x\"", "\"\"", "\"\u{e9}\u{1F600}\""],

@@ -2,6 +2,7 @@
 //! naming file, line and column, and exit code 2.
 
 mod common;
+use chaos::faults::FaultPoint;
 use common::*;
 
 #[test]
@@ -25,7 +26,18 @@ fn payments_toml_reproduces_the_experiment() {
     // 9% of full 5-event batches, retried crashes included: about 200 of
     // the 2,000 events twice on the topic (the seed's 201).
     assert_eq!(s.relay.batch_size, 5);
-    assert_eq!(s.faults.relay_after_produce, 0.09);
-    assert_eq!(s.faults.notifier_before_offset_commit, 0.002);
+    assert_eq!(s.faults.get(FaultPoint::RelayAfterProduce), 0.09);
+    assert_eq!(s.faults.get(FaultPoint::NotifierBeforeOffsetCommit), 0.002);
     assert!(s.exactly_once);
+}
+
+#[test]
+fn the_readme_documents_every_fault_point() {
+    // The fault point table and the scenario keys are the user's reference:
+    // a point added to the registry must be added there too.
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    for p in FaultPoint::ALL {
+        assert!(readme.contains(&format!("| `{}` |", p.name())), "README's fault point table lacks {}", p.name());
+        assert!(readme.contains(p.key()), "README's [faults] keys lack {}", p.key());
+    }
 }

@@ -411,7 +411,7 @@ impl RelayConn {
 }
 
 /// The (event, handler) pairs a batch must claim in the inbox.
-pub fn claims<'a>(events: &[&'a Decoded]) -> Vec<(Uuid, &'static str)> {
+pub fn claims(events: &[&Decoded]) -> Vec<(Uuid, &'static str)> {
     events.iter().flat_map(|e| handlers_for(e.kind).iter().map(move |h| (e.event_id, h.as_str()))).collect()
 }
 

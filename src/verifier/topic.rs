@@ -114,18 +114,39 @@ fn read_blocking(
         read += 1;
         sink(TopicRecord { partition: m.partition(), offset: m.offset(), event_id, payment_id, kind, fingerprint });
     }
-    for (p, n) in per_partition.iter().enumerate() {
-        let want = ends[p] - lows[p];
+    check_read(topic, &per_partition, &lows, &ends)?;
+    drop(c);
+    Ok(())
+}
+
+/// The reader's check of its own read: each partition gave exactly the
+/// messages between its watermarks, no fewer (a skipped partition, a
+/// reader that stops early) and no more.
+fn check_read(topic: &str, read: &[i64], lows: &[i64], highs: &[i64]) -> Result<()> {
+    for (p, n) in read.iter().enumerate() {
+        let want = highs[p] - lows[p];
         if *n != want {
             return Err(Error::Kafka {
                 context: format!("checking the read of topic {topic}"),
                 cause: format!(
                     "partition {p} gave {n} messages between its watermarks {}..{}, which hold {want}",
-                    lows[p], ends[p]
+                    lows[p], highs[p]
                 ),
             });
         }
     }
-    drop(c);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_or_long_read_is_an_error_naming_the_partition() {
+        assert!(check_read("t", &[3, 0, 5], &[0, 4, 10], &[3, 4, 15]).is_ok());
+        let short = check_read("t", &[3, 0, 4], &[0, 4, 10], &[3, 4, 15]).unwrap_err().to_string();
+        assert!(short.contains("partition 2 gave 4 messages between its watermarks 10..15, which hold 5"), "{short}");
+        assert!(check_read("t", &[4, 0, 5], &[0, 4, 10], &[3, 4, 15]).is_err(), "more than the watermarks hold");
+    }
 }

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Plants realistic bugs in the reference pipeline, one at a time, and checks
+that `chaos run` does not pass with any of them: the verifier's adversary.
+
+Each plant is a one-place source change a real team could make. For each,
+the script patches the source, builds the debug binary, runs the scenario
+on the embedded backends (or on the real services when DATABASE_URL and
+KAFKA_BROKERS are set), restores the source, and prints the verdict. A plant
+that passes (exit 0) is a hole in the verifier; the script exits 1 then.
+
+    scripts/plant-bugs.py              # every plant
+    scripts/plant-bugs.py NAME ...     # some of them
+
+Not part of the test suite: every plant is a rebuild (about 20 s each).
+The working tree must be clean under src/ (the script restores it with git).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# name: (file, text to find, replacement, scenario)
+PLANTS = {
+    "receipt-on-the-wrong-event": (
+        "src/store/mod.rs",
+        "plan.receipts.push((e.body.payment_id, e.event_id));",
+        "plan.receipts.push((e.body.payment_id, uuid::Uuid::from_u128(e.event_id.as_u128() ^ 1)));",
+        "scenarios/payments.toml",
+    ),
+    "receipt-on-some-authorized-events": (
+        "src/store/mod.rs",
+        "        if e.kind == EventKind::Captured {\n            if may_apply(e.event_id, HANDLER_RECEIPTS) {",
+        "        if e.kind == EventKind::Authorized && e.body.amount_cents % 97 == 0 {\n"
+        "            plan.receipts.push((e.body.payment_id, e.event_id));\n        }\n"
+        "        if e.kind == EventKind::Captured {\n            if may_apply(e.event_id, HANDLER_RECEIPTS) {",
+        "scenarios/payments.toml",
+    ),
+    "loyalty-to-the-wrong-account": (
+        "src/store/mod.rs",
+        "*plan.loyalty.entry((e.body.account_id, e.partition)).or_default() += e.body.amount_cents;\n"
+        "                plan.credits.push((e.event_id, e.body.account_id, e.body.amount_cents));",
+        "*plan.loyalty.entry((e.body.account_id ^ 1, e.partition)).or_default() += e.body.amount_cents;\n"
+        "                plan.credits.push((e.event_id, e.body.account_id ^ 1, e.body.amount_cents));",
+        "scenarios/payments.toml",
+    ),
+    "one-payment-fewer": (
+        "src/workload.rs",
+        "let ps: Vec<NewPayment> = (first..(first + batch).min(payments))",
+        "let ps: Vec<NewPayment> = (first..(first + batch).min(payments)).filter(|i| *i != 500)",
+        "scenarios/payments.toml",
+    ),
+    "notifier-crash-that-does-nothing": (
+        "src/notifier.rs",
+        "                fires > 0\n            };",
+        "                false\n            };",
+        "scenarios/payments.toml",
+    ),
+    "mark-despite-a-failed-produce": (
+        "src/relay.rs",
+        "if cfg.order != RelayOrder::PublishThenMark || conn.release().await.is_err() {",
+        "if !mark(&ctx, &name, &mut conn, &ids).await {",
+        "scenarios/smoke.toml",
+    ),
+    "relay-corrupts-some-payloads": (
+        "src/relay.rs",
+        "let mut record = FutureRecord::to(topic).key(key.as_bytes()).payload(&r.payload).headers(headers);",
+        "let bad: Vec<u8> = r.payload.iter().map(|b| if *b == b'9' && r.seq % 50 == 0 { b'8' } else { *b }).collect();\n"
+        "        let mut record = FutureRecord::to(topic).key(key.as_bytes()).payload(&bad).headers(headers);",
+        "scenarios/payments.toml",
+    ),
+    "verifier-skips-partition-0": (
+        "src/verifier/topic.rs",
+        "        if high > low {\n            tpl.add",
+        "        if high > low && p != 0 {\n            tpl.add",
+        "scenarios/payments.toml",
+    ),
+}
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, cwd=ROOT, **kw)
+
+
+def plant(name):
+    path, old, new, scenario = PLANTS[name]
+    full = os.path.join(ROOT, path)
+    text = open(full).read()
+    if old not in text:
+        return f"{name}: the code it plants in has changed; update scripts/plant-bugs.py", False
+    open(full, "w").write(text.replace(old, new, 1))
+    try:
+        build = run(["cargo", "build", "-q"], capture_output=True, text=True)
+        if build.returncode != 0:
+            return f"{name}: does not build: {build.stderr.strip().splitlines()[-1:]}", False
+        with tempfile.TemporaryDirectory() as reports:
+            ran = run(
+                ["target/debug/chaos", "run", scenario, "--json", "--reports-dir", reports],
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+        try:
+            r = json.loads(ran.stdout)
+            found = ", ".join(f"{a['count']} x {a['name']}" for a in r["anomalies"]) or "no anomaly"
+            line = f"{name}: exit {ran.returncode}, {r['verdict']}: {found}"
+        except (json.JSONDecodeError, KeyError):
+            line = f"{name}: exit {ran.returncode}: {ran.stderr.strip()[-200:]}"
+        return line, ran.returncode != 0
+    finally:
+        run(["git", "checkout", "-q", "--", path])
+
+
+def main():
+    names = sys.argv[1:] or list(PLANTS)
+    unknown = [n for n in names if n not in PLANTS]
+    if unknown:
+        print(f"unknown plant(s): {', '.join(unknown)}; known: {', '.join(PLANTS)}", file=sys.stderr)
+        return 2
+    if run(["git", "diff", "--quiet", "--", "src"]).returncode != 0:
+        print("src/ has uncommitted changes; commit or stash them first (the script restores src/ with git)",
+              file=sys.stderr)
+        return 2
+    holes = 0
+    for n in names:
+        line, caught = plant(n)
+        print(("caught  " if caught else "MISSED  ") + line, flush=True)
+        holes += not caught
+    run(["cargo", "build", "-q"])
+    print(f"{len(names) - holes}/{len(names)} plants caught")
+    return 1 if holes else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
