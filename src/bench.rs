@@ -14,6 +14,7 @@ use crate::exit::Exit;
 use crate::report::{Latency, Report};
 use crate::run::{execute, Output};
 use crate::store::postgres::PgStore;
+use crate::verifier::Verdict;
 use comfy_table::{presets, Cell, CellAlignment, Table};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -38,7 +39,7 @@ pub struct Options {
 pub struct RunSummary {
     pub run_id: String,
     pub end_to_end_events_per_s: f64,
-    pub verdict: String,
+    pub verdict: Verdict,
 }
 
 /// What the benchmark measured.
@@ -65,7 +66,7 @@ pub struct Figures {
     /// run; None without PostgreSQL.
     pub checkpoint_before_each_run: Option<bool>,
     /// Pass only when every run passed.
-    pub verdict: String,
+    pub verdict: Verdict,
     pub targets: Vec<Target>,
     /// Every run in order; the figures above are the median run's.
     pub runs: Vec<RunSummary>,
@@ -147,18 +148,20 @@ async fn pgbench(url: &str, clients: u32, seconds: u32, scratch: &Path) -> Resul
     .await;
     let _ = std::fs::remove_file(&script);
     let _ = statement(url, &format!("DROP SCHEMA \"{}\" CASCADE", names.schema)).await;
-    let out = out.map_err(|_| Error::Internal("pgbench did not finish".into()))?.map_err(|e| {
-        Error::Usage(format!(
-            "cannot run pgbench: {e}; install PostgreSQL's client tools (Debian: postgresql-contrib or postgresql-15)"
-        ))
-    })?;
+    let out = out
+        .map_err(|_| Error::Tool(format!("pgbench did not finish within {} s; is PostgreSQL stuck?", seconds + 60)))?
+        .map_err(|e| {
+            Error::Tool(format!(
+                "cannot run pgbench: {e}; install PostgreSQL's client tools (Debian: postgresql-contrib or postgresql-15)"
+            ))
+        })?;
     let text = String::from_utf8_lossy(&out.stdout);
     text.lines()
         .find(|l| l.starts_with("tps = "))
         .and_then(|l| l.trim_start_matches("tps = ").split_whitespace().next())
         .and_then(|v| v.parse::<f64>().ok())
         .ok_or_else(|| {
-            Error::Internal(format!(
+            Error::Tool(format!(
                 "pgbench printed no tps: {}",
                 crate::infra::redact(&String::from_utf8_lossy(&out.stderr))
             ))
@@ -198,8 +201,7 @@ async fn checkpoint(url: &str) -> bool {
 }
 
 pub async fn bench(opts: &Options) -> Result<(Figures, Report)> {
-    let mut sc = crate::scenario::load(&opts.scenario)?;
-    sc.payments = opts.payments;
+    let sc = crate::scenario::load(&opts.scenario)?.with_payments(opts.payments)?;
     let url = opts.database_url.clone().or_else(|| sc.infra_database_url.clone());
     let mut checkpoints = true;
     // The yardstick first, so the pipeline never competes with it.
@@ -214,7 +216,7 @@ pub async fn bench(opts: &Options) -> Result<(Figures, Report)> {
     let summary = |e2e: f64, r: &Report| RunSummary {
         run_id: r.run_id.clone(),
         end_to_end_events_per_s: e2e,
-        verdict: r.verdict.as_str().into(),
+        verdict: r.verdict,
     };
     let pipeline =
         || execute(sc.clone(), opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, Output::Quiet);
@@ -241,8 +243,8 @@ pub async fn bench(opts: &Options) -> Result<(Figures, Report)> {
     order.sort_by(|a, b| done[*a].0.total_cmp(&done[*b].0));
     let (e2e, rep) = done.swap_remove(order[(order.len() - 1) / 2]);
     let all = || warmup_runs.iter().chain(runs.iter());
-    let verdict = all().find(|r| r.verdict != "pass").map(|r| r.verdict.clone()).unwrap_or_else(|| "pass".into());
-    let passed = all().filter(|r| r.verdict == "pass").count();
+    let verdict = all().find(|r| r.verdict != Verdict::Pass).map(|r| r.verdict).unwrap_or(Verdict::Pass);
+    let passed = all().filter(|r| r.verdict == Verdict::Pass).count();
     let total = all().count();
     let s = &rep.stages;
     let events = rep.counts.topic_distinct_events;
@@ -266,7 +268,7 @@ pub async fn bench(opts: &Options) -> Result<(Figures, Report)> {
         Target {
             target: "1,000,000 payments complete and verified in ≤ 5 min".into(),
             measured: format!("{:.1} s", rep.timings.total_ms as f64 / 1000.0),
-            met: (n >= 1_000_000).then_some(rep.timings.total_ms <= 300_000 && rep.verdict.as_str() == "pass"),
+            met: (n >= 1_000_000).then_some(rep.timings.total_ms <= 300_000 && rep.verdict == Verdict::Pass),
         },
         Target {
             target: "peak RSS ≤ 500 MB at 1,000,000 payments".into(),
@@ -281,8 +283,8 @@ pub async fn bench(opts: &Options) -> Result<(Figures, Report)> {
     ];
     targets.push(Target {
         target: "every invariant holds (a faster run that loses the proof is a regression)".into(),
-        measured: if total == 1 { verdict.clone() } else { format!("pass in {passed} of {total} runs") },
-        met: Some(verdict == "pass"),
+        measured: if total == 1 { verdict.as_str().into() } else { format!("pass in {passed} of {total} runs") },
+        met: Some(verdict == Verdict::Pass),
     });
     let figures = Figures {
         run_id: rep.run_id.clone(),
@@ -351,7 +353,7 @@ pub fn render(f: &Figures) -> (String, Exit) {
                 None => "-".into(),
             },
         ),
-        ("verdict", f.verdict.clone()),
+        ("verdict", f.verdict.as_str().into()),
     ];
     if f.runs.len() > 1 {
         let all: Vec<String> = f.runs.iter().map(|r| format!("{:.0}", r.end_to_end_events_per_s)).collect();
@@ -376,6 +378,6 @@ pub fn render(f: &Figures) -> (String, Exit) {
         g.add_row(vec![Cell::new(mark), Cell::new(&x.target), Cell::new(&x.measured)]);
     }
     let out = format!("{t}\n{g}\n— : does not apply to this size or backend\n");
-    let exit = if f.verdict == "pass" { Exit::Pass } else { Exit::Fail };
+    let exit = if f.verdict == Verdict::Pass { Exit::Pass } else { Exit::Fail };
     (out, exit)
 }

@@ -101,6 +101,12 @@ impl Stats {
     }
 }
 
+/// The shortest pause before a component restarts after an error (not a
+/// fault): a service that refuses it now, a dead connection, would
+/// otherwise be retried in a tight loop by every relay and notifier. Faults
+/// restart after the scenario's `restart_delay_ms` alone.
+pub const RESTART_FLOOR: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Tells every task to stop. Cloned into each task; `trigger` on the sender.
 #[derive(Clone)]
 pub struct Shutdown {

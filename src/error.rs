@@ -32,6 +32,10 @@ pub enum Error {
     #[error("cannot write {path}: {cause}")]
     Write { path: PathBuf, cause: String },
 
+    /// A tool the command needs is missing or failed (pgbench for the bench).
+    #[error("{0}")]
+    Tool(String),
+
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -43,8 +47,10 @@ impl Error {
             Error::DatabaseUnreachable { .. }
             | Error::KafkaUnreachable { .. }
             | Error::Database { .. }
-            | Error::Kafka { .. } => Exit::Infra,
-            Error::Write { .. } | Error::Internal(_) => Exit::Internal,
+            | Error::Kafka { .. }
+            | Error::Tool(_) => Exit::Infra,
+            Error::Write { .. } => Exit::Io,
+            Error::Internal(_) => Exit::Internal,
         }
     }
 

@@ -1,5 +1,6 @@
-//! Every exit code the binary returns, in one place. The README's table is
-//! written from this file; keep them in step.
+//! Every exit code the binary returns, in one place. The README's table and
+//! the `--help` text list the same codes; a test (tests/docs.rs) keeps them
+//! in step with [`Exit::ALL`].
 
 use std::process::ExitCode;
 
@@ -23,11 +24,26 @@ pub enum Exit {
     Incomplete = 5,
     /// A bug in `chaos` itself.
     Internal = 70,
+    /// A report or another file could not be written (a full disk, an
+    /// unwritable `--reports-dir`): the machine's fault, not `chaos`'s.
+    Io = 74,
     /// Interrupted by Ctrl-C or SIGTERM; a partial report was written.
     Interrupted = 130,
 }
 
 impl Exit {
+    pub const ALL: [Exit; 9] = [
+        Exit::Pass,
+        Exit::Fail,
+        Exit::BadInput,
+        Exit::Infra,
+        Exit::Inconclusive,
+        Exit::Incomplete,
+        Exit::Internal,
+        Exit::Io,
+        Exit::Interrupted,
+    ];
+
     pub fn code(self) -> u8 {
         self as u8
     }

@@ -29,7 +29,8 @@
 //! - [`bench`]: throughput, latency and memory, against a pgbench yardstick.
 //! - [`doctor`]: checks that PostgreSQL and Kafka answer.
 //! - [`clean`]: removes the schemas, topics, groups and files of old runs.
-//! - [`cli`]: the command line, parsed with clap.
+//! - [`cli`]: the command line, parsed with clap; [`commands`]: one function per
+//!   subcommand, which prints its result and picks its exit code.
 //! - [`exit`] and [`error`]: exit codes in one place, typed errors.
 
 #[macro_use]
@@ -38,6 +39,7 @@ pub mod names;
 pub mod bench;
 pub mod clean;
 pub mod cli;
+pub mod commands;
 pub mod context;
 pub mod doctor;
 pub mod embedded;

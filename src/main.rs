@@ -1,9 +1,9 @@
-//! The `chaos` binary: parse, set up tracing, run, map the result to an exit code.
+//! The `chaos` binary: parse, set up the process (signals, malloc, tracing,
+//! the runtime), hand the subcommand to [`chaos::commands::execute`], and map
+//! the result to an exit code.
 
-use chaos::cli::{Cli, Command};
+use chaos::cli::Cli;
 use chaos::exit::Exit;
-use chaos::report::{self, Report, Style};
-use chaos::run::{self, RunOptions};
 use clap::Parser;
 use std::process::ExitCode;
 use tracing_subscriber::EnvFilter;
@@ -43,89 +43,7 @@ fn main() -> ExitCode {
             return Exit::Internal.into();
         }
     };
-    let result = rt.block_on(async move {
-        match cli.command {
-            Command::Run(a) => run::run(RunOptions {
-                scenario: a.scenario,
-                seed: a.seed,
-                database_url: a.infra.database_url,
-                brokers: a.infra.brokers,
-                reports_dir: a.reports_dir,
-                json: a.json,
-            })
-            .await
-            .map(|(_, exit)| exit),
-            Command::Report { file, markdown } => Report::load(&file).map(|r| {
-                print!("{}", report::render(&r, if markdown { Style::Markdown } else { Style::Terminal }));
-                r.verdict.exit()
-            }),
-            Command::Doctor(a) => Ok(chaos::doctor::doctor(a.database_url, a.brokers).await),
-            Command::Bench(a) => {
-                let opts = chaos::bench::Options {
-                    scenario: a.scenario,
-                    payments: a.payments,
-                    database_url: a.infra.database_url,
-                    brokers: a.infra.brokers,
-                    reports_dir: a.reports_dir,
-                    pgbench_clients: a.pgbench_clients,
-                    pgbench_seconds: a.pgbench_seconds,
-                    runs: a.runs,
-                    warmup: a.warmup,
-                };
-                chaos::bench::bench(&opts).await.map(|(figures, _)| {
-                    let (table, exit) = chaos::bench::render(&figures);
-                    if a.json {
-                        println!("{}", serde_json::to_string_pretty(&figures).unwrap_or_default());
-                    } else {
-                        print!("{table}");
-                    }
-                    exit
-                })
-            }
-            Command::Clean(a) => chaos::clean::clean(
-                a.older_than,
-                a.infra.database_url.as_deref(),
-                a.infra.brokers.as_deref(),
-                &a.reports_dir,
-                a.dry_run,
-            )
-            .await
-            .map(|c| {
-                let verb = if a.dry_run { "would remove" } else { "removed" };
-                println!(
-                    "{verb}: {} schemas, {} topics, {} consumer groups, {} files",
-                    c.schemas.len(),
-                    c.topics.len(),
-                    c.groups.len(),
-                    c.files.len()
-                );
-                for n in c.schemas.iter().chain(&c.topics).chain(&c.groups).chain(&c.files) {
-                    println!("  {n}");
-                }
-                chaos::exit::Exit::Pass
-            }),
-            Command::Selftest(a) => {
-                let opts = chaos::selftest::Options {
-                    database_url: a.infra.database_url,
-                    brokers: a.infra.brokers,
-                    reports_dir: a.reports_dir,
-                    seed: a.seed,
-                    clean_seeds: a.clean_seeds,
-                    only: a.only,
-                    variants: !a.no_variants,
-                };
-                chaos::selftest::selftest(&opts).await.map(|summary| {
-                    let (table, exit) = chaos::selftest::render(&summary);
-                    if a.json {
-                        println!("{}", serde_json::to_string_pretty(&summary).unwrap_or_default());
-                    } else {
-                        print!("{table}");
-                    }
-                    exit
-                })
-            }
-        }
-    });
+    let result = rt.block_on(chaos::commands::execute(cli.command));
     // Components may still be closing Kafka clients; do not wait for them.
     rt.shutdown_timeout(std::time::Duration::from_secs(2));
     match result {

@@ -12,7 +12,7 @@
 //! consumer is made ahead, while the current one works (`Spare`), as a
 //! supervisor keeps a replacement process warm.
 
-use crate::context::{Ctx, Stats};
+use crate::context::{Ctx, Stats, RESTART_FLOOR};
 use crate::error::{Error, Result};
 use crate::events;
 use crate::faults::FaultPoint;
@@ -36,6 +36,9 @@ const FIRST_WAIT: Duration = Duration::from_millis(200);
 /// one of two notifiers had no assignment after 5 s), while joins that
 /// complete do so in about 1.1 s.
 const MOCK_JOIN_WAIT: Duration = Duration::from_secs(2);
+/// How long a seek or a committed-offsets read may take: each asks the group
+/// coordinator once, which answers in milliseconds when it is there at all.
+const OFFSET_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long each further message may take to arrive before the batch closes.
 const GATHER_WAIT: Duration = Duration::from_millis(3);
 
@@ -243,7 +246,7 @@ pub async fn run(ctx: Ctx, index: usize) {
             Err(e) => {
                 warn!(notifier = %name, cause = %e, "cannot start a consumer");
                 Stats::add(&ctx.stats.notifier_errors, 1);
-                if shutdown.sleep(cfg.restart_delay.max(Duration::from_millis(200))).await {
+                if shutdown.sleep(cfg.restart_delay.max(RESTART_FLOOR)).await {
                     return;
                 }
                 continue;
@@ -343,7 +346,7 @@ pub async fn run(ctx: Ctx, index: usize) {
                     Stats::add(&ctx.stats.notifier_errors, 1);
                     drop(tpl);
                     discard(consumer);
-                    if shutdown.sleep(cfg.restart_delay.max(Duration::from_millis(200))).await {
+                    if shutdown.sleep(cfg.restart_delay.max(RESTART_FLOOR)).await {
                         return;
                     }
                     continue 'incarnation;
@@ -411,7 +414,7 @@ pub async fn run(ctx: Ctx, index: usize) {
                 let parts: std::collections::BTreeSet<i32> = batch.iter().map(|m| m.partition).collect();
                 for p in parts {
                     let sought = tokio::task::block_in_place(|| {
-                        consumer.seek(&ctx.names.topic, p, Offset::Beginning, Duration::from_secs(5))
+                        consumer.seek(&ctx.names.topic, p, Offset::Beginning, OFFSET_TIMEOUT)
                     });
                     if let Err(e) = sought {
                         debug!(notifier = %name, partition = p, cause = %e, "seek for the replay failed");
@@ -433,14 +436,14 @@ pub async fn run(ctx: Ctx, index: usize) {
 fn rewind_to_committed(consumer: &NotifierConsumer, topic: &str) -> bool {
     tokio::task::block_in_place(|| {
         let Ok(assignment) = consumer.assignment() else { return false };
-        let Ok(committed) = consumer.committed_offsets(assignment, Duration::from_secs(5)) else { return false };
+        let Ok(committed) = consumer.committed_offsets(assignment, OFFSET_TIMEOUT) else { return false };
         let mut ok = true;
         for e in committed.elements_for_topic(topic) {
             let to = match e.offset() {
                 Offset::Offset(o) => Offset::Offset(o),
                 _ => Offset::Beginning,
             };
-            ok &= consumer.seek(topic, e.partition(), to, Duration::from_secs(5)).is_ok();
+            ok &= consumer.seek(topic, e.partition(), to, OFFSET_TIMEOUT).is_ok();
         }
         ok
     })

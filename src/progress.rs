@@ -37,10 +37,6 @@ impl Progress {
         Self { bar, task }
     }
 
-    pub fn phase(&self, what: &str) {
-        self.bar.println(what);
-    }
-
     pub fn finish(self) {
         self.task.abort();
         self.bar.finish_and_clear();

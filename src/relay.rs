@@ -7,7 +7,7 @@
 //! become claimable again and the whole batch is published a second time,
 //! which is where the topic's duplicates come from.
 
-use crate::context::{Ctx, Shutdown, Stats};
+use crate::context::{Ctx, Shutdown, Stats, RESTART_FLOOR};
 use crate::faults::FaultPoint;
 use crate::infra::kafka_config;
 use crate::scenario::{RelayAcks, RelayEventId, RelayOrder};
@@ -22,7 +22,7 @@ use tracing::{debug, warn};
 const SLOW_PRODUCE: Duration = Duration::from_millis(300);
 
 /// How long one produce may wait for its ack before the batch is given back.
-const PRODUCE_TIMEOUT: Duration = Duration::from_secs(15);
+pub const PRODUCE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// A producer as a relay uses it: idempotent (no duplicates from its own
 /// retries, order kept per partition), acks from all replicas.
@@ -104,7 +104,7 @@ pub async fn run(ctx: Ctx, index: usize) {
             Err(e) => {
                 warn!(relay = %name, cause = %e, "cannot create a producer");
                 Stats::add(&ctx.stats.relay_errors, 1);
-                if shutdown.sleep(cfg.restart_delay.max(Duration::from_millis(200))).await {
+                if shutdown.sleep(cfg.restart_delay.max(RESTART_FLOOR)).await {
                     return;
                 }
                 continue;
@@ -116,7 +116,7 @@ pub async fn run(ctx: Ctx, index: usize) {
                 warn!(relay = %name, cause = %e, "cannot open a database connection");
                 Stats::add(&ctx.stats.relay_errors, 1);
                 discard(producer);
-                if shutdown.sleep(cfg.restart_delay.max(Duration::from_millis(200))).await {
+                if shutdown.sleep(cfg.restart_delay.max(RESTART_FLOOR)).await {
                     return;
                 }
                 continue;
@@ -137,14 +137,14 @@ pub async fn run(ctx: Ctx, index: usize) {
                     Stats::add(&ctx.stats.relay_errors, 1);
                     conn.crash();
                     discard(producer);
-                    if shutdown.sleep(cfg.restart_delay.max(Duration::from_millis(200))).await {
+                    if shutdown.sleep(cfg.restart_delay.max(RESTART_FLOOR)).await {
                         return;
                     }
                     continue 'incarnation;
                 }
             };
             if rows.is_empty() {
-                if conn.mark_published(&[]).await.is_err() {
+                if conn.end_claim().await.is_err() {
                     conn.crash();
                     discard(producer);
                     continue 'incarnation;
@@ -213,7 +213,7 @@ pub async fn run(ctx: Ctx, index: usize) {
                     discard(producer);
                     continue 'incarnation;
                 }
-                if shutdown.sleep(cfg.restart_delay.max(Duration::from_millis(200))).await {
+                if shutdown.sleep(cfg.restart_delay.max(RESTART_FLOOR)).await {
                     discard(producer);
                     return;
                 }

@@ -272,7 +272,8 @@ fn render_parts(r: &Report, style: Style, header: bool) -> String {
 
     if !r.anomalies.is_empty() {
         out.push_str(&h("Anomalies"));
-        let mut t = table(style, &["anomaly", "count", "examples (up to 5)"]);
+        let examples = format!("examples (up to {})", crate::verifier::reconcile::EXAMPLES);
+        let mut t = table(style, &["anomaly", "count", &examples]);
         for a in &r.anomalies {
             let sep = if md { "<br>" } else { "\n" };
             t.add_row(vec![Cell::new(&a.name), Cell::new(a.count), Cell::new(a.examples.join(sep))]);

@@ -33,6 +33,14 @@ pub struct RunOptions {
     pub json: bool,
 }
 
+/// Pool connections beyond one per producer and notifier: the drain's
+/// probes, the retention purger, the verifier, and stalled notifiers
+/// (zombies), each of which holds one for its whole stall.
+const SPARE_CONNECTIONS: usize = 4;
+
+/// Fault firings listed one by one in the report (the counts count all).
+const REPORT_FAULT_LOG: usize = 200;
+
 /// How often the drain condition is polled.
 const DRAIN_POLL: Duration = Duration::from_millis(250);
 
@@ -51,7 +59,7 @@ pub enum Output {
 pub async fn run(opts: RunOptions) -> Result<(Report, Exit)> {
     let mut sc = scenario::load(&opts.scenario)?;
     if let Some(seed) = opts.seed {
-        sc.seed = seed;
+        sc = sc.with_seed(seed);
     }
     let output = if opts.json { Output::Json } else { Output::Tables };
     execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, output).await
@@ -70,7 +78,7 @@ pub async fn execute(
     let names = RunNames::new();
 
     // The database: the run's schema in PostgreSQL, or a SQLite file of its own.
-    let max_conns = (sc.producers + sc.notifier.instances + 4) as u32;
+    let max_conns = (sc.producers + sc.notifier.instances + SPARE_CONNECTIONS) as u32;
     let store = match &endpoints.database_url {
         Some(url) => Store::Postgres(PgStore::open(url, &names.schema, max_conns).await?),
         None => {
@@ -218,7 +226,7 @@ pub async fn execute(
         infra: infra_info,
         counts: Default::default(),
         faults: faults.summary(),
-        fault_log: faults.log().into_iter().take(200).collect(),
+        fault_log: faults.log().into_iter().take(REPORT_FAULT_LOG).collect(),
         invariants: vec![],
         chaos_checks: vec![],
         anomalies: vec![],

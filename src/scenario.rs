@@ -326,6 +326,29 @@ pub struct Retention {
     pub purge_interval: Duration,
 }
 
+/// The most payments a scenario may ask for.
+pub const PAYMENTS_MAX: u64 = 10_000_000;
+
+impl Scenario {
+    /// The same scenario with another seed (`--seed`): every seed is valid.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// The same scenario with another payment count (`chaos bench
+    /// --payments`), checked as the file's `workload.payments` is.
+    pub fn with_payments(mut self, payments: u64) -> Result<Self, crate::Error> {
+        if !(1..=PAYMENTS_MAX).contains(&payments) {
+            return Err(crate::Error::Usage(format!(
+                "--payments is {payments}; expected an integer from 1 to {PAYMENTS_MAX}"
+            )));
+        }
+        self.payments = payments;
+        Ok(self)
+    }
+}
+
 /// Reads and validates a scenario file. Every error is one line that names
 /// the file and, where there is one, the line and column.
 pub fn load(path: &Path) -> Result<Scenario, crate::Error> {
@@ -467,7 +490,7 @@ impl Validator<'_> {
             name,
             path: path.to_path_buf(),
             seed: seed as u64,
-            payments: self.count(&raw.workload.payments, "workload.payments", 1, 10_000_000)? as u64,
+            payments: self.count(&raw.workload.payments, "workload.payments", 1, PAYMENTS_MAX as i64)? as u64,
             producers: self.count(&raw.workload.producers, "workload.producers", 1, 256)? as usize,
             accounts: self.count(&raw.workload.accounts, "workload.accounts", 1, 1_000_000)? as u32,
             publish,

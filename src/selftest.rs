@@ -16,7 +16,7 @@ use crate::exit::Exit;
 use crate::report::Report;
 use crate::run::{execute, Output};
 use crate::scenario;
-use crate::verifier::Verdict;
+use crate::verifier::{AnomalyKind, Verdict};
 use comfy_table::{presets, Cell, Table};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -30,7 +30,7 @@ pub struct Variant {
     pub mistake: &'static str,
     pub fault: &'static str,
     /// The anomaly the verifier must report.
-    pub expected: &'static str,
+    pub expected: AnomalyKind,
     /// The scenario: the switch that selects the mistake, and the fault.
     pub scenario: &'static str,
 }
@@ -59,7 +59,7 @@ pub const CATALOGUE: &[Variant] = &[
         name: "inbox off",
         mistake: "no deduplication at all",
         fault: "relay.after_produce 0.2, notifier.before_offset_commit 0.01",
-        expected: "duplicate effect",
+        expected: AnomalyKind::DuplicateEffect,
         // ~7 crashed relay batches of ~20 events each, all redelivered.
         scenario: r#"
 notifier.inbox = "off"
@@ -71,7 +71,7 @@ faults.notifier_before_offset_commit = 0.01
         name: "check-then-act",
         mistake: "SELECT the inbox, process, then INSERT; no unique key, no single transaction",
         fault: "notifier.stall 0.25: a zombie wakes after its replacement processed its batch",
-        expected: "duplicate effect",
+        expected: AnomalyKind::DuplicateEffect,
         // ~7 stalls a run. Each freezes a notifier between its check and its
         // act; its replacement processes the same messages, then the zombie
         // wakes and acts on its stale check.
@@ -84,7 +84,7 @@ faults.notifier_stall = 0.25
         name: "separate transactions",
         mistake: "the inbox insert commits in its own transaction, the effects in another",
         fault: "notifier.mid_batch 0.25: a crash between the two",
-        expected: "missing effect",
+        expected: AnomalyKind::MissingEffect,
         // ~7 crashes, each after claiming a batch that holds captured events.
         scenario: r#"
 notifier.inbox = "separate-transactions"
@@ -95,7 +95,7 @@ faults.notifier_mid_batch = 0.25
         name: "commit offset first",
         mistake: "the offset is committed before the batch is processed",
         fault: "notifier.mid_batch 0.25: a crash after the commit, before the effects",
-        expected: "missing effect",
+        expected: AnomalyKind::MissingEffect,
         scenario: r#"
 notifier.inbox = "commit-offset-first"
 faults.notifier_mid_batch = 0.25
@@ -105,7 +105,7 @@ faults.notifier_mid_batch = 0.25
         name: "consumer-made id",
         mistake: "the dedup key is generated on consumption, not taken from the producer",
         fault: "relay.after_produce 0.2 and notifier.before_offset_commit 0.01: redelivery",
-        expected: "duplicate effect",
+        expected: AnomalyKind::DuplicateEffect,
         scenario: r#"
 notifier.inbox = "consumer-made-id"
 faults.relay_after_produce = 0.2
@@ -116,7 +116,7 @@ faults.notifier_before_offset_commit = 0.01
         name: "retention too short",
         mistake: "inbox rows are purged before the redelivery window closes",
         fault: "notifier.replay 0.25: the group's offsets rewound behind purged ids",
-        expected: "duplicate effect",
+        expected: AnomalyKind::DuplicateEffect,
         // Inbox rows live 100 ms; a replay re-reads its partition from the
         // start, whose ids are purged by then. Sixteen small partitions keep
         // each replay short (a replayed batch may replay again: ~2 batches
@@ -133,7 +133,7 @@ faults.notifier_replay = 0.25
         name: "mark before publish",
         mistake: "the relay marks rows published and commits, then produces",
         fault: "relay.before_produce 0.2: a crash between the two",
-        expected: "lost event",
+        expected: AnomalyKind::LostEvent,
         scenario: r#"
 relay.order = "mark-then-publish"
 faults.relay_before_produce = 0.2
@@ -143,7 +143,7 @@ faults.relay_before_produce = 0.2
         name: "dual write",
         mistake: "no outbox: commit the payment, then produce directly",
         fault: "workload.after_commit 0.02: a crash between the two",
-        expected: "lost event",
+        expected: AnomalyKind::LostEvent,
         // ~12 of 600 events never produced.
         scenario: r#"
 workload.publish = "dual-write"
@@ -154,7 +154,7 @@ faults.workload_after_commit = 0.02
         name: "last write wins",
         mistake: "the projection has no state guard",
         fault: "relay.slow_produce 0.05: reordering on the topic",
-        expected: "stale projection",
+        expected: AnomalyKind::StaleProjection,
         // One event per batch and three relays: a slowed `authorized` lets
         // another relay publish its `captured` first, ~15 times a run.
         scenario: r#"
@@ -169,7 +169,7 @@ faults.relay_slow_produce = 0.05
         name: "relay-minted id",
         mistake: "the relay mints the event id at publish time instead of sending the outbox row's",
         fault: "relay.after_produce 0.2: a republished batch carries new ids",
-        expected: "duplicate effect",
+        expected: AnomalyKind::DuplicateEffect,
         // ~7 crashed batches of ~20 events, each republished under new ids
         // that the inbox has never seen.
         scenario: r#"
@@ -181,7 +181,7 @@ faults.relay_after_produce = 0.2
         name: "inbox keyed by message id",
         mistake: "the inbox key is the message id alone, not (message id, handler)",
         fault: "notifier.before_offset_commit 0.01: redelivery (the mistake needs none)",
-        expected: "missing effect",
+        expected: AnomalyKind::MissingEffect,
         // The first handler's claim takes the key; the receipt and loyalty
         // handlers find the message taken and skip it, every time.
         scenario: r#"
@@ -193,7 +193,7 @@ faults.notifier_before_offset_commit = 0.01
         name: "delete before publish",
         mistake: "the relay deletes the outbox rows and commits, then produces",
         fault: "relay.before_produce 0.2: a crash between the two",
-        expected: "lost event",
+        expected: AnomalyKind::LostEvent,
         scenario: r#"
 relay.order = "delete-then-publish"
 faults.relay_before_produce = 0.2
@@ -203,7 +203,7 @@ faults.relay_before_produce = 0.2
         name: "acks not awaited",
         mistake: "the relay sends and marks without awaiting the broker's acks",
         fault: "relay.produce_error 0.2: a refused message goes unnoticed",
-        expected: "lost event",
+        expected: AnomalyKind::LostEvent,
         // ~7 refused messages a run, each marked published anyway.
         scenario: r#"
 relay.acks = "fire-and-forget"
@@ -312,8 +312,8 @@ pub struct Options {
     pub variants: bool,
 }
 
-fn expected_found(r: &Report, anomaly: &str) -> Option<u64> {
-    r.anomalies.iter().find(|a| a.name == anomaly).map(|a| a.count)
+fn expected_found(r: &Report, anomaly: AnomalyKind) -> Option<u64> {
+    r.anomalies.iter().find(|a| a.name == anomaly.as_str()).map(|a| a.count)
 }
 
 /// Runs the catalogue and the correct pipeline; prints progress on stderr.
@@ -328,7 +328,7 @@ pub async fn selftest(opts: &Options) -> Result<Summary> {
             variant: v.name.into(),
             mistake: v.mistake.into(),
             fault: v.fault.into(),
-            expected: v.expected.into(),
+            expected: v.expected.as_str().into(),
             ok: false,
             runs: 0,
             found: String::new(),
@@ -343,7 +343,7 @@ pub async fn selftest(opts: &Options) -> Result<Summary> {
             match expected_found(&rep, v.expected) {
                 Some(n) => {
                     row.ok = true;
-                    row.found = format!("{n} × {}", v.expected);
+                    row.found = format!("{n} × {}", v.expected.as_str());
                 }
                 None => row.found = format!("verdict {}", rep.verdict.as_str()),
             }

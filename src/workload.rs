@@ -17,7 +17,6 @@ use rand::{Rng, SeedableRng};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
-use std::time::Duration;
 
 /// Writes `payments` payments with `producers` concurrent tasks. Amounts and
 /// accounts come from the seed; payment ids are fresh uuids.
@@ -155,7 +154,7 @@ async fn dual_write(
         .insert(Header { key: crate::events::HEADER_EVENT_TYPE, value: Some(kind.event_type().as_bytes()) });
     let record = FutureRecord::to(&ctx.names.topic).key(key.as_bytes()).payload(&payload).headers(headers);
     producer
-        .send(record, Timeout::After(Duration::from_secs(15)))
+        .send(record, Timeout::After(crate::relay::PRODUCE_TIMEOUT))
         .await
         .map_err(|(e, _)| crate::Error::kafka("producing a dual-write event", e))?;
     Stats::add(&ctx.stats.messages_published, 1);

@@ -80,4 +80,11 @@ fn run_counts_out_of_range_are_bad_input() {
     let ran = run(chaos().args(["bench", "--warmup", "11"]));
     assert_eq!(ran.code, 2, "{}", ran.stderr);
     assert!(ran.stderr.contains("--warmup"), "{}", ran.stderr);
+    // The payment count goes through the scenario's own validation.
+    let mut c = chaos();
+    c.args(["bench", "--payments", "0"]);
+    Backend::Embedded.apply(&mut c);
+    let ran = run(&mut c);
+    assert_eq!(ran.code, 2, "{}", ran.stderr);
+    assert!(ran.stderr.contains("--payments is 0; expected an integer from 1 to 10000000"), "{}", ran.stderr);
 }

@@ -33,19 +33,25 @@ fn scenario(dir: &std::path::Path, payments: u32) -> std::path::PathBuf {
     path
 }
 
+/// The log lines that end the run's wait for its notifier group: the
+/// workload starts right after either.
+const GROUP_WAIT_OVER: [&str; 2] = ["notifier group settled", "did not settle"];
+
 fn interrupted_by(signal: i32) {
     let dir = tempfile::tempdir().unwrap();
     let mut c = chaos();
     c.arg("run").arg(scenario(dir.path(), 20_000)).args(["--json", "--reports-dir"]).arg(dir.path());
     Backend::Embedded.apply(&mut c);
-    let child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    // The workload phase, with its signal handler, has begun once the
+    // group wait is over (settled or not); a sleep could land before it.
+    c.env("RUST_LOG", "info");
+    let (child, stderr) = spawn_until(&mut c, &GROUP_WAIT_OVER, Duration::from_secs(60));
     // SAFETY: sending a signal to our own child process.
     unsafe { libc::kill(child.id() as i32, signal) };
     let t = Instant::now();
     let out = child.wait_with_output().unwrap();
     assert!(t.elapsed() < Duration::from_secs(20), "took {:?} to stop", t.elapsed());
-    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(130), "{}", stderr.join().unwrap());
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["verdict"], "interrupted");
     assert!(r["invariants"].as_array().unwrap().is_empty(), "nothing is verified after an interruption");
@@ -72,14 +78,15 @@ fn survives(outage: impl FnOnce()) -> serde_json::Value {
     let mut c = chaos();
     c.arg("run").arg(scenario(dir.path(), 4000)).args(["--json", "--reports-dir"]).arg(dir.path());
     Backend::Services.apply(&mut c);
-    let child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(1000));
+    // The outage must hit a running pipeline, not its setup.
+    c.env("RUST_LOG", "info");
+    let (child, stderr) = spawn_until(&mut c, &GROUP_WAIT_OVER, Duration::from_secs(60));
     outage();
     let t = Instant::now();
     let out = child.wait_with_output().unwrap();
     assert!(t.elapsed() < Duration::from_secs(120), "took {:?}", t.elapsed());
     let code = out.status.code();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = stderr.join().unwrap();
     let r: serde_json::Value =
         serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("no report; exit {code:?}\n{stderr}"));
     match code {

@@ -192,14 +192,6 @@ impl Store {
         each!(self, s => s.endpoint.clone())
     }
 
-    /// The PostgreSQL schema or the SQLite file holding this run's tables.
-    pub fn location(&self) -> String {
-        match self {
-            Store::Postgres(s) => format!("schema {}", s.schema),
-            Store::Sqlite(s) => format!("file {}", s.endpoint),
-        }
-    }
-
     pub async fn close(&self) {
         each!(self, s => s.close().await)
     }
@@ -373,6 +365,12 @@ impl RelayConn {
             RelayConn::Postgres(c) => c.claim(n).await,
             RelayConn::Sqlite(c) => c.claim(n).await,
         }
+    }
+
+    /// Ends a claim that found no rows (on PostgreSQL it commits the claim's
+    /// transaction; on SQLite a claim holds no transaction).
+    pub async fn end_claim(&mut self) -> Result<()> {
+        self.mark_published(&[]).await
     }
 
     /// Marks the claimed rows published and commits the claim.

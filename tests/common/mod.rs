@@ -112,3 +112,36 @@ pub fn violated(report: &serde_json::Value) -> Vec<String> {
         .map(|i| i["name"].as_str().unwrap().to_string())
         .collect()
 }
+
+/// Starts `cmd` with its output piped and returns once a line of its stderr
+/// contains one of `markers`: a wait for the run to reach a phase, instead
+/// of a sleep that a loaded machine outruns. The rest of stderr keeps being
+/// collected; join the handle for it. Panics after `limit`.
+pub fn spawn_until(
+    cmd: &mut Command,
+    markers: &[&str],
+    limit: Duration,
+) -> (std::process::Child, std::thread::JoinHandle<String>) {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("cannot start chaos");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let markers: Vec<String> = markers.iter().map(|m| m.to_string()).collect();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            if markers.iter().any(|m| line.contains(m.as_str())) {
+                let _ = tx.send(());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    if rx.recv_timeout(limit).is_err() {
+        let _ = child.kill();
+        panic!("chaos logged none of the awaited lines within {limit:?}");
+    }
+    (child, reader)
+}

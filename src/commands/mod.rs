@@ -1,0 +1,114 @@
+//! One function per subcommand: turns its parsed arguments into the
+//! library's options, runs it, prints its result on stdout (tables, or JSON
+//! with `--json`), and says which exit code it ends with. `main.rs` only
+//! parses, sets up the process and calls [`execute`].
+
+use crate::cli::{BenchArgs, CleanArgs, Command, RunArgs, SelftestArgs};
+use crate::error::{Error, Result};
+use crate::exit::Exit;
+use crate::report::{self, Report, Style};
+use crate::run::{self, RunOptions};
+use std::path::Path;
+
+/// Runs one subcommand to its exit code.
+pub async fn execute(command: Command) -> Result<Exit> {
+    match command {
+        Command::Run(a) => run_scenario(a).await,
+        Command::Report { file, markdown } => show_report(&file, markdown),
+        Command::Doctor(a) => Ok(crate::doctor::doctor(a.database_url, a.brokers).await),
+        Command::Bench(a) => bench(a).await,
+        Command::Clean(a) => clean(a).await,
+        Command::Selftest(a) => selftest(a).await,
+    }
+}
+
+/// Prints a value as pretty JSON on stdout; an encoding failure is an error,
+/// never an empty line.
+fn print_json(value: &impl serde::Serialize) -> Result<()> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| Error::Internal(format!("encoding JSON: {e}")))?;
+    println!("{text}");
+    Ok(())
+}
+
+async fn run_scenario(a: RunArgs) -> Result<Exit> {
+    let opts = RunOptions {
+        scenario: a.scenario,
+        seed: a.seed,
+        database_url: a.infra.database_url,
+        brokers: a.infra.brokers,
+        reports_dir: a.reports_dir,
+        json: a.json,
+    };
+    run::run(opts).await.map(|(_, exit)| exit)
+}
+
+fn show_report(file: &Path, markdown: bool) -> Result<Exit> {
+    let r = Report::load(file)?;
+    print!("{}", report::render(&r, if markdown { Style::Markdown } else { Style::Terminal }));
+    Ok(r.verdict.exit())
+}
+
+async fn bench(a: BenchArgs) -> Result<Exit> {
+    let opts = crate::bench::Options {
+        scenario: a.scenario,
+        payments: a.payments,
+        database_url: a.infra.database_url,
+        brokers: a.infra.brokers,
+        reports_dir: a.reports_dir,
+        pgbench_clients: a.pgbench_clients,
+        pgbench_seconds: a.pgbench_seconds,
+        runs: a.runs,
+        warmup: a.warmup,
+    };
+    let (figures, _) = crate::bench::bench(&opts).await?;
+    let (table, exit) = crate::bench::render(&figures);
+    if a.json {
+        print_json(&figures)?;
+    } else {
+        print!("{table}");
+    }
+    Ok(exit)
+}
+
+async fn clean(a: CleanArgs) -> Result<Exit> {
+    let c = crate::clean::clean(
+        a.older_than,
+        a.infra.database_url.as_deref(),
+        a.infra.brokers.as_deref(),
+        &a.reports_dir,
+        a.dry_run,
+    )
+    .await?;
+    let verb = if a.dry_run { "would remove" } else { "removed" };
+    println!(
+        "{verb}: {} schemas, {} topics, {} consumer groups, {} files",
+        c.schemas.len(),
+        c.topics.len(),
+        c.groups.len(),
+        c.files.len()
+    );
+    for n in c.schemas.iter().chain(&c.topics).chain(&c.groups).chain(&c.files) {
+        println!("  {n}");
+    }
+    Ok(Exit::Pass)
+}
+
+async fn selftest(a: SelftestArgs) -> Result<Exit> {
+    let opts = crate::selftest::Options {
+        database_url: a.infra.database_url,
+        brokers: a.infra.brokers,
+        reports_dir: a.reports_dir,
+        seed: a.seed,
+        clean_seeds: a.clean_seeds,
+        only: a.only,
+        variants: !a.no_variants,
+    };
+    let summary = crate::selftest::selftest(&opts).await?;
+    let (table, exit) = crate::selftest::render(&summary);
+    if a.json {
+        print_json(&summary)?;
+    } else {
+        print!("{table}");
+    }
+    Ok(exit)
+}

@@ -1,0 +1,48 @@
+//! The user's references say what the code does: the README and `--help`
+//! list every exit code and every fault point the code has.
+
+mod common;
+use chaos::exit::Exit;
+use chaos::faults::FaultPoint;
+use common::*;
+
+fn readme() -> String {
+    std::fs::read_to_string(root().join("README.md")).unwrap()
+}
+
+#[test]
+fn the_readme_documents_every_fault_point() {
+    // The fault point table and the scenario keys are the user's reference:
+    // a point added to the registry must be added there too.
+    let readme = readme();
+    for p in FaultPoint::ALL {
+        assert!(readme.contains(&format!("| `{}` |", p.name())), "README's fault point table lacks {}", p.name());
+        assert!(readme.contains(p.key()), "README's [faults] keys lack {}", p.key());
+    }
+}
+
+#[test]
+fn the_readme_and_help_list_every_exit_code() {
+    let readme = readme();
+    let help = run(chaos().arg("--help"));
+    assert_eq!(help.code, 0);
+    for e in Exit::ALL {
+        let code = e.code();
+        assert!(readme.contains(&format!("\n| {code} | ")), "README's exit code table lacks {code} ({e:?})");
+        assert!(help.stdout.contains(&format!(" {code} ")), "--help lacks exit code {code} ({e:?}):\n{}", help.stdout);
+    }
+}
+
+#[test]
+fn an_unwritable_reports_dir_exits_74_naming_the_path() {
+    // A file where the reports directory should be: nothing can be written under it.
+    let dir = tempfile::tempdir().unwrap();
+    let blocker = dir.path().join("not-a-dir");
+    std::fs::write(&blocker, "").unwrap();
+    let mut c = chaos();
+    c.arg("run").arg(root().join("scenarios/smoke.toml")).arg("--reports-dir").arg(&blocker);
+    Backend::Embedded.apply(&mut c);
+    let ran = run(&mut c);
+    assert_eq!(ran.code, 74, "stderr:\n{}", ran.stderr);
+    assert!(ran.stderr.contains("not-a-dir"), "{}", ran.stderr);
+}
