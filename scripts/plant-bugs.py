@@ -61,8 +61,8 @@ PLANTS = {
     ),
     "mark-despite-a-failed-produce": (
         "src/relay.rs",
-        "if cfg.order != RelayOrder::PublishThenMark || conn.release().await.is_err() {",
-        "if !mark(&ctx, &name, &mut conn, &ids).await {",
+        "            return self.produce_failed(cause, rows.len(), refuse.is_some(), shutdown).await;",
+        "            let _ = (cause, shutdown);",
         "scenarios/smoke.toml",
     ),
     "relay-corrupts-some-payloads": (

@@ -41,16 +41,6 @@ fn discard(p: FutureProducer) {
     tokio::task::spawn_blocking(move || drop(p));
 }
 
-/// A fault point fired: the relay dies as a process would (the socket closes
-/// with the claim open, the producer goes, nothing is flushed or rolled back)
-/// and pauses before its next incarnation. True when the run is stopping.
-async fn crash(ctx: &Ctx, conn: RelayConn, producer: FutureProducer, shutdown: &mut Shutdown) -> bool {
-    Stats::add(&ctx.stats.relay_crashes, 1);
-    conn.crash();
-    discard(producer);
-    shutdown.sleep(ctx.scenario.relay.restart_delay).await
-}
-
 /// How a batch is published: the faults and mistakes that shape it.
 #[derive(Debug, Clone, Copy)]
 struct Publish {
@@ -73,177 +63,228 @@ struct Refuse {
     partition: i32,
 }
 
-/// Marks the batch published and commits the claim. On failure the caller
-/// reconnects; with publish-then-mark the rows stay unpublished and go out
-/// again, a duplicate on the topic, never a loss.
-async fn mark(ctx: &Ctx, name: &str, conn: &mut RelayConn, ids: &[uuid::Uuid]) -> bool {
-    match conn.mark_published(ids).await {
-        Ok(()) => true,
-        Err(e) => {
-            warn!(relay = %name, cause = %e, "marking published failed; reconnecting");
-            Stats::add(&ctx.stats.relay_errors, 1);
-            false
-        }
-    }
+/// How an incarnation ended, as its supervisor sees it.
+#[derive(Debug)]
+enum Ending {
+    /// The run is stopping.
+    Shutdown,
+    /// A fault point fired; `confirmed_by_restart` says whether the next
+    /// incarnation starting is what confirms it.
+    Crash { point: FaultPoint, confirmed_by_restart: bool },
+    /// An error the relay does not handle in place (a dead connection, a
+    /// failed mark): logged, counted, and restarted after the floor.
+    Error { what: &'static str, cause: String },
 }
 
-/// Runs relay number `index` until shutdown, restarting after each crash.
+/// Runs relay number `index` until shutdown: the supervisor. Every crash
+/// and every restart goes through here: the incarnation dies as a process
+/// would (its database socket closes with the claim open, its producer goes,
+/// nothing is flushed or rolled back), the supervisor pauses, and a new
+/// incarnation starts with a new producer and a new connection.
 pub async fn run(ctx: Ctx, index: usize) {
     let name = format!("relay-{index}");
     let cfg = ctx.scenario.relay.clone();
     let mut shutdown = ctx.shutdown.clone();
-    // The fault point that ended the previous incarnation: its effect is
+    // The fault point that ended the previous incarnation when its effect is
     // this one starting.
     let mut ended_by: Option<FaultPoint> = None;
-    'incarnation: loop {
+    loop {
         if shutdown.is_set() {
             return;
         }
-        let producer = match producer(&ctx.brokers) {
-            Ok(p) => p,
-            Err(e) => {
-                warn!(relay = %name, cause = %e, "cannot create a producer");
-                Stats::add(&ctx.stats.relay_errors, 1);
-                if shutdown.sleep(cfg.restart_delay.max(RESTART_FLOOR)).await {
-                    return;
+        let ending = match Incarnation::start(&ctx, &name).await {
+            Ok(mut inc) => {
+                if let Some(point) = ended_by.take() {
+                    ctx.faults.confirm(point, 1);
                 }
-                continue;
+                let ending = inc.run(&mut shutdown).await;
+                inc.die();
+                ending
+            }
+            Err(e) => Ending::Error { what: "starting", cause: e.to_string() },
+        };
+        let pause = match ending {
+            Ending::Shutdown => return,
+            Ending::Crash { point, confirmed_by_restart } => {
+                Stats::add(&ctx.stats.relay_crashes, 1);
+                ended_by = confirmed_by_restart.then_some(point);
+                cfg.restart_delay
+            }
+            Ending::Error { what, cause } => {
+                warn!(relay = %name, %cause, "{what} failed; restarting");
+                Stats::add(&ctx.stats.relay_errors, 1);
+                cfg.restart_delay.max(RESTART_FLOOR)
             }
         };
-        let mut conn = match ctx.store.relay_connection().await {
-            Ok(c) => c,
-            Err(e) => {
-                warn!(relay = %name, cause = %e, "cannot open a database connection");
-                Stats::add(&ctx.stats.relay_errors, 1);
-                discard(producer);
-                if shutdown.sleep(cfg.restart_delay.max(RESTART_FLOOR)).await {
-                    return;
-                }
-                continue;
-            }
-        };
-        if let Some(point) = ended_by.take() {
-            ctx.faults.confirm(point, 1);
+        if shutdown.sleep(pause).await {
+            return;
         }
+    }
+}
+
+/// One life of a relay: its producer and its database connection. It reads
+/// top to bottom as claim → produce → mark, with the fault points between.
+struct Incarnation<'a> {
+    ctx: &'a Ctx,
+    name: &'a str,
+    producer: FutureProducer,
+    conn: RelayConn,
+}
+
+/// What one pass of an incarnation did.
+enum Step {
+    /// A batch went out (or was given back); claim the next at once.
+    Batch,
+    /// Nothing to claim: wait a poll interval.
+    Idle,
+    End(Ending),
+}
+
+impl<'a> Incarnation<'a> {
+    async fn start(ctx: &'a Ctx, name: &'a str) -> crate::error::Result<Incarnation<'a>> {
+        let producer = producer(&ctx.brokers).map_err(|e| crate::Error::kafka("creating a relay producer", e))?;
+        match ctx.store.relay_connection().await {
+            Ok(conn) => Ok(Incarnation { ctx, name, producer, conn }),
+            Err(e) => {
+                discard(producer);
+                Err(e)
+            }
+        }
+    }
+
+    /// The crash, or the end of a clean stop: the connection is dropped
+    /// with whatever claim it holds (no ROLLBACK), the producer discarded.
+    fn die(self) {
+        self.conn.crash();
+        discard(self.producer);
+    }
+
+    async fn run(&mut self, shutdown: &mut Shutdown) -> Ending {
         loop {
             if shutdown.is_set() {
-                discard(producer);
-                return;
+                return Ending::Shutdown;
             }
-            let rows = match conn.claim(cfg.batch_size).await {
-                Ok(r) => r,
-                Err(e) => {
-                    warn!(relay = %name, cause = %e, "claim failed; reconnecting");
-                    Stats::add(&ctx.stats.relay_errors, 1);
-                    conn.crash();
-                    discard(producer);
-                    if shutdown.sleep(cfg.restart_delay.max(RESTART_FLOOR)).await {
-                        return;
+            match self.step(shutdown).await {
+                Step::Batch => {}
+                Step::Idle => {
+                    if shutdown.sleep(self.ctx.scenario.relay.poll_interval).await {
+                        return Ending::Shutdown;
                     }
-                    continue 'incarnation;
                 }
+                Step::End(e) => return e,
+            }
+        }
+    }
+
+    /// One batch: claim → [the mistakes that mark or delete first] →
+    /// `relay.before_produce` → `relay.slow_produce` → produce, awaiting the
+    /// acks (`relay.produce_error`) → `relay.after_produce` → mark →
+    /// `relay.after_mark`.
+    async fn step(&mut self, shutdown: &mut Shutdown) -> Step {
+        let (ctx, name) = (self.ctx, self.name);
+        let cfg = &ctx.scenario.relay;
+        let fail = |what: &'static str, e: crate::Error| Step::End(Ending::Error { what, cause: e.to_string() });
+        let crash =
+            |point: FaultPoint, confirmed_by_restart: bool| Step::End(Ending::Crash { point, confirmed_by_restart });
+        let rows = match self.conn.claim(cfg.batch_size).await {
+            Ok(r) => r,
+            Err(e) => return fail("claiming outbox rows", e),
+        };
+        if rows.is_empty() {
+            return match self.conn.end_claim().await {
+                Ok(()) => Step::Idle,
+                Err(e) => fail("ending an empty claim", e),
             };
-            if rows.is_empty() {
-                if conn.end_claim().await.is_err() {
-                    conn.crash();
-                    discard(producer);
-                    continue 'incarnation;
-                }
-                if shutdown.sleep(cfg.poll_interval).await {
-                    discard(producer);
-                    return;
-                }
-                continue;
+        }
+        let span =
+            || format!("batch of {} events, outbox seq {}..={}", rows.len(), rows[0].seq, rows[rows.len() - 1].seq);
+        let ids: Vec<_> = rows.iter().map(|r| r.id).collect();
+        if let Err(step) = self.mark_first(&ids).await {
+            return step;
+        }
+        if ctx.faults.strike(FaultPoint::RelayBeforeProduce, name, span) {
+            // Publish-then-mark loses nothing here (the claim dies with the
+            // connection); the mistakes above have already lost the batch.
+            return crash(FaultPoint::RelayBeforeProduce, true);
+        }
+        if ctx.faults.strike(FaultPoint::RelaySlowProduce, name, span) {
+            // Holding the claim while others skip past it: later rows reach
+            // the topic first.
+            tokio::time::sleep(SLOW_PRODUCE).await;
+            ctx.faults.confirm(FaultPoint::RelaySlowProduce, 1);
+        }
+        let refuse = ctx.faults.strike(FaultPoint::RelayProduceError, name, span).then(|| {
+            // Confirmed when the batch goes out again: its first event
+            // twice, or once when it is the refused one.
+            let copies = if rows.len() > 1 { 2 } else { 1 };
+            ctx.faults.await_copies(FaultPoint::RelayProduceError, rows[0].id, copies);
+            Refuse { row: rows.len() - 1, partition: ctx.scenario.partitions }
+        });
+        let how = Publish { refuse, minted: cfg.event_id == RelayEventId::Minted, acks: cfg.acks };
+        if let Err(cause) = publish(&self.producer, &ctx.names.topic, &rows, how).await {
+            return self.produce_failed(cause, rows.len(), refuse.is_some(), shutdown).await;
+        }
+        Stats::add(&ctx.stats.messages_published, rows.len() as u64);
+        ctx.stats.mark(&ctx.stats.first_publish_ms, &ctx.stats.last_publish_ms);
+        if ctx.faults.strike(FaultPoint::RelayAfterProduce, name, span) {
+            // The batch will be published again: its first event twice.
+            ctx.faults.await_copies(FaultPoint::RelayAfterProduce, rows[0].id, 2);
+            return crash(FaultPoint::RelayAfterProduce, false);
+        }
+        if cfg.order == RelayOrder::PublishThenMark {
+            // On failure the rows stay unpublished and go out again: a
+            // duplicate on the topic, never a loss.
+            if let Err(e) = self.conn.mark_published(&ids).await {
+                return fail("marking published", e);
             }
-            let span =
-                || format!("batch of {} events, outbox seq {}..={}", rows.len(), rows[0].seq, rows[rows.len() - 1].seq);
-            let ids: Vec<_> = rows.iter().map(|r| r.id).collect();
-            // The mistake of mark-then-publish: the rows are marked published
-            // and committed before the broker has them.
-            if cfg.order == RelayOrder::MarkThenPublish && !mark(&ctx, &name, &mut conn, &ids).await {
-                conn.crash();
-                discard(producer);
-                continue 'incarnation;
+        }
+        if ctx.faults.strike(FaultPoint::RelayAfterMark, name, span) {
+            // Everything of this batch is done; the crash costs nothing.
+            return crash(FaultPoint::RelayAfterMark, true);
+        }
+        Stats::add(&ctx.stats.relay_batches, 1);
+        debug!(relay = %name, events = rows.len(), "batch published");
+        Step::Batch
+    }
+
+    /// The mistakes that write the batch off before producing it: marked
+    /// published (mark-then-publish) or deleted (delete-then-publish) and
+    /// committed before the broker has it. Nothing for the correct order.
+    async fn mark_first(&mut self, ids: &[uuid::Uuid]) -> Result<(), Step> {
+        let failed = |what: &'static str, e: crate::Error| Step::End(Ending::Error { what, cause: e.to_string() });
+        match self.ctx.scenario.relay.order {
+            RelayOrder::PublishThenMark => Ok(()),
+            RelayOrder::MarkThenPublish => {
+                self.conn.mark_published(ids).await.map_err(|e| failed("marking published", e))
             }
-            // The mistake of delete-then-publish: the rows are gone, committed,
-            // before the broker has them.
-            if cfg.order == RelayOrder::DeleteThenPublish {
-                if let Err(e) = conn.delete_claimed(&ids).await {
-                    warn!(relay = %name, cause = %e, "deleting the claimed rows failed; reconnecting");
-                    Stats::add(&ctx.stats.relay_errors, 1);
-                    conn.crash();
-                    discard(producer);
-                    continue 'incarnation;
-                }
+            RelayOrder::DeleteThenPublish => {
+                self.conn.delete_claimed(ids).await.map_err(|e| failed("deleting the claimed rows", e))
             }
-            if ctx.faults.strike(FaultPoint::RelayBeforeProduce, &name, span) {
-                // Publish-then-mark loses nothing here (the claim dies with
-                // the connection); mark-then-publish has already lost the batch.
-                if crash(&ctx, conn, producer, &mut shutdown).await {
-                    return;
-                }
-                ended_by = Some(FaultPoint::RelayBeforeProduce);
-                continue 'incarnation;
-            }
-            if ctx.faults.strike(FaultPoint::RelaySlowProduce, &name, span) {
-                // Holding the claim while others skip past it: later rows
-                // reach the topic first.
-                tokio::time::sleep(SLOW_PRODUCE).await;
-                ctx.faults.confirm(FaultPoint::RelaySlowProduce, 1);
-            }
-            let refuse = ctx.faults.strike(FaultPoint::RelayProduceError, &name, span).then(|| {
-                // Confirmed when the batch goes out again: its first event
-                // twice, or once when it is the refused one.
-                let copies = if rows.len() > 1 { 2 } else { 1 };
-                ctx.faults.await_copies(FaultPoint::RelayProduceError, rows[0].id, copies);
-                Refuse { row: rows.len() - 1, partition: ctx.scenario.partitions }
-            });
-            let how = Publish { refuse, minted: cfg.event_id == RelayEventId::Minted, acks: cfg.acks };
-            if let Err(cause) = publish(&producer, &ctx.names.topic, &rows, how).await {
-                if refuse.is_some() {
-                    // The injected failure: expected, so not a warning.
-                    debug!(relay = %name, %cause, events = rows.len(), "refused produce; giving the batch back");
-                } else {
-                    warn!(relay = %name, %cause, events = rows.len(), "produce failed; giving the batch back");
-                }
-                Stats::add(&ctx.stats.relay_errors, 1);
-                // Marked or deleted already: there is nothing left to give back.
-                if cfg.order != RelayOrder::PublishThenMark || conn.release().await.is_err() {
-                    conn.crash();
-                    discard(producer);
-                    continue 'incarnation;
-                }
-                if shutdown.sleep(cfg.restart_delay.max(RESTART_FLOOR)).await {
-                    discard(producer);
-                    return;
-                }
-                continue;
-            }
-            Stats::add(&ctx.stats.messages_published, rows.len() as u64);
-            ctx.stats.mark(&ctx.stats.first_publish_ms, &ctx.stats.last_publish_ms);
-            if ctx.faults.strike(FaultPoint::RelayAfterProduce, &name, span) {
-                // The batch will be published again: its first event twice.
-                ctx.faults.await_copies(FaultPoint::RelayAfterProduce, rows[0].id, 2);
-                if crash(&ctx, conn, producer, &mut shutdown).await {
-                    return;
-                }
-                continue 'incarnation;
-            }
-            if cfg.order == RelayOrder::PublishThenMark && !mark(&ctx, &name, &mut conn, &ids).await {
-                conn.crash();
-                discard(producer);
-                continue 'incarnation;
-            }
-            if ctx.faults.strike(FaultPoint::RelayAfterMark, &name, span) {
-                // Everything of this batch is done; the crash costs nothing.
-                if crash(&ctx, conn, producer, &mut shutdown).await {
-                    return;
-                }
-                ended_by = Some(FaultPoint::RelayAfterMark);
-                continue 'incarnation;
-            }
-            Stats::add(&ctx.stats.relay_batches, 1);
-            debug!(relay = %name, events = rows.len(), "batch published");
+        }
+    }
+
+    /// A produce whose delivery failed. The correct relay gives the batch
+    /// back (a controlled failure: the rows are free again) and carries on
+    /// after the restart floor; a batch already marked or deleted has
+    /// nothing left to give back, so that incarnation restarts.
+    async fn produce_failed(&mut self, cause: String, events: usize, injected: bool, shutdown: &mut Shutdown) -> Step {
+        let (ctx, name, cfg) = (self.ctx, self.name, &self.ctx.scenario.relay);
+        if cfg.order != RelayOrder::PublishThenMark {
+            return Step::End(Ending::Error { what: "producing a batch already marked", cause });
+        }
+        Stats::add(&ctx.stats.relay_errors, 1);
+        if injected {
+            // The injected failure: expected, so not a warning.
+            debug!(relay = %name, %cause, events, "refused produce; giving the batch back");
+        } else {
+            warn!(relay = %name, %cause, events, "produce failed; giving the batch back");
+        }
+        if let Err(e) = self.conn.release().await {
+            return Step::End(Ending::Error { what: "giving a batch back", cause: e.to_string() });
+        }
+        match shutdown.sleep(cfg.restart_delay.max(RESTART_FLOOR)).await {
+            true => Step::End(Ending::Shutdown),
+            false => Step::Batch,
         }
     }
 }
