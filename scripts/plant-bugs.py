@@ -55,8 +55,8 @@ PLANTS = {
     ),
     "notifier-crash-that-does-nothing": (
         "src/notifier.rs",
-        "                fires > 0\n            };",
-        "                false\n            };",
+        "            ctx.faults.await_redelivery(FaultPoint::NotifierBeforeOffsetCommit, fires, held);\n        }\n        fires > 0\n",
+        "            ctx.faults.await_redelivery(FaultPoint::NotifierBeforeOffsetCommit, fires, held);\n        }\n        false\n",
         "scenarios/payments.toml",
     ),
     "mark-despite-a-failed-produce": (

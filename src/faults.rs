@@ -200,12 +200,32 @@ pub struct FaultSummary {
     pub confirmed: u64,
 }
 
+/// A watched message: who holds it, when it was last delivered, and the
+/// firings waiting for it to be delivered again.
+#[derive(Debug, Default)]
+struct Watch {
+    holders: u32,
+    last_delivery: u64,
+    awaiting: Vec<(FaultPoint, u64)>,
+}
+
+/// A batch a notifier received, for [`FaultInjector::settled`] and
+/// [`FaultInjector::await_redelivery`]: its first message and when it came.
+#[derive(Debug, Clone, Copy)]
+pub struct Held {
+    pub first: (i32, i64),
+    delivery: u64,
+}
+
 /// What the harness still has to see before a firing counts as confirmed.
 #[derive(Debug, Default)]
 struct Awaited {
-    /// Notifier faults waiting for the message at (partition, offset) to be
-    /// delivered again: the point, and how many firings that confirms.
-    redeliveries: std::collections::HashMap<(i32, i64), Vec<(FaultPoint, u64)>>,
+    /// The first message of each batch a notifier holds or a fault waits
+    /// on, by (partition, offset).
+    watched: std::collections::HashMap<(i32, i64), Watch>,
+    /// Numbers the deliveries, so "delivered again after I received it" is
+    /// a comparison.
+    deliveries: u64,
     /// Relay faults the verifier confirms from the topic: the point, the
     /// batch's first event and the copies of it the topic must hold.
     copies: Vec<(FaultPoint, uuid::Uuid, u8)>,
@@ -219,8 +239,6 @@ pub struct FaultInjector {
     fired: [AtomicU64; N],
     confirmed: [AtomicU64; N],
     awaited: Mutex<Awaited>,
-    /// Redeliveries awaited, so that a delivery checks the map only then.
-    redeliveries_awaited: std::sync::atomic::AtomicUsize,
     log: Mutex<Vec<FaultRecord>>,
     started: Instant,
 }
@@ -237,7 +255,6 @@ impl FaultInjector {
             fired: Default::default(),
             confirmed: Default::default(),
             awaited: Mutex::new(Awaited::default()),
-            redeliveries_awaited: Default::default(),
             log: Mutex::new(Vec::new()),
             started: Instant::now(),
         }
@@ -283,28 +300,63 @@ impl FaultInjector {
         self.awaited.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// `fires` firings of `point` are confirmed once the message at
-    /// (`partition`, `offset`) is delivered again, to any notifier.
-    pub fn await_redelivery(&self, point: FaultPoint, fires: u64, partition: i32, offset: i64) {
-        self.awaited().redeliveries.entry((partition, offset)).or_default().push((point, fires));
-        self.redeliveries_awaited.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// A notifier received these messages: confirms the faults waiting for
-    /// any of them. Costs one atomic load while nothing is awaited.
-    pub fn delivered(&self, messages: impl IntoIterator<Item = (i32, i64)>) {
-        if self.redeliveries_awaited.load(Ordering::Relaxed) == 0 {
-            return;
-        }
-        let mut awaited = self.awaited();
+    /// A notifier received a batch. Confirms the firings waiting for any of
+    /// its messages to come again, and watches the batch's first message
+    /// until the batch is settled or crashes. Watching from receipt, not
+    /// from the crash, matters: during a rebalance two consumers may read the
+    /// same messages, and the redelivery can come before the crash is known.
+    pub fn delivered(&self, first: (i32, i64), messages: impl IntoIterator<Item = (i32, i64)>) -> Held {
+        let mut a = self.awaited();
+        a.deliveries += 1;
+        let now = a.deliveries;
         for m in messages {
-            if let Some(waiting) = awaited.redeliveries.remove(&m) {
-                self.redeliveries_awaited.fetch_sub(1, Ordering::Relaxed);
-                for (point, fires) in waiting {
+            if let Some(w) = a.watched.get_mut(&m) {
+                w.last_delivery = now;
+                for (point, fires) in std::mem::take(&mut w.awaiting) {
                     self.confirm(point, fires);
                 }
             }
         }
+        let w = a.watched.entry(first).or_default();
+        w.holders += 1;
+        w.last_delivery = now;
+        Held { first, delivery: now }
+    }
+
+    /// The batch is done (committed, or failed without a fault): stop
+    /// watching it.
+    pub fn settled(&self, held: Held) {
+        let mut a = self.awaited();
+        Self::release(&mut a, held.first);
+    }
+
+    fn release(a: &mut Awaited, first: (i32, i64)) {
+        if let Some(w) = a.watched.get_mut(&first) {
+            w.holders = w.holders.saturating_sub(1);
+            if w.holders == 0 && w.awaiting.is_empty() {
+                a.watched.remove(&first);
+            }
+        }
+    }
+
+    /// `fires` firings of `point` hit the held batch: they are confirmed by
+    /// its first message delivered again after the batch was received (at
+    /// once, if that has happened already), to any notifier.
+    pub fn await_redelivery(&self, point: FaultPoint, fires: u64, held: Held) {
+        let mut a = self.awaited();
+        let w = a.watched.entry(held.first).or_default();
+        if w.last_delivery > held.delivery {
+            self.confirm(point, fires);
+        } else {
+            w.awaiting.push((point, fires));
+        }
+        Self::release(&mut a, held.first);
+    }
+
+    /// `point` fired on data already settled (a replay): confirmed by the
+    /// next delivery of `first`.
+    pub fn await_next_delivery(&self, point: FaultPoint, first: (i32, i64)) {
+        self.awaited().watched.entry(first).or_default().awaiting.push((point, 1));
     }
 
     /// A firing of `point` is confirmed when the topic holds at least `copies`
@@ -392,13 +444,36 @@ mod tests {
     #[test]
     fn redelivery_confirms_what_waits_for_it_once() {
         let f = FaultInjector::new(1, &FaultRates::none());
-        f.await_redelivery(FaultPoint::NotifierMidBatch, 1, 2, 40);
-        f.await_redelivery(FaultPoint::NotifierBeforeOffsetCommit, 3, 2, 40);
-        f.delivered([(2, 39), (1, 40)]);
+        let a = f.delivered((2, 40), [(2, 40), (2, 41)]);
+        f.await_redelivery(FaultPoint::NotifierMidBatch, 1, a);
+        f.delivered((2, 39), [(2, 39)]).first;
+        f.delivered((1, 40), [(1, 40)]);
         assert_eq!(f.confirmed(FaultPoint::NotifierMidBatch), 0, "another message, another partition");
-        f.delivered([(2, 40), (2, 41)]);
-        f.delivered([(2, 40)]);
+        let again = f.delivered((2, 38), [(2, 38), (2, 39), (2, 40)]);
         assert_eq!(f.confirmed(FaultPoint::NotifierMidBatch), 1);
-        assert_eq!(f.confirmed(FaultPoint::NotifierBeforeOffsetCommit), 3);
+        f.settled(again);
+        f.delivered((2, 40), [(2, 40)]);
+        assert_eq!(f.confirmed(FaultPoint::NotifierMidBatch), 1, "confirmed once");
+    }
+
+    #[test]
+    fn a_redelivery_before_the_crash_is_known_still_confirms_it() {
+        // A rebalance: notifier B reads the batch notifier A holds, and
+        // settles it, before A crashes.
+        let f = FaultInjector::new(1, &FaultRates::none());
+        let held_by_a = f.delivered((3, 7), [(3, 7), (3, 8)]);
+        let held_by_b = f.delivered((3, 7), [(3, 7), (3, 8)]);
+        f.settled(held_by_b);
+        f.await_redelivery(FaultPoint::NotifierBeforeOffsetCommit, 2, held_by_a);
+        assert_eq!(f.confirmed(FaultPoint::NotifierBeforeOffsetCommit), 2);
+        // A delivery before this batch was received does not count.
+        let earlier = f.delivered((4, 1), [(4, 1)]);
+        f.settled(earlier);
+        let held = f.delivered((4, 1), [(4, 1)]);
+        f.await_redelivery(FaultPoint::NotifierMidBatch, 1, held);
+        assert_eq!(f.confirmed(FaultPoint::NotifierMidBatch), 0);
+        f.await_next_delivery(FaultPoint::NotifierReplay, (5, 0));
+        f.delivered((5, 0), [(5, 0)]);
+        assert_eq!(f.confirmed(FaultPoint::NotifierReplay), 1);
     }
 }

@@ -15,17 +15,17 @@
 use crate::context::{Ctx, Stats, RESTART_FLOOR};
 use crate::error::{Error, Result};
 use crate::events;
-use crate::faults::FaultPoint;
+use crate::faults::{FaultPoint, Held};
 use crate::infra::{kafka_config, CONNECT_TIMEOUT};
 use crate::scenario::InboxMode;
-use crate::store::{BatchFaults, Incoming, Modes};
+use crate::store::{BatchFaults, BatchOutcome, Incoming, Modes};
 use futures::FutureExt;
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
 /// How long the first message of a batch is waited for before re-checking shutdown.
@@ -221,13 +221,32 @@ pub fn incoming<M: Message>(m: &M) -> Incoming {
     Incoming { partition: m.partition(), offset: m.offset(), decoded, raw_event_id, raw_payload }
 }
 
-/// Runs notifier number `index` until shutdown, restarting after each crash.
+/// How an incarnation ended, as its supervisor sees it.
+#[derive(Debug)]
+enum Ending {
+    /// The run is stopping.
+    Shutdown,
+    /// A fault point fired (a crash or a stall): restart after the
+    /// scenario's `restart_delay_ms`.
+    Crash,
+    /// A consumer the mock cluster never let join: replace it at once.
+    Rejoin,
+    /// An error the notifier does not handle in place: logged, counted, and
+    /// restarted after the floor.
+    Error { what: &'static str, cause: String },
+}
+
+/// Runs notifier number `index` until shutdown: the supervisor. Every crash
+/// and restart goes through here: the incarnation's consumer is dropped
+/// without committing anything (the group sees a member go), the supervisor
+/// pauses, and a new incarnation starts with a new consumer (made ahead, on
+/// a real broker, by [`Spare`]).
 pub async fn run(ctx: Ctx, index: usize) {
     let name = format!("notifier-{index}");
     let cfg = ctx.scenario.notifier.clone();
     let mut shutdown = ctx.shutdown.clone();
     let mut spare = Spare(None);
-    'incarnation: loop {
+    loop {
         if shutdown.is_set() {
             return;
         }
@@ -241,185 +260,240 @@ pub async fn run(ctx: Ctx, index: usize) {
             // instead of restarting (see `rewind_to_committed`).
             spare = Spare::prepare(&ctx, &name, index);
         }
-        let consumer = match next {
-            Ok(c) => c,
-            Err(e) => {
-                warn!(notifier = %name, cause = %e, "cannot start a consumer");
+        let ending = match next {
+            Ok(consumer) => {
+                let mut inc = Incarnation { ctx: &ctx, name: &name, index, consumer, created: Instant::now() };
+                let ending = inc.run(&mut shutdown).await;
+                discard(inc.consumer);
+                ending
+            }
+            Err(e) => Ending::Error { what: "starting a consumer", cause: e.to_string() },
+        };
+        let pause = match ending {
+            Ending::Shutdown => return,
+            Ending::Rejoin => continue,
+            Ending::Crash => {
+                Stats::add(&ctx.stats.notifier_crashes, 1);
+                cfg.restart_delay
+            }
+            Ending::Error { what, cause } => {
+                warn!(notifier = %name, %cause, "{what} failed; restarting");
                 Stats::add(&ctx.stats.notifier_errors, 1);
-                if shutdown.sleep(cfg.restart_delay.max(RESTART_FLOOR)).await {
-                    return;
-                }
-                continue;
+                cfg.restart_delay.max(RESTART_FLOOR)
             }
         };
-        let created = std::time::Instant::now();
+        if shutdown.sleep(pause).await {
+            return;
+        }
+    }
+}
+
+/// One life of a notifier: its consumer in the group. A pass reads top to
+/// bottom as consume a micro-batch → one transaction (inbox claim and
+/// effects) → commit the offsets, with the fault points between.
+struct Incarnation<'a> {
+    ctx: &'a Ctx,
+    name: &'a str,
+    index: usize,
+    consumer: NotifierConsumer,
+    /// When its consumer was made, for the mock cluster's unjoined members.
+    created: Instant,
+}
+
+/// What one pass of an incarnation did.
+enum Step {
+    Continue,
+    End(Ending),
+}
+
+impl Incarnation<'_> {
+    async fn run(&mut self, shutdown: &mut crate::context::Shutdown) -> Ending {
         loop {
-            let first = tokio::select! {
-                _ = shutdown.wait() => { discard(consumer); return; }
-                r = tokio::time::timeout(FIRST_WAIT, consumer.recv()) => r,
-            };
-            let first = match first {
-                Err(_) => {
-                    // Only a notifier that never joined at all: once the group
-                    // is running, rebalances after crashes and stalls take the
-                    // mock longer, and rejoining then would only restart them.
-                    let joined = consumer.context().joined.load(std::sync::atomic::Ordering::Relaxed);
-                    let never = ctx.stats.assigned.lock().map(|a| !a.contains_key(&index)).unwrap_or(false);
-                    if !ctx.static_membership && !joined && never && created.elapsed() > MOCK_JOIN_WAIT {
-                        info!(notifier = %name, "no assignment from the mock cluster; joining again");
-                        discard(consumer);
-                        continue 'incarnation;
-                    }
-                    continue;
-                }
-                Ok(Err(e)) => {
-                    debug!(notifier = %name, cause = %e, "consumer error");
-                    continue;
-                }
-                Ok(Ok(m)) => incoming(&m),
-            };
-            let mut batch = vec![first];
-            while batch.len() < cfg.batch_size {
-                // What is already queued is taken without arming a timer.
-                let next = match consumer.recv().now_or_never() {
-                    Some(r) => Ok(r),
-                    None => tokio::time::timeout(GATHER_WAIT, consumer.recv()).await,
-                };
-                match next {
-                    Ok(Ok(m)) => batch.push(incoming(&m)),
-                    _ => break,
-                }
+            match self.step(shutdown).await {
+                Step::Continue => {}
+                Step::End(e) => return e,
             }
-            // What was delivered confirms the faults awaiting a redelivery,
-            // before this batch's own faults start awaiting theirs.
-            ctx.faults.delivered(batch.iter().map(|m| (m.partition, m.offset)));
-            let first = &batch[0];
-            let at = (first.partition, first.offset);
-            let hit =
-                || format!("batch of {} events, partition {} offset {}", batch.len(), first.partition, first.offset);
-            let faults = BatchFaults {
-                crash_mid_batch: ctx.faults.strike(FaultPoint::NotifierMidBatch, &name, hit),
-                stall: ctx.faults.strike(FaultPoint::NotifierStall, &name, hit).then(|| stall_duration(&ctx)),
-            };
-            let tpl = next_offsets(&ctx.names.topic, &batch);
-            if cfg.inbox == InboxMode::CommitOffsetFirst {
-                // The mistake: acknowledge first, process after.
-                let _ = tokio::task::block_in_place(|| consumer.commit(&tpl, CommitMode::Sync));
+        }
+    }
+
+    /// consume → `notifier.mid_batch` / `notifier.stall` → one transaction →
+    /// `notifier.before_offset_commit` → commit offsets → `notifier.replay`.
+    async fn step(&mut self, shutdown: &mut crate::context::Shutdown) -> Step {
+        let (ctx, name) = (self.ctx, self.name);
+        let cfg = &ctx.scenario.notifier;
+        let batch = match self.gather(shutdown).await {
+            Ok(Some(b)) => b,
+            Ok(None) => return Step::Continue,
+            Err(ending) => return Step::End(ending),
+        };
+        // What was delivered confirms the faults awaiting a redelivery,
+        // before this batch's own faults start awaiting theirs.
+        let at = (batch[0].partition, batch[0].offset);
+        let held = ctx.faults.delivered(at, batch.iter().map(|m| (m.partition, m.offset)));
+        let hit = || format!("batch of {} events, partition {} offset {}", batch.len(), at.0, at.1);
+        let faults = BatchFaults {
+            crash_mid_batch: ctx.faults.strike(FaultPoint::NotifierMidBatch, name, hit),
+            stall: ctx.faults.strike(FaultPoint::NotifierStall, name, hit).then(|| stall_duration(ctx)),
+        };
+        let tpl = next_offsets(&ctx.names.topic, &batch);
+        if cfg.inbox == InboxMode::CommitOffsetFirst {
+            // The mistake: acknowledge first, process after.
+            let _ = tokio::task::block_in_place(|| self.consumer.commit(&tpl, CommitMode::Sync));
+        }
+        let modes = Modes { inbox: cfg.inbox, projection: cfg.projection };
+        if let Some(stall) = faults.stall {
+            self.zombie(batch, modes, faults, stall, held);
+            return Step::End(Ending::Crash);
+        }
+        let outcome = match ctx.store.apply_batch(&batch, modes, faults).await {
+            Ok(o) => o,
+            // Nothing was committed; the batch comes back after the restart.
+            Err(e) => {
+                ctx.faults.settled(held);
+                return Step::End(Ending::Error { what: "a batch transaction", cause: e.to_string() });
             }
-            let modes = Modes { inbox: cfg.inbox, projection: cfg.projection };
-            if let Some(stall) = faults.stall {
-                // A zombie: this incarnation freezes while holding the batch
-                // (a GC pause, a stopped VM). The group replaces it and the
-                // batch is delivered again; when the zombie wakes it still
-                // applies what it held. It never commits offsets: it has been
-                // fenced.
-                let (store, held) = (ctx.store.clone(), batch.clone());
-                let (stats, who, injector) = (ctx.stats.clone(), name.clone(), ctx.faults.clone());
-                if faults.crash_mid_batch {
-                    // The zombie never commits offsets: its batch comes back.
-                    ctx.faults.await_redelivery(FaultPoint::NotifierMidBatch, 1, at.0, at.1);
-                }
-                let zombie = ZombieGuard::new(&ctx.stats);
-                ctx.tasks.spawn(format!("{name} zombie"), async move {
-                    let _zombie = zombie;
-                    let hold = BatchFaults { crash_mid_batch: faults.crash_mid_batch, stall: Some(stall) };
-                    match store.apply_batch(&held, modes, hold).await {
-                        Ok(o) => Stats::add(&stats.events_applied, o.applied),
-                        Err(e) => warn!(notifier = %who, cause = %e, "zombie batch failed"),
-                    }
-                    // Woken past its stall, it made its late attempt.
-                    injector.confirm(FaultPoint::NotifierStall, 1);
-                });
-                Stats::add(&ctx.stats.notifier_crashes, 1);
-                drop(tpl);
-                discard(consumer);
-                if shutdown.sleep(cfg.restart_delay).await {
-                    return;
-                }
-                continue 'incarnation;
-            }
-            let outcome = match ctx.store.apply_batch(&batch, modes, faults).await {
-                Ok(o) => o,
-                Err(e) => {
-                    // Nothing was committed; the batch comes back after restart.
-                    warn!(notifier = %name, cause = %e, "batch transaction failed; restarting");
-                    Stats::add(&ctx.stats.notifier_errors, 1);
-                    drop(tpl);
-                    discard(consumer);
-                    if shutdown.sleep(cfg.restart_delay.max(RESTART_FLOOR)).await {
-                        return;
-                    }
-                    continue 'incarnation;
-                }
-            };
-            // Crashed part way through the batch (notifier.mid_batch), or
-            // after it: the probability of notifier.before_offset_commit is
-            // per event, every event reaches it, and one hit is enough.
-            let crash = if outcome.crashed {
-                ctx.faults.await_redelivery(FaultPoint::NotifierMidBatch, 1, at.0, at.1);
-                true
-            } else {
-                ctx.stats.mark(&ctx.stats.first_apply_ms, &ctx.stats.last_apply_ms);
-                Stats::add(&ctx.stats.events_applied, outcome.applied);
-                Stats::add(&ctx.stats.duplicates_absorbed, outcome.duplicates);
-                Stats::add(&ctx.stats.stale_ignored, outcome.stale);
-                Stats::add(&ctx.stats.dead_lettered, outcome.dead_lettered);
-                let mut fires = 0;
-                for m in &batch {
-                    fires += ctx.faults.strike(FaultPoint::NotifierBeforeOffsetCommit, &name, || {
-                        format!("batch of {} events, partition {} offset {}", batch.len(), m.partition, m.offset)
-                    }) as u64;
-                }
-                if fires > 0 {
-                    ctx.faults.await_redelivery(FaultPoint::NotifierBeforeOffsetCommit, fires, at.0, at.1);
-                }
-                fires > 0
-            };
-            if crash {
-                Stats::add(&ctx.stats.notifier_crashes, 1);
-                drop(tpl);
-                if !ctx.static_membership && rewind_to_committed(&consumer, &ctx.names.topic) {
-                    continue;
-                }
-                discard(consumer);
-                if shutdown.sleep(cfg.restart_delay).await {
-                    return;
-                }
-                continue 'incarnation;
-            }
-            if cfg.inbox != InboxMode::CommitOffsetFirst {
-                // Asynchronous, as consumers commit in their loop: the batch's
-                // effects are already committed with its inbox rows, so an
-                // offset commit lost to a crash only means a redelivery the
-                // inbox absorbs. Measured on the bench scenario, two
-                // interleaved pairs: 15,663 and 16,586 events/s against
-                // 14,915 and 15,491 with a synchronous commit.
-                let committed = consumer.commit(&tpl, CommitMode::Async);
-                if let Err(e) = committed {
-                    // Usually a rebalance took the partition away; its new owner
-                    // gets the batch again and the inbox absorbs it.
-                    debug!(notifier = %name, cause = %e, "offset commit failed");
-                }
-            }
+        };
+        if self.crashes_after(&batch, &outcome, held) {
+            // Partition lists can hold references into the client: release
+            // them before the consumer goes, or its destruction waits for them.
             drop(tpl);
-            if ctx.faults.strike(FaultPoint::NotifierReplay, &name, hit) {
-                // A late replay, as an operator's offset reset makes one: the
-                // group's committed offsets go back to the start of this
-                // batch's partitions and reading resumes there. No restart:
-                // the replay is of the data, not of the process.
-                ctx.faults.await_redelivery(FaultPoint::NotifierReplay, 1, at.0, at.1);
-                let rewind = rewind_offsets(&ctx.names.topic, &batch);
-                let _ = tokio::task::block_in_place(|| consumer.commit(&rewind, CommitMode::Sync));
-                drop(rewind);
-                let parts: std::collections::BTreeSet<i32> = batch.iter().map(|m| m.partition).collect();
-                for p in parts {
-                    let sought = tokio::task::block_in_place(|| {
-                        consumer.seek(&ctx.names.topic, p, Offset::Beginning, OFFSET_TIMEOUT)
-                    });
-                    if let Err(e) = sought {
-                        debug!(notifier = %name, partition = p, cause = %e, "seek for the replay failed");
-                    }
+            if !ctx.static_membership && rewind_to_committed(&self.consumer, &ctx.names.topic) {
+                Stats::add(&ctx.stats.notifier_crashes, 1);
+                return Step::Continue;
+            }
+            return Step::End(Ending::Crash);
+        }
+        if cfg.inbox != InboxMode::CommitOffsetFirst {
+            // Asynchronous, as consumers commit in their loop: the batch's
+            // effects are already committed with its inbox rows, so an offset
+            // commit lost to a crash only means a redelivery the inbox absorbs.
+            if let Err(e) = self.consumer.commit(&tpl, CommitMode::Async) {
+                // Usually a rebalance took the partition away; its new owner
+                // gets the batch again and the inbox absorbs it.
+                debug!(notifier = %name, cause = %e, "offset commit failed");
+            }
+        }
+        drop(tpl);
+        ctx.faults.settled(held);
+        if ctx.faults.strike(FaultPoint::NotifierReplay, name, hit) {
+            self.replay(&batch, at);
+        }
+        Step::Continue
+    }
+
+    /// A micro-batch: the first message waited for (re-checking shutdown
+    /// every [`FIRST_WAIT`]), then whatever follows within [`GATHER_WAIT`].
+    /// `Ok(None)`: nothing this time.
+    async fn gather(&mut self, shutdown: &mut crate::context::Shutdown) -> Result<Option<Vec<Incoming>>, Ending> {
+        let ctx = self.ctx;
+        let first = tokio::select! {
+            _ = shutdown.wait() => return Err(Ending::Shutdown),
+            r = tokio::time::timeout(FIRST_WAIT, self.consumer.recv()) => r,
+        };
+        let first = match first {
+            Err(_) => {
+                // Only a notifier that never joined at all: once the group
+                // is running, rebalances after crashes and stalls take the
+                // mock longer, and rejoining then would only restart them.
+                let joined = self.consumer.context().joined.load(std::sync::atomic::Ordering::Relaxed);
+                let never = ctx.stats.assigned.lock().map(|a| !a.contains_key(&self.index)).unwrap_or(false);
+                if !ctx.static_membership && !joined && never && self.created.elapsed() > MOCK_JOIN_WAIT {
+                    info!(notifier = %self.name, "no assignment from the mock cluster; joining again");
+                    return Err(Ending::Rejoin);
                 }
+                return Ok(None);
+            }
+            Ok(Err(e)) => {
+                debug!(notifier = %self.name, cause = %e, "consumer error");
+                return Ok(None);
+            }
+            Ok(Ok(m)) => incoming(&m),
+        };
+        let mut batch = vec![first];
+        while batch.len() < ctx.scenario.notifier.batch_size {
+            // What is already queued is taken without arming a timer.
+            let next = match self.consumer.recv().now_or_never() {
+                Some(r) => Ok(r),
+                None => tokio::time::timeout(GATHER_WAIT, self.consumer.recv()).await,
+            };
+            match next {
+                Ok(Ok(m)) => batch.push(incoming(&m)),
+                _ => break,
+            }
+        }
+        Ok(Some(batch))
+    }
+
+    /// The crash faults after the batch transaction: `notifier.mid_batch`
+    /// struck inside it, or `notifier.before_offset_commit` after it (its
+    /// probability is per event, every event reaches it, and one hit is
+    /// enough). Either awaits the batch's redelivery to be confirmed.
+    fn crashes_after(&self, batch: &[Incoming], outcome: &BatchOutcome, held: Held) -> bool {
+        let ctx = self.ctx;
+        if outcome.crashed {
+            ctx.faults.await_redelivery(FaultPoint::NotifierMidBatch, 1, held);
+            return true;
+        }
+        ctx.stats.mark(&ctx.stats.first_apply_ms, &ctx.stats.last_apply_ms);
+        Stats::add(&ctx.stats.events_applied, outcome.applied);
+        Stats::add(&ctx.stats.duplicates_absorbed, outcome.duplicates);
+        Stats::add(&ctx.stats.stale_ignored, outcome.stale);
+        Stats::add(&ctx.stats.dead_lettered, outcome.dead_lettered);
+        let mut fires = 0;
+        for m in batch {
+            fires += ctx.faults.strike(FaultPoint::NotifierBeforeOffsetCommit, self.name, || {
+                format!("batch of {} events, partition {} offset {}", batch.len(), m.partition, m.offset)
+            }) as u64;
+        }
+        if fires > 0 {
+            ctx.faults.await_redelivery(FaultPoint::NotifierBeforeOffsetCommit, fires, held);
+        }
+        fires > 0
+    }
+
+    /// A zombie: this incarnation freezes while holding the batch (a GC
+    /// pause, a stopped VM). The group replaces it and the batch is
+    /// delivered again; when the zombie wakes it still applies what it held.
+    /// It never commits offsets: it has been fenced.
+    fn zombie(&self, batch: Vec<Incoming>, modes: Modes, faults: BatchFaults, stall: Duration, held: Held) {
+        let ctx = self.ctx;
+        let store = ctx.store.clone();
+        let (stats, who, injector) = (ctx.stats.clone(), self.name.to_string(), ctx.faults.clone());
+        if faults.crash_mid_batch {
+            // The zombie never commits offsets: its batch comes back.
+            ctx.faults.await_redelivery(FaultPoint::NotifierMidBatch, 1, held);
+        } else {
+            ctx.faults.settled(held);
+        }
+        let zombie = ZombieGuard::new(&ctx.stats);
+        ctx.tasks.spawn(format!("{} zombie", self.name), async move {
+            let _zombie = zombie;
+            let hold = BatchFaults { crash_mid_batch: faults.crash_mid_batch, stall: Some(stall) };
+            match store.apply_batch(&batch, modes, hold).await {
+                Ok(o) => Stats::add(&stats.events_applied, o.applied),
+                Err(e) => warn!(notifier = %who, cause = %e, "zombie batch failed"),
+            }
+            // Woken past its stall, it made its late attempt.
+            injector.confirm(FaultPoint::NotifierStall, 1);
+        });
+    }
+
+    /// A late replay, as an operator's offset reset makes one: the group's
+    /// committed offsets go back to the start of this batch's partitions and
+    /// reading resumes there. No restart: the replay is of the data, not of
+    /// the process.
+    fn replay(&self, batch: &[Incoming], at: (i32, i64)) {
+        let (ctx, consumer) = (self.ctx, &self.consumer);
+        ctx.faults.await_next_delivery(FaultPoint::NotifierReplay, at);
+        let rewind = rewind_offsets(&ctx.names.topic, batch);
+        let _ = tokio::task::block_in_place(|| consumer.commit(&rewind, CommitMode::Sync));
+        drop(rewind);
+        let parts: std::collections::BTreeSet<i32> = batch.iter().map(|m| m.partition).collect();
+        for p in parts {
+            let sought =
+                tokio::task::block_in_place(|| consumer.seek(&ctx.names.topic, p, Offset::Beginning, OFFSET_TIMEOUT));
+            if let Err(e) = sought {
+                debug!(notifier = %self.name, partition = p, cause = %e, "seek for the replay failed");
             }
         }
     }
