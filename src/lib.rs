@@ -18,6 +18,7 @@
 //! - [`relay`]: outbox relays; claim, produce, `[relay.after_produce]`, mark.
 //! - [`notifier`]: the inbox consumer; one transaction per micro-batch, then
 //!   `[notifier.before_offset_commit]`, then the offset commit.
+//! - [`supervise`]: the one path every component crash and restart takes.
 //! - [`faults`]: named fault points, seeded decisions and the log of what fired.
 //! - [`verifier`]: reads the ground truth and reconciles it into counts,
 //!   invariants, anomalies and a verdict.
@@ -57,6 +58,7 @@ pub mod run;
 pub mod scenario;
 pub mod selftest;
 pub mod store;
+pub mod supervise;
 pub mod verifier;
 pub mod workload;
 

@@ -12,13 +12,14 @@
 //! consumer is made ahead, while the current one works (`Spare`), as a
 //! supervisor keeps a replacement process warm.
 
-use crate::context::{Ctx, Stats, RESTART_FLOOR};
+use crate::context::{Ctx, Stats};
 use crate::error::{Error, Result};
 use crate::events;
 use crate::faults::{FaultPoint, Held};
 use crate::infra::{kafka_config, CONNECT_TIMEOUT};
 use crate::scenario::InboxMode;
 use crate::store::{BatchFaults, BatchOutcome, Incoming, Modes};
+use crate::supervise::{self, Counters, Ending};
 use futures::FutureExt;
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
@@ -221,21 +222,6 @@ pub fn incoming<M: Message>(m: &M) -> Incoming {
     Incoming { partition: m.partition(), offset: m.offset(), decoded, raw_event_id, raw_payload }
 }
 
-/// How an incarnation ended, as its supervisor sees it.
-#[derive(Debug)]
-enum Ending {
-    /// The run is stopping.
-    Shutdown,
-    /// A fault point fired (a crash or a stall): restart after the
-    /// scenario's `restart_delay_ms`.
-    Crash,
-    /// A consumer the mock cluster never let join: replace it at once.
-    Rejoin,
-    /// An error the notifier does not handle in place: logged, counted, and
-    /// restarted after the floor.
-    Error { what: &'static str, cause: String },
-}
-
 /// Runs notifier number `index` until shutdown: the supervisor. Every crash
 /// and restart goes through here: the incarnation's consumer is dropped
 /// without committing anything (the group sees a member go), the supervisor
@@ -269,20 +255,8 @@ pub async fn run(ctx: Ctx, index: usize) {
             }
             Err(e) => Ending::Error { what: "starting a consumer", cause: e.to_string() },
         };
-        let pause = match ending {
-            Ending::Shutdown => return,
-            Ending::Rejoin => continue,
-            Ending::Crash => {
-                Stats::add(&ctx.stats.notifier_crashes, 1);
-                cfg.restart_delay
-            }
-            Ending::Error { what, cause } => {
-                warn!(notifier = %name, %cause, "{what} failed; restarting");
-                Stats::add(&ctx.stats.notifier_errors, 1);
-                cfg.restart_delay.max(RESTART_FLOOR)
-            }
-        };
-        if shutdown.sleep(pause).await {
+        let counters = Counters { crashes: &ctx.stats.notifier_crashes, errors: &ctx.stats.notifier_errors };
+        if !supervise::after(ending, &name, counters, cfg.restart_delay, &mut shutdown).await {
             return;
         }
     }
@@ -343,7 +317,7 @@ impl Incarnation<'_> {
         let modes = Modes { inbox: cfg.inbox, projection: cfg.projection };
         if let Some(stall) = faults.stall {
             self.zombie(batch, modes, faults, stall, held);
-            return Step::End(Ending::Crash);
+            return Step::End(Ending::Crash { confirmed_by_restart: None });
         }
         let outcome = match ctx.store.apply_batch(&batch, modes, faults).await {
             Ok(o) => o,
@@ -361,7 +335,7 @@ impl Incarnation<'_> {
                 Stats::add(&ctx.stats.notifier_crashes, 1);
                 return Step::Continue;
             }
-            return Step::End(Ending::Crash);
+            return Step::End(Ending::Crash { confirmed_by_restart: None });
         }
         if cfg.inbox != InboxMode::CommitOffsetFirst {
             // Asynchronous, as consumers commit in their loop: the batch's
@@ -399,7 +373,7 @@ impl Incarnation<'_> {
                 let never = ctx.stats.assigned.lock().map(|a| !a.contains_key(&self.index)).unwrap_or(false);
                 if !ctx.static_membership && !joined && never && self.created.elapsed() > MOCK_JOIN_WAIT {
                     info!(notifier = %self.name, "no assignment from the mock cluster; joining again");
-                    return Err(Ending::Rejoin);
+                    return Err(Ending::Again);
                 }
                 return Ok(None);
             }

@@ -12,6 +12,7 @@ use crate::faults::FaultPoint;
 use crate::infra::kafka_config;
 use crate::scenario::{RelayAcks, RelayEventId, RelayOrder};
 use crate::store::{OutboxRow, RelayConn};
+use crate::supervise::{self, Counters, Ending};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
@@ -63,19 +64,6 @@ struct Refuse {
     partition: i32,
 }
 
-/// How an incarnation ended, as its supervisor sees it.
-#[derive(Debug)]
-enum Ending {
-    /// The run is stopping.
-    Shutdown,
-    /// A fault point fired; `confirmed_by_restart` says whether the next
-    /// incarnation starting is what confirms it.
-    Crash { point: FaultPoint, confirmed_by_restart: bool },
-    /// An error the relay does not handle in place (a dead connection, a
-    /// failed mark): logged, counted, and restarted after the floor.
-    Error { what: &'static str, cause: String },
-}
-
 /// Runs relay number `index` until shutdown: the supervisor. Every crash
 /// and every restart goes through here: the incarnation dies as a process
 /// would (its database socket closes with the claim open, its producer goes,
@@ -103,20 +91,11 @@ pub async fn run(ctx: Ctx, index: usize) {
             }
             Err(e) => Ending::Error { what: "starting", cause: e.to_string() },
         };
-        let pause = match ending {
-            Ending::Shutdown => return,
-            Ending::Crash { point, confirmed_by_restart } => {
-                Stats::add(&ctx.stats.relay_crashes, 1);
-                ended_by = confirmed_by_restart.then_some(point);
-                cfg.restart_delay
-            }
-            Ending::Error { what, cause } => {
-                warn!(relay = %name, %cause, "{what} failed; restarting");
-                Stats::add(&ctx.stats.relay_errors, 1);
-                cfg.restart_delay.max(RESTART_FLOOR)
-            }
-        };
-        if shutdown.sleep(pause).await {
+        if let Ending::Crash { confirmed_by_restart } = &ending {
+            ended_by = *confirmed_by_restart;
+        }
+        let counters = Counters { crashes: &ctx.stats.relay_crashes, errors: &ctx.stats.relay_errors };
+        if !supervise::after(ending, &name, counters, cfg.restart_delay, &mut shutdown).await {
             return;
         }
     }
@@ -184,8 +163,9 @@ impl<'a> Incarnation<'a> {
         let (ctx, name) = (self.ctx, self.name);
         let cfg = &ctx.scenario.relay;
         let fail = |what: &'static str, e: crate::Error| Step::End(Ending::Error { what, cause: e.to_string() });
-        let crash =
-            |point: FaultPoint, confirmed_by_restart: bool| Step::End(Ending::Crash { point, confirmed_by_restart });
+        let crash = |point: FaultPoint, confirmed_by_restart: bool| {
+            Step::End(Ending::Crash { confirmed_by_restart: confirmed_by_restart.then_some(point) })
+        };
         let rows = match self.conn.claim(cfg.batch_size).await {
             Ok(r) => r,
             Err(e) => return fail("claiming outbox rows", e),
