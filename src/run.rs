@@ -16,7 +16,7 @@ use crate::scenario::{self, Scenario};
 use crate::store::{postgres::PgStore, sqlite::SqliteStore, Store};
 use crate::verifier::{reconcile, topic, verdict, Ledger, Verdict};
 use crate::{relay, workload};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
@@ -65,7 +65,8 @@ pub async fn run(opts: RunOptions) -> Result<(Report, Exit)> {
     execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, output).await
 }
 
-/// Runs a validated scenario end to end.
+/// Runs a validated scenario end to end: open the infrastructure, start
+/// the components, drive the workload and the drain, stop, verify, report.
 pub async fn execute(
     sc: Scenario,
     database_url: Option<String>,
@@ -76,61 +77,18 @@ pub async fn execute(
     let started = Instant::now();
     let endpoints = Endpoints::resolve(database_url, brokers, &sc)?;
     let names = RunNames::new();
-
-    // The database: the run's schema in PostgreSQL, or a SQLite file of its own.
-    let max_conns = (sc.producers + sc.notifier.instances + SPARE_CONNECTIONS) as u32;
-    let store = match &endpoints.database_url {
-        Some(url) => Store::Postgres(PgStore::open(url, &names.schema, max_conns).await?),
-        None => {
-            let path = reports_dir.join(format!("{}.sqlite", names.run_id));
-            Store::Sqlite(SqliteStore::open(&path, max_conns).await?)
-        }
-    };
-    // The broker: a real Kafka, or librdkafka's mock cluster in process.
-    let (mock, brokers, broker_kind) = match &endpoints.brokers {
-        Some(b) => {
-            infra::kafka_ping(b, infra::CONNECT_TIMEOUT).await?;
-            (None, b.clone(), "kafka")
-        }
-        None => {
-            let m = MockBroker::start()?;
-            let b = m.bootstrap.clone();
-            (Some(m), b, "librdkafka mock cluster")
-        }
-    };
-    let infra_info = InfraInfo {
-        database: store.backend().into(),
-        database_endpoint: store.endpoint(),
-        schema: match &store {
-            Store::Postgres(s) => s.schema.clone(),
-            Store::Sqlite(_) => String::new(),
-        },
-        broker: broker_kind.into(),
-        brokers: brokers.clone(),
-        topic: names.topic.clone(),
-        group: names.group.clone(),
-    };
+    let infra = Infra::open(&sc, &endpoints, &names, reports_dir).await?;
     if output == Output::Tables {
         println!(
-            "chaos run {} · scenario {} · seed {}\ninfra: {} · {}",
+            "chaos run {} · scenario {} · seed {}\ninfra: {}",
             names.run_id,
             sc.name,
             sc.seed,
-            match &store {
-                Store::Postgres(s) => format!("PostgreSQL {} (schema {})", s.endpoint, s.schema),
-                Store::Sqlite(s) => format!("SQLite {} (embedded)", s.endpoint),
-            },
-            match &mock {
-                None => format!("Apache Kafka {brokers} (topic {})", names.topic),
-                Some(_) => format!("librdkafka mock cluster {brokers} (embedded, topic {})", names.topic),
-            },
+            infra.describe(&names)
         );
     }
     info!(run_id = %names.run_id, seed = sc.seed, "starting");
-    match &mock {
-        None => infra::create_topic(&brokers, &names.topic, sc.partitions).await?,
-        Some(m) => m.create_topic(&names.topic, sc.partitions)?,
-    }
+    infra.create_topic(&names, sc.partitions).await?;
     let setup_ms = started.elapsed().as_millis() as u64;
 
     let sc = Arc::new(sc);
@@ -139,17 +97,134 @@ pub async fn execute(
     let (trigger, shutdown) = shutdown_pair();
     let ctx = Ctx {
         scenario: sc.clone(),
-        store: store.clone(),
+        store: infra.store.clone(),
         faults: faults.clone(),
         stats: stats.clone(),
-        shutdown: shutdown.clone(),
-        brokers: brokers.clone(),
+        shutdown,
+        brokers: infra.brokers.clone(),
         names: names.clone(),
-        static_membership: mock.is_none(),
+        static_membership: infra.mock.is_none(),
         intent: Default::default(),
         tasks: Default::default(),
     };
+    let mut components = start_components(&ctx);
+    let progress = Progress::start(sc.payments, stats.clone(), faults.clone(), output != Output::Quiet);
+    let mut ran = drive(&ctx).await;
+    trigger.trigger();
+    components.extend(ctx.tasks.take());
+    let stopped = tokio::select! {
+        s = stop(components) => s,
+        _ = interrupt(), if !ran.interrupted => { ran.interrupted = true; Stopped::default() }
+    };
+    progress.finish();
+    if let Some(why) = stopped.why() {
+        warn!("{why}");
+        ran.incomplete = Some(match ran.incomplete.take() {
+            Some(before) => format!("{before}; {why}"),
+            None => why,
+        });
+    }
 
+    let mut rep = skeleton(&sc, &names, &infra.info, &faults, &stats);
+    rep.timings = Timings { setup_ms, workload_ms: ran.workload_ms, drain_ms: ran.drain_ms, ..Default::default() };
+    let t_verify = Instant::now();
+    judge(&mut rep, &ctx, &mut ran, !stopped.stuck.is_empty()).await;
+    rep.timings.verify_ms = t_verify.elapsed().as_millis() as u64;
+    rep.timings.total_ms = started.elapsed().as_millis() as u64;
+    infra.close().await;
+
+    let (json, md) = rep.save(reports_dir)?;
+    match output {
+        Output::Quiet => {}
+        Output::Json => {
+            println!("{}", serde_json::to_string_pretty(&rep).map_err(|e| Error::Internal(e.to_string()))?)
+        }
+        Output::Tables => {
+            print!("{}", report::render_body(&rep));
+            println!("report: {} and {}", json.display(), md.display());
+        }
+    }
+    let exit = rep.verdict.exit();
+    Ok((rep, exit))
+}
+
+/// A run's database and broker, opened: the run's PostgreSQL schema or
+/// SQLite file, and a real Kafka or librdkafka's mock cluster in process.
+struct Infra {
+    store: Store,
+    /// The in-process broker of the embedded mode; None on a real Kafka.
+    mock: Option<MockBroker>,
+    brokers: String,
+    info: InfraInfo,
+}
+
+impl Infra {
+    async fn open(sc: &Scenario, endpoints: &Endpoints, names: &RunNames, reports_dir: &Path) -> Result<Self> {
+        let max_conns = (sc.producers + sc.notifier.instances + SPARE_CONNECTIONS) as u32;
+        let store = match &endpoints.database_url {
+            Some(url) => Store::Postgres(PgStore::open(url, &names.schema, max_conns).await?),
+            None => {
+                let path = reports_dir.join(format!("{}.sqlite", names.run_id));
+                Store::Sqlite(SqliteStore::open(&path, max_conns).await?)
+            }
+        };
+        let (mock, brokers, broker_kind) = match &endpoints.brokers {
+            Some(b) => {
+                infra::kafka_ping(b, infra::CONNECT_TIMEOUT).await?;
+                (None, b.clone(), "kafka")
+            }
+            None => {
+                let m = MockBroker::start()?;
+                let b = m.bootstrap.clone();
+                (Some(m), b, "librdkafka mock cluster")
+            }
+        };
+        let info = InfraInfo {
+            database: store.backend().into(),
+            database_endpoint: store.endpoint(),
+            schema: match &store {
+                Store::Postgres(s) => s.schema.clone(),
+                Store::Sqlite(_) => String::new(),
+            },
+            broker: broker_kind.into(),
+            brokers: brokers.clone(),
+            topic: names.topic.clone(),
+            group: names.group.clone(),
+        };
+        Ok(Self { store, mock, brokers, info })
+    }
+
+    /// The banner's infra line.
+    fn describe(&self, names: &RunNames) -> String {
+        let db = match &self.store {
+            Store::Postgres(s) => format!("PostgreSQL {} (schema {})", s.endpoint, s.schema),
+            Store::Sqlite(s) => format!("SQLite {} (embedded)", s.endpoint),
+        };
+        let broker = match &self.mock {
+            None => format!("Apache Kafka {} (topic {})", self.brokers, names.topic),
+            Some(_) => format!("librdkafka mock cluster {} (embedded, topic {})", self.brokers, names.topic),
+        };
+        format!("{db} · {broker}")
+    }
+
+    async fn create_topic(&self, names: &RunNames, partitions: i32) -> Result<()> {
+        match &self.mock {
+            None => infra::create_topic(&self.brokers, &names.topic, partitions).await,
+            Some(m) => m.create_topic(&names.topic, partitions),
+        }
+    }
+
+    async fn close(self) {
+        self.store.close().await;
+        if let Some(m) = self.mock {
+            m.stop().await;
+        }
+    }
+}
+
+/// Relays, notifiers and the retention purger, each a named task.
+fn start_components(ctx: &Ctx) -> Vec<crate::context::Named> {
+    let sc = &ctx.scenario;
     let mut components = Vec::new();
     for i in 1..=sc.relay.instances {
         components.push((format!("relay-{i}"), tokio::spawn(relay::run(ctx.clone(), i))));
@@ -158,57 +233,58 @@ pub async fn execute(
         components.push((format!("notifier-{i}"), tokio::spawn(notifier::run(ctx.clone(), i))));
     }
     components.push(("retention purger".to_string(), tokio::spawn(purger(ctx.clone()))));
-    let progress = Progress::start(sc.payments, stats.clone(), faults.clone(), output != Output::Quiet);
+    components
+}
 
-    // The workload, then the drain; either may be cut short by a signal.
+/// How the workload and the drain went.
+#[derive(Debug, Default)]
+struct Ran {
+    /// Why the run cannot be judged in full, if it cannot.
+    incomplete: Option<String>,
+    interrupted: bool,
+    workload_ms: u64,
+    drain_ms: u64,
+}
+
+/// The workload (after the group wait, bounded by [`workload_limit`]),
+/// then the drain; either may be cut short by a signal, after which a
+/// second one exits at once.
+async fn drive(ctx: &Ctx) -> Ran {
+    let mut ran = Ran::default();
     let t_work = Instant::now();
-    let mut incomplete: Option<String> = None;
-    let mut interrupted = false;
-    let workload_limit = workload_limit(sc.payments);
+    let limit = workload_limit(ctx.scenario.payments);
     tokio::select! {
-        r = tokio::time::timeout(workload_limit, async { group_ready(&ctx).await; workload::run(ctx.clone()).await }) => match r {
+        r = tokio::time::timeout(limit, async { group_ready(ctx).await; workload::run(ctx.clone()).await }) => match r {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => incomplete = Some(format!("the workload stopped: {e}")),
-            Err(_) => incomplete = Some(format!(
+            Ok(Err(e)) => ran.incomplete = Some(format!("the workload stopped: {e}")),
+            Err(_) => ran.incomplete = Some(format!(
                 "the workload did not finish within {} s; a component or service may be stuck",
-                workload_limit.as_secs()
+                limit.as_secs()
             )),
         },
-        _ = interrupt() => interrupted = true,
+        _ = interrupt() => ran.interrupted = true,
     }
-    let workload_ms = t_work.elapsed().as_millis() as u64;
+    ran.workload_ms = t_work.elapsed().as_millis() as u64;
     let t_drain = Instant::now();
-    if incomplete.is_none() && !interrupted {
+    if ran.incomplete.is_none() && !ran.interrupted {
         tokio::select! {
-            r = drain(&ctx) => if let Err(why) = r { incomplete = Some(why) },
-            _ = interrupt() => interrupted = true,
+            r = drain(ctx) => if let Err(why) = r { ran.incomplete = Some(why) },
+            _ = interrupt() => ran.interrupted = true,
         }
     }
-    let drain_ms = t_drain.elapsed().as_millis() as u64;
-    if interrupted {
-        // A second Ctrl-C exits at once.
+    ran.drain_ms = t_drain.elapsed().as_millis() as u64;
+    if ran.interrupted {
         tokio::spawn(async {
             interrupt().await;
             std::process::exit(Exit::Interrupted.code() as i32);
         });
     }
-    trigger.trigger();
-    components.extend(ctx.tasks.take());
-    let stopped = tokio::select! {
-        s = stop(components) => s,
-        _ = interrupt(), if !interrupted => { interrupted = true; Stopped::default() }
-    };
-    progress.finish();
-    let still_running = !stopped.stuck.is_empty();
-    if let Some(why) = stopped.why() {
-        warn!("{why}");
-        incomplete = Some(match incomplete {
-            Some(before) => format!("{before}; {why}"),
-            None => why,
-        });
-    }
+    ran
+}
 
-    let mut rep = Report {
+/// The report before verification: what ran, what the components say, no verdict yet.
+fn skeleton(sc: &Scenario, names: &RunNames, infra: &InfraInfo, faults: &FaultInjector, stats: &Stats) -> Report {
+    Report {
         schema_version: report::SCHEMA_VERSION,
         run_id: names.run_id.clone(),
         scenario: ScenarioInfo {
@@ -223,95 +299,73 @@ pub async fn execute(
         },
         seed: sc.seed,
         replay: format!("chaos run {} --seed {}", sc.path.display(), sc.seed),
-        infra: infra_info,
+        infra: infra.clone(),
         counts: Default::default(),
         faults: faults.summary(),
         fault_log: faults.log().into_iter().take(REPORT_FAULT_LOG).collect(),
         invariants: vec![],
         chaos_checks: vec![],
         anomalies: vec![],
-        components: figures(&stats),
-        timings: Timings { setup_ms, workload_ms, drain_ms, ..Default::default() },
+        components: figures(stats),
+        timings: Timings::default(),
         latency_ms: None,
-        stages: stages(&stats),
+        stages: stages(stats),
         verdict: Verdict::Incomplete,
         reason: String::new(),
-    };
+    }
+}
 
-    let t_verify = Instant::now();
-    let verified = if interrupted || still_running {
+/// Verifies the run, unless it was interrupted or something may still
+/// write, and sets the report's findings and verdict.
+async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, still_running: bool) {
+    let sc = &ctx.scenario;
+    let verified = if ran.interrupted || still_running {
         None
     } else {
         tokio::select! {
-            r = verify(&store, &brokers, &names, &sc, &ctx) => Some(r),
-            _ = interrupt() => { interrupted = true; None }
+            r = verify(&ctx.store, &ctx.brokers, &ctx.names, sc, ctx) => Some(r),
+            _ = interrupt() => { ran.interrupted = true; None }
         }
     };
-    if interrupted {
-        rep.verdict = Verdict::Interrupted;
-        rep.reason = "interrupted by a signal before the run was verified; nothing was verified".into();
-    } else if still_running {
-        rep.verdict = Verdict::Incomplete;
-        rep.reason = format!(
-            "{}; nothing was verified, since something may still write",
-            incomplete.clone().unwrap_or_default()
-        );
-    } else if let Some(verified) = verified {
-        match verified {
-            Ok(r) => {
-                let mut anomalies = r.anomalies;
-                verdict::allow(&mut anomalies, &sc.allowed_anomalies);
-                rep.faults = faults.summary();
-                let chaos = verdict::chaos_checks(&rep.faults);
-                let (v, why) = verdict::verdict(sc.exactly_once, &r.invariants, &anomalies, &chaos);
-                rep.counts = r.counts;
-                rep.invariants = r.invariants;
-                rep.anomalies = anomalies;
-                rep.chaos_checks = chaos;
-                rep.latency_ms = match store.latency().await {
-                    Ok(l) => l,
-                    Err(e) => {
-                        warn!(cause = %e, "measuring the latency failed");
-                        None
-                    }
-                };
-                match &incomplete {
-                    Some(reason) => {
-                        rep.verdict = Verdict::Incomplete;
-                        rep.reason = format!("{reason}; the figures above are partial");
-                    }
-                    None => {
-                        rep.verdict = v;
-                        rep.reason = why;
-                    }
-                }
-            }
-            Err(e) => {
-                rep.verdict = Verdict::Incomplete;
-                rep.reason = match &incomplete {
-                    Some(r) => format!("{r}; verification failed too: {e}"),
-                    None => format!("verification could not read the ground truth: {e}"),
-                };
+    let incomplete = ran.incomplete.clone();
+    let (verdict, reason) = match verified {
+        _ if ran.interrupted => {
+            (Verdict::Interrupted, "interrupted by a signal before the run was verified; nothing was verified".into())
+        }
+        _ if still_running => (
+            Verdict::Incomplete,
+            format!("{}; nothing was verified, since something may still write", incomplete.unwrap_or_default()),
+        ),
+        None => (Verdict::Incomplete, incomplete.unwrap_or_default()),
+        Some(Err(e)) => (
+            Verdict::Incomplete,
+            match incomplete {
+                Some(r) => format!("{r}; verification failed too: {e}"),
+                None => format!("verification could not read the ground truth: {e}"),
+            },
+        ),
+        Some(Ok(r)) => {
+            let mut anomalies = r.anomalies;
+            verdict::allow(&mut anomalies, &sc.allowed_anomalies);
+            rep.faults = ctx.faults.summary();
+            let chaos = verdict::chaos_checks(&rep.faults);
+            let (v, why) = verdict::verdict(sc.exactly_once, &r.invariants, &anomalies, &chaos);
+            rep.counts = r.counts;
+            rep.invariants = r.invariants;
+            rep.anomalies = anomalies;
+            rep.chaos_checks = chaos;
+            rep.latency_ms = ctx.store.latency().await.unwrap_or_else(|e| {
+                warn!(cause = %e, "measuring the latency failed");
+                None
+            });
+            match incomplete {
+                Some(reason) => (Verdict::Incomplete, format!("{reason}; the figures above are partial")),
+                None => (v, why),
             }
         }
-    }
-    rep.timings.verify_ms = t_verify.elapsed().as_millis() as u64;
-    rep.timings.total_ms = started.elapsed().as_millis() as u64;
-    store.close().await;
-    if let Some(m) = mock {
-        m.stop().await;
-    }
-
-    let (json, md) = rep.save(reports_dir)?;
-    if output == Output::Quiet {
-    } else if output == Output::Json {
-        println!("{}", serde_json::to_string_pretty(&rep).map_err(|e| Error::Internal(e.to_string()))?);
-    } else {
-        print!("{}", report::render_body(&rep));
-        println!("report: {} and {}", json.display(), md.display());
-    }
-    let exit = rep.verdict.exit();
-    Ok((rep, exit))
+    };
+    rep.verdict = verdict;
+    rep.reason = reason;
 }
 
 fn stages(s: &Stats) -> Stages {
