@@ -216,7 +216,8 @@ fn render_parts(r: &Report, style: Style, header: bool) -> String {
     out.push_str(&h("Verification (from the database and the full topic)"));
     let mut t = table(style, &["measure", "value"]);
     let rows: Vec<(&str, String)> = vec![
-        ("payments captured", format!("{} of {}", c.payments_captured, c.payments)),
+        ("payments committed (the workload's own record)", c.payments_committed.to_string()),
+        ("payments captured (rows)", format!("{} of {}", c.payments_captured, c.payments)),
         ("outbox events", format!("{} ({} unpublished)", c.outbox_events, c.unpublished)),
         ("messages on the topic", format!("{} ({} duplicates)", c.topic_messages, c.topic_duplicates)),
         (
@@ -237,8 +238,15 @@ fn render_parts(r: &Report, style: Style, header: bool) -> String {
         ),
         ("projection shows captured", c.projection_captured.to_string()),
         ("authorized after captured", format!("{} payments", c.reordered_payments)),
-        ("dead letters", format!("{} ({} malformed events injected)", c.dead_letters, c.poison_events)),
+        (
+            "dead letters",
+            format!(
+                "{} ({} malformed events, {} matched by id)",
+                c.dead_letters, c.poison_events, c.dead_letters_matched
+            ),
+        ),
         ("loyalty points", format!("{} (expected {})", c.loyalty_points, c.loyalty_points_expected)),
+        ("loyalty credits", c.loyalty_credits.to_string()),
     ];
     for (k, v) in rows {
         t.add_row(vec![Cell::new(k), Cell::new(v)]);
@@ -246,7 +254,7 @@ fn render_parts(r: &Report, style: Style, header: bool) -> String {
     out.push_str(&format!("{t}\n"));
 
     out.push_str(&h("Faults"));
-    let mut t = table(style, &["fault point", "probability", "per", "reached", "fired"]);
+    let mut t = table(style, &["fault point", "probability", "per", "reached", "fired", "confirmed"]);
     for f in &r.faults {
         t.add_row(vec![
             Cell::new(&f.point),
@@ -254,6 +262,7 @@ fn render_parts(r: &Report, style: Style, header: bool) -> String {
             Cell::new(&f.unit),
             Cell::new(f.occurrences).set_alignment(CellAlignment::Right),
             Cell::new(f.fired).set_alignment(CellAlignment::Right),
+            Cell::new(f.confirmed).set_alignment(CellAlignment::Right),
         ]);
     }
     out.push_str(&format!("{t}\n"));
