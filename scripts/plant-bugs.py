@@ -26,13 +26,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # name: (file, text to find, replacement, scenario)
 PLANTS = {
     "receipt-on-the-wrong-event": (
-        "src/store/mod.rs",
+        "src/inbox.rs",
         "plan.receipts.push((e.body.payment_id, e.event_id));",
         "plan.receipts.push((e.body.payment_id, uuid::Uuid::from_u128(e.event_id.as_u128() ^ 1)));",
         "scenarios/payments.toml",
     ),
     "receipt-on-some-authorized-events": (
-        "src/store/mod.rs",
+        "src/inbox.rs",
         "        if e.kind == EventKind::Captured {\n            if may_apply(e.event_id, HANDLER_RECEIPTS) {",
         "        if e.kind == EventKind::Authorized && e.body.amount_cents % 97 == 0 {\n"
         "            plan.receipts.push((e.body.payment_id, e.event_id));\n        }\n"
@@ -40,7 +40,7 @@ PLANTS = {
         "scenarios/payments.toml",
     ),
     "loyalty-to-the-wrong-account": (
-        "src/store/mod.rs",
+        "src/inbox.rs",
         "*plan.loyalty.entry((e.body.account_id, e.partition)).or_default() += e.body.amount_cents;\n"
         "                plan.credits.push((e.event_id, e.body.account_id, e.body.amount_cents));",
         "*plan.loyalty.entry((e.body.account_id ^ 1, e.partition)).or_default() += e.body.amount_cents;\n"

@@ -16,6 +16,8 @@
 //! - [`workload`]: the payment service; writes payments and outbox events in one
 //!   transaction, and keeps the [`intent`] record of what it committed.
 //! - [`relay`]: outbox relays; claim, produce, `[relay.after_produce]`, mark.
+//! - [`inbox`]: how a micro-batch claims and applies: the correct inbox and each
+//!   classic mistake as its own strategy, and the pure core that plans effects.
 //! - [`notifier`]: the inbox consumer; one transaction per micro-batch, then
 //!   `[notifier.before_offset_commit]`, then the offset commit.
 //! - [`supervise`]: the one path every component crash and restart takes.
@@ -48,6 +50,7 @@ pub mod error;
 pub mod events;
 pub mod exit;
 pub mod faults;
+pub mod inbox;
 pub mod infra;
 pub mod intent;
 pub mod notifier;

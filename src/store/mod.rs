@@ -15,7 +15,7 @@ pub mod truth;
 use crate::error::Result;
 use crate::events::{Decoded, EventKind};
 use crate::scenario::{InboxMode, ProjectionMode};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -139,28 +139,28 @@ pub enum Tx {
 }
 
 impl Tx {
-    async fn dead_letters(&mut self, bad: &[&Incoming]) -> Result<u64> {
+    pub(crate) async fn dead_letters(&mut self, bad: &[&Incoming]) -> Result<u64> {
         match self {
             Tx::Postgres(t) => postgres::dead_letters(t, bad).await,
             Tx::Sqlite(t) => sqlite::dead_letters(t, bad).await,
         }
     }
 
-    async fn claim(&mut self, pairs: &[(Uuid, &'static str)]) -> Result<HashSet<(Uuid, &'static str)>> {
+    pub(crate) async fn claim(&mut self, pairs: &[(Uuid, &'static str)]) -> Result<HashSet<(Uuid, &'static str)>> {
         match self {
             Tx::Postgres(t) => postgres::claim(t, pairs).await,
             Tx::Sqlite(t) => sqlite::claim(t, pairs).await,
         }
     }
 
-    async fn apply(&mut self, plan: &EffectPlan<'_>, projection: ProjectionMode) -> Result<u64> {
+    pub(crate) async fn apply(&mut self, plan: &EffectPlan<'_>, projection: ProjectionMode) -> Result<u64> {
         match self {
             Tx::Postgres(t) => postgres::apply(t, plan, projection).await,
             Tx::Sqlite(t) => sqlite::apply(t, plan, projection).await,
         }
     }
 
-    async fn commit(self) -> Result<()> {
+    pub(crate) async fn commit(self) -> Result<()> {
         match self {
             Tx::Postgres(t) => t.commit().await,
             Tx::Sqlite(t) => t.commit().await,
@@ -215,121 +215,23 @@ impl Store {
         each!(self, s => s.capture(ps, outbox).await)
     }
 
-    /// One notifier micro-batch: inbox claims, effects for what was claimed,
-    /// dead letters, in the shape the notifier's inbox mode prescribes (the
-    /// correct one: a single transaction). The caller commits offsets only
-    /// after this returns Ok and not crashed, except in the
-    /// commit-offset-first variant, which commits them before.
-    ///
-    /// `faults` says what the fault injector decided for this batch: crash
-    /// between the inbox claim and the effects, or stall while holding it.
+    /// One notifier micro-batch through the inbox; see [`crate::inbox::apply_batch`].
     pub async fn apply_batch(&self, batch: &[Incoming], modes: Modes, faults: BatchFaults) -> Result<BatchOutcome> {
-        let mut out = BatchOutcome::default();
-        let bad: Vec<&Incoming> = batch.iter().filter(|m| m.decoded.is_err()).collect();
-        let mut events: Vec<Decoded> = batch.iter().filter_map(|m| m.decoded.as_ref().ok().cloned()).collect();
-        if modes.inbox == InboxMode::ConsumerMadeId {
-            // The mistake: a dedup key made up on receipt, so a redelivered
-            // message looks new every time.
-            for e in &mut events {
-                e.event_id = Uuid::new_v4();
-            }
-        }
-        let refs: Vec<&Decoded> = events.iter().collect();
-        let pairs = match modes.inbox {
-            // The mistake: one claim per message, whatever the handlers. The
-            // first handler's claim is the only one; the others find the
-            // message taken and skip it.
-            InboxMode::MessageIdOnly => refs.iter().map(|e| (e.event_id, HANDLER_PROJECTION)).collect(),
-            _ => claims(&refs),
-        };
-        let stall = |d: Option<Duration>| async move {
-            if let Some(d) = d {
-                tokio::time::sleep(d).await;
-            }
-        };
-        match modes.inbox {
-            InboxMode::On
-            | InboxMode::CommitOffsetFirst
-            | InboxMode::ConsumerMadeId
-            | InboxMode::MessageIdOnly
-            | InboxMode::Off => {
-                let mut tx = self.begin().await?;
-                out.dead_lettered = tx.dead_letters(&bad).await?;
-                let claimed = if modes.inbox == InboxMode::Off { HashSet::new() } else { tx.claim(&pairs).await? };
-                if faults.crash_mid_batch {
-                    // The process dies with its transaction open: nothing commits.
-                    drop(tx);
-                    out.crashed = true;
-                    return Ok(out);
-                }
-                stall(faults.stall).await;
-                let plan = plan_effects(&refs, modes.inbox, &claimed);
-                out.stale = tx.apply(&plan, modes.projection).await?;
-                tx.commit().await?;
-                (out.applied, out.duplicates) = (plan.applied, plan.duplicates);
-            }
-            InboxMode::SeparateTransactions => {
-                let mut tx = self.begin().await?;
-                out.dead_lettered = tx.dead_letters(&bad).await?;
-                let claimed = tx.claim(&pairs).await?;
-                tx.commit().await?;
-                if faults.crash_mid_batch {
-                    // The inbox says "processed"; the effects never happen.
-                    out.crashed = true;
-                    return Ok(out);
-                }
-                stall(faults.stall).await;
-                self.apply_alone(&refs, modes, &claimed, &[], &mut out).await?;
-            }
-            InboxMode::CheckThenAct => {
-                let seen = self.unkeyed_seen(&pairs).await?;
-                let claimed: HashSet<(Uuid, &str)> = pairs.iter().copied().filter(|p| !seen.contains(p)).collect();
-                if faults.crash_mid_batch {
-                    out.crashed = true;
-                    return Ok(out);
-                }
-                // A stall here, between the check and the act, is what lets
-                // a second notifier see "absent" too.
-                stall(faults.stall).await;
-                self.apply_alone(&refs, modes, &claimed, &bad, &mut out).await?;
-                let acted: Vec<(Uuid, &'static str)> = pairs.iter().copied().filter(|p| claimed.contains(p)).collect();
-                self.unkeyed_record(&acted).await?;
-            }
-        }
-        Ok(out)
+        crate::inbox::apply_batch(self, batch, modes, faults).await
     }
 
-    /// The effects in a transaction of their own, for the variants that
-    /// split them from the inbox claim.
-    async fn apply_alone(
-        &self,
-        events: &[&Decoded],
-        modes: Modes,
-        claimed: &HashSet<(Uuid, &str)>,
-        bad: &[&Incoming],
-        out: &mut BatchOutcome,
-    ) -> Result<()> {
-        let plan = plan_effects(events, modes.inbox, claimed);
-        let mut tx = self.begin().await?;
-        out.dead_lettered += tx.dead_letters(bad).await?;
-        out.stale = tx.apply(&plan, modes.projection).await?;
-        tx.commit().await?;
-        (out.applied, out.duplicates) = (plan.applied, plan.duplicates);
-        Ok(())
-    }
-
-    async fn begin(&self) -> Result<Tx> {
+    pub(crate) async fn begin(&self) -> Result<Tx> {
         match self {
             Store::Postgres(s) => s.begin().await.map(Tx::Postgres),
             Store::Sqlite(s) => s.begin_tx().await.map(Tx::Sqlite),
         }
     }
 
-    async fn unkeyed_seen(&self, pairs: &[(Uuid, &'static str)]) -> Result<HashSet<(Uuid, &'static str)>> {
+    pub(crate) async fn unkeyed_seen(&self, pairs: &[(Uuid, &'static str)]) -> Result<HashSet<(Uuid, &'static str)>> {
         each!(self, s => s.unkeyed_seen(pairs).await)
     }
 
-    async fn unkeyed_record(&self, pairs: &[(Uuid, &'static str)]) -> Result<()> {
+    pub(crate) async fn unkeyed_record(&self, pairs: &[(Uuid, &'static str)]) -> Result<()> {
         each!(self, s => s.unkeyed_record(pairs).await)
     }
 
@@ -408,107 +310,7 @@ impl RelayConn {
     }
 }
 
-/// The (event, handler) pairs a batch must claim in the inbox.
-pub fn claims(events: &[&Decoded]) -> Vec<(Uuid, &'static str)> {
-    events.iter().flat_map(|e| handlers_for(e.kind).iter().map(move |h| (e.event_id, h.as_str()))).collect()
-}
-
-/// The effects one notifier transaction applies.
-#[derive(Debug, Default)]
-pub struct EffectPlan<'a> {
-    /// Projection updates, in message order.
-    pub projection: Vec<&'a Decoded>,
-    /// (payment id, message id) of each receipt to send.
-    pub receipts: Vec<(Uuid, Uuid)>,
-    /// Points to add per (account, stripe), sorted so that concurrent
-    /// notifiers lock rows in the same order and cannot deadlock.
-    pub loyalty: BTreeMap<(i32, i32), i64>,
-    /// (event id, account, points) of each loyalty credit: the counter's
-    /// audit trail, one row per credit, so the verifier can trace it.
-    pub credits: Vec<(Uuid, i32, i64)>,
-    pub applied: u64,
-    pub duplicates: u64,
-}
-
-/// Decides which effects a batch applies. With the inbox on, only the pairs
-/// this transaction newly claimed, each once. With it off, everything, as
-/// often as it arrived: that is the bug being demonstrated.
-pub fn plan_effects<'a>(events: &[&'a Decoded], mode: InboxMode, claimed: &HashSet<(Uuid, &str)>) -> EffectPlan<'a> {
-    let mut plan = EffectPlan::default();
-    let mut applied_once: HashSet<(Uuid, &str)> = HashSet::new();
-    let mut may_apply = |id: Uuid, h: &'static str| -> bool {
-        match mode {
-            InboxMode::Off => true,
-            _ => claimed.contains(&(id, h)) && applied_once.insert((id, h)),
-        }
-    };
-    for e in events {
-        let mut any = false;
-        if may_apply(e.event_id, HANDLER_PROJECTION) {
-            any = true;
-            plan.projection.push(e);
-        }
-        if e.kind == EventKind::Captured {
-            if may_apply(e.event_id, HANDLER_RECEIPTS) {
-                any = true;
-                plan.receipts.push((e.body.payment_id, e.event_id));
-            }
-            if may_apply(e.event_id, HANDLER_LOYALTY) {
-                any = true;
-                *plan.loyalty.entry((e.body.account_id, e.partition)).or_default() += e.body.amount_cents;
-                plan.credits.push((e.event_id, e.body.account_id, e.body.amount_cents));
-            }
-        }
-        if any {
-            plan.applied += 1;
-        } else {
-            plan.duplicates += 1;
-        }
-    }
-    plan
-}
-
-/// The status each payment is left with by a batch's projection events, in
-/// message order, with the event that set it: with the state guard the
-/// furthest status seen (its first event), without it the last one. Sorted
-/// by payment, so concurrent transactions lock rows in the same order.
-pub fn final_statuses(events: &[&Decoded], mode: ProjectionMode) -> BTreeMap<Uuid, (EventKind, Uuid)> {
-    let mut out: BTreeMap<Uuid, (EventKind, Uuid)> = BTreeMap::new();
-    for e in events {
-        let slot = out.entry(e.body.payment_id).or_insert((e.kind, e.event_id));
-        let moves = match mode {
-            ProjectionMode::StateGuard => e.kind > slot.0,
-            ProjectionMode::LastWriteWins => true,
-        };
-        if moves {
-            *slot = (e.kind, e.event_id);
-        }
-    }
-    out
-}
-
-/// How many of a batch's projection events the state guard refused, given
-/// each payment's status before the batch (`None`: no row yet). One
-/// definition for both backends: an event is refused unless it moves its
-/// payment's status forward (a first row, or authorized to captured), as
-/// the guarded upsert decides event by event. Without the guard nothing is
-/// refused.
-pub fn refused_by_guard(events: &[&Decoded], mode: ProjectionMode, before: impl Fn(Uuid) -> Option<EventKind>) -> u64 {
-    if mode == ProjectionMode::LastWriteWins {
-        return 0;
-    }
-    let mut status: BTreeMap<Uuid, Option<EventKind>> = BTreeMap::new();
-    let mut refused = 0;
-    for e in events {
-        let s = status.entry(e.body.payment_id).or_insert_with(|| before(e.body.payment_id));
-        if s.is_none_or(|k| e.kind > k) {
-            *s = Some(e.kind);
-        } else {
-            refused += 1;
-        }
-    }
-    refused
-}
+pub use crate::inbox::{claims, final_statuses, plan_effects, refused_by_guard, EffectPlan};
 
 /// The `captured` outbox events of a capture transaction: each payment's
 /// event, then its malformed twin when the poison fault fired, in payment
