@@ -14,6 +14,7 @@ use crate::exit::Exit;
 use crate::report::{Latency, Report};
 use crate::run::{execute, Output};
 use crate::store::postgres::PgStore;
+use crate::store::Backend;
 use crate::verifier::Verdict;
 use comfy_table::{presets, Cell, CellAlignment, Table};
 use serde::Serialize;

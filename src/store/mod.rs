@@ -102,6 +102,67 @@ pub struct BatchOutcome {
     pub crashed: bool,
 }
 
+/// What a database backend must provide; the compiler checks that each one
+/// (PostgreSQL, SQLite) implements every operation, and [`Store`]
+/// dispatches to it. Statements that differ only in dialect are written
+/// once, in [`truth`].
+#[allow(async_fn_in_trait)] // called through the enums below, on concrete types whose futures are Send
+pub trait Backend {
+    /// A notifier transaction: dropping it without `commit` rolls it back.
+    type Tx: NotifierTx;
+    /// A relay's own handle on the database.
+    type RelayConn: RelayConnOps;
+    async fn close(&self);
+    async fn relay_connection(&self) -> Result<Self::RelayConn>;
+    /// Transaction 1 of a group of payments: the payment rows and, with
+    /// `outbox`, their `authorized` events.
+    async fn authorize(&self, ps: &[NewPayment], outbox: bool) -> Result<()>;
+    /// Transaction 2: mark captured and, with `outbox`, write `captured`
+    /// (plus, when the poison fault fired, a malformed event beside it).
+    async fn capture(&self, ps: &[(NewPayment, bool)], outbox: bool) -> Result<()>;
+    async fn begin(&self) -> Result<Self::Tx>;
+    /// The check of the check-then-act variant, outside any transaction.
+    async fn unkeyed_seen(&self, pairs: &[(Uuid, &'static str)]) -> Result<HashSet<(Uuid, &'static str)>>;
+    /// The act's bookkeeping of the check-then-act variant.
+    async fn unkeyed_record(&self, pairs: &[(Uuid, &'static str)]) -> Result<()>;
+    /// Deletes published outbox rows and inbox rows older than their
+    /// retention, in chunks of [`PURGE_CHUNK`]. Returns (outbox, inbox) rows.
+    async fn purge(&self, outbox_older: Duration, inbox_older: Duration) -> Result<(u64, u64)>;
+    /// Streams the database half of the ground truth into the ledger.
+    async fn ground_truth(&self, ledger: &mut crate::verifier::Ledger) -> Result<()>;
+    /// End-to-end latency per event (outbox created → inbox processed).
+    async fn latency(&self) -> Result<Option<crate::report::Latency>>;
+    /// Outbox rows no relay has published yet (the drain waits for zero).
+    async fn unpublished(&self) -> Result<i64>;
+}
+
+/// A notifier transaction's statements.
+#[allow(async_fn_in_trait)]
+pub trait NotifierTx {
+    /// Records malformed messages, once each. Returns the rows written.
+    async fn dead_letters(&mut self, bad: &[&Incoming]) -> Result<u64>;
+    /// The inbox claim; returns the pairs this transaction newly claimed.
+    async fn claim(&mut self, pairs: &[(Uuid, &'static str)]) -> Result<HashSet<(Uuid, &'static str)>>;
+    /// Applies a batch's effects; returns the projection events refused.
+    async fn apply(&mut self, plan: &EffectPlan<'_>, projection: ProjectionMode) -> Result<u64>;
+    async fn commit(self) -> Result<()>;
+}
+
+/// A relay's statements.
+#[allow(async_fn_in_trait)]
+pub trait RelayConnOps {
+    /// Claims up to `n` unpublished rows that no other relay holds.
+    async fn claim(&mut self, n: usize) -> Result<Vec<OutboxRow>>;
+    /// Marks the claimed rows published and commits the claim.
+    async fn mark_published(&mut self, ids: &[Uuid]) -> Result<()>;
+    /// Deletes the claimed rows and commits the claim (a mistake's path).
+    async fn delete_claimed(&mut self, ids: &[Uuid]) -> Result<()>;
+    /// Gives the rows back after a produce error.
+    async fn release(&mut self) -> Result<()>;
+    /// The crash: drop the connection with its claim open, no cleanup.
+    fn crash(self);
+}
+
 /// A run's database, whichever backend it is.
 #[derive(Clone)]
 pub enum Store {
@@ -141,31 +202,30 @@ pub enum Tx {
 impl Tx {
     pub(crate) async fn dead_letters(&mut self, bad: &[&Incoming]) -> Result<u64> {
         match self {
-            Tx::Postgres(t) => postgres::dead_letters(t, bad).await,
-            Tx::Sqlite(t) => sqlite::dead_letters(t, bad).await,
+            Tx::Postgres(t) => NotifierTx::dead_letters(t, bad).await,
+            Tx::Sqlite(t) => NotifierTx::dead_letters(t, bad).await,
         }
     }
 
     pub(crate) async fn claim(&mut self, pairs: &[(Uuid, &'static str)]) -> Result<HashSet<(Uuid, &'static str)>> {
         match self {
-            Tx::Postgres(t) => postgres::claim(t, pairs).await,
-            Tx::Sqlite(t) => sqlite::claim(t, pairs).await,
+            Tx::Postgres(t) => NotifierTx::claim(t, pairs).await,
+            Tx::Sqlite(t) => NotifierTx::claim(t, pairs).await,
         }
     }
 
     pub(crate) async fn apply(&mut self, plan: &EffectPlan<'_>, projection: ProjectionMode) -> Result<u64> {
         match self {
-            Tx::Postgres(t) => postgres::apply(t, plan, projection).await,
-            Tx::Sqlite(t) => sqlite::apply(t, plan, projection).await,
+            Tx::Postgres(t) => NotifierTx::apply(t, plan, projection).await,
+            Tx::Sqlite(t) => NotifierTx::apply(t, plan, projection).await,
         }
     }
 
     pub(crate) async fn commit(self) -> Result<()> {
         match self {
-            Tx::Postgres(t) => t.commit().await,
-            Tx::Sqlite(t) => t.commit().await,
+            Tx::Postgres(t) => NotifierTx::commit(t).await,
+            Tx::Sqlite(t) => NotifierTx::commit(t).await,
         }
-        .map_err(|e| crate::Error::db("committing a notifier batch", e))
     }
 }
 
@@ -223,7 +283,7 @@ impl Store {
     pub(crate) async fn begin(&self) -> Result<Tx> {
         match self {
             Store::Postgres(s) => s.begin().await.map(Tx::Postgres),
-            Store::Sqlite(s) => s.begin_tx().await.map(Tx::Sqlite),
+            Store::Sqlite(s) => s.begin().await.map(Tx::Sqlite),
         }
     }
 
@@ -236,10 +296,7 @@ impl Store {
     }
 
     pub async fn unpublished(&self) -> Result<i64> {
-        match self {
-            Store::Postgres(s) => truth::unpublished(s.pool()).await,
-            Store::Sqlite(s) => truth::unpublished(s.pool()).await,
-        }
+        each!(self, s => s.unpublished().await)
     }
 
     /// Deletes published outbox rows and inbox rows older than their
@@ -264,8 +321,8 @@ impl RelayConn {
     /// other relay holds.
     pub async fn claim(&mut self, n: usize) -> Result<Vec<OutboxRow>> {
         match self {
-            RelayConn::Postgres(c) => c.claim(n).await,
-            RelayConn::Sqlite(c) => c.claim(n).await,
+            RelayConn::Postgres(c) => RelayConnOps::claim(c, n).await,
+            RelayConn::Sqlite(c) => RelayConnOps::claim(c, n).await,
         }
     }
 
@@ -278,8 +335,8 @@ impl RelayConn {
     /// Marks the claimed rows published and commits the claim.
     pub async fn mark_published(&mut self, ids: &[Uuid]) -> Result<()> {
         match self {
-            RelayConn::Postgres(c) => c.mark_published(ids).await,
-            RelayConn::Sqlite(c) => c.mark_published(ids).await,
+            RelayConn::Postgres(c) => RelayConnOps::mark_published(c, ids).await,
+            RelayConn::Sqlite(c) => RelayConnOps::mark_published(c, ids).await,
         }
     }
 
@@ -287,16 +344,16 @@ impl RelayConn {
     /// delete-then-publish mistake: the rows are gone before the broker has them).
     pub async fn delete_claimed(&mut self, ids: &[Uuid]) -> Result<()> {
         match self {
-            RelayConn::Postgres(c) => c.delete_claimed(ids).await,
-            RelayConn::Sqlite(c) => c.delete_claimed(ids).await,
+            RelayConn::Postgres(c) => RelayConnOps::delete_claimed(c, ids).await,
+            RelayConn::Sqlite(c) => RelayConnOps::delete_claimed(c, ids).await,
         }
     }
 
     /// Gives the rows back after a produce error (a controlled failure).
     pub async fn release(&mut self) -> Result<()> {
         match self {
-            RelayConn::Postgres(c) => c.release().await,
-            RelayConn::Sqlite(c) => c.release().await,
+            RelayConn::Postgres(c) => RelayConnOps::release(c).await,
+            RelayConn::Sqlite(c) => RelayConnOps::release(c).await,
         }
     }
 
@@ -304,8 +361,8 @@ impl RelayConn {
     /// ROLLBACK is sent; the database rolls back when it sees the close.
     pub fn crash(self) {
         match self {
-            RelayConn::Postgres(c) => c.crash(),
-            RelayConn::Sqlite(c) => c.crash(),
+            RelayConn::Postgres(c) => RelayConnOps::crash(c),
+            RelayConn::Sqlite(c) => RelayConnOps::crash(c),
         }
     }
 }

@@ -61,13 +61,18 @@ impl PgStore {
             .map_err(|e| Error::Database { context: format!("migrating schema {schema}"), cause: e.to_string() })?;
         Ok(Self { pool, opts, schema: schema.to_string(), endpoint })
     }
+}
 
-    pub async fn close(&self) {
+impl super::Backend for PgStore {
+    type Tx = PgTx;
+    type RelayConn = PgRelayConn;
+
+    async fn close(&self) {
         self.pool.close().await;
     }
 
     /// A connection of the relay's own, outside the pool.
-    pub async fn relay_connection(&self) -> Result<PgRelayConn> {
+    async fn relay_connection(&self) -> Result<PgRelayConn> {
         let conn = tokio::time::timeout(CONNECT_TIMEOUT, self.opts.connect())
             .await
             .map_err(|_| Error::DatabaseUnreachable {
@@ -79,7 +84,7 @@ impl PgStore {
     }
 
     /// Transaction 1 of a payment: the payment row and its `authorized` event.
-    pub async fn authorize(&self, ps: &[NewPayment], outbox: bool) -> Result<()> {
+    async fn authorize(&self, ps: &[NewPayment], outbox: bool) -> Result<()> {
         let mut tx = self.pool.begin().await.map_err(|e| Error::db("beginning authorize", e))?;
         let ids: Vec<Uuid> = ps.iter().map(|p| p.id).collect();
         let accounts: Vec<i32> = ps.iter().map(|p| p.account_id).collect();
@@ -104,7 +109,7 @@ impl PgStore {
 
     /// Transaction 2: mark captured and write `captured` (plus, where the
     /// poison fault fired, a malformed event beside it).
-    pub async fn capture(&self, ps: &[(NewPayment, bool)], outbox: bool) -> Result<()> {
+    async fn capture(&self, ps: &[(NewPayment, bool)], outbox: bool) -> Result<()> {
         let mut tx = self.pool.begin().await.map_err(|e| Error::db("beginning capture", e))?;
         let ids: Vec<Uuid> = ps.iter().map(|(p, _)| p.id).collect();
         sqlx::query(
@@ -122,13 +127,13 @@ impl PgStore {
         tx.commit().await.map_err(|e| Error::db("committing capture", e))
     }
 
-    pub async fn begin(&self) -> Result<PgTx> {
+    async fn begin(&self) -> Result<PgTx> {
         self.pool.begin().await.map_err(|e| Error::db("beginning a notifier transaction", e))
     }
 
     /// The check of the check-then-act variant: which pairs are already in
     /// its unkeyed inbox. Runs outside any transaction, as the mistake does.
-    pub async fn unkeyed_seen(&self, pairs: &[(Uuid, &'static str)]) -> Result<HashSet<(Uuid, &'static str)>> {
+    async fn unkeyed_seen(&self, pairs: &[(Uuid, &'static str)]) -> Result<HashSet<(Uuid, &'static str)>> {
         let (ids, hs): (Vec<Uuid>, Vec<String>) = pairs.iter().map(|(i, h)| (*i, h.to_string())).unzip();
         let rows = sqlx::query(
             "SELECT DISTINCT u.message_id, u.handler FROM inbox_unkeyed u \
@@ -143,7 +148,7 @@ impl PgStore {
     }
 
     /// The act's bookkeeping of the check-then-act variant, after the effects.
-    pub async fn unkeyed_record(&self, pairs: &[(Uuid, &'static str)]) -> Result<()> {
+    async fn unkeyed_record(&self, pairs: &[(Uuid, &'static str)]) -> Result<()> {
         let (ids, hs): (Vec<Uuid>, Vec<String>) = pairs.iter().map(|(i, h)| (*i, h.to_string())).unzip();
         sqlx::query("INSERT INTO inbox_unkeyed (message_id, handler) SELECT * FROM UNNEST($1::uuid[], $2::text[])")
             .bind(&ids)
@@ -152,10 +157,6 @@ impl PgStore {
             .await
             .map_err(|e| Error::db("recording in the unkeyed inbox", e))?;
         Ok(())
-    }
-
-    pub(super) fn pool(&self) -> &sqlx::PgPool {
-        &self.pool
     }
 
     /// Deletes published outbox rows and inbox rows older than their
@@ -167,7 +168,7 @@ impl PgStore {
     /// faster than their statistics. Without the two, every purge read the
     /// whole outbox and inbox: 60 ms and 40 ms per purge, once a second, at
     /// 100,000 payments on the bench scenario, deleting nothing.
-    pub async fn purge(&self, outbox_older: Duration, inbox_older: Duration) -> Result<(u64, u64)> {
+    async fn purge(&self, outbox_older: Duration, inbox_older: Duration) -> Result<(u64, u64)> {
         let mut outbox = 0;
         loop {
             let n = sqlx::query(
@@ -206,13 +207,17 @@ impl PgStore {
     }
 
     /// Outbox created → inbox processed, per event, for the report.
-    pub async fn latency(&self) -> Result<Option<Latency>> {
+    async fn latency(&self) -> Result<Option<Latency>> {
         super::truth::latency(&self.pool, &DIALECT).await
     }
 
     /// Reads the database side of the ground truth for the verifier.
-    pub async fn ground_truth(&self, ledger: &mut crate::verifier::Ledger) -> Result<()> {
+    async fn ground_truth(&self, ledger: &mut crate::verifier::Ledger) -> Result<()> {
         super::truth::read(&self.pool, &DIALECT, ledger).await
+    }
+
+    async fn unpublished(&self) -> Result<i64> {
+        super::truth::unpublished(&self.pool).await
     }
 }
 
@@ -424,14 +429,14 @@ pub struct PgRelayConn {
     held: std::collections::HashMap<Uuid, String>,
 }
 
-impl PgRelayConn {
+impl super::RelayConnOps for PgRelayConn {
     /// Opens a transaction and claims up to `n` unpublished rows.
     ///
     /// `FOR UPDATE SKIP LOCKED`, with the lock held across the publish: two
     /// relays never hold the same rows, and when a relay dies its transaction
     /// dies with it, so the rows are claimable again at once. A lease column
     /// would leave them stuck until the lease expired.
-    pub async fn claim(&mut self, n: usize) -> Result<Vec<OutboxRow>> {
+    async fn claim(&mut self, n: usize) -> Result<Vec<OutboxRow>> {
         sqlx::query("BEGIN").execute(&mut self.conn).await.map_err(|e| Error::db("beginning a relay claim", e))?;
         let rows = sqlx::query(
             "SELECT id, seq, aggregate_id, event_type, payload::text, ctid::text FROM outbox \
@@ -455,7 +460,7 @@ impl PgRelayConn {
     }
 
     /// Marks the claimed rows published and commits the claim.
-    pub async fn mark_published(&mut self, ids: &[Uuid]) -> Result<()> {
+    async fn mark_published(&mut self, ids: &[Uuid]) -> Result<()> {
         if !ids.is_empty() {
             // Only rows of this claim have a ctid here: nothing else is marked.
             let ctids: Vec<&str> = ids.iter().filter_map(|i| self.held.get(i).map(String::as_str)).collect();
@@ -471,7 +476,7 @@ impl PgRelayConn {
     }
 
     /// Deletes the claimed rows and commits the claim.
-    pub async fn delete_claimed(&mut self, ids: &[Uuid]) -> Result<()> {
+    async fn delete_claimed(&mut self, ids: &[Uuid]) -> Result<()> {
         let ctids: Vec<&str> = ids.iter().filter_map(|i| self.held.get(i).map(String::as_str)).collect();
         sqlx::query("DELETE FROM outbox WHERE ctid = ANY($1::tid[])")
             .bind(&ctids)
@@ -484,14 +489,32 @@ impl PgRelayConn {
     }
 
     /// Gives the rows back after a produce error (a controlled failure, not a crash).
-    pub async fn release(&mut self) -> Result<()> {
+    async fn release(&mut self) -> Result<()> {
         self.held.clear();
         sqlx::query("ROLLBACK").execute(&mut self.conn).await.map_err(|e| Error::db("releasing a relay claim", e))?;
         Ok(())
     }
 
     /// The crash: drop the connection with its transaction open.
-    pub fn crash(self) {
+    fn crash(self) {
         drop(self.conn);
+    }
+}
+
+impl super::NotifierTx for PgTx {
+    async fn dead_letters(&mut self, bad: &[&Incoming]) -> Result<u64> {
+        dead_letters(self, bad).await
+    }
+
+    async fn claim(&mut self, pairs: &[(Uuid, &'static str)]) -> Result<HashSet<(Uuid, &'static str)>> {
+        claim(self, pairs).await
+    }
+
+    async fn apply(&mut self, plan: &EffectPlan<'_>, projection: ProjectionMode) -> Result<u64> {
+        apply(self, plan, projection).await
+    }
+
+    async fn commit(self) -> Result<()> {
+        sqlx::Transaction::commit(self).await.map_err(|e| Error::db("committing a notifier batch", e))
     }
 }

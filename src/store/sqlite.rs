@@ -187,7 +187,22 @@ impl SqliteStore {
         Ok(Self { pool, write, writer: Arc::new(Mutex::new(())), stop: Arc::new(stop), endpoint })
     }
 
-    pub async fn close(&self) {
+    /// Waits for the writer turn, then begins a write transaction holding it.
+    async fn begin_write(&self, what: &str) -> Result<SqliteTx> {
+        let turn = turn(&self.writer, what).await?;
+        // IMMEDIATE: take the write lock up front (waiting up to the busy
+        // timeout) instead of failing when a read would have to upgrade.
+        let tx =
+            self.write.begin_with("BEGIN IMMEDIATE").await.map_err(|e| Error::db(format!("beginning {what}"), e))?;
+        Ok(SqliteTx { tx, _turn: turn })
+    }
+}
+
+impl super::Backend for SqliteStore {
+    type Tx = SqliteTx;
+    type RelayConn = SqliteRelayConn;
+
+    async fn close(&self) {
         let _ = self.stop.send(true);
         self.write.close().await;
         self.pool.close().await;
@@ -198,22 +213,12 @@ impl SqliteStore {
     /// calls (the lease is its claim), so it has nothing of its own to lose
     /// in a crash; and with a connection of its own every claim and mark
     /// would empty the writer connection's page cache.
-    pub async fn relay_connection(&self) -> Result<SqliteRelayConn> {
+    async fn relay_connection(&self) -> Result<SqliteRelayConn> {
         Ok(SqliteRelayConn::new(self.write.clone(), self.writer.clone()))
     }
 
-    /// Waits for the writer turn, then begins a write transaction holding it.
-    async fn begin(&self, what: &str) -> Result<SqliteTx> {
-        let turn = turn(&self.writer, what).await?;
-        // IMMEDIATE: take the write lock up front (waiting up to the busy
-        // timeout) instead of failing when a read would have to upgrade.
-        let tx =
-            self.write.begin_with("BEGIN IMMEDIATE").await.map_err(|e| Error::db(format!("beginning {what}"), e))?;
-        Ok(SqliteTx { tx, _turn: turn })
-    }
-
-    pub async fn authorize(&self, ps: &[NewPayment], outbox: bool) -> Result<()> {
-        let mut tx = self.begin("authorize").await?;
+    async fn authorize(&self, ps: &[NewPayment], outbox: bool) -> Result<()> {
+        let mut tx = self.begin_write("authorize").await?;
         for chunk in ps.chunks(chunk_rows(3)) {
             let sql = format!(
                 "INSERT INTO payments (id, account_id, amount_cents, status) VALUES {}",
@@ -232,8 +237,8 @@ impl SqliteStore {
         tx.commit().await.map_err(|e| Error::db("committing authorize", e))
     }
 
-    pub async fn capture(&self, ps: &[(NewPayment, bool)], outbox: bool) -> Result<()> {
-        let mut tx = self.begin("capture").await?;
+    async fn capture(&self, ps: &[(NewPayment, bool)], outbox: bool) -> Result<()> {
+        let mut tx = self.begin_write("capture").await?;
         for chunk in ps.chunks(MAX_PARAMS) {
             let sql = format!(
                 "UPDATE payments SET status = 'captured', updated_at = {NOW_MS} \
@@ -253,12 +258,12 @@ impl SqliteStore {
         tx.commit().await.map_err(|e| Error::db("committing capture", e))
     }
 
-    pub async fn begin_tx(&self) -> Result<SqliteTx> {
-        self.begin("a notifier transaction").await
+    async fn begin(&self) -> Result<SqliteTx> {
+        self.begin_write("a notifier transaction").await
     }
 
     /// The check of the check-then-act variant, outside any transaction.
-    pub async fn unkeyed_seen(&self, pairs: &[(Uuid, &'static str)]) -> Result<HashSet<(Uuid, &'static str)>> {
+    async fn unkeyed_seen(&self, pairs: &[(Uuid, &'static str)]) -> Result<HashSet<(Uuid, &'static str)>> {
         let mut seen = HashSet::new();
         for (id, h) in pairs {
             let n: i64 = sqlx::query_scalar("SELECT count(*) FROM inbox_unkeyed WHERE message_id = ? AND handler = ?")
@@ -274,7 +279,7 @@ impl SqliteStore {
         Ok(seen)
     }
 
-    pub async fn unkeyed_record(&self, pairs: &[(Uuid, &'static str)]) -> Result<()> {
+    async fn unkeyed_record(&self, pairs: &[(Uuid, &'static str)]) -> Result<()> {
         let _turn = turn(&self.writer, "the unkeyed inbox").await?;
         for (id, h) in pairs {
             sqlx::query("INSERT INTO inbox_unkeyed (message_id, handler) VALUES (?, ?)")
@@ -287,11 +292,7 @@ impl SqliteStore {
         Ok(())
     }
 
-    pub(super) fn pool(&self) -> &sqlx::SqlitePool {
-        &self.pool
-    }
-
-    pub async fn purge(&self, outbox_older: Duration, inbox_older: Duration) -> Result<(u64, u64)> {
+    async fn purge(&self, outbox_older: Duration, inbox_older: Duration) -> Result<(u64, u64)> {
         let mut total = [0u64; 2];
         let statements = [
             format!(
@@ -322,13 +323,17 @@ impl SqliteStore {
     }
 
     /// Outbox created → inbox processed, per event, for the report.
-    pub async fn latency(&self) -> Result<Option<Latency>> {
+    async fn latency(&self) -> Result<Option<Latency>> {
         super::truth::latency(&self.pool, &DIALECT).await
     }
 
     /// Reads the database side of the ground truth for the verifier.
-    pub async fn ground_truth(&self, ledger: &mut crate::verifier::Ledger) -> Result<()> {
+    async fn ground_truth(&self, ledger: &mut crate::verifier::Ledger) -> Result<()> {
         super::truth::read(&self.pool, &DIALECT, ledger).await
+    }
+
+    async fn unpublished(&self) -> Result<i64> {
+        super::truth::unpublished(&self.pool).await
     }
 }
 
@@ -509,8 +514,10 @@ impl SqliteRelayConn {
     fn new(write: SqlitePool, writer: Writer) -> Self {
         Self { write, writer, owner: Uuid::new_v4().to_string(), held: Vec::new() }
     }
+}
 
-    pub async fn claim(&mut self, n: usize) -> Result<Vec<OutboxRow>> {
+impl super::RelayConnOps for SqliteRelayConn {
+    async fn claim(&mut self, n: usize) -> Result<Vec<OutboxRow>> {
         let _turn = turn(&self.writer, "a relay claim").await?;
         let mut tx =
             self.write.begin_with("BEGIN IMMEDIATE").await.map_err(|e| Error::db("beginning a relay claim", e))?;
@@ -545,7 +552,7 @@ impl SqliteRelayConn {
 
     /// Marks the rows published (and frees their lease) with one `UPDATE …
     /// WHERE id IN (…)` per chunk, in one transaction.
-    pub async fn mark_published(&mut self, ids: &[Uuid]) -> Result<()> {
+    async fn mark_published(&mut self, ids: &[Uuid]) -> Result<()> {
         if ids.is_empty() {
             return Ok(());
         }
@@ -569,7 +576,7 @@ impl SqliteRelayConn {
     }
 
     /// Deletes the claimed rows, in one transaction.
-    pub async fn delete_claimed(&mut self, ids: &[Uuid]) -> Result<()> {
+    async fn delete_claimed(&mut self, ids: &[Uuid]) -> Result<()> {
         let _turn = turn(&self.writer, "a relay delete").await?;
         let mut tx =
             self.write.begin_with("BEGIN IMMEDIATE").await.map_err(|e| Error::db("beginning a relay delete", e))?;
@@ -586,7 +593,7 @@ impl SqliteRelayConn {
         Ok(())
     }
 
-    pub async fn release(&mut self) -> Result<()> {
+    async fn release(&mut self) -> Result<()> {
         let held = std::mem::take(&mut self.held);
         let _turn = turn(&self.writer, "a relay release").await?;
         for chunk in held.chunks(MAX_PARAMS - 1) {
@@ -605,7 +612,25 @@ impl SqliteRelayConn {
 
     /// The crash: the relay lets go of the database with its rows still
     /// leased (no release, no cleanup); the lease is left to expire.
-    pub fn crash(self) {
+    fn crash(self) {
         drop(self);
+    }
+}
+
+impl super::NotifierTx for SqliteTx {
+    async fn dead_letters(&mut self, bad: &[&Incoming]) -> Result<u64> {
+        dead_letters(self, bad).await
+    }
+
+    async fn claim(&mut self, pairs: &[(Uuid, &'static str)]) -> Result<HashSet<(Uuid, &'static str)>> {
+        claim(self, pairs).await
+    }
+
+    async fn apply(&mut self, plan: &EffectPlan<'_>, projection: ProjectionMode) -> Result<u64> {
+        apply(self, plan, projection).await
+    }
+
+    async fn commit(self) -> Result<()> {
+        self.tx.commit().await.map_err(|e| Error::db("committing a notifier batch", e))
     }
 }
