@@ -179,39 +179,53 @@ pub fn render_body(r: &Report) -> String {
 }
 
 fn render_parts(r: &Report, style: Style, header: bool) -> String {
-    let md = style == Style::Markdown;
-    let h = |s: &str| {
-        if md {
-            format!("\n## {s}\n\n")
-        } else {
-            format!("\n{s}\n")
-        }
-    };
     let mut out = String::new();
-    if !header {
-    } else if md {
+    if header {
+        render_header(r, style, &mut out);
+    }
+    render_verification(r, style, &mut out);
+    render_faults(r, style, &mut out);
+    render_findings(r, style, &mut out);
+    render_footer(r, &mut out);
+    out
+}
+
+/// A section title in the report's style.
+fn heading(style: Style, s: &str) -> String {
+    match style {
+        Style::Markdown => format!("\n## {s}\n\n"),
+        Style::Terminal => format!("\n{s}\n"),
+    }
+}
+
+/// The run's id, scenario and infrastructure.
+fn render_header(r: &Report, style: Style, out: &mut String) {
+    let md = style == Style::Markdown;
+    if md {
         out.push_str(&format!("# chaos run {}\n\n", r.run_id));
     } else {
         out.push_str(&format!("chaos run {}\n", r.run_id));
     }
-    if header {
-        out.push_str(&format!(
-            "scenario {} ({}) · seed {} · {} payments · {} relays · {} notifiers · {} partitions · inbox {}\n",
-            r.scenario.name,
-            r.scenario.path,
-            r.seed,
-            r.scenario.payments,
-            r.scenario.relays,
-            r.scenario.notifiers,
-            r.scenario.partitions,
-            r.scenario.inbox
-        ));
-        out.push_str(&format!(
-            "infra: {} {} schema {} · {} {} topic {}\n",
-            r.infra.database, r.infra.database_endpoint, r.infra.schema, r.infra.broker, r.infra.brokers, r.infra.topic
-        ));
-    }
+    out.push_str(&format!(
+        "scenario {} ({}) · seed {} · {} payments · {} relays · {} notifiers · {} partitions · inbox {}\n",
+        r.scenario.name,
+        r.scenario.path,
+        r.seed,
+        r.scenario.payments,
+        r.scenario.relays,
+        r.scenario.notifiers,
+        r.scenario.partitions,
+        r.scenario.inbox
+    ));
+    out.push_str(&format!(
+        "infra: {} {} schema {} · {} {} topic {}\n",
+        r.infra.database, r.infra.database_endpoint, r.infra.schema, r.infra.broker, r.infra.brokers, r.infra.topic
+    ));
+}
 
+/// The counts read from the ground truth.
+fn render_verification(r: &Report, style: Style, out: &mut String) {
+    let h = |s: &str| heading(style, s);
     let c = &r.counts;
     out.push_str(&h("Verification (from the database and the full topic)"));
     let mut t = table(style, &["measure", "value"]);
@@ -252,7 +266,11 @@ fn render_parts(r: &Report, style: Style, header: bool) -> String {
         t.add_row(vec![Cell::new(k), Cell::new(v)]);
     }
     out.push_str(&format!("{t}\n"));
+}
 
+/// Every fault point: reached, fired, confirmed; then what the components say.
+fn render_faults(r: &Report, style: Style, out: &mut String) {
+    let h = |s: &str| heading(style, s);
     out.push_str(&h("Faults"));
     let mut t = table(style, &["fault point", "probability", "per", "reached", "fired", "confirmed"]);
     for f in &r.faults {
@@ -271,7 +289,12 @@ fn render_parts(r: &Report, style: Style, header: bool) -> String {
         "components: {} relay batches, {} relay crashes, {} notifier crashes, {} duplicates absorbed by the inbox, {} stale events ignored by the projection, {} relay errors, {} notifier errors; purged {} outbox and {} inbox rows\n",
         k.relay_batches, k.relay_crashes, k.notifier_crashes, k.duplicates_absorbed, k.stale_ignored, k.relay_errors, k.notifier_errors, k.purged_outbox_rows, k.purged_inbox_rows
     ));
+}
 
+/// The invariants and chaos checks, then the anomalies with their examples.
+fn render_findings(r: &Report, style: Style, out: &mut String) {
+    let h = |s: &str| heading(style, s);
+    let md = style == Style::Markdown;
     out.push_str(&h("Invariants"));
     let mut t = table(style, &["", "invariant", "expected", "actual"]);
     for i in r.invariants.iter().chain(r.chaos_checks.iter()) {
@@ -289,7 +312,10 @@ fn render_parts(r: &Report, style: Style, header: bool) -> String {
         }
         out.push_str(&format!("{t}\n"));
     }
+}
 
+/// Timings, latency, the replay command and the verdict.
+fn render_footer(r: &Report, out: &mut String) {
     let tm = &r.timings;
     out.push_str(&format!(
         "\ntimings: setup {} ms · workload {} ms · drain {} ms · verify {} ms · total {} ms\n",
@@ -303,5 +329,4 @@ fn render_parts(r: &Report, style: Style, header: bool) -> String {
     }
     out.push_str(&format!("replay: {}\n", r.replay));
     out.push_str(&format!("\nverdict: {} — {}\n", r.verdict.as_str().to_uppercase(), r.reason));
-    out
 }
