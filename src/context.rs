@@ -1,5 +1,7 @@
-//! What every component of one run shares: live counters and the shutdown
-//! signal. Components write the counters; the progress line only reads them.
+//! What every component of one run shares: live counters, the shutdown
+//! signal, the restart floor and the tasks they spawn. Components write the
+//! counters; the progress line and the report read them, and the run's group
+//! wait and drain read the group's assignments and the zombies still active.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::watch;

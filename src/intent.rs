@@ -44,14 +44,6 @@ impl Intent {
     pub fn take(&self) -> Vec<Intended> {
         std::mem::take(&mut *self.committed.lock().unwrap_or_else(|p| p.into_inner()))
     }
-
-    pub fn len(&self) -> usize {
-        self.committed.lock().map(|c| c.len()).unwrap_or(0)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 #[cfg(test)]
@@ -66,8 +58,7 @@ mod tests {
         let e = Intended { id: Uuid::from_u128(1), amount_cents: 5, account_id: 2, captured: true, poison: false };
         i.extend(vec![e, e]);
         i.extend(vec![e]);
-        assert_eq!(i.len(), 3);
         assert_eq!(i.take().len(), 3);
-        assert!(i.is_empty());
+        assert!(i.take().is_empty(), "taken once");
     }
 }

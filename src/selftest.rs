@@ -6,8 +6,8 @@
 //! checks that it reports nothing.
 //!
 //! Reliability: each variant's fault rate is sized so that one run exposes
-//! the mistake many times over (the expected number of exposing faults per
-//! run is given with each variant), and a variant gets up to
+//! the mistake many times over (most variants give the expected number of
+//! exposing faults per run), and a variant gets up to
 //! [`MAX_ATTEMPTS`] runs with different seeds. The figures measured on this
 //! project's machines are in the README.
 
