@@ -43,6 +43,9 @@ else
 fi
 bash scripts/services.sh status || true
 
+log "making the Python examples' virtual environment (scripts/python-env.sh)"
+bash scripts/python-env.sh >/dev/null
+
 log "building"
 cargo build --locked --all-targets
 log "running the test suite against PostgreSQL at ${DATABASE_URL##*@} and Kafka ($KAFKA_BROKERS)"

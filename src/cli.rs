@@ -11,13 +11,16 @@ use std::path::PathBuf;
     about = "Crash an outbox/inbox payments pipeline at named fault points and prove whether each payment produced exactly one receipt.",
     long_about = "Crash an outbox/inbox payments pipeline at named fault points and prove whether each payment produced exactly one receipt.\n\n\
 The pipeline: a payment service writes payments and outbox events in one transaction; relays publish them to Kafka; \
-a notifier consumes them through an inbox. The verifier reconciles the database with every message on the topic.\n\n\
+a notifier consumes them through an inbox. The verifier reconciles the database with every message on the topic. \
+With `[notifier] command = [...]` in the scenario, your own consumer runs in place of the reference notifier, as OS processes \
+that the harness kills (SIGKILL) and pauses (SIGSTOP) for real; its contract is docs/contract.md.\n\n\
 Exit codes: 0 pass, 1 invariant violated or anomaly found, 2 bad input, 3 PostgreSQL/Kafka (or pgbench) unreachable or unusable, \
 4 inconclusive (a fault never fired or its effect was never seen), 5 incomplete (did not drain, a component panicked or hung, \
-a short topic read), 70 internal error, 74 cannot write a report or file, 130 interrupted.",
+a short topic read, a program under test that could not start, exited or never joined), 70 internal error, 74 cannot write a report or file, 130 interrupted.",
     after_help = "First run (embedded, nothing installed): chaos run scenarios/payments.toml\n\
 On the real services: scripts/services.sh up, then DATABASE_URL=postgres://chaos:chaos@127.0.0.1:5432/chaos KAFKA_BROKERS=127.0.0.1:9092 chaos run scenarios/payments.toml\n\
-Prove the verifier can fail: chaos selftest"
+Prove the verifier can fail: chaos selftest\n\
+Your own consumer: PATH=\"$(scripts/python-env.sh):$PATH\" chaos run examples/python/consumer.toml (docs/contract.md)"
 )]
 pub struct Cli {
     /// More logs on stderr (-v info, -vv debug). RUST_LOG overrides.

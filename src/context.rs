@@ -38,6 +38,14 @@ pub struct Stats {
     pub zombies_active: AtomicU64,
     pub purged_outbox: AtomicU64,
     pub purged_inbox: AtomicU64,
+    /// Processes of programs under test: started (each incarnation),
+    /// killed and paused by the nemesis; kills of a process that had
+    /// database sessions open, and those whose sessions were seen gone.
+    pub processes_started: AtomicU64,
+    pub processes_killed: AtomicU64,
+    pub processes_paused: AtomicU64,
+    pub sessions_at_kill: AtomicU64,
+    pub sessions_gone_after_kill: AtomicU64,
     /// Partitions each notifier (by index) holds after its latest rebalance.
     pub assigned: std::sync::Mutex<std::collections::BTreeMap<usize, usize>>,
 }
@@ -66,6 +74,11 @@ impl Default for Stats {
             zombies_active: AtomicU64::new(0),
             purged_outbox: AtomicU64::new(0),
             purged_inbox: AtomicU64::new(0),
+            processes_started: AtomicU64::new(0),
+            processes_killed: AtomicU64::new(0),
+            processes_paused: AtomicU64::new(0),
+            sessions_at_kill: AtomicU64::new(0),
+            sessions_gone_after_kill: AtomicU64::new(0),
             assigned: Default::default(),
         }
     }

@@ -59,6 +59,11 @@ impl Error {
         Error::Database { context: context.into(), cause: crate::infra::redact(&err.to_string()) }
     }
 
+    /// A file or folder the run could not create or write.
+    pub fn io(path: &std::path::Path, err: std::io::Error) -> Self {
+        Error::Write { path: path.to_path_buf(), cause: err.to_string() }
+    }
+
     pub fn kafka(context: impl Into<String>, err: rdkafka::error::KafkaError) -> Self {
         Error::Kafka { context: context.into(), cause: err.to_string() }
     }

@@ -121,6 +121,23 @@ fault_points! {
     /// nothing is repeated, the next incarnation just carries on.
     RelayAfterMark = "relay.after_mark", key relay_after_mark, per "batch",
         confirmed by "the relay's next incarnation";
+    /// The harness sends SIGKILL to a component that runs as an OS process
+    /// (a program under test, `[notifier] command`), at a random instant
+    /// within the second: no shutdown code runs, its open transaction dies
+    /// with its connection, the broker sees a member vanish.
+    ProcessKill = "process.kill", key process_kill, per "second, per process",
+        confirmed by "the process seen ending by SIGKILL";
+    /// The harness sends SIGSTOP to a component that runs as an OS process,
+    /// and SIGCONT after `[nemesis] pause_secs`: past its session timeout it
+    /// wakes up a zombie.
+    ProcessPause = "process.pause", key process_pause, per "second, per process",
+        confirmed by "the process seen stopped by the kernel";
+}
+
+impl FaultPoint {
+    /// The points the harness applies to a process from outside, whatever
+    /// the program: the only ones a program under test can be given.
+    pub const FOR_PROCESSES: &'static [FaultPoint] = &[FaultPoint::ProcessKill, FaultPoint::ProcessPause];
 }
 
 /// How many fault points there are.

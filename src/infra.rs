@@ -162,6 +162,21 @@ pub async fn kafka_ping(brokers: &str, timeout: Duration) -> Result<Vec<(i32, St
     res.map_err(|e| Error::KafkaUnreachable { brokers: b, cause: e.to_string() })
 }
 
+/// How many members a consumer group has, as the group coordinator says.
+pub async fn group_members(brokers: &str, group: &str) -> Result<usize> {
+    let admin: AdminClient<DefaultClientContext> =
+        kafka_config(brokers).create().map_err(|e| Error::kafka("creating the admin client", e))?;
+    let g = group.to_string();
+    tokio::task::spawn_blocking(move || {
+        let list = admin.inner().fetch_group_list(Some(&g), CONNECT_TIMEOUT);
+        // Dropped here, off the async threads: its drop blocks.
+        list.map(|l| l.groups().iter().filter(|x| x.name() == g).map(|x| x.members().len()).sum())
+    })
+    .await
+    .map_err(|e| Error::Internal(e.to_string()))?
+    .map_err(|e| Error::kafka("describing the consumer group", e))
+}
+
 /// Creates the run's topic and waits for the broker to confirm it.
 pub async fn create_topic(brokers: &str, topic: &str, partitions: i32) -> Result<()> {
     let admin: AdminClient<DefaultClientContext> =

@@ -20,6 +20,8 @@
 //!   classic mistake as its own strategy, and the pure core that plans effects.
 //! - [`notifier`]: the inbox consumer; one transaction per micro-batch, then
 //!   `[notifier.before_offset_commit]`, then the offset commit.
+//! - [`program`]: a program under test (`[notifier] command`) as OS
+//!   processes, killed and paused by the harness for real (docs/contract.md).
 //! - [`supervise`]: the one path every component crash and restart takes.
 //! - [`faults`]: named fault points, seeded decisions and the log of what fired.
 //! - [`verifier`]: reads the ground truth and reconciles it into counts,
@@ -54,6 +56,7 @@ pub mod inbox;
 pub mod infra;
 pub mod intent;
 pub mod notifier;
+pub mod program;
 pub mod progress;
 pub mod relay;
 pub mod report;

@@ -52,6 +52,9 @@ pub struct ScenarioInfo {
     pub relays: usize,
     pub notifiers: usize,
     pub inbox: String,
+    /// The program under test run as the notifier, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notifier_command: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -82,6 +85,19 @@ pub struct ComponentFigures {
     pub notifier_errors: u64,
     pub purged_outbox_rows: u64,
     pub purged_inbox_rows: u64,
+    /// Processes of a program under test: every incarnation started, the
+    /// nemesis's kills and pauses, kills of a process with database
+    /// sessions open and those whose sessions PostgreSQL then showed gone.
+    #[serde(default)]
+    pub processes_started: u64,
+    #[serde(default)]
+    pub processes_killed: u64,
+    #[serde(default)]
+    pub processes_paused: u64,
+    #[serde(default)]
+    pub sessions_at_kill: u64,
+    #[serde(default)]
+    pub sessions_gone_after_kill: u64,
 }
 
 /// End-to-end latency percentiles, in milliseconds.
@@ -207,7 +223,7 @@ fn render_header(r: &Report, style: Style, out: &mut String) {
         out.push_str(&format!("chaos run {}\n", r.run_id));
     }
     out.push_str(&format!(
-        "scenario {} ({}) · seed {} · {} payments · {} relays · {} notifiers · {} partitions · inbox {}\n",
+        "scenario {} ({}) · seed {} · {} payments · {} relays · {} notifiers · {} partitions · {}\n",
         r.scenario.name,
         r.scenario.path,
         r.seed,
@@ -215,7 +231,10 @@ fn render_header(r: &Report, style: Style, out: &mut String) {
         r.scenario.relays,
         r.scenario.notifiers,
         r.scenario.partitions,
-        r.scenario.inbox
+        match &r.scenario.notifier_command {
+            Some(c) => format!("notifier: the program under test `{c}`"),
+            None => format!("inbox {}", r.scenario.inbox),
+        }
     ));
     out.push_str(&format!(
         "infra: {} {} schema {} · {} {} topic {}\n",
@@ -289,6 +308,12 @@ fn render_faults(r: &Report, style: Style, out: &mut String) {
         "components: {} relay batches, {} relay crashes, {} notifier crashes, {} duplicates absorbed by the inbox, {} stale events ignored by the projection, {} relay errors, {} notifier errors; purged {} outbox and {} inbox rows\n",
         k.relay_batches, k.relay_crashes, k.notifier_crashes, k.duplicates_absorbed, k.stale_ignored, k.relay_errors, k.notifier_errors, k.purged_outbox_rows, k.purged_inbox_rows
     ));
+    if k.processes_started > 0 {
+        out.push_str(&format!(
+            "processes: {} started, {} killed ({} with database sessions open, {} of them seen gone from pg_stat_activity), {} paused\n",
+            k.processes_started, k.processes_killed, k.sessions_at_kill, k.sessions_gone_after_kill, k.processes_paused
+        ));
+    }
 }
 
 /// The invariants and chaos checks, then the anomalies with their examples.

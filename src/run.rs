@@ -10,6 +10,7 @@ use crate::faults::FaultInjector;
 use crate::faults::FaultPoint;
 use crate::infra::{self, Endpoints, RunNames};
 use crate::notifier;
+use crate::program::Programs;
 use crate::progress::Progress;
 use crate::report::{self, ComponentFigures, InfraInfo, Report, ScenarioInfo, Stages, Timings};
 use crate::scenario::{self, Scenario};
@@ -76,6 +77,12 @@ pub async fn execute(
 ) -> Result<(Report, Exit)> {
     let started = Instant::now();
     let endpoints = Endpoints::resolve(database_url, brokers, &sc)?;
+    if sc.notifier.command.is_some() && endpoints.database_url.is_none() {
+        return Err(Error::Usage(
+            "`notifier.command` runs a program under test against PostgreSQL only: pass --database-url or set DATABASE_URL"
+                .into(),
+        ));
+    }
     let names = RunNames::new();
     let infra = Infra::open(&sc, &endpoints, &names, reports_dir).await?;
     if output == Output::Tables {
@@ -107,9 +114,9 @@ pub async fn execute(
         intent: Default::default(),
         tasks: Default::default(),
     };
-    let mut components = start_components(&ctx);
+    let (programs, mut components) = start_components(&ctx, endpoints.database_url.as_deref(), reports_dir)?;
     let progress = Progress::start(sc.payments, stats.clone(), faults.clone(), output != Output::Quiet);
-    let mut ran = drive(&ctx).await;
+    let mut ran = drive(&ctx, programs.as_ref()).await;
     trigger.trigger();
     components.extend(ctx.tasks.take());
     let stopped = tokio::select! {
@@ -117,6 +124,9 @@ pub async fn execute(
         _ = interrupt(), if !ran.interrupted => { ran.interrupted = true; Stopped::default() }
     };
     progress.finish();
+    if let (None, Some(why)) = (&ran.incomplete, programs.as_ref().and_then(|p| p.failure())) {
+        ran.incomplete = Some(why);
+    }
     if let Some(why) = stopped.why() {
         warn!("{why}");
         ran.incomplete = Some(match ran.incomplete.take() {
@@ -222,18 +232,43 @@ impl Infra {
     }
 }
 
-/// Relays, notifiers and the retention purger, each a named task.
-fn start_components(ctx: &Ctx) -> Vec<crate::context::Named> {
+/// Relays, notifiers (the reference one, or the program under test as
+/// processes) and the retention purger, each a named task.
+fn start_components(
+    ctx: &Ctx,
+    database_url: Option<&str>,
+    reports_dir: &Path,
+) -> Result<(Option<Programs>, Vec<crate::context::Named>)> {
     let sc = &ctx.scenario;
     let mut components = Vec::new();
+    let programs = match (&sc.notifier.command, database_url) {
+        (Some(cmd), Some(url)) => {
+            let logs = reports_dir.join(format!("{}-processes", ctx.names.run_id));
+            let (programs, keepers) = Programs::start(ctx, cmd, url, logs)?;
+            components.extend(keepers);
+            Some(programs)
+        }
+        _ => {
+            for i in 1..=sc.notifier.instances {
+                components.push((format!("notifier-{i}"), tokio::spawn(notifier::run(ctx.clone(), i))));
+            }
+            None
+        }
+    };
     for i in 1..=sc.relay.instances {
         components.push((format!("relay-{i}"), tokio::spawn(relay::run(ctx.clone(), i))));
     }
-    for i in 1..=sc.notifier.instances {
-        components.push((format!("notifier-{i}"), tokio::spawn(notifier::run(ctx.clone(), i))));
-    }
     components.push(("retention purger".to_string(), tokio::spawn(purger(ctx.clone()))));
-    components
+    Ok((programs, components))
+}
+
+/// Resolves with the first failure of a program under test; never, when
+/// the notifier is the reference one.
+async fn program_failure(programs: Option<&Programs>) -> String {
+    match programs {
+        Some(p) => p.failed().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// How the workload and the drain went.
@@ -247,30 +282,59 @@ struct Ran {
 }
 
 /// The workload (after the group wait, bounded by [`workload_limit`]),
-/// then the drain; either may be cut short by a signal, after which a
-/// second one exits at once.
-async fn drive(ctx: &Ctx) -> Ran {
+/// then the drain; either may be cut short by a signal, or by a program
+/// under test that failed. After a signal, a second one exits at once.
+async fn drive(ctx: &Ctx, programs: Option<&Programs>) -> Ran {
     let mut ran = Ran::default();
+    let mut failed = std::pin::pin!(program_failure(programs));
     let t_work = Instant::now();
+    if let Some(p) = programs {
+        tokio::select! {
+            r = p.ready(ctx) => if let Err(why) = r { ran.incomplete = Some(why) },
+            _ = interrupt() => ran.interrupted = true,
+        }
+        // The nemesis acts from here until the pipeline has drained: a
+        // consumer does most of its work while it catches up, after the
+        // payment service has stopped writing.
+        p.set_acting(true);
+    }
     let limit = workload_limit(ctx.scenario.payments);
-    tokio::select! {
-        r = tokio::time::timeout(limit, async { group_ready(ctx).await; workload::run(ctx.clone()).await }) => match r {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => ran.incomplete = Some(format!("the workload stopped: {e}")),
-            Err(_) => ran.incomplete = Some(format!(
-                "the workload did not finish within {} s; a component or service may be stuck",
-                limit.as_secs()
-            )),
-        },
-        _ = interrupt() => ran.interrupted = true,
+    if ran.incomplete.is_none() && !ran.interrupted {
+        let workload = async {
+            if programs.is_none() {
+                group_ready(ctx).await;
+            }
+            workload::run(ctx.clone()).await
+        };
+        tokio::select! {
+            r = tokio::time::timeout(limit, workload) => match r {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => ran.incomplete = Some(format!("the workload stopped: {e}")),
+                Err(_) => ran.incomplete = Some(format!(
+                    "the workload did not finish within {} s; a component or service may be stuck",
+                    limit.as_secs()
+                )),
+            },
+            why = &mut failed => ran.incomplete = Some(why),
+            _ = interrupt() => ran.interrupted = true,
+        }
     }
     ran.workload_ms = t_work.elapsed().as_millis() as u64;
     let t_drain = Instant::now();
     if ran.incomplete.is_none() && !ran.interrupted {
         tokio::select! {
-            r = drain(ctx) => if let Err(why) = r { ran.incomplete = Some(why) },
+            r = drain(ctx) => if let Err(why) = r {
+                ran.incomplete = Some(match programs {
+                    Some(p) => format!("{why}; {}", p.stderr_of(0)),
+                    None => why,
+                })
+            },
+            why = &mut failed => ran.incomplete = Some(why),
             _ = interrupt() => ran.interrupted = true,
         }
+    }
+    if let Some(p) = programs {
+        p.set_acting(false);
     }
     ran.drain_ms = t_drain.elapsed().as_millis() as u64;
     if ran.interrupted {
@@ -296,6 +360,7 @@ fn skeleton(sc: &Scenario, names: &RunNames, infra: &InfraInfo, faults: &FaultIn
             relays: sc.relay.instances,
             notifiers: sc.notifier.instances,
             inbox: sc.notifier.inbox.as_str().into(),
+            notifier_command: sc.notifier.command.as_ref().map(|c| c.shown()),
         },
         seed: sc.seed,
         replay: format!("chaos run {} --seed {}", sc.path.display(), sc.seed),
@@ -397,6 +462,11 @@ fn figures(s: &Stats) -> ComponentFigures {
         notifier_errors: Stats::get(&s.notifier_errors),
         purged_outbox_rows: Stats::get(&s.purged_outbox),
         purged_inbox_rows: Stats::get(&s.purged_inbox),
+        processes_started: Stats::get(&s.processes_started),
+        processes_killed: Stats::get(&s.processes_killed),
+        processes_paused: Stats::get(&s.processes_paused),
+        sessions_at_kill: Stats::get(&s.sessions_at_kill),
+        sessions_gone_after_kill: Stats::get(&s.sessions_gone_after_kill),
     }
 }
 

@@ -26,6 +26,7 @@ pub struct RawScenario {
     pub relay: RawRelay,
     pub notifier: RawNotifier,
     pub faults: RawFaults,
+    pub nemesis: RawNemesis,
     pub retention: RawRetention,
     pub run: RawRun,
     pub expect: RawExpect,
@@ -43,6 +44,7 @@ impl Default for RawScenario {
             relay: RawRelay::default(),
             notifier: RawNotifier::default(),
             faults: RawFaults::default(),
+            nemesis: RawNemesis::default(),
             retention: RawRetention::default(),
             run: RawRun::default(),
             expect: RawExpect::default(),
@@ -126,6 +128,11 @@ pub struct RawNotifier {
     pub projection: Spanned<String>,
     pub session_timeout_ms: Spanned<i64>,
     pub restart_delay_ms: Spanned<i64>,
+    /// A program under test run in place of the reference notifier, as an
+    /// argument vector: `["python3", "consumer.py"]` (docs/contract.md).
+    pub command: Option<Spanned<Vec<String>>>,
+    /// How long the program's instances may take to join the group.
+    pub ready_timeout_secs: Spanned<i64>,
 }
 
 impl Default for RawNotifier {
@@ -137,6 +144,8 @@ impl Default for RawNotifier {
             projection: sp("state-guard".to_string()),
             session_timeout_ms: sp(6000),
             restart_delay_ms: sp(50),
+            command: None,
+            ready_timeout_secs: sp(30),
         }
     }
 }
@@ -154,6 +163,21 @@ pub struct RawRetention {
 impl Default for RawRetention {
     fn default() -> Self {
         Self { outbox: sp("7d".into()), inbox: sp("7d".into()), purge_interval_ms: sp(1000) }
+    }
+}
+
+/// How the harness's own acts on processes are shaped; their rates are in
+/// `[faults]` (`process_kill`, `process_pause`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawNemesis {
+    /// How long a `process.pause` keeps a process stopped.
+    pub pause_secs: Spanned<f64>,
+}
+
+impl Default for RawNemesis {
+    fn default() -> Self {
+        Self { pause_secs: sp(3.0) }
     }
 }
 
@@ -289,6 +313,8 @@ pub struct Scenario {
     pub relay: RelayConfig,
     pub notifier: NotifierConfig,
     pub faults: FaultRates,
+    /// How long a `process.pause` lasts.
+    pub pause: Duration,
     pub retention: Retention,
     pub drain_timeout: Duration,
     pub exactly_once: bool,
@@ -317,6 +343,24 @@ pub struct NotifierConfig {
     pub projection: ProjectionMode,
     pub session_timeout: Duration,
     pub restart_delay: Duration,
+    /// The program under test in place of the reference notifier.
+    pub command: Option<ProgramCommand>,
+    pub ready_timeout: Duration,
+}
+
+/// A user's program: its argument vector and the folder it runs in (the
+/// scenario file's).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct ProgramCommand {
+    pub argv: Vec<String>,
+    pub dir: PathBuf,
+}
+
+impl ProgramCommand {
+    /// The command as a user would type it, for messages.
+    pub fn shown(&self) -> String {
+        self.argv.iter().map(|a| if a.contains(' ') { format!("{a:?}") } else { a.clone() }).collect::<Vec<_>>().join(" ")
+    }
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -483,6 +527,14 @@ impl Validator<'_> {
         for point in FaultPoint::ALL {
             faults = faults.with(*point, self.prob(raw.faults.get(*point), point.key())?);
         }
+        let command = self.program(&raw, path, &faults)?;
+        let pause = *raw.nemesis.pause_secs.get_ref();
+        if !(0.1..=600.0).contains(&pause) {
+            return self.err(
+                raw.nemesis.pause_secs.span(),
+                &format!("`nemesis.pause_secs` is {pause}; expected seconds from 0.1 to 600"),
+            );
+        }
         let name = raw.name.clone().unwrap_or_else(|| {
             path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "scenario".into())
         });
@@ -522,8 +574,16 @@ impl Validator<'_> {
                     0,
                     60_000,
                 )?),
+                command,
+                ready_timeout: Duration::from_secs(self.count(
+                    &raw.notifier.ready_timeout_secs,
+                    "notifier.ready_timeout_secs",
+                    1,
+                    3600,
+                )? as u64),
             },
             faults,
+            pause: Duration::from_secs_f64(pause),
             retention: Retention {
                 outbox: self.duration(&raw.retention.outbox, "retention.outbox")?,
                 inbox: self.duration(&raw.retention.inbox, "retention.inbox")?,
@@ -550,6 +610,56 @@ impl Validator<'_> {
             infra_database_url: raw.infra.database_url,
             infra_kafka_brokers: raw.infra.kafka_brokers,
         })
+    }
+}
+
+impl Validator<'_> {
+    /// `[notifier] command`, checked against what only the reference
+    /// notifier has (its inbox variants and its inner fault points) and
+    /// what only a process can be given (kills and pauses from outside).
+    fn program(&self, raw: &RawScenario, path: &Path, faults: &FaultRates) -> Result<Option<ProgramCommand>, crate::Error> {
+        let Some(cmd) = &raw.notifier.command else {
+            if let Some(p) = FaultPoint::FOR_PROCESSES.iter().find(|p| faults.get(**p) > 0.0) {
+                return self.err(
+                    raw.faults.get(*p).span(),
+                    &format!(
+                        "`faults.{}` acts on a component that runs as a process; set `notifier.command` to a program under test, or remove it",
+                        p.key()
+                    ),
+                );
+            }
+            return Ok(None);
+        };
+        let argv = cmd.get_ref();
+        if argv.first().map_or(true, |a| a.trim().is_empty()) {
+            return self.err(
+                cmd.span(),
+                "`notifier.command` is empty; expected the program and its arguments, e.g. [\"python3\", \"consumer.py\"]",
+            );
+        }
+        for (key, v) in [("notifier.inbox", &raw.notifier.inbox), ("notifier.projection", &raw.notifier.projection)] {
+            if v.span() != (0..0) {
+                return self.err(
+                    v.span(),
+                    &format!("`{key}` shapes the reference notifier; with `notifier.command` the program under test decides, so remove `{key}`"),
+                );
+            }
+        }
+        let inner = FaultPoint::ALL.iter().find(|p| p.name().starts_with("notifier.") && faults.get(**p) > 0.0);
+        if let Some(p) = inner {
+            return self.err(
+                raw.faults.get(*p).span(),
+                &format!(
+                    "`faults.{}` strikes inside the reference notifier; a program under test is faulted from outside by `faults.process_kill` and `faults.process_pause`",
+                    p.key()
+                ),
+            );
+        }
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        Ok(Some(ProgramCommand { argv: argv.clone(), dir }))
     }
 }
 
@@ -629,6 +739,24 @@ mod tests {
         assert_eq!(parse_duration("7d"), Some(Duration::from_secs(7 * 86_400)));
         assert_eq!(parse_duration("7 days"), None);
         assert_eq!(parse_duration("s"), None);
+    }
+
+    #[test]
+    fn a_program_under_test_is_checked_against_what_only_the_reference_has() {
+        let s = p("[notifier]\ncommand = [\"python3\", \"consumer.py\"]\n[faults]\nprocess_kill = 0.2\n").unwrap();
+        let cmd = s.notifier.command.unwrap();
+        assert_eq!(cmd.argv, vec!["python3", "consumer.py"]);
+        assert_eq!(cmd.dir, PathBuf::from("."));
+        let e = p("[notifier]\ncommand = []\n").unwrap_err();
+        assert!(e.starts_with("t.toml:2:11: `notifier.command` is empty"), "{e}");
+        let e = p("[notifier]\ncommand = [\"x\"]\ninbox = \"off\"\n").unwrap_err();
+        assert!(e.starts_with("t.toml:3:9: `notifier.inbox` shapes the reference notifier"), "{e}");
+        let e = p("[notifier]\ncommand = [\"x\"]\n[faults]\nnotifier_mid_batch = 0.1\n").unwrap_err();
+        assert!(e.contains("`faults.notifier_mid_batch` strikes inside the reference notifier"), "{e}");
+        let e = p("[faults]\nprocess_pause = 0.1\n").unwrap_err();
+        assert!(e.starts_with("t.toml:2:17: `faults.process_pause` acts on a component that runs as a process"), "{e}");
+        let e = p("[nemesis]\npause_secs = 0\n").unwrap_err();
+        assert!(e.contains("`nemesis.pause_secs` is 0"), "{e}");
     }
 
     #[test]

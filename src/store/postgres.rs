@@ -61,6 +61,31 @@ impl PgStore {
             .map_err(|e| Error::Database { context: format!("migrating schema {schema}"), cause: e.to_string() })?;
         Ok(Self { pool, opts, schema: schema.to_string(), endpoint })
     }
+
+    /// Sessions open under an application name: a program under test's
+    /// process names its sessions by `PGAPPNAME`, so the harness can see
+    /// them end with it.
+    pub async fn sessions(&self, application_name: &str) -> Result<i64> {
+        sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1")
+            .bind(application_name)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| Error::db("counting a process's sessions", e))
+    }
+
+    /// What those sessions are doing, for a message about one that
+    /// outlived its process.
+    pub async fn session_states(&self, application_name: &str) -> Result<String> {
+        let rows: Vec<(Option<String>, Option<String>, Option<String>)> = sqlx::query_as(
+            "SELECT state, wait_event_type || ':' || wait_event, left(query, 80) FROM pg_stat_activity \
+             WHERE application_name = $1",
+        )
+        .bind(application_name)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| Error::db("reading a process's sessions", e))?;
+        Ok(rows.iter().map(|r| format!("{:?}", r)).collect::<Vec<_>>().join("; "))
+    }
 }
 
 impl super::Backend for PgStore {

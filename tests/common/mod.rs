@@ -145,3 +145,38 @@ pub fn spawn_until(
     }
     (child, reader)
 }
+
+/// PATH with the examples' Python virtual environment first, made (or
+/// found) by scripts/python-env.sh, which installs the pinned packages on a
+/// fresh machine. Made once per test binary.
+pub fn python_path() -> String {
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let bin = BIN.get_or_init(|| {
+        let out = Command::new("bash")
+            .arg(root().join("scripts/python-env.sh"))
+            .output()
+            .expect("cannot run scripts/python-env.sh");
+        assert!(
+            out.status.success(),
+            "scripts/python-env.sh failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    });
+    format!("{bin}:{}", std::env::var("PATH").unwrap_or_default())
+}
+
+/// Processes alive now whose environment holds `CHAOS_RUN_ID=<run_id>`:
+/// what a run started and left behind.
+pub fn processes_of_run(run_id: &str) -> Vec<i32> {
+    let needle = format!("CHAOS_RUN_ID={run_id}");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(env) = std::fs::read(entry.path().join("environ")) else { continue };
+        if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
+            found.push(pid);
+        }
+    }
+    found
+}

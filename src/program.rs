@@ -1,0 +1,578 @@
+//! Programs under test: a user's notifier (`[notifier] command`) run as OS
+//! processes, one per slot, and the harness's own acts on them.
+//!
+//! Each slot has a keeper task. It starts the program with the contract's
+//! environment (docs/contract.md), keeps its output, and from the moment
+//! every instance is ready until the pipeline has drained it is the
+//! nemesis for its process: each second, at a random instant
+//! within it, `process.kill` sends SIGKILL to the process group and
+//! `process.pause` sends SIGSTOP, then SIGCONT later. The kernel ends or
+//! stops the process; nothing in it runs. A killed process is replaced by a
+//! new one in the same slot (incarnation + 1).
+//!
+//! A process that exits when nobody killed it or asked it to stop, or that
+//! cannot start at all, ends the run: the first such failure is published
+//! on [`Programs::failed`], naming the command, the exit status and the last
+//! lines of its stderr. However the run ends, every process group the
+//! keepers started is killed: on stop, on drop, and (for the direct child)
+//! by the kernel if `chaos` itself dies (`PR_SET_PDEATHSIG`).
+
+use crate::context::{Ctx, Stats, RESTART_FLOOR};
+use crate::faults::FaultPoint;
+use crate::scenario::ProgramCommand;
+use crate::store::Store;
+use rand::{Rng, SeedableRng};
+use std::collections::VecDeque;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+/// How long a program gets to exit after SIGTERM before it is killed
+/// (docs/contract.md promises 10 s; the run's own stop deadline is 15 s).
+const STOP_GRACE: Duration = Duration::from_secs(10);
+/// How long a SIGKILLed or SIGSTOPped process may take to be seen so: the
+/// kernel acts at once, unless the process sits in an uninterruptible wait.
+const SIGNAL_SEEN: Duration = Duration::from_secs(5);
+/// How long the database may take to drop a killed process's sessions: it
+/// sees the connection close as soon as the kernel closes the socket.
+const SESSIONS_GONE: Duration = Duration::from_secs(5);
+/// Lines of a process's stderr quoted in an error about it.
+const TAIL_LINES: usize = 6;
+/// How often the group's membership is read while waiting for readiness.
+const READY_POLL: Duration = Duration::from_millis(250);
+
+/// The programs of one run and what they have come to.
+pub struct Programs {
+    role: &'static str,
+    command: ProgramCommand,
+    instances: usize,
+    failure: watch::Sender<Option<String>>,
+    acting: watch::Sender<bool>,
+    /// Each slot's latest stderr lines, for errors raised outside a keeper.
+    tails: Vec<Tail>,
+    pub logs: PathBuf,
+}
+
+type Tail = Arc<Mutex<VecDeque<String>>>;
+
+impl Programs {
+    /// Starts a keeper per notifier slot; returns them as named tasks for
+    /// the run's stop to await.
+    pub fn start(
+        ctx: &Ctx,
+        command: &ProgramCommand,
+        database_url: &str,
+        logs: PathBuf,
+    ) -> crate::error::Result<(Self, Vec<crate::context::Named>)> {
+        std::fs::create_dir_all(&logs).map_err(|e| crate::Error::io(&logs, e))?;
+        let sc = &ctx.scenario;
+        let (failure, _) = watch::channel(None);
+        let (acting, _) = watch::channel(false);
+        let env = Env::new(ctx, database_url);
+        let mut tasks = Vec::new();
+        let mut tails = Vec::new();
+        for slot in 1..=sc.notifier.instances {
+            let tail: Tail = Default::default();
+            tails.push(tail.clone());
+            let keeper = Keeper {
+                ctx: ctx.clone(),
+                name: format!("notifier-{slot}"),
+                command: command.clone(),
+                env: env.clone(),
+                logs: logs.clone(),
+                failure: failure.clone(),
+                acting: acting.subscribe(),
+                tail,
+                rng: rand::rngs::StdRng::seed_from_u64(sc.seed ^ (slot as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+            };
+            tasks.push((keeper.name.clone(), tokio::spawn(keeper.keep())));
+        }
+        let programs = Self {
+            role: "notifier",
+            command: command.clone(),
+            instances: sc.notifier.instances,
+            failure,
+            acting,
+            tails,
+            logs,
+        };
+        Ok((programs, tasks))
+    }
+
+    /// Resolves with the first failure of any program.
+    pub async fn failed(&self) -> String {
+        let mut rx = self.failure.subscribe();
+        let first = rx.wait_for(|f| f.is_some()).await.map(|f| f.clone());
+        match first {
+            Ok(f) => f.unwrap_or_default(),
+            // The sender lives as long as `self`: never reached.
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// The first failure of any program, if one failed.
+    pub fn failure(&self) -> Option<String> {
+        self.failure.borrow().clone()
+    }
+
+    /// Turns the nemesis on (while the workload runs) or off.
+    pub fn set_acting(&self, on: bool) {
+        self.acting.send_replace(on);
+    }
+
+    /// Waits until every instance is a member of the group, or says why
+    /// not: a failed program, or the ready timeout.
+    pub async fn ready(&self, ctx: &Ctx) -> Result<(), String> {
+        let limit = ctx.scenario.notifier.ready_timeout;
+        let started = Instant::now();
+        let mut seen = (0, String::new());
+        while started.elapsed() < limit {
+            if let Some(f) = self.failure.borrow().clone() {
+                return Err(f);
+            }
+            match crate::infra::group_members(&ctx.brokers, &ctx.names.group).await {
+                Ok(n) if n >= self.instances => {
+                    info!(ms = started.elapsed().as_millis() as u64, members = n, "notifier group settled");
+                    return Ok(());
+                }
+                Ok(n) => seen = (n, String::new()),
+                Err(e) => seen.1 = format!(" (reading the group failed: {e})"),
+            }
+            tokio::time::sleep(READY_POLL).await;
+        }
+        Err(format!(
+            "{} of {} instances of the {} command `{}` joined group {} within {} s{}; {}",
+            seen.0,
+            self.instances,
+            self.role,
+            self.command.shown(),
+            ctx.names.group,
+            limit.as_secs(),
+            seen.1,
+            self.stderr_of(0)
+        ))
+    }
+
+    /// "notifier-1's stderr ends: …", for errors about the whole group.
+    pub fn stderr_of(&self, slot: usize) -> String {
+        let lines = self.tails.get(slot).map(|t| lock(t).iter().cloned().collect::<Vec<_>>()).unwrap_or_default();
+        let log = self.logs.display();
+        match lines.is_empty() {
+            true => format!("{}-{}'s stderr is empty (logs in {log})", self.role, slot + 1),
+            false => format!("{}-{}'s stderr ends: {} (logs in {log})", self.role, slot + 1, lines.join(" | ")),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The contract's environment, the same for every slot but the slot's own
+/// three variables.
+#[derive(Clone)]
+struct Env(Vec<(&'static str, String)>);
+
+impl Env {
+    fn new(ctx: &Ctx, database_url: &str) -> Self {
+        let sc = &ctx.scenario;
+        Self(vec![
+            ("CHAOS_ROLE", "notifier".into()),
+            ("CHAOS_RUN_ID", ctx.names.run_id.clone()),
+            ("CHAOS_BROKERS", ctx.brokers.clone()),
+            ("CHAOS_TOPIC", ctx.names.topic.clone()),
+            ("CHAOS_GROUP", ctx.names.group.clone()),
+            ("CHAOS_DATABASE_URL", database_url.to_string()),
+            ("CHAOS_SCHEMA", ctx.names.schema.clone()),
+            ("CHAOS_BATCH_SIZE", sc.notifier.batch_size.to_string()),
+        ])
+    }
+}
+
+/// One slot: its process, one incarnation after another.
+struct Keeper {
+    ctx: Ctx,
+    name: String,
+    command: ProgramCommand,
+    env: Env,
+    logs: PathBuf,
+    failure: watch::Sender<Option<String>>,
+    acting: watch::Receiver<bool>,
+    tail: Tail,
+    rng: rand::rngs::StdRng,
+}
+
+/// A running incarnation.
+struct Proc {
+    child: Child,
+    pid: i32,
+    incarnation: u32,
+    started: Instant,
+    /// Kills the whole process group when dropped, however the keeper ends.
+    _group: GroupGuard,
+    readers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+struct GroupGuard(i32);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        signal_group(self.0, libc::SIGKILL);
+    }
+}
+
+fn signal_group(pgid: i32, sig: i32) {
+    // SAFETY: kill(2) with a negative pid signals a process group; it has
+    // no memory effects on this process.
+    unsafe {
+        libc::kill(-pgid, sig);
+    }
+}
+
+/// How an incarnation ended.
+enum End {
+    /// The nemesis killed it: start the next one.
+    Killed,
+    /// The run told it to stop.
+    Stopped,
+    /// It exited by itself: a failure of the program.
+    Exited(ExitStatus),
+    /// SIGKILL did not end it within [`SIGNAL_SEEN`].
+    Unkillable,
+}
+
+impl Keeper {
+    async fn keep(mut self) {
+        let mut shutdown = self.ctx.shutdown.clone();
+        let mut incarnation = 0;
+        while !shutdown.is_set() {
+            let mut proc = match self.spawn(incarnation) {
+                Ok(p) => p,
+                Err(why) => return self.fail(why),
+            };
+            match self.watch(&mut proc).await {
+                End::Killed => {}
+                End::Stopped => return,
+                End::Unkillable => {
+                    return self.fail(format!(
+                        "{} (pid {}) did not end within {} s of SIGKILL; it is in an uninterruptible wait",
+                        self.name,
+                        proc.pid,
+                        SIGNAL_SEEN.as_secs()
+                    ))
+                }
+                // Told to stop just as it exited: not a failure.
+                End::Exited(_) if shutdown.is_set() => return,
+                End::Exited(status) => {
+                    // Its last words are still in the pipes.
+                    for r in proc.readers.drain(..) {
+                        let _ = tokio::time::timeout(Duration::from_secs(1), r).await;
+                    }
+                    let why = format!(
+                        "{} (`{}`, pid {}, incarnation {}) exited on its own with {} after {:.1} s; {}",
+                        self.name,
+                        self.command.shown(),
+                        proc.pid,
+                        proc.incarnation,
+                        describe(status),
+                        proc.started.elapsed().as_secs_f64(),
+                        self.stderr_tail()
+                    );
+                    return self.fail(why);
+                }
+            }
+            incarnation += 1;
+            if shutdown.sleep(RESTART_FLOOR).await {
+                return;
+            }
+        }
+    }
+
+    fn fail(&self, why: String) {
+        warn!("{why}");
+        self.failure.send_if_modified(|f| {
+            let first = f.is_none();
+            if first {
+                *f = Some(why);
+            }
+            first
+        });
+    }
+
+    fn stderr_tail(&self) -> String {
+        let lines: Vec<String> = lock(&self.tail).iter().cloned().collect();
+        match lines.is_empty() {
+            true => format!("its stderr is empty (logs in {})", self.logs.display()),
+            false => format!("its stderr ends: {} (logs in {})", lines.join(" | "), self.logs.display()),
+        }
+    }
+
+    /// Starts one incarnation in a process group of its own.
+    fn spawn(&mut self, incarnation: u32) -> Result<Proc, String> {
+        let app = self.application_name(incarnation);
+        let mut cmd = Command::new(&self.command.argv[0]);
+        cmd.args(&self.command.argv[1..])
+            .current_dir(&self.command.dir)
+            .envs(self.env.0.iter().map(|(k, v)| (*k, v.as_str())))
+            .env("CHAOS_INSTANCE", &self.name)
+            .env("CHAOS_INCARNATION", incarnation.to_string())
+            .env("PGAPPNAME", &app)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        // SAFETY: between fork and exec only async-signal-safe calls are
+        // allowed; prctl is one. The kernel then kills the child if the
+        // thread that forked it (so `chaos`) dies.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().map_err(|e| {
+            format!(
+                "{} could not start `{}` in {}: {e}; check that the program exists (a bare name is looked up on PATH)",
+                self.name,
+                self.command.shown(),
+                self.command.dir.display()
+            )
+        })?;
+        let pid = child.id().map(|p| p as i32).unwrap_or(0);
+        Stats::add(&self.ctx.stats.processes_started, 1);
+        info!(component = %self.name, pid, incarnation, "process started");
+        let log = self.logs.join(format!("{}.{incarnation}.log", self.name));
+        let mut readers = Vec::new();
+        if let Some(out) = child.stdout.take() {
+            readers.push(tokio::spawn(copy_lines(out, log.clone(), "stdout", None)));
+        }
+        if let Some(err) = child.stderr.take() {
+            lock(&self.tail).clear();
+            readers.push(tokio::spawn(copy_lines(err, log, "stderr", Some(self.tail.clone()))));
+        }
+        Ok(Proc { child, pid, incarnation, started: Instant::now(), _group: GroupGuard(pid), readers })
+    }
+
+    /// Watches one incarnation until it ends, acting on it as the nemesis.
+    async fn watch(&mut self, proc: &mut Proc) -> End {
+        let mut shutdown = self.ctx.shutdown.clone();
+        let mut paused_until: Option<Instant> = None;
+        let mut second = Instant::now();
+        let mut next = second + self.instant_within_second();
+        loop {
+            let acting = *self.acting.borrow() && paused_until.is_none();
+            tokio::select! {
+                status = proc.child.wait() => {
+                    return match status {
+                        Ok(s) => End::Exited(s),
+                        Err(e) => { warn!(component = %self.name, cause = %e, "waiting for the process failed"); End::Stopped }
+                    };
+                }
+                _ = tokio::time::sleep_until(next), if acting => {
+                    second += Duration::from_secs(1);
+                    next = second + self.instant_within_second();
+                    if self.strike(FaultPoint::ProcessKill, proc) {
+                        return match self.kill(proc).await {
+                            true => End::Killed,
+                            // Never two live processes in one slot.
+                            false => End::Unkillable,
+                        };
+                    }
+                    if self.strike(FaultPoint::ProcessPause, proc) {
+                        self.pause(proc).await;
+                        paused_until = Some(Instant::now() + self.ctx.scenario.pause);
+                    }
+                }
+                _ = tokio::time::sleep_until(paused_until.unwrap_or_else(Instant::now)), if paused_until.is_some() => {
+                    signal_group(proc.pid, libc::SIGCONT);
+                    paused_until = None;
+                    // The seconds spent stopped are not struck again.
+                    second = Instant::now();
+                    next = second + self.instant_within_second();
+                }
+                _ = self.acting.changed() => {
+                    second = Instant::now();
+                    next = second + self.instant_within_second();
+                }
+                _ = shutdown.wait() => {
+                    if paused_until.is_some() {
+                        signal_group(proc.pid, libc::SIGCONT);
+                    }
+                    self.stop(proc).await;
+                    return End::Stopped;
+                }
+            }
+        }
+    }
+
+    /// The name an incarnation's database sessions carry: unique to the
+    /// run, so that concurrent runs (or a leftover process of another one)
+    /// are never taken for this one's.
+    fn application_name(&self, incarnation: u32) -> String {
+        format!("chaos-{}-{}-{incarnation}", self.ctx.names.run_id, self.name)
+    }
+
+    fn instant_within_second(&mut self) -> Duration {
+        Duration::from_millis(self.rng.gen_range(0..1000))
+    }
+
+    fn strike(&self, point: FaultPoint, proc: &Proc) -> bool {
+        self.ctx.faults.strike(point, &self.name, || format!("pid {} (incarnation {})", proc.pid, proc.incarnation))
+    }
+
+    /// SIGKILL to the process group, then what the kernel and the database
+    /// show: the process ending by that signal, its sessions gone. False
+    /// when the process was not seen to end.
+    async fn kill(&self, proc: &mut Proc) -> bool {
+        let app = self.application_name(proc.incarnation);
+        let before = sessions(&self.ctx.store, &app).await;
+        signal_group(proc.pid, libc::SIGKILL);
+        Stats::add(&self.ctx.stats.processes_killed, 1);
+        match tokio::time::timeout(SIGNAL_SEEN, proc.child.wait()).await {
+            Ok(Ok(s)) if s.signal() == Some(libc::SIGKILL) => self.ctx.faults.confirm(FaultPoint::ProcessKill, 1),
+            Ok(Ok(s)) => warn!(component = %self.name, status = %describe(s), "a killed process ended otherwise"),
+            Ok(Err(e)) => warn!(component = %self.name, cause = %e, "waiting for the killed process failed"),
+            Err(_) => return false,
+        }
+        if before > 0 {
+            Stats::add(&self.ctx.stats.sessions_at_kill, 1);
+            let (store, stats, name, pid) = (self.ctx.store.clone(), self.ctx.stats.clone(), self.name.clone(), proc.pid);
+            // Watched beside the restart: the next incarnation need not wait.
+            self.ctx.tasks.spawn(format!("{name} session watch"), async move {
+                let t = Instant::now();
+                while t.elapsed() < SESSIONS_GONE {
+                    if sessions(&store, &app).await == 0 {
+                        Stats::add(&stats.sessions_gone_after_kill, 1);
+                        let ms = t.elapsed().as_millis() as u64;
+                        info!(component = %name, pid, sessions = before, ms, "killed process's database sessions gone");
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                let what = match &store {
+                    Store::Postgres(pg) => pg.session_states(&app).await.unwrap_or_else(|e| e.to_string()),
+                    Store::Sqlite(_) => String::new(),
+                };
+                warn!(component = %name, pid, sessions = %what, "a killed process's database sessions outlived it");
+            });
+        }
+        true
+    }
+
+    /// SIGSTOP to the process group, confirmed once the kernel shows the
+    /// process stopped.
+    async fn pause(&self, proc: &Proc) {
+        signal_group(proc.pid, libc::SIGSTOP);
+        Stats::add(&self.ctx.stats.processes_paused, 1);
+        let t = Instant::now();
+        while t.elapsed() < SIGNAL_SEEN {
+            if process_state(proc.pid) == Some('T') {
+                self.ctx.faults.confirm(FaultPoint::ProcessPause, 1);
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        warn!(component = %self.name, pid = proc.pid, "a paused process was not seen stopped");
+    }
+
+    /// SIGTERM, then SIGKILL after the grace period.
+    async fn stop(&self, proc: &mut Proc) {
+        signal_group(proc.pid, libc::SIGTERM);
+        if tokio::time::timeout(STOP_GRACE, proc.child.wait()).await.is_err() {
+            warn!(component = %self.name, pid = proc.pid, "did not exit within {} s of SIGTERM; killed", STOP_GRACE.as_secs());
+            signal_group(proc.pid, libc::SIGKILL);
+            let _ = tokio::time::timeout(SIGNAL_SEEN, proc.child.wait()).await;
+        }
+    }
+}
+
+/// "status 3" or "signal 11 (SIGSEGV)".
+fn describe(s: ExitStatus) -> String {
+    match (s.code(), s.signal()) {
+        (Some(c), _) => format!("status {c}"),
+        (None, Some(sig)) => format!("signal {sig}"),
+        _ => s.to_string(),
+    }
+}
+
+/// A process's state letter from /proc (`T` when stopped).
+fn process_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name in parentheses may hold spaces; the state follows it.
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Database sessions open under an application name; 0 when they cannot be
+/// counted (SQLite has no sessions).
+async fn sessions(store: &Store, app: &str) -> i64 {
+    match store {
+        Store::Postgres(pg) => pg.sessions(app).await.unwrap_or_else(|e| {
+            warn!(cause = %e, "counting a process's database sessions failed");
+            0
+        }),
+        Store::Sqlite(_) => 0,
+    }
+}
+
+/// Copies a process's output, line by line, into its log file; keeps the
+/// last lines of stderr for errors.
+async fn copy_lines(
+    from: impl tokio::io::AsyncRead + Unpin,
+    log: PathBuf,
+    stream: &'static str,
+    tail: Option<Tail>,
+) {
+    let mut file = match tokio::fs::OpenOptions::new().create(true).append(true).open(&log).await {
+        Ok(f) => Some(f),
+        Err(e) => {
+            warn!(path = %log.display(), cause = %e, "a process log could not be opened; its output is dropped");
+            None
+        }
+    };
+    let mut lines = BufReader::new(from).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if let Some(f) = file.as_mut() {
+            let _ = f.write_all(format!("[{stream}] {line}\n").as_bytes()).await;
+        }
+        if let Some(t) = &tail {
+            let mut t = lock(t);
+            if t.len() == TAIL_LINES {
+                t.pop_front();
+            }
+            t.push_back(line);
+        }
+    }
+    if let Some(mut f) = file {
+        let _ = f.flush().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stopped_process_shows_state_t() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id() as i32;
+        assert!(matches!(process_state(pid), Some('S') | Some('R')));
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        let t = std::time::Instant::now();
+        while process_state(pid) != Some('T') && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(process_state(pid), Some('T'));
+        child.kill().unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
+        assert_eq!(describe(status), "signal 9");
+    }
+}

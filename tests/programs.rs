@@ -1,0 +1,170 @@
+//! A program under test (`[notifier] command`) run as OS processes on
+//! PostgreSQL and Kafka: the Python examples get the verdicts they should,
+//! kills are real, and a program that misbehaves gets a clear error and
+//! exit 5, never a hang, with no process left behind.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::time::Duration;
+
+fn run_program(scenario: &str, reports: &Path) -> Ran {
+    run_program_seeded(scenario, reports, None)
+}
+
+fn run_program_seeded(scenario: &str, reports: &Path, seed: Option<u64>) -> Ran {
+    let mut c = chaos();
+    Backend::Services.apply(&mut c);
+    c.env("PATH", python_path()).args(["run", scenario, "--json", "--reports-dir"]).arg(reports);
+    if let Some(s) = seed {
+        c.args(["--seed", &s.to_string()]);
+    }
+    run(&mut c)
+}
+
+/// The names of the anomalies a report found.
+fn anomalies(r: &serde_json::Value) -> Vec<String> {
+    r["anomalies"].as_array().expect("anomalies").iter().map(|a| a["name"].as_str().unwrap().to_string()).collect()
+}
+
+/// A broken program fails only when a kill lands in its window, so a run
+/// may miss it (docs/contract.md, "Detection is a matter of chance"; the
+/// README gives the measured rates). Up to three seeds, as a user would
+/// sweep them: the first failing run must name `anomaly`, and every run
+/// before it must have been a clean pass, never some other error.
+fn assert_caught(scenario: &str, anomaly: &str) {
+    let mut seen = Vec::new();
+    for seed in 1..=3 {
+        let dir = tempfile::tempdir().unwrap();
+        let ran = run_program_seeded(scenario, dir.path(), Some(seed));
+        let r = ran.json();
+        assert_nothing_left(&r);
+        match ran.code {
+            1 => {
+                let v = anomalies(&r);
+                assert!(v.iter().any(|a| a == anomaly), "seed {seed}: anomalies {v:?}, expected {anomaly:?}");
+                return;
+            }
+            0 => seen.push(seed),
+            c => panic!("seed {seed}: exit {c}, reason: {}\nstderr:\n{}", r["reason"], ran.stderr),
+        }
+    }
+    panic!("{scenario} passed with seeds {seen:?}: the verifier never caught the broken consumer");
+}
+
+/// The run's id is the report's; nothing it started may outlive it.
+fn assert_nothing_left(r: &serde_json::Value) {
+    let id = r["run_id"].as_str().expect("run_id");
+    let left = processes_of_run(id);
+    assert!(left.is_empty(), "processes of run {id} outlived it: {left:?}");
+}
+
+fn assert_incomplete_naming(ran: &Ran, words: &[&str]) -> serde_json::Value {
+    assert_eq!(ran.code, 5, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    let r = ran.json();
+    assert_eq!(r["verdict"], "incomplete");
+    let reason = r["reason"].as_str().unwrap();
+    for w in words {
+        assert!(reason.contains(w), "the reason does not say {w:?}: {reason}");
+    }
+    assert!(!reason.contains('\n'), "one line: {reason}");
+    assert_nothing_left(&r);
+    r
+}
+
+#[test]
+fn the_correct_python_consumer_passes_under_real_kills() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = run_program("examples/python/consumer.toml", dir.path());
+    assert_eq!(ran.code, 0, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    let r = ran.json();
+    assert_eq!(r["verdict"], "pass");
+    let kill = r["faults"].as_array().unwrap().iter().find(|f| f["point"] == "process.kill").unwrap();
+    let fired = kill["fired"].as_u64().unwrap();
+    assert!(fired >= 1, "no kill fired: {kill}");
+    assert_eq!(kill["confirmed"].as_u64().unwrap(), fired, "every kill seen ending by SIGKILL: {kill}");
+    // The kill is real: PostgreSQL shows the killed process's sessions gone.
+    let k = &r["components"];
+    assert!(k["sessions_at_kill"].as_u64().unwrap() >= 1, "no kill hit a process with a session: {k}");
+    assert_eq!(k["sessions_gone_after_kill"], k["sessions_at_kill"], "{k}");
+    // A kill restarts the slot, unless the run was ending.
+    let (started, killed) = (k["processes_started"].as_u64().unwrap(), k["processes_killed"].as_u64().unwrap());
+    assert!(started >= 2 + killed - killed.min(2) && started <= 2 + killed, "{k}");
+    let pause = r["faults"].as_array().unwrap().iter().find(|f| f["point"] == "process.pause").unwrap();
+    assert!(pause["fired"].as_u64().unwrap() >= 1 && pause["confirmed"] == pause["fired"], "{pause}");
+    assert_nothing_left(&r);
+}
+
+#[test]
+fn committing_the_offset_first_loses_effects() {
+    assert_caught("examples/python/offset-first.toml", "missing effect");
+}
+
+#[test]
+fn effects_before_the_inbox_row_duplicate_them() {
+    assert_caught("examples/python/effects-first.toml", "duplicate effect");
+}
+
+#[test]
+fn a_command_that_does_not_exist_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = run_program("tests/fixtures/programs/not_found.toml", dir.path());
+    assert_incomplete_naming(&ran, &["could not start `./no-such-consumer`", "No such file"]);
+    assert!(std::fs::read_dir(dir.path()).unwrap().flatten().any(|e| e.path().extension().is_some_and(|x| x == "json")));
+}
+
+#[test]
+fn a_program_that_exits_at_once_is_named_with_its_status_and_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = run_program("tests/fixtures/programs/exits_at_once.toml", dir.path());
+    assert_incomplete_naming(&ran, &["exited on its own with status 3", "fatal: no such topic", "sh -c"]);
+}
+
+#[test]
+fn a_program_that_never_joins_the_group_times_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = run_program("tests/fixtures/programs/never_joins.toml", dir.path());
+    assert_incomplete_naming(&ran, &["0 of 1 instances", "`sleep 600`", "within 3 s"]);
+    assert!(ran.elapsed < Duration::from_secs(40), "took {:?}", ran.elapsed);
+}
+
+#[test]
+fn a_program_that_never_commits_does_not_drain() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = run_program("tests/fixtures/programs/never_commits.toml", dir.path());
+    assert_incomplete_naming(&ran, &["did not drain within 8s", "group lag"]);
+}
+
+#[test]
+fn a_program_that_writes_elsewhere_than_its_schema_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = run_program("tests/fixtures/programs/wrong_schema.toml", dir.path());
+    assert_incomplete_naming(&ran, &["exited on its own", "wrong_schema.py", "does not exist"]);
+}
+
+#[test]
+fn ctrl_c_kills_every_process_of_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = chaos();
+    Backend::Services.apply(&mut c);
+    c.env("PATH", python_path())
+        .args(["-v", "run", "examples/python/consumer.toml", "--reports-dir"])
+        .arg(dir.path());
+    let (child, reader) = spawn_until(&mut c, &["notifier group settled"], Duration::from_secs(90));
+    std::thread::sleep(Duration::from_millis(500));
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let log = reader.join().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{log}");
+    let pids: Vec<i32> = log
+        .lines()
+        .filter(|l| l.contains("process started"))
+        .filter_map(|l| l.split("pid=").nth(1)?.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert!(pids.len() >= 2, "the log names the processes it started: {log}");
+    for pid in pids {
+        let alive = std::fs::read_to_string(format!("/proc/{pid}/environ")).is_ok_and(|e| e.contains("CHAOS_RUN_ID"));
+        assert!(!alive, "process {pid} outlived the interrupted run");
+    }
+}
