@@ -1,5 +1,6 @@
-//! Programs under test: a user's notifier (`[notifier] command`) run as OS
-//! processes, one per slot, and the harness's own acts on them.
+//! Programs under test: a user's notifier (`[notifier] command`) or relay
+//! (`[relay] command`) run as OS processes, one per slot, and the
+//! harness's own acts on them.
 //!
 //! Each slot has a keeper task. It starts the program with the contract's
 //! environment (docs/contract.md), keeps its output, and from the moment
@@ -50,60 +51,88 @@ const READY_POLL: Duration = Duration::from_millis(250);
 
 /// The programs of one run and what they have come to.
 pub struct Programs {
-    role: &'static str,
-    command: ProgramCommand,
-    instances: usize,
+    /// The notifier under test, if the notifier is one: its command and
+    /// instance count, for the readiness wait.
+    notifier: Option<(ProgramCommand, usize)>,
     failure: watch::Sender<Option<String>>,
     acting: watch::Sender<bool>,
-    /// Each slot's latest stderr lines, for errors raised outside a keeper.
-    tails: Vec<Tail>,
+    /// Each slot's name and latest stderr lines, for errors raised outside
+    /// a keeper.
+    tails: Vec<(String, Tail)>,
     pub logs: PathBuf,
+}
+
+/// Which component a program stands in for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Notifier,
+    Relay,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Notifier => "notifier",
+            Role::Relay => "relay",
+        }
+    }
 }
 
 type Tail = Arc<Mutex<VecDeque<String>>>;
 
 impl Programs {
-    /// Starts a keeper per notifier slot; returns them as named tasks for
-    /// the run's stop to await.
+    /// Starts a keeper per slot of each component the scenario gives a
+    /// command; returns them as named tasks for the run's stop to await.
+    /// None when every component is the reference one.
     pub fn start(
         ctx: &Ctx,
-        command: &ProgramCommand,
         database_url: &str,
         logs: PathBuf,
-    ) -> crate::error::Result<(Self, Vec<crate::context::Named>)> {
-        std::fs::create_dir_all(&logs).map_err(|e| crate::Error::io(&logs, e))?;
+    ) -> crate::error::Result<Option<(Self, Vec<crate::context::Named>)>> {
         let sc = &ctx.scenario;
+        let roles = [
+            (Role::Notifier, &sc.notifier.command, sc.notifier.instances, sc.notifier.batch_size),
+            (Role::Relay, &sc.relay.command, sc.relay.instances, sc.relay.batch_size),
+        ];
+        if roles.iter().all(|r| r.1.is_none()) {
+            return Ok(None);
+        }
+        std::fs::create_dir_all(&logs).map_err(|e| crate::Error::io(&logs, e))?;
         let (failure, _) = watch::channel(None);
         let (acting, _) = watch::channel(false);
-        let env = Env::new(ctx, database_url);
         let mut tasks = Vec::new();
         let mut tails = Vec::new();
-        for slot in 1..=sc.notifier.instances {
-            let tail: Tail = Default::default();
-            tails.push(tail.clone());
-            let keeper = Keeper {
-                ctx: ctx.clone(),
-                name: format!("notifier-{slot}"),
-                command: command.clone(),
-                env: env.clone(),
-                logs: logs.clone(),
-                failure: failure.clone(),
-                acting: acting.subscribe(),
-                tail,
-                rng: rand::rngs::StdRng::seed_from_u64(sc.seed ^ (slot as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
-            };
-            tasks.push((keeper.name.clone(), tokio::spawn(keeper.keep())));
+        for (role, command, instances, batch) in roles {
+            let Some(command) = command else { continue };
+            let env = Env::new(ctx, role, batch, database_url);
+            for slot in 1..=instances {
+                let name = format!("{}-{slot}", role.as_str());
+                let tail: Tail = Default::default();
+                tails.push((name.clone(), tail.clone()));
+                // Each slot its own stream of instants, from the seed.
+                let salt = (slot as u64 + 64 * role as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                let keeper = Keeper {
+                    ctx: ctx.clone(),
+                    name: name.clone(),
+                    command: command.clone(),
+                    env: env.clone(),
+                    logs: logs.clone(),
+                    failure: failure.clone(),
+                    acting: acting.subscribe(),
+                    tail,
+                    rng: rand::rngs::StdRng::seed_from_u64(sc.seed ^ salt),
+                };
+                tasks.push((name, tokio::spawn(keeper.keep())));
+            }
         }
-        let programs = Self {
-            role: "notifier",
-            command: command.clone(),
-            instances: sc.notifier.instances,
-            failure,
-            acting,
-            tails,
-            logs,
-        };
-        Ok((programs, tasks))
+        let notifier = sc.notifier.command.clone().map(|c| (c, sc.notifier.instances));
+        Ok(Some((Self { notifier, failure, acting, tails, logs }, tasks)))
+    }
+
+    /// True when the notifier is a program under test (so the group's
+    /// readiness is read from the broker, not from the reference notifier).
+    pub fn has_notifier(&self) -> bool {
+        self.notifier.is_some()
     }
 
     /// Resolves with the first failure of any program.
@@ -127,9 +156,16 @@ impl Programs {
         self.acting.send_replace(on);
     }
 
-    /// Waits until every instance is a member of the group, or says why
-    /// not: a failed program, or the ready timeout.
+    /// Waits until every instance of the notifier under test is a member
+    /// of the group, or says why not: a failed program, or the ready
+    /// timeout. A relay is ready once started.
     pub async fn ready(&self, ctx: &Ctx) -> Result<(), String> {
+        let Some((command, instances)) = &self.notifier else {
+            return match self.failure.borrow().clone() {
+                Some(f) => Err(f),
+                None => Ok(()),
+            };
+        };
         let limit = ctx.scenario.notifier.ready_timeout;
         let started = Instant::now();
         let mut seen = (0, String::new());
@@ -138,7 +174,7 @@ impl Programs {
                 return Err(f);
             }
             match crate::infra::group_members(&ctx.brokers, &ctx.names.group).await {
-                Ok(n) if n >= self.instances => {
+                Ok(n) if n >= *instances => {
                     info!(ms = started.elapsed().as_millis() as u64, members = n, "notifier group settled");
                     return Ok(());
                 }
@@ -148,26 +184,30 @@ impl Programs {
             tokio::time::sleep(READY_POLL).await;
         }
         Err(format!(
-            "{} of {} instances of the {} command `{}` joined group {} within {} s{}; {}",
+            "{} of {} instances of the notifier command `{}` joined group {} within {} s{}; {}",
             seen.0,
-            self.instances,
-            self.role,
-            self.command.shown(),
+            instances,
+            command.shown(),
             ctx.names.group,
             limit.as_secs(),
             seen.1,
-            self.stderr_of(0)
+            self.stderr_of_first()
         ))
     }
 
-    /// "notifier-1's stderr ends: …", for errors about the whole group.
-    pub fn stderr_of(&self, slot: usize) -> String {
-        let lines = self.tails.get(slot).map(|t| lock(t).iter().cloned().collect::<Vec<_>>()).unwrap_or_default();
+    /// "notifier-1's stderr ends: …" for the first slot of each program,
+    /// for errors about the whole run (a drain that did not end).
+    pub fn stderr_of_first(&self) -> String {
         let log = self.logs.display();
-        match lines.is_empty() {
-            true => format!("{}-{}'s stderr is empty (logs in {log})", self.role, slot + 1),
-            false => format!("{}-{}'s stderr ends: {} (logs in {log})", self.role, slot + 1, lines.join(" | ")),
+        let mut parts = Vec::new();
+        for (name, tail) in self.tails.iter().filter(|(n, _)| n.ends_with("-1")) {
+            let lines: Vec<String> = lock(tail).iter().cloned().collect();
+            parts.push(match lines.is_empty() {
+                true => format!("{name}'s stderr is empty"),
+                false => format!("{name}'s stderr ends: {}", lines.join(" | ")),
+            });
         }
+        format!("{} (logs in {log})", parts.join("; "))
     }
 }
 
@@ -175,24 +215,26 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The contract's environment, the same for every slot but the slot's own
-/// three variables.
+/// The contract's environment, the same for every slot of a role but the
+/// slot's own variables.
 #[derive(Clone)]
 struct Env(Vec<(&'static str, String)>);
 
 impl Env {
-    fn new(ctx: &Ctx, database_url: &str) -> Self {
-        let sc = &ctx.scenario;
-        Self(vec![
-            ("CHAOS_ROLE", "notifier".into()),
+    fn new(ctx: &Ctx, role: Role, batch_size: usize, database_url: &str) -> Self {
+        let mut env = vec![
+            ("CHAOS_ROLE", role.as_str().to_string()),
             ("CHAOS_RUN_ID", ctx.names.run_id.clone()),
             ("CHAOS_BROKERS", ctx.brokers.clone()),
             ("CHAOS_TOPIC", ctx.names.topic.clone()),
-            ("CHAOS_GROUP", ctx.names.group.clone()),
             ("CHAOS_DATABASE_URL", database_url.to_string()),
             ("CHAOS_SCHEMA", ctx.names.schema.clone()),
-            ("CHAOS_BATCH_SIZE", sc.notifier.batch_size.to_string()),
-        ])
+            ("CHAOS_BATCH_SIZE", batch_size.to_string()),
+        ];
+        if role == Role::Notifier {
+            env.push(("CHAOS_GROUP", ctx.names.group.clone()));
+        }
+        Self(env)
     }
 }
 

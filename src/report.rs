@@ -55,6 +55,9 @@ pub struct ScenarioInfo {
     /// The program under test run as the notifier, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notifier_command: Option<String>,
+    /// The program under test run as the relays, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relay_command: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -231,9 +234,15 @@ fn render_header(r: &Report, style: Style, out: &mut String) {
         r.scenario.relays,
         r.scenario.notifiers,
         r.scenario.partitions,
-        match &r.scenario.notifier_command {
-            Some(c) => format!("notifier: the program under test `{c}`"),
-            None => format!("inbox {}", r.scenario.inbox),
+        {
+            let mut parts = vec![match &r.scenario.notifier_command {
+                Some(c) => format!("notifier: the program under test `{c}`"),
+                None => format!("inbox {}", r.scenario.inbox),
+            }];
+            if let Some(c) = &r.scenario.relay_command {
+                parts.push(format!("relay: the program under test `{c}`"));
+            }
+            parts.join(" · ")
         }
     ));
     out.push_str(&format!(

@@ -77,11 +77,11 @@ pub async fn execute(
 ) -> Result<(Report, Exit)> {
     let started = Instant::now();
     let endpoints = Endpoints::resolve(database_url, brokers, &sc)?;
-    if sc.notifier.command.is_some() && endpoints.database_url.is_none() {
-        return Err(Error::Usage(
-            "`notifier.command` runs a program under test against PostgreSQL only: pass --database-url or set DATABASE_URL"
-                .into(),
-        ));
+    let under_test = [("notifier", &sc.notifier.command), ("relay", &sc.relay.command)];
+    if let (Some((role, _)), None) = (under_test.iter().find(|c| c.1.is_some()), &endpoints.database_url) {
+        return Err(Error::Usage(format!(
+            "`{role}.command` runs a program under test against PostgreSQL only: pass --database-url or set DATABASE_URL"
+        )));
     }
     let names = RunNames::new();
     let infra = Infra::open(&sc, &endpoints, &names, reports_dir).await?;
@@ -241,22 +241,23 @@ fn start_components(
 ) -> Result<(Option<Programs>, Vec<crate::context::Named>)> {
     let sc = &ctx.scenario;
     let mut components = Vec::new();
-    let programs = match (&sc.notifier.command, database_url) {
-        (Some(cmd), Some(url)) => {
-            let logs = reports_dir.join(format!("{}-processes", ctx.names.run_id));
-            let (programs, keepers) = Programs::start(ctx, cmd, url, logs)?;
+    let logs = reports_dir.join(format!("{}-processes", ctx.names.run_id));
+    let programs = match database_url {
+        Some(url) => Programs::start(ctx, url, logs)?.map(|(programs, keepers)| {
             components.extend(keepers);
-            Some(programs)
-        }
-        _ => {
-            for i in 1..=sc.notifier.instances {
-                components.push((format!("notifier-{i}"), tokio::spawn(notifier::run(ctx.clone(), i))));
-            }
-            None
-        }
+            programs
+        }),
+        None => None,
     };
-    for i in 1..=sc.relay.instances {
-        components.push((format!("relay-{i}"), tokio::spawn(relay::run(ctx.clone(), i))));
+    if sc.notifier.command.is_none() {
+        for i in 1..=sc.notifier.instances {
+            components.push((format!("notifier-{i}"), tokio::spawn(notifier::run(ctx.clone(), i))));
+        }
+    }
+    if sc.relay.command.is_none() {
+        for i in 1..=sc.relay.instances {
+            components.push((format!("relay-{i}"), tokio::spawn(relay::run(ctx.clone(), i))));
+        }
     }
     components.push(("retention purger".to_string(), tokio::spawn(purger(ctx.clone()))));
     Ok((programs, components))
@@ -301,7 +302,7 @@ async fn drive(ctx: &Ctx, programs: Option<&Programs>) -> Ran {
     let limit = workload_limit(ctx.scenario.payments);
     if ran.incomplete.is_none() && !ran.interrupted {
         let workload = async {
-            if programs.is_none() {
+            if !programs.is_some_and(|p| p.has_notifier()) {
                 group_ready(ctx).await;
             }
             workload::run(ctx.clone()).await
@@ -325,7 +326,7 @@ async fn drive(ctx: &Ctx, programs: Option<&Programs>) -> Ran {
         tokio::select! {
             r = drain(ctx) => if let Err(why) = r {
                 ran.incomplete = Some(match programs {
-                    Some(p) => format!("{why}; {}", p.stderr_of(0)),
+                    Some(p) => format!("{why}; {}", p.stderr_of_first()),
                     None => why,
                 })
             },
@@ -361,6 +362,7 @@ fn skeleton(sc: &Scenario, names: &RunNames, infra: &InfraInfo, faults: &FaultIn
             notifiers: sc.notifier.instances,
             inbox: sc.notifier.inbox.as_str().into(),
             notifier_command: sc.notifier.command.as_ref().map(|c| c.shown()),
+            relay_command: sc.relay.command.as_ref().map(|c| c.shown()),
         },
         seed: sc.seed,
         replay: format!("chaos run {} --seed {}", sc.path.display(), sc.seed),

@@ -100,6 +100,9 @@ pub struct RawRelay {
     pub event_id: Spanned<String>,
     /// `"awaited"` (correct) or `"fire-and-forget"`.
     pub acks: Spanned<String>,
+    /// A program under test run in place of the reference relays
+    /// (docs/contract.md, section 7).
+    pub command: Option<Spanned<Vec<String>>>,
 }
 
 impl Default for RawRelay {
@@ -112,6 +115,7 @@ impl Default for RawRelay {
             order: sp("publish-then-mark".into()),
             event_id: sp("outbox".into()),
             acks: sp("awaited".into()),
+            command: None,
         }
     }
 }
@@ -333,6 +337,8 @@ pub struct RelayConfig {
     pub order: RelayOrder,
     pub event_id: RelayEventId,
     pub acks: RelayAcks,
+    /// The program under test in place of the reference relays.
+    pub command: Option<ProgramCommand>,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -527,7 +533,7 @@ impl Validator<'_> {
         for point in FaultPoint::ALL {
             faults = faults.with(*point, self.prob(raw.faults.get(*point), point.key())?);
         }
-        let command = self.program(&raw, path, &faults)?;
+        let (command, relay_command) = self.programs(&raw, path, &faults)?;
         let pause = *raw.nemesis.pause_secs.get_ref();
         if !(0.1..=600.0).contains(&pause) {
             return self.err(
@@ -556,6 +562,7 @@ impl Validator<'_> {
                 order,
                 event_id,
                 acks,
+                command: relay_command,
             },
             notifier: NotifierConfig {
                 instances: self.count(&raw.notifier.instances, "notifier.instances", 1, 64)? as usize,
@@ -614,43 +621,76 @@ impl Validator<'_> {
 }
 
 impl Validator<'_> {
-    /// `[notifier] command`, checked against what only the reference
-    /// notifier has (its inbox variants and its inner fault points) and
-    /// what only a process can be given (kills and pauses from outside).
-    fn program(&self, raw: &RawScenario, path: &Path, faults: &FaultRates) -> Result<Option<ProgramCommand>, crate::Error> {
-        let Some(cmd) = &raw.notifier.command else {
+    /// `[notifier] command` and `[relay] command`, each checked against
+    /// what only the reference component has (its variants and its inner
+    /// fault points); and kills and pauses from outside, which need a
+    /// component that runs as a process.
+    fn programs(
+        &self,
+        raw: &RawScenario,
+        path: &Path,
+        faults: &FaultRates,
+    ) -> Result<(Option<ProgramCommand>, Option<ProgramCommand>), crate::Error> {
+        let n = &raw.notifier;
+        let r = &raw.relay;
+        let notifier = self.program(
+            n.command.as_ref(),
+            "notifier",
+            &[("notifier.inbox", &n.inbox), ("notifier.projection", &n.projection)],
+            path,
+            (faults, &raw.faults),
+        )?;
+        let relay = self.program(
+            r.command.as_ref(),
+            "relay",
+            &[("relay.order", &r.order), ("relay.event_id", &r.event_id), ("relay.acks", &r.acks)],
+            path,
+            (faults, &raw.faults),
+        )?;
+        if notifier.is_none() && relay.is_none() {
             if let Some(p) = FaultPoint::FOR_PROCESSES.iter().find(|p| faults.get(**p) > 0.0) {
                 return self.err(
                     raw.faults.get(*p).span(),
                     &format!(
-                        "`faults.{}` acts on a component that runs as a process; set `notifier.command` to a program under test, or remove it",
+                        "`faults.{}` acts on a component that runs as a process; set `notifier.command` or `relay.command` to a program under test, or remove it",
                         p.key()
                     ),
                 );
             }
-            return Ok(None);
-        };
+        }
+        Ok((notifier, relay))
+    }
+
+    fn program(
+        &self,
+        cmd: Option<&Spanned<Vec<String>>>,
+        role: &str,
+        variants: &[(&str, &Spanned<String>)],
+        path: &Path,
+        (faults, spans): (&FaultRates, &RawFaults),
+    ) -> Result<Option<ProgramCommand>, crate::Error> {
+        let Some(cmd) = cmd else { return Ok(None) };
         let argv = cmd.get_ref();
         if argv.first().map_or(true, |a| a.trim().is_empty()) {
             return self.err(
                 cmd.span(),
-                "`notifier.command` is empty; expected the program and its arguments, e.g. [\"python3\", \"consumer.py\"]",
+                &format!("`{role}.command` is empty; expected the program and its arguments, e.g. [\"python3\", \"{role}.py\"]"),
             );
         }
-        for (key, v) in [("notifier.inbox", &raw.notifier.inbox), ("notifier.projection", &raw.notifier.projection)] {
+        for (key, v) in variants {
             if v.span() != (0..0) {
                 return self.err(
                     v.span(),
-                    &format!("`{key}` shapes the reference notifier; with `notifier.command` the program under test decides, so remove `{key}`"),
+                    &format!("`{key}` shapes the reference {role}; with `{role}.command` the program under test decides, so remove `{key}`"),
                 );
             }
         }
-        let inner = FaultPoint::ALL.iter().find(|p| p.name().starts_with("notifier.") && faults.get(**p) > 0.0);
-        if let Some(p) = inner {
+        let prefix = format!("{role}.");
+        if let Some(p) = FaultPoint::ALL.iter().find(|p| p.name().starts_with(&prefix) && faults.get(**p) > 0.0) {
             return self.err(
-                raw.faults.get(*p).span(),
+                spans.get(*p).span(),
                 &format!(
-                    "`faults.{}` strikes inside the reference notifier; a program under test is faulted from outside by `faults.process_kill` and `faults.process_pause`",
+                    "`faults.{}` strikes inside the reference {role}; a program under test is faulted from outside by `faults.process_kill` and `faults.process_pause`",
                     p.key()
                 ),
             );
@@ -755,6 +795,13 @@ mod tests {
         assert!(e.contains("`faults.notifier_mid_batch` strikes inside the reference notifier"), "{e}");
         let e = p("[faults]\nprocess_pause = 0.1\n").unwrap_err();
         assert!(e.starts_with("t.toml:2:17: `faults.process_pause` acts on a component that runs as a process"), "{e}");
+        let s = p("[relay]\ncommand = [\"python3\", \"relay.py\"]\n[faults]\nprocess_kill = 0.2\n").unwrap();
+        assert_eq!(s.relay.command.unwrap().argv, vec!["python3", "relay.py"]);
+        assert!(s.notifier.command.is_none());
+        let e = p("[relay]\ncommand = [\"x\"]\norder = \"mark-then-publish\"\n").unwrap_err();
+        assert!(e.starts_with("t.toml:3:9: `relay.order` shapes the reference relay"), "{e}");
+        let e = p("[relay]\ncommand = [\"x\"]\n[faults]\nrelay_after_produce = 0.1\n").unwrap_err();
+        assert!(e.contains("`faults.relay_after_produce` strikes inside the reference relay"), "{e}");
         let e = p("[nemesis]\npause_secs = 0\n").unwrap_err();
         assert!(e.contains("`nemesis.pause_secs` is 0"), "{e}");
     }
