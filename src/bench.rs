@@ -33,6 +33,21 @@ pub struct Options {
     pub runs: u32,
     /// Untimed runs before them.
     pub warmup: u32,
+    /// Also run each timed run with `components = "process"`, interleaved
+    /// with the in-process ones, and compare.
+    pub processes: bool,
+}
+
+/// Process mode beside in-process mode, on the same yardstick.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProcessFigures {
+    /// Each process-mode run, interleaved with the in-process runs.
+    pub runs: Vec<RunSummary>,
+    /// The median process-mode run's end-to-end events/s.
+    pub end_to_end_events_per_s: f64,
+    /// That over the in-process median (target ≥ 0.8).
+    pub ratio_to_in_process: f64,
+    pub total_ms: u64,
 }
 
 /// One pipeline run of a benchmark.
@@ -74,6 +89,17 @@ pub struct Figures {
     /// The untimed warm-up runs before them (`--warmup`): their invariants
     /// count towards the verdict, their figures towards nothing.
     pub warmup_runs: Vec<RunSummary>,
+    /// `--processes`: the same runs with every relay and notifier an OS process.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub process_mode: Option<ProcessFigures>,
+}
+
+/// The lower median of runs by end-to-end events/s: with an even count,
+/// the slower of the middle two.
+fn median(done: &mut Vec<(f64, Report)>) -> (f64, Report) {
+    let mut order: Vec<usize> = (0..done.len()).collect();
+    order.sort_by(|a, b| done[*a].0.total_cmp(&done[*b].0));
+    done.swap_remove(order[(order.len() - 1) / 2])
 }
 
 /// One target of the throughput issue, and whether this run met it.
@@ -219,8 +245,10 @@ pub async fn bench(opts: &Options) -> Result<(Figures, Report)> {
         end_to_end_events_per_s: e2e,
         verdict: r.verdict,
     };
-    let pipeline =
-        || execute(sc.clone(), opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, Output::Quiet);
+    let pipeline_with = |c: crate::scenario::Components| {
+        execute(sc.clone().with_components(c), opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, Output::Quiet)
+    };
+    let pipeline = || pipeline_with(crate::scenario::Components::InProcess);
     let mut warmup_runs = Vec::with_capacity(opts.warmup as usize);
     for i in 1..=opts.warmup {
         eprintln!("bench: warm-up run {i} of {}: {} payments, not timed", opts.warmup, opts.payments);
@@ -229,6 +257,7 @@ pub async fn bench(opts: &Options) -> Result<(Figures, Report)> {
     }
     let n_runs = opts.runs.max(1);
     let mut done: Vec<(f64, Report)> = Vec::with_capacity(n_runs as usize);
+    let mut as_processes: Vec<(f64, Report)> = Vec::new();
     for i in 1..=n_runs {
         // Once refused, not asked again: one warning is enough.
         if let (Some(u), true) = (&url, checkpoints) {
@@ -237,13 +266,28 @@ pub async fn bench(opts: &Options) -> Result<(Figures, Report)> {
         eprintln!("bench: run {i} of {n_runs}: {} payments through the pipeline", opts.payments);
         let (rep, _) = pipeline().await?;
         done.push((end_to_end(&rep).1, rep));
+        if opts.processes {
+            if let (Some(u), true) = (&url, checkpoints) {
+                checkpoints = checkpoint(u).await;
+            }
+            eprintln!("bench: run {i} of {n_runs}, components = \"process\": {} payments", opts.payments);
+            let (rep, _) = pipeline_with(crate::scenario::Components::Process).await?;
+            as_processes.push((end_to_end(&rep).1, rep));
+        }
     }
     let runs: Vec<RunSummary> = done.iter().map(|(e2e, r)| summary(*e2e, r)).collect();
-    // The lower median: with an even count, the slower of the middle two.
-    let mut order: Vec<usize> = (0..done.len()).collect();
-    order.sort_by(|a, b| done[*a].0.total_cmp(&done[*b].0));
-    let (e2e, rep) = done.swap_remove(order[(order.len() - 1) / 2]);
-    let all = || warmup_runs.iter().chain(runs.iter());
+    let process_runs: Vec<RunSummary> = as_processes.iter().map(|(e2e, r)| summary(*e2e, r)).collect();
+    let (e2e, rep) = median(&mut done);
+    let process_mode = (!as_processes.is_empty()).then(|| {
+        let (p, prep) = median(&mut as_processes);
+        ProcessFigures {
+            runs: process_runs.clone(),
+            end_to_end_events_per_s: p,
+            ratio_to_in_process: if e2e > 0.0 { p / e2e } else { 0.0 },
+            total_ms: prep.timings.total_ms,
+        }
+    });
+    let all = || warmup_runs.iter().chain(runs.iter()).chain(process_runs.iter());
     let verdict = all().find(|r| r.verdict != Verdict::Pass).map(|r| r.verdict).unwrap_or(Verdict::Pass);
     let passed = all().filter(|r| r.verdict == Verdict::Pass).count();
     let total = all().count();
@@ -282,6 +326,17 @@ pub async fn bench(opts: &Options) -> Result<(Figures, Report)> {
             met: (embedded && n == 100_000).then_some(rep.timings.total_ms <= 30_000),
         },
     ];
+    if let Some(p) = &process_mode {
+        targets.push(Target {
+            target: "process mode ≥ 80% of in-process events/s, side by side".into(),
+            measured: format!(
+                "{:.0} vs {e2e:.0} events/s: {:.0}%",
+                p.end_to_end_events_per_s,
+                100.0 * p.ratio_to_in_process
+            ),
+            met: Some(p.ratio_to_in_process >= 0.8),
+        });
+    }
     targets.push(Target {
         target: "every invariant holds (a faster run that loses the proof is a regression)".into(),
         measured: if total == 1 { verdict.as_str().into() } else { format!("pass in {passed} of {total} runs") },
@@ -311,6 +366,7 @@ pub async fn bench(opts: &Options) -> Result<(Figures, Report)> {
         targets,
         runs,
         warmup_runs,
+        process_mode,
     };
     let path = opts.reports_dir.join(format!("{}.bench.json", rep.run_id));
     let text = serde_json::to_string_pretty(&figures).map_err(|e| Error::Internal(e.to_string()))?;
@@ -359,6 +415,21 @@ pub fn render(f: &Figures) -> (String, Exit) {
     if f.runs.len() > 1 {
         let all: Vec<String> = f.runs.iter().map(|r| format!("{:.0}", r.end_to_end_events_per_s)).collect();
         rows.insert(3, ("every run, end to end (events/s)", all.join(" · ")));
+    }
+    if let Some(p) = &f.process_mode {
+        let all: Vec<String> = p.runs.iter().map(|r| format!("{:.0}", r.end_to_end_events_per_s)).collect();
+        rows.insert(3, ("components = \"process\", every run (events/s)", all.join(" · ")));
+        rows.insert(
+            3,
+            (
+                "components = \"process\", median end to end",
+                format!(
+                    "{:.0} events/s, {:.0}% of in-process",
+                    p.end_to_end_events_per_s,
+                    100.0 * p.ratio_to_in_process
+                ),
+            ),
+        );
     }
     if !f.warmup_runs.is_empty() {
         let all: Vec<String> = f.warmup_runs.iter().map(|r| format!("{:.0}", r.end_to_end_events_per_s)).collect();

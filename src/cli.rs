@@ -51,6 +51,9 @@ pub enum Command {
     Clean(CleanArgs),
     /// Prove the verifier can fail: run every classic mistake with the fault that exposes it, then the correct pipeline.
     Selftest(SelftestArgs),
+    /// One relay or notifier instance as a process of its own; started by `chaos run` with components = "process".
+    #[command(hide = true)]
+    Component,
 }
 
 #[derive(Debug, Args)]
@@ -75,6 +78,9 @@ pub struct SelftestArgs {
     /// Print the summary as JSON instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Where every run's reference relays and notifiers run: in-process, or process (each an OS process the harness kills).
+    #[arg(long, value_parser = parse_components, default_value = "in-process")]
+    pub components: crate::scenario::Components,
 }
 
 #[derive(Debug, Args)]
@@ -102,6 +108,14 @@ pub struct RunArgs {
     /// Print the JSON report on stdout instead of the tables.
     #[arg(long)]
     pub json: bool,
+    /// Override the scenario's `[run] components`: in-process, or process (each relay and notifier an OS process).
+    #[arg(long, value_parser = parse_components)]
+    pub components: Option<crate::scenario::Components>,
+}
+
+fn parse_components(s: &str) -> Result<crate::scenario::Components, String> {
+    crate::scenario::Components::parse(s)
+        .ok_or_else(|| format!("expected {}", crate::scenario::Components::names()))
 }
 
 #[derive(Debug, Args)]
@@ -149,6 +163,9 @@ pub struct BenchArgs {
     /// invariants still count; their figures do not.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=10))]
     pub warmup: u32,
+    /// After each timed run, the same run with every relay and notifier an OS process; prints both and the ratio.
+    #[arg(long)]
+    pub processes: bool,
     /// Where the runs' reports and the bench's JSON are written.
     #[arg(long, default_value = "reports")]
     pub reports_dir: PathBuf,

@@ -13,6 +13,9 @@ use tokio::sync::watch;
 pub struct Stats {
     /// When the run's clock started; the `*_ms` marks count from here.
     pub origin: std::time::Instant,
+    /// The same moment as Unix milliseconds, so that a component process's
+    /// marks can be placed on the harness's clock.
+    pub origin_unix_ms: u64,
     pub first_write_ms: AtomicU64,
     pub last_write_ms: AtomicU64,
     pub first_publish_ms: AtomicU64,
@@ -54,6 +57,10 @@ impl Default for Stats {
     fn default() -> Self {
         Self {
             origin: std::time::Instant::now(),
+            origin_unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
             first_write_ms: AtomicU64::new(u64::MAX),
             last_write_ms: AtomicU64::new(0),
             first_publish_ms: AtomicU64::new(u64::MAX),

@@ -297,15 +297,40 @@ impl FaultInjector {
             hit: hit(),
         };
         tracing::info!(point = %record.point, component = %record.component, hit = %record.hit, "fault fired");
+        // A component process tells the harness, which keeps the run's count.
+        crate::component::emit(&crate::component::Line::Fired { record: record.clone() });
+        self.push_log(record);
+        true
+    }
+
+    fn push_log(&self, record: FaultRecord) {
         let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
         if log.len() < LOG_CAP {
             log.push(record);
         }
-        true
+    }
+
+    /// A firing a component process reported: counted and logged here, at
+    /// the harness's clock.
+    pub fn record_fired(&self, point: FaultPoint, mut record: FaultRecord) {
+        self.fired[point.index()].fetch_add(1, Ordering::Relaxed);
+        record.at_ms = self.started.elapsed().as_millis() as u64;
+        self.push_log(record);
+    }
+
+    /// How often a point was reached.
+    pub fn reached(&self, point: FaultPoint) -> u64 {
+        self.occurrences[point.index()].load(Ordering::Relaxed)
+    }
+
+    /// Occurrences a component process reported.
+    pub fn add_reached(&self, point: FaultPoint, n: u64) {
+        self.occurrences[point.index()].fetch_add(n, Ordering::Relaxed);
     }
 
     /// `n` firings of `point` had the effect the harness looks for.
     pub fn confirm(&self, point: FaultPoint, n: u64) {
+        crate::component::emit(&crate::component::Line::Confirmed { point, n });
         self.confirmed[point.index()].fetch_add(n, Ordering::Relaxed);
     }
 
@@ -379,6 +404,8 @@ impl FaultInjector {
     /// A firing of `point` is confirmed when the topic holds at least `copies`
     /// copies of `event`; the verifier looks.
     pub fn await_copies(&self, point: FaultPoint, event: uuid::Uuid, copies: u8) {
+        // The verifier of the harness looks for them, not a component process.
+        crate::component::emit(&crate::component::Line::Copies { point, event, copies });
         self.awaited().copies.push((point, event, copies));
     }
 

@@ -71,10 +71,20 @@ struct Batch<'a> {
     faults: BatchFaults,
 }
 
+/// `notifier.stall` while holding the batch: in a component process the
+/// harness stops the process (SIGSTOP) and resumes it; in process, a sleep.
 async fn stall(d: Option<Duration>) {
     if let Some(d) = d {
-        tokio::time::sleep(d).await;
+        if !crate::component::stall(crate::faults::FaultPoint::NotifierStall, d).await {
+            tokio::time::sleep(d).await;
+        }
     }
+}
+
+/// `notifier.mid_batch`: in a component process, stop here for the
+/// harness's SIGKILL, the transaction still open.
+async fn halt_mid_batch() {
+    crate::component::halt(crate::faults::FaultPoint::NotifierMidBatch).await;
 }
 
 /// The inbox claim and the effects in one transaction: a crash between
@@ -85,6 +95,7 @@ async fn single_transaction(b: Batch<'_>) -> Result<BatchOutcome> {
     out.dead_lettered = tx.dead_letters(b.bad).await?;
     let claimed = if b.modes.inbox == InboxMode::Off { HashSet::new() } else { tx.claim(b.pairs).await? };
     if b.faults.crash_mid_batch {
+        halt_mid_batch().await;
         // The process dies with its transaction open: nothing commits.
         drop(tx);
         out.crashed = true;
@@ -107,6 +118,7 @@ async fn separate_transactions(b: Batch<'_>) -> Result<BatchOutcome> {
     let claimed = tx.claim(b.pairs).await?;
     tx.commit().await?;
     if b.faults.crash_mid_batch {
+        halt_mid_batch().await;
         // The inbox says "processed"; the effects never happen.
         out.crashed = true;
         return Ok(out);
@@ -123,6 +135,7 @@ async fn check_then_act(b: Batch<'_>) -> Result<BatchOutcome> {
     let seen = b.store.unkeyed_seen(b.pairs).await?;
     let claimed: HashSet<(Uuid, &str)> = b.pairs.iter().copied().filter(|p| !seen.contains(p)).collect();
     if b.faults.crash_mid_batch {
+        halt_mid_batch().await;
         out.crashed = true;
         return Ok(out);
     }

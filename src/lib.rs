@@ -45,6 +45,7 @@ pub mod bench;
 pub mod clean;
 pub mod cli;
 pub mod commands;
+pub mod component;
 pub mod context;
 pub mod doctor;
 pub mod embedded;

@@ -316,8 +316,13 @@ impl Incarnation<'_> {
         }
         let modes = Modes { inbox: cfg.inbox, projection: cfg.projection };
         if let Some(stall) = faults.stall {
-            self.zombie(batch, modes, faults, stall, held);
-            return Step::End(Ending::Crash { confirmed_by_restart: None });
+            if !crate::component::active() {
+                self.zombie(batch, modes, faults, stall, held);
+                return Step::End(Ending::Crash { confirmed_by_restart: None });
+            }
+            // In a component process the zombie is this process itself: the
+            // harness stops it inside the batch and resumes it after the
+            // stall (see `inbox::stall`), and it carries on, late.
         }
         let outcome = match ctx.store.apply_batch(&batch, modes, faults).await {
             Ok(o) => o,
@@ -327,7 +332,7 @@ impl Incarnation<'_> {
                 return Step::End(Ending::Error { what: "a batch transaction", cause: e.to_string() });
             }
         };
-        if self.crashes_after(&batch, &outcome, held) {
+        if self.crashes_after(&batch, &outcome, held).await {
             // Partition lists can hold references into the client: release
             // them before the consumer goes, or its destruction waits for them.
             drop(tpl);
@@ -402,7 +407,7 @@ impl Incarnation<'_> {
     /// struck inside it, or `notifier.before_offset_commit` after it (its
     /// probability is per event, every event reaches it, and one hit is
     /// enough). Either awaits the batch's redelivery to be confirmed.
-    fn crashes_after(&self, batch: &[Incoming], outcome: &BatchOutcome, held: Held) -> bool {
+    async fn crashes_after(&self, batch: &[Incoming], outcome: &BatchOutcome, held: Held) -> bool {
         let ctx = self.ctx;
         if outcome.crashed {
             ctx.faults.await_redelivery(FaultPoint::NotifierMidBatch, 1, held);
@@ -421,6 +426,9 @@ impl Incarnation<'_> {
         }
         if fires > 0 {
             ctx.faults.await_redelivery(FaultPoint::NotifierBeforeOffsetCommit, fires, held);
+            // In a component process: stop here, the offsets uncommitted,
+            // for the harness's SIGKILL.
+            crate::component::halt_for(FaultPoint::NotifierBeforeOffsetCommit, fires).await;
         }
         fires > 0
     }

@@ -20,7 +20,8 @@
 
 use crate::context::{Ctx, Stats, RESTART_FLOOR};
 use crate::faults::FaultPoint;
-use crate::scenario::ProgramCommand;
+use crate::component::Line;
+use crate::scenario::{Components, ProgramCommand};
 use crate::store::Store;
 use rand::{Rng, SeedableRng};
 use std::collections::VecDeque;
@@ -86,13 +87,19 @@ impl Programs {
     /// None when every component is the reference one.
     pub fn start(
         ctx: &Ctx,
-        database_url: &str,
+        database: &Database,
         logs: PathBuf,
     ) -> crate::error::Result<Option<(Self, Vec<crate::context::Named>)>> {
         let sc = &ctx.scenario;
+        let reference = Self::reference_command()?;
+        let as_process = |c: &Option<ProgramCommand>| match (c, sc.components) {
+            (Some(c), _) => Some((c.clone(), false)),
+            (None, Components::Process) => Some((reference.clone(), true)),
+            (None, Components::InProcess) => None,
+        };
         let roles = [
-            (Role::Notifier, &sc.notifier.command, sc.notifier.instances, sc.notifier.batch_size),
-            (Role::Relay, &sc.relay.command, sc.relay.instances, sc.relay.batch_size),
+            (Role::Notifier, as_process(&sc.notifier.command), sc.notifier.instances, sc.notifier.batch_size),
+            (Role::Relay, as_process(&sc.relay.command), sc.relay.instances, sc.relay.batch_size),
         ];
         if roles.iter().all(|r| r.1.is_none()) {
             return Ok(None);
@@ -102,9 +109,20 @@ impl Programs {
         let (acting, _) = watch::channel(false);
         let mut tasks = Vec::new();
         let mut tails = Vec::new();
+        let mut notifier = None;
         for (role, command, instances, batch) in roles {
-            let Some(command) = command else { continue };
-            let env = Env::new(ctx, role, batch, database_url);
+            let Some((command, is_reference)) = command else { continue };
+            if role == Role::Notifier && !is_reference {
+                notifier = Some((command.clone(), instances));
+            }
+            let env = Env::new(ctx, role, batch, database, is_reference)?;
+            // A program under test gets the contract's 200 ms; the reference
+            // components restart after the scenario's delay, as in process.
+            let restart = match (is_reference, role) {
+                (false, _) => RESTART_FLOOR,
+                (true, Role::Notifier) => sc.notifier.restart_delay,
+                (true, Role::Relay) => sc.relay.restart_delay,
+            };
             for slot in 1..=instances {
                 let name = format!("{}-{slot}", role.as_str());
                 let tail: Tail = Default::default();
@@ -113,6 +131,10 @@ impl Programs {
                 let salt = (slot as u64 + 64 * role as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
                 let keeper = Keeper {
                     ctx: ctx.clone(),
+                    role,
+                    reference: is_reference,
+                    restart,
+                    confirm_on_start: None,
                     name: name.clone(),
                     command: command.clone(),
                     env: env.clone(),
@@ -125,12 +147,20 @@ impl Programs {
                 tasks.push((name, tokio::spawn(keeper.keep())));
             }
         }
-        let notifier = sc.notifier.command.clone().map(|c| (c, sc.notifier.instances));
         Ok(Some((Self { notifier, failure, acting, tails, logs }, tasks)))
     }
 
+    /// `chaos component`, as this very binary.
+    fn reference_command() -> crate::error::Result<ProgramCommand> {
+        let exe = std::env::current_exe()
+            .map_err(|e| crate::Error::Internal(format!("finding the chaos binary for components = \"process\": {e}")))?;
+        let dir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+        Ok(ProgramCommand { argv: vec![exe.display().to_string(), "component".into()], dir })
+    }
+
     /// True when the notifier is a program under test (so the group's
-    /// readiness is read from the broker, not from the reference notifier).
+    /// readiness is read from the broker, not from the reference
+    /// notifier's own report of its assignments).
     pub fn has_notifier(&self) -> bool {
         self.notifier.is_some()
     }
@@ -179,6 +209,11 @@ impl Programs {
                     return Ok(());
                 }
                 Ok(n) => seen = (n, String::new()),
+                Err(e) if e.to_string().contains("UnsupportedFeature") => {
+                    // The mock cluster cannot list groups: nothing to wait on.
+                    warn!("the broker cannot describe consumer groups; starting without waiting for the group");
+                    return Ok(());
+                }
                 Err(e) => seen.1 = format!(" (reading the group failed: {e})"),
             }
             tokio::time::sleep(READY_POLL).await;
@@ -221,26 +256,51 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 struct Env(Vec<(&'static str, String)>);
 
 impl Env {
-    fn new(ctx: &Ctx, role: Role, batch_size: usize, database_url: &str) -> Self {
+    fn new(ctx: &Ctx, role: Role, batch_size: usize, database: &Database, reference: bool) -> crate::error::Result<Self> {
         let mut env = vec![
             ("CHAOS_ROLE", role.as_str().to_string()),
             ("CHAOS_RUN_ID", ctx.names.run_id.clone()),
             ("CHAOS_BROKERS", ctx.brokers.clone()),
             ("CHAOS_TOPIC", ctx.names.topic.clone()),
-            ("CHAOS_DATABASE_URL", database_url.to_string()),
             ("CHAOS_SCHEMA", ctx.names.schema.clone()),
             ("CHAOS_BATCH_SIZE", batch_size.to_string()),
         ];
+        match database {
+            Database::Postgres(url) => env.push(("CHAOS_DATABASE_URL", url.clone())),
+            Database::Sqlite(path) => env.push((crate::component::SQLITE_ENV, path.display().to_string())),
+        }
         if role == Role::Notifier {
             env.push(("CHAOS_GROUP", ctx.names.group.clone()));
         }
-        Self(env)
+        if reference {
+            let json = serde_json::to_string(&*ctx.scenario)
+                .map_err(|e| crate::Error::Internal(format!("encoding the scenario for a component: {e}")))?;
+            env.push((crate::component::SCENARIO_ENV, json));
+            env.push((crate::component::EMBEDDED_ENV, if ctx.static_membership { "0" } else { "1" }.into()));
+            // The component's logs go to its log file: info, unless asked.
+            env.push(("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info,rdkafka=warn,librdkafka=warn,sqlx=warn".into())));
+        }
+        Ok(Self(env))
     }
+}
+
+/// Where the components' database is: what a process is told to open.
+pub enum Database {
+    Postgres(String),
+    Sqlite(PathBuf),
 }
 
 /// One slot: its process, one incarnation after another.
 struct Keeper {
     ctx: Ctx,
+    role: Role,
+    /// The reference relay or notifier as `chaos component`, speaking the
+    /// protocol of [`crate::component`] on its stdout.
+    reference: bool,
+    /// The pause before a killed process's slot starts again.
+    restart: Duration,
+    /// A fault point that the next incarnation's start confirms.
+    confirm_on_start: Option<FaultPoint>,
     name: String,
     command: ProgramCommand,
     env: Env,
@@ -254,6 +314,9 @@ struct Keeper {
 /// A running incarnation.
 struct Proc {
     child: Child,
+    /// Protocol lines from a reference component's stdout.
+    lines: tokio::sync::mpsc::UnboundedReceiver<Line>,
+    fold: crate::component::Fold,
     pid: i32,
     incarnation: u32,
     started: Instant,
@@ -331,7 +394,7 @@ impl Keeper {
                 }
             }
             incarnation += 1;
-            if shutdown.sleep(RESTART_FLOOR).await {
+            if shutdown.sleep(self.restart).await {
                 return;
             }
         }
@@ -391,16 +454,31 @@ impl Keeper {
         let pid = child.id().map(|p| p as i32).unwrap_or(0);
         Stats::add(&self.ctx.stats.processes_started, 1);
         info!(component = %self.name, pid, incarnation, "process started");
+        if let Some(point) = self.confirm_on_start.take() {
+            // The crash's effect: the component's next incarnation.
+            self.ctx.faults.confirm(point, 1);
+        }
         let log = self.logs.join(format!("{}.{incarnation}.log", self.name));
         let mut readers = Vec::new();
+        let (tx, lines) = tokio::sync::mpsc::unbounded_channel();
         if let Some(out) = child.stdout.take() {
-            readers.push(tokio::spawn(copy_lines(out, log.clone(), "stdout", None)));
+            let protocol = self.reference.then_some(tx);
+            readers.push(tokio::spawn(copy_lines(out, log.clone(), "stdout", None, protocol)));
         }
         if let Some(err) = child.stderr.take() {
             lock(&self.tail).clear();
-            readers.push(tokio::spawn(copy_lines(err, log, "stderr", Some(self.tail.clone()))));
+            readers.push(tokio::spawn(copy_lines(err, log, "stderr", Some(self.tail.clone()), None)));
         }
-        Ok(Proc { child, pid, incarnation, started: Instant::now(), _group: GroupGuard(pid), readers })
+        Ok(Proc {
+            child,
+            lines,
+            fold: Default::default(),
+            pid,
+            incarnation,
+            started: Instant::now(),
+            _group: GroupGuard(pid),
+            readers,
+        })
     }
 
     /// Watches one incarnation until it ends, acting on it as the nemesis.
@@ -423,13 +501,17 @@ impl Keeper {
                     next = second + self.instant_within_second();
                     if self.strike(FaultPoint::ProcessKill, proc) {
                         return match self.kill(proc).await {
-                            true => End::Killed,
+                            Some(by_sigkill) => {
+                                if by_sigkill {
+                                    self.ctx.faults.confirm(FaultPoint::ProcessKill, 1);
+                                }
+                                End::Killed
+                            }
                             // Never two live processes in one slot.
-                            false => End::Unkillable,
+                            None => End::Unkillable,
                         };
                     }
-                    if self.strike(FaultPoint::ProcessPause, proc) {
-                        self.pause(proc).await;
+                    if self.strike(FaultPoint::ProcessPause, proc) && self.pause(proc, FaultPoint::ProcessPause).await {
                         paused_until = Some(Instant::now() + self.ctx.scenario.pause);
                     }
                 }
@@ -440,6 +522,25 @@ impl Keeper {
                     second = Instant::now();
                     next = second + self.instant_within_second();
                 }
+                Some(line) = proc.lines.recv() => match line {
+                    Line::Halt { point, fires } => return self.halted(proc, point, fires).await,
+                    Line::Stall { point, ms } => {
+                        if self.pause(proc, point).await {
+                            paused_until = Some(Instant::now() + Duration::from_millis(ms));
+                        }
+                    }
+                    Line::Fired { record } => {
+                        if let Some(p) = FaultPoint::ALL.iter().find(|p| p.name() == record.point) {
+                            self.ctx.faults.record_fired(*p, record);
+                        }
+                    }
+                    Line::Confirmed { point, n } => self.ctx.faults.confirm(point, n),
+                    Line::Copies { point, event, copies } => self.ctx.faults.await_copies(point, event, copies),
+                    Line::Snapshot { snapshot } => {
+                        let slot = self.name.rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(0);
+                        proc.fold.apply(snapshot, slot, &self.ctx.stats, &self.ctx.faults)
+                    }
+                },
                 _ = self.acting.changed() => {
                     second = Instant::now();
                     next = second + self.instant_within_second();
@@ -470,20 +571,47 @@ impl Keeper {
         self.ctx.faults.strike(point, &self.name, || format!("pid {} (incarnation {})", proc.pid, proc.incarnation))
     }
 
+    /// A reference component stopped at a crash point: the harness's
+    /// SIGKILL. A point confirmed by the next incarnation is confirmed when
+    /// it starts; one confirmed by copies on the topic, by the verifier;
+    /// the others by the process seen ending by SIGKILL there, holding its
+    /// batch uncommitted.
+    async fn halted(&mut self, proc: &mut Proc, point: FaultPoint, fires: u64) -> End {
+        let crashes = match self.role {
+            Role::Relay => &self.ctx.stats.relay_crashes,
+            Role::Notifier => &self.ctx.stats.notifier_crashes,
+        };
+        Stats::add(crashes, 1);
+        let Some(by_sigkill) = self.kill(proc).await else { return End::Unkillable };
+        match point {
+            FaultPoint::RelayBeforeProduce | FaultPoint::RelayAfterMark => self.confirm_on_start = Some(point),
+            FaultPoint::RelayAfterProduce => {}
+            _ if by_sigkill => self.ctx.faults.confirm(point, fires),
+            _ => {}
+        }
+        End::Killed
+    }
+
     /// SIGKILL to the process group, then what the kernel and the database
-    /// show: the process ending by that signal, its sessions gone. False
-    /// when the process was not seen to end.
-    async fn kill(&self, proc: &mut Proc) -> bool {
+    /// show: the process ending (true when by that signal), its sessions
+    /// gone. None when the process was not seen to end.
+    async fn kill(&self, proc: &mut Proc) -> Option<bool> {
         let app = self.application_name(proc.incarnation);
         let before = sessions(&self.ctx.store, &app).await;
         signal_group(proc.pid, libc::SIGKILL);
         Stats::add(&self.ctx.stats.processes_killed, 1);
-        match tokio::time::timeout(SIGNAL_SEEN, proc.child.wait()).await {
-            Ok(Ok(s)) if s.signal() == Some(libc::SIGKILL) => self.ctx.faults.confirm(FaultPoint::ProcessKill, 1),
-            Ok(Ok(s)) => warn!(component = %self.name, status = %describe(s), "a killed process ended otherwise"),
-            Ok(Err(e)) => warn!(component = %self.name, cause = %e, "waiting for the killed process failed"),
-            Err(_) => return false,
-        }
+        let by_sigkill = match tokio::time::timeout(SIGNAL_SEEN, proc.child.wait()).await {
+            Ok(Ok(s)) if s.signal() == Some(libc::SIGKILL) => true,
+            Ok(Ok(s)) => {
+                warn!(component = %self.name, status = %describe(s), "a killed process ended otherwise");
+                false
+            }
+            Ok(Err(e)) => {
+                warn!(component = %self.name, cause = %e, "waiting for the killed process failed");
+                false
+            }
+            Err(_) => return None,
+        };
         if before > 0 {
             Stats::add(&self.ctx.stats.sessions_at_kill, 1);
             let (store, stats, name, pid) = (self.ctx.store.clone(), self.ctx.stats.clone(), self.name.clone(), proc.pid);
@@ -506,23 +634,26 @@ impl Keeper {
                 warn!(component = %name, pid, sessions = %what, "a killed process's database sessions outlived it");
             });
         }
-        true
+        Some(by_sigkill)
     }
 
-    /// SIGSTOP to the process group, confirmed once the kernel shows the
-    /// process stopped.
-    async fn pause(&self, proc: &Proc) {
+    /// SIGSTOP to the process group for `point` (the nemesis's pause, or a
+    /// reference notifier's stall), confirmed once the kernel shows the
+    /// process stopped. False when it was not seen stopped.
+    async fn pause(&self, proc: &Proc, point: FaultPoint) -> bool {
         signal_group(proc.pid, libc::SIGSTOP);
         Stats::add(&self.ctx.stats.processes_paused, 1);
         let t = Instant::now();
         while t.elapsed() < SIGNAL_SEEN {
             if process_state(proc.pid) == Some('T') {
-                self.ctx.faults.confirm(FaultPoint::ProcessPause, 1);
-                return;
+                self.ctx.faults.confirm(point, 1);
+                return true;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         warn!(component = %self.name, pid = proc.pid, "a paused process was not seen stopped");
+        signal_group(proc.pid, libc::SIGCONT);
+        false
     }
 
     /// SIGTERM, then SIGKILL after the grace period.
@@ -571,6 +702,7 @@ async fn copy_lines(
     log: PathBuf,
     stream: &'static str,
     tail: Option<Tail>,
+    protocol: Option<tokio::sync::mpsc::UnboundedSender<Line>>,
 ) {
     let mut file = match tokio::fs::OpenOptions::new().create(true).append(true).open(&log).await {
         Ok(f) => Some(f),
@@ -581,6 +713,15 @@ async fn copy_lines(
     };
     let mut lines = BufReader::new(from).lines();
     while let Ok(Some(line)) = lines.next_line().await {
+        if let (Some(tx), Some(json)) = (&protocol, line.strip_prefix(crate::component::PREFIX)) {
+            match serde_json::from_str::<Line>(json) {
+                Ok(l) => {
+                    let _ = tx.send(l);
+                    continue;
+                }
+                Err(e) => warn!(cause = %e, "a component's protocol line did not parse"),
+            }
+        }
         if let Some(f) = file.as_mut() {
             let _ = f.write_all(format!("[{stream}] {line}\n").as_bytes()).await;
         }

@@ -185,6 +185,7 @@ impl<'a> Incarnation<'a> {
         if ctx.faults.strike(FaultPoint::RelayBeforeProduce, name, span) {
             // Publish-then-mark loses nothing here (the claim dies with the
             // connection); the mistakes above have already lost the batch.
+            crate::component::halt(FaultPoint::RelayBeforeProduce).await;
             return crash(FaultPoint::RelayBeforeProduce, true);
         }
         if ctx.faults.strike(FaultPoint::RelaySlowProduce, name, span) {
@@ -209,6 +210,7 @@ impl<'a> Incarnation<'a> {
         if ctx.faults.strike(FaultPoint::RelayAfterProduce, name, span) {
             // The batch will be published again: its first event twice.
             ctx.faults.await_copies(FaultPoint::RelayAfterProduce, rows[0].id, 2);
+            crate::component::halt(FaultPoint::RelayAfterProduce).await;
             return crash(FaultPoint::RelayAfterProduce, false);
         }
         if cfg.order == RelayOrder::PublishThenMark {
@@ -220,6 +222,7 @@ impl<'a> Incarnation<'a> {
         }
         if ctx.faults.strike(FaultPoint::RelayAfterMark, name, span) {
             // Everything of this batch is done; the crash costs nothing.
+            crate::component::halt(FaultPoint::RelayAfterMark).await;
             return crash(FaultPoint::RelayAfterMark, true);
         }
         Stats::add(&ctx.stats.relay_batches, 1);

@@ -10,7 +10,8 @@ use crate::faults::FaultInjector;
 use crate::faults::FaultPoint;
 use crate::infra::{self, Endpoints, RunNames};
 use crate::notifier;
-use crate::program::Programs;
+use crate::program::{Database, Programs};
+use crate::scenario::Components;
 use crate::progress::Progress;
 use crate::report::{self, ComponentFigures, InfraInfo, Report, ScenarioInfo, Stages, Timings};
 use crate::scenario::{self, Scenario};
@@ -32,6 +33,8 @@ pub struct RunOptions {
     pub reports_dir: PathBuf,
     /// Print the JSON report on stdout instead of the tables.
     pub json: bool,
+    /// Overrides the scenario's `[run] components`.
+    pub components: Option<Components>,
 }
 
 /// Pool connections beyond one per producer and notifier: the drain's
@@ -61,6 +64,9 @@ pub async fn run(opts: RunOptions) -> Result<(Report, Exit)> {
     let mut sc = scenario::load(&opts.scenario)?;
     if let Some(seed) = opts.seed {
         sc = sc.with_seed(seed);
+    }
+    if let Some(c) = opts.components {
+        sc = sc.with_components(c);
     }
     let output = if opts.json { Output::Json } else { Output::Tables };
     execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, output).await
@@ -242,19 +248,22 @@ fn start_components(
     let sc = &ctx.scenario;
     let mut components = Vec::new();
     let logs = reports_dir.join(format!("{}-processes", ctx.names.run_id));
-    let programs = match database_url {
-        Some(url) => Programs::start(ctx, url, logs)?.map(|(programs, keepers)| {
-            components.extend(keepers);
-            programs
-        }),
-        None => None,
+    let database = match (&ctx.store, database_url) {
+        (Store::Postgres(_), Some(url)) => Database::Postgres(url.to_string()),
+        (Store::Sqlite(s), _) => Database::Sqlite(std::path::absolute(&s.endpoint).unwrap_or_else(|_| s.endpoint.clone().into())),
+        (Store::Postgres(_), None) => return Err(Error::Internal("a PostgreSQL store without its URL".into())),
     };
-    if sc.notifier.command.is_none() {
+    let programs = Programs::start(ctx, &database, logs)?.map(|(programs, keepers)| {
+        components.extend(keepers);
+        programs
+    });
+    let in_process = sc.components == Components::InProcess;
+    if sc.notifier.command.is_none() && in_process {
         for i in 1..=sc.notifier.instances {
             components.push((format!("notifier-{i}"), tokio::spawn(notifier::run(ctx.clone(), i))));
         }
     }
-    if sc.relay.command.is_none() {
+    if sc.relay.command.is_none() && in_process {
         for i in 1..=sc.relay.instances {
             components.push((format!("relay-{i}"), tokio::spawn(relay::run(ctx.clone(), i))));
         }

@@ -190,11 +190,14 @@ impl Default for RawNemesis {
 pub struct RawRun {
     /// How long the pipeline may take to drain after the workload ends.
     pub drain_timeout_secs: Spanned<i64>,
+    /// `"in-process"` (tasks of the `chaos` process) or `"process"` (each
+    /// relay and notifier instance an OS process, killed by the harness).
+    pub components: Spanned<String>,
 }
 
 impl Default for RawRun {
     fn default() -> Self {
-        Self { drain_timeout_secs: sp(60) }
+        Self { drain_timeout_secs: sp(60), components: sp("in-process".into()) }
     }
 }
 
@@ -246,6 +249,18 @@ choices! {
         /// The inbox is keyed by message id alone: the first handler's claim
         /// makes every other handler skip the message.
         MessageIdOnly = "message-id-only",
+    }
+}
+
+choices! {
+    /// Where the reference relays and notifiers run.
+    Components {
+        /// As tasks of the `chaos` process; a crash drops the component's
+        /// clients and connections.
+        InProcess = "in-process",
+        /// Each instance an OS process (`chaos component`); a crash is the
+        /// harness's SIGKILL at the fault point, a stall its SIGSTOP.
+        Process = "process",
     }
 }
 
@@ -321,6 +336,7 @@ pub struct Scenario {
     pub pause: Duration,
     pub retention: Retention,
     pub drain_timeout: Duration,
+    pub components: Components,
     pub exactly_once: bool,
     /// Anomalies the scenario allows: reported, never a violation.
     pub allowed_anomalies: Vec<AnomalyKind>,
@@ -383,6 +399,13 @@ impl Scenario {
     /// The same scenario with another seed (`--seed`): every seed is valid.
     pub fn with_seed(mut self, seed: u64) -> Self {
         self.seed = seed;
+        self
+    }
+
+    /// The same scenario with its reference components in process or as
+    /// processes (`--components`); nothing else depends on it.
+    pub fn with_components(mut self, components: Components) -> Self {
+        self.components = components;
         self
     }
 
@@ -607,6 +630,7 @@ impl Validator<'_> {
                 1,
                 86_400,
             )? as u64),
+            components: self.choice(&raw.run.components, "run.components", Components::parse, Components::names)?,
             exactly_once: raw.expect.exactly_once,
             allowed_anomalies: raw
                 .expect
@@ -647,12 +671,12 @@ impl Validator<'_> {
             path,
             (faults, &raw.faults),
         )?;
-        if notifier.is_none() && relay.is_none() {
+        if notifier.is_none() && relay.is_none() && raw.run.components.get_ref() != "process" {
             if let Some(p) = FaultPoint::FOR_PROCESSES.iter().find(|p| faults.get(**p) > 0.0) {
                 return self.err(
                     raw.faults.get(*p).span(),
                     &format!(
-                        "`faults.{}` acts on a component that runs as a process; set `notifier.command` or `relay.command` to a program under test, or remove it",
+                        "`faults.{}` acts on a component that runs as a process; set `notifier.command` or `relay.command` to a program under test, or `run.components = \"process\"`, or remove it",
                         p.key()
                     ),
                 );

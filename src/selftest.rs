@@ -310,6 +310,8 @@ pub struct Options {
     pub only: Option<String>,
     /// Run the catalogue at all (false: only the correct pipeline).
     pub variants: bool,
+    /// Where the reference components run in every run.
+    pub components: crate::scenario::Components,
 }
 
 fn expected_found(r: &Report, anomaly: AnomalyKind) -> Option<u64> {
@@ -335,7 +337,7 @@ pub async fn selftest(opts: &Options) -> Result<Summary> {
             last_run: String::new(),
         };
         for attempt in 0..MAX_ATTEMPTS {
-            let sc = scenario_for(v.scenario, v.name, opts.seed + attempt as u64)?;
+            let sc = scenario_for(v.scenario, v.name, opts.seed + attempt as u64)?.with_components(opts.components);
             let (rep, _) =
                 execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, Output::Quiet).await?;
             row.runs += 1;
@@ -372,7 +374,7 @@ pub async fn selftest(opts: &Options) -> Result<Summary> {
         for i in 0..opts.clean_seeds {
             let seed = opts.seed + 1000 + i as u64;
             let (overrides, flavour) = CLEAN_FLAVOURS[i as usize % CLEAN_FLAVOURS.len()];
-            let sc = scenario_for(overrides, &format!("correct pipeline, {flavour}"), seed)?;
+            let sc = scenario_for(overrides, &format!("correct pipeline, {flavour}"), seed)?.with_components(opts.components);
             let (rep, _) =
                 execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, Output::Quiet).await?;
             clean.runs += 1;

@@ -107,6 +107,23 @@ fn effects_before_the_inbox_row_duplicate_them() {
 }
 
 #[test]
+fn the_correct_python_relay_passes_under_real_kills() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = run_program("examples/python/relay.toml", dir.path());
+    assert_eq!(ran.code, 0, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    let r = ran.json();
+    assert_eq!(r["scenario"]["relay_command"], "python3 relay.py");
+    let kill = r["faults"].as_array().unwrap().iter().find(|f| f["point"] == "process.kill").unwrap();
+    assert!(kill["fired"].as_u64().unwrap() >= 1 && kill["confirmed"] == kill["fired"], "{kill}");
+    assert_nothing_left(&r);
+}
+
+#[test]
+fn marking_before_the_broker_acked_loses_events() {
+    assert_caught("examples/python/relay-mark-first.toml", "lost event");
+}
+
+#[test]
 fn a_command_that_does_not_exist_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let ran = run_program("tests/fixtures/programs/not_found.toml", dir.path());
@@ -167,4 +184,41 @@ fn ctrl_c_kills_every_process_of_the_run() {
         let alive = std::fs::read_to_string(format!("/proc/{pid}/environ")).is_ok_and(|e| e.contains("CHAOS_RUN_ID"));
         assert!(!alive, "process {pid} outlived the interrupted run");
     }
+}
+
+/// `--components process`: every reference relay and notifier an OS
+/// process; a crash at a fault point is the harness's SIGKILL.
+fn reference_pipeline_as_processes(backend: Backend) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = chaos();
+    backend.apply(&mut c);
+    c.args(["run", "scenarios/smoke.toml", "--components", "process", "--json", "--reports-dir"]).arg(dir.path());
+    let ran = run(&mut c);
+    assert_eq!(ran.code, 0, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    let r = ran.json();
+    let k = &r["components"];
+    // 2 relays and 1 notifier, then one new process per crash.
+    assert!(k["processes_started"].as_u64().unwrap() >= 3 + 1, "{k}");
+    assert!(k["processes_killed"].as_u64().unwrap() >= 1, "{k}");
+    for f in r["faults"].as_array().unwrap().iter().filter(|f| f["probability"].as_f64().unwrap() > 0.0) {
+        assert!(f["fired"].as_u64().unwrap() >= 1 && f["confirmed"] == f["fired"], "{f}");
+    }
+    assert_nothing_left(&r);
+    r
+}
+
+#[test]
+fn the_reference_pipeline_runs_as_processes_on_postgres_and_kafka() {
+    let r = reference_pipeline_as_processes(Backend::Services);
+    // The kill is the kernel's: PostgreSQL saw each killed component's
+    // session end.
+    let k = &r["components"];
+    assert!(k["sessions_at_kill"].as_u64().unwrap() >= 1, "{k}");
+    assert_eq!(k["sessions_gone_after_kill"], k["sessions_at_kill"], "{k}");
+}
+
+#[test]
+fn the_reference_pipeline_runs_as_processes_embedded() {
+    let r = reference_pipeline_as_processes(Backend::Embedded);
+    assert_eq!(r["infra"]["database"], "sqlite");
 }

@@ -5,9 +5,13 @@ mod common;
 use common::*;
 
 fn selftest_catches_every_variant(backend: Backend) {
+    selftest_catches_every_variant_with(backend, "in-process");
+}
+
+fn selftest_catches_every_variant_with(backend: Backend, components: &str) {
     let dir = tempfile::tempdir().unwrap();
     let mut c = chaos();
-    c.args(["selftest", "--json", "--clean-seeds", "2", "--reports-dir"]).arg(dir.path());
+    c.args(["selftest", "--json", "--clean-seeds", "2", "--components", components, "--reports-dir"]).arg(dir.path());
     backend.apply(&mut c);
     let ran = run(&mut c);
     assert_eq!(ran.code, 0, "selftest on {backend:?} must pass\nstdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
@@ -39,7 +43,7 @@ fn selftest_catches_every_variant(backend: Backend) {
     let clean = rows.iter().find(|r| r["variant"] == "correct pipeline").unwrap();
     assert_eq!(clean["runs"], 2);
     eprintln!(
-        "selftest on {backend:?}: {:.0}s, runs per variant: {:?}",
+        "selftest on {backend:?}, components {components}: {:.0}s, runs per variant: {:?}",
         ran.elapsed.as_secs_f64(),
         rows.iter().map(|r| r["runs"].as_u64().unwrap()).collect::<Vec<_>>()
     );
@@ -53,6 +57,13 @@ fn selftest_embedded() {
 #[test]
 fn selftest_on_postgres_and_kafka() {
     selftest_catches_every_variant(Backend::Services);
+}
+
+/// Every relay and notifier an OS process: each crash at a fault point is
+/// the harness's SIGKILL, each stall its SIGSTOP.
+#[test]
+fn selftest_on_postgres_and_kafka_as_processes() {
+    selftest_catches_every_variant_with(Backend::Services, "process");
 }
 
 #[test]

@@ -65,11 +65,14 @@ class Publisher:
             # event of one payment lands on one partition.
         })
 
-    def _on_error(self, err):
+    def _note(self, err):
         # A fatal error (the idempotent producer lost track of its sequence
         # numbers) leaves this producer unusable; main() replaces it.
         if err.fatal() or err.code() == KafkaError._FATAL:
             self.fatal = err
+
+    def _on_error(self, err):
+        self._note(err)
         log.warning("producer: %s", err)
 
     def send(self, rows):
@@ -78,6 +81,7 @@ class Publisher:
 
         def report(err, _msg):
             if err is not None:
+                self._note(err)
                 failures.append(err)
 
         try:
@@ -88,7 +92,10 @@ class Publisher:
                     value=payload.encode("utf-8"),
                     headers=[("event_id", str(event_id)), ("event_type", event_type)],
                     on_delivery=report)
-        except (BufferError, KafkaException) as e:
+        except KafkaException as e:
+            self._note(e.args[0])
+            raise DeliveryFailed(f"produce refused: {e}") from e
+        except BufferError as e:  # the local queue is full
             raise DeliveryFailed(f"produce refused: {e}") from e
         # flush() serves the delivery reports; it returns how many messages
         # are still without one.

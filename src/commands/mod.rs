@@ -19,6 +19,7 @@ pub async fn execute(command: Command) -> Result<Exit> {
         Command::Bench(a) => bench(a).await,
         Command::Clean(a) => clean(a).await,
         Command::Selftest(a) => selftest(a).await,
+        Command::Component => crate::component::serve().await,
     }
 }
 
@@ -38,6 +39,7 @@ async fn run_scenario(a: RunArgs) -> Result<Exit> {
         brokers: a.infra.brokers,
         reports_dir: a.reports_dir,
         json: a.json,
+        components: a.components,
     };
     run::run(opts).await.map(|(_, exit)| exit)
 }
@@ -59,6 +61,7 @@ async fn bench(a: BenchArgs) -> Result<Exit> {
         pgbench_seconds: a.pgbench_seconds,
         runs: a.runs,
         warmup: a.warmup,
+        processes: a.processes,
     };
     let (figures, _) = crate::bench::bench(&opts).await?;
     let (table, exit) = crate::bench::render(&figures);
@@ -102,6 +105,7 @@ async fn selftest(a: SelftestArgs) -> Result<Exit> {
         clean_seeds: a.clean_seeds,
         only: a.only,
         variants: !a.no_variants,
+        components: a.components,
     };
     let summary = crate::selftest::selftest(&opts).await?;
     let (table, exit) = crate::selftest::render(&summary);
