@@ -168,7 +168,7 @@ pub async fn serve() -> Result<Exit> {
     let names = RunNames::from_id(&var("CHAOS_RUN_ID")?);
     let store = match std::env::var(SQLITE_ENV) {
         Ok(path) => Store::Sqlite(SqliteStore::open(std::path::Path::new(&path), 4).await?),
-        Err(_) => Store::Postgres(PgStore::open(&var("CHAOS_DATABASE_URL")?, &names.schema, 4).await?),
+        Err(_) => Store::Postgres(PgStore::attach(&var("CHAOS_DATABASE_URL")?, &names.schema, 4).await?),
     };
     // Each incarnation its own decisions: the same seed would make a
     // restarted process crash where its predecessor did, again and again.

@@ -43,7 +43,13 @@ fn main() -> ExitCode {
         .with_target(false)
         .init();
 
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if matches!(cli.command, chaos::cli::Command::Component) {
+        // One relay or notifier per process, restarted at every crash: one
+        // worker thread is all it uses, and each thread is paid at every start.
+        builder.worker_threads(1);
+    }
+    let rt = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

@@ -241,9 +241,10 @@ pub async fn run(ctx: Ctx, index: usize) {
             c = spare.take(&ctx) => c,
         };
         let next = prepared.unwrap_or_else(|| consumer(&ctx, &name, index));
-        if ctx.static_membership {
-            // The mock cluster is left alone: its notifiers rewind in place
-            // instead of restarting (see `rewind_to_committed`).
+        // The mock cluster is left alone: its notifiers rewind in place
+        // instead of restarting (see `rewind_to_committed`). A component
+        // process lives one incarnation: its replacement is a new process.
+        if ctx.static_membership && !crate::component::active() {
             spare = Spare::prepare(&ctx, &name, index);
         }
         let ending = match next {

@@ -31,19 +31,24 @@ pub struct PgStore {
 impl PgStore {
     /// Connects, creates the run's schema and applies the migrations in it.
     pub async fn open(url: &str, schema: &str, max_connections: u32) -> Result<Self> {
+        Self::connect(url, schema, max_connections, true).await
+    }
+
+    /// Connects to a run's schema that the run has already made: a
+    /// component process, which may restart hundreds of times a run, skips
+    /// the schema and the migrations every restart would otherwise repeat.
+    pub async fn attach(url: &str, schema: &str, max_connections: u32) -> Result<Self> {
+        Self::connect(url, schema, max_connections, false).await
+    }
+
+    async fn connect(url: &str, schema: &str, max_connections: u32, create: bool) -> Result<Self> {
         let endpoint = db_endpoint(url);
         let unreachable = |cause: String| Error::DatabaseUnreachable { endpoint: endpoint.clone(), cause };
         let base = PgConnectOptions::from_str(url).map_err(|e| unreachable(crate::infra::redact(&e.to_string())))?;
         let base = base.log_statements(tracing::log::LevelFilter::Trace);
-        let mut admin = tokio::time::timeout(CONNECT_TIMEOUT, base.connect())
-            .await
-            .map_err(|_| unreachable(format!("no answer within {}s", CONNECT_TIMEOUT.as_secs())))?
-            .map_err(|e| unreachable(crate::infra::redact(&e.to_string())))?;
-        sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
-            .execute(&mut admin)
-            .await
-            .map_err(|e| Error::db(format!("creating schema {schema}"), e))?;
-        let _ = admin.close().await;
+        if create {
+            Self::create_schema(&base, schema, &endpoint).await?;
+        }
         let opts = base.options([("search_path", schema)]);
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
@@ -55,11 +60,27 @@ impl PgStore {
             .connect_with(opts.clone())
             .await
             .map_err(|e| unreachable(crate::infra::redact(&e.to_string())))?;
-        sqlx::migrate!("migrations/postgres")
-            .run(&pool)
-            .await
-            .map_err(|e| Error::Database { context: format!("migrating schema {schema}"), cause: e.to_string() })?;
+        if create {
+            sqlx::migrate!("migrations/postgres")
+                .run(&pool)
+                .await
+                .map_err(|e| Error::Database { context: format!("migrating schema {schema}"), cause: e.to_string() })?;
+        }
         Ok(Self { pool, opts, schema: schema.to_string(), endpoint })
+    }
+
+    async fn create_schema(base: &PgConnectOptions, schema: &str, endpoint: &str) -> Result<()> {
+        let unreachable = |cause: String| Error::DatabaseUnreachable { endpoint: endpoint.to_string(), cause };
+        let mut admin = tokio::time::timeout(CONNECT_TIMEOUT, base.connect())
+            .await
+            .map_err(|_| unreachable(format!("no answer within {}s", CONNECT_TIMEOUT.as_secs())))?
+            .map_err(|e| unreachable(crate::infra::redact(&e.to_string())))?;
+        sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
+            .execute(&mut admin)
+            .await
+            .map_err(|e| Error::db(format!("creating schema {schema}"), e))?;
+        let _ = admin.close().await;
+        Ok(())
     }
 
     /// Sessions open under an application name: a program under test's
