@@ -132,12 +132,18 @@ fault_points! {
     /// wakes up a zombie.
     ProcessPause = "process.pause", key process_pause, per "second, per process",
         confirmed by "the process seen stopped by the kernel";
+    /// The harness sends SIGKILL to one process (picked from the seed) as
+    /// the topic grows: kills land while messages flow, when a consumer or
+    /// a relay is busiest.
+    ProcessKillPerMessage = "process.kill_per_message", key process_kill_per_message, per "message the topic gains",
+        confirmed by "the process seen ending by SIGKILL";
 }
 
 impl FaultPoint {
     /// The points the harness applies to a process from outside, whatever
     /// the program: the only ones a program under test can be given.
-    pub const FOR_PROCESSES: &'static [FaultPoint] = &[FaultPoint::ProcessKill, FaultPoint::ProcessPause];
+    pub const FOR_PROCESSES: &'static [FaultPoint] =
+        &[FaultPoint::ProcessKill, FaultPoint::ProcessPause, FaultPoint::ProcessKillPerMessage];
 }
 
 /// How many fault points there are.

@@ -162,6 +162,37 @@ pub async fn kafka_ping(brokers: &str, timeout: Duration) -> Result<Vec<(i32, St
     res.map_err(|e| Error::KafkaUnreachable { brokers: b, cause: e.to_string() })
 }
 
+/// Watches how many messages a topic holds (the sum of its partitions'
+/// high watermarks), every `every`, until `stop` is set; sends each growth.
+/// One client for the whole watch, on a blocking thread.
+pub fn watch_topic_growth(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+    every: Duration,
+    stop: impl Fn() -> bool + Send + 'static,
+    grew: tokio::sync::mpsc::UnboundedSender<u64>,
+) -> tokio::task::JoinHandle<()> {
+    let (brokers, topic) = (brokers.to_string(), topic.to_string());
+    tokio::task::spawn_blocking(move || {
+        let Ok(c) = kafka_config(&brokers).create::<rdkafka::consumer::BaseConsumer>() else { return };
+        let mut seen = 0i64;
+        while !stop() {
+            let total: i64 = (0..partitions)
+                .filter_map(|p| rdkafka::consumer::Consumer::fetch_watermarks(&c, &topic, p, CONNECT_TIMEOUT).ok())
+                .map(|(_, high)| high)
+                .sum();
+            if total > seen {
+                if grew.send((total - seen) as u64).is_err() {
+                    return;
+                }
+                seen = total;
+            }
+            std::thread::sleep(every);
+        }
+    })
+}
+
 /// How many members a consumer group has, as the group coordinator says.
 pub async fn group_members(brokers: &str, group: &str) -> Result<usize> {
     let admin: AdminClient<DefaultClientContext> =

@@ -110,6 +110,7 @@ impl Programs {
         let mut tasks = Vec::new();
         let mut tails = Vec::new();
         let mut notifier = None;
+        let mut kills = Vec::new();
         for (role, command, instances, batch) in roles {
             let Some((command, is_reference)) = command else { continue };
             if role == Role::Notifier && !is_reference {
@@ -129,7 +130,12 @@ impl Programs {
                 tails.push((name.clone(), tail.clone()));
                 // Each slot its own stream of instants, from the seed.
                 let salt = (slot as u64 + 64 * role as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                let (kill, kill_rx) = tokio::sync::mpsc::unbounded_channel();
+                let kill_pending = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                kills.push((name.clone(), kill, kill_pending.clone()));
                 let keeper = Keeper {
+                    kill_rx,
+                    kill_pending,
                     ctx: ctx.clone(),
                     role,
                     reference: is_reference,
@@ -146,6 +152,10 @@ impl Programs {
                 };
                 tasks.push((name, tokio::spawn(keeper.keep())));
             }
+        }
+        if sc.faults.get(FaultPoint::ProcessKillPerMessage) > 0.0 {
+            let nemesis = by_messages(ctx.clone(), acting.subscribe(), kills);
+            tasks.push(("nemesis (process.kill_per_message)".into(), tokio::spawn(nemesis)));
         }
         Ok(Some((Self { notifier, failure, acting, tails, logs }, tasks)))
     }
@@ -290,9 +300,58 @@ pub enum Database {
     Sqlite(PathBuf),
 }
 
+/// How often the topic's size is read for `process.kill_per_message`.
+const GROWTH_POLL: Duration = Duration::from_millis(50);
+
+/// A slot's kill channel for the per-message nemesis, and whether a kill
+/// it sent is still waiting for the slot's next process.
+type KillLine = (String, tokio::sync::mpsc::UnboundedSender<()>, Arc<std::sync::atomic::AtomicBool>);
+
+/// `process.kill_per_message`: while the nemesis acts, each message the
+/// topic gains is an occurrence for one slot, picked from the seed; a
+/// firing kills that slot's process. A message whose slot already has a
+/// kill on its way is not an occurrence: the topic grows in bursts between
+/// two reads, and one burst would otherwise kill each new process before
+/// it starts.
+async fn by_messages(ctx: Ctx, mut acting: watch::Receiver<bool>, kills: Vec<KillLine>) {
+    let (grew, mut growth) = tokio::sync::mpsc::unbounded_channel();
+    let shutdown = ctx.shutdown.clone();
+    let sc = &ctx.scenario;
+    let watch = crate::infra::watch_topic_growth(&ctx.brokers, &ctx.names.topic, sc.partitions, GROWTH_POLL, move || shutdown.is_set(), grew);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(sc.seed ^ 0x6b69_6c6c);
+    let mut shutdown = ctx.shutdown.clone();
+    let mut total = 0u64;
+    loop {
+        let n = tokio::select! {
+            n = growth.recv() => match n { Some(n) => n, None => break },
+            _ = shutdown.wait() => break,
+        };
+        let before = total;
+        total += n;
+        if !*acting.borrow_and_update() || kills.is_empty() {
+            continue;
+        }
+        for m in before..total {
+            let (name, kill, pending) = &kills[rng.gen_range(0..kills.len())];
+            if pending.load(std::sync::atomic::Ordering::Relaxed) {
+                continue;
+            }
+            if ctx.faults.strike(FaultPoint::ProcessKillPerMessage, name, || format!("the topic's message {}", m + 1)) {
+                pending.store(true, std::sync::atomic::Ordering::Relaxed);
+                let _ = kill.send(());
+            }
+        }
+    }
+    let _ = watch.await;
+}
+
 /// One slot: its process, one incarnation after another.
 struct Keeper {
     ctx: Ctx,
+    /// Kills the per-message nemesis decided for this slot.
+    kill_rx: tokio::sync::mpsc::UnboundedReceiver<()>,
+    /// Set by the nemesis when it sends one; cleared when the next process starts.
+    kill_pending: Arc<std::sync::atomic::AtomicBool>,
     role: Role,
     /// The reference relay or notifier as `chaos component`, speaking the
     /// protocol of [`crate::component`] on its stdout.
@@ -452,6 +511,7 @@ impl Keeper {
             )
         })?;
         let pid = child.id().map(|p| p as i32).unwrap_or(0);
+        self.kill_pending.store(false, std::sync::atomic::Ordering::Relaxed);
         Stats::add(&self.ctx.stats.processes_started, 1);
         info!(component = %self.name, pid, incarnation, "process started");
         if let Some(point) = self.confirm_on_start.take() {
@@ -521,6 +581,17 @@ impl Keeper {
                     // The seconds spent stopped are not struck again.
                     second = Instant::now();
                     next = second + self.instant_within_second();
+                }
+                Some(()) = self.kill_rx.recv() => {
+                    return match self.kill(proc).await {
+                        Some(by_sigkill) => {
+                            if by_sigkill {
+                                self.ctx.faults.confirm(FaultPoint::ProcessKillPerMessage, 1);
+                            }
+                            End::Killed
+                        }
+                        None => End::Unkillable,
+                    };
                 }
                 Some(line) = proc.lines.recv() => match line {
                     Line::Halt { point, fires } => return self.halted(proc, point, fires).await,

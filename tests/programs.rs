@@ -124,6 +124,18 @@ fn marking_before_the_broker_acked_loses_events() {
 }
 
 #[test]
+fn kills_as_the_topic_grows_are_real_and_confirmed() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = run_program("tests/fixtures/programs/kill_per_message.toml", dir.path());
+    assert_eq!(ran.code, 0, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    let r = ran.json();
+    let kill = r["faults"].as_array().unwrap().iter().find(|f| f["point"] == "process.kill_per_message").unwrap();
+    assert!(kill["fired"].as_u64().unwrap() >= 1 && kill["confirmed"] == kill["fired"], "{kill}");
+    assert_eq!(r["components"]["processes_killed"], kill["fired"]);
+    assert_nothing_left(&r);
+}
+
+#[test]
 fn a_command_that_does_not_exist_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let ran = run_program("tests/fixtures/programs/not_found.toml", dir.path());
