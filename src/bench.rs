@@ -246,7 +246,13 @@ pub async fn bench(opts: &Options) -> Result<(Figures, Report)> {
         verdict: r.verdict,
     };
     let pipeline_with = |c: crate::scenario::Components| {
-        execute(sc.clone().with_components(c), opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, Output::Quiet)
+        execute(
+            sc.clone().with_components(c),
+            opts.database_url.clone(),
+            opts.brokers.clone(),
+            &opts.reports_dir,
+            Output::Quiet,
+        )
     };
     let pipeline = || pipeline_with(crate::scenario::Components::InProcess);
     let mut warmup_runs = Vec::with_capacity(opts.warmup as usize);

@@ -114,8 +114,7 @@ pub struct RunArgs {
 }
 
 fn parse_components(s: &str) -> Result<crate::scenario::Components, String> {
-    crate::scenario::Components::parse(s)
-        .ok_or_else(|| format!("expected {}", crate::scenario::Components::names()))
+    crate::scenario::Components::parse(s).ok_or_else(|| format!("expected {}", crate::scenario::Components::names()))
 }
 
 #[derive(Debug, Args)]

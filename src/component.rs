@@ -49,15 +49,32 @@ const STALL_HANDOFF: Duration = Duration::from_millis(100);
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Line {
-    Fired { record: FaultRecord },
-    Confirmed { point: FaultPoint, n: u64 },
-    Copies { point: FaultPoint, event: uuid::Uuid, copies: u8 },
+    Fired {
+        record: FaultRecord,
+    },
+    Confirmed {
+        point: FaultPoint,
+        n: u64,
+    },
+    Copies {
+        point: FaultPoint,
+        event: uuid::Uuid,
+        copies: u8,
+    },
     /// Stopped at a crash point: kill me. `fires`: the firings this one
     /// crash stands for (several events of one batch may fire).
-    Halt { point: FaultPoint, fires: u64 },
+    Halt {
+        point: FaultPoint,
+        fires: u64,
+    },
     /// At a stall point: stop me for `ms`.
-    Stall { point: FaultPoint, ms: u64 },
-    Snapshot { snapshot: Snapshot },
+    Stall {
+        point: FaultPoint,
+        ms: u64,
+    },
+    Snapshot {
+        snapshot: Snapshot,
+    },
 }
 
 /// A component's cumulative figures since it started.
@@ -153,7 +170,9 @@ pub async fn stall(point: FaultPoint, d: Duration) -> bool {
 
 fn var(key: &str) -> Result<String> {
     std::env::var(key).map_err(|_| {
-        Error::Usage(format!("{key} is not set: `chaos component` is started by `chaos run` with components = \"process\""))
+        Error::Usage(format!(
+            "{key} is not set: `chaos component` is started by `chaos run` with components = \"process\""
+        ))
     })
 }
 
@@ -246,11 +265,13 @@ impl Fold {
             stats.set_assigned(slot, n);
         }
         for (i, c) in counters(stats).iter().enumerate() {
-            let (now, before) = (s.counters.get(i).copied().unwrap_or(0), self.last.counters.get(i).copied().unwrap_or(0));
+            let (now, before) =
+                (s.counters.get(i).copied().unwrap_or(0), self.last.counters.get(i).copied().unwrap_or(0));
             Stats::add(c, now.saturating_sub(before));
         }
         for (i, p) in FaultPoint::ALL.iter().enumerate() {
-            let (now, before) = (s.reached.get(i).copied().unwrap_or(0), self.last.reached.get(i).copied().unwrap_or(0));
+            let (now, before) =
+                (s.reached.get(i).copied().unwrap_or(0), self.last.reached.get(i).copied().unwrap_or(0));
             faults.add_reached(*p, now.saturating_sub(before));
         }
         for (i, (m, first)) in marks(stats).iter().enumerate() {

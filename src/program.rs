@@ -18,9 +18,9 @@
 //! keepers started is killed: on stop, on drop, and (for the direct child)
 //! by the kernel if `chaos` itself dies (`PR_SET_PDEATHSIG`).
 
+use crate::component::Line;
 use crate::context::{Ctx, Stats, RESTART_FLOOR};
 use crate::faults::FaultPoint;
-use crate::component::Line;
 use crate::scenario::{Components, ProgramCommand};
 use crate::store::Store;
 use rand::{Rng, SeedableRng};
@@ -71,6 +71,13 @@ pub enum Role {
 }
 
 impl Role {
+    fn restart_delay(self, sc: &crate::scenario::Scenario) -> Duration {
+        match self {
+            Role::Notifier => sc.notifier.restart_delay,
+            Role::Relay => sc.relay.restart_delay,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Notifier => "notifier",
@@ -91,16 +98,7 @@ impl Programs {
         logs: PathBuf,
     ) -> crate::error::Result<Option<(Self, Vec<crate::context::Named>)>> {
         let sc = &ctx.scenario;
-        let reference = Self::reference_command()?;
-        let as_process = |c: &Option<ProgramCommand>| match (c, sc.components) {
-            (Some(c), _) => Some((c.clone(), false)),
-            (None, Components::Process) => Some((reference.clone(), true)),
-            (None, Components::InProcess) => None,
-        };
-        let roles = [
-            (Role::Notifier, as_process(&sc.notifier.command), sc.notifier.instances, sc.notifier.batch_size),
-            (Role::Relay, as_process(&sc.relay.command), sc.relay.instances, sc.relay.batch_size),
-        ];
+        let roles = Self::roles(sc)?;
         if roles.iter().all(|r| r.1.is_none()) {
             return Ok(None);
         }
@@ -119,10 +117,9 @@ impl Programs {
             let env = Env::new(ctx, role, batch, database, is_reference)?;
             // A program under test gets the contract's 200 ms; the reference
             // components restart after the scenario's delay, as in process.
-            let restart = match (is_reference, role) {
-                (false, _) => RESTART_FLOOR,
-                (true, Role::Notifier) => sc.notifier.restart_delay,
-                (true, Role::Relay) => sc.relay.restart_delay,
+            let restart = match is_reference {
+                false => RESTART_FLOOR,
+                true => role.restart_delay(sc),
             };
             for slot in 1..=instances {
                 let name = format!("{}-{slot}", role.as_str());
@@ -160,10 +157,30 @@ impl Programs {
         Ok(Some((Self { notifier, failure, acting, tails, logs }, tasks)))
     }
 
+    /// Each role, with the command its processes run and whether that is
+    /// the reference component (`chaos component`); None for a role that
+    /// runs in process.
+    #[allow(clippy::type_complexity)]
+    fn roles(
+        sc: &crate::scenario::Scenario,
+    ) -> crate::error::Result<[(Role, Option<(ProgramCommand, bool)>, usize, usize); 2]> {
+        let reference = Self::reference_command()?;
+        let as_process = |c: &Option<ProgramCommand>| match (c, sc.components) {
+            (Some(c), _) => Some((c.clone(), false)),
+            (None, Components::Process) => Some((reference.clone(), true)),
+            (None, Components::InProcess) => None,
+        };
+        Ok([
+            (Role::Notifier, as_process(&sc.notifier.command), sc.notifier.instances, sc.notifier.batch_size),
+            (Role::Relay, as_process(&sc.relay.command), sc.relay.instances, sc.relay.batch_size),
+        ])
+    }
+
     /// `chaos component`, as this very binary.
     fn reference_command() -> crate::error::Result<ProgramCommand> {
-        let exe = std::env::current_exe()
-            .map_err(|e| crate::Error::Internal(format!("finding the chaos binary for components = \"process\": {e}")))?;
+        let exe = std::env::current_exe().map_err(|e| {
+            crate::Error::Internal(format!("finding the chaos binary for components = \"process\": {e}"))
+        })?;
         let dir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
         Ok(ProgramCommand { argv: vec![exe.display().to_string(), "component".into()], dir })
     }
@@ -266,7 +283,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 struct Env(Vec<(&'static str, String)>);
 
 impl Env {
-    fn new(ctx: &Ctx, role: Role, batch_size: usize, database: &Database, reference: bool) -> crate::error::Result<Self> {
+    fn new(
+        ctx: &Ctx,
+        role: Role,
+        batch_size: usize,
+        database: &Database,
+        reference: bool,
+    ) -> crate::error::Result<Self> {
         let mut env = vec![
             ("CHAOS_ROLE", role.as_str().to_string()),
             ("CHAOS_RUN_ID", ctx.names.run_id.clone()),
@@ -288,7 +311,10 @@ impl Env {
             env.push((crate::component::SCENARIO_ENV, json));
             env.push((crate::component::EMBEDDED_ENV, if ctx.static_membership { "0" } else { "1" }.into()));
             // The component's logs go to its log file: info, unless asked.
-            env.push(("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info,rdkafka=warn,librdkafka=warn,sqlx=warn".into())));
+            env.push((
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info,rdkafka=warn,librdkafka=warn,sqlx=warn".into()),
+            ));
         }
         Ok(Self(env))
     }
@@ -317,7 +343,14 @@ async fn by_messages(ctx: Ctx, mut acting: watch::Receiver<bool>, kills: Vec<Kil
     let (grew, mut growth) = tokio::sync::mpsc::unbounded_channel();
     let shutdown = ctx.shutdown.clone();
     let sc = &ctx.scenario;
-    let watch = crate::infra::watch_topic_growth(&ctx.brokers, &ctx.names.topic, sc.partitions, GROWTH_POLL, move || shutdown.is_set(), grew);
+    let watch = crate::infra::watch_topic_growth(
+        &ctx.brokers,
+        &ctx.names.topic,
+        sc.partitions,
+        GROWTH_POLL,
+        move || shutdown.is_set(),
+        grew,
+    );
     let mut rng = rand::rngs::StdRng::seed_from_u64(sc.seed ^ 0x6b69_6c6c);
     let mut shutdown = ctx.shutdown.clone();
     let mut total = 0u64;
@@ -560,16 +593,7 @@ impl Keeper {
                     second += Duration::from_secs(1);
                     next = second + self.instant_within_second();
                     if self.strike(FaultPoint::ProcessKill, proc) {
-                        return match self.kill(proc).await {
-                            Some(by_sigkill) => {
-                                if by_sigkill {
-                                    self.ctx.faults.confirm(FaultPoint::ProcessKill, 1);
-                                }
-                                End::Killed
-                            }
-                            // Never two live processes in one slot.
-                            None => End::Unkillable,
-                        };
+                        return self.kill_for(proc, FaultPoint::ProcessKill).await;
                     }
                     if self.strike(FaultPoint::ProcessPause, proc) && self.pause(proc, FaultPoint::ProcessPause).await {
                         paused_until = Some(Instant::now() + self.ctx.scenario.pause);
@@ -582,17 +606,7 @@ impl Keeper {
                     second = Instant::now();
                     next = second + self.instant_within_second();
                 }
-                Some(()) = self.kill_rx.recv() => {
-                    return match self.kill(proc).await {
-                        Some(by_sigkill) => {
-                            if by_sigkill {
-                                self.ctx.faults.confirm(FaultPoint::ProcessKillPerMessage, 1);
-                            }
-                            End::Killed
-                        }
-                        None => End::Unkillable,
-                    };
-                }
+                Some(()) = self.kill_rx.recv() => return self.kill_for(proc, FaultPoint::ProcessKillPerMessage).await,
                 Some(line) = proc.lines.recv() => match line {
                     Line::Halt { point, fires } => return self.halted(proc, point, fires).await,
                     Line::Stall { point, ms } => {
@@ -600,17 +614,7 @@ impl Keeper {
                             paused_until = Some(Instant::now() + Duration::from_millis(ms));
                         }
                     }
-                    Line::Fired { record } => {
-                        if let Some(p) = FaultPoint::ALL.iter().find(|p| p.name() == record.point) {
-                            self.ctx.faults.record_fired(*p, record);
-                        }
-                    }
-                    Line::Confirmed { point, n } => self.ctx.faults.confirm(point, n),
-                    Line::Copies { point, event, copies } => self.ctx.faults.await_copies(point, event, copies),
-                    Line::Snapshot { snapshot } => {
-                        let slot = self.name.rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(0);
-                        proc.fold.apply(snapshot, slot, &self.ctx.stats, &self.ctx.faults)
-                    }
+                    other => self.count(proc, other),
                 },
                 _ = self.acting.changed() => {
                     second = Instant::now();
@@ -632,6 +636,39 @@ impl Keeper {
     /// are never taken for this one's.
     fn application_name(&self, incarnation: u32) -> String {
         format!("chaos-{}-{}-{incarnation}", self.ctx.names.run_id, self.name)
+    }
+
+    /// The nemesis's own kill for `point`, confirmed by the kernel's word.
+    async fn kill_for(&self, proc: &mut Proc, point: FaultPoint) -> End {
+        match self.kill(proc).await {
+            Some(by_sigkill) => {
+                if by_sigkill {
+                    self.ctx.faults.confirm(point, 1);
+                }
+                End::Killed
+            }
+            // Never two live processes in one slot.
+            None => End::Unkillable,
+        }
+    }
+
+    /// What a reference component reports that the run counts.
+    fn count(&self, proc: &mut Proc, line: Line) {
+        let faults = &self.ctx.faults;
+        match line {
+            Line::Fired { record } => {
+                if let Some(p) = FaultPoint::ALL.iter().find(|p| p.name() == record.point) {
+                    faults.record_fired(*p, record);
+                }
+            }
+            Line::Confirmed { point, n } => faults.confirm(point, n),
+            Line::Copies { point, event, copies } => faults.await_copies(point, event, copies),
+            Line::Snapshot { snapshot } => {
+                let slot = self.name.rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(0);
+                proc.fold.apply(snapshot, slot, &self.ctx.stats, faults)
+            }
+            Line::Halt { .. } | Line::Stall { .. } => {}
+        }
     }
 
     fn instant_within_second(&mut self) -> Duration {
@@ -685,7 +722,8 @@ impl Keeper {
         };
         if before > 0 {
             Stats::add(&self.ctx.stats.sessions_at_kill, 1);
-            let (store, stats, name, pid) = (self.ctx.store.clone(), self.ctx.stats.clone(), self.name.clone(), proc.pid);
+            let (store, stats, name, pid) =
+                (self.ctx.store.clone(), self.ctx.stats.clone(), self.name.clone(), proc.pid);
             // Watched beside the restart: the next incarnation need not wait.
             self.ctx.tasks.spawn(format!("{name} session watch"), async move {
                 let t = Instant::now();

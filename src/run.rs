@@ -11,9 +11,9 @@ use crate::faults::FaultPoint;
 use crate::infra::{self, Endpoints, RunNames};
 use crate::notifier;
 use crate::program::{Database, Programs};
-use crate::scenario::Components;
 use crate::progress::Progress;
 use crate::report::{self, ComponentFigures, InfraInfo, Report, ScenarioInfo, Stages, Timings};
+use crate::scenario::Components;
 use crate::scenario::{self, Scenario};
 use crate::store::{postgres::PgStore, sqlite::SqliteStore, Store};
 use crate::verifier::{reconcile, topic, verdict, Ledger, Verdict};
@@ -250,7 +250,9 @@ fn start_components(
     let logs = reports_dir.join(format!("{}-processes", ctx.names.run_id));
     let database = match (&ctx.store, database_url) {
         (Store::Postgres(_), Some(url)) => Database::Postgres(url.to_string()),
-        (Store::Sqlite(s), _) => Database::Sqlite(std::path::absolute(&s.endpoint).unwrap_or_else(|_| s.endpoint.clone().into())),
+        (Store::Sqlite(s), _) => {
+            Database::Sqlite(std::path::absolute(&s.endpoint).unwrap_or_else(|_| s.endpoint.clone().into()))
+        }
         (Store::Postgres(_), None) => return Err(Error::Internal("a PostgreSQL store without its URL".into())),
     };
     let programs = Programs::start(ctx, &database, logs)?.map(|(programs, keepers)| {

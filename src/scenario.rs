@@ -381,7 +381,11 @@ pub struct ProgramCommand {
 impl ProgramCommand {
     /// The command as a user would type it, for messages.
     pub fn shown(&self) -> String {
-        self.argv.iter().map(|a| if a.contains(' ') { format!("{a:?}") } else { a.clone() }).collect::<Vec<_>>().join(" ")
+        self.argv
+            .iter()
+            .map(|a| if a.contains(' ') { format!("{a:?}") } else { a.clone() })
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 }
 

@@ -374,7 +374,8 @@ pub async fn selftest(opts: &Options) -> Result<Summary> {
         for i in 0..opts.clean_seeds {
             let seed = opts.seed + 1000 + i as u64;
             let (overrides, flavour) = CLEAN_FLAVOURS[i as usize % CLEAN_FLAVOURS.len()];
-            let sc = scenario_for(overrides, &format!("correct pipeline, {flavour}"), seed)?.with_components(opts.components);
+            let sc = scenario_for(overrides, &format!("correct pipeline, {flavour}"), seed)?
+                .with_components(opts.components);
             let (rep, _) =
                 execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, Output::Quiet).await?;
             clean.runs += 1;

@@ -140,7 +140,10 @@ fn a_command_that_does_not_exist_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let ran = run_program("tests/fixtures/programs/not_found.toml", dir.path());
     assert_incomplete_naming(&ran, &["could not start `./no-such-consumer`", "No such file"]);
-    assert!(std::fs::read_dir(dir.path()).unwrap().flatten().any(|e| e.path().extension().is_some_and(|x| x == "json")));
+    assert!(std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .any(|e| e.path().extension().is_some_and(|x| x == "json")));
 }
 
 #[test]
@@ -177,9 +180,7 @@ fn ctrl_c_kills_every_process_of_the_run() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = chaos();
     Backend::Services.apply(&mut c);
-    c.env("PATH", python_path())
-        .args(["-v", "run", "examples/python/consumer.toml", "--reports-dir"])
-        .arg(dir.path());
+    c.env("PATH", python_path()).args(["-v", "run", "examples/python/consumer.toml", "--reports-dir"]).arg(dir.path());
     let (child, reader) = spawn_until(&mut c, &["notifier group settled"], Duration::from_secs(90));
     std::thread::sleep(Duration::from_millis(500));
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };

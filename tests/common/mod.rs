@@ -156,11 +156,7 @@ pub fn python_path() -> String {
             .arg(root().join("scripts/python-env.sh"))
             .output()
             .expect("cannot run scripts/python-env.sh");
-        assert!(
-            out.status.success(),
-            "scripts/python-env.sh failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "scripts/python-env.sh failed: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     });
     format!("{bin}:{}", std::env::var("PATH").unwrap_or_default())
