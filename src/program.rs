@@ -131,6 +131,7 @@ impl Programs {
                 let kill_pending = Arc::new(std::sync::atomic::AtomicBool::new(false));
                 kills.push((name.clone(), kill, kill_pending.clone()));
                 let keeper = Keeper {
+                    slot,
                     kill_rx,
                     kill_pending,
                     ctx: ctx.clone(),
@@ -381,6 +382,8 @@ async fn by_messages(ctx: Ctx, mut acting: watch::Receiver<bool>, kills: Vec<Kil
 /// One slot: its process, one incarnation after another.
 struct Keeper {
     ctx: Ctx,
+    /// The instance number (`notifier-2` is 2), under which its figures are kept.
+    slot: usize,
     /// Kills the per-message nemesis decided for this slot.
     kill_rx: tokio::sync::mpsc::UnboundedReceiver<()>,
     /// Set by the nemesis when it sends one; cleared when the next process starts.
@@ -663,10 +666,7 @@ impl Keeper {
             }
             Line::Confirmed { point, n } => faults.confirm(point, n),
             Line::Copies { point, event, copies } => faults.await_copies(point, event, copies),
-            Line::Snapshot { snapshot } => {
-                let slot = self.name.rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(0);
-                proc.fold.apply(snapshot, slot, &self.ctx.stats, faults)
-            }
+            Line::Snapshot { snapshot } => proc.fold.apply(snapshot, self.slot, &self.ctx.stats, faults),
             Line::Halt { .. } | Line::Stall { .. } => {}
         }
     }

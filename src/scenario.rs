@@ -699,7 +699,7 @@ impl Validator<'_> {
     ) -> Result<Option<ProgramCommand>, crate::Error> {
         let Some(cmd) = cmd else { return Ok(None) };
         let argv = cmd.get_ref();
-        if argv.first().map_or(true, |a| a.trim().is_empty()) {
+        if argv.first().is_none_or(|a| a.trim().is_empty()) {
             return self.err(
                 cmd.span(),
                 &format!("`{role}.command` is empty; expected the program and its arguments, e.g. [\"python3\", \"{role}.py\"]"),
