@@ -66,14 +66,14 @@ PLANTS = {
         "scenarios/smoke.toml",
     ),
     "relay-corrupts-some-payloads": (
-        "src/relay.rs",
-        "let mut record = FutureRecord::to(topic).key(key.as_bytes()).payload(&r.payload).headers(headers);",
-        "let bad: Vec<u8> = r.payload.iter().map(|b| if *b == b'9' && r.seq % 50 == 0 { b'8' } else { *b }).collect();\n"
-        "        let mut record = FutureRecord::to(topic).key(key.as_bytes()).payload(&bad).headers(headers);",
+        "src/broker/kafka/producer.rs",
+        "let mut record = FutureRecord::to(topic).key(e.key.as_bytes()).payload(e.payload).headers(headers);",
+        "let bad: Vec<u8> = e.payload.iter().map(|b| if *b == b'9' && e.key.ends_with('0') { b'8' } else { *b }).collect();\n"
+        "                let mut record = FutureRecord::to(topic).key(e.key.as_bytes()).payload(&bad).headers(headers);",
         "scenarios/payments.toml",
     ),
     "verifier-skips-partition-0": (
-        "src/verifier/topic.rs",
+        "src/broker/kafka/mod.rs",
         "        if high > low {\n            tpl.add",
         "        if high > low && p != 0 {\n            tpl.add",
         "scenarios/payments.toml",

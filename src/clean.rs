@@ -4,10 +4,9 @@
 //! `chaos.20261130-034000-ab12.…`), which only the harness creates, and
 //! only when the run id's time is older than the cut-off. Reports are kept.
 
+use crate::broker::{kafka::Kafka, Broker};
 use crate::error::{Error, Result};
-use crate::infra::{db_endpoint, kafka_config, redact, CONNECT_TIMEOUT};
-use rdkafka::admin::{AdminClient, AdminOptions};
-use rdkafka::client::DefaultClientContext;
+use crate::infra::{db_endpoint, redact, CONNECT_TIMEOUT};
 use sqlx::{ConnectOptions, Connection, Row};
 use std::path::Path;
 use std::str::FromStr;
@@ -106,40 +105,13 @@ pub async fn clean(
     }
 
     if let Some(brokers) = brokers {
-        let admin: AdminClient<DefaultClientContext> =
-            kafka_config(brokers).create().map_err(|e| Error::kafka("creating the admin client", e))?;
-        let b = brokers.to_string();
-        let (admin, listed) = tokio::task::spawn_blocking(move || {
-            let topics = admin
-                .inner()
-                .fetch_metadata(None, CONNECT_TIMEOUT)
-                .map(|m| m.topics().iter().map(|t| t.name().to_string()).collect::<Vec<_>>());
-            let groups = admin
-                .inner()
-                .fetch_group_list(None, CONNECT_TIMEOUT)
-                .map(|g| g.groups().iter().map(|g| g.name().to_string()).collect::<Vec<_>>());
-            (admin, topics.and_then(|t| groups.map(|g| (t, g))))
-        })
-        .await
-        .map_err(|e| Error::Internal(e.to_string()))?;
-        let (topics, groups) = listed.map_err(|e| Error::KafkaUnreachable { brokers: b, cause: e.to_string() })?;
+        let kafka = Kafka::attach(brokers, false);
+        let (topics, groups) = kafka.list_names().await?;
         out.topics = topics.into_iter().filter(|t| t.starts_with("chaos.") && is_old(t, cutoff)).collect();
         out.groups = groups.into_iter().filter(|g| g.starts_with("chaos.") && is_old(g, cutoff)).collect();
         if !dry_run {
-            let opts = AdminOptions::new().operation_timeout(Some(CONNECT_TIMEOUT));
-            if !out.groups.is_empty() {
-                let names: Vec<&str> = out.groups.iter().map(String::as_str).collect();
-                let _ = tokio::time::timeout(CONNECT_TIMEOUT, admin.delete_groups(&names, &opts)).await;
-            }
-            if !out.topics.is_empty() {
-                let names: Vec<&str> = out.topics.iter().map(String::as_str).collect();
-                tokio::time::timeout(CONNECT_TIMEOUT, admin.delete_topics(&names, &opts))
-                    .await
-                    .map_err(|_| Error::Kafka { context: "deleting topics".into(), cause: "timed out".into() })?
-                    .map_err(|e| Error::kafka("deleting topics", e))?;
-            }
+            kafka.delete_names(&out.topics, &out.groups).await?;
         }
-        tokio::task::spawn_blocking(move || drop(admin));
     }
 
     if let Ok(entries) = std::fs::read_dir(reports_dir) {

@@ -16,6 +16,7 @@
 //! component's counters and of the fault points it reached. Logs go to
 //! stderr.
 
+use crate::broker::kafka::Kafka;
 use crate::context::{shutdown_pair, Ctx, Stats};
 use crate::error::{Error, Result};
 use crate::exit::Exit;
@@ -201,11 +202,10 @@ pub async fn serve() -> Result<Exit> {
         faults: faults.clone(),
         stats: stats.clone(),
         shutdown,
-        brokers: var("CHAOS_BROKERS")?,
+        broker: Arc::new(Kafka::attach(&var("CHAOS_BROKERS")?, std::env::var(EMBEDDED_ENV).as_deref() == Ok("1"))),
         names,
         intent: Default::default(),
         tasks: Default::default(),
-        static_membership: std::env::var(EMBEDDED_ENV).as_deref() != Ok("1"),
     };
     let _ = FIGURES.set((stats.clone(), faults.clone()));
     ACTIVE.store(true, Ordering::Relaxed);

@@ -198,16 +198,14 @@ pub struct Ctx {
     pub faults: std::sync::Arc<crate::faults::FaultInjector>,
     pub stats: std::sync::Arc<Stats>,
     pub shutdown: Shutdown,
-    pub brokers: String,
+    /// The run's broker: Kafka, the embedded mock cluster, or (in unit
+    /// tests) the in-memory one.
+    pub broker: crate::broker::SharedBroker,
     pub names: crate::infra::RunNames,
     /// What the workload committed: the verifier's record of intent.
     pub intent: std::sync::Arc<crate::intent::Intent>,
     /// Tasks the components spawn beside themselves.
     pub tasks: Tasks,
-    /// Notifiers restart with static group membership on a real broker. The
-    /// mock cluster does not shorten a static member's return, so there they
-    /// leave the group on close instead.
-    pub static_membership: bool,
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! `chaos doctor`: does PostgreSQL answer, does Kafka answer? Both are probed
 //! at once and each probe is bounded, so the whole check ends within 10 s.
 
+use crate::broker::kafka::ping as kafka_ping;
 use crate::exit::Exit;
-use crate::infra::{db_endpoint, kafka_ping, redact};
+use crate::infra::{db_endpoint, redact};
 use comfy_table::{presets, Cell, Table};
 use sqlx::{ConnectOptions, Connection};
 use std::str::FromStr;

@@ -64,7 +64,7 @@ impl Error {
         Error::Write { path: path.to_path_buf(), cause: err.to_string() }
     }
 
-    pub fn kafka(context: impl Into<String>, err: rdkafka::error::KafkaError) -> Self {
+    pub fn kafka(context: impl Into<String>, err: impl std::fmt::Display) -> Self {
         Error::Kafka { context: context.into(), cause: err.to_string() }
     }
 }

@@ -93,30 +93,40 @@ pub fn poison_payload() -> serde_json::Value {
     serde_json::json!({ "poison": true, "amount_cents": "twelve" })
 }
 
-/// The envelope's two headers, as a message carries them (raw bytes).
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Header<'a> {
-    pub event_id: Option<&'a [u8]>,
-    pub event_type: Option<&'a [u8]>,
+/// A message as the relay and the dual write send it: the envelope built
+/// from an event, in the one place that knows its layout. A broker adapter
+/// puts `key` in the message key, `event_id` and `event_type` in the
+/// headers named [`HEADER_EVENT_ID`] and [`HEADER_EVENT_TYPE`], and
+/// `payload` in the value.
+#[derive(Debug, Clone)]
+pub struct Envelope<'a> {
+    pub key: String,
+    pub event_id: String,
+    pub event_type: &'a str,
+    pub payload: &'a [u8],
+    /// A partition chosen by hand instead of by the key (`relay.produce_error`
+    /// addresses one the topic lacks); None for the broker's partitioner.
+    pub partition: Option<i32>,
 }
 
-impl<'a> Header<'a> {
-    /// Finds the envelope's headers on a received message; the notifier and
-    /// the verifier read them the same way.
-    pub fn of<M: rdkafka::Message>(m: &'a M) -> Self {
-        use rdkafka::message::Headers;
-        let mut h = Header::default();
-        if let Some(headers) = m.headers() {
-            for header in headers.iter() {
-                match header.key {
-                    HEADER_EVENT_ID => h.event_id = header.value,
-                    HEADER_EVENT_TYPE => h.event_type = header.value,
-                    _ => {}
-                }
-            }
-        }
-        h
+impl<'a> Envelope<'a> {
+    /// The envelope of event `event_id` of payment `payment_id`.
+    pub fn new(event_id: Uuid, payment_id: Uuid, event_type: &'a str, payload: &'a [u8]) -> Self {
+        Self { key: payment_id.to_string(), event_id: event_id.to_string(), event_type, payload, partition: None }
     }
+}
+
+/// A message as a consumer or the verifier received it, the envelope's
+/// parts still raw bytes: what is missing or unreadable is decided by
+/// [`decode`], the same way for the notifier and for the verifier.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Delivery<'a> {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<&'a [u8]>,
+    pub event_id: Option<&'a [u8]>,
+    pub event_type: Option<&'a [u8]>,
+    pub payload: Option<&'a [u8]>,
 }
 
 /// A decoded, well-formed event.

@@ -1,14 +1,12 @@
-//! Which PostgreSQL and Kafka a run talks to, and the run's private corner of
-//! each: a schema, a topic and a consumer group named after the run id.
+//! Which PostgreSQL and Kafka a run talks to, and the names of the run's
+//! private corner of each: a schema, a topic and a consumer group, all
+//! derived from the run id. Talking to the broker is [`crate::broker`]'s.
 //!
 //! Configuration is looked up in this order: flags, then the environment
 //! (`DATABASE_URL`, `KAFKA_BROKERS`; clap reads both), then the scenario's
 //! `[infra]` table.
 
 use crate::error::{Error, Result};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Every wait on a network service is bounded by this, or by less.
@@ -123,120 +121,6 @@ pub fn db_endpoint(url: &str) -> String {
     let after = r.split("://").nth(1).unwrap_or(&r);
     let after = after.rsplit('@').next().unwrap_or(after);
     after.split('?').next().unwrap_or(after).to_string()
-}
-
-/// Client settings shared by every Kafka client of a run. The timeouts keep
-/// librdkafka's own retry loops bounded.
-pub fn kafka_config(brokers: &str) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", brokers)
-        .set("socket.timeout.ms", "10000")
-        .set("socket.connection.setup.timeout.ms", "5000")
-        // A new client learns the broker from the bootstrap connection, then
-        // waits out the initial reconnect backoff (100 ms by default, with
-        // jitter) before connecting to it by its id. Every crashed notifier
-        // and relay is a new client: measured, a notifier was back 61 ms
-        // after its crash with the default and 22 ms with 10 ms. The backoff
-        // still grows to the 1 s maximum while a broker stays down.
-        .set("reconnect.backoff.ms", "10")
-        .set("reconnect.backoff.max.ms", "1000")
-        .set("topic.metadata.refresh.interval.ms", "5000")
-        .set("log_level", "3");
-    c
-}
-
-/// Checks that the brokers answer within `timeout`. Returns the broker ids
-/// and addresses.
-pub async fn kafka_ping(brokers: &str, timeout: Duration) -> Result<Vec<(i32, String)>> {
-    let admin: AdminClient<DefaultClientContext> = kafka_config(brokers)
-        .create()
-        .map_err(|e| Error::KafkaUnreachable { brokers: brokers.into(), cause: e.to_string() })?;
-    let b = brokers.to_string();
-    let res = tokio::task::spawn_blocking(move || {
-        let md = admin.inner().fetch_metadata(None, timeout);
-        // The admin client is dropped here, off the async threads: its drop blocks.
-        md.map(|m| m.brokers().iter().map(|b| (b.id(), format!("{}:{}", b.host(), b.port()))).collect::<Vec<_>>())
-    })
-    .await
-    .map_err(|e| Error::Internal(e.to_string()))?;
-    res.map_err(|e| Error::KafkaUnreachable { brokers: b, cause: e.to_string() })
-}
-
-/// Watches how many messages a topic holds (the sum of its partitions'
-/// high watermarks), every `every`, until `stop` is set; sends each growth.
-/// One client for the whole watch, on a blocking thread.
-pub fn watch_topic_growth(
-    brokers: &str,
-    topic: &str,
-    partitions: i32,
-    every: Duration,
-    stop: impl Fn() -> bool + Send + 'static,
-    grew: tokio::sync::mpsc::UnboundedSender<u64>,
-) -> tokio::task::JoinHandle<()> {
-    let (brokers, topic) = (brokers.to_string(), topic.to_string());
-    tokio::task::spawn_blocking(move || {
-        let Ok(c) = kafka_config(&brokers).create::<rdkafka::consumer::BaseConsumer>() else { return };
-        let mut seen = 0i64;
-        while !stop() {
-            let total: i64 = (0..partitions)
-                .filter_map(|p| rdkafka::consumer::Consumer::fetch_watermarks(&c, &topic, p, CONNECT_TIMEOUT).ok())
-                .map(|(_, high)| high)
-                .sum();
-            if total > seen {
-                if grew.send((total - seen) as u64).is_err() {
-                    return;
-                }
-                seen = total;
-            }
-            std::thread::sleep(every);
-        }
-    })
-}
-
-/// How many members a consumer group has, as the group coordinator says.
-pub async fn group_members(brokers: &str, group: &str) -> Result<usize> {
-    let admin: AdminClient<DefaultClientContext> =
-        kafka_config(brokers).create().map_err(|e| Error::kafka("creating the admin client", e))?;
-    let g = group.to_string();
-    tokio::task::spawn_blocking(move || {
-        let list = admin.inner().fetch_group_list(Some(&g), CONNECT_TIMEOUT);
-        // Dropped here, off the async threads: its drop blocks.
-        list.map(|l| l.groups().iter().filter(|x| x.name() == g).map(|x| x.members().len()).sum())
-    })
-    .await
-    .map_err(|e| Error::Internal(e.to_string()))?
-    .map_err(|e| Error::kafka("describing the consumer group", e))
-}
-
-/// Creates the run's topic and waits for the broker to confirm it.
-pub async fn create_topic(brokers: &str, topic: &str, partitions: i32) -> Result<()> {
-    let admin: AdminClient<DefaultClientContext> =
-        kafka_config(brokers).create().map_err(|e| Error::kafka("creating the admin client", e))?;
-    let opts = AdminOptions::new().operation_timeout(Some(CONNECT_TIMEOUT)).request_timeout(Some(CONNECT_TIMEOUT));
-    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
-    let result =
-        tokio::time::timeout(CONNECT_TIMEOUT + Duration::from_secs(2), admin.create_topics([&new], &opts)).await;
-    tokio::task::spawn_blocking(move || drop(admin));
-    let results = match result {
-        Err(_) => {
-            return Err(Error::KafkaUnreachable {
-                brokers: brokers.into(),
-                cause: format!("creating topic {topic} timed out"),
-            })
-        }
-        Ok(r) => r.map_err(|e| Error::kafka(format!("creating topic {topic}"), e))?,
-    };
-    for r in results {
-        if let Err((name, code)) = r {
-            return Err(Error::Kafka {
-                context: format!("creating topic {name}"),
-                cause: format!(
-                    "{code}; check that the broker allows topic creation and has room for {partitions} partitions"
-                ),
-            });
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

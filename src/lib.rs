@@ -6,8 +6,11 @@
 //!
 //! - [`names`]: the `choices!` enums (scenario choices, anomaly kinds).
 //! - [`scenario`]: the raw TOML scenario and the validated [`scenario::Scenario`].
-//! - [`embedded`]: the in-process broker (librdkafka's mock cluster) of the embedded mode.
-//! - [`infra`]: resolves which PostgreSQL and Kafka a run talks to, and creates
+//! - [`broker`]: the broker boundary, what the pipeline asks of a broker;
+//!   Kafka through rdkafka (with librdkafka's mock cluster for the embedded
+//!   mode) is its adapter, and an in-memory broker serves the unit tests.
+//!   No other module names rdkafka.
+//! - [`infra`]: resolves which PostgreSQL and Kafka a run talks to, and names
 //!   the run's own schema, topic and consumer group.
 //! - [`store`]: every SQL statement the pipeline and the verifier run, behind one
 //!   interface with a PostgreSQL and a SQLite backend (the schema
@@ -42,13 +45,13 @@
 pub mod names;
 
 pub mod bench;
+pub mod broker;
 pub mod clean;
 pub mod cli;
 pub mod commands;
 pub mod component;
 pub mod context;
 pub mod doctor;
-pub mod embedded;
 pub mod error;
 pub mod events;
 pub mod exit;

@@ -231,13 +231,13 @@ impl Programs {
             if let Some(f) = self.failure.borrow().clone() {
                 return Err(f);
             }
-            match crate::infra::group_members(&ctx.brokers, &ctx.names.group).await {
-                Ok(n) if n >= *instances => {
+            match ctx.broker.group_members(&ctx.names.group).await {
+                Ok(Some(n)) if n >= *instances => {
                     info!(ms = started.elapsed().as_millis() as u64, members = n, "notifier group settled");
                     return Ok(());
                 }
-                Ok(n) => seen = (n, String::new()),
-                Err(e) if e.to_string().contains("UnsupportedFeature") => {
+                Ok(Some(n)) => seen = (n, String::new()),
+                Ok(None) => {
                     // The mock cluster cannot list groups: nothing to wait on.
                     warn!("the broker cannot describe consumer groups; starting without waiting for the group");
                     return Ok(());
@@ -294,7 +294,7 @@ impl Env {
         let mut env = vec![
             ("CHAOS_ROLE", role.as_str().to_string()),
             ("CHAOS_RUN_ID", ctx.names.run_id.clone()),
-            ("CHAOS_BROKERS", ctx.brokers.clone()),
+            ("CHAOS_BROKERS", ctx.broker.bootstrap().to_string()),
             ("CHAOS_TOPIC", ctx.names.topic.clone()),
             ("CHAOS_SCHEMA", ctx.names.schema.clone()),
             ("CHAOS_BATCH_SIZE", batch_size.to_string()),
@@ -310,7 +310,7 @@ impl Env {
             let json = serde_json::to_string(&*ctx.scenario)
                 .map_err(|e| crate::Error::Internal(format!("encoding the scenario for a component: {e}")))?;
             env.push((crate::component::SCENARIO_ENV, json));
-            env.push((crate::component::EMBEDDED_ENV, if ctx.static_membership { "0" } else { "1" }.into()));
+            env.push((crate::component::EMBEDDED_ENV, if ctx.broker.embedded() { "1" } else { "0" }.into()));
             // The component's logs go to its log file: info, unless asked.
             env.push((
                 "RUST_LOG",
@@ -344,8 +344,8 @@ async fn by_messages(ctx: Ctx, mut acting: watch::Receiver<bool>, kills: Vec<Kil
     let (grew, mut growth) = tokio::sync::mpsc::unbounded_channel();
     let shutdown = ctx.shutdown.clone();
     let sc = &ctx.scenario;
-    let watch = crate::infra::watch_topic_growth(
-        &ctx.brokers,
+    let watch = crate::broker::watch_topic_growth(
+        ctx.broker.clone(),
         &ctx.names.topic,
         sc.partitions,
         GROWTH_POLL,

@@ -7,40 +7,18 @@
 //! become claimable again and the whole batch is published a second time,
 //! which is where the topic's duplicates come from.
 
+use crate::broker::Producer;
 use crate::context::{Ctx, Shutdown, Stats, RESTART_FLOOR};
+use crate::events::Envelope;
 use crate::faults::FaultPoint;
-use crate::infra::kafka_config;
 use crate::scenario::{RelayAcks, RelayEventId, RelayOrder};
 use crate::store::{OutboxRow, RelayConn};
 use crate::supervise::{self, Counters, Ending};
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::util::Timeout;
 use std::time::Duration;
 use tracing::{debug, warn};
 
 /// How long `relay.slow_produce` holds a claimed batch before producing.
 const SLOW_PRODUCE: Duration = Duration::from_millis(300);
-
-/// How long one produce may wait for its ack before the batch is given back.
-pub const PRODUCE_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// A producer as a relay uses it: idempotent (no duplicates from its own
-/// retries, order kept per partition), acks from all replicas.
-pub fn producer(brokers: &str) -> Result<FutureProducer, rdkafka::error::KafkaError> {
-    kafka_config(brokers)
-        .set("acks", "all")
-        .set("enable.idempotence", "true")
-        .set("linger.ms", "2")
-        .set("compression.type", "none")
-        .set("message.timeout.ms", PRODUCE_TIMEOUT.as_millis().to_string())
-        .create()
-}
-
-/// Drops a producer off the async threads: its drop purges and joins a thread.
-fn discard(p: FutureProducer) {
-    tokio::task::spawn_blocking(move || drop(p));
-}
 
 /// How a batch is published: the faults and mistakes that shape it.
 #[derive(Debug, Clone, Copy)]
@@ -106,7 +84,7 @@ pub async fn run(ctx: Ctx, index: usize) {
 struct Incarnation<'a> {
     ctx: &'a Ctx,
     name: &'a str,
-    producer: FutureProducer,
+    producer: Box<dyn Producer>,
     conn: RelayConn,
 }
 
@@ -121,21 +99,16 @@ enum Step {
 
 impl<'a> Incarnation<'a> {
     async fn start(ctx: &'a Ctx, name: &'a str) -> crate::error::Result<Incarnation<'a>> {
-        let producer = producer(&ctx.brokers).map_err(|e| crate::Error::kafka("creating a relay producer", e))?;
-        match ctx.store.relay_connection().await {
-            Ok(conn) => Ok(Incarnation { ctx, name, producer, conn }),
-            Err(e) => {
-                discard(producer);
-                Err(e)
-            }
-        }
+        let producer = ctx.broker.producer()?;
+        let conn = ctx.store.relay_connection().await?;
+        Ok(Incarnation { ctx, name, producer, conn })
     }
 
     /// The crash, or the end of a clean stop: the connection is dropped
     /// with whatever claim it holds (no ROLLBACK), the producer discarded.
     fn die(self) {
         self.conn.crash();
-        discard(self.producer);
+        drop(self.producer);
     }
 
     async fn run(&mut self, shutdown: &mut Shutdown) -> Ending {
@@ -202,7 +175,7 @@ impl<'a> Incarnation<'a> {
             Refuse { row: rows.len() - 1, partition: ctx.scenario.partitions }
         });
         let how = Publish { refuse, minted: cfg.event_id == RelayEventId::Minted, acks: cfg.acks };
-        if let Err(cause) = publish(&self.producer, &ctx.names.topic, &rows, how).await {
+        if let Err(cause) = publish(self.producer.as_ref(), &ctx.names.topic, &rows, how).await {
             return self.produce_failed(cause, rows.len(), refuse.is_some(), shutdown).await;
         }
         Stats::add(&ctx.stats.messages_published, rows.len() as u64);
@@ -272,47 +245,22 @@ impl<'a> Incarnation<'a> {
     }
 }
 
-/// Produces every row and waits for every ack. All sends are in flight at
-/// once; the idempotent producer keeps their order within a partition. The
-/// acks are awaited one by one, in the order sent: they arrive in about that
-/// order, and one pass over the list costs less than a join of thousands of
-/// futures.
-async fn publish(producer: &FutureProducer, topic: &str, rows: &[OutboxRow], how: Publish) -> Result<(), String> {
-    let mut acks = Vec::with_capacity(rows.len());
-    for (i, r) in rows.iter().enumerate() {
-        // The relay-minted id mistake: each copy of an event gets a new id,
-        // so the inbox cannot tell a republished event from a new one.
-        let id = if how.minted { crate::events::time_ordered_id() } else { r.id };
-        let (id, key) = (id.to_string(), r.aggregate_id.to_string());
-        let headers = OwnedHeaders::new_with_capacity(2)
-            .insert(Header { key: crate::events::HEADER_EVENT_ID, value: Some(id.as_bytes()) })
-            .insert(Header { key: crate::events::HEADER_EVENT_TYPE, value: Some(r.event_type.as_bytes()) });
-        let mut record = FutureRecord::to(topic).key(key.as_bytes()).payload(&r.payload).headers(headers);
-        if let Some(f) = how.refuse.filter(|f| f.row == i) {
-            record = record.partition(f.partition);
-        }
-        match producer.send_result(record) {
-            Ok(ack) => acks.push(ack),
-            // Fire and forget ignores what the send said, too.
-            Err(_) if how.acks == RelayAcks::FireAndForget => {}
-            // The local queue is full: wait for room (bounded by the timeout).
-            Err((_, record)) => match producer.send(record, Timeout::After(PRODUCE_TIMEOUT)).await {
-                Ok(_) => {}
-                Err((e, _)) => return Err(e.to_string()),
-            },
-        }
-    }
-    if how.acks == RelayAcks::FireAndForget {
-        // The mistake: the sends are queued, and the relay goes on to mark
-        // without knowing whether any of them reached the broker.
-        return Ok(());
-    }
-    for ack in acks {
-        match ack.await {
-            Ok(Ok(_)) => {}
-            Ok(Err((e, _))) => return Err(e.to_string()),
-            Err(_) => return Err("the producer went away before the ack".into()),
-        }
-    }
-    Ok(())
+/// Produces every row of the batch as its envelope and, unless the relay
+/// makes the fire-and-forget mistake, waits for every ack.
+async fn publish(producer: &dyn Producer, topic: &str, rows: &[OutboxRow], how: Publish) -> Result<(), String> {
+    let batch: Vec<Envelope> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            // The relay-minted id mistake: each copy of an event gets a new id,
+            // so the inbox cannot tell a republished event from a new one.
+            let id = if how.minted { crate::events::time_ordered_id() } else { r.id };
+            let mut e = Envelope::new(id, r.aggregate_id, &r.event_type, &r.payload);
+            e.partition = how.refuse.filter(|f| f.row == i).map(|f| f.partition);
+            e
+        })
+        .collect();
+    // Fire and forget: the sends are queued, and the relay goes on to mark
+    // without knowing whether any of them reached the broker.
+    producer.publish(topic, &batch, how.acks != RelayAcks::FireAndForget).await
 }

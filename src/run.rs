@@ -2,13 +2,13 @@
 //! schema and topic, start relays, notifiers and the retention purger, drive
 //! the workload, wait for the pipeline to drain, verify, report.
 
+use crate::broker::{kafka::Kafka, SharedBroker};
 use crate::context::{shutdown_pair, Ctx, Stats};
-use crate::embedded::MockBroker;
 use crate::error::{Error, Result};
 use crate::exit::Exit;
 use crate::faults::FaultInjector;
 use crate::faults::FaultPoint;
-use crate::infra::{self, Endpoints, RunNames};
+use crate::infra::{Endpoints, RunNames};
 use crate::notifier;
 use crate::program::{Database, Programs};
 use crate::progress::Progress;
@@ -101,7 +101,7 @@ pub async fn execute(
         );
     }
     info!(run_id = %names.run_id, seed = sc.seed, "starting");
-    infra.create_topic(&names, sc.partitions).await?;
+    infra.broker.create_topic(&names.topic, sc.partitions).await?;
     let setup_ms = started.elapsed().as_millis() as u64;
 
     let sc = Arc::new(sc);
@@ -114,9 +114,8 @@ pub async fn execute(
         faults: faults.clone(),
         stats: stats.clone(),
         shutdown,
-        brokers: infra.brokers.clone(),
+        broker: infra.broker.clone(),
         names: names.clone(),
-        static_membership: infra.mock.is_none(),
         intent: Default::default(),
         tasks: Default::default(),
     };
@@ -168,9 +167,8 @@ pub async fn execute(
 /// SQLite file, and a real Kafka or librdkafka's mock cluster in process.
 struct Infra {
     store: Store,
-    /// The in-process broker of the embedded mode; None on a real Kafka.
-    mock: Option<MockBroker>,
-    brokers: String,
+    /// A real Kafka, or the embedded mode's mock cluster in process.
+    broker: SharedBroker,
     info: InfraInfo,
 }
 
@@ -184,16 +182,9 @@ impl Infra {
                 Store::Sqlite(SqliteStore::open(&path, max_conns).await?)
             }
         };
-        let (mock, brokers, broker_kind) = match &endpoints.brokers {
-            Some(b) => {
-                infra::kafka_ping(b, infra::CONNECT_TIMEOUT).await?;
-                (None, b.clone(), "kafka")
-            }
-            None => {
-                let m = MockBroker::start()?;
-                let b = m.bootstrap.clone();
-                (Some(m), b, "librdkafka mock cluster")
-            }
+        let broker: SharedBroker = match &endpoints.brokers {
+            Some(b) => Arc::new(Kafka::connect(b).await?),
+            None => Arc::new(Kafka::embedded()?),
         };
         let info = InfraInfo {
             database: store.backend().into(),
@@ -202,12 +193,12 @@ impl Infra {
                 Store::Postgres(s) => s.schema.clone(),
                 Store::Sqlite(_) => String::new(),
             },
-            broker: broker_kind.into(),
-            brokers: brokers.clone(),
+            broker: broker.kind().into(),
+            brokers: broker.bootstrap().into(),
             topic: names.topic.clone(),
             group: names.group.clone(),
         };
-        Ok(Self { store, mock, brokers, info })
+        Ok(Self { store, broker, info })
     }
 
     /// The banner's infra line.
@@ -216,25 +207,17 @@ impl Infra {
             Store::Postgres(s) => format!("PostgreSQL {} (schema {})", s.endpoint, s.schema),
             Store::Sqlite(s) => format!("SQLite {} (embedded)", s.endpoint),
         };
-        let broker = match &self.mock {
-            None => format!("Apache Kafka {} (topic {})", self.brokers, names.topic),
-            Some(_) => format!("librdkafka mock cluster {} (embedded, topic {})", self.brokers, names.topic),
+        let (b, topic) = (self.broker.bootstrap(), &names.topic);
+        let broker = match self.broker.embedded() {
+            false => format!("Apache Kafka {b} (topic {topic})"),
+            true => format!("librdkafka mock cluster {b} (embedded, topic {topic})"),
         };
         format!("{db} · {broker}")
     }
 
-    async fn create_topic(&self, names: &RunNames, partitions: i32) -> Result<()> {
-        match &self.mock {
-            None => infra::create_topic(&self.brokers, &names.topic, partitions).await,
-            Some(m) => m.create_topic(&names.topic, partitions),
-        }
-    }
-
     async fn close(self) {
         self.store.close().await;
-        if let Some(m) = self.mock {
-            m.stop().await;
-        }
+        self.broker.close().await;
     }
 }
 
@@ -401,7 +384,7 @@ async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, still_running: bool) 
         None
     } else {
         tokio::select! {
-            r = verify(&ctx.store, &ctx.brokers, &ctx.names, sc, ctx) => Some(r),
+            r = verify(&ctx.store, &ctx.names, sc, ctx) => Some(r),
             _ = interrupt() => { ran.interrupted = true; None }
         }
     };
@@ -486,7 +469,7 @@ fn figures(s: &Stats) -> ComponentFigures {
 /// How long the workload waits for the notifiers' group to settle: on a
 /// real broker (measured: 0.6-2.1 s), and on the mock cluster, where a group
 /// settles in about 1.1 s, or 3.1 s when a notifier had to join again
-/// (see `notifier::MOCK_JOIN_WAIT`).
+/// (see `MOCK_JOIN_WAIT` in `broker/kafka/consumer.rs`).
 const GROUP_READY: Duration = Duration::from_secs(15);
 const GROUP_READY_MOCK: Duration = Duration::from_secs(5);
 
@@ -498,7 +481,7 @@ const GROUP_READY_MOCK: Duration = Duration::from_secs(5);
 /// picked up as the group settles).
 async fn group_ready(ctx: &Ctx) {
     let (instances, partitions) = (ctx.scenario.notifier.instances, ctx.scenario.partitions as usize);
-    let limit = if ctx.static_membership { GROUP_READY } else { GROUP_READY_MOCK };
+    let limit = if ctx.broker.embedded() { GROUP_READY_MOCK } else { GROUP_READY };
     let deadline = Instant::now() + limit;
     let started = Instant::now();
     let mut settled = 0;
@@ -525,7 +508,7 @@ async fn drain(ctx: &Ctx) -> std::result::Result<(), String> {
     let mut last = (0i64, 0i64);
     while Instant::now() < deadline {
         let unpublished = ctx.store.unpublished().await;
-        let lag = notifier::group_lag(&ctx.brokers, &ctx.names.group, &ctx.names.topic, ctx.scenario.partitions).await;
+        let lag = ctx.broker.group_lag(&ctx.names.group, &ctx.names.topic, ctx.scenario.partitions).await;
         let zombies = Stats::get(&ctx.stats.zombies_active);
         match (unpublished, lag) {
             (Ok(0), Ok(0)) if zombies == 0 => {
@@ -561,20 +544,14 @@ const TOPIC_READ_PER_PAYMENT: Duration = Duration::from_micros(100);
 
 /// Reads the ground truth against the workload's record of intent,
 /// confirms the faults the topic shows, and reconciles.
-async fn verify(
-    store: &Store,
-    brokers: &str,
-    names: &RunNames,
-    sc: &Scenario,
-    ctx: &Ctx,
-) -> Result<reconcile::Reconciliation> {
+async fn verify(store: &Store, names: &RunNames, sc: &Scenario, ctx: &Ctx) -> Result<reconcile::Reconciliation> {
     let mut ledger = Ledger::new();
     for p in ctx.intent.take() {
         ledger.add_intended(p);
     }
     store.ground_truth(&mut ledger).await?;
     let limit = TOPIC_READ_FLOOR.max(TOPIC_READ_PER_PAYMENT * sc.payments.min(u32::MAX as u64) as u32);
-    let mut ledger = topic::read_all(brokers, &names.topic, sc.partitions, limit, ledger).await?;
+    let mut ledger = topic::read_all(ctx.broker.clone(), &names.topic, sc.partitions, limit, ledger).await?;
     for (point, event, copies) in ctx.faults.take_awaited_copies() {
         if ledger.copies(event) >= copies {
             ctx.faults.confirm(point, 1);

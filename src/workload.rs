@@ -6,17 +6,15 @@
 //! the payment, then produces the event itself. Fault point
 //! `workload.after_commit` crashes it between the two, and the event is lost.
 
+use crate::broker::Producer;
 use crate::context::{Ctx, Stats};
 use crate::error::Result;
-use crate::events::{EventKind, PaymentEvent};
+use crate::events::{Envelope, EventKind, PaymentEvent};
 use crate::faults::FaultPoint;
 use crate::intent::Intended;
 use crate::scenario::PublishMode;
 use crate::store::NewPayment;
 use rand::{Rng, SeedableRng};
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::util::Timeout;
 
 /// Writes `payments` payments with `producers` concurrent tasks. Amounts and
 /// accounts come from the seed; payment ids are fresh uuids.
@@ -61,7 +59,7 @@ async fn produce(ctx: &Ctx, k: usize, committed: &mut Vec<Intended>) -> Result<(
     let (producers, accounts) = (ctx.scenario.producers, ctx.scenario.accounts);
     let component = format!("workload-{}", k + 1);
     let outbox = ctx.scenario.publish == PublishMode::Outbox;
-    let producer = if outbox { None } else { Some(dual_write_producer(&ctx.brokers)?) };
+    let producer = if outbox { None } else { Some(ctx.broker.producer()?) };
     let batch = ctx.scenario.workload_batch as u64;
     let mut group = k as u64;
     while group * batch < payments {
@@ -91,7 +89,7 @@ async fn produce(ctx: &Ctx, k: usize, committed: &mut Vec<Intended>) -> Result<(
         ctx.stats.mark(&ctx.stats.first_write_ms, &ctx.stats.last_write_ms);
         if let Some(producer) = &producer {
             for p in &ps {
-                dual_write(ctx, producer, &component, p, EventKind::Authorized).await?;
+                dual_write(ctx, producer.as_ref(), &component, p, EventKind::Authorized).await?;
             }
         }
         let captures: Vec<(NewPayment, bool)> = ps
@@ -109,28 +107,21 @@ async fn produce(ctx: &Ctx, k: usize, committed: &mut Vec<Intended>) -> Result<(
         }
         if let Some(producer) = &producer {
             for (p, _) in &captures {
-                dual_write(ctx, producer, &component, p, EventKind::Captured).await?;
+                dual_write(ctx, producer.as_ref(), &component, p, EventKind::Captured).await?;
             }
         }
         Stats::add(&ctx.stats.payments_written, captures.len() as u64);
         ctx.stats.mark(&ctx.stats.first_write_ms, &ctx.stats.last_write_ms);
         group += producers as u64;
     }
-    if let Some(p) = producer {
-        tokio::task::spawn_blocking(move || drop(p));
-    }
     Ok(())
-}
-
-fn dual_write_producer(brokers: &str) -> Result<FutureProducer> {
-    crate::relay::producer(brokers).map_err(|e| crate::Error::kafka("creating the dual-write producer", e))
 }
 
 /// The dual write: after the database commit, produce the event directly.
 /// The event id is made up here, since there is no outbox row to carry one.
 async fn dual_write(
     ctx: &Ctx,
-    producer: &FutureProducer,
+    producer: &dyn Producer,
     component: &str,
     p: &NewPayment,
     kind: EventKind,
@@ -148,15 +139,11 @@ async fn dual_write(
     }
     let body = PaymentEvent { payment_id: p.id, account_id: p.account_id, amount_cents: p.amount_cents };
     let payload = serde_json::to_vec(&body).map_err(|e| crate::Error::Internal(e.to_string()))?;
-    let (id_s, key) = (id.to_string(), p.id.to_string());
-    let headers = OwnedHeaders::new()
-        .insert(Header { key: crate::events::HEADER_EVENT_ID, value: Some(id_s.as_bytes()) })
-        .insert(Header { key: crate::events::HEADER_EVENT_TYPE, value: Some(kind.event_type().as_bytes()) });
-    let record = FutureRecord::to(&ctx.names.topic).key(key.as_bytes()).payload(&payload).headers(headers);
+    let envelope = [Envelope::new(id, p.id, kind.event_type(), &payload)];
     producer
-        .send(record, Timeout::After(crate::relay::PRODUCE_TIMEOUT))
+        .publish(&ctx.names.topic, &envelope, true)
         .await
-        .map_err(|(e, _)| crate::Error::kafka("producing a dual-write event", e))?;
+        .map_err(|e| crate::Error::kafka("producing a dual-write event", e))?;
     Stats::add(&ctx.stats.messages_published, 1);
     Ok(())
 }

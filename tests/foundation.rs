@@ -4,12 +4,11 @@
 //! then the rows and the committed offset are checked.
 
 mod common;
+use chaos::broker::{kafka::Kafka, Broker, ConsumerSpec};
+use chaos::events::Envelope;
 use chaos::scenario::{InboxMode, ProjectionMode};
 use chaos::store::{postgres::PgStore, BatchFaults, Modes, NewPayment, Store};
 use common::*;
-use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
-use rdkafka::Message;
-use rdkafka::{Offset, TopicPartitionList};
 use sqlx::Row;
 use std::time::Duration;
 use uuid::Uuid;
@@ -19,9 +18,10 @@ async fn outbox_to_kafka_to_inbox_round_trip() {
     let names = chaos::infra::RunNames::new();
     let topic = format!("{}.foundation", names.topic);
     let store = Store::Postgres(PgStore::open(&database_url(), &names.schema, 4).await.expect("PostgreSQL"));
-    let brokers = chaos::infra::kafka_ping(&brokers(), Duration::from_secs(8)).await.expect("Kafka");
+    let brokers = chaos::broker::kafka::ping(&brokers(), Duration::from_secs(8)).await.expect("Kafka");
     eprintln!("talking to PostgreSQL at {} and Kafka brokers {brokers:?}", store.endpoint());
-    chaos::infra::create_topic(&common::brokers(), &topic, 1).await.unwrap();
+    let kafka = Kafka::connect(&common::brokers()).await.expect("Kafka");
+    kafka.create_topic(&topic, 1).await.unwrap();
 
     // 1. The outbox row, written with its payment in one transaction.
     let p = NewPayment { id: Uuid::new_v4(), account_id: 7, amount_cents: 1234 };
@@ -31,58 +31,46 @@ async fn outbox_to_kafka_to_inbox_round_trip() {
     let mut conn = store.relay_connection().await.unwrap();
     let rows = conn.claim(10).await.unwrap();
     assert_eq!(rows.len(), 1);
-    let producer = chaos::relay::producer(&common::brokers()).unwrap();
-    let id = rows[0].id.to_string();
-    let key = rows[0].aggregate_id.to_string();
-    let headers = rdkafka::message::OwnedHeaders::new()
-        .insert(rdkafka::message::Header { key: "event_id", value: Some(id.as_bytes()) })
-        .insert(rdkafka::message::Header { key: "event_type", value: Some(rows[0].event_type.as_bytes()) });
-    let delivery = producer
-        .send(
-            rdkafka::producer::FutureRecord::to(&topic).key(key.as_bytes()).payload(&rows[0].payload).headers(headers),
-            Duration::from_secs(10),
-        )
-        .await
-        .map_err(|(e, _)| e)
-        .expect("the broker acks");
-    assert_eq!(delivery.offset, 0);
+    let producer = kafka.producer().unwrap();
+    let envelope = [Envelope::new(rows[0].id, rows[0].aggregate_id, &rows[0].event_type, &rows[0].payload)];
+    producer.publish(&topic, &envelope, true).await.expect("the broker acks");
+    assert_eq!(kafka.watermarks(&topic, 1).unwrap(), vec![(0, 1)]);
     conn.mark_published(&[rows[0].id]).await.unwrap();
     assert_eq!(store.unpublished().await.unwrap(), 0);
 
     // 3. A consumer group member receives it, and the inbox transaction runs.
     let group = format!("{}.foundation", names.group);
-    let consumer: StreamConsumer = chaos::infra::kafka_config(&common::brokers())
-        .set("group.id", &group)
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("session.timeout.ms", "6000")
-        .create()
-        .unwrap();
-    consumer.subscribe(&[&topic]).unwrap();
-    let msg = tokio::time::timeout(Duration::from_secs(30), consumer.recv())
-        .await
-        .expect("a message within 30 s")
-        .unwrap()
-        .detach();
-    let incoming = chaos::notifier::incoming(&msg);
+    let spec = ConsumerSpec {
+        group: group.clone(),
+        topic: topic.clone(),
+        member: "foundation".into(),
+        session: Duration::from_secs(6),
+        on_assign: std::sync::Arc::new(|_| {}),
+    };
+    let consumer = kafka.consumer(spec).unwrap();
+    consumer.join().unwrap();
+    let mut got = Vec::new();
+    let mut each = |d: chaos::events::Delivery<'_>| got.push(chaos::notifier::incoming(&d));
+    let n = consumer.poll_batch(10, Duration::from_secs(30), Duration::from_millis(3), &mut each).await;
+    assert_eq!(n, 1, "a message within 30 s");
+    let incoming = got.remove(0);
+    let incoming_offset = incoming.offset;
     let decoded = incoming.decoded.clone().expect("a well-formed event");
     assert_eq!(decoded.event_id, rows[0].id);
     let modes = Modes { inbox: InboxMode::On, projection: ProjectionMode::StateGuard };
-    let first = store.apply_batch(&[incoming.clone()], modes, BatchFaults::default()).await.unwrap();
+    let first = store.apply_batch(std::slice::from_ref(&incoming), modes, BatchFaults::default()).await.unwrap();
     assert_eq!(first.applied, 1);
     // The same message again is absorbed by the inbox.
     let again = store.apply_batch(&[incoming], modes, BatchFaults::default()).await.unwrap();
     assert_eq!((again.applied, again.duplicates), (0, 1));
 
     // 4. Commit the offset by hand and read it back from the broker.
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(&topic, 0, Offset::Offset(msg.offset() + 1)).unwrap();
-    tokio::task::block_in_place(|| consumer.commit(&tpl, CommitMode::Sync)).unwrap();
-    let committed = tokio::task::block_in_place(|| consumer.committed(Duration::from_secs(10))).unwrap();
-    assert_eq!(committed.find_partition(&topic, 0).unwrap().offset(), Offset::Offset(1));
-    // Partition lists can hold references into the client; release them
-    // before the consumer, or its destruction waits for them forever.
-    drop((committed, tpl));
+    consumer.commit(&[(0, incoming_offset + 1)], true).unwrap();
+    assert_eq!(
+        kafka.group_lag(&group, &topic, 1).await.unwrap(),
+        0,
+        "the group's committed offset is past the message"
+    );
 
     // 5. The rows: one inbox claim for the projection handler, its effect, no receipt.
     let mut ledger = chaos::verifier::Ledger::new();
@@ -100,12 +88,8 @@ async fn outbox_to_kafka_to_inbox_round_trip() {
         .unwrap();
     assert_eq!(row.get::<String, _>(0), "authorized");
 
-    tokio::task::spawn_blocking(move || {
-        drop(consumer);
-        drop(producer);
-    })
-    .await
-    .unwrap();
+    drop((consumer, producer));
+    kafka.close().await;
     store.close().await;
     sqlx::query(&format!("DROP SCHEMA \"{}\" CASCADE", names.schema)).execute(&pool).await.unwrap();
 }

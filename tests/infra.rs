@@ -68,7 +68,8 @@ async fn clean_removes_old_runs_and_nothing_else() {
     let old_topic = "chaos.20200101-000000-c1ea.payments";
     let keep_topic = "keep.20200101-000000-c1ea.payments";
     for t in [old_topic, keep_topic] {
-        let _ = chaos::infra::create_topic(&brokers(), t, 1).await;
+        use chaos::broker::Broker;
+        let _ = chaos::broker::kafka::Kafka::attach(&brokers(), false).create_topic(t, 1).await;
     }
     let reports = tempfile::tempdir().unwrap();
     std::fs::write(reports.path().join("20200101-000000-c1ea.sqlite"), b"").unwrap();
@@ -101,7 +102,7 @@ async fn clean_removes_old_runs_and_nothing_else() {
     assert!(reports.path().join("20200101-000000-c1ea.json").exists(), "reports are kept");
     let listed = tokio::task::spawn_blocking(|| {
         use rdkafka::consumer::{BaseConsumer, Consumer};
-        let c: BaseConsumer = chaos::infra::kafka_config(&brokers()).create().unwrap();
+        let c: BaseConsumer = chaos::broker::kafka::config(&brokers()).create().unwrap();
         let md = c.fetch_metadata(None, Duration::from_secs(5)).unwrap();
         md.topics().iter().map(|t| t.name().to_string()).collect::<Vec<_>>()
     })

@@ -1,6 +1,6 @@
-//! The embedded broker: librdkafka's own mock cluster, in process. It speaks
-//! the real Kafka protocol to the same rdkafka producers and consumers the
-//! real broker gets, so the relay, notifier and verifier code is the same.
+//! The embedded mode's broker: librdkafka's own mock cluster, in process.
+//! It speaks the real Kafka protocol to the same rdkafka producers and
+//! consumers the real broker gets, so the Kafka adapter serves both.
 
 use crate::error::{Error, Result};
 use rdkafka::bindings;
@@ -9,7 +9,7 @@ use rdkafka::producer::{BaseProducer, Producer};
 use std::ffi::{CStr, CString};
 
 /// A one-broker mock cluster, alive as long as this value.
-pub struct MockBroker {
+pub struct MockCluster {
     /// The client that owns the mock cluster (created by `test.mock.num.brokers`).
     holder: Option<BaseProducer>,
     /// The mock cluster handle, as an address: valid while `holder` lives.
@@ -18,7 +18,7 @@ pub struct MockBroker {
     pub bootstrap: String,
 }
 
-impl MockBroker {
+impl MockCluster {
     pub fn start() -> Result<Self> {
         let holder: BaseProducer = ClientConfig::new()
             .set("test.mock.num.brokers", "1")

@@ -1,0 +1,407 @@
+//! Apache Kafka through rdkafka: the broker adapter of every run. The
+//! embedded mode runs librdkafka's own mock cluster in process (`mock.rs`);
+//! it speaks the Kafka protocol to the same clients, so the same code
+//! serves both, and the mock's quirks are decided here.
+
+mod consumer;
+pub mod mock;
+mod producer;
+
+use super::{Broker, ConsumerSpec, Span};
+use crate::error::{Error, Result};
+use crate::events::Delivery;
+use futures::future::BoxFuture;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{Offset, TopicPartitionList};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+pub use consumer::KafkaConsumer;
+pub use producer::KafkaProducer;
+
+use crate::infra::CONNECT_TIMEOUT;
+
+/// How long one poll of the verifier's reader waits before it checks its
+/// time limit.
+const READ_POLL: Duration = Duration::from_millis(200);
+
+/// The longest session the mock cluster gets: it keeps a dropped member
+/// until its session times out (measured: about one session timeout per
+/// notifier crash), so the embedded mode uses 1 s to keep crashes cheap.
+const MOCK_SESSION: Duration = Duration::from_secs(1);
+
+/// Client settings shared by every Kafka client of a run. The timeouts keep
+/// librdkafka's own retry loops bounded.
+pub fn config(brokers: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", brokers)
+        .set("socket.timeout.ms", "10000")
+        .set("socket.connection.setup.timeout.ms", "5000")
+        // A new client learns the broker from the bootstrap connection, then
+        // waits out the initial reconnect backoff (100 ms by default, with
+        // jitter) before connecting to it by its id. Every crashed notifier
+        // and relay is a new client: measured, a notifier was back 61 ms
+        // after its crash with the default and 22 ms with 10 ms. The backoff
+        // still grows to the 1 s maximum while a broker stays down.
+        .set("reconnect.backoff.ms", "10")
+        .set("reconnect.backoff.max.ms", "1000")
+        .set("topic.metadata.refresh.interval.ms", "5000")
+        .set("log_level", "3");
+    c
+}
+
+/// A Kafka cluster, real or the in-process mock.
+pub struct Kafka {
+    bootstrap: String,
+    /// The embedded mode's mock cluster, when this process runs it.
+    mock: Mutex<Option<mock::MockCluster>>,
+    /// The mock cluster's clients, in this process or another.
+    embedded: bool,
+    /// One client for the watermark reads a run makes every 50 ms.
+    probe: Mutex<Option<BaseConsumer>>,
+}
+
+impl Kafka {
+    /// A real Kafka, checked to answer.
+    pub async fn connect(brokers: &str) -> Result<Self> {
+        ping(brokers, CONNECT_TIMEOUT).await?;
+        Ok(Self::attach(brokers, false))
+    }
+
+    /// librdkafka's mock cluster, started in this process for the run.
+    pub fn embedded() -> Result<Self> {
+        let m = mock::MockCluster::start()?;
+        let kafka = Self::attach(&m.bootstrap, true);
+        *kafka.mock.lock().unwrap_or_else(|p| p.into_inner()) = Some(m);
+        Ok(kafka)
+    }
+
+    /// A cluster another process runs (a component process of the run's).
+    pub fn attach(bootstrap: &str, embedded: bool) -> Self {
+        Self { bootstrap: bootstrap.to_string(), mock: Mutex::new(None), embedded, probe: Mutex::new(None) }
+    }
+
+    fn admin(&self) -> Result<AdminClient<DefaultClientContext>> {
+        config(&self.bootstrap).create().map_err(|e| Error::kafka("creating the admin client", e))
+    }
+}
+
+/// Checks that the brokers answer within `timeout`. Returns the broker ids
+/// and addresses.
+pub async fn ping(brokers: &str, timeout: Duration) -> Result<Vec<(i32, String)>> {
+    let admin: AdminClient<DefaultClientContext> = config(brokers)
+        .create()
+        .map_err(|e| Error::KafkaUnreachable { brokers: brokers.into(), cause: e.to_string() })?;
+    let b = brokers.to_string();
+    let res = tokio::task::spawn_blocking(move || {
+        let md = admin.inner().fetch_metadata(None, timeout);
+        // The admin client is dropped here, off the async threads: its drop blocks.
+        md.map(|m| m.brokers().iter().map(|b| (b.id(), format!("{}:{}", b.host(), b.port()))).collect::<Vec<_>>())
+    })
+    .await
+    .map_err(|e| Error::Internal(e.to_string()))?;
+    res.map_err(|e| Error::KafkaUnreachable { brokers: b, cause: e.to_string() })
+}
+
+/// Runs a blocking call on the blocking threads and flattens its errors.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| Error::Internal(e.to_string()))?
+}
+
+impl Broker for Kafka {
+    fn kind(&self) -> &'static str {
+        if self.embedded {
+            "librdkafka mock cluster"
+        } else {
+            "kafka"
+        }
+    }
+
+    fn bootstrap(&self) -> &str {
+        &self.bootstrap
+    }
+
+    fn embedded(&self) -> bool {
+        self.embedded
+    }
+
+    /// librdkafka's mock cluster needs about a second per rejoin (measured:
+    /// 374 deliveries/s at 0.2% crashes per event), so there a crash keeps
+    /// the membership and drops what a restart loses.
+    fn rewinds_in_place(&self) -> bool {
+        self.embedded
+    }
+
+    fn session_timeout(&self, wanted: Duration) -> Duration {
+        if self.embedded {
+            wanted.min(MOCK_SESSION)
+        } else {
+            wanted
+        }
+    }
+
+    fn create_topic<'a>(&'a self, topic: &'a str, partitions: i32) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            if let Some(m) = self.mock.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                return m.create_topic(topic, partitions);
+            }
+            create_topic(self.admin()?, &self.bootstrap, topic, partitions).await
+        })
+    }
+
+    fn producer(&self) -> Result<Box<dyn super::Producer>> {
+        Ok(Box::new(KafkaProducer::new(&self.bootstrap)?))
+    }
+
+    fn consumer(&self, spec: ConsumerSpec) -> Result<Box<dyn super::Consumer>> {
+        Ok(Box::new(KafkaConsumer::new(&self.bootstrap, self.embedded, spec)?))
+    }
+
+    fn watermarks(&self, topic: &str, partitions: i32) -> Result<Vec<(i64, i64)>> {
+        let mut probe = self.probe.lock().unwrap_or_else(|p| p.into_inner());
+        if probe.is_none() {
+            *probe = Some(config(&self.bootstrap).create().map_err(|e| Error::kafka("creating the topic probe", e))?);
+        }
+        let Some(c) = probe.as_ref() else { return Ok(Vec::new()) };
+        (0..partitions)
+            .map(|p| c.fetch_watermarks(topic, p, CONNECT_TIMEOUT).map_err(|e| Error::kafka("reading watermarks", e)))
+            .collect()
+    }
+
+    fn group_lag<'a>(&'a self, group: &'a str, topic: &'a str, partitions: i32) -> BoxFuture<'a, Result<i64>> {
+        let (brokers, group, topic) = (self.bootstrap.clone(), group.to_string(), topic.to_string());
+        Box::pin(blocking(move || group_lag(&brokers, &group, &topic, partitions)))
+    }
+
+    fn group_members<'a>(&'a self, group: &'a str) -> BoxFuture<'a, Result<Option<usize>>> {
+        let group = group.to_string();
+        Box::pin(async move {
+            let admin = self.admin()?;
+            let listed = blocking(move || {
+                let list = admin.inner().fetch_group_list(Some(&group), CONNECT_TIMEOUT);
+                // Dropped here, off the async threads: its drop blocks.
+                Ok(list.map(|l| l.groups().iter().filter(|x| x.name() == group).map(|x| x.members().len()).sum()))
+            })
+            .await?;
+            match listed {
+                Ok(n) => Ok(Some(n)),
+                // The mock cluster cannot list groups.
+                Err(e) if e.to_string().contains("UnsupportedFeature") => Ok(None),
+                Err(e) => Err(Error::kafka("describing the consumer group", e)),
+            }
+        })
+    }
+
+    fn read_topic(
+        &self,
+        topic: &str,
+        partitions: i32,
+        limit: Duration,
+        sink: &mut dyn FnMut(Delivery<'_>),
+    ) -> Result<Vec<Span>> {
+        read_topic(&self.bootstrap, topic, partitions, limit, sink)
+    }
+
+    fn list_names(&self) -> BoxFuture<'_, Result<(Vec<String>, Vec<String>)>> {
+        Box::pin(async move {
+            let admin = self.admin()?;
+            let listed = blocking(move || {
+                let topics = admin
+                    .inner()
+                    .fetch_metadata(None, CONNECT_TIMEOUT)
+                    .map(|m| m.topics().iter().map(|t| t.name().to_string()).collect::<Vec<_>>());
+                let groups = admin
+                    .inner()
+                    .fetch_group_list(None, CONNECT_TIMEOUT)
+                    .map(|g| g.groups().iter().map(|g| g.name().to_string()).collect::<Vec<_>>());
+                Ok(topics.and_then(|t| groups.map(|g| (t, g))))
+            })
+            .await?;
+            listed.map_err(|e| Error::KafkaUnreachable { brokers: self.bootstrap.clone(), cause: e.to_string() })
+        })
+    }
+
+    fn delete_names<'a>(&'a self, topics: &'a [String], groups: &'a [String]) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let admin = self.admin()?;
+            let opts = AdminOptions::new().operation_timeout(Some(CONNECT_TIMEOUT));
+            if !groups.is_empty() {
+                let names: Vec<&str> = groups.iter().map(String::as_str).collect();
+                // A group still in use cannot go; it is listed again next time.
+                let _ = tokio::time::timeout(CONNECT_TIMEOUT, admin.delete_groups(&names, &opts)).await;
+            }
+            let deleted = if topics.is_empty() {
+                Ok(())
+            } else {
+                let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+                match tokio::time::timeout(CONNECT_TIMEOUT, admin.delete_topics(&names, &opts)).await {
+                    Err(_) => Err(Error::Kafka { context: "deleting topics".into(), cause: "timed out".into() }),
+                    Ok(r) => r.map(|_| ()).map_err(|e| Error::kafka("deleting topics", e)),
+                }
+            };
+            super::drop_off_runtime(admin);
+            deleted
+        })
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        let m = self.mock.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let probe = self.probe.lock().unwrap_or_else(|p| p.into_inner()).take();
+        Box::pin(async move {
+            let _ = tokio::task::spawn_blocking(move || drop(probe)).await;
+            if let Some(m) = m {
+                m.stop().await;
+            }
+        })
+    }
+}
+
+impl Drop for Kafka {
+    fn drop(&mut self) {
+        if let Some(p) = self.probe.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
+            super::drop_off_runtime(p);
+        }
+    }
+}
+
+/// Creates the run's topic and waits for the broker to confirm it.
+async fn create_topic(
+    admin: AdminClient<DefaultClientContext>,
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+) -> Result<()> {
+    let opts = AdminOptions::new().operation_timeout(Some(CONNECT_TIMEOUT)).request_timeout(Some(CONNECT_TIMEOUT));
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let result =
+        tokio::time::timeout(CONNECT_TIMEOUT + Duration::from_secs(2), admin.create_topics([&new], &opts)).await;
+    super::drop_off_runtime(admin);
+    let results = match result {
+        Err(_) => {
+            return Err(Error::KafkaUnreachable {
+                brokers: brokers.into(),
+                cause: format!("creating topic {topic} timed out"),
+            })
+        }
+        Ok(r) => r.map_err(|e| Error::kafka(format!("creating topic {topic}"), e))?,
+    };
+    for r in results {
+        if let Err((name, code)) = r {
+            return Err(Error::Kafka {
+                context: format!("creating topic {name}"),
+                cause: format!(
+                    "{code}; check that the broker allows topic creation and has room for {partitions} partitions"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The group's lag, read by a consumer that never subscribes (so it never
+/// joins the group; it only reads the group's committed offsets). Blocking.
+fn group_lag(brokers: &str, group: &str, topic: &str, partitions: i32) -> Result<i64> {
+    let c: BaseConsumer = config(brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .map_err(|e| Error::kafka("creating the lag probe", e))?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let committed =
+        c.committed_offsets(tpl, CONNECT_TIMEOUT).map_err(|e| Error::kafka("reading committed offsets", e))?;
+    let mut lag = 0;
+    for p in 0..partitions {
+        let (_, high) =
+            c.fetch_watermarks(topic, p, CONNECT_TIMEOUT).map_err(|e| Error::kafka("reading watermarks", e))?;
+        let done = match committed.find_partition(topic, p).map(|e| e.offset()) {
+            Some(Offset::Offset(o)) => o,
+            _ => 0,
+        };
+        lag += (high - done).max(0);
+    }
+    Ok(lag)
+}
+
+/// The envelope's parts of a received message, as raw bytes.
+pub fn delivery<M: Message>(m: &M) -> Delivery<'_> {
+    let mut d = Delivery {
+        partition: m.partition(),
+        offset: m.offset(),
+        key: m.key(),
+        payload: m.payload(),
+        ..Default::default()
+    };
+    if let Some(headers) = m.headers() {
+        for header in headers.iter() {
+            match header.key {
+                crate::events::HEADER_EVENT_ID => d.event_id = header.value,
+                crate::events::HEADER_EVENT_TYPE => d.event_type = header.value,
+                _ => {}
+            }
+        }
+    }
+    d
+}
+
+/// The verifier's read: a consumer of its own (no group membership, no
+/// commits), every partition from its low to its high watermark as seen
+/// at the start. Blocking.
+fn read_topic(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+    limit: Duration,
+    sink: &mut dyn FnMut(Delivery<'_>),
+) -> Result<Vec<Span>> {
+    let c: BaseConsumer = config(brokers)
+        .set("group.id", format!("{topic}.verifier"))
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "false")
+        .set("queued.max.messages.kbytes", "16384")
+        .create()
+        .map_err(|e| Error::kafka("creating the verifier's reader", e))?;
+    let mut spans = Vec::new();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        let (low, high) =
+            c.fetch_watermarks(topic, p, CONNECT_TIMEOUT).map_err(|e| Error::kafka("reading watermarks", e))?;
+        spans.push(Span { low, high, read: 0 });
+        if high > low {
+            tpl.add_partition_offset(topic, p, Offset::Offset(low)).map_err(|e| Error::kafka("assigning", e))?;
+        }
+    }
+    c.assign(&tpl).map_err(|e| Error::kafka("assigning the topic", e))?;
+    let total: i64 = spans.iter().map(|s| s.high - s.low).sum();
+    let mut next: Vec<i64> = spans.iter().map(|s| s.low).collect();
+    let started = Instant::now();
+    while next.iter().zip(&spans).any(|(n, s)| *n < s.high) {
+        if started.elapsed() > limit {
+            let read: i64 = spans.iter().map(|s| s.read).sum();
+            return Err(Error::Kafka {
+                context: format!("reading topic {topic} to its end"),
+                cause: format!("read {read} of {total} messages in {}s", limit.as_secs()),
+            });
+        }
+        let Some(m) = c.poll(READ_POLL) else {
+            continue;
+        };
+        let m = m.map_err(|e| Error::kafka("reading the topic", e))?;
+        let p = m.partition() as usize;
+        if p >= spans.len() || m.offset() >= spans[p].high || m.offset() < next[p] {
+            continue;
+        }
+        next[p] = m.offset() + 1;
+        spans[p].read += 1;
+        sink(delivery(&m));
+    }
+    drop(c);
+    Ok(spans)
+}

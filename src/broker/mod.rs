@@ -1,0 +1,243 @@
+//! The broker boundary: everything the pipeline asks of a message broker,
+//! and nothing of how a given broker does it. The relay produces a batch
+//! and awaits its acks; the notifier consumes in a group and commits its
+//! offsets by hand; the run creates the topic, watches the group's lag and
+//! the topic's growth; the verifier reads every partition whole.
+//!
+//! - `kafka/`: Apache Kafka through rdkafka, and librdkafka's mock cluster
+//!   for the embedded mode. The mock's quirks live there and nowhere else.
+//! - `memory.rs`: an in-memory broker with the same semantics (a group,
+//!   committed offsets, redelivery after a member leaves), so that the
+//!   relay's and the notifier's crash semantics can be unit-tested.
+//!
+//! A new broker is a new folder here implementing [`Broker`], [`Producer`]
+//! and [`Consumer`], and one line where `run.rs` opens the run's broker.
+//! The message envelope is built and parsed in [`crate::events`].
+
+pub mod kafka;
+pub mod memory;
+
+use crate::error::Result;
+use crate::events::{Delivery, Envelope};
+use futures::future::BoxFuture;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A run's broker, shared by every component of the run.
+pub type SharedBroker = Arc<dyn Broker>;
+
+/// A message broker as the pipeline uses it. Blocking methods say so: call
+/// them off the async threads (`spawn_blocking`) when they may wait.
+pub trait Broker: Send + Sync {
+    /// What the report and the banner call it: "kafka", "librdkafka mock
+    /// cluster", "in-memory".
+    fn kind(&self) -> &'static str;
+
+    /// The address other clients of the run connect to (a program under
+    /// test is given it as `CHAOS_BROKERS`); empty when there is none.
+    fn bootstrap(&self) -> &str;
+
+    /// True for the embedded mode's broker, which a component process must
+    /// be told about, and whose group joins take longer.
+    fn embedded(&self) -> bool;
+
+    /// True when a notifier crash keeps its consumer and rewinds it to the
+    /// group's committed offsets ([`Consumer::rewind_to_committed`]) instead
+    /// of replacing it: the mock cluster's rejoins cost about a second each.
+    fn rewinds_in_place(&self) -> bool {
+        false
+    }
+
+    /// The session timeout a consumer gets when `wanted` is asked for.
+    fn session_timeout(&self, wanted: Duration) -> Duration {
+        wanted
+    }
+
+    /// Creates `topic` with `partitions` partitions and waits for it.
+    fn create_topic<'a>(&'a self, topic: &'a str, partitions: i32) -> BoxFuture<'a, Result<()>>;
+
+    /// A producer as a relay uses it: no duplicates from its own retries,
+    /// order kept per partition, acks from every replica.
+    fn producer(&self) -> Result<Box<dyn Producer>>;
+
+    /// A member of `spec.group`, made but not yet in it ([`Consumer::join`]).
+    fn consumer(&self, spec: ConsumerSpec) -> Result<Box<dyn Consumer>>;
+
+    /// Low and high watermark of each partition of `topic`. Blocking.
+    fn watermarks(&self, topic: &str, partitions: i32) -> Result<Vec<(i64, i64)>>;
+
+    /// The group's lag: per partition, high watermark minus committed
+    /// offset, summed.
+    fn group_lag<'a>(&'a self, group: &'a str, topic: &'a str, partitions: i32) -> BoxFuture<'a, Result<i64>>;
+
+    /// How many members the group has; None when the broker cannot say.
+    fn group_members<'a>(&'a self, group: &'a str) -> BoxFuture<'a, Result<Option<usize>>>;
+
+    /// Reads every partition from its low to its high watermark as found
+    /// at the start, handing each message to `sink`, within `limit`. Says
+    /// per partition what it found and how much it read, for the reader's
+    /// check of its own read. Blocking.
+    fn read_topic(
+        &self,
+        topic: &str,
+        partitions: i32,
+        limit: Duration,
+        sink: &mut dyn FnMut(Delivery<'_>),
+    ) -> Result<Vec<Span>>;
+
+    /// Every topic and consumer group the broker has, for `chaos clean`.
+    fn list_names(&self) -> BoxFuture<'_, Result<(Vec<String>, Vec<String>)>>;
+
+    /// Deletes these topics and groups.
+    fn delete_names<'a>(&'a self, topics: &'a [String], groups: &'a [String]) -> BoxFuture<'a, Result<()>>;
+
+    /// Stops what the broker runs in process (the mock cluster).
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+}
+
+/// One partition as the verifier's read found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    pub low: i64,
+    pub high: i64,
+    /// Messages the read handed on from between the two watermarks.
+    pub read: i64,
+}
+
+/// A relay's producer.
+pub trait Producer: Send + Sync {
+    /// Sends every message of `batch` to `topic`, all in flight at once.
+    /// With `await_acks`, waits for every ack and fails with the first
+    /// delivery error; without (the fire-and-forget mistake), returns once
+    /// they are queued.
+    fn publish<'a>(
+        &'a self,
+        topic: &'a str,
+        batch: &'a [Envelope<'a>],
+        await_acks: bool,
+    ) -> BoxFuture<'a, std::result::Result<(), String>>;
+}
+
+/// Told each rebalance's outcome: how many partitions the member now holds.
+pub type OnAssign = Arc<dyn Fn(usize) + Send + Sync>;
+
+/// Who a consumer is and what it reads.
+#[derive(Clone)]
+pub struct ConsumerSpec {
+    pub group: String,
+    pub topic: String,
+    /// Stable across a notifier's incarnations: its static membership id
+    /// where the broker uses one.
+    pub member: String,
+    pub session: Duration,
+    pub on_assign: OnAssign,
+}
+
+/// A notifier incarnation's consumer: one member of the group, offsets
+/// committed by hand. Dropping it is the member leaving (or, for a crash,
+/// vanishing): whatever it did not commit is delivered again.
+pub trait Consumer: Send + Sync {
+    /// Joins the group: subscribes to the topic.
+    fn join(&self) -> Result<()>;
+
+    /// Gets ready to join quickly: connects and reads the topic's metadata
+    /// (a spare consumer made while the current one works). Blocking.
+    fn warm(&self) {}
+
+    /// Waits up to `first` for one message, then takes whatever follows
+    /// within `gather` of the previous one, up to `max` in all, handing each
+    /// to `each`. Returns how many; 0 when none came (a consumer error is
+    /// logged and counts as none).
+    fn poll_batch<'a>(
+        &'a self,
+        max: usize,
+        first: Duration,
+        gather: Duration,
+        each: &'a mut (dyn FnMut(Delivery<'_>) + Send),
+    ) -> BoxFuture<'a, usize>;
+
+    /// Commits `next` (per partition, the next offset to read). With
+    /// `wait`, returns once the group coordinator has it.
+    fn commit(&self, next: &[(i32, i64)], wait: bool) -> std::result::Result<(), String>;
+
+    /// An operator's offset reset: the group's committed offsets of these
+    /// partitions go back to 0, and this member reads them again from there.
+    fn replay_from_start(&self, partitions: &[i32]);
+
+    /// Forgets every position not committed and reads on from the group's
+    /// committed offsets, keeping the membership. False when it could not.
+    fn rewind_to_committed(&self) -> bool {
+        false
+    }
+
+    /// True when the broker has left this member out of the group for so
+    /// long that it should be replaced (a quirk of the mock cluster).
+    fn stranded(&self) -> bool {
+        false
+    }
+}
+
+/// Drops `value` off the async threads when there are any: a Kafka
+/// client's drop blocks until its threads are joined.
+pub(crate) fn drop_off_runtime<T: Send + 'static>(value: T) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => {
+            rt.spawn_blocking(move || drop(value));
+        }
+        Err(_) => drop(value),
+    }
+}
+
+/// A client whose drop blocks, dropped with [`drop_off_runtime`].
+pub(crate) struct OffRuntime<T: Send + 'static>(std::mem::ManuallyDrop<T>);
+
+impl<T: Send + 'static> OffRuntime<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Self(std::mem::ManuallyDrop::new(value))
+    }
+}
+
+impl<T: Send + 'static> std::ops::Deref for OffRuntime<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T: Send + 'static> Drop for OffRuntime<T> {
+    fn drop(&mut self) {
+        // SAFETY: the value is taken once, here, and never used again.
+        let value = unsafe { std::mem::ManuallyDrop::take(&mut self.0) };
+        drop_off_runtime(value);
+    }
+}
+
+/// Watches how many messages `topic` holds (the sum of its high
+/// watermarks), every `every`, until `stop` says so; sends each growth.
+pub fn watch_topic_growth(
+    broker: SharedBroker,
+    topic: &str,
+    partitions: i32,
+    every: Duration,
+    stop: impl Fn() -> bool + Send + 'static,
+    grew: tokio::sync::mpsc::UnboundedSender<u64>,
+) -> tokio::task::JoinHandle<()> {
+    let topic = topic.to_string();
+    tokio::task::spawn_blocking(move || {
+        let mut seen = 0i64;
+        while !stop() {
+            if let Ok(marks) = broker.watermarks(&topic, partitions) {
+                let total: i64 = marks.iter().map(|(_, high)| high).sum();
+                if total > seen {
+                    if grew.send((total - seen) as u64).is_err() {
+                        return;
+                    }
+                    seen = total;
+                }
+            }
+            std::thread::sleep(every);
+        }
+    })
+}
