@@ -69,6 +69,8 @@ pub mod scenario;
 pub mod selftest;
 pub mod store;
 pub mod supervise;
+#[cfg(test)]
+pub mod testing;
 pub mod verifier;
 pub mod workload;
 

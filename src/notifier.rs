@@ -348,3 +348,60 @@ fn next_offsets(batch: &[Incoming]) -> Vec<(i32, i64)> {
     }
     next.into_iter().collect()
 }
+
+#[cfg(test)]
+mod tests {
+    //! The notifier's crash semantics, on the in-memory broker and SQLite:
+    //! the whole pipeline runs, and the verifier reconciles what it left.
+    use crate::context::Stats;
+    use crate::faults::FaultPoint;
+    use crate::testing::{anomalies, harness, Harness};
+    use std::time::Duration;
+
+    /// 300 payments through one relay and one notifier.
+    async fn pipeline(notifier_and_faults: &str) -> Harness {
+        let toml = format!(
+            "name = \"unit\"\nseed = 5\n[workload]\npayments = 300\nproducers = 2\n[topic]\npartitions = 3\n{notifier_and_faults}"
+        );
+        let h = harness(&toml).await;
+        let notifier = tokio::spawn(super::run(h.ctx.clone(), 1));
+        let relay = tokio::spawn(crate::relay::run(h.ctx.clone(), 1));
+        crate::workload::run(h.ctx.clone()).await.expect("the workload");
+        let drained = h.drain(Duration::from_secs(30), true).await;
+        h.stop(vec![notifier, relay]).await;
+        assert!(drained, "the pipeline drains within 30 s");
+        h
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_crash_before_the_offset_commit_is_redelivered_and_absorbed() {
+        let h = pipeline("[notifier]\nbatch_size = 20\n[faults]\nnotifier_before_offset_commit = 0.01\n").await;
+        assert!(h.ctx.faults.fired(FaultPoint::NotifierBeforeOffsetCommit) > 0, "the fault fired");
+        assert!(Stats::get(&h.ctx.stats.notifier_crashes) > 0);
+        assert!(Stats::get(&h.ctx.stats.duplicates_absorbed) > 0, "the batch came back to the inbox");
+        let r = h.reconcile().await;
+        assert_eq!(anomalies(&r), Vec::<String>::new());
+        assert_eq!(r.counts.payments_with_one_receipt, 300);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn without_an_inbox_the_redelivery_applies_twice() {
+        let notifier = "[notifier]\nbatch_size = 20\ninbox = \"off\"\n[faults]\nnotifier_before_offset_commit = 0.01\n";
+        let h = pipeline(notifier).await;
+        assert!(h.ctx.faults.fired(FaultPoint::NotifierBeforeOffsetCommit) > 0, "the fault fired");
+        let r = h.reconcile().await;
+        assert!(r.counts.payments_with_many_receipts > 0, "{:?}", r.counts);
+        assert!(anomalies(&r).contains(&"duplicate effect".to_string()), "{:?}", anomalies(&r));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn committing_offsets_first_loses_the_batch_a_crash_interrupts() {
+        let notifier =
+            "[notifier]\nbatch_size = 20\ninbox = \"commit-offset-first\"\n[faults]\nnotifier_mid_batch = 0.2\n";
+        let h = pipeline(notifier).await;
+        assert!(h.ctx.faults.fired(FaultPoint::NotifierMidBatch) > 0, "the fault fired");
+        let r = h.reconcile().await;
+        assert!(r.counts.payments_without_receipt > 0, "{:?}", r.counts);
+        assert!(anomalies(&r).contains(&"missing effect".to_string()), "{:?}", anomalies(&r));
+    }
+}

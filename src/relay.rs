@@ -264,3 +264,58 @@ async fn publish(producer: &dyn Producer, topic: &str, rows: &[OutboxRow], how: 
     // without knowing whether any of them reached the broker.
     producer.publish(topic, &batch, how.acks != RelayAcks::FireAndForget).await
 }
+
+#[cfg(test)]
+mod tests {
+    //! The relay's crash semantics, on the in-memory broker and SQLite.
+    use crate::context::Stats;
+    use crate::faults::FaultPoint;
+    use crate::testing::{anomalies, harness, Harness};
+    use std::time::Duration;
+
+    /// The workload writes 300 payments (600 outbox events), then one relay
+    /// publishes them; no notifier runs.
+    async fn relay_alone(relay_and_faults: &str) -> Harness {
+        let toml = format!(
+            "name = \"unit\"\nseed = 11\n[workload]\npayments = 300\nproducers = 2\n[topic]\npartitions = 3\n{relay_and_faults}"
+        );
+        let h = harness(&toml).await;
+        crate::workload::run(h.ctx.clone()).await.expect("the workload");
+        let relay = tokio::spawn(super::run(h.ctx.clone(), 1));
+        assert!(h.drain(Duration::from_secs(20), false).await, "the outbox is published within 20 s");
+        h.stop(vec![relay]).await;
+        h
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_crash_after_the_acks_publishes_the_batch_again_and_loses_nothing() {
+        let h = relay_alone("[relay]\nbatch_size = 20\n[faults]\nrelay_after_produce = 0.3\n").await;
+        let fired = h.ctx.faults.fired(FaultPoint::RelayAfterProduce);
+        assert!(fired > 0, "the fault fired");
+        assert_eq!(Stats::get(&h.ctx.stats.relay_crashes), fired, "each firing is one crash and restart");
+        let r = h.reconcile().await;
+        assert_eq!(r.counts.topic_distinct_events, r.counts.outbox_events, "every event on the topic");
+        assert!(r.counts.topic_duplicates >= 20 * fired, "each crashed batch of 20 went out twice: {:?}", r.counts);
+        assert!(!anomalies(&r).contains(&"lost event".to_string()), "{:?}", anomalies(&r));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_crash_before_the_produce_gives_the_claim_back() {
+        let h = relay_alone("[relay]\nbatch_size = 20\n[faults]\nrelay_before_produce = 0.3\n").await;
+        assert!(h.ctx.faults.fired(FaultPoint::RelayBeforeProduce) > 0, "the fault fired");
+        let r = h.reconcile().await;
+        assert_eq!(r.counts.topic_distinct_events, r.counts.outbox_events, "every event on the topic");
+        assert_eq!(r.counts.topic_duplicates, 0, "nothing was produced before the crash");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn marking_before_publishing_loses_the_batches_a_crash_interrupts() {
+        let relay = "[relay]\nbatch_size = 20\norder = \"mark-then-publish\"\n[faults]\nrelay_before_produce = 0.3\n";
+        let h = relay_alone(relay).await;
+        let fired = h.ctx.faults.fired(FaultPoint::RelayBeforeProduce);
+        assert!(fired > 0, "the fault fired");
+        let r = h.reconcile().await;
+        assert_eq!(r.counts.outbox_events - r.counts.topic_distinct_events, 20 * fired, "{:?}", r.counts);
+        assert!(anomalies(&r).contains(&"lost event".to_string()), "{:?}", anomalies(&r));
+    }
+}
