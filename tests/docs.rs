@@ -46,3 +46,23 @@ fn an_unwritable_reports_dir_exits_74_naming_the_path() {
     assert_eq!(ran.code, 74, "stderr:\n{}", ran.stderr);
     assert!(ran.stderr.contains("not-a-dir"), "{}", ran.stderr);
 }
+
+#[test]
+fn the_readme_layout_names_every_module_of_src() {
+    // The Layout section is a newcomer's map: a module added, moved or
+    // removed must show there.
+    let readme = readme();
+    let start = readme.find("## Layout").expect("a Layout section");
+    let layout = &readme[start..];
+    let layout = &layout[..layout[3..].find("\n## ").map_or(layout.len(), |i| i + 3)];
+    let src = root().join("src");
+    for entry in std::fs::read_dir(&src).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let shown = if entry.path().is_dir() { format!("src/{name}/") } else { format!("src/{name}") };
+        assert!(layout.contains(&shown), "README's Layout does not name {shown}");
+    }
+    for token in layout.split_whitespace().filter(|t| t.starts_with("src/")) {
+        let path = token.trim_end_matches(|c: char| !c.is_alphanumeric() && c != '/');
+        assert!(root().join(path).exists(), "README's Layout names {path}, which does not exist");
+    }
+}
