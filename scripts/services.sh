@@ -13,9 +13,9 @@
 #   CHAOS_CACHE_DIR        cache for Kafka jars, config, data and log (default ~/.cache/chaos)
 #   CHAOS_KAFKA_VERSION    Kafka version to fetch (default 4.1.1; others tried if it fails)
 #   CHAOS_KAFKA_HEAP       broker -Xmx (default 1g)
-#   CHAOS_KAFKA_KEEP_DATA  1: keep the broker's topics across a restart. By default a broker
-#                          that starts begins empty: its topics are runs' throwaway copies, and
-#                          thousands of them (4.2 GB measured) kept it loading for over 90 s.
+#   CHAOS_KAFKA_FRESH      1: a broker this call starts begins empty (the old runs' topics go).
+#                          scripts/test.sh sets it: thousands of old topics (4.2 GB measured) kept
+#                          the broker loading for over 90 s. Unset, a restart keeps every topic.
 #
 # Progress goes to stderr, prefixed "services:"; status lines go to stdout.
 set -euo pipefail
@@ -373,8 +373,8 @@ kafka_up() {
   kafka_fetch
   mkdir -p "$KAFKA_DIR"
   kafka_write_config
-  if [[ "${CHAOS_KAFKA_KEEP_DATA:-0}" != 1 && -d "$KAFKA_DATA" ]]; then
-    log "kafka: starting empty (the old runs' topics in $KAFKA_DATA go; CHAOS_KAFKA_KEEP_DATA=1 keeps them)"
+  if [[ "${CHAOS_KAFKA_FRESH:-0}" == 1 && -d "$KAFKA_DATA" ]]; then
+    log "kafka: starting empty (CHAOS_KAFKA_FRESH=1: the old runs' topics in $KAFKA_DATA go)"
     rm -rf "$KAFKA_DATA"
   fi
   local attempt rc

@@ -217,7 +217,7 @@ pub async fn serve() -> Result<Exit> {
     };
     tokio::select! {
         _ = &mut task => {}
-        _ = crate::run::interrupt() => {
+        _ = crate::interrupt::requested() => {
             trigger.trigger();
             let _ = tokio::time::timeout(Duration::from_secs(8), &mut task).await;
         }

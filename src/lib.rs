@@ -31,6 +31,7 @@
 //!   invariants, anomalies and a verdict.
 //! - [`report`]: the JSON/Markdown report and the tables people read.
 //! - [`context`]: live counters and the shutdown signal every component shares.
+//! - [`interrupt`]: Ctrl-C and SIGTERM as the binary delivers them to the library.
 //! - [`progress`]: the live progress line on stderr.
 //! - [`run`]: wires one run together: infra, components, drain, verify, report.
 //! - [`selftest`]: the catalogue of classic mistakes the verifier must catch.
@@ -59,6 +60,7 @@ pub mod faults;
 pub mod inbox;
 pub mod infra;
 pub mod intent;
+pub mod interrupt;
 pub mod notifier;
 pub mod program;
 pub mod progress;

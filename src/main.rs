@@ -1,6 +1,7 @@
 //! The `chaos` binary: parse, set up the process (signals, malloc, tracing,
 //! the runtime), hand the subcommand to [`chaos::commands::execute`], and map
-//! the result to an exit code.
+//! the result to an exit code. It owns Ctrl-C and SIGTERM: it delivers them
+//! to the library ([`chaos::interrupt`]) and exits on the second.
 
 use chaos::cli::Cli;
 use chaos::exit::Exit;
@@ -56,6 +57,7 @@ fn main() -> ExitCode {
             return Exit::Internal.into();
         }
     };
+    rt.spawn(deliver_signals());
     let result = rt.block_on(chaos::commands::execute(cli.command));
     // Components may still be closing Kafka clients; do not wait for them.
     rt.shutdown_timeout(std::time::Duration::from_secs(2));
@@ -65,5 +67,39 @@ fn main() -> ExitCode {
             eprintln!("error: {}", chaos::infra::redact(&e.to_string()));
             e.exit().into()
         }
+    }
+}
+
+/// The binary owns Ctrl-C and SIGTERM: the first asks the library to stop
+/// the run and still write its report (exit 130); a second, while that
+/// stop takes its time, exits at once.
+async fn deliver_signals() {
+    loop {
+        signal().await;
+        if chaos::interrupt::deliver() >= 2 {
+            eprintln!("error: interrupted again; exiting without waiting for the run to stop");
+            std::process::exit(Exit::Interrupted.code() as i32);
+        }
+    }
+}
+
+/// Resolves on the next Ctrl-C or SIGTERM.
+async fn signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            },
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }

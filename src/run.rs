@@ -126,7 +126,7 @@ pub async fn execute(
     components.extend(ctx.tasks.take());
     let stopped = tokio::select! {
         s = stop(components) => s,
-        _ = interrupt(), if !ran.interrupted => { ran.interrupted = true; Stopped::default() }
+        _ = crate::interrupt::requested(), if !ran.interrupted => { ran.interrupted = true; Stopped::default() }
     };
     progress.finish();
     if let (None, Some(why)) = (&ran.incomplete, programs.as_ref().and_then(|p| p.failure())) {
@@ -286,7 +286,7 @@ async fn drive(ctx: &Ctx, programs: Option<&Programs>) -> Ran {
     if let Some(p) = programs {
         tokio::select! {
             r = p.ready(ctx) => if let Err(why) = r { ran.incomplete = Some(why) },
-            _ = interrupt() => ran.interrupted = true,
+            _ = crate::interrupt::requested() => ran.interrupted = true,
         }
         // The nemesis acts from here until the pipeline has drained: a
         // consumer does most of its work while it catches up, after the
@@ -311,7 +311,7 @@ async fn drive(ctx: &Ctx, programs: Option<&Programs>) -> Ran {
                 )),
             },
             why = &mut failed => ran.incomplete = Some(why),
-            _ = interrupt() => ran.interrupted = true,
+            _ = crate::interrupt::requested() => ran.interrupted = true,
         }
     }
     ran.workload_ms = t_work.elapsed().as_millis() as u64;
@@ -325,19 +325,13 @@ async fn drive(ctx: &Ctx, programs: Option<&Programs>) -> Ran {
                 })
             },
             why = &mut failed => ran.incomplete = Some(why),
-            _ = interrupt() => ran.interrupted = true,
+            _ = crate::interrupt::requested() => ran.interrupted = true,
         }
     }
     if let Some(p) = programs {
         p.set_acting(false);
     }
     ran.drain_ms = t_drain.elapsed().as_millis() as u64;
-    if ran.interrupted {
-        tokio::spawn(async {
-            interrupt().await;
-            std::process::exit(Exit::Interrupted.code() as i32);
-        });
-    }
     ran
 }
 
@@ -385,7 +379,7 @@ async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, still_running: bool) 
     } else {
         tokio::select! {
             r = verify(&ctx.store, &ctx.names, sc, ctx) => Some(r),
-            _ = interrupt() => { ran.interrupted = true; None }
+            _ = crate::interrupt::requested() => { ran.interrupted = true; None }
         }
     };
     let incomplete = ran.incomplete.clone();
@@ -634,28 +628,6 @@ async fn purger(ctx: Ctx) {
             }
             Err(e) => warn!(cause = %e, "retention purge failed"),
         }
-    }
-}
-
-/// Resolves on Ctrl-C or SIGTERM.
-pub async fn interrupt() {
-    #[cfg(unix)]
-    {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                return;
-            }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
     }
 }
 
