@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::exit::Exit;
 use crate::report::{Latency, Report};
 use crate::run::{execute, Output};
+use crate::scenario::{Components, Scenario};
 use crate::store::postgres::PgStore;
 use crate::store::Backend;
 use crate::verifier::Verdict;
@@ -227,83 +228,173 @@ async fn checkpoint(url: &str) -> bool {
     }
 }
 
+/// Whether PostgreSQL still grants the checkpoint before each timed stretch.
+/// Once refused, not asked again: one warning is enough.
+struct Checkpoints {
+    url: Option<String>,
+    granted: bool,
+}
+
+impl Checkpoints {
+    /// A checkpoint before the next timed stretch, while PostgreSQL grants them.
+    async fn before_timed(&mut self) {
+        if let (Some(u), true) = (&self.url, self.granted) {
+            self.granted = checkpoint(u).await;
+        }
+    }
+
+    /// What the figures report: None without PostgreSQL.
+    fn before_each_run(&self) -> Option<bool> {
+        self.url.as_ref().map(|_| self.granted)
+    }
+}
+
+/// The pipeline runs a bench times, each with its end-to-end events/s.
+struct Timed {
+    in_process: Vec<(f64, Report)>,
+    as_processes: Vec<(f64, Report)>,
+}
+
 pub async fn bench(opts: &Options) -> Result<(Figures, Report)> {
     let sc = crate::scenario::load(&opts.scenario)?.with_payments(opts.payments)?;
     let url = opts.database_url.clone().or_else(|| sc.infra_database_url.clone());
-    let mut checkpoints = true;
+    let mut checkpoints = Checkpoints { url, granted: true };
     // The yardstick first, so the pipeline never competes with it.
-    let tps = match &url {
-        Some(u) => {
-            checkpoints = checkpoint(u).await;
-            eprintln!("bench: pgbench, {} clients for {} s", opts.pgbench_clients, opts.pgbench_seconds);
-            Some(pgbench(u, opts.pgbench_clients, opts.pgbench_seconds, &opts.reports_dir).await?)
-        }
-        None => None,
-    };
-    let summary = |e2e: f64, r: &Report| RunSummary {
-        run_id: r.run_id.clone(),
-        end_to_end_events_per_s: e2e,
-        verdict: r.verdict,
-    };
-    let pipeline_with = |c: crate::scenario::Components| {
-        execute(
-            sc.clone().with_components(c),
-            opts.database_url.clone(),
-            opts.brokers.clone(),
-            &opts.reports_dir,
-            Output::Quiet,
-        )
-    };
-    let pipeline = || pipeline_with(crate::scenario::Components::InProcess);
+    let tps = yardstick(opts, &mut checkpoints).await?;
+    let warmup_runs = warm_up(&sc, opts).await?;
+    let timed = timed_runs(&sc, opts, &mut checkpoints).await?;
+    let (figures, rep) = figures(opts, timed, warmup_runs, tps, &checkpoints);
+    write_figures(&opts.reports_dir, &figures, &rep)?;
+    Ok((figures, rep))
+}
+
+/// pgbench's transactions/s after a checkpoint; None without PostgreSQL.
+async fn yardstick(opts: &Options, checkpoints: &mut Checkpoints) -> Result<Option<f64>> {
+    let Some(u) = checkpoints.url.clone() else { return Ok(None) };
+    checkpoints.before_timed().await;
+    eprintln!("bench: pgbench, {} clients for {} s", opts.pgbench_clients, opts.pgbench_seconds);
+    Ok(Some(pgbench(&u, opts.pgbench_clients, opts.pgbench_seconds, &opts.reports_dir).await?))
+}
+
+/// One quiet pipeline run of the bench scenario with the given components.
+async fn pipeline(sc: &Scenario, opts: &Options, components: Components) -> Result<Report> {
+    let sc = sc.clone().with_components(components);
+    let (rep, _) =
+        execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, Output::Quiet).await?;
+    Ok(rep)
+}
+
+/// The untimed `--warmup` runs: a cold broker warms up on them.
+async fn warm_up(sc: &Scenario, opts: &Options) -> Result<Vec<RunSummary>> {
     let mut warmup_runs = Vec::with_capacity(opts.warmup as usize);
     for i in 1..=opts.warmup {
         eprintln!("bench: warm-up run {i} of {}: {} payments, not timed", opts.warmup, opts.payments);
-        let (rep, _) = pipeline().await?;
+        let rep = pipeline(sc, opts, Components::InProcess).await?;
         warmup_runs.push(summary(end_to_end(&rep).1, &rep));
     }
+    Ok(warmup_runs)
+}
+
+/// The timed runs, each after a checkpoint; with `--processes` every
+/// in-process run is followed by a process-mode one, so both see the same
+/// machine.
+async fn timed_runs(sc: &Scenario, opts: &Options, checkpoints: &mut Checkpoints) -> Result<Timed> {
     let n_runs = opts.runs.max(1);
-    let mut done: Vec<(f64, Report)> = Vec::with_capacity(n_runs as usize);
-    let mut as_processes: Vec<(f64, Report)> = Vec::new();
+    let mut timed = Timed { in_process: Vec::with_capacity(n_runs as usize), as_processes: Vec::new() };
     for i in 1..=n_runs {
-        // Once refused, not asked again: one warning is enough.
-        if let (Some(u), true) = (&url, checkpoints) {
-            checkpoints = checkpoint(u).await;
-        }
+        checkpoints.before_timed().await;
         eprintln!("bench: run {i} of {n_runs}: {} payments through the pipeline", opts.payments);
-        let (rep, _) = pipeline().await?;
-        done.push((end_to_end(&rep).1, rep));
+        let rep = pipeline(sc, opts, Components::InProcess).await?;
+        timed.in_process.push((end_to_end(&rep).1, rep));
         if opts.processes {
-            if let (Some(u), true) = (&url, checkpoints) {
-                checkpoints = checkpoint(u).await;
-            }
+            checkpoints.before_timed().await;
             eprintln!("bench: run {i} of {n_runs}, components = \"process\": {} payments", opts.payments);
-            let (rep, _) = pipeline_with(crate::scenario::Components::Process).await?;
-            as_processes.push((end_to_end(&rep).1, rep));
+            let rep = pipeline(sc, opts, Components::Process).await?;
+            timed.as_processes.push((end_to_end(&rep).1, rep));
         }
     }
-    let runs: Vec<RunSummary> = done.iter().map(|(e2e, r)| summary(*e2e, r)).collect();
-    let process_runs: Vec<RunSummary> = as_processes.iter().map(|(e2e, r)| summary(*e2e, r)).collect();
-    let (e2e, rep) = median(&mut done);
-    let process_mode = (!as_processes.is_empty()).then(|| {
+    Ok(timed)
+}
+
+fn summary(e2e: f64, r: &Report) -> RunSummary {
+    RunSummary { run_id: r.run_id.clone(), end_to_end_events_per_s: e2e, verdict: r.verdict }
+}
+
+/// Process mode's median against the in-process median `e2e`; None when
+/// the bench ran no process-mode runs.
+fn process_figures(mut as_processes: Vec<(f64, Report)>, runs: Vec<RunSummary>, e2e: f64) -> Option<ProcessFigures> {
+    (!as_processes.is_empty()).then(|| {
         let (p, prep) = median(&mut as_processes);
         ProcessFigures {
-            runs: process_runs.clone(),
+            runs,
             end_to_end_events_per_s: p,
             ratio_to_in_process: if e2e > 0.0 { p / e2e } else { 0.0 },
             total_ms: prep.timings.total_ms,
         }
-    });
-    let all = || warmup_runs.iter().chain(runs.iter()).chain(process_runs.iter());
-    let verdict = all().find(|r| r.verdict != Verdict::Pass).map(|r| r.verdict).unwrap_or(Verdict::Pass);
-    let passed = all().filter(|r| r.verdict == Verdict::Pass).count();
-    let total = all().count();
+    })
+}
+
+/// Warm-up, in-process and process-mode runs alike: each one's invariants
+/// count towards the verdict.
+fn every_run(f: &Figures) -> impl Iterator<Item = &RunSummary> {
+    let process_runs = f.process_mode.iter().flat_map(|p| p.runs.iter());
+    f.warmup_runs.iter().chain(f.runs.iter()).chain(process_runs)
+}
+
+/// The figures of the median in-process run, with every run's summary and
+/// the targets judged on them; also returns the median run's report.
+fn figures(
+    opts: &Options,
+    mut timed: Timed,
+    warmup_runs: Vec<RunSummary>,
+    tps: Option<f64>,
+    checkpoints: &Checkpoints,
+) -> (Figures, Report) {
+    // Summaries before the medians: taking a median reorders the runs.
+    let runs: Vec<RunSummary> = timed.in_process.iter().map(|(e2e, r)| summary(*e2e, r)).collect();
+    let process_runs: Vec<RunSummary> = timed.as_processes.iter().map(|(e2e, r)| summary(*e2e, r)).collect();
+    let (e2e, rep) = median(&mut timed.in_process);
+    let process_mode = process_figures(timed.as_processes, process_runs, e2e);
     let s = &rep.stages;
-    let events = rep.counts.topic_distinct_events;
-    let e2e_ms = end_to_end(&rep).0;
-    let rss = peak_rss_mb();
+    let mut figures = Figures {
+        run_id: rep.run_id.clone(),
+        backends: format!("{} + {}", rep.infra.database, rep.infra.broker),
+        payments: opts.payments,
+        events: rep.counts.topic_distinct_events,
+        end_to_end_ms: end_to_end(&rep).0,
+        end_to_end_events_per_s: e2e,
+        workload_events_per_s: per_s(rep.counts.outbox_events, s.last_write_ms.saturating_sub(s.first_write_ms)),
+        relay_messages_per_s: per_s(
+            rep.components.messages_published,
+            s.last_publish_ms.saturating_sub(s.first_publish_ms),
+        ),
+        notifier_events_per_s: per_s(rep.components.events_applied, s.last_apply_ms.saturating_sub(s.first_apply_ms)),
+        verify_ms: rep.timings.verify_ms,
+        total_ms: rep.timings.total_ms,
+        latency_ms: rep.latency_ms.clone(),
+        peak_rss_mb: peak_rss_mb(),
+        pgbench_tps: tps,
+        ratio_to_pgbench: tps.map(|t| e2e / t),
+        checkpoint_before_each_run: checkpoints.before_each_run(),
+        // Both judged below, on every run's summary.
+        verdict: Verdict::Pass,
+        targets: Vec::new(),
+        runs,
+        warmup_runs,
+        process_mode,
+    };
+    let verdict = every_run(&figures).find(|r| r.verdict != Verdict::Pass).map(|r| r.verdict);
+    figures.verdict = verdict.unwrap_or(Verdict::Pass);
+    figures.targets = targets(&figures, &rep);
+    (figures, rep)
+}
+
+/// The throughput issue's targets, judged on the figures and on `rep`, the
+/// median run's report.
+fn targets(f: &Figures, rep: &Report) -> Vec<Target> {
+    let (e2e, tps, rss, n) = (f.end_to_end_events_per_s, f.pgbench_tps, f.peak_rss_mb, f.payments);
     let embedded = rep.infra.database == "sqlite" && rep.infra.broker != "kafka";
     let real = rep.infra.database == "postgresql" && rep.infra.broker == "kafka";
-    let n = opts.payments;
     let mut targets = vec![
         Target {
             target: "≥ 20,000 events/s end to end at 100,000 payments (PostgreSQL + Kafka)".into(),
@@ -332,7 +423,7 @@ pub async fn bench(opts: &Options) -> Result<(Figures, Report)> {
             met: (embedded && n == 100_000).then_some(rep.timings.total_ms <= 30_000),
         },
     ];
-    if let Some(p) = &process_mode {
+    if let Some(p) = &f.process_mode {
         targets.push(Target {
             target: "process mode ≥ 80% of in-process events/s, side by side".into(),
             measured: format!(
@@ -343,47 +434,43 @@ pub async fn bench(opts: &Options) -> Result<(Figures, Report)> {
             met: Some(p.ratio_to_in_process >= 0.8),
         });
     }
-    targets.push(Target {
+    targets.push(invariants_target(f));
+    targets
+}
+
+/// The target no speed-up may trade away: every run's invariants hold.
+fn invariants_target(f: &Figures) -> Target {
+    let passed = every_run(f).filter(|r| r.verdict == Verdict::Pass).count();
+    let total = every_run(f).count();
+    Target {
         target: "every invariant holds (a faster run that loses the proof is a regression)".into(),
-        measured: if total == 1 { verdict.as_str().into() } else { format!("pass in {passed} of {total} runs") },
-        met: Some(verdict == Verdict::Pass),
-    });
-    let figures = Figures {
-        run_id: rep.run_id.clone(),
-        backends: format!("{} + {}", rep.infra.database, rep.infra.broker),
-        payments: n,
-        events,
-        end_to_end_ms: e2e_ms,
-        end_to_end_events_per_s: e2e,
-        workload_events_per_s: per_s(rep.counts.outbox_events, s.last_write_ms.saturating_sub(s.first_write_ms)),
-        relay_messages_per_s: per_s(
-            rep.components.messages_published,
-            s.last_publish_ms.saturating_sub(s.first_publish_ms),
-        ),
-        notifier_events_per_s: per_s(rep.components.events_applied, s.last_apply_ms.saturating_sub(s.first_apply_ms)),
-        verify_ms: rep.timings.verify_ms,
-        total_ms: rep.timings.total_ms,
-        latency_ms: rep.latency_ms.clone(),
-        peak_rss_mb: rss,
-        pgbench_tps: tps,
-        ratio_to_pgbench: tps.map(|t| e2e / t),
-        checkpoint_before_each_run: url.as_ref().map(|_| checkpoints),
-        verdict,
-        targets,
-        runs,
-        warmup_runs,
-        process_mode,
-    };
-    let path = opts.reports_dir.join(format!("{}.bench.json", rep.run_id));
-    let text = serde_json::to_string_pretty(&figures).map_err(|e| Error::Internal(e.to_string()))?;
-    std::fs::write(&path, text + "\n").map_err(|e| Error::Write { path: path.clone(), cause: e.to_string() })?;
-    Ok((figures, rep))
+        measured: if total == 1 { f.verdict.as_str().into() } else { format!("pass in {passed} of {total} runs") },
+        met: Some(f.verdict == Verdict::Pass),
+    }
+}
+
+/// `<run id>.bench.json` in the reports directory, beside the run's report.
+fn write_figures(reports_dir: &Path, figures: &Figures, rep: &Report) -> Result<()> {
+    let path = reports_dir.join(format!("{}.bench.json", rep.run_id));
+    let text = serde_json::to_string_pretty(figures).map_err(|e| Error::Internal(e.to_string()))?;
+    std::fs::write(&path, text + "\n").map_err(|e| Error::Write { path: path.clone(), cause: e.to_string() })
 }
 
 pub fn render(f: &Figures) -> (String, Exit) {
     let mut t = Table::new();
     t.load_preset(presets::UTF8_FULL_CONDENSED);
     t.set_header(vec!["measure", "value"]);
+    for (k, v) in measures(f) {
+        t.add_row(vec![Cell::new(k), Cell::new(v).set_alignment(CellAlignment::Left)]);
+    }
+    let g = target_table(&f.targets);
+    let out = format!("{t}\n{g}\n— : does not apply to this size or backend\n");
+    let exit = if f.verdict == Verdict::Pass { Exit::Pass } else { Exit::Fail };
+    (out, exit)
+}
+
+/// The rows of the measures table, every run's figures below the end-to-end one.
+fn measures(f: &Figures) -> Vec<(&'static str, String)> {
     let lat = f
         .latency_ms
         .as_ref()
@@ -418,13 +505,22 @@ pub fn render(f: &Figures) -> (String, Exit) {
         ),
         ("verdict", f.verdict.as_str().into()),
     ];
+    insert_every_run(f, &mut rows);
+    rows
+}
+
+/// Each run's events/s, inserted right below the end-to-end row: warm-up
+/// runs first, then process mode, then the in-process runs.
+fn insert_every_run(f: &Figures, rows: &mut Vec<(&'static str, String)>) {
+    let each = |runs: &[RunSummary]| -> String {
+        let all: Vec<String> = runs.iter().map(|r| format!("{:.0}", r.end_to_end_events_per_s)).collect();
+        all.join(" · ")
+    };
     if f.runs.len() > 1 {
-        let all: Vec<String> = f.runs.iter().map(|r| format!("{:.0}", r.end_to_end_events_per_s)).collect();
-        rows.insert(3, ("every run, end to end (events/s)", all.join(" · ")));
+        rows.insert(3, ("every run, end to end (events/s)", each(&f.runs)));
     }
     if let Some(p) = &f.process_mode {
-        let all: Vec<String> = p.runs.iter().map(|r| format!("{:.0}", r.end_to_end_events_per_s)).collect();
-        rows.insert(3, ("components = \"process\", every run (events/s)", all.join(" · ")));
+        rows.insert(3, ("components = \"process\", every run (events/s)", each(&p.runs)));
         rows.insert(
             3,
             (
@@ -438,16 +534,16 @@ pub fn render(f: &Figures) -> (String, Exit) {
         );
     }
     if !f.warmup_runs.is_empty() {
-        let all: Vec<String> = f.warmup_runs.iter().map(|r| format!("{:.0}", r.end_to_end_events_per_s)).collect();
-        rows.insert(3, ("warm-up runs, not counted (events/s)", all.join(" · ")));
+        rows.insert(3, ("warm-up runs, not counted (events/s)", each(&f.warmup_runs)));
     }
-    for (k, v) in rows {
-        t.add_row(vec![Cell::new(k), Cell::new(v).set_alignment(CellAlignment::Left)]);
-    }
+}
+
+/// Each target with ✔ met, ✘ missed or — does not apply.
+fn target_table(targets: &[Target]) -> Table {
     let mut g = Table::new();
     g.load_preset(presets::UTF8_FULL_CONDENSED);
     g.set_header(vec!["", "target", "measured"]);
-    for x in &f.targets {
+    for x in targets {
         let mark = match x.met {
             Some(true) => "✔",
             Some(false) => "✘",
@@ -455,7 +551,5 @@ pub fn render(f: &Figures) -> (String, Exit) {
         };
         g.add_row(vec![Cell::new(mark), Cell::new(&x.target), Cell::new(&x.measured)]);
     }
-    let out = format!("{t}\n{g}\n— : does not apply to this size or backend\n");
-    let exit = if f.verdict == Verdict::Pass { Exit::Pass } else { Exit::Fail };
-    (out, exit)
+    g
 }

@@ -115,18 +115,11 @@ impl Programs {
                 notifier = Some((command.clone(), instances));
             }
             let env = Env::new(ctx, role, batch, database, is_reference)?;
-            // A program under test gets the contract's 200 ms; the reference
-            // components restart after the scenario's delay, as in process.
-            let restart = match is_reference {
-                false => RESTART_FLOOR,
-                true => role.restart_delay(sc),
-            };
+            let restart = Self::restart_after(sc, role, is_reference);
             for slot in 1..=instances {
                 let name = format!("{}-{slot}", role.as_str());
                 let tail: Tail = Default::default();
                 tails.push((name.clone(), tail.clone()));
-                // Each slot its own stream of instants, from the seed.
-                let salt = (slot as u64 + 64 * role as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
                 let (kill, kill_rx) = tokio::sync::mpsc::unbounded_channel();
                 let kill_pending = Arc::new(std::sync::atomic::AtomicBool::new(false));
                 kills.push((name.clone(), kill, kill_pending.clone()));
@@ -146,7 +139,7 @@ impl Programs {
                     failure: failure.clone(),
                     acting: acting.subscribe(),
                     tail,
-                    rng: rand::rngs::StdRng::seed_from_u64(sc.seed ^ salt),
+                    rng: Self::slot_rng(sc.seed, role, slot),
                 };
                 tasks.push((name, tokio::spawn(keeper.keep())));
             }
@@ -156,6 +149,22 @@ impl Programs {
             tasks.push(("nemesis (process.kill_per_message)".into(), tokio::spawn(nemesis)));
         }
         Ok(Some((Self { notifier, failure, acting, tails, logs }, tasks)))
+    }
+
+    /// The pause before a killed process's slot starts again. A program
+    /// under test gets the contract's 200 ms; the reference components
+    /// restart after the scenario's delay, as in process.
+    fn restart_after(sc: &crate::scenario::Scenario, role: Role, reference: bool) -> Duration {
+        match reference {
+            false => RESTART_FLOOR,
+            true => role.restart_delay(sc),
+        }
+    }
+
+    /// Each slot its own stream of instants, from the seed.
+    fn slot_rng(seed: u64, role: Role, slot: usize) -> rand::rngs::StdRng {
+        let salt = (slot as u64 + 64 * role as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        rand::rngs::StdRng::seed_from_u64(seed ^ salt)
     }
 
     /// Each role, with the command its processes run and whether that is

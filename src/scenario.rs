@@ -543,31 +543,17 @@ impl Validator<'_> {
         }
     }
 
+    /// Checks a parsed file field by field. The order of the checks is the
+    /// order of the messages: with several mistakes, the first is reported.
     fn validate(&self, raw: RawScenario, path: &Path) -> Result<Scenario, crate::Error> {
         let seed = *raw.seed.get_ref();
         if seed < 0 {
             return self.err(raw.seed.span(), &format!("`seed` is {seed}; expected a non-negative integer"));
         }
-        let ms = |v: i64| Duration::from_millis(v as u64);
-        let inbox = self.choice(&raw.notifier.inbox, "notifier.inbox", InboxMode::parse, InboxMode::names)?;
-        let projection =
-            self.choice(&raw.notifier.projection, "notifier.projection", ProjectionMode::parse, ProjectionMode::names)?;
-        let order = self.choice(&raw.relay.order, "relay.order", RelayOrder::parse, RelayOrder::names)?;
-        let event_id = self.choice(&raw.relay.event_id, "relay.event_id", RelayEventId::parse, RelayEventId::names)?;
-        let acks = self.choice(&raw.relay.acks, "relay.acks", RelayAcks::parse, RelayAcks::names)?;
-        let publish = self.choice(&raw.workload.publish, "workload.publish", PublishMode::parse, PublishMode::names)?;
-        let mut faults = FaultRates::none();
-        for point in FaultPoint::ALL {
-            faults = faults.with(*point, self.prob(raw.faults.get(*point), point.key())?);
-        }
+        let variants = self.variants(&raw)?;
+        let faults = self.faults(&raw.faults)?;
         let (command, relay_command) = self.programs(&raw, path, &faults)?;
-        let pause = *raw.nemesis.pause_secs.get_ref();
-        if !(0.1..=600.0).contains(&pause) {
-            return self.err(
-                raw.nemesis.pause_secs.span(),
-                &format!("`nemesis.pause_secs` is {pause}; expected seconds from 0.1 to 600"),
-            );
-        }
+        let pause = self.pause(&raw.nemesis)?;
         let name = raw.name.clone().unwrap_or_else(|| {
             path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "scenario".into())
         });
@@ -578,56 +564,14 @@ impl Validator<'_> {
             payments: self.count(&raw.workload.payments, "workload.payments", 1, PAYMENTS_MAX as i64)? as u64,
             producers: self.count(&raw.workload.producers, "workload.producers", 1, 256)? as usize,
             accounts: self.count(&raw.workload.accounts, "workload.accounts", 1, 1_000_000)? as u32,
-            publish,
+            publish: variants.publish,
             workload_batch: self.count(&raw.workload.batch, "workload.batch", 1, 10_000)? as usize,
             partitions: self.count(&raw.topic.partitions, "topic.partitions", 1, 1024)? as i32,
-            relay: RelayConfig {
-                instances: self.count(&raw.relay.instances, "relay.instances", 1, 64)? as usize,
-                batch_size: self.count(&raw.relay.batch_size, "relay.batch_size", 1, 100_000)? as usize,
-                poll_interval: ms(self.count(&raw.relay.poll_interval_ms, "relay.poll_interval_ms", 1, 60_000)?),
-                restart_delay: ms(self.count(&raw.relay.restart_delay_ms, "relay.restart_delay_ms", 0, 60_000)?),
-                order,
-                event_id,
-                acks,
-                command: relay_command,
-            },
-            notifier: NotifierConfig {
-                instances: self.count(&raw.notifier.instances, "notifier.instances", 1, 64)? as usize,
-                batch_size: self.count(&raw.notifier.batch_size, "notifier.batch_size", 1, 100_000)? as usize,
-                inbox,
-                projection,
-                session_timeout: ms(self.count(
-                    &raw.notifier.session_timeout_ms,
-                    "notifier.session_timeout_ms",
-                    1000,
-                    300_000,
-                )?),
-                restart_delay: ms(self.count(
-                    &raw.notifier.restart_delay_ms,
-                    "notifier.restart_delay_ms",
-                    0,
-                    60_000,
-                )?),
-                command,
-                ready_timeout: Duration::from_secs(self.count(
-                    &raw.notifier.ready_timeout_secs,
-                    "notifier.ready_timeout_secs",
-                    1,
-                    3600,
-                )? as u64),
-            },
+            relay: self.relay(&raw.relay, &variants, relay_command)?,
+            notifier: self.notifier(&raw.notifier, &variants, command)?,
             faults,
             pause: Duration::from_secs_f64(pause),
-            retention: Retention {
-                outbox: self.duration(&raw.retention.outbox, "retention.outbox")?,
-                inbox: self.duration(&raw.retention.inbox, "retention.inbox")?,
-                purge_interval: ms(self.count(
-                    &raw.retention.purge_interval_ms,
-                    "retention.purge_interval_ms",
-                    10,
-                    3_600_000,
-                )?),
-            },
+            retention: self.retention(&raw.retention)?,
             drain_timeout: Duration::from_secs(self.count(
                 &raw.run.drain_timeout_secs,
                 "run.drain_timeout_secs",
@@ -646,6 +590,110 @@ impl Validator<'_> {
             infra_kafka_brokers: raw.infra.kafka_brokers,
         })
     }
+
+    /// The reference components' variants, correct or broken on purpose.
+    fn variants(&self, raw: &RawScenario) -> Result<Variants, crate::Error> {
+        let (n, r) = (&raw.notifier, &raw.relay);
+        Ok(Variants {
+            inbox: self.choice(&n.inbox, "notifier.inbox", InboxMode::parse, InboxMode::names)?,
+            projection: self.choice(
+                &n.projection,
+                "notifier.projection",
+                ProjectionMode::parse,
+                ProjectionMode::names,
+            )?,
+            order: self.choice(&r.order, "relay.order", RelayOrder::parse, RelayOrder::names)?,
+            event_id: self.choice(&r.event_id, "relay.event_id", RelayEventId::parse, RelayEventId::names)?,
+            acks: self.choice(&r.acks, "relay.acks", RelayAcks::parse, RelayAcks::names)?,
+            publish: self.choice(&raw.workload.publish, "workload.publish", PublishMode::parse, PublishMode::names)?,
+        })
+    }
+
+    /// Every fault point's probability, in [`FaultPoint::ALL`]'s order.
+    fn faults(&self, raw: &RawFaults) -> Result<FaultRates, crate::Error> {
+        let mut faults = FaultRates::none();
+        for point in FaultPoint::ALL {
+            faults = faults.with(*point, self.prob(raw.get(*point), point.key())?);
+        }
+        Ok(faults)
+    }
+
+    /// How long a `process.pause` lasts, in seconds.
+    fn pause(&self, raw: &RawNemesis) -> Result<f64, crate::Error> {
+        let pause = *raw.pause_secs.get_ref();
+        if !(0.1..=600.0).contains(&pause) {
+            return self.err(
+                raw.pause_secs.span(),
+                &format!("`nemesis.pause_secs` is {pause}; expected seconds from 0.1 to 600"),
+            );
+        }
+        Ok(pause)
+    }
+
+    fn relay(
+        &self,
+        raw: &RawRelay,
+        variants: &Variants,
+        command: Option<ProgramCommand>,
+    ) -> Result<RelayConfig, crate::Error> {
+        Ok(RelayConfig {
+            instances: self.count(&raw.instances, "relay.instances", 1, 64)? as usize,
+            batch_size: self.count(&raw.batch_size, "relay.batch_size", 1, 100_000)? as usize,
+            poll_interval: ms(self.count(&raw.poll_interval_ms, "relay.poll_interval_ms", 1, 60_000)?),
+            restart_delay: ms(self.count(&raw.restart_delay_ms, "relay.restart_delay_ms", 0, 60_000)?),
+            order: variants.order,
+            event_id: variants.event_id,
+            acks: variants.acks,
+            command,
+        })
+    }
+
+    fn notifier(
+        &self,
+        raw: &RawNotifier,
+        variants: &Variants,
+        command: Option<ProgramCommand>,
+    ) -> Result<NotifierConfig, crate::Error> {
+        Ok(NotifierConfig {
+            instances: self.count(&raw.instances, "notifier.instances", 1, 64)? as usize,
+            batch_size: self.count(&raw.batch_size, "notifier.batch_size", 1, 100_000)? as usize,
+            inbox: variants.inbox,
+            projection: variants.projection,
+            session_timeout: ms(self.count(&raw.session_timeout_ms, "notifier.session_timeout_ms", 1000, 300_000)?),
+            restart_delay: ms(self.count(&raw.restart_delay_ms, "notifier.restart_delay_ms", 0, 60_000)?),
+            command,
+            ready_timeout: Duration::from_secs(self.count(
+                &raw.ready_timeout_secs,
+                "notifier.ready_timeout_secs",
+                1,
+                3600,
+            )? as u64),
+        })
+    }
+
+    fn retention(&self, raw: &RawRetention) -> Result<Retention, crate::Error> {
+        Ok(Retention {
+            outbox: self.duration(&raw.outbox, "retention.outbox")?,
+            inbox: self.duration(&raw.inbox, "retention.inbox")?,
+            purge_interval: ms(self.count(&raw.purge_interval_ms, "retention.purge_interval_ms", 10, 3_600_000)?),
+        })
+    }
+}
+
+/// The variants a scenario picks for the reference components, checked
+/// before the rest so that their messages come first.
+struct Variants {
+    inbox: InboxMode,
+    projection: ProjectionMode,
+    order: RelayOrder,
+    event_id: RelayEventId,
+    acks: RelayAcks,
+    publish: PublishMode,
+}
+
+/// Milliseconds from a validated, non-negative count.
+fn ms(v: i64) -> Duration {
+    Duration::from_millis(v as u64)
 }
 
 impl Validator<'_> {

@@ -326,39 +326,63 @@ pub async fn selftest(opts: &Options) -> Result<Summary> {
         .filter(|_| opts.variants)
         .filter(|v| opts.only.as_deref().map(|o| v.name.contains(o)).unwrap_or(true));
     for v in chosen {
-        let mut row = Row {
-            variant: v.name.into(),
-            mistake: v.mistake.into(),
-            fault: v.fault.into(),
-            expected: v.expected.as_str().into(),
-            ok: false,
-            runs: 0,
-            found: String::new(),
-            last_run: String::new(),
-        };
-        for attempt in 0..MAX_ATTEMPTS {
-            let sc = scenario_for(v.scenario, v.name, opts.seed + attempt as u64)?.with_components(opts.components);
-            let (rep, _) =
-                execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, Output::Quiet).await?;
-            row.runs += 1;
-            row.last_run = rep.run_id.clone();
-            match expected_found(&rep, v.expected) {
-                Some(n) => {
-                    row.ok = true;
-                    row.found = format!("{n} × {}", v.expected.as_str());
-                }
-                None => row.found = format!("verdict {}", rep.verdict.as_str()),
-            }
-            eprintln!("selftest: {:<26} run {} {}", v.name, row.runs, if row.ok { "caught" } else { "not caught" });
-            if row.ok {
-                break;
-            }
-        }
-        rows.push(row);
+        rows.push(catch_variant(v, opts).await?);
     }
     let caught = rows.iter().filter(|r| r.ok).count();
     let variants = rows.len();
+    // `--only` picks variants: the correct pipeline is not run, so not flagged.
+    let mut correct_clean = true;
+    if opts.only.is_none() {
+        let clean = correct_pipeline(opts).await?;
+        correct_clean = clean.ok;
+        rows.push(clean);
+    }
+    Ok(Summary { rows, caught, variants, correct_clean })
+}
 
+/// One quiet pipeline run of a selftest scenario.
+async fn run_quiet(sc: scenario::Scenario, opts: &Options) -> Result<Report> {
+    let (rep, _) =
+        execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, Output::Quiet).await?;
+    Ok(rep)
+}
+
+/// Runs one broken variant until the verifier reports its expected anomaly,
+/// at most [`MAX_ATTEMPTS`] times with different seeds.
+async fn catch_variant(v: &Variant, opts: &Options) -> Result<Row> {
+    let mut row = Row {
+        variant: v.name.into(),
+        mistake: v.mistake.into(),
+        fault: v.fault.into(),
+        expected: v.expected.as_str().into(),
+        ok: false,
+        runs: 0,
+        found: String::new(),
+        last_run: String::new(),
+    };
+    for attempt in 0..MAX_ATTEMPTS {
+        let sc = scenario_for(v.scenario, v.name, opts.seed + attempt as u64)?.with_components(opts.components);
+        let rep = run_quiet(sc, opts).await?;
+        row.runs += 1;
+        row.last_run = rep.run_id.clone();
+        match expected_found(&rep, v.expected) {
+            Some(n) => {
+                row.ok = true;
+                row.found = format!("{n} × {}", v.expected.as_str());
+            }
+            None => row.found = format!("verdict {}", rep.verdict.as_str()),
+        }
+        eprintln!("selftest: {:<26} run {} {}", v.name, row.runs, if row.ok { "caught" } else { "not caught" });
+        if row.ok {
+            break;
+        }
+    }
+    Ok(row)
+}
+
+/// Runs the correct pipeline with `clean_seeds` seeds, cycling through
+/// [`CLEAN_FLAVOURS`]; stops at the first run flagged (the no-false-alarm check).
+async fn correct_pipeline(opts: &Options) -> Result<Row> {
     let mut clean = Row {
         variant: "correct pipeline".into(),
         mistake: "none".into(),
@@ -369,36 +393,30 @@ pub async fn selftest(opts: &Options) -> Result<Summary> {
         found: String::new(),
         last_run: String::new(),
     };
-    if opts.only.is_none() {
-        let mut inconclusive = 0;
-        for i in 0..opts.clean_seeds {
-            let seed = opts.seed + 1000 + i as u64;
-            let (overrides, flavour) = CLEAN_FLAVOURS[i as usize % CLEAN_FLAVOURS.len()];
-            let sc = scenario_for(overrides, &format!("correct pipeline, {flavour}"), seed)?
-                .with_components(opts.components);
-            let (rep, _) =
-                execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, Output::Quiet).await?;
-            clean.runs += 1;
-            clean.last_run = rep.run_id.clone();
-            // Flagged means a violation: a run whose faults did not all fire
-            // is inconclusive, which proves less but accuses nothing.
-            let flagged = !matches!(rep.verdict, Verdict::Pass | Verdict::Inconclusive) || !rep.anomalies.is_empty();
-            eprintln!("selftest: correct pipeline ({flavour}) seed {seed} verdict {}", rep.verdict.as_str());
-            if flagged {
-                clean.ok = false;
-                clean.found = format!("seed {seed}: verdict {} ({})", rep.verdict.as_str(), rep.reason);
-                break;
-            }
-            if rep.verdict == Verdict::Inconclusive {
-                inconclusive += 1;
-            }
-            clean.found =
-                format!("{} clean: {} pass, {inconclusive} inconclusive", clean.runs, clean.runs - inconclusive);
+    let mut inconclusive = 0;
+    for i in 0..opts.clean_seeds {
+        let seed = opts.seed + 1000 + i as u64;
+        let (overrides, flavour) = CLEAN_FLAVOURS[i as usize % CLEAN_FLAVOURS.len()];
+        let sc =
+            scenario_for(overrides, &format!("correct pipeline, {flavour}"), seed)?.with_components(opts.components);
+        let rep = run_quiet(sc, opts).await?;
+        clean.runs += 1;
+        clean.last_run = rep.run_id.clone();
+        // Flagged means a violation: a run whose faults did not all fire
+        // is inconclusive, which proves less but accuses nothing.
+        let flagged = !matches!(rep.verdict, Verdict::Pass | Verdict::Inconclusive) || !rep.anomalies.is_empty();
+        eprintln!("selftest: correct pipeline ({flavour}) seed {seed} verdict {}", rep.verdict.as_str());
+        if flagged {
+            clean.ok = false;
+            clean.found = format!("seed {seed}: verdict {} ({})", rep.verdict.as_str(), rep.reason);
+            break;
         }
-        rows.push(clean.clone());
+        if rep.verdict == Verdict::Inconclusive {
+            inconclusive += 1;
+        }
+        clean.found = format!("{} clean: {} pass, {inconclusive} inconclusive", clean.runs, clean.runs - inconclusive);
     }
-    let correct_clean = opts.only.is_some() || clean.ok;
-    Ok(Summary { rows, caught, variants, correct_clean })
+    Ok(clean)
 }
 
 /// The selftest table, the mutation score, and the exit code.

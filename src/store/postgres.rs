@@ -329,13 +329,22 @@ pub async fn claim(tx: &mut PgTx, pairs: &[(Uuid, &'static str)]) -> Result<Hash
 /// Applies a batch's effects. Returns how many projection events the state
 /// guard refused ([`super::refused_by_guard`]).
 pub async fn apply(tx: &mut PgTx, plan: &EffectPlan<'_>, projection: ProjectionMode) -> Result<u64> {
-    let mut stale = 0;
-    // RETURNING says, per row written, whether it was a first insert (xmax
-    // = 0) or an update; a payment not returned was refused. With the guard
-    // an update only ever moves authorized to captured, so each payment's
-    // status before the batch follows, and the refusals are counted event
-    // by event exactly as on SQLite.
-    let sql = match projection {
+    let stale = apply_projection(tx, plan, projection).await?;
+    send_receipts(tx, plan).await?;
+    add_loyalty_points(tx, plan).await?;
+    record_loyalty_credits(tx, plan).await?;
+    Ok(stale)
+}
+
+/// The projection upsert for a mode, one statement for the whole batch.
+///
+/// RETURNING says, per row written, whether it was a first insert (xmax
+/// = 0) or an update; a payment not returned was refused. With the guard
+/// an update only ever moves authorized to captured, so each payment's
+/// status before the batch follows, and the refusals are counted event
+/// by event exactly as on SQLite.
+fn projection_sql(projection: ProjectionMode) -> &'static str {
+    match projection {
         // Only ever forward, so a stale `authorized` cannot undo `captured`.
         ProjectionMode::StateGuard => {
             "INSERT INTO payment_projection (payment_id, status, event_id) \
@@ -352,76 +361,97 @@ pub async fn apply(tx: &mut PgTx, plan: &EffectPlan<'_>, projection: ProjectionM
              updated_at = clock_timestamp() \
              RETURNING payment_id, xmax = 0"
         }
-    };
+    }
+}
+
+/// Writes the batch's projection updates; returns how many events the state
+/// guard refused.
+async fn apply_projection(tx: &mut PgTx, plan: &EffectPlan<'_>, projection: ProjectionMode) -> Result<u64> {
     // One row per payment: what the batch's events leave behind, applied in
     // one statement (a statement may not update a row twice).
     let finals = super::final_statuses(&plan.projection, projection);
-    if !finals.is_empty() {
-        let mut payments = Vec::with_capacity(finals.len());
-        let mut statuses = Vec::with_capacity(finals.len());
-        let mut causes = Vec::with_capacity(finals.len());
-        for (p, (k, e)) in &finals {
-            payments.push(*p);
-            statuses.push(k.status());
-            causes.push(*e);
-        }
-        let rows = sqlx::query(sql)
-            .bind(&payments)
-            .bind(&statuses)
-            .bind(&causes)
-            .fetch_all(&mut **tx)
-            .await
-            .map_err(|err| Error::db("updating the projection", err))?;
-        let written: std::collections::HashMap<Uuid, bool> =
-            rows.iter().map(|r| (r.get::<Uuid, _>(0), r.get::<bool, _>(1))).collect();
-        stale = super::refused_by_guard(&plan.projection, projection, |p| match written.get(&p) {
-            Some(true) => None,
-            Some(false) => Some(EventKind::Authorized),
-            // Refused as a whole: the row already holds the furthest status.
-            None => Some(EventKind::Captured),
-        });
+    if finals.is_empty() {
+        return Ok(0);
     }
-    if !plan.receipts.is_empty() {
-        let (payments, messages): (Vec<Uuid>, Vec<Uuid>) = plan.receipts.iter().copied().unzip();
-        sqlx::query("INSERT INTO receipts (payment_id, message_id) SELECT * FROM UNNEST($1::uuid[], $2::uuid[])")
-            .bind(&payments)
-            .bind(&messages)
-            .execute(&mut **tx)
-            .await
-            .map_err(|e| Error::db("sending receipts", e))?;
+    let mut payments = Vec::with_capacity(finals.len());
+    let mut statuses = Vec::with_capacity(finals.len());
+    let mut causes = Vec::with_capacity(finals.len());
+    for (p, (k, e)) in &finals {
+        payments.push(*p);
+        statuses.push(k.status());
+        causes.push(*e);
     }
-    if !plan.loyalty.is_empty() {
-        let accounts: Vec<i32> = plan.loyalty.keys().map(|k| k.0).collect();
-        let stripes: Vec<i32> = plan.loyalty.keys().map(|k| k.1).collect();
-        let points: Vec<i64> = plan.loyalty.values().copied().collect();
-        sqlx::query(
-            "INSERT INTO loyalty_points (account_id, stripe, points) \
-             SELECT * FROM UNNEST($1::int[], $2::int[], $3::bigint[]) \
-             ON CONFLICT (account_id, stripe) DO UPDATE SET points = loyalty_points.points + EXCLUDED.points",
-        )
-        .bind(&accounts)
-        .bind(&stripes)
-        .bind(&points)
+    let rows = sqlx::query(projection_sql(projection))
+        .bind(&payments)
+        .bind(&statuses)
+        .bind(&causes)
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(|err| Error::db("updating the projection", err))?;
+    let written: std::collections::HashMap<Uuid, bool> =
+        rows.iter().map(|r| (r.get::<Uuid, _>(0), r.get::<bool, _>(1))).collect();
+    Ok(super::refused_by_guard(&plan.projection, projection, |p| match written.get(&p) {
+        Some(true) => None,
+        Some(false) => Some(EventKind::Authorized),
+        // Refused as a whole: the row already holds the furthest status.
+        None => Some(EventKind::Captured),
+    }))
+}
+
+async fn send_receipts(tx: &mut PgTx, plan: &EffectPlan<'_>) -> Result<()> {
+    if plan.receipts.is_empty() {
+        return Ok(());
+    }
+    let (payments, messages): (Vec<Uuid>, Vec<Uuid>) = plan.receipts.iter().copied().unzip();
+    sqlx::query("INSERT INTO receipts (payment_id, message_id) SELECT * FROM UNNEST($1::uuid[], $2::uuid[])")
+        .bind(&payments)
+        .bind(&messages)
         .execute(&mut **tx)
         .await
-        .map_err(|e| Error::db("adding loyalty points", e))?;
+        .map_err(|e| Error::db("sending receipts", e))?;
+    Ok(())
+}
+
+async fn add_loyalty_points(tx: &mut PgTx, plan: &EffectPlan<'_>) -> Result<()> {
+    if plan.loyalty.is_empty() {
+        return Ok(());
     }
-    if !plan.credits.is_empty() {
-        let events: Vec<Uuid> = plan.credits.iter().map(|c| c.0).collect();
-        let accounts: Vec<i32> = plan.credits.iter().map(|c| c.1).collect();
-        let points: Vec<i64> = plan.credits.iter().map(|c| c.2).collect();
-        sqlx::query(
-            "INSERT INTO loyalty_credits (event_id, account_id, points) \
-             SELECT * FROM UNNEST($1::uuid[], $2::int[], $3::bigint[])",
-        )
-        .bind(&events)
-        .bind(&accounts)
-        .bind(&points)
-        .execute(&mut **tx)
-        .await
-        .map_err(|e| Error::db("recording loyalty credits", e))?;
+    let accounts: Vec<i32> = plan.loyalty.keys().map(|k| k.0).collect();
+    let stripes: Vec<i32> = plan.loyalty.keys().map(|k| k.1).collect();
+    let points: Vec<i64> = plan.loyalty.values().copied().collect();
+    sqlx::query(
+        "INSERT INTO loyalty_points (account_id, stripe, points) \
+         SELECT * FROM UNNEST($1::int[], $2::int[], $3::bigint[]) \
+         ON CONFLICT (account_id, stripe) DO UPDATE SET points = loyalty_points.points + EXCLUDED.points",
+    )
+    .bind(&accounts)
+    .bind(&stripes)
+    .bind(&points)
+    .execute(&mut **tx)
+    .await
+    .map_err(|e| Error::db("adding loyalty points", e))?;
+    Ok(())
+}
+
+/// One audit row per loyalty credit, so the verifier can trace the counter.
+async fn record_loyalty_credits(tx: &mut PgTx, plan: &EffectPlan<'_>) -> Result<()> {
+    if plan.credits.is_empty() {
+        return Ok(());
     }
-    Ok(stale)
+    let events: Vec<Uuid> = plan.credits.iter().map(|c| c.0).collect();
+    let accounts: Vec<i32> = plan.credits.iter().map(|c| c.1).collect();
+    let points: Vec<i64> = plan.credits.iter().map(|c| c.2).collect();
+    sqlx::query(
+        "INSERT INTO loyalty_credits (event_id, account_id, points) \
+         SELECT * FROM UNNEST($1::uuid[], $2::int[], $3::bigint[])",
+    )
+    .bind(&events)
+    .bind(&accounts)
+    .bind(&points)
+    .execute(&mut **tx)
+    .await
+    .map_err(|e| Error::db("recording loyalty credits", e))?;
+    Ok(())
 }
 
 /// Writes outbox events (payment, type, payload or the payment's own) in one

@@ -72,27 +72,56 @@ where
     })
     .await?;
     stream(pool, dialect.outbox, "the outbox", |r| {
-        let payment_id: Uuid = r.try_get(1)?;
-        let t: String = r.try_get(2)?;
-        let payload: String = r.try_get(3)?;
-        // Malformed (poison) events are told apart exactly as the notifier
-        // tells them apart: by failing to decode.
-        let body = serde_json::from_str::<PaymentEvent>(&payload).ok();
-        let kind = EventKind::from_type(&t).filter(|_| body.is_some());
-        // What a relay publishes for this row: the payment id as the key,
-        // the type header, the payload as stored.
-        let fingerprint = fingerprint(payment_id.to_string().as_bytes(), t.as_bytes(), payload.as_bytes());
-        ledger.add_event(OutboxRecord {
-            id: r.try_get(0)?,
-            payment_id,
-            kind,
-            body: body.filter(|_| kind.is_some()),
-            published: r.try_get(4)?,
-            fingerprint,
-        });
+        ledger.add_event(outbox_record(r)?);
         Ok(())
     })
     .await?;
+    read_effects(pool, ledger).await
+}
+
+/// One row of the dialect's outbox statement as the ledger keeps it.
+fn outbox_record<R>(r: &R) -> std::result::Result<OutboxRecord, sqlx::Error>
+where
+    R: Row,
+    usize: ColumnIndex<R>,
+    for<'r> Uuid: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> bool: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let payment_id: Uuid = r.try_get(1)?;
+    let t: String = r.try_get(2)?;
+    let payload: String = r.try_get(3)?;
+    // Malformed (poison) events are told apart exactly as the notifier
+    // tells them apart: by failing to decode.
+    let body = serde_json::from_str::<PaymentEvent>(&payload).ok();
+    let kind = EventKind::from_type(&t).filter(|_| body.is_some());
+    // What a relay publishes for this row: the payment id as the key,
+    // the type header, the payload as stored.
+    let fingerprint = fingerprint(payment_id.to_string().as_bytes(), t.as_bytes(), payload.as_bytes());
+    Ok(OutboxRecord {
+        id: r.try_get(0)?,
+        payment_id,
+        kind,
+        body: body.filter(|_| kind.is_some()),
+        published: r.try_get(4)?,
+        fingerprint,
+    })
+}
+
+/// The effects' tables, read after the outbox: the inbox, receipts, the
+/// projection, dead letters and the loyalty counter with its credits.
+async fn read_effects<DB>(pool: &Pool<DB>, ledger: &mut Ledger) -> Result<()>
+where
+    DB: Database,
+    for<'c> &'c Pool<DB>: Executor<'c, Database = DB>,
+    for<'q> <DB as Database>::Arguments<'q>: IntoArguments<'q, DB>,
+    usize: ColumnIndex<DB::Row>,
+    for<'r> Uuid: Decode<'r, DB> + Type<DB>,
+    for<'r> Option<Uuid>: Decode<'r, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> i32: Decode<'r, DB> + Type<DB>,
+{
     let inbox = "SELECT message_id, handler FROM inbox UNION ALL SELECT message_id, handler FROM inbox_unkeyed";
     stream(pool, inbox, "the inbox", |r| {
         ledger.add_inbox_row(r.try_get(0)?, &r.try_get::<String, _>(1)?);

@@ -294,6 +294,22 @@ impl Ledger {
     }
 
     fn check_topic(&mut self, c: &mut Counts, f: &mut Findings, foreign: AnomalyBuilder, message: AnomalyBuilder) {
+        let leftover = self.check_lost_events(c, f);
+        // Payment by payment, with its messages side by side: the messages
+        // sorted by payment, then by place on the topic.
+        self.messages.sort_unstable_by_key(|m| (m.payment, m.partition, m.offset));
+        let (absent, split) = self.payments_on_topic(c);
+        f.check("every payment's events on the topic", 0, c.payments_missing_events, vec![absent]);
+        f.check("no foreign events (topic events not in the outbox)", 0, foreign.count, vec![foreign]);
+        f.check("messages equal their outbox rows (key, type, payload)", 0, message.count, vec![message]);
+        f.check("each payment's events on one partition", 0, split.count, vec![split]);
+        f.check("no unpublished leftovers", 0, c.unpublished, vec![leftover]);
+    }
+
+    /// Counts the outbox against the topic and checks that no outbox event
+    /// is missing from it. The same pass finds the unpublished leftovers,
+    /// returned for their check, which is reported last.
+    fn check_lost_events(&self, c: &mut Counts, f: &mut Findings) -> AnomalyBuilder {
         let (payments, events) = (&self.payments, &self.events);
         c.outbox_events = events.len() as u64;
         c.unpublished = events.iter().filter(|o| !o.published).count() as u64;
@@ -322,14 +338,16 @@ impl Ledger {
             c.topic_distinct_events,
             vec![lost],
         );
+        leftover
+    }
 
-        // Payment by payment, with its messages side by side: the messages
-        // sorted by payment, then by place on the topic.
-        self.messages.sort_unstable_by_key(|m| (m.payment, m.partition, m.offset));
+    /// Each payment's messages, sorted by payment: payments with an event
+    /// absent from the topic, and payments split across partitions. Counts
+    /// the reordered payments on the way.
+    fn payments_on_topic(&self, c: &mut Counts) -> (AnomalyBuilder, AnomalyBuilder) {
         let mut absent = AnomalyBuilder::new(AnomalyKind::LostEvent);
         let mut split = AnomalyBuilder::new(AnomalyKind::SplitPayment);
-        for (i, p, msgs) in by_payment(&self.payments, &self.messages) {
-            let _ = i;
+        for (_, p, msgs) in by_payment(&self.payments, &self.messages) {
             if reordered(msgs) {
                 c.reordered_payments += 1;
             }
@@ -349,11 +367,7 @@ impl Ledger {
                 split.hit(|| format!("payment {}: {}", p.id, locate(msgs)));
             }
         }
-        f.check("every payment's events on the topic", 0, c.payments_missing_events, vec![absent]);
-        f.check("no foreign events (topic events not in the outbox)", 0, foreign.count, vec![foreign]);
-        f.check("messages equal their outbox rows (key, type, payload)", 0, message.count, vec![message]);
-        f.check("each payment's events on one partition", 0, split.count, vec![split]);
-        f.check("no unpublished leftovers", 0, c.unpublished, vec![leftover]);
+        (absent, split)
     }
 
     fn check_receipts(&self, c: &mut Counts, f: &mut Findings, cause: AnomalyBuilder) {
