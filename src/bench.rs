@@ -12,7 +12,7 @@
 use crate::error::{Error, Result};
 use crate::exit::Exit;
 use crate::report::{Latency, Report};
-use crate::run::{execute, Output};
+use crate::run::{execute, Quiet};
 use crate::scenario::{Components, Scenario};
 use crate::store::postgres::PgStore;
 use crate::store::Backend;
@@ -279,8 +279,7 @@ async fn yardstick(opts: &Options, checkpoints: &mut Checkpoints) -> Result<Opti
 /// One quiet pipeline run of the bench scenario with the given components.
 async fn pipeline(sc: &Scenario, opts: &Options, components: Components) -> Result<Report> {
     let sc = sc.clone().with_components(components);
-    let (rep, _) =
-        execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, Output::Quiet).await?;
+    let (rep, _) = execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, &Quiet).await?;
     Ok(rep)
 }
 

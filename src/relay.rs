@@ -161,19 +161,7 @@ impl<'a> Incarnation<'a> {
             crate::component::halt(FaultPoint::RelayBeforeProduce).await;
             return crash(FaultPoint::RelayBeforeProduce, true);
         }
-        if ctx.faults.strike(FaultPoint::RelaySlowProduce, name, span) {
-            // Holding the claim while others skip past it: later rows reach
-            // the topic first.
-            tokio::time::sleep(SLOW_PRODUCE).await;
-            ctx.faults.confirm(FaultPoint::RelaySlowProduce, 1);
-        }
-        let refuse = ctx.faults.strike(FaultPoint::RelayProduceError, name, span).then(|| {
-            // Confirmed when the batch goes out again: its first event
-            // twice, or once when it is the refused one.
-            let copies = if rows.len() > 1 { 2 } else { 1 };
-            ctx.faults.await_copies(FaultPoint::RelayProduceError, rows[0].id, copies);
-            Refuse { row: rows.len() - 1, partition: ctx.scenario.partitions }
-        });
+        let refuse = self.shape_produce(&rows, span).await;
         let how = Publish { refuse, minted: cfg.event_id == RelayEventId::Minted, acks: cfg.acks };
         if let Err(cause) = publish(self.producer.as_ref(), &ctx.names.topic, &rows, how).await {
             return self.produce_failed(cause, rows.len(), refuse.is_some(), shutdown).await;
@@ -201,6 +189,25 @@ impl<'a> Incarnation<'a> {
         Stats::add(&ctx.stats.relay_batches, 1);
         debug!(relay = %name, events = rows.len(), "batch published");
         Step::Batch
+    }
+
+    /// The faults that shape the produce: `relay.slow_produce` holds the
+    /// claim first, `relay.produce_error` has one message refused.
+    async fn shape_produce(&self, rows: &[OutboxRow], span: impl Fn() -> String) -> Option<Refuse> {
+        let (ctx, name) = (self.ctx, self.name);
+        if ctx.faults.strike(FaultPoint::RelaySlowProduce, name, &span) {
+            // Holding the claim while others skip past it: later rows reach
+            // the topic first.
+            tokio::time::sleep(SLOW_PRODUCE).await;
+            ctx.faults.confirm(FaultPoint::RelaySlowProduce, 1);
+        }
+        ctx.faults.strike(FaultPoint::RelayProduceError, name, &span).then(|| {
+            // Confirmed when the batch goes out again: its first event
+            // twice, or once when it is the refused one.
+            let copies = if rows.len() > 1 { 2 } else { 1 };
+            ctx.faults.await_copies(FaultPoint::RelayProduceError, rows[0].id, copies);
+            Refuse { row: rows.len() - 1, partition: ctx.scenario.partitions }
+        })
     }
 
     /// The mistakes that write the batch off before producing it: marked

@@ -3,7 +3,7 @@
 //! the workload, wait for the pipeline to drain, verify, report.
 
 use crate::broker::{kafka::Kafka, SharedBroker};
-use crate::context::{shutdown_pair, Ctx, Stats};
+use crate::context::{shutdown_pair, Ctx, ShutdownTrigger, Stats};
 use crate::error::{Error, Result};
 use crate::exit::Exit;
 use crate::faults::FaultInjector;
@@ -31,8 +31,6 @@ pub struct RunOptions {
     pub database_url: Option<String>,
     pub brokers: Option<String>,
     pub reports_dir: PathBuf,
-    /// Print the JSON report on stdout instead of the tables.
-    pub json: bool,
     /// Overrides the scenario's `[run] components`.
     pub components: Option<Components>,
 }
@@ -48,19 +46,42 @@ const REPORT_FAULT_LOG: usize = 200;
 /// How often the drain condition is polled.
 const DRAIN_POLL: Duration = Duration::from_millis(250);
 
-/// What a run prints on stdout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Output {
-    /// The infra lines first, the tables at the end.
-    Tables,
-    /// The JSON report only.
-    Json,
-    /// Nothing (the selftest prints its own table).
-    Quiet,
+/// What a run tells whoever shows it, in order: the library computes and
+/// emits these; a [`Reporter`] (the binary's choice, see `commands/`) turns
+/// them into tables, JSON, or nothing.
+pub enum Event<'a> {
+    /// The infrastructure is open; the components start next.
+    Started { run_id: &'a str, scenario: &'a str, seed: u64, infra: &'a str },
+    /// The run ended and its report was saved at `json` and `md`.
+    Finished { report: &'a Report, json: &'a Path, md: &'a Path },
+}
+
+/// Consumes a run's events.
+pub trait Reporter: Send + Sync {
+    fn event(&self, event: &Event<'_>) -> Result<()>;
+
+    /// Whether the live progress line is drawn on stderr meanwhile.
+    fn shows_progress(&self) -> bool {
+        true
+    }
+}
+
+/// Shows nothing: a run inside the selftest or the bench, which print
+/// their own tables.
+pub struct Quiet;
+
+impl Reporter for Quiet {
+    fn event(&self, _: &Event<'_>) -> Result<()> {
+        Ok(())
+    }
+
+    fn shows_progress(&self) -> bool {
+        false
+    }
 }
 
 /// Runs a scenario file end to end and returns the report and the exit code.
-pub async fn run(opts: RunOptions) -> Result<(Report, Exit)> {
+pub async fn run(opts: RunOptions, reporter: &dyn Reporter) -> Result<(Report, Exit)> {
     let mut sc = scenario::load(&opts.scenario)?;
     if let Some(seed) = opts.seed {
         sc = sc.with_seed(seed);
@@ -68,8 +89,7 @@ pub async fn run(opts: RunOptions) -> Result<(Report, Exit)> {
     if let Some(c) = opts.components {
         sc = sc.with_components(c);
     }
-    let output = if opts.json { Output::Json } else { Output::Tables };
-    execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, output).await
+    execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, reporter).await
 }
 
 /// Runs a validated scenario end to end: open the infrastructure, start
@@ -79,48 +99,23 @@ pub async fn execute(
     database_url: Option<String>,
     brokers: Option<String>,
     reports_dir: &std::path::Path,
-    output: Output,
+    reporter: &dyn Reporter,
 ) -> Result<(Report, Exit)> {
     let started = Instant::now();
-    let endpoints = Endpoints::resolve(database_url, brokers, &sc)?;
-    let under_test = [("notifier", &sc.notifier.command), ("relay", &sc.relay.command)];
-    if let (Some((role, _)), None) = (under_test.iter().find(|c| c.1.is_some()), &endpoints.database_url) {
-        return Err(Error::Usage(format!(
-            "`{role}.command` runs a program under test against PostgreSQL only: pass --database-url or set DATABASE_URL"
-        )));
-    }
+    let endpoints = endpoints(&sc, database_url, brokers)?;
     let names = RunNames::new();
     let infra = Infra::open(&sc, &endpoints, &names, reports_dir).await?;
-    if output == Output::Tables {
-        println!(
-            "chaos run {} · scenario {} · seed {}\ninfra: {}",
-            names.run_id,
-            sc.name,
-            sc.seed,
-            infra.describe(&names)
-        );
-    }
+    let infra_line = infra.describe(&names);
+    reporter.event(&Event::Started { run_id: &names.run_id, scenario: &sc.name, seed: sc.seed, infra: &infra_line })?;
     info!(run_id = %names.run_id, seed = sc.seed, "starting");
     infra.broker.create_topic(&names.topic, sc.partitions).await?;
     let setup_ms = started.elapsed().as_millis() as u64;
 
     let sc = Arc::new(sc);
-    let faults = Arc::new(FaultInjector::new(sc.seed, &sc.faults));
-    let stats = Arc::new(Stats::default());
-    let (trigger, shutdown) = shutdown_pair();
-    let ctx = Ctx {
-        scenario: sc.clone(),
-        store: infra.store.clone(),
-        faults: faults.clone(),
-        stats: stats.clone(),
-        shutdown,
-        broker: infra.broker.clone(),
-        names: names.clone(),
-        intent: Default::default(),
-        tasks: Default::default(),
-    };
+    let (trigger, ctx) = context(&sc, &infra, &names);
+    let (faults, stats) = (ctx.faults.clone(), ctx.stats.clone());
     let (programs, mut components) = start_components(&ctx, endpoints.database_url.as_deref(), reports_dir)?;
-    let progress = Progress::start(sc.payments, stats.clone(), faults.clone(), output != Output::Quiet);
+    let progress = Progress::start(sc.payments, stats.clone(), faults.clone(), reporter.shows_progress());
     let mut ran = drive(&ctx, programs.as_ref()).await;
     trigger.trigger();
     components.extend(ctx.tasks.take());
@@ -149,18 +144,39 @@ pub async fn execute(
     infra.close().await;
 
     let (json, md) = rep.save(reports_dir)?;
-    match output {
-        Output::Quiet => {}
-        Output::Json => {
-            println!("{}", serde_json::to_string_pretty(&rep).map_err(|e| Error::Internal(e.to_string()))?)
-        }
-        Output::Tables => {
-            print!("{}", report::render_body(&rep));
-            println!("report: {} and {}", json.display(), md.display());
-        }
-    }
+    reporter.event(&Event::Finished { report: &rep, json: &json, md: &md })?;
     let exit = rep.verdict.exit();
     Ok((rep, exit))
+}
+
+/// The endpoints of a run: flags, environment and scenario resolved, and
+/// a program under test refused without PostgreSQL.
+fn endpoints(sc: &Scenario, database_url: Option<String>, brokers: Option<String>) -> Result<Endpoints> {
+    let endpoints = Endpoints::resolve(database_url, brokers, sc)?;
+    let under_test = [("notifier", &sc.notifier.command), ("relay", &sc.relay.command)];
+    if let (Some((role, _)), None) = (under_test.iter().find(|c| c.1.is_some()), &endpoints.database_url) {
+        return Err(Error::Usage(format!(
+            "`{role}.command` runs a program under test against PostgreSQL only: pass --database-url or set DATABASE_URL"
+        )));
+    }
+    Ok(endpoints)
+}
+
+/// What the run's components share, and the trigger that stops them.
+fn context(sc: &Arc<Scenario>, infra: &Infra, names: &RunNames) -> (ShutdownTrigger, Ctx) {
+    let (trigger, shutdown) = shutdown_pair();
+    let ctx = Ctx {
+        scenario: sc.clone(),
+        store: infra.store.clone(),
+        faults: Arc::new(FaultInjector::new(sc.seed, &sc.faults)),
+        stats: Arc::new(Stats::default()),
+        shutdown,
+        broker: infra.broker.clone(),
+        names: names.clone(),
+        intent: Default::default(),
+        tasks: Default::default(),
+    };
+    (trigger, ctx)
 }
 
 /// A run's database and broker, opened: the run's PostgreSQL schema or

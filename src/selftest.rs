@@ -14,7 +14,7 @@
 use crate::error::{Error, Result};
 use crate::exit::Exit;
 use crate::report::Report;
-use crate::run::{execute, Output};
+use crate::run::{execute, Quiet};
 use crate::scenario;
 use crate::verifier::{AnomalyKind, Verdict};
 use comfy_table::{presets, Cell, Table};
@@ -342,8 +342,7 @@ pub async fn selftest(opts: &Options) -> Result<Summary> {
 
 /// One quiet pipeline run of a selftest scenario.
 async fn run_quiet(sc: scenario::Scenario, opts: &Options) -> Result<Report> {
-    let (rep, _) =
-        execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, Output::Quiet).await?;
+    let (rep, _) = execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, &Quiet).await?;
     Ok(rep)
 }
 

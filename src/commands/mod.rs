@@ -10,6 +10,8 @@ use crate::report::{self, Report, Style};
 use crate::run::{self, RunOptions};
 use std::path::Path;
 
+mod reporters;
+
 /// Runs one subcommand to its exit code.
 pub async fn execute(command: Command) -> Result<Exit> {
     match command {
@@ -38,10 +40,10 @@ async fn run_scenario(a: RunArgs) -> Result<Exit> {
         database_url: a.infra.database_url,
         brokers: a.infra.brokers,
         reports_dir: a.reports_dir,
-        json: a.json,
         components: a.components,
     };
-    run::run(opts).await.map(|(_, exit)| exit)
+    let reporter: &dyn run::Reporter = if a.json { &reporters::Json } else { &reporters::Terminal };
+    run::run(opts, reporter).await.map(|(_, exit)| exit)
 }
 
 fn show_report(file: &Path, markdown: bool) -> Result<Exit> {
