@@ -317,8 +317,24 @@ choices! {
 }
 
 /// A scenario that has passed validation; every field is usable as is.
+/// It is sealed: only this module makes one ([`parse`], [`load`]), and its
+/// settings are read through `Deref`, never changed in place. The
+/// overrides (`with_*`) check what they change, as the file's keys are.
+/// A component process receives it as JSON from its own run, already valid.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct Scenario {
+#[serde(transparent)]
+pub struct Scenario(Settings);
+
+impl std::ops::Deref for Scenario {
+    type Target = Settings;
+    fn deref(&self) -> &Settings {
+        &self.0
+    }
+}
+
+/// What a validated scenario says.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Settings {
     pub name: String,
     pub path: PathBuf,
     pub seed: u64,
@@ -402,14 +418,14 @@ pub const PAYMENTS_MAX: u64 = 10_000_000;
 impl Scenario {
     /// The same scenario with another seed (`--seed`): every seed is valid.
     pub fn with_seed(mut self, seed: u64) -> Self {
-        self.seed = seed;
+        self.0.seed = seed;
         self
     }
 
     /// The same scenario with its reference components in process or as
     /// processes (`--components`); nothing else depends on it.
     pub fn with_components(mut self, components: Components) -> Self {
-        self.components = components;
+        self.0.components = components;
         self
     }
 
@@ -421,7 +437,7 @@ impl Scenario {
                 "--payments is {payments}; expected an integer from 1 to {PAYMENTS_MAX}"
             )));
         }
-        self.payments = payments;
+        self.0.payments = payments;
         Ok(self)
     }
 }
@@ -557,7 +573,7 @@ impl Validator<'_> {
         let name = raw.name.clone().unwrap_or_else(|| {
             path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "scenario".into())
         });
-        Ok(Scenario {
+        Ok(Scenario(Settings {
             name,
             path: path.to_path_buf(),
             seed: seed as u64,
@@ -588,7 +604,7 @@ impl Validator<'_> {
                 .collect::<Result<_, _>>()?,
             infra_database_url: raw.infra.database_url,
             infra_kafka_brokers: raw.infra.kafka_brokers,
-        })
+        }))
     }
 
     /// The reference components' variants, correct or broken on purpose.
@@ -860,7 +876,7 @@ mod tests {
     #[test]
     fn a_program_under_test_is_checked_against_what_only_the_reference_has() {
         let s = p("[notifier]\ncommand = [\"python3\", \"consumer.py\"]\n[faults]\nprocess_kill = 0.2\n").unwrap();
-        let cmd = s.notifier.command.unwrap();
+        let cmd = s.notifier.command.clone().unwrap();
         assert_eq!(cmd.argv, vec!["python3", "consumer.py"]);
         assert_eq!(cmd.dir, PathBuf::from("."));
         let e = p("[notifier]\ncommand = []\n").unwrap_err();
@@ -872,7 +888,7 @@ mod tests {
         let e = p("[faults]\nprocess_pause = 0.1\n").unwrap_err();
         assert!(e.starts_with("t.toml:2:17: `faults.process_pause` acts on a component that runs as a process"), "{e}");
         let s = p("[relay]\ncommand = [\"python3\", \"relay.py\"]\n[faults]\nprocess_kill = 0.2\n").unwrap();
-        assert_eq!(s.relay.command.unwrap().argv, vec!["python3", "relay.py"]);
+        assert_eq!(s.relay.command.clone().unwrap().argv, vec!["python3", "relay.py"]);
         assert!(s.notifier.command.is_none());
         let e = p("[relay]\ncommand = [\"x\"]\norder = \"mark-then-publish\"\n").unwrap_err();
         assert!(e.starts_with("t.toml:3:9: `relay.order` shapes the reference relay"), "{e}");
