@@ -76,34 +76,9 @@ pub async fn clean(
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
     let cutoff = now.saturating_sub(older_than.as_secs());
     let mut out = Cleaned::default();
-
     if let Some(url) = database_url {
-        let endpoint = db_endpoint(url);
-        let unreachable = |cause: String| Error::DatabaseUnreachable { endpoint: endpoint.clone(), cause };
-        let opts = sqlx::postgres::PgConnectOptions::from_str(url).map_err(|e| unreachable(redact(&e.to_string())))?;
-        let mut c = tokio::time::timeout(CONNECT_TIMEOUT, opts.connect())
-            .await
-            .map_err(|_| unreachable("no answer".into()))?
-            .map_err(|e| unreachable(redact(&e.to_string())))?;
-        let names: Vec<String> = sqlx::query("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'chaos\\_%'")
-            .fetch_all(&mut c)
-            .await
-            .map_err(|e| Error::db("listing schemas", e))?
-            .into_iter()
-            .map(|r| r.get(0))
-            .collect();
-        for n in names.into_iter().filter(|n| is_old(n, cutoff)) {
-            if !dry_run {
-                sqlx::query(&format!("DROP SCHEMA \"{n}\" CASCADE"))
-                    .execute(&mut c)
-                    .await
-                    .map_err(|e| Error::db(format!("dropping schema {n}"), e))?;
-            }
-            out.schemas.push(n);
-        }
-        let _ = c.close().await;
+        out.schemas = schemas(url, cutoff, dry_run).await?;
     }
-
     if let Some(brokers) = brokers {
         let kafka = Kafka::attach(brokers, false);
         let (topics, groups) = kafka.list_names().await?;
@@ -113,21 +88,56 @@ pub async fn clean(
             kafka.delete_names(&out.topics, &out.groups).await?;
         }
     }
+    out.files = sqlite_files(reports_dir, cutoff, dry_run)?;
+    Ok(out)
+}
 
-    if let Ok(entries) = std::fs::read_dir(reports_dir) {
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let is_db = [".sqlite", ".sqlite-wal", ".sqlite-shm"].iter().any(|s| name.ends_with(s));
-            if is_db && is_old(&name, cutoff) {
-                if !dry_run {
-                    std::fs::remove_file(e.path())
-                        .map_err(|err| Error::Write { path: e.path(), cause: err.to_string() })?;
-                }
-                out.files.push(e.path().display().to_string());
+/// The old runs' PostgreSQL schemas, dropped unless `dry_run`.
+async fn schemas(url: &str, cutoff: u64, dry_run: bool) -> Result<Vec<String>> {
+    let endpoint = db_endpoint(url);
+    let unreachable = |cause: String| Error::DatabaseUnreachable { endpoint: endpoint.clone(), cause };
+    let opts = sqlx::postgres::PgConnectOptions::from_str(url).map_err(|e| unreachable(redact(&e.to_string())))?;
+    let mut c = tokio::time::timeout(CONNECT_TIMEOUT, opts.connect())
+        .await
+        .map_err(|_| unreachable("no answer".into()))?
+        .map_err(|e| unreachable(redact(&e.to_string())))?;
+    let names: Vec<String> = sqlx::query("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'chaos\\_%'")
+        .fetch_all(&mut c)
+        .await
+        .map_err(|e| Error::db("listing schemas", e))?
+        .into_iter()
+        .map(|r| r.get(0))
+        .collect();
+    let mut removed = Vec::new();
+    for n in names.into_iter().filter(|n| is_old(n, cutoff)) {
+        if !dry_run {
+            sqlx::query(&format!("DROP SCHEMA \"{n}\" CASCADE"))
+                .execute(&mut c)
+                .await
+                .map_err(|e| Error::db(format!("dropping schema {n}"), e))?;
+        }
+        removed.push(n);
+    }
+    let _ = c.close().await;
+    Ok(removed)
+}
+
+/// The old runs' SQLite files in the reports folder, removed unless `dry_run`.
+fn sqlite_files(reports_dir: &Path, cutoff: u64, dry_run: bool) -> Result<Vec<String>> {
+    let mut removed = Vec::new();
+    let Ok(entries) = std::fs::read_dir(reports_dir) else { return Ok(removed) };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let is_db = [".sqlite", ".sqlite-wal", ".sqlite-shm"].iter().any(|s| name.ends_with(s));
+        if is_db && is_old(&name, cutoff) {
+            if !dry_run {
+                std::fs::remove_file(e.path())
+                    .map_err(|err| Error::Write { path: e.path(), cause: err.to_string() })?;
             }
+            removed.push(e.path().display().to_string());
         }
     }
-    Ok(out)
+    Ok(removed)
 }
 
 #[cfg(test)]

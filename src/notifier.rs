@@ -230,20 +230,25 @@ impl Incarnation<'_> {
             return Step::End(Ending::Crash { confirmed_by_restart: None });
         }
         if cfg.inbox != InboxMode::CommitOffsetFirst {
-            // Asynchronous, as consumers commit in their loop: the batch's
-            // effects are already committed with its inbox rows, so an offset
-            // commit lost to a crash only means a redelivery the inbox absorbs.
-            if let Err(e) = self.consumer.commit(&next, false) {
-                // Usually a rebalance took the partition away; its new owner
-                // gets the batch again and the inbox absorbs it.
-                debug!(notifier = %name, cause = %e, "offset commit failed");
-            }
+            self.commit(&next);
         }
         ctx.faults.settled(held);
         if ctx.faults.strike(FaultPoint::NotifierReplay, name, hit) {
             self.replay(&batch, at);
         }
         Step::Continue
+    }
+
+    /// Commits a batch's offsets. Asynchronous, as consumers commit in
+    /// their loop: the batch's effects are already committed with its inbox
+    /// rows, so an offset commit lost to a crash only means a redelivery the
+    /// inbox absorbs.
+    fn commit(&self, next: &[(i32, i64)]) {
+        if let Err(e) = self.consumer.commit(next, false) {
+            // Usually a rebalance took the partition away; its new owner
+            // gets the batch again and the inbox absorbs it.
+            debug!(notifier = %self.name, cause = %e, "offset commit failed");
+        }
     }
 
     /// A micro-batch: the first message waited for (re-checking shutdown

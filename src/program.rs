@@ -523,8 +523,9 @@ impl Keeper {
         }
     }
 
-    /// Starts one incarnation in a process group of its own.
-    fn spawn(&mut self, incarnation: u32) -> Result<Proc, String> {
+    /// The command of one incarnation: the contract's environment, its own
+    /// process group, killed with the run however the run ends.
+    fn command(&self, incarnation: u32) -> Command {
         let app = self.application_name(incarnation);
         let mut cmd = Command::new(&self.command.argv[0]);
         cmd.args(&self.command.argv[1..])
@@ -547,6 +548,12 @@ impl Keeper {
                 Ok(())
             });
         }
+        cmd
+    }
+
+    /// Starts one incarnation in a process group of its own.
+    fn spawn(&mut self, incarnation: u32) -> Result<Proc, String> {
+        let mut cmd = self.command(incarnation);
         let mut child = cmd.spawn().map_err(|e| {
             format!(
                 "{} could not start `{}` in {}: {e}; check that the program exists (a bare name is looked up on PATH)",
