@@ -66,3 +66,11 @@ fn the_readme_layout_names_every_module_of_src() {
         assert!(root().join(path).exists(), "README's Layout names {path}, which does not exist");
     }
 }
+
+#[test]
+fn the_readme_lists_every_selftest_variant() {
+    let readme = readme();
+    for v in chaos::selftest::CATALOGUE {
+        assert!(readme.contains(&format!("| {} |", v.name)), "README's catalogue table lacks {}", v.name);
+    }
+}
