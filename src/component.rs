@@ -202,7 +202,10 @@ pub async fn serve() -> Result<Exit> {
         faults: faults.clone(),
         stats: stats.clone(),
         shutdown,
-        broker: Arc::new(Kafka::attach(&var("CHAOS_BROKERS")?, std::env::var(EMBEDDED_ENV).as_deref() == Ok("1"))),
+        broker: Arc::new(Kafka::for_component(
+            &var("CHAOS_BROKERS")?,
+            std::env::var(EMBEDDED_ENV).as_deref() == Ok("1"),
+        )),
         names,
         intent: Default::default(),
         tasks: Default::default(),

@@ -55,6 +55,13 @@ fn selftest_on_postgres_and_kafka_as_processes() {
     selftest_catches_every_variant_with(Backend::Services, "process");
 }
 
+/// The same on SQLite and the mock cluster: the child processes reach the
+/// mock through its TCP port and SQLite through the run's file.
+#[test]
+fn selftest_embedded_as_processes() {
+    selftest_catches_every_variant_with(Backend::Embedded, "process");
+}
+
 #[test]
 fn selftest_table_prints_the_mutation_score() {
     let dir = tempfile::tempdir().unwrap();

@@ -19,7 +19,19 @@ use tracing::debug;
 /// new group unjoined for good (measured: about 1 run in 5 of
 /// payments.toml, one of two notifiers had no assignment after 5 s), while
 /// joins that complete do so in about 1.1 s.
+///
+/// The wait doubles each time the same member is replaced so, up to
+/// [`MOCK_JOIN_WAIT_MAX`]: each replacement is a leave and a join, so a new
+/// rebalance, and when notifiers are processes that restart at every crash
+/// a fixed 2 s wait replaced every new member before its first rebalance
+/// had completed, over and over (measured: a notifier process replaced its
+/// consumer every 2 s for 80 s, and the run did not drain).
 const MOCK_JOIN_WAIT: Duration = Duration::from_secs(2);
+const MOCK_JOIN_WAIT_MAX: Duration = Duration::from_secs(16);
+
+/// How many times in a row a member of the mock cluster's group was
+/// replaced for want of an assignment; 0 again once it gets one.
+pub type Strandings = std::sync::Arc<std::sync::atomic::AtomicU32>;
 
 /// How long a seek or a committed-offsets read may take: each asks the group
 /// coordinator once, which answers in milliseconds when it is there at all.
@@ -33,6 +45,7 @@ pub struct Membership {
     member: String,
     /// This consumer's join completed (it got an assignment, maybe empty).
     joined: AtomicBool,
+    strandings: Option<Strandings>,
 }
 
 impl ClientContext for Membership {}
@@ -46,6 +59,9 @@ impl ConsumerContext for Membership {
         debug!(member = %self.member, partitions = held, "rebalance");
         if matches!(rebalance, Rebalance::Assign(_)) {
             self.joined.store(true, Ordering::Relaxed);
+            if let Some(n) = &self.strandings {
+                n.store(0, Ordering::Relaxed);
+            }
         }
         (self.on_assign)(held);
     }
@@ -56,13 +72,16 @@ impl ConsumerContext for Membership {
 pub struct KafkaConsumer {
     inner: OffRuntime<StreamConsumer<Membership>>,
     topic: String,
-    embedded: bool,
+    /// On the mock cluster: how often this member was replaced unjoined.
+    strandings: Option<Strandings>,
     /// When it was made, for the mock cluster's unjoined members.
     created: Instant,
 }
 
 impl KafkaConsumer {
-    pub fn new(brokers: &str, embedded: bool, spec: ConsumerSpec) -> Result<Self> {
+    /// `strandings` is Some on the mock cluster only.
+    pub fn new(brokers: &str, strandings: Option<Strandings>, spec: ConsumerSpec) -> Result<Self> {
+        let embedded = strandings.is_some();
         let session = spec.session.as_millis() as u64;
         let mut c = config(brokers);
         // librdkafka prefetches up to 64 MB per consumer by default. A
@@ -108,9 +127,10 @@ impl KafkaConsumer {
                 on_assign: spec.on_assign,
                 member: spec.member,
                 joined: Default::default(),
+                strandings: strandings.clone(),
             })
             .map_err(|e| Error::kafka("creating a notifier consumer", e))?;
-        Ok(Self { inner: OffRuntime::new(inner), topic: spec.topic, embedded, created: Instant::now() })
+        Ok(Self { inner: OffRuntime::new(inner), topic: spec.topic, strandings, created: Instant::now() })
     }
 
     fn c(&self) -> &StreamConsumer<Membership> {
@@ -227,7 +247,13 @@ impl crate::broker::Consumer for KafkaConsumer {
     /// rebalances after crashes and stalls take the mock longer, and
     /// replacing members then would only restart them.
     fn stranded(&self) -> bool {
+        let Some(n) = &self.strandings else { return false };
         let joined = self.c().context().joined.load(Ordering::Relaxed);
-        self.embedded && !joined && self.created.elapsed() > MOCK_JOIN_WAIT
+        let wait = (MOCK_JOIN_WAIT * 2u32.pow(n.load(Ordering::Relaxed).min(3))).min(MOCK_JOIN_WAIT_MAX);
+        if joined || self.created.elapsed() <= wait {
+            return false;
+        }
+        n.fetch_add(1, Ordering::Relaxed);
+        true
     }
 }

@@ -33,6 +33,14 @@ const READ_POLL: Duration = Duration::from_millis(200);
 /// until its session times out (measured: about one session timeout per
 /// notifier crash), so the embedded mode uses 1 s to keep crashes cheap.
 const MOCK_SESSION: Duration = Duration::from_secs(1);
+/// The same for notifiers that are OS processes. With 1 s, on this 2-core
+/// machine, members of busy processes timed out between heartbeats, the
+/// group rebalanced over and over, and the mock cluster aborted the whole
+/// run on its own assertion (`!member->resp`, a member's second request
+/// while its first was held): 4 of 7 runs of `selftest --only "inbox off"
+/// --components process`, old and new builds alike. With 3 s: 0 of 3, and
+/// 18-25 s a run instead of 27-86 s.
+const MOCK_SESSION_PROCESSES: Duration = Duration::from_secs(3);
 
 /// Client settings shared by every Kafka client of a run. The timeouts keep
 /// librdkafka's own retry loops bounded.
@@ -61,8 +69,12 @@ pub struct Kafka {
     mock: Mutex<Option<mock::MockCluster>>,
     /// The mock cluster's clients, in this process or another.
     embedded: bool,
+    /// The longest session a consumer gets on the mock cluster.
+    mock_session: Duration,
     /// One client for the watermark reads a run makes every 50 ms.
     probe: Mutex<Option<BaseConsumer>>,
+    /// Per notifier member, on the mock cluster: its replacements unjoined.
+    strandings: Mutex<std::collections::HashMap<String, consumer::Strandings>>,
 }
 
 impl Kafka {
@@ -80,9 +92,23 @@ impl Kafka {
         Ok(kafka)
     }
 
-    /// A cluster another process runs (a component process of the run's).
+    /// A cluster another process runs.
     pub fn attach(bootstrap: &str, embedded: bool) -> Self {
-        Self { bootstrap: bootstrap.to_string(), mock: Mutex::new(None), embedded, probe: Mutex::new(None) }
+        Self {
+            bootstrap: bootstrap.to_string(),
+            mock: Mutex::new(None),
+            embedded,
+            mock_session: MOCK_SESSION,
+            probe: Mutex::new(None),
+            strandings: Default::default(),
+        }
+    }
+
+    /// The run's cluster as a component process of the run sees it.
+    pub fn for_component(bootstrap: &str, embedded: bool) -> Self {
+        let mut kafka = Self::attach(bootstrap, embedded);
+        kafka.mock_session = MOCK_SESSION_PROCESSES;
+        kafka
     }
 
     fn admin(&self) -> Result<AdminClient<DefaultClientContext>> {
@@ -138,7 +164,7 @@ impl Broker for Kafka {
 
     fn session_timeout(&self, wanted: Duration) -> Duration {
         if self.embedded {
-            wanted.min(MOCK_SESSION)
+            wanted.min(self.mock_session)
         } else {
             wanted
         }
@@ -158,7 +184,11 @@ impl Broker for Kafka {
     }
 
     fn consumer(&self, spec: ConsumerSpec) -> Result<Box<dyn super::Consumer>> {
-        Ok(Box::new(KafkaConsumer::new(&self.bootstrap, self.embedded, spec)?))
+        let strandings = self.embedded.then(|| {
+            let mut all = self.strandings.lock().unwrap_or_else(|p| p.into_inner());
+            all.entry(spec.member.clone()).or_default().clone()
+        });
+        Ok(Box::new(KafkaConsumer::new(&self.bootstrap, strandings, spec)?))
     }
 
     fn watermarks(&self, topic: &str, partitions: i32) -> Result<Vec<(i64, i64)>> {
