@@ -55,8 +55,8 @@ PLANTS = {
     ),
     "notifier-crash-that-does-nothing": (
         "src/notifier.rs",
-        "            ctx.faults.await_redelivery(FaultPoint::NotifierBeforeOffsetCommit, fires, held);\n        }\n        fires > 0\n",
-        "            ctx.faults.await_redelivery(FaultPoint::NotifierBeforeOffsetCommit, fires, held);\n        }\n        false\n",
+        "crate::component::halt_for(FaultPoint::NotifierBeforeOffsetCommit, fires).await;\n        }\n        fires > 0\n",
+        "crate::component::halt_for(FaultPoint::NotifierBeforeOffsetCommit, fires).await;\n        }\n        false\n",
         "scenarios/payments.toml",
     ),
     "mark-despite-a-failed-produce": (
