@@ -114,7 +114,18 @@ def plant(name):
         run(["git", "checkout", "-q", "--", path])
 
 
+def check():
+    """--check: every plant still finds the code it plants in (no build, no run)."""
+    stale = [n for n, (path, old, _, _) in PLANTS.items() if old not in open(os.path.join(ROOT, path)).read()]
+    for n in stale:
+        print(f"stale plant {n}: its text is no longer in {PLANTS[n][0]}; update scripts/plant-bugs.py")
+    print(f"{len(PLANTS) - len(stale)}/{len(PLANTS)} plants find their code")
+    return 1 if stale else 0
+
+
 def main():
+    if sys.argv[1:] == ["--check"]:
+        return check()
     names = sys.argv[1:] or list(PLANTS)
     unknown = [n for n in names if n not in PLANTS]
     if unknown:

@@ -74,3 +74,17 @@ fn the_readme_lists_every_selftest_variant() {
         assert!(readme.contains(&format!("| {} |", v.name)), "README's catalogue table lacks {}", v.name);
     }
 }
+
+#[test]
+fn every_planted_bug_still_finds_the_code_it_plants_in() {
+    // scripts/plant-bugs.py patches source text; a refactor that moves that
+    // text silently turns a plant into a no-op.
+    let out = std::process::Command::new("python3")
+        .arg(root().join("scripts/plant-bugs.py"))
+        .arg("--check")
+        .output()
+        .expect("python3");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("8/8 plants find their code"), "{stdout}");
+}
