@@ -26,7 +26,7 @@ use tracing::debug;
 /// a fixed 2 s wait replaced every new member before its first rebalance
 /// had completed, over and over (measured: a notifier process replaced its
 /// consumer every 2 s for 80 s, and the run did not drain).
-const MOCK_JOIN_WAIT: Duration = Duration::from_secs(2);
+pub const MOCK_JOIN_WAIT: Duration = Duration::from_secs(2);
 const MOCK_JOIN_WAIT_MAX: Duration = Duration::from_secs(16);
 
 /// How many times in a row a member of the mock cluster's group was
@@ -72,15 +72,17 @@ impl ConsumerContext for Membership {
 pub struct KafkaConsumer {
     inner: OffRuntime<StreamConsumer<Membership>>,
     topic: String,
-    /// On the mock cluster: how often this member was replaced unjoined.
-    strandings: Option<Strandings>,
+    /// On the mock cluster: how often this member was replaced unjoined,
+    /// and how long it first waits to be joined.
+    strandings: Option<(Strandings, Duration)>,
     /// When it was made, for the mock cluster's unjoined members.
     created: Instant,
 }
 
 impl KafkaConsumer {
-    /// `strandings` is Some on the mock cluster only.
-    pub fn new(brokers: &str, strandings: Option<Strandings>, spec: ConsumerSpec) -> Result<Self> {
+    /// `strandings` is Some on the mock cluster only, with the first wait
+    /// for a join before the member is replaced.
+    pub fn new(brokers: &str, strandings: Option<(Strandings, Duration)>, spec: ConsumerSpec) -> Result<Self> {
         let embedded = strandings.is_some();
         let session = spec.session.as_millis() as u64;
         let mut c = config(brokers);
@@ -127,7 +129,7 @@ impl KafkaConsumer {
                 on_assign: spec.on_assign,
                 member: spec.member,
                 joined: Default::default(),
-                strandings: strandings.clone(),
+                strandings: strandings.as_ref().map(|s| s.0.clone()),
             })
             .map_err(|e| Error::kafka("creating a notifier consumer", e))?;
         Ok(Self { inner: OffRuntime::new(inner), topic: spec.topic, strandings, created: Instant::now() })
@@ -247,9 +249,9 @@ impl crate::broker::Consumer for KafkaConsumer {
     /// rebalances after crashes and stalls take the mock longer, and
     /// replacing members then would only restart them.
     fn stranded(&self) -> bool {
-        let Some(n) = &self.strandings else { return false };
+        let Some((n, first)) = &self.strandings else { return false };
         let joined = self.c().context().joined.load(Ordering::Relaxed);
-        let wait = (MOCK_JOIN_WAIT * 2u32.pow(n.load(Ordering::Relaxed).min(3))).min(MOCK_JOIN_WAIT_MAX);
+        let wait = (*first * 2u32.pow(n.load(Ordering::Relaxed).min(3))).min(MOCK_JOIN_WAIT_MAX);
         if joined || self.created.elapsed() <= wait {
             return false;
         }

@@ -40,7 +40,14 @@ const MOCK_SESSION: Duration = Duration::from_secs(1);
 /// while its first was held): 4 of 7 runs of `selftest --only "inbox off"
 /// --components process`, old and new builds alike. With 3 s: 0 of 3, and
 /// 18-25 s a run instead of 27-86 s.
-const MOCK_SESSION_PROCESSES: Duration = Duration::from_secs(3);
+const MOCK_SESSION_PROCESSES: Duration = Duration::from_secs(2);
+/// How long a new member in a component process waits for its first
+/// assignment before it is replaced: a killed predecessor stays in the
+/// group until its session times out, and the rebalance that follows waits
+/// up to a session more. Replacing the member sooner only restarts that
+/// rebalance (measured with 2 s and a 3 s session: each new notifier
+/// process of smoke.toml was replaced twice and joined after about 8 s).
+const MOCK_JOIN_WAIT_PROCESSES: Duration = Duration::from_secs(5);
 
 /// Client settings shared by every Kafka client of a run. The timeouts keep
 /// librdkafka's own retry loops bounded.
@@ -69,8 +76,10 @@ pub struct Kafka {
     mock: Mutex<Option<mock::MockCluster>>,
     /// The mock cluster's clients, in this process or another.
     embedded: bool,
-    /// The longest session a consumer gets on the mock cluster.
+    /// The longest session a consumer gets on the mock cluster, and how
+    /// long a new member waits to be joined before it is replaced.
     mock_session: Duration,
+    mock_join_wait: Duration,
     /// One client for the watermark reads a run makes every 50 ms.
     probe: Mutex<Option<BaseConsumer>>,
     /// Per notifier member, on the mock cluster: its replacements unjoined.
@@ -99,6 +108,7 @@ impl Kafka {
             mock: Mutex::new(None),
             embedded,
             mock_session: MOCK_SESSION,
+            mock_join_wait: consumer::MOCK_JOIN_WAIT,
             probe: Mutex::new(None),
             strandings: Default::default(),
         }
@@ -108,6 +118,7 @@ impl Kafka {
     pub fn for_component(bootstrap: &str, embedded: bool) -> Self {
         let mut kafka = Self::attach(bootstrap, embedded);
         kafka.mock_session = MOCK_SESSION_PROCESSES;
+        kafka.mock_join_wait = MOCK_JOIN_WAIT_PROCESSES;
         kafka
     }
 
@@ -186,7 +197,7 @@ impl Broker for Kafka {
     fn consumer(&self, spec: ConsumerSpec) -> Result<Box<dyn super::Consumer>> {
         let strandings = self.embedded.then(|| {
             let mut all = self.strandings.lock().unwrap_or_else(|p| p.into_inner());
-            all.entry(spec.member.clone()).or_default().clone()
+            (all.entry(spec.member.clone()).or_default().clone(), self.mock_join_wait)
         });
         Ok(Box::new(KafkaConsumer::new(&self.bootstrap, strandings, spec)?))
     }
