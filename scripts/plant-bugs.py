@@ -49,8 +49,8 @@ PLANTS = {
     ),
     "one-payment-fewer": (
         "src/workload.rs",
-        "let ps: Vec<NewPayment> = (first..(first + batch).min(payments))",
-        "let ps: Vec<NewPayment> = (first..(first + batch).min(payments)).filter(|i| *i != 500)",
+        "    (first..(first + batch).min(payments))\n",
+        "    (first..(first + batch).min(payments)).filter(|i| *i != 500)\n",
         "scenarios/payments.toml",
     ),
     "notifier-crash-that-does-nothing": (

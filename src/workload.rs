@@ -55,8 +55,7 @@ pub async fn run(ctx: Ctx) -> Result<()> {
 /// payment enters `committed` once its authorize transaction returned, and
 /// is marked captured once its capture did.
 async fn produce(ctx: &Ctx, k: usize, committed: &mut Vec<Intended>) -> Result<()> {
-    let (seed, payments) = (ctx.scenario.seed, ctx.scenario.payments);
-    let (producers, accounts) = (ctx.scenario.producers, ctx.scenario.accounts);
+    let (payments, producers) = (ctx.scenario.payments, ctx.scenario.producers);
     let component = format!("workload-{}", k + 1);
     let outbox = ctx.scenario.publish == PublishMode::Outbox;
     let producer = if outbox { None } else { Some(ctx.broker.producer()?) };
@@ -66,17 +65,7 @@ async fn produce(ctx: &Ctx, k: usize, committed: &mut Vec<Intended>) -> Result<(
         if ctx.shutdown.is_set() {
             break;
         }
-        let first = group * batch;
-        let ps: Vec<NewPayment> = (first..(first + batch).min(payments))
-            .map(|i| {
-                let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-                NewPayment {
-                    id: crate::events::time_ordered_id(),
-                    account_id: rng.gen_range(1..=accounts as i32),
-                    amount_cents: rng.gen_range(100..=50_000),
-                }
-            })
-            .collect();
+        let ps = payments_of_group(ctx, group * batch, batch);
         ctx.store.authorize(&ps, outbox).await?;
         let from = committed.len();
         committed.extend(ps.iter().map(|p| Intended {
@@ -115,6 +104,22 @@ async fn produce(ctx: &Ctx, k: usize, committed: &mut Vec<Intended>) -> Result<(
         group += producers as u64;
     }
     Ok(())
+}
+
+/// The payments `first..first + batch` of the scenario (fewer at its end):
+/// accounts and amounts from the seed and the payment's number, ids fresh.
+fn payments_of_group(ctx: &Ctx, first: u64, batch: u64) -> Vec<NewPayment> {
+    let (seed, payments, accounts) = (ctx.scenario.seed, ctx.scenario.payments, ctx.scenario.accounts);
+    (first..(first + batch).min(payments))
+        .map(|i| {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            NewPayment {
+                id: crate::events::time_ordered_id(),
+                account_id: rng.gen_range(1..=accounts as i32),
+                amount_cents: rng.gen_range(100..=50_000),
+            }
+        })
+        .collect()
 }
 
 /// The dual write: after the database commit, produce the event directly.

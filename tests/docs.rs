@@ -88,3 +88,26 @@ fn every_planted_bug_still_finds_the_code_it_plants_in() {
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("8/8 plants find their code"), "{stdout}");
 }
+
+#[test]
+fn only_the_kafka_adapter_names_rdkafka() {
+    // The broker boundary: the relay, notifier, workload and verifier talk
+    // to src/broker/'s traits; rdkafka's types stay inside the adapter.
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            if e.path().is_dir() {
+                walk(&e.path(), out);
+            } else if e.path().extension().is_some_and(|x| x == "rs") {
+                out.push(e.path());
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&root().join("src"), &mut files);
+    let adapter = root().join("src/broker/kafka");
+    for f in files.iter().filter(|f| !f.starts_with(&adapter)) {
+        let text = std::fs::read_to_string(f).unwrap();
+        assert!(!text.contains("rdkafka::"), "{} names rdkafka; go through src/broker/ instead", f.display());
+    }
+    assert!(files.len() > 30, "walked {} files", files.len());
+}
