@@ -381,6 +381,8 @@ mod tests {
         let p0 = got.iter().filter(|(p, _)| *p == 0).count() as i64;
         first.commit(&[(0, p0)], true).unwrap();
         drop(first);
+        assert_eq!(b.committed("g", 0), Some(p0));
+        assert_eq!(b.committed("g", 1), None, "partition 1 was never committed");
         assert_eq!(b.group_lag("g", "t", 2).await.unwrap(), 10 - p0);
         let second = b.consumer(spec("a")).unwrap();
         second.join().unwrap();

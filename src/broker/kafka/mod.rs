@@ -20,8 +20,8 @@ use rdkafka::{Offset, TopicPartitionList};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-pub use consumer::KafkaConsumer;
-pub use producer::KafkaProducer;
+use consumer::KafkaConsumer;
+use producer::KafkaProducer;
 
 use crate::infra::CONNECT_TIMEOUT;
 

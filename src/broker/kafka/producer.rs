@@ -11,7 +11,7 @@ use rdkafka::util::Timeout;
 use std::time::Duration;
 
 /// How long one produce may wait for its ack before the batch is given back.
-pub const PRODUCE_TIMEOUT: Duration = Duration::from_secs(15);
+const PRODUCE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Idempotent (no duplicates from its own retries, order kept per
 /// partition), acks from all replicas. Dropped off the async threads: its
