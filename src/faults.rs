@@ -137,13 +137,41 @@ fault_points! {
     /// a relay is busiest.
     ProcessKillPerMessage = "process.kill_per_message", key process_kill_per_message, per "message the topic gains",
         confirmed by "the process seen ending by SIGKILL";
+    /// The fault proxy resets every connection a component has open to
+    /// the database: an RST to the component, a closed socket to the server.
+    NetReset = "net.reset", key net_reset, per "second, per proxied component",
+        confirmed by "an open connection reset by the proxy";
+    /// The fault proxy holds every byte between a component and the
+    /// database for `[proxy] blackhole_ms`, then lets it through: a
+    /// network partition that heals.
+    NetBlackhole = "net.blackhole", key net_blackhole, per "second, per proxied component",
+        confirmed by "bytes held by the proxy during the blackhole";
+    /// PostgreSQL commits and its acknowledgement never arrives: the fault
+    /// proxy withholds the `CommandComplete` of a COMMIT and resets the
+    /// connection. The transaction is durable; its client cannot know.
+    DbCommitAckLost = "db.commit_ack_lost", key db_commit_ack_lost, per "COMMIT of a proxied component",
+        confirmed by "the proxy seeing the server acknowledge the COMMIT and withholding it";
+    /// The fault proxy lets a COMMIT's acknowledgement through and SIGKILLs
+    /// the component's process right after: for any consumer, a kill
+    /// between its transaction and its offset commit.
+    DbKillAfterCommit = "db.kill_after_commit", key db_kill_after_commit, per "COMMIT of a component process",
+        confirmed by "the process seen ending by SIGKILL";
 }
 
 impl FaultPoint {
     /// The points the harness applies to a process from outside, whatever
-    /// the program: the only ones a program under test can be given.
-    pub const FOR_PROCESSES: &'static [FaultPoint] =
-        &[FaultPoint::ProcessKill, FaultPoint::ProcessPause, FaultPoint::ProcessKillPerMessage];
+    /// the program: they need a component that runs as one.
+    pub const FOR_PROCESSES: &'static [FaultPoint] = &[
+        FaultPoint::ProcessKill,
+        FaultPoint::ProcessPause,
+        FaultPoint::ProcessKillPerMessage,
+        FaultPoint::DbKillAfterCommit,
+    ];
+
+    /// The points the fault proxy strikes: they need PostgreSQL, whose wire
+    /// it sits on, and apply to any program, the user's included.
+    pub const PROXIED: &'static [FaultPoint] =
+        &[FaultPoint::NetReset, FaultPoint::NetBlackhole, FaultPoint::DbCommitAckLost, FaultPoint::DbKillAfterCommit];
 }
 
 /// How many fault points there are.

@@ -55,6 +55,7 @@ pub async fn apply_batch(store: &Store, batch: &[Incoming], modes: Modes, faults
         | InboxMode::CommitOffsetFirst
         | InboxMode::ConsumerMadeId
         | InboxMode::MessageIdOnly
+        | InboxMode::ReapplyOnCommitError
         | InboxMode::Off => single_transaction(b).await,
         InboxMode::SeparateTransactions => separate_transactions(b).await,
         InboxMode::CheckThenAct => check_then_act(b).await,
@@ -104,7 +105,19 @@ async fn single_transaction(b: Batch<'_>) -> Result<BatchOutcome> {
     stall(b.faults.stall).await;
     let plan = plan_effects(b.refs, b.modes.inbox, &claimed);
     out.stale = tx.apply(&plan, b.modes.projection).await?;
-    tx.commit().await?;
+    match tx.commit().await {
+        Ok(()) => {}
+        Err(e) if b.modes.inbox == InboxMode::ReapplyOnCommitError => {
+            // The mistake: a failed COMMIT taken for "nothing happened".
+            // The claim is assumed rolled back, so the effects go again on
+            // their own; when the COMMIT did land, they land twice.
+            tracing::warn!(cause = %e, "the batch's COMMIT failed; applying its effects again");
+            let mut again = b.store.begin().await?;
+            out.stale = again.apply(&plan, b.modes.projection).await?;
+            again.commit().await?;
+        }
+        Err(e) => return Err(e),
+    }
     (out.applied, out.duplicates) = (plan.applied, plan.duplicates);
     Ok(out)
 }

@@ -64,6 +64,7 @@ pub mod interrupt;
 pub mod notifier;
 pub mod program;
 pub mod progress;
+pub mod proxy;
 pub mod relay;
 pub mod report;
 pub mod run;

@@ -96,6 +96,7 @@ impl Programs {
         ctx: &Ctx,
         database: &Database,
         logs: PathBuf,
+        lanes: Option<&crate::proxy::Lanes>,
     ) -> crate::error::Result<Option<(Self, Vec<crate::context::Named>)>> {
         let sc = &ctx.scenario;
         let roles = Self::roles(sc)?;
@@ -122,6 +123,16 @@ impl Programs {
                 tails.push((name.clone(), tail.clone()));
                 let (kill, kill_rx) = tokio::sync::mpsc::unbounded_channel();
                 let kill_pending = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                // Behind the fault proxy, the slot's process talks to the
+                // database through its own port, and the proxy may ask for
+                // its kill (db.kill_after_commit).
+                let proxy_slot = lanes.and_then(|l| l.slot(&name));
+                let mut env = env.clone();
+                if let (Some(slot), Some(l)) = (&proxy_slot, lanes) {
+                    env.0.retain(|(k, _)| *k != "CHAOS_DATABASE_URL");
+                    env.0.push(("CHAOS_DATABASE_URL", l.url_of(slot)));
+                    *lock(&slot.process.keeper) = Some(kill.clone());
+                }
                 kills.push((name.clone(), kill, kill_pending.clone()));
                 let keeper = Keeper {
                     slot,
@@ -134,7 +145,8 @@ impl Programs {
                     confirm_on_start: None,
                     name: name.clone(),
                     command: command.clone(),
-                    env: env.clone(),
+                    env,
+                    proxy_slot,
                     logs: logs.clone(),
                     failure: failure.clone(),
                     acting: acting.subscribe(),
@@ -339,9 +351,10 @@ pub enum Database {
 /// How often the topic's size is read for `process.kill_per_message`.
 const GROWTH_POLL: Duration = Duration::from_millis(50);
 
-/// A slot's kill channel for the per-message nemesis, and whether a kill
-/// it sent is still waiting for the slot's next process.
-type KillLine = (String, tokio::sync::mpsc::UnboundedSender<()>, Arc<std::sync::atomic::AtomicBool>);
+/// A slot's kill channel (the per-message nemesis and the fault proxy send
+/// the point they kill for), and whether a kill the per-message nemesis
+/// sent is still waiting for the slot's next process.
+type KillLine = (String, tokio::sync::mpsc::UnboundedSender<FaultPoint>, Arc<std::sync::atomic::AtomicBool>);
 
 /// `process.kill_per_message`: while the nemesis acts, each message the
 /// topic gains is an occurrence for one slot, picked from the seed; a
@@ -381,7 +394,7 @@ async fn by_messages(ctx: Ctx, mut acting: watch::Receiver<bool>, kills: Vec<Kil
             }
             if ctx.faults.strike(FaultPoint::ProcessKillPerMessage, name, || format!("the topic's message {}", m + 1)) {
                 pending.store(true, std::sync::atomic::Ordering::Relaxed);
-                let _ = kill.send(());
+                let _ = kill.send(FaultPoint::ProcessKillPerMessage);
             }
         }
     }
@@ -393,8 +406,9 @@ struct Keeper {
     ctx: Ctx,
     /// The instance number (`notifier-2` is 2), under which its figures are kept.
     slot: usize,
-    /// Kills the per-message nemesis decided for this slot.
-    kill_rx: tokio::sync::mpsc::UnboundedReceiver<()>,
+    /// Kills decided outside the keeper: the per-message nemesis's, the
+    /// fault proxy's (which has sent SIGKILL already).
+    kill_rx: tokio::sync::mpsc::UnboundedReceiver<FaultPoint>,
     /// Set by the nemesis when it sends one; cleared when the next process starts.
     kill_pending: Arc<std::sync::atomic::AtomicBool>,
     role: Role,
@@ -408,6 +422,8 @@ struct Keeper {
     name: String,
     command: ProgramCommand,
     env: Env,
+    /// The slot's port on the fault proxy, which is told the process group.
+    proxy_slot: Option<Arc<crate::proxy::Slot>>,
     logs: PathBuf,
     failure: watch::Sender<Option<String>>,
     acting: watch::Receiver<bool>,
@@ -466,7 +482,14 @@ impl Keeper {
                 Ok(p) => p,
                 Err(why) => return self.fail(why),
             };
-            match self.watch(&mut proc).await {
+            if let Some(slot) = &self.proxy_slot {
+                slot.process.pgid.store(proc.pid, std::sync::atomic::Ordering::Relaxed);
+            }
+            let end = self.watch(&mut proc).await;
+            if let Some(slot) = &self.proxy_slot {
+                slot.process.pgid.store(0, std::sync::atomic::Ordering::Relaxed);
+            }
+            match end {
                 End::Killed => {}
                 End::Stopped => return,
                 End::Unkillable => {
@@ -602,6 +625,12 @@ impl Keeper {
         loop {
             let acting = *self.acting.borrow() && paused_until.is_none();
             tokio::select! {
+                // A kill decided outside arrives before the process can end
+                // of it (the fault proxy sends the word, then the signal),
+                // so it is looked at first: that end is the nemesis's, not
+                // the program's own.
+                biased;
+                Some(point) = self.kill_rx.recv() => return self.kill_for(proc, point).await,
                 status = proc.child.wait() => {
                     return match status {
                         Ok(s) => End::Exited(s),
@@ -625,7 +654,6 @@ impl Keeper {
                     second = Instant::now();
                     next = second + self.instant_within_second();
                 }
-                Some(()) = self.kill_rx.recv() => return self.kill_for(proc, FaultPoint::ProcessKillPerMessage).await,
                 Some(line) = proc.lines.recv() => match line {
                     Line::Halt { point, fires } => return self.halted(proc, point, fires).await,
                     Line::Stall { point, ms } => {

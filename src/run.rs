@@ -12,6 +12,7 @@ use crate::infra::{Endpoints, RunNames};
 use crate::notifier;
 use crate::program::{Database, Programs};
 use crate::progress::Progress;
+use crate::proxy::Lanes;
 use crate::report::{self, ComponentFigures, InfraInfo, Report, ScenarioInfo, Stages, Timings};
 use crate::scenario::Components;
 use crate::scenario::{self, Scenario};
@@ -105,18 +106,32 @@ pub async fn execute(
     let endpoints = endpoints(&sc, database_url, brokers)?;
     let names = RunNames::new();
     let infra = Infra::open(&sc, &endpoints, &names, reports_dir).await?;
-    let infra_line = infra.describe(&names);
+    let sc = Arc::new(sc);
+    let (trigger, ctx) = context(&sc, &infra, &names);
+    let lanes = match (&endpoints.database_url, sc.proxied()) {
+        (Some(url), true) => Some(Lanes::start(&ctx, url).await?),
+        _ => None,
+    };
+    let mut infra_line = infra.describe(&names);
+    if let Some(l) = &lanes {
+        infra_line = format!("{infra_line} · {}", l.describe());
+    }
     reporter.event(&Event::Started { run_id: &names.run_id, scenario: &sc.name, seed: sc.seed, infra: &infra_line })?;
     info!(run_id = %names.run_id, seed = sc.seed, "starting");
     infra.broker.create_topic(&names.topic, sc.partitions).await?;
     let setup_ms = started.elapsed().as_millis() as u64;
 
-    let sc = Arc::new(sc);
-    let (trigger, ctx) = context(&sc, &infra, &names);
     let (faults, stats) = (ctx.faults.clone(), ctx.stats.clone());
-    let (programs, mut components) = start_components(&ctx, endpoints.database_url.as_deref(), reports_dir)?;
+    let started_components = start_components(&ctx, endpoints.database_url.as_deref(), reports_dir, lanes.as_ref()).await;
+    let (programs, mut components, workload_ctx) = match started_components {
+        Ok(s) => s,
+        Err(e) => {
+            trigger.trigger();
+            return Err(e);
+        }
+    };
     let progress = Progress::start(sc.payments, stats.clone(), faults.clone(), reporter.shows_progress());
-    let mut ran = drive(&ctx, programs.as_ref()).await;
+    let mut ran = drive(&ctx, &workload_ctx, programs.as_ref(), lanes.as_ref()).await;
     trigger.trigger();
     components.extend(ctx.tasks.take());
     let stopped = tokio::select! {
@@ -124,6 +139,9 @@ pub async fn execute(
         _ = crate::interrupt::requested(), if !ran.interrupted => { ran.interrupted = true; Stopped::default() }
     };
     progress.finish();
+    if let Some(l) = lanes {
+        l.close();
+    }
     if let (None, Some(why)) = (&ran.incomplete, programs.as_ref().and_then(|p| p.failure())) {
         ran.incomplete = Some(why);
     }
@@ -150,9 +168,18 @@ pub async fn execute(
 }
 
 /// The endpoints of a run: flags, environment and scenario resolved, and
-/// a program under test refused without PostgreSQL.
+/// a program under test or the fault proxy refused without PostgreSQL.
 fn endpoints(sc: &Scenario, database_url: Option<String>, brokers: Option<String>) -> Result<Endpoints> {
     let endpoints = Endpoints::resolve(database_url, brokers, sc)?;
+    if sc.proxied() && endpoints.database_url.is_none() {
+        let what = FaultPoint::PROXIED
+            .iter()
+            .find(|p| sc.faults.get(**p) > 0.0)
+            .map_or("`[proxy]`".to_string(), |p| format!("`faults.{}`", p.key()));
+        return Err(Error::Usage(format!(
+            "{what} needs the fault proxy, which sits on PostgreSQL's wire protocol: pass --database-url or set DATABASE_URL"
+        )));
+    }
     let under_test = [("notifier", &sc.notifier.command), ("relay", &sc.relay.command)];
     if let (Some((role, _)), None) = (under_test.iter().find(|c| c.1.is_some()), &endpoints.database_url) {
         return Err(Error::Usage(format!(
@@ -238,12 +265,22 @@ impl Infra {
 }
 
 /// Relays, notifiers (the reference one, or the program under test as
-/// processes) and the retention purger, each a named task.
-fn start_components(
+/// processes) and the retention purger, each a named task; and the
+/// context the workload runs with. A component behind the fault proxy
+/// talks to the database through its slot.
+async fn start_components(
     ctx: &Ctx,
     database_url: Option<&str>,
     reports_dir: &Path,
-) -> Result<(Option<Programs>, Vec<crate::context::Named>)> {
+    lanes: Option<&Lanes>,
+) -> Result<(Option<Programs>, Vec<crate::context::Named>, Ctx)> {
+    let through = |name: String, connections: u32| async move {
+        match lanes {
+            Some(l) => l.ctx_for(ctx, &name, connections).await,
+            None => Ok(ctx.clone()),
+        }
+    };
+    let workload_ctx = through("workload".into(), ctx.scenario.producers as u32 + 1).await?;
     let sc = &ctx.scenario;
     let mut components = Vec::new();
     let logs = reports_dir.join(format!("{}-processes", ctx.names.run_id));
@@ -254,23 +291,25 @@ fn start_components(
         }
         (Store::Postgres(_), None) => return Err(Error::Internal("a PostgreSQL store without its URL".into())),
     };
-    let programs = Programs::start(ctx, &database, logs)?.map(|(programs, keepers)| {
+    let programs = Programs::start(ctx, &database, logs, lanes)?.map(|(programs, keepers)| {
         components.extend(keepers);
         programs
     });
     let in_process = sc.components == Components::InProcess;
     if sc.notifier.command.is_none() && in_process {
         for i in 1..=sc.notifier.instances {
-            components.push((format!("notifier-{i}"), tokio::spawn(notifier::run(ctx.clone(), i))));
+            let ctx = through(format!("notifier-{i}"), 3).await?;
+            components.push((format!("notifier-{i}"), tokio::spawn(notifier::run(ctx, i))));
         }
     }
     if sc.relay.command.is_none() && in_process {
         for i in 1..=sc.relay.instances {
-            components.push((format!("relay-{i}"), tokio::spawn(relay::run(ctx.clone(), i))));
+            let ctx = through(format!("relay-{i}"), 1).await?;
+            components.push((format!("relay-{i}"), tokio::spawn(relay::run(ctx, i))));
         }
     }
     components.push(("retention purger".to_string(), tokio::spawn(purger(ctx.clone()))));
-    Ok((programs, components))
+    Ok((programs, components, workload_ctx))
 }
 
 /// Resolves with the first failure of a program under test; never, when
@@ -295,7 +334,7 @@ struct Ran {
 /// The workload (after the group wait, bounded by [`workload_limit`]),
 /// then the drain; either may be cut short by a signal, or by a program
 /// under test that failed. After a signal, a second one exits at once.
-async fn drive(ctx: &Ctx, programs: Option<&Programs>) -> Ran {
+async fn drive(ctx: &Ctx, workload_ctx: &Ctx, programs: Option<&Programs>, lanes: Option<&Lanes>) -> Ran {
     let mut ran = Ran::default();
     let mut failed = std::pin::pin!(program_failure(programs));
     let t_work = Instant::now();
@@ -309,13 +348,16 @@ async fn drive(ctx: &Ctx, programs: Option<&Programs>) -> Ran {
         // payment service has stopped writing.
         p.set_acting(true);
     }
+    if let Some(l) = lanes {
+        l.set_acting(true);
+    }
     let limit = workload_limit(ctx.scenario.payments);
     if ran.incomplete.is_none() && !ran.interrupted {
         let workload = async {
             if !programs.is_some_and(|p| p.has_notifier()) {
                 group_ready(ctx).await;
             }
-            workload::run(ctx.clone()).await
+            workload::run(workload_ctx.clone()).await
         };
         tokio::select! {
             r = tokio::time::timeout(limit, workload) => match r {
@@ -346,6 +388,9 @@ async fn drive(ctx: &Ctx, programs: Option<&Programs>) -> Ran {
     }
     if let Some(p) = programs {
         p.set_acting(false);
+    }
+    if let Some(l) = lanes {
+        l.set_acting(false);
     }
     ran.drain_ms = t_drain.elapsed().as_millis() as u64;
     ran

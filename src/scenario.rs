@@ -27,6 +27,7 @@ pub struct RawScenario {
     pub notifier: RawNotifier,
     pub faults: RawFaults,
     pub nemesis: RawNemesis,
+    pub proxy: RawProxy,
     pub retention: RawRetention,
     pub run: RawRun,
     pub expect: RawExpect,
@@ -45,6 +46,7 @@ impl Default for RawScenario {
             notifier: RawNotifier::default(),
             faults: RawFaults::default(),
             nemesis: RawNemesis::default(),
+            proxy: RawProxy::default(),
             retention: RawRetention::default(),
             run: RawRun::default(),
             expect: RawExpect::default(),
@@ -66,11 +68,23 @@ pub struct RawWorkload {
     pub publish: Spanned<String>,
     /// Payments per transaction, as a busy service batching requests would.
     pub batch: Spanned<i64>,
+    /// After a write whose outcome is unknown (its COMMIT failed or its
+    /// connection broke): `"idempotent"` (look the payments up by their
+    /// ids, write them again only if absent) or `"new-id"` (a mistake: write
+    /// them again under new ids).
+    pub retry: Spanned<String>,
 }
 
 impl Default for RawWorkload {
     fn default() -> Self {
-        Self { payments: sp(1000), producers: sp(4), accounts: sp(100), publish: sp("outbox".into()), batch: sp(1) }
+        Self {
+            payments: sp(1000),
+            producers: sp(4),
+            accounts: sp(100),
+            publish: sp("outbox".into()),
+            batch: sp(1),
+            retry: sp("idempotent".into()),
+        }
     }
 }
 
@@ -185,6 +199,39 @@ impl Default for RawNemesis {
     }
 }
 
+/// The fault proxy between the components and PostgreSQL
+/// ([`crate::proxy`]): whom it stands in front of and how it shapes their
+/// traffic. Its faults' rates are in `[faults]` (`net_*`, `db_*`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawProxy {
+    /// The component instances behind the proxy: roles (`"workload"`,
+    /// `"relay"`, `"notifier"`) or instances (`"notifier-2"`). Empty: all.
+    pub targets: Vec<Spanned<String>>,
+    pub latency_ms: Spanned<i64>,
+    pub jitter_ms: Spanned<i64>,
+    /// Per direction and connection; 0 is unlimited.
+    pub bandwidth_kbps: Spanned<i64>,
+    /// How long a `net.blackhole` holds a component's traffic.
+    pub blackhole_ms: Spanned<i64>,
+    /// Route through the proxy even with no fault and no shaping (to see
+    /// its cost).
+    pub always: bool,
+}
+
+impl Default for RawProxy {
+    fn default() -> Self {
+        Self {
+            targets: Vec::new(),
+            latency_ms: sp(0),
+            jitter_ms: sp(0),
+            bandwidth_kbps: sp(0),
+            blackhole_ms: sp(2000),
+            always: false,
+        }
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawRun {
@@ -249,6 +296,22 @@ choices! {
         /// The inbox is keyed by message id alone: the first handler's claim
         /// makes every other handler skip the message.
         MessageIdOnly = "message-id-only",
+        /// The correct inbox, until its COMMIT fails: then the batch is taken
+        /// as not processed and its effects are applied again in a
+        /// transaction of their own, without the claim.
+        ReapplyOnCommitError = "reapply-on-commit-error",
+    }
+}
+
+choices! {
+    /// What the payment service does after a write whose outcome it cannot know.
+    WorkloadRetry {
+        /// Looks the payments up by their ids (the idempotency key) and
+        /// writes them again only if they are absent.
+        Idempotent = "idempotent",
+        /// Writes them again under new ids, as a client that resubmits
+        /// without an idempotency key: a commit that did happen doubles.
+        NewId = "new-id",
     }
 }
 
@@ -342,6 +405,7 @@ pub struct Settings {
     pub producers: usize,
     pub accounts: u32,
     pub publish: PublishMode,
+    pub retry: WorkloadRetry,
     /// Payments per workload transaction.
     pub workload_batch: usize,
     pub partitions: i32,
@@ -350,6 +414,7 @@ pub struct Settings {
     pub faults: FaultRates,
     /// How long a `process.pause` lasts.
     pub pause: Duration,
+    pub proxy: ProxyConfig,
     pub retention: Retention,
     pub drain_timeout: Duration,
     pub components: Components,
@@ -402,6 +467,26 @@ impl ProgramCommand {
             .map(|a| if a.contains(' ') { format!("{a:?}") } else { a.clone() })
             .collect::<Vec<_>>()
             .join(" ")
+    }
+}
+
+/// The fault proxy's settings, validated.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct ProxyConfig {
+    /// Instance names (`workload`, `relay-1`, `notifier-2`) behind the proxy.
+    pub targets: Vec<String>,
+    pub shaping: crate::proxy::Shaping,
+    pub blackhole: Duration,
+    pub always: bool,
+}
+
+impl Settings {
+    /// Whether the run puts the fault proxy in front of PostgreSQL: a
+    /// proxied fault is set, traffic is shaped, or `[proxy] always`.
+    pub fn proxied(&self) -> bool {
+        self.proxy.always
+            || self.proxy.shaping != crate::proxy::Shaping::default()
+            || FaultPoint::PROXIED.iter().any(|p| self.faults.get(*p) > 0.0)
     }
 }
 
@@ -581,12 +666,14 @@ impl Validator<'_> {
             producers: self.count(&raw.workload.producers, "workload.producers", 1, 256)? as usize,
             accounts: self.count(&raw.workload.accounts, "workload.accounts", 1, 1_000_000)? as u32,
             publish: variants.publish,
+            retry: self.choice(&raw.workload.retry, "workload.retry", WorkloadRetry::parse, WorkloadRetry::names)?,
             workload_batch: self.count(&raw.workload.batch, "workload.batch", 1, 10_000)? as usize,
             partitions: self.count(&raw.topic.partitions, "topic.partitions", 1, 1024)? as i32,
             relay: self.relay(&raw.relay, &variants, relay_command)?,
             notifier: self.notifier(&raw.notifier, &variants, command)?,
             faults,
             pause: Duration::from_secs_f64(pause),
+            proxy: self.proxy(&raw)?,
             retention: self.retention(&raw.retention)?,
             drain_timeout: Duration::from_secs(self.count(
                 &raw.run.drain_timeout_secs,
@@ -684,6 +771,47 @@ impl Validator<'_> {
                 1,
                 3600,
             )? as u64),
+        })
+    }
+
+    /// `[proxy]`: its targets resolved to instance names.
+    fn proxy(&self, raw: &RawScenario) -> Result<ProxyConfig, crate::Error> {
+        let p = &raw.proxy;
+        let relays = self.count(&raw.relay.instances, "relay.instances", 1, 64)?;
+        let notifiers = self.count(&raw.notifier.instances, "notifier.instances", 1, 64)?;
+        let all = |role: &'static str, n: i64| (1..=n).map(move |i| format!("{role}-{i}"));
+        let mut targets: Vec<String> = Vec::new();
+        for t in &p.targets {
+            let name = t.get_ref().as_str();
+            let named: Vec<String> = match name {
+                "workload" => vec!["workload".into()],
+                "relay" => all("relay", relays).collect(),
+                "notifier" => all("notifier", notifiers).collect(),
+                _ if all("relay", relays).chain(all("notifier", notifiers)).any(|n| n == name) => vec![name.into()],
+                _ => {
+                    return self.err(
+                        t.span(),
+                        &format!(
+                            "`proxy.targets` names {name:?}; expected \"workload\", \"relay\", \"notifier\" or an instance such as \"relay-1\" (relays 1 to {relays}, notifiers 1 to {notifiers})"
+                        ),
+                    )
+                }
+            };
+            targets.extend(named.into_iter().filter(|n| !targets.contains(n)).collect::<Vec<_>>());
+        }
+        if targets.is_empty() {
+            targets = std::iter::once("workload".to_string()).chain(all("relay", relays)).chain(all("notifier", notifiers)).collect();
+        }
+        let ms_key = |v: &Spanned<i64>, key: &str, max: i64| self.count(v, key, 0, max).map(|x| ms(x));
+        Ok(ProxyConfig {
+            targets,
+            shaping: crate::proxy::Shaping {
+                latency: ms_key(&p.latency_ms, "proxy.latency_ms", 60_000)?,
+                jitter: ms_key(&p.jitter_ms, "proxy.jitter_ms", 60_000)?,
+                bytes_per_sec: self.count(&p.bandwidth_kbps, "proxy.bandwidth_kbps", 0, 10_000_000)? as u64 * 1000 / 8,
+            },
+            blackhole: ms(self.count(&p.blackhole_ms, "proxy.blackhole_ms", 1, 600_000)?),
+            always: p.always,
         })
     }
 

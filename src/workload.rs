@@ -12,7 +12,7 @@ use crate::error::Result;
 use crate::events::{Envelope, EventKind, PaymentEvent};
 use crate::faults::FaultPoint;
 use crate::intent::Intended;
-use crate::scenario::PublishMode;
+use crate::scenario::{PublishMode, WorkloadRetry};
 use crate::store::NewPayment;
 use rand::{Rng, SeedableRng};
 
@@ -65,8 +65,8 @@ async fn produce(ctx: &Ctx, k: usize, committed: &mut Vec<Intended>) -> Result<(
         if ctx.shutdown.is_set() {
             break;
         }
-        let ps = payments_of_group(ctx, group * batch, batch);
-        ctx.store.authorize(&ps, outbox).await?;
+        let mut ps = payments_of_group(ctx, group * batch, batch);
+        authorize(ctx, &component, &mut ps, outbox).await?;
         let from = committed.len();
         committed.extend(ps.iter().map(|p| Intended {
             id: p.id,
@@ -89,7 +89,7 @@ async fn produce(ctx: &Ctx, k: usize, committed: &mut Vec<Intended>) -> Result<(
                 (p, poison)
             })
             .collect();
-        ctx.store.capture(&captures, outbox).await?;
+        capture(ctx, &component, &captures, outbox).await?;
         for (entry, (_, poison)) in committed[from..].iter_mut().zip(&captures) {
             entry.captured = true;
             entry.poison = *poison;
@@ -104,6 +104,80 @@ async fn produce(ctx: &Ctx, k: usize, committed: &mut Vec<Intended>) -> Result<(
         group += producers as u64;
     }
     Ok(())
+}
+
+/// How often the payment service tries a write whose outcome it cannot
+/// know, and the pause between two tries.
+const WRITE_ATTEMPTS: u32 = 20;
+const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// A database error may leave a write's outcome unknown: its COMMIT was
+/// sent and the connection broke before the answer came.
+fn outcome_unknown(e: &crate::Error) -> bool {
+    matches!(e, crate::Error::Database { .. } | crate::Error::DatabaseUnreachable { .. })
+}
+
+/// Transaction 1 of a group, until it is known to have landed. After an
+/// error the correct service looks its payments up by id, its idempotency
+/// key, and writes them again only when they are absent; a write that
+/// landed meanwhile makes the new one fail on the id, and the next look-up
+/// finds it. The `new-id` mistake writes them again under new ids, so a
+/// commit that landed leaves a payment nobody asked for.
+async fn authorize(ctx: &Ctx, component: &str, ps: &mut [NewPayment], outbox: bool) -> Result<()> {
+    let mut attempt = 1;
+    loop {
+        let err = match ctx.store.authorize(ps, outbox).await {
+            Ok(()) => return Ok(()),
+            Err(e) if outcome_unknown(&e) && attempt < WRITE_ATTEMPTS => e,
+            Err(e) => return Err(e),
+        };
+        attempt += 1;
+        tracing::info!(component, cause = %err, attempt, "an authorize's outcome is unknown; retrying");
+        tokio::time::sleep(RETRY_PAUSE).await;
+        match ctx.scenario.retry {
+            WorkloadRetry::NewId => ps.iter_mut().for_each(|p| p.id = crate::events::time_ordered_id()),
+            WorkloadRetry::Idempotent => {
+                if landed(ctx, ps.iter().map(|p| p.id), false).await? {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// Transaction 2 of a group, the same way: the correct service looks up
+/// whether its payments are captured; the `new-id` mistake, which has no
+/// key to look up by, captures them again, writing a second `captured`
+/// event where the first commit landed.
+async fn capture(ctx: &Ctx, component: &str, ps: &[(NewPayment, bool)], outbox: bool) -> Result<()> {
+    let mut attempt = 1;
+    loop {
+        let err = match ctx.store.capture(ps, outbox).await {
+            Ok(()) => return Ok(()),
+            Err(e) if outcome_unknown(&e) && attempt < WRITE_ATTEMPTS => e,
+            Err(e) => return Err(e),
+        };
+        attempt += 1;
+        tracing::info!(component, cause = %err, attempt, "a capture's outcome is unknown; retrying");
+        tokio::time::sleep(RETRY_PAUSE).await;
+        if ctx.scenario.retry == WorkloadRetry::Idempotent && landed(ctx, ps.iter().map(|p| p.0.id), true).await? {
+            return Ok(());
+        }
+    }
+}
+
+/// Whether all of a transaction's payments are there (false when none
+/// are, or the look-up itself failed: then the write goes again).
+async fn landed(ctx: &Ctx, ids: impl Iterator<Item = uuid::Uuid>, captured: bool) -> Result<bool> {
+    let ids: Vec<uuid::Uuid> = ids.collect();
+    match ctx.store.landed(&ids, captured).await {
+        Ok(n) if n == ids.len() => Ok(true),
+        Ok(0) | Err(_) => Ok(false),
+        Ok(n) => Err(crate::Error::Internal(format!(
+            "{n} of the {} payments of one transaction landed; a transaction is all or nothing",
+            ids.len()
+        ))),
+    }
 }
 
 /// The payments `first..first + batch` of the scenario (fewer at its end):

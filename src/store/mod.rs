@@ -134,6 +134,10 @@ pub trait Backend {
     async fn latency(&self) -> Result<Option<crate::report::Latency>>;
     /// Outbox rows no relay has published yet (the drain waits for zero).
     async fn unpublished(&self) -> Result<i64>;
+    /// How many of these payments exist (`captured`: and are captured): the
+    /// payment service's look-up by idempotency key after a write whose
+    /// outcome it cannot know.
+    async fn landed(&self, ids: &[Uuid], captured: bool) -> Result<usize>;
 }
 
 /// A notifier transaction's statements.
@@ -300,6 +304,11 @@ impl Store {
 
     pub async fn unpublished(&self) -> Result<i64> {
         each!(self, s => s.unpublished().await)
+    }
+
+    /// How many of these payments exist (`captured`: and are captured).
+    pub async fn landed(&self, ids: &[Uuid], captured: bool) -> Result<usize> {
+        each!(self, s => s.landed(ids, captured).await)
     }
 
     /// Deletes published outbox rows and inbox rows older than their

@@ -335,6 +335,23 @@ impl super::Backend for SqliteStore {
     async fn unpublished(&self) -> Result<i64> {
         super::truth::unpublished(&self.pool).await
     }
+
+    async fn landed(&self, ids: &[Uuid], captured: bool) -> Result<usize> {
+        let mut n = 0;
+        for chunk in ids.chunks(MAX_PARAMS) {
+            let sql = format!(
+                "SELECT count(*) FROM payments WHERE id IN ({}){}",
+                list(chunk.len()),
+                if captured { " AND status = 'captured'" } else { "" }
+            );
+            let mut q = sqlx::query_scalar::<_, i64>(&sql);
+            for id in chunk {
+                q = q.bind(id);
+            }
+            n += q.fetch_one(&self.pool).await.map_err(|e| Error::db("looking payments up by id", e))? as usize;
+        }
+        Ok(n)
+    }
 }
 
 /// The verifier's statements in this backend's SQL.

@@ -1,0 +1,68 @@
+//! What a run routes through its fault proxy: a store per in-process
+//! component behind it, a database URL per component process, and the
+//! window in which its nemesis acts.
+
+use super::{Proxy, Settings, Slot};
+use crate::context::Ctx;
+use crate::error::Result;
+use crate::store::{postgres::PgStore, Store};
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// A run's proxy, with the run's PostgreSQL URL it stands in front of.
+pub struct Lanes {
+    proxy: Proxy,
+    url: String,
+    acting: watch::Sender<bool>,
+}
+
+impl Lanes {
+    /// Starts the proxy with a slot per target of the scenario's `[proxy]`.
+    pub async fn start(ctx: &Ctx, url: &str) -> Result<Self> {
+        let sc = &ctx.scenario;
+        let settings = Settings {
+            upstream_url: url,
+            slots: sc.proxy.targets.clone(),
+            shaping: sc.proxy.shaping,
+            blackhole: sc.proxy.blackhole,
+            seed: sc.seed,
+        };
+        let mut proxy = Proxy::start(settings, ctx.faults.clone(), ctx.shutdown.clone()).await?;
+        let (acting, rx) = watch::channel(false);
+        proxy.act(ctx.faults.clone(), rx, sc.seed, sc.proxy.blackhole, ctx.shutdown.clone());
+        Ok(Self { proxy, url: url.to_string(), acting })
+    }
+
+    /// The context a component runs with: the run's, but with its store
+    /// through its slot when the proxy stands in front of it.
+    pub async fn ctx_for(&self, ctx: &Ctx, name: &str, connections: u32) -> Result<Ctx> {
+        let (Some(slot), Store::Postgres(pg)) = (self.proxy.slot(name), &ctx.store) else { return Ok(ctx.clone()) };
+        let store = PgStore::attach(&self.proxy.url_for(slot, &self.url), &pg.schema, connections).await?;
+        Ok(Ctx { store: Store::Postgres(store), ..ctx.clone() })
+    }
+
+    /// The slot of a component, when the proxy stands in front of it.
+    pub fn slot(&self, name: &str) -> Option<Arc<Slot>> {
+        self.proxy.slot(name).cloned()
+    }
+
+    /// The database URL a component process in `slot` is given.
+    pub fn url_of(&self, slot: &Slot) -> String {
+        self.proxy.url_for(slot, &self.url)
+    }
+
+    /// The nemesis acts from the workload's start until the drain ends.
+    pub fn set_acting(&self, on: bool) {
+        let _ = self.acting.send(on);
+    }
+
+    /// One line for the banner.
+    pub fn describe(&self) -> String {
+        let names: Vec<&str> = self.proxy.slots().iter().map(|s| s.name.as_str()).collect();
+        format!("fault proxy in front of PostgreSQL {} for {}", self.proxy.upstream(), names.join(", "))
+    }
+
+    pub fn close(self) {
+        self.proxy.close();
+    }
+}

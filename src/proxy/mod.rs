@@ -1,0 +1,507 @@
+//! The fault proxy: a TCP proxy inside the harness, between the components
+//! and PostgreSQL, that shapes and breaks their traffic.
+//!
+//! **Attribution.** Every component instance that the scenario's
+//! `[proxy] targets` names gets a slot: a listener of its own on
+//! 127.0.0.1 (an ephemeral port), and a database URL that points there.
+//! A fault aimed at a slot hits that one relay, notifier or the payment
+//! service, whether it runs as a task of `chaos`, as a component process
+//! or as a user's program (which is given the slot's URL in
+//! `CHAOS_DATABASE_URL`). PostgreSQL never tells clients where to connect
+//! next, so a port per instance is all attribution takes.
+//!
+//! **Faults.** Shaping applies to every byte of a slot: a latency with
+//! jitter per read, a bandwidth limit. The nemesis of each slot strikes
+//! once a second, at a random instant: `net.reset` resets every connection
+//! the slot has open (an RST to the component, the server sees the socket
+//! close), `net.blackhole` holds every byte in both directions for
+//! `[proxy] blackhole_ms`, then lets it through (a partition that heals).
+//! The protocol-aware points read the server's framing ([`pg`]):
+//! `db.commit_ack_lost` withholds the server's acknowledgement of a COMMIT
+//! and resets the connection, so the transaction is durable and its client
+//! cannot know (an ambiguous commit); `db.kill_after_commit` lets the
+//! acknowledgement through and then has the slot's process killed at once
+//! (a consumer killed between its transaction and its offset commit, for
+//! any program).
+//!
+//! **Cost.** With no fault set for a slot, a read is written on at once:
+//! no copy beyond the read buffer, no timer. The bench measures it against
+//! a direct connection (`chaos bench --proxy`).
+
+pub mod lanes;
+pub mod pg;
+
+use crate::context::Shutdown;
+use crate::error::{Error, Result};
+use crate::faults::{FaultInjector, FaultPoint};
+use rand::{Rng, SeedableRng};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+/// How the scenario shapes a slot's traffic.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Shaping {
+    /// Added to every read before it is written on.
+    pub latency: Duration,
+    /// Each read's latency varies uniformly by up to this, either way.
+    pub jitter: Duration,
+    /// Bytes per second in each direction; 0 is unlimited.
+    pub bytes_per_sec: u64,
+}
+
+impl Shaping {
+    fn is_none(&self) -> bool {
+        self.latency.is_zero() && self.jitter.is_zero() && self.bytes_per_sec == 0
+    }
+}
+
+/// A slot's process, when the component runs as one: the proxy kills it
+/// for `db.kill_after_commit`, then tells the keeper, which sees it end and
+/// confirms the fault.
+#[derive(Default)]
+pub struct ProcessHandle {
+    /// The process group of the slot's current process; 0 when none.
+    pub pgid: AtomicI32,
+    pub keeper: Mutex<Option<mpsc::UnboundedSender<FaultPoint>>>,
+}
+
+/// One component instance's listener and what is open through it.
+pub struct Slot {
+    pub name: String,
+    pub addr: SocketAddr,
+    shaping: Shaping,
+    conns: Mutex<Vec<Conn>>,
+    /// Until when every byte of the slot is held (`net.blackhole`).
+    blackhole: watch::Sender<Option<Instant>>,
+    /// Set once the blackhole held a byte: the fault had an effect.
+    held_in_blackhole: std::sync::atomic::AtomicBool,
+    pub process: ProcessHandle,
+    /// Connections accepted, for the report.
+    pub accepted: AtomicU64,
+}
+
+/// An open connection: dropping the sender resets it.
+struct Conn {
+    id: u64,
+    reset: watch::Sender<bool>,
+}
+
+/// The proxy of one run: a slot per proxied component instance.
+pub struct Proxy {
+    slots: Vec<Arc<Slot>>,
+    upstream: SocketAddr,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// What the proxy needs from its run.
+pub struct Settings<'a> {
+    pub upstream_url: &'a str,
+    pub slots: Vec<String>,
+    pub shaping: Shaping,
+    pub blackhole: Duration,
+    pub seed: u64,
+}
+
+pub use lanes::Lanes;
+
+impl Proxy {
+    /// Binds a listener per slot and starts accepting. The nemesis starts
+    /// later, with [`Proxy::act`].
+    pub async fn start(s: Settings<'_>, faults: Arc<FaultInjector>, shutdown: Shutdown) -> Result<Self> {
+        let upstream = upstream_of(s.upstream_url)?;
+        let mut slots = Vec::new();
+        let mut tasks = Vec::new();
+        for name in s.slots {
+            let listener = TcpListener::bind("127.0.0.1:0")
+                .await
+                .map_err(|e| Error::Internal(format!("binding the fault proxy's port for {name}: {e}")))?;
+            let addr = listener.local_addr().map_err(|e| Error::Internal(e.to_string()))?;
+            let slot = Arc::new(Slot {
+                name,
+                addr,
+                shaping: s.shaping,
+                conns: Mutex::new(Vec::new()),
+                blackhole: watch::channel(None).0,
+                held_in_blackhole: Default::default(),
+                process: ProcessHandle::default(),
+                accepted: AtomicU64::new(0),
+            });
+            tasks.push(tokio::spawn(accept(listener, slot.clone(), upstream, faults.clone(), shutdown.clone())));
+            slots.push(slot);
+        }
+        info!(slots = slots.len(), %upstream, "fault proxy listening");
+        Ok(Self { slots, upstream, tasks })
+    }
+
+    pub fn slot(&self, name: &str) -> Option<&Arc<Slot>> {
+        self.slots.iter().find(|s| s.name == name)
+    }
+
+    pub fn slots(&self) -> &[Arc<Slot>] {
+        &self.slots
+    }
+
+    pub fn upstream(&self) -> SocketAddr {
+        self.upstream
+    }
+
+    /// The URL a slot's component connects with: the run's URL with the
+    /// host and port of the slot's listener.
+    pub fn url_for(&self, slot: &Slot, url: &str) -> String {
+        with_address(url, slot.addr)
+    }
+
+    /// Starts each slot's nemesis (`net.reset`, `net.blackhole`), which
+    /// strikes while `acting` is true.
+    pub fn act(
+        &mut self,
+        faults: Arc<FaultInjector>,
+        acting: watch::Receiver<bool>,
+        seed: u64,
+        blackhole: Duration,
+        shutdown: Shutdown,
+    ) {
+        let struck = [FaultPoint::NetReset, FaultPoint::NetBlackhole];
+        if struck.iter().all(|p| faults.probability(*p) <= 0.0) {
+            return;
+        }
+        for (i, slot) in self.slots.iter().enumerate() {
+            let rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x7072_6f78 ^ ((i as u64) << 32));
+            let task = nemesis(slot.clone(), faults.clone(), acting.clone(), blackhole, rng, shutdown.clone());
+            self.tasks.push(tokio::spawn(task));
+        }
+    }
+
+    /// Stops accepting and resets what is still open.
+    pub fn close(self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        for slot in &self.slots {
+            slot.reset_all();
+        }
+    }
+}
+
+impl Slot {
+    fn reset_all(&self) -> usize {
+        let conns = std::mem::take(&mut *self.conns.lock().unwrap_or_else(|p| p.into_inner()));
+        for c in &conns {
+            let _ = c.reset.send(true);
+        }
+        conns.len()
+    }
+
+    fn open(&self) -> usize {
+        self.conns.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    fn forget(&self, id: u64) {
+        self.conns.lock().unwrap_or_else(|p| p.into_inner()).retain(|c| c.id != id);
+    }
+}
+
+/// Where the run's PostgreSQL listens, from its URL (default port 5432).
+fn upstream_of(url: &str) -> Result<SocketAddr> {
+    let (_, authority, _) = split_url(url);
+    let host_port = authority.rsplit('@').next().unwrap_or(authority);
+    let with_port = if host_port.contains(':') { host_port.to_string() } else { format!("{host_port}:5432") };
+    let with_port = with_port.replace("localhost", "127.0.0.1");
+    with_port.parse().map_err(|_| {
+        Error::Usage(format!(
+            "the fault proxy needs PostgreSQL at an IP address and port, and the URL gives {}; use 127.0.0.1:5432 in DATABASE_URL",
+            crate::infra::redact(host_port)
+        ))
+    })
+}
+
+/// (scheme with `://`, authority, path and query) of a URL.
+fn split_url(url: &str) -> (&str, &str, &str) {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let rest = &url[start..];
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    (&url[..start], &rest[..end], &rest[end..])
+}
+
+/// The URL with its host and port replaced by `addr`, user and password kept.
+fn with_address(url: &str, addr: SocketAddr) -> String {
+    let (scheme, authority, tail) = split_url(url);
+    let user = authority.rfind('@').map_or("", |i| &authority[..=i]);
+    format!("{scheme}{user}{addr}{tail}")
+}
+
+async fn accept(
+    listener: TcpListener,
+    slot: Arc<Slot>,
+    upstream: SocketAddr,
+    faults: Arc<FaultInjector>,
+    mut shutdown: Shutdown,
+) {
+    let mut next_id = 0u64;
+    loop {
+        let (client, _) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => { warn!(slot = %slot.name, cause = %e, "fault proxy accept failed"); continue }
+            },
+            _ = shutdown.wait() => return,
+        };
+        next_id += 1;
+        slot.accepted.fetch_add(1, Ordering::Relaxed);
+        let (reset, reset_rx) = watch::channel(false);
+        slot.conns.lock().unwrap_or_else(|p| p.into_inner()).push(Conn { id: next_id, reset });
+        let (slot, faults, id) = (slot.clone(), faults.clone(), next_id);
+        tokio::spawn(async move {
+            if let Err(e) = relay_connection(client, upstream, &slot, faults, reset_rx).await {
+                debug!(slot = %slot.name, cause = %e, "proxied connection ended");
+            }
+            slot.forget(id);
+        });
+    }
+}
+
+/// Why a proxied connection ended, for the debug log.
+type Ended = std::result::Result<(), String>;
+
+async fn relay_connection(
+    client: TcpStream,
+    upstream: SocketAddr,
+    slot: &Arc<Slot>,
+    faults: Arc<FaultInjector>,
+    mut reset: watch::Receiver<bool>,
+) -> Ended {
+    let server = tokio::time::timeout(crate::infra::CONNECT_TIMEOUT, TcpStream::connect(upstream))
+        .await
+        .map_err(|_| "upstream connect timed out".to_string())?
+        .map_err(|e| format!("upstream connect: {e}"))?;
+    let _ = (client.set_nodelay(true), server.set_nodelay(true));
+    let (mut client_r, mut client_w) = client.into_split();
+    let (server_r, mut server_w) = server.into_split();
+    opening(&mut client_r, &mut client_w, &mut server_w).await?;
+    let up = pump_bytes(&mut client_r, server_w, slot);
+    let down = pump_server(server_r, &mut client_w, slot, &faults);
+    let outcome = tokio::select! {
+        r = up => r,
+        r = down => r,
+        _ = reset.wait_for(|r| *r) => Err("reset by net.reset".into()),
+    };
+    if let Err(why) = &outcome {
+        if why.starts_with("reset") {
+            // An RST, as a broken network gives, rather than a clean close.
+            // A zero linger never blocks the drop (the deprecation's
+            // concern is a positive one).
+            #[allow(deprecated)]
+            let _ = client_w.as_ref().set_linger(Some(Duration::ZERO));
+            // Dropping a write half sends a FIN first; forgetting it leaves
+            // the close to the read half, which then sends the RST alone.
+            client_w.forget();
+            drop(client_r);
+            return outcome;
+        }
+    }
+    outcome
+}
+
+/// The client's first bytes: encryption requests answered `N` here, then
+/// the startup message passed on.
+async fn opening(client_r: &mut OwnedReadHalf, client_w: &mut OwnedWriteHalf, server_w: &mut OwnedWriteHalf) -> Ended {
+    loop {
+        let mut first = [0u8; 8];
+        client_r.read_exact(&mut first).await.map_err(|e| format!("reading the startup: {e}"))?;
+        match pg::opening(&first) {
+            pg::Opening::Encryption => client_w.write_all(b"N").await.map_err(|e| e.to_string())?,
+            pg::Opening::Startup => return server_w.write_all(&first).await.map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// Waits out a blackhole, then the slot's latency and bandwidth for `n` bytes.
+async fn shape(slot: &Slot, n: usize, rng: &mut rand::rngs::StdRng) {
+    let mut hole = slot.blackhole.subscribe();
+    loop {
+        let until = *hole.borrow_and_update();
+        match until {
+            Some(t) if t > Instant::now() => {
+                slot.held_in_blackhole.store(true, Ordering::Relaxed);
+                tokio::time::sleep_until(t).await;
+            }
+            _ => break,
+        }
+    }
+    let s = &slot.shaping;
+    if s.is_none() {
+        return;
+    }
+    let mut delay = s.latency;
+    if !s.jitter.is_zero() {
+        let j = rng.gen_range(0..=2 * s.jitter.as_micros() as u64) as i64 - s.jitter.as_micros() as i64;
+        delay = Duration::from_micros((delay.as_micros() as i64 + j).max(0) as u64);
+    }
+    if s.bytes_per_sec > 0 {
+        delay += Duration::from_secs_f64(n as f64 / s.bytes_per_sec as f64);
+    }
+    tokio::time::sleep(delay).await;
+}
+
+/// Client to server: bytes as they come, shaped.
+async fn pump_bytes(from: &mut OwnedReadHalf, mut to: OwnedWriteHalf, slot: &Slot) -> Ended {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut rng = rand::rngs::StdRng::from_entropy();
+    loop {
+        let n = from.read(&mut buf).await.map_err(|e| e.to_string())?;
+        if n == 0 {
+            let _ = to.shutdown().await;
+            return Ok(());
+        }
+        shape(slot, n, &mut rng).await;
+        to.write_all(&buf[..n]).await.map_err(|e| e.to_string())?;
+    }
+}
+
+/// Server to client: whole messages, so that a commit's acknowledgement
+/// can be seen, withheld or followed by a kill.
+async fn pump_server(mut from: OwnedReadHalf, to: &mut OwnedWriteHalf, slot: &Slot, faults: &FaultInjector) -> Ended {
+    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut rng = rand::rngs::StdRng::from_entropy();
+    let watch_commits = [FaultPoint::DbCommitAckLost, FaultPoint::DbKillAfterCommit]
+        .iter()
+        .any(|p| faults.probability(*p) > 0.0);
+    loop {
+        let n = from.read(&mut chunk).await.map_err(|e| e.to_string())?;
+        if n == 0 {
+            let _ = to.shutdown().await;
+            return Ok(());
+        }
+        shape(slot, n, &mut rng).await;
+        if !watch_commits {
+            to.write_all(&chunk[..n]).await.map_err(|e| e.to_string())?;
+            continue;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let messages = match pg::messages(&buf) {
+            Ok(m) => m,
+            Err(at) => {
+                warn!(slot = %slot.name, at, "the server's stream is not PostgreSQL framing; passing it on unread");
+                to.write_all(&buf).await.map_err(|e| e.to_string())?;
+                buf.clear();
+                continue;
+            }
+        };
+        let whole = messages.last().map_or(0, |m| m.end);
+        let mut kill = false;
+        for m in messages.iter().filter(|m| m.commit_ack) {
+            if faults.strike(FaultPoint::DbCommitAckLost, &slot.name, || "a COMMIT acknowledgement".into()) {
+                // Everything before the acknowledgement goes through; the
+                // acknowledgement and what follows it never do.
+                to.write_all(&buf[..m.start]).await.map_err(|e| e.to_string())?;
+                faults.confirm(FaultPoint::DbCommitAckLost, 1);
+                return Err("reset after withholding a COMMIT acknowledgement (db.commit_ack_lost)".into());
+            }
+            if slot.process.pgid.load(Ordering::Relaxed) > 0
+                && faults.strike(FaultPoint::DbKillAfterCommit, &slot.name, || "the process, after its COMMIT was acknowledged".into())
+            {
+                kill = true;
+            }
+        }
+        to.write_all(&buf[..whole]).await.map_err(|e| e.to_string())?;
+        buf.drain(..whole);
+        if kill {
+            kill_now(slot);
+        }
+    }
+}
+
+/// `db.kill_after_commit`: SIGKILL to the slot's process group the moment
+/// its acknowledgement is written. The keeper is told first, so that it
+/// takes the end it sees for this kill, and confirms it.
+fn kill_now(slot: &Slot) {
+    let pgid = slot.process.pgid.load(Ordering::Relaxed);
+    if pgid <= 0 {
+        return;
+    }
+    if let Some(keeper) = &*slot.process.keeper.lock().unwrap_or_else(|p| p.into_inner()) {
+        let _ = keeper.send(FaultPoint::DbKillAfterCommit);
+    }
+    // SAFETY: kill(2) on a process group; no memory effects here.
+    unsafe {
+        libc::kill(-pgid, libc::SIGKILL);
+    }
+}
+
+/// A slot's `net.reset` and `net.blackhole`: once a second at a random
+/// instant, while the run is acting and the slot has a connection open.
+async fn nemesis(
+    slot: Arc<Slot>,
+    faults: Arc<FaultInjector>,
+    mut acting: watch::Receiver<bool>,
+    blackhole: Duration,
+    mut rng: rand::rngs::StdRng,
+    mut shutdown: Shutdown,
+) {
+    let mut second = Instant::now();
+    loop {
+        let at = second + Duration::from_millis(rng.gen_range(0..1000));
+        second += Duration::from_secs(1);
+        tokio::select! {
+            _ = tokio::time::sleep_until(at) => {}
+            _ = shutdown.wait() => return,
+        }
+        if !*acting.borrow_and_update() || slot.open() == 0 {
+            tokio::select! {
+                _ = tokio::time::sleep_until(second) => continue,
+                _ = shutdown.wait() => return,
+            }
+        }
+        let open = slot.open();
+        if faults.strike(FaultPoint::NetReset, &slot.name, || format!("{open} open connection(s)")) {
+            let n = slot.reset_all();
+            if n > 0 {
+                faults.confirm(FaultPoint::NetReset, 1);
+            }
+        }
+        if faults.strike(FaultPoint::NetBlackhole, &slot.name, || format!("{} ms, {open} open connection(s)", blackhole.as_millis())) {
+            slot.held_in_blackhole.store(false, Ordering::Relaxed);
+            let _ = slot.blackhole.send(Some(Instant::now() + blackhole));
+            let slot = slot.clone();
+            let faults = faults.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(blackhole).await;
+                if slot.held_in_blackhole.load(Ordering::Relaxed) {
+                    faults.confirm(FaultPoint::NetBlackhole, 1);
+                }
+            });
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(second) => {}
+            _ = shutdown.wait() => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_point_at_the_slot_and_keep_their_credentials() {
+        let addr: SocketAddr = "127.0.0.1:40123".parse().unwrap();
+        assert_eq!(
+            with_address("postgres://chaos:pw@127.0.0.1:5432/chaos?sslmode=disable", addr),
+            "postgres://chaos:pw@127.0.0.1:40123/chaos?sslmode=disable"
+        );
+        assert_eq!(with_address("postgresql://h/db", addr), "postgresql://127.0.0.1:40123/db");
+        assert_eq!(upstream_of("postgres://u:p@127.0.0.1:5433/db").unwrap(), "127.0.0.1:5433".parse().unwrap());
+        assert_eq!(upstream_of("postgres://u@localhost/db").unwrap(), "127.0.0.1:5432".parse().unwrap());
+        let e = upstream_of("postgres://u:secret@db.example/db").unwrap_err().to_string();
+        assert!(e.contains("db.example") && !e.contains("secret"), "{e}");
+    }
+}
