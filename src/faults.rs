@@ -149,12 +149,12 @@ fault_points! {
     /// PostgreSQL commits and its acknowledgement never arrives: the fault
     /// proxy withholds the `CommandComplete` of a COMMIT and resets the
     /// connection. The transaction is durable; its client cannot know.
-    DbCommitAckLost = "db.commit_ack_lost", key db_commit_ack_lost, per "COMMIT of a proxied component",
+    DbCommitAckLost = "db.commit_ack_lost", key db_commit_ack_lost, per "commit acknowledged to a proxied component",
         confirmed by "the proxy seeing the server acknowledge the COMMIT and withholding it";
     /// The fault proxy lets a COMMIT's acknowledgement through and SIGKILLs
     /// the component's process right after: for any consumer, a kill
     /// between its transaction and its offset commit.
-    DbKillAfterCommit = "db.kill_after_commit", key db_kill_after_commit, per "COMMIT of a component process",
+    DbKillAfterCommit = "db.kill_after_commit", key db_kill_after_commit, per "commit acknowledged to a component process",
         confirmed by "the process seen ending by SIGKILL";
 }
 

@@ -70,6 +70,9 @@ pub struct InfraInfo {
     pub brokers: String,
     pub topic: String,
     pub group: String,
+    /// The fault proxy in front of PostgreSQL, and whom it serves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<String>,
 }
 
 /// What the components say about themselves. Shown for insight; the verdict

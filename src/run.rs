@@ -105,7 +105,7 @@ pub async fn execute(
     let started = Instant::now();
     let endpoints = endpoints(&sc, database_url, brokers)?;
     let names = RunNames::new();
-    let infra = Infra::open(&sc, &endpoints, &names, reports_dir).await?;
+    let mut infra = Infra::open(&sc, &endpoints, &names, reports_dir).await?;
     let sc = Arc::new(sc);
     let (trigger, ctx) = context(&sc, &infra, &names);
     let lanes = match (&endpoints.database_url, sc.proxied()) {
@@ -115,6 +115,7 @@ pub async fn execute(
     let mut infra_line = infra.describe(&names);
     if let Some(l) = &lanes {
         infra_line = format!("{infra_line} · {}", l.describe());
+        infra.info.proxy = Some(l.describe());
     }
     reporter.event(&Event::Started { run_id: &names.run_id, scenario: &sc.name, seed: sc.seed, infra: &infra_line })?;
     info!(run_id = %names.run_id, seed = sc.seed, "starting");
@@ -122,7 +123,8 @@ pub async fn execute(
     let setup_ms = started.elapsed().as_millis() as u64;
 
     let (faults, stats) = (ctx.faults.clone(), ctx.stats.clone());
-    let started_components = start_components(&ctx, endpoints.database_url.as_deref(), reports_dir, lanes.as_ref()).await;
+    let started_components =
+        start_components(&ctx, endpoints.database_url.as_deref(), reports_dir, lanes.as_ref()).await;
     let (programs, mut components, workload_ctx) = match started_components {
         Ok(s) => s,
         Err(e) => {
@@ -240,6 +242,7 @@ impl Infra {
             brokers: broker.bootstrap().into(),
             topic: names.topic.clone(),
             group: names.group.clone(),
+            proxy: None,
         };
         Ok(Self { store, broker, info })
     }

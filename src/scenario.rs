@@ -800,9 +800,12 @@ impl Validator<'_> {
             targets.extend(named.into_iter().filter(|n| !targets.contains(n)).collect::<Vec<_>>());
         }
         if targets.is_empty() {
-            targets = std::iter::once("workload".to_string()).chain(all("relay", relays)).chain(all("notifier", notifiers)).collect();
+            targets = std::iter::once("workload".to_string())
+                .chain(all("relay", relays))
+                .chain(all("notifier", notifiers))
+                .collect();
         }
-        let ms_key = |v: &Spanned<i64>, key: &str, max: i64| self.count(v, key, 0, max).map(|x| ms(x));
+        let ms_key = |v: &Spanned<i64>, key: &str, max: i64| self.count(v, key, 0, max).map(ms);
         Ok(ProxyConfig {
             targets,
             shaping: crate::proxy::Shaping {
@@ -989,7 +992,8 @@ mod tests {
         assert_eq!(
             e,
             "t.toml:2:9: `notifier.inbox` is \"maybe\"; expected \"on\", \"off\", \"check-then-act\", \
-             \"separate-transactions\", \"commit-offset-first\", \"consumer-made-id\" or \"message-id-only\""
+             \"separate-transactions\", \"commit-offset-first\", \"consumer-made-id\", \"message-id-only\" or \
+             \"reapply-on-commit-error\""
         );
     }
 

@@ -31,6 +31,9 @@ pub struct Variant {
     pub fault: &'static str,
     /// The anomaly the verifier must report.
     pub expected: AnomalyKind,
+    /// Its fault needs the fault proxy, so PostgreSQL: on SQLite the
+    /// variant is left out (and said so).
+    pub needs_postgres: bool,
     /// The scenario: the switch that selects the mistake, and the fault.
     pub scenario: &'static str,
 }
@@ -61,6 +64,7 @@ pub const CATALOGUE: &[Variant] = &[
         fault: "relay.after_produce 0.2, notifier.before_offset_commit 0.01",
         expected: AnomalyKind::DuplicateEffect,
         // ~7 crashed relay batches of ~20 events each, all redelivered.
+        needs_postgres: false,
         scenario: r#"
 notifier.inbox = "off"
 faults.relay_after_produce = 0.2
@@ -75,6 +79,7 @@ faults.notifier_before_offset_commit = 0.01
         // ~7 stalls a run. Each freezes a notifier between its check and its
         // act; its replacement processes the same messages, then the zombie
         // wakes and acts on its stale check.
+        needs_postgres: false,
         scenario: r#"
 notifier.inbox = "check-then-act"
 faults.notifier_stall = 0.25
@@ -86,6 +91,7 @@ faults.notifier_stall = 0.25
         fault: "notifier.mid_batch 0.25: a crash between the two",
         expected: AnomalyKind::MissingEffect,
         // ~7 crashes, each after claiming a batch that holds captured events.
+        needs_postgres: false,
         scenario: r#"
 notifier.inbox = "separate-transactions"
 faults.notifier_mid_batch = 0.25
@@ -96,6 +102,7 @@ faults.notifier_mid_batch = 0.25
         mistake: "the offset is committed before the batch is processed",
         fault: "notifier.mid_batch 0.25: a crash after the commit, before the effects",
         expected: AnomalyKind::MissingEffect,
+        needs_postgres: false,
         scenario: r#"
 notifier.inbox = "commit-offset-first"
 faults.notifier_mid_batch = 0.25
@@ -106,6 +113,7 @@ faults.notifier_mid_batch = 0.25
         mistake: "the dedup key is generated on consumption, not taken from the producer",
         fault: "relay.after_produce 0.2 and notifier.before_offset_commit 0.01: redelivery",
         expected: AnomalyKind::DuplicateEffect,
+        needs_postgres: false,
         scenario: r#"
 notifier.inbox = "consumer-made-id"
 faults.relay_after_produce = 0.2
@@ -122,6 +130,7 @@ faults.notifier_before_offset_commit = 0.01
         // each replay short (a replayed batch may replay again: ~2 batches
         // × 0.25 = 0.5 follow-ups, so replays die out) while giving ~7
         // replays a run.
+        needs_postgres: false,
         scenario: r#"
 topic.partitions = 16
 retention.inbox = "100ms"
@@ -134,6 +143,7 @@ faults.notifier_replay = 0.25
         mistake: "the relay marks rows published and commits, then produces",
         fault: "relay.before_produce 0.2: a crash between the two",
         expected: AnomalyKind::LostEvent,
+        needs_postgres: false,
         scenario: r#"
 relay.order = "mark-then-publish"
 faults.relay_before_produce = 0.2
@@ -145,6 +155,7 @@ faults.relay_before_produce = 0.2
         fault: "workload.after_commit 0.02: a crash between the two",
         expected: AnomalyKind::LostEvent,
         // ~12 of 600 events never produced.
+        needs_postgres: false,
         scenario: r#"
 workload.publish = "dual-write"
 faults.workload_after_commit = 0.02
@@ -157,6 +168,7 @@ faults.workload_after_commit = 0.02
         expected: AnomalyKind::StaleProjection,
         // One event per batch and three relays: a slowed `authorized` lets
         // another relay publish its `captured` first, ~15 times a run.
+        needs_postgres: false,
         scenario: r#"
 notifier.projection = "last-write-wins"
 relay.instances = 3
@@ -172,6 +184,7 @@ faults.relay_slow_produce = 0.05
         expected: AnomalyKind::DuplicateEffect,
         // ~7 crashed batches of ~20 events, each republished under new ids
         // that the inbox has never seen.
+        needs_postgres: false,
         scenario: r#"
 relay.event_id = "minted"
 faults.relay_after_produce = 0.2
@@ -184,6 +197,7 @@ faults.relay_after_produce = 0.2
         expected: AnomalyKind::MissingEffect,
         // The first handler's claim takes the key; the receipt and loyalty
         // handlers find the message taken and skip it, every time.
+        needs_postgres: false,
         scenario: r#"
 notifier.inbox = "message-id-only"
 faults.notifier_before_offset_commit = 0.01
@@ -194,6 +208,7 @@ faults.notifier_before_offset_commit = 0.01
         mistake: "the relay deletes the outbox rows and commits, then produces",
         fault: "relay.before_produce 0.2: a crash between the two",
         expected: AnomalyKind::LostEvent,
+        needs_postgres: false,
         scenario: r#"
 relay.order = "delete-then-publish"
 faults.relay_before_produce = 0.2
@@ -205,12 +220,50 @@ faults.relay_before_produce = 0.2
         fault: "relay.produce_error 0.2: a refused message goes unnoticed",
         expected: AnomalyKind::LostEvent,
         // ~7 refused messages a run, each marked published anyway.
+        needs_postgres: false,
         scenario: r#"
 relay.acks = "fire-and-forget"
 faults.relay_produce_error = 0.2
 "#,
     },
+    Variant {
+        name: "retry without idempotency key",
+        mistake: "after a COMMIT whose outcome is unknown, the payment service writes the payment again under a new id",
+        fault: "db.commit_ack_lost 0.02 on the payment service: the commit landed, its acknowledgement did not",
+        expected: AnomalyKind::PhantomPayment,
+        needs_postgres: true,
+        // 600 workload commits: ~12 acknowledgements withheld, each a
+        // payment that exists twice.
+        scenario: r#"
+workload.retry = "new-id"
+proxy.targets = ["workload"]
+faults.db_commit_ack_lost = 0.02
+"#,
+    },
+    Variant {
+        name: "reapply after a failed commit",
+        mistake:
+            "a notifier takes a failed COMMIT for nothing done and applies the batch's effects again without the inbox",
+        fault: "db.commit_ack_lost 0.3 on the notifiers: the batch committed, its acknowledgement did not",
+        expected: AnomalyKind::DuplicateEffect,
+        needs_postgres: true,
+        // ~35 notifier batches: ~10 acknowledgements withheld, each a batch
+        // whose effects land twice.
+        scenario: r#"
+notifier.inbox = "reapply-on-commit-error"
+proxy.targets = ["notifier"]
+faults.db_commit_ack_lost = 0.3
+"#,
+    },
 ];
+
+/// On PostgreSQL the correct pipeline also runs behind the fault proxy:
+/// withheld COMMIT acknowledgements and reset connections for every
+/// component, on top of [`CORRECT`].
+pub const CORRECT_POSTGRES: &str = r#"
+faults.db_commit_ack_lost = 0.01
+faults.net_reset = 0.05
+"#;
 
 /// The heavy-fault scenario's rates (scenarios/heavy-faults.toml), for the
 /// no-false-alarm runs.
@@ -294,6 +347,9 @@ pub struct Row {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Summary {
     pub rows: Vec<Row>,
+    /// Variants not run: their fault needs PostgreSQL and the run has SQLite.
+    #[serde(default)]
+    pub skipped: Vec<String>,
     pub caught: usize,
     pub variants: usize,
     pub correct_clean: bool,
@@ -321,11 +377,17 @@ fn expected_found(r: &Report, anomaly: AnomalyKind) -> Option<u64> {
 /// Runs the catalogue and the correct pipeline; prints progress on stderr.
 pub async fn selftest(opts: &Options) -> Result<Summary> {
     let mut rows = Vec::new();
+    let mut skipped = Vec::new();
     let chosen = CATALOGUE
         .iter()
         .filter(|_| opts.variants)
         .filter(|v| opts.only.as_deref().map(|o| v.name.contains(o)).unwrap_or(true));
     for v in chosen {
+        if v.needs_postgres && opts.database_url.is_none() {
+            eprintln!("selftest: {:<26} left out: its fault needs the fault proxy, so PostgreSQL", v.name);
+            skipped.push(v.name.to_string());
+            continue;
+        }
         rows.push(catch_variant(v, opts).await?);
     }
     let caught = rows.iter().filter(|r| r.ok).count();
@@ -337,7 +399,7 @@ pub async fn selftest(opts: &Options) -> Result<Summary> {
         correct_clean = clean.ok;
         rows.push(clean);
     }
-    Ok(Summary { rows, caught, variants, correct_clean })
+    Ok(Summary { rows, skipped, caught, variants, correct_clean })
 }
 
 /// One quiet pipeline run of a selftest scenario.
@@ -396,8 +458,12 @@ async fn correct_pipeline(opts: &Options) -> Result<Row> {
     for i in 0..opts.clean_seeds {
         let seed = opts.seed + 1000 + i as u64;
         let (overrides, flavour) = CLEAN_FLAVOURS[i as usize % CLEAN_FLAVOURS.len()];
+        let overrides = match (overrides == CORRECT, &opts.database_url) {
+            (true, Some(_)) => format!("{overrides}{CORRECT_POSTGRES}"),
+            _ => overrides.to_string(),
+        };
         let sc =
-            scenario_for(overrides, &format!("correct pipeline, {flavour}"), seed)?.with_components(opts.components);
+            scenario_for(&overrides, &format!("correct pipeline, {flavour}"), seed)?.with_components(opts.components);
         let rep = run_quiet(sc, opts).await?;
         clean.runs += 1;
         clean.last_run = rep.run_id.clone();
@@ -436,6 +502,13 @@ pub fn render(s: &Summary) -> (String, Exit) {
     }
     let mut out = format!("{t}\n");
     out.push_str(&format!("mutation score: {}/{} variants caught", s.caught, s.variants));
+    if !s.skipped.is_empty() {
+        out.push_str(&format!(
+            " ({} left out on SQLite, their fault needs PostgreSQL: {})",
+            s.skipped.len(),
+            s.skipped.join(", ")
+        ));
+    }
     out.push_str(if s.correct_clean {
         "; the correct pipeline is clean\n"
     } else {

@@ -112,6 +112,31 @@ fn effects_before_the_inbox_row_duplicate_them() {
     assert_caught("examples/python/effects-first.toml", "duplicate effect");
 }
 
+/// The fault proxy's `db.kill_after_commit`: the correct consumer absorbs
+/// a kill right after each of 5% of its commits.
+#[test]
+fn the_correct_python_consumer_passes_killed_right_after_its_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = run_program("examples/python/consumer-at-commit.toml", dir.path());
+    assert_eq!(ran.code, 0, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    let r = ran.json();
+    assert!(assert_fired_and_confirmed(&r, "db.kill_after_commit") >= 3);
+    assert_nothing_left(&r);
+}
+
+/// Aimed at the commit, the kill finds the effects-first consumer's window
+/// on the first seed (a random kill needs luck: 5 of 6 seeds).
+#[test]
+fn a_kill_right_after_the_effects_commit_catches_effects_first_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = run_program("examples/python/effects-first-at-commit.toml", dir.path());
+    assert_eq!(ran.code, 1, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    let r = ran.json();
+    assert!(anomalies(&r).iter().any(|a| a == "duplicate effect"), "{:?}", anomalies(&r));
+    assert_fired_and_confirmed(&r, "db.kill_after_commit");
+    assert_nothing_left(&r);
+}
+
 #[test]
 fn the_correct_python_relay_passes_under_real_kills() {
     let dir = tempfile::tempdir().unwrap();

@@ -17,8 +17,8 @@
 //! close), `net.blackhole` holds every byte in both directions for
 //! `[proxy] blackhole_ms`, then lets it through (a partition that heals).
 //! The protocol-aware points read the server's framing ([`pg`]):
-//! `db.commit_ack_lost` withholds the server's acknowledgement of a COMMIT
-//! and resets the connection, so the transaction is durable and its client
+//! `db.commit_ack_lost` withholds the server's acknowledgement of a commit
+//! (a COMMIT, or a write in autocommit) and resets the connection, so the transaction is durable and its client
 //! cannot know (an ambiguous commit); `db.kill_after_commit` lets the
 //! acknowledgement through and then has the slot's process killed at once
 //! (a consumer killed between its transaction and its offset commit, for
@@ -367,14 +367,15 @@ async fn pump_bytes(from: &mut OwnedReadHalf, mut to: OwnedWriteHalf, slot: &Slo
 }
 
 /// Server to client: whole messages, so that a commit's acknowledgement
-/// can be seen, withheld or followed by a kill.
+/// can be seen, withheld or followed by a kill. A commit's
+/// `CommandComplete` waits in the buffer until its `ReadyForQuery` comes.
 async fn pump_server(mut from: OwnedReadHalf, to: &mut OwnedWriteHalf, slot: &Slot, faults: &FaultInjector) -> Ended {
     let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut chunk = vec![0u8; 64 * 1024];
     let mut rng = rand::rngs::StdRng::from_entropy();
-    let watch_commits = [FaultPoint::DbCommitAckLost, FaultPoint::DbKillAfterCommit]
-        .iter()
-        .any(|p| faults.probability(*p) > 0.0);
+    let mut acks = pg::Acks::default();
+    let watch_commits =
+        [FaultPoint::DbCommitAckLost, FaultPoint::DbKillAfterCommit].iter().any(|p| faults.probability(*p) > 0.0);
     loop {
         let n = from.read(&mut chunk).await.map_err(|e| e.to_string())?;
         if n == 0 {
@@ -387,33 +388,36 @@ async fn pump_server(mut from: OwnedReadHalf, to: &mut OwnedWriteHalf, slot: &Sl
             continue;
         }
         buf.extend_from_slice(&chunk[..n]);
-        let messages = match pg::messages(&buf) {
-            Ok(m) => m,
+        let scan = match acks.scan(&buf) {
+            Ok(s) => s,
             Err(at) => {
                 warn!(slot = %slot.name, at, "the server's stream is not PostgreSQL framing; passing it on unread");
                 to.write_all(&buf).await.map_err(|e| e.to_string())?;
                 buf.clear();
+                acks = pg::Acks::default();
                 continue;
             }
         };
-        let whole = messages.last().map_or(0, |m| m.end);
         let mut kill = false;
-        for m in messages.iter().filter(|m| m.commit_ack) {
-            if faults.strike(FaultPoint::DbCommitAckLost, &slot.name, || "a COMMIT acknowledgement".into()) {
+        for (start, _) in &scan.acks {
+            if faults.strike(FaultPoint::DbCommitAckLost, &slot.name, || "a commit's acknowledgement".into()) {
                 // Everything before the acknowledgement goes through; the
                 // acknowledgement and what follows it never do.
-                to.write_all(&buf[..m.start]).await.map_err(|e| e.to_string())?;
+                to.write_all(&buf[..*start]).await.map_err(|e| e.to_string())?;
                 faults.confirm(FaultPoint::DbCommitAckLost, 1);
-                return Err("reset after withholding a COMMIT acknowledgement (db.commit_ack_lost)".into());
+                return Err("reset after withholding a commit's acknowledgement (db.commit_ack_lost)".into());
             }
             if slot.process.pgid.load(Ordering::Relaxed) > 0
-                && faults.strike(FaultPoint::DbKillAfterCommit, &slot.name, || "the process, after its COMMIT was acknowledged".into())
+                && faults.strike(FaultPoint::DbKillAfterCommit, &slot.name, || {
+                    "the process, once its commit was acknowledged".into()
+                })
             {
                 kill = true;
             }
         }
-        to.write_all(&buf[..whole]).await.map_err(|e| e.to_string())?;
-        buf.drain(..whole);
+        to.write_all(&buf[..scan.safe]).await.map_err(|e| e.to_string())?;
+        buf.drain(..scan.safe);
+        acks.consumed(scan.safe);
         if kill {
             kill_now(slot);
         }
@@ -468,7 +472,9 @@ async fn nemesis(
                 faults.confirm(FaultPoint::NetReset, 1);
             }
         }
-        if faults.strike(FaultPoint::NetBlackhole, &slot.name, || format!("{} ms, {open} open connection(s)", blackhole.as_millis())) {
+        if faults.strike(FaultPoint::NetBlackhole, &slot.name, || {
+            format!("{} ms, {open} open connection(s)", blackhole.as_millis())
+        }) {
             slot.held_in_blackhole.store(false, Ordering::Relaxed);
             let _ = slot.blackhole.send(Some(Instant::now() + blackhole));
             let slot = slot.clone();

@@ -3,12 +3,13 @@
 //!
 //! After the startup message every backend message is a type byte and a
 //! big-endian length that counts itself. The proxy cuts the server's stream
-//! into whole messages and looks at one kind: `CommandComplete` (`C`)
-//! whose tag is `COMMIT`. The server sends it only after the transaction is
-//! durable (a failed COMMIT's tag is `ROLLBACK`), so that message is the
-//! moment a commit is acknowledged, whatever the client library and
-//! whether it sent `COMMIT` as a simple query or through the extended
-//! protocol.
+//! into whole messages and reads two kinds: `CommandComplete` (`C`, its
+//! tag) and `ReadyForQuery` (`Z`, the session's transaction status). The
+//! server sends them only once a commit is durable (a failed COMMIT's tag
+//! is `ROLLBACK`), so they are the moment a commit is acknowledged,
+//! whatever the client library, whether it sent `COMMIT` as a simple query
+//! or through the extended protocol, or wrote in autocommit with no
+//! `COMMIT` at all ([`Acks`]).
 //!
 //! The client's stream is passed through as bytes, with one exception
 //! before startup: a request to negotiate TLS (`SSLRequest`) or GSSAPI
@@ -38,23 +39,20 @@ pub fn opening(first8: &[u8; 8]) -> Opening {
     }
 }
 
-/// One whole backend message in the buffer.
+/// A message's type byte and its extent in the buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Message {
-    /// Where it starts in the buffer and where it ends (exclusive).
-    pub start: usize,
-    pub end: usize,
-    /// The server acknowledged a COMMIT: `CommandComplete` with tag `COMMIT`.
-    pub commit_ack: bool,
+struct Message {
+    kind: u8,
+    start: usize,
+    end: usize,
 }
 
-/// The whole messages at the front of `buf`, in order; the bytes after the
-/// last one are an incomplete message that must wait for more. A length
-/// below 4 is not PostgreSQL: `Err` with the offset, and the proxy then
-/// stops reading framing on that connection (it passes bytes on).
-pub fn messages(buf: &[u8]) -> Result<Vec<Message>, usize> {
+/// The whole messages of `buf[from..]`, in order; bytes after the last
+/// one are an incomplete message that waits for more. A length below 4 is
+/// not PostgreSQL: `Err` with its offset.
+fn messages(buf: &[u8], from: usize) -> Result<Vec<Message>, usize> {
     let mut out = Vec::new();
-    let mut at = 0;
+    let mut at = from;
     while buf.len() - at >= 5 {
         let len = u32::from_be_bytes([buf[at + 1], buf[at + 2], buf[at + 3], buf[at + 4]]) as usize;
         if len < 4 {
@@ -64,11 +62,76 @@ pub fn messages(buf: &[u8]) -> Result<Vec<Message>, usize> {
         if end > buf.len() {
             break;
         }
-        let commit_ack = buf[at] == b'C' && &buf[at + 5..end] == b"COMMIT\0";
-        out.push(Message { start: at, end, commit_ack });
+        out.push(Message { kind: buf[at], start: at, end });
         at = end;
     }
     Ok(out)
+}
+
+/// The tags of statements that write: outside a transaction block each
+/// commits on its own (autocommit), with no COMMIT on the wire.
+const WRITE_TAGS: [&[u8]; 5] = [b"INSERT ", b"UPDATE ", b"DELETE ", b"MERGE ", b"COPY "];
+
+/// Finds the moments the server acknowledges a commit, from its messages
+/// alone. A commit is acknowledged by the `ReadyForQuery` that reports the
+/// session idle (`I`) after a `CommandComplete` of `COMMIT`, or of a write
+/// that ran outside a transaction block (autocommit). The acknowledgement
+/// spans from that `CommandComplete` to the end of the `ReadyForQuery`:
+/// withholding it leaves a durable commit its client never hears of.
+/// Writes inside a block (`ReadyForQuery` `T`) are not commits; a
+/// `ROLLBACK` clears what was pending.
+#[derive(Debug, Default)]
+pub struct Acks {
+    /// Where the `CommandComplete` of a commit not yet followed by its
+    /// `ReadyForQuery` starts.
+    pending: Option<usize>,
+    /// How far `buf` has been read into whole messages.
+    parsed: usize,
+}
+
+/// What [`Acks::scan`] found in the buffer.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Scan {
+    /// Each commit acknowledgement: its first byte and its end.
+    pub acks: Vec<(usize, usize)>,
+    /// The bytes `buf[..safe]` may go to the client now; the rest waits
+    /// (an incomplete message, or a commit's `CommandComplete` whose
+    /// `ReadyForQuery` has not come).
+    pub safe: usize,
+}
+
+impl Acks {
+    /// Reads the whole messages `buf` gained since the last scan.
+    pub fn scan(&mut self, buf: &[u8]) -> Result<Scan, usize> {
+        let mut acks = Vec::new();
+        for m in messages(buf, self.parsed)? {
+            let body = &buf[m.start + 5..m.end];
+            match m.kind {
+                b'C' if body == b"COMMIT\0" || WRITE_TAGS.iter().any(|t| body.starts_with(t)) => {
+                    self.pending.get_or_insert(m.start);
+                }
+                b'C' if body == b"ROLLBACK\0" => self.pending = None,
+                b'Z' => {
+                    // Idle: committed. In a block (`T`) or failed (`E`):
+                    // nothing committed yet.
+                    if let (Some(start), Some(b'I')) = (self.pending.take(), body.first()) {
+                        acks.push((start, m.end));
+                    }
+                }
+                _ => {}
+            }
+            self.parsed = m.end;
+        }
+        Ok(Scan { acks, safe: self.pending.unwrap_or(self.parsed) })
+    }
+
+    /// The first `n` bytes left the buffer.
+    pub fn consumed(&mut self, n: usize) {
+        self.parsed -= n;
+        if let Some(p) = &mut self.pending {
+            *p -= n;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -82,48 +145,81 @@ mod tests {
         m
     }
 
-    /// The bytes a server sends for `COMMIT` as a simple query: its
-    /// CommandComplete, then ReadyForQuery idle. Recorded from PostgreSQL 15
-    /// (the same bytes `psql` and sqlx see).
-    const RECORDED_COMMIT: &[u8] = b"C\x00\x00\x00\x0bCOMMIT\x00Z\x00\x00\x00\x05I";
-
-    #[test]
-    fn finds_the_commit_acknowledgement_in_a_recorded_reply() {
-        let ms = messages(RECORDED_COMMIT).unwrap();
-        assert_eq!(ms.len(), 2);
-        assert!(ms[0].commit_ack);
-        assert_eq!((ms[0].start, ms[0].end), (0, 12));
-        assert!(!ms[1].commit_ack, "ReadyForQuery is not the acknowledgement");
+    /// A whole scan of one buffer, as the proxy does it read by read.
+    fn acks_of(buf: &[u8]) -> Scan {
+        Acks::default().scan(buf).unwrap()
     }
 
     #[test]
-    fn other_tags_are_not_commits() {
-        let mut buf = msg(b'C', b"INSERT 0 3\0");
+    fn an_explicit_commit_is_acknowledged_by_its_commandcomplete_and_readyforquery() {
+        // BEGIN, an INSERT in the block, COMMIT: as sqlx and psycopg send them.
+        let mut buf = msg(b'C', b"BEGIN\0");
+        buf.extend(msg(b'Z', b"T"));
+        buf.extend(msg(b'C', b"INSERT 0 3\0"));
+        buf.extend(msg(b'Z', b"T"));
+        let commit_at = buf.len();
+        buf.extend(msg(b'C', b"COMMIT\0"));
+        buf.extend(msg(b'Z', b"I"));
+        let scan = acks_of(&buf);
+        assert_eq!(scan.acks, vec![(commit_at, buf.len())], "only the COMMIT, not the INSERT inside the block");
+        assert_eq!(scan.safe, buf.len());
+    }
+
+    #[test]
+    fn an_autocommit_write_is_a_commit_and_a_read_is_not() {
+        let mut buf = msg(b'1', b"");
+        buf.extend(msg(b'2', b""));
+        let write_at = buf.len();
+        buf.extend(msg(b'C', b"UPDATE 1\0"));
+        buf.extend(msg(b'Z', b"I"));
+        let write_end = buf.len();
+        buf.extend(msg(b'C', b"SELECT 1\0"));
+        buf.extend(msg(b'Z', b"I"));
+        assert_eq!(acks_of(&buf).acks, vec![(write_at, write_end)]);
+    }
+
+    #[test]
+    fn a_rollback_or_a_failed_block_acknowledges_nothing() {
+        let mut buf = msg(b'C', b"INSERT 0 1\0");
+        buf.extend(msg(b'Z', b"T"));
         buf.extend(msg(b'C', b"ROLLBACK\0"));
+        buf.extend(msg(b'Z', b"I"));
+        buf.extend(msg(b'E', b"SERROR\0"));
+        buf.extend(msg(b'Z', b"E"));
         buf.extend(msg(b'C', b"COMMIT PREPARED\0"));
         buf.extend(msg(b'D', b"\x00\x01\x00\x00\x00\x06COMMIT"));
-        let ms = messages(&buf).unwrap();
-        assert_eq!(ms.len(), 4);
-        assert!(ms.iter().all(|m| !m.commit_ack), "{ms:?}");
+        buf.extend(msg(b'Z', b"I"));
+        assert_eq!(acks_of(&buf).acks, vec![]);
     }
 
     #[test]
-    fn a_message_split_across_reads_waits_for_its_end() {
+    fn a_commit_split_across_reads_is_held_until_its_readyforquery() {
         let mut stream = msg(b'2', b"");
-        stream.extend_from_slice(RECORDED_COMMIT);
-        for cut in 0..stream.len() {
-            let first = messages(&stream[..cut]).unwrap();
-            let whole: usize = first.last().map_or(0, |m| m.end);
-            let rest = messages(&stream[whole..]).unwrap();
-            let acks = first.iter().chain(&rest).filter(|m| m.commit_ack).count();
-            assert_eq!(acks, 1, "cut at {cut}");
-            assert_eq!(first.len() + rest.len(), 3, "cut at {cut}");
+        stream.extend(msg(b'C', b"COMMIT\0"));
+        stream.extend(msg(b'Z', b"I"));
+        for cut in 0..=stream.len() {
+            // The proxy's loop: scan, send what is safe, drop it, read on.
+            let mut acks = Acks::default();
+            let mut buf = stream[..cut].to_vec();
+            let mut sent = Vec::new();
+            let mut found = Vec::new();
+            for more in [&stream[cut..], &[][..]] {
+                let scan = acks.scan(&buf).unwrap();
+                found.extend(scan.acks.iter().map(|(s, e)| (s + sent.len(), e + sent.len())));
+                sent.extend_from_slice(&buf[..scan.safe]);
+                buf.drain(..scan.safe);
+                acks.consumed(scan.safe);
+                assert!(sent.len() <= 5 || found.len() == 1, "cut {cut}: the COMMIT went out before its ack was seen");
+                buf.extend_from_slice(more);
+            }
+            assert_eq!(found, vec![(5, stream.len())], "cut at {cut}");
+            assert_eq!(sent, stream, "cut at {cut}");
         }
     }
 
     #[test]
     fn a_length_below_four_is_not_postgresql() {
-        assert_eq!(messages(b"Z\x00\x00\x00\x02").unwrap_err(), 0);
+        assert_eq!(Acks::default().scan(b"Z\x00\x00\x00\x02").unwrap_err(), 0);
     }
 
     #[test]

@@ -267,14 +267,13 @@ impl super::Backend for PgStore {
     }
 
     async fn landed(&self, ids: &[Uuid], captured: bool) -> Result<usize> {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM payments WHERE id = ANY($1) AND (NOT $2 OR status = 'captured')",
-        )
-        .bind(ids)
-        .bind(captured)
-        .fetch_one(&self.pool)
-        .await
-        .map_err(|e| Error::db("looking payments up by id", e))?;
+        let n: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM payments WHERE id = ANY($1) AND (NOT $2 OR status = 'captured')")
+                .bind(ids)
+                .bind(captured)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| Error::db("looking payments up by id", e))?;
         Ok(n as usize)
     }
 }

@@ -1,0 +1,254 @@
+//! The fault proxy in front of PostgreSQL: its faults against the real
+//! server (an ambiguous commit is durable and reported failed; latency is
+//! really added), the framing read from a recorded byte stream, the
+//! reference pipeline passing under every proxy fault, and bad input.
+
+mod common;
+use chaos::faults::{FaultInjector, FaultPoint, FaultRates};
+use chaos::proxy::{pg, Proxy, Settings, Shaping};
+use common::*;
+use sqlx::Connection;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A proxy with one slot, `test`, in front of the test command's PostgreSQL.
+async fn proxy(rates: FaultRates, shaping: Shaping) -> (Proxy, Arc<FaultInjector>, chaos::context::ShutdownTrigger) {
+    let faults = Arc::new(FaultInjector::new(1, &rates));
+    let (trigger, shutdown) = chaos::context::shutdown_pair();
+    let settings = Settings {
+        upstream_url: &database_url(),
+        slots: vec!["test".into()],
+        shaping,
+        blackhole: Duration::from_secs(1),
+        seed: 1,
+    };
+    let p = Proxy::start(settings, faults.clone(), shutdown).await.unwrap();
+    (p, faults, trigger)
+}
+
+fn through(p: &Proxy) -> String {
+    p.url_for(p.slot("test").unwrap(), &database_url())
+}
+
+#[tokio::test]
+async fn a_withheld_commit_acknowledgement_leaves_a_durable_commit_reported_failed() {
+    let rates = FaultRates::none().with(FaultPoint::DbCommitAckLost, 1.0);
+    let (p, faults, _stop) = proxy(rates, Shaping::default()).await;
+    let mut direct = sqlx::PgConnection::connect(&database_url()).await.unwrap();
+    let table = format!("chaos_proxy_test_{}", std::process::id());
+    sqlx::query(&format!("CREATE TABLE IF NOT EXISTS {table} (id int)")).execute(&mut direct).await.unwrap();
+    let mut conn = sqlx::PgConnection::connect(&through(&p)).await.unwrap();
+    let mut tx = conn.begin().await.unwrap();
+    sqlx::query(&format!("INSERT INTO {table} VALUES (7)")).execute(&mut *tx).await.unwrap();
+    let committed = tx.commit().await;
+    let err = committed.expect_err("the client must not hear of its commit").to_string();
+    assert!(err.contains("reset") || err.contains("EOF") || err.contains("closed"), "{err}");
+    let n: i64 =
+        sqlx::query_scalar(&format!("SELECT count(*) FROM {table} WHERE id = 7")).fetch_one(&mut direct).await.unwrap();
+    sqlx::query(&format!("DROP TABLE {table}")).execute(&mut direct).await.unwrap();
+    assert_eq!(n, 1, "the commit the client was not told of is durable");
+    assert_eq!(faults.fired(FaultPoint::DbCommitAckLost), 1);
+    assert_eq!(faults.confirmed(FaultPoint::DbCommitAckLost), 1);
+}
+
+#[tokio::test]
+async fn latency_is_added_each_way_and_nothing_without_shaping() {
+    let shaping = Shaping { latency: Duration::from_millis(60), ..Default::default() };
+    let (slow, _, _stop) = proxy(FaultRates::none(), shaping).await;
+    let (plain, _, _stop2) = proxy(FaultRates::none(), Shaping::default()).await;
+    for (p, at_least) in [(&slow, Duration::from_millis(120)), (&plain, Duration::ZERO)] {
+        let mut conn = sqlx::PgConnection::connect(&through(p)).await.unwrap();
+        let t = Instant::now();
+        let one: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&mut conn).await.unwrap();
+        let took = t.elapsed();
+        assert_eq!(one, 1);
+        // A sleep is never shorter than asked: a lower bound, not a timing target.
+        assert!(took >= at_least, "a round trip took {took:?}, less than the {at_least:?} the proxy adds");
+    }
+}
+
+/// Records what the server sends back for one explicit transaction and
+/// one autocommit write, through a bare TCP relay, and checks that the
+/// framing finds exactly their two acknowledgements. The recording is
+/// also compared with the one kept in tests/fixtures/wire/.
+#[tokio::test]
+async fn commit_acknowledgements_are_found_in_a_recorded_session() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let upstream = "127.0.0.1:5432";
+    let recorder = tokio::spawn(async move {
+        let (client, _) = listener.accept().await.unwrap();
+        let server = tokio::net::TcpStream::connect(upstream).await.unwrap();
+        let (mut cr, mut cw) = client.into_split();
+        let (mut sr, mut sw) = server.into_split();
+        // The client's SSLRequest is answered `N` here, as the proxy does.
+        let mut first = [0u8; 8];
+        cr.read_exact(&mut first).await.unwrap();
+        if pg::opening(&first) == pg::Opening::Encryption {
+            cw.write_all(b"N").await.unwrap();
+            cr.read_exact(&mut first).await.unwrap();
+        }
+        sw.write_all(&first).await.unwrap();
+        let up = tokio::spawn(async move { tokio::io::copy(&mut cr, &mut sw).await });
+        let mut recorded = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match sr.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    recorded.extend_from_slice(&buf[..n]);
+                    if cw.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        up.abort();
+        recorded
+    });
+    let url = database_url().replace("127.0.0.1:5432", &addr.to_string());
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    let table = format!("chaos_wire_test_{}", std::process::id());
+    sqlx::query(&format!("CREATE TEMP TABLE {table} (id int)")).execute(&mut conn).await.unwrap();
+    let mut tx = conn.begin().await.unwrap();
+    sqlx::query(&format!("INSERT INTO {table} VALUES (1)")).execute(&mut *tx).await.unwrap();
+    tx.commit().await.unwrap();
+    sqlx::query(&format!("UPDATE {table} SET id = 2")).execute(&mut conn).await.unwrap();
+    sqlx::query("SELECT 1").execute(&mut conn).await.unwrap();
+    conn.close().await.unwrap();
+    let recorded = recorder.await.unwrap();
+    // The CREATE TEMP TABLE commits too (autocommit, tag CREATE TABLE):
+    // not a write the proxy counts; the COMMIT and the UPDATE are.
+    let live = acks_in(&recorded);
+    assert_eq!(live.len(), 2, "acknowledgements found: {live:?}");
+    assert_eq!(&recorded[live[0].0..live[0].0 + 12], b"C\x00\x00\x00\x0bCOMMIT\x00");
+    assert_eq!(&recorded[live[1].0..live[1].0 + 5], b"C\x00\x00\x00\x0d");
+    // The recording kept from PostgreSQL 15 (made by this test with
+    // CHAOS_RECORD_WIRE=1) gives the same, at the same places.
+    let fixture = root().join("tests/fixtures/wire/postgres15-commit-and-autocommit.bin");
+    if std::env::var_os("CHAOS_RECORD_WIRE").is_some() {
+        std::fs::write(&fixture, &recorded).unwrap();
+    }
+    let kept = std::fs::read(&fixture).unwrap();
+    let acks = acks_in(&kept);
+    assert_eq!(acks.len(), 2, "{acks:?}");
+    assert_eq!(&kept[acks[0].0..acks[0].1], b"C\x00\x00\x00\x0bCOMMIT\x00Z\x00\x00\x00\x05I");
+    // sqlx sends the UPDATE through the extended protocol: its
+    // CommandComplete, the statement's CloseComplete (`3`), then idle.
+    assert_eq!(&kept[acks[1].0..acks[1].1], b"C\x00\x00\x00\x0dUPDATE 1\x003\x00\x00\x00\x04Z\x00\x00\x00\x05I");
+}
+
+/// The acknowledgements in a recorded server stream, fed read by read in
+/// 7-byte pieces, as a slow network would cut it.
+fn acks_in(stream: &[u8]) -> Vec<(usize, usize)> {
+    let mut acks = pg::Acks::default();
+    let (mut buf, mut gone, mut found) = (Vec::new(), 0, Vec::new());
+    for piece in stream.chunks(7) {
+        buf.extend_from_slice(piece);
+        let scan = acks.scan(&buf).expect("PostgreSQL framing");
+        found.extend(scan.acks.iter().map(|(s, e)| (s + gone, e + gone)));
+        buf.drain(..scan.safe);
+        acks.consumed(scan.safe);
+        gone += scan.safe;
+    }
+    found
+}
+
+fn run_scenario(text: &str, extra: &[&str]) -> (Ran, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.toml");
+    std::fs::write(&path, text).unwrap();
+    let mut c = chaos();
+    Backend::Services.apply(&mut c);
+    c.arg("run").arg(&path).args(["--json", "--reports-dir"]).arg(dir.path()).args(extra);
+    (run(&mut c), dir)
+}
+
+fn assert_fired_and_confirmed(r: &serde_json::Value, point: &str) {
+    let f = r["faults"].as_array().unwrap().iter().find(|f| f["point"] == point).unwrap();
+    assert!(f["fired"].as_u64().unwrap() >= 1, "{point} never fired: {f}");
+    assert_eq!(f["confirmed"], f["fired"], "{point}: every firing confirmed: {f}");
+}
+
+#[test]
+fn the_reference_pipeline_passes_behind_the_proxy_under_every_proxy_fault() {
+    let (ran, _dir) = run_scenario(
+        r#"
+[workload]
+payments = 400
+[relay]
+batch_size = 10
+[faults]
+db_commit_ack_lost = 0.02
+net_reset = 0.1
+net_blackhole = 0.1
+relay_after_produce = 0.1
+[proxy]
+latency_ms = 1
+jitter_ms = 1
+blackhole_ms = 300
+"#,
+        &[],
+    );
+    assert_eq!(ran.code, 0, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    let r = ran.json();
+    for p in ["db.commit_ack_lost", "net.reset", "net.blackhole"] {
+        assert_fired_and_confirmed(&r, p);
+    }
+    assert!(r["infra"]["proxy"].as_str().unwrap_or_default().contains("workload"), "{}", r["infra"]);
+}
+
+#[test]
+fn kills_right_after_a_commit_hit_the_reference_components_as_processes() {
+    let (ran, _dir) = run_scenario(
+        r#"
+[workload]
+payments = 400
+[relay]
+batch_size = 10
+[faults]
+db_kill_after_commit = 0.03
+[run]
+components = "process"
+"#,
+        &[],
+    );
+    assert_eq!(ran.code, 0, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    let r = ran.json();
+    assert_fired_and_confirmed(&r, "db.kill_after_commit");
+    let killed = r["components"]["processes_killed"].as_u64().unwrap();
+    assert!(killed >= 1, "{}", r["components"]);
+}
+
+#[test]
+fn proxy_faults_without_postgresql_are_refused_with_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.toml");
+    std::fs::write(&path, "[faults]\nnet_reset = 0.1\n").unwrap();
+    let mut c = chaos();
+    Backend::Embedded.apply(&mut c);
+    let ran = run(c.arg("run").arg(&path).arg("--reports-dir").arg(dir.path()));
+    assert_eq!(ran.code, 2, "{}\n{}", ran.stdout, ran.stderr);
+    assert!(ran.stderr.contains("`faults.net_reset` needs the fault proxy"), "{}", ran.stderr);
+    assert!(ran.stderr.contains("DATABASE_URL"), "{}", ran.stderr);
+}
+
+#[test]
+fn a_proxy_target_that_is_not_a_component_is_named() {
+    let (ran, _dir) = run_scenario("[faults]\nnet_reset = 0.1\n[proxy]\ntargets = [\"relay-9\"]\n", &[]);
+    assert_eq!(ran.code, 2, "{}\n{}", ran.stdout, ran.stderr);
+    assert!(ran.stderr.contains("`proxy.targets` names \"relay-9\""), "{}", ran.stderr);
+    assert!(ran.stderr.contains("relays 1 to 2"), "{}", ran.stderr);
+}
+
+#[test]
+fn a_kill_after_commit_needs_a_process() {
+    let (ran, _dir) = run_scenario("[faults]\ndb_kill_after_commit = 0.1\n", &[]);
+    assert_eq!(ran.code, 2, "{}\n{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stderr.contains("`faults.db_kill_after_commit` acts on a component that runs as a process"),
+        "{}",
+        ran.stderr
+    );
+}
