@@ -8,6 +8,10 @@
 # Usage: scripts/services.sh up     [postgres|kafka]   start (idempotent; fast when already up)
 #        scripts/services.sh down   [postgres|kafka]   stop
 #        scripts/services.sh status [postgres|kafka]   one line per service; exit 0 iff all up
+#        scripts/services.sh pid kafka                 the broker's pid (what chaos's broker.pause
+#                                                      and broker.kill signal; chaos finds it by its port)
+#        scripts/services.sh restart-immediate postgres   pg_ctl restart -m immediate: no checkpoint,
+#                                                      crash recovery on start (chaos's db.restart runs it)
 #
 # Environment:
 #   CHAOS_CACHE_DIR        cache for Kafka jars, config, data and log (default ~/.cache/chaos)
@@ -483,6 +487,16 @@ main() {
     status)
       for s in $services; do "${s}_status" || rc=1; done
       return "$rc"
+      ;;
+    pid)
+      [[ "${2:-}" == kafka ]] || usage
+      kafka_pid || { log "kafka: not running"; return 1; }
+      ;;
+    restart-immediate)
+      [[ "${2:-}" == postgres || "${2:-}" == pg ]] || usage
+      # Every backend is killed without a checkpoint; the server recovers
+      # from its WAL on the way up, as after a crash.
+      pg_ctlcluster "$PG_VERSION" "$PG_CLUSTER" restart -m immediate >&2
       ;;
     -h|--help|help) usage ;;
     *) usage ;;

@@ -156,6 +156,22 @@ fault_points! {
     /// between its transaction and its offset commit.
     DbKillAfterCommit = "db.kill_after_commit", key db_kill_after_commit, per "commit acknowledged to a component process",
         confirmed by "the process seen ending by SIGKILL";
+    /// The broker's process is stopped (SIGSTOP) for the timeline entry's
+    /// `for`, then continued: every client's requests hang, then resume.
+    BrokerPause = "broker.pause", key broker_pause, per "scheduled occurrence ([[nemesis.timeline]])",
+        confirmed by "the broker's process seen stopped by the kernel";
+    /// The broker's process is killed (SIGKILL) and, after the entry's
+    /// `for`, started again by `[nemesis] broker_restart`.
+    BrokerKill = "broker.kill", key broker_kill, per "scheduled occurrence ([[nemesis.timeline]])",
+        confirmed by "the broker seen gone, then listening again";
+    /// PostgreSQL restarts in immediate mode (`[nemesis] database_restart`):
+    /// every session dies, the server recovers from its WAL.
+    DbRestart = "db.restart", key db_restart, per "scheduled occurrence ([[nemesis.timeline]])",
+        confirmed by "the postmaster's start time moved";
+    /// Every database session of the run's components is terminated
+    /// (`pg_terminate_backend`): open transactions roll back.
+    DbTerminateBackends = "db.terminate_backends", key db_terminate_backends, per "scheduled occurrence ([[nemesis.timeline]])",
+        confirmed by "at least one session of the run terminated";
 }
 
 impl FaultPoint {
@@ -170,6 +186,10 @@ impl FaultPoint {
 
     /// The points the fault proxy strikes: they need PostgreSQL, whose wire
     /// it sits on, and apply to any program, the user's included.
+    /// The service faults: only a `[[nemesis.timeline]]` entry strikes them.
+    pub const SERVICE: &'static [FaultPoint] =
+        &[FaultPoint::BrokerPause, FaultPoint::BrokerKill, FaultPoint::DbRestart, FaultPoint::DbTerminateBackends];
+
     pub const PROXIED: &'static [FaultPoint] =
         &[FaultPoint::NetReset, FaultPoint::NetBlackhole, FaultPoint::DbCommitAckLost, FaultPoint::DbKillAfterCommit];
 }

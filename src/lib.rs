@@ -61,6 +61,7 @@ pub mod inbox;
 pub mod infra;
 pub mod intent;
 pub mod interrupt;
+pub mod nemesis;
 pub mod notifier;
 pub mod program;
 pub mod progress;

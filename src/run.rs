@@ -22,6 +22,7 @@ use crate::{relay, workload};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::sync::watch;
 use tracing::{info, warn};
 
 /// What `chaos run` was asked to do.
@@ -108,8 +109,11 @@ pub async fn execute(
     let mut infra = Infra::open(&sc, &endpoints, &names, reports_dir).await?;
     let sc = Arc::new(sc);
     let (trigger, ctx) = context(&sc, &infra, &names);
+    // The proxy's and the timeline's faults strike from the workload's
+    // start until the drain ends.
+    let (acting, _) = watch::channel(false);
     let lanes = match (&endpoints.database_url, sc.proxied()) {
-        (Some(url), true) => Some(Lanes::start(&ctx, url).await?),
+        (Some(url), true) => Some(Lanes::start(&ctx, url, acting.subscribe()).await?),
         _ => None,
     };
     let mut infra_line = infra.describe(&names);
@@ -132,8 +136,9 @@ pub async fn execute(
             return Err(e);
         }
     };
+    components.extend(crate::nemesis::start(&ctx, acting.subscribe()));
     let progress = Progress::start(sc.payments, stats.clone(), faults.clone(), reporter.shows_progress());
-    let mut ran = drive(&ctx, &workload_ctx, programs.as_ref(), lanes.as_ref()).await;
+    let mut ran = drive(&ctx, &workload_ctx, programs.as_ref(), &acting).await;
     trigger.trigger();
     components.extend(ctx.tasks.take());
     let stopped = tokio::select! {
@@ -181,6 +186,21 @@ fn endpoints(sc: &Scenario, database_url: Option<String>, brokers: Option<String
         return Err(Error::Usage(format!(
             "{what} needs the fault proxy, which sits on PostgreSQL's wire protocol: pass --database-url or set DATABASE_URL"
         )));
+    }
+    for t in &sc.timeline {
+        let (needs, missing) = match t.point {
+            FaultPoint::BrokerPause | FaultPoint::BrokerKill => (
+                "a real Kafka broker on this machine (pass --brokers or set KAFKA_BROKERS)",
+                endpoints.brokers.is_none(),
+            ),
+            _ => ("PostgreSQL (pass --database-url or set DATABASE_URL)", endpoints.database_url.is_none()),
+        };
+        if missing {
+            return Err(Error::Usage(format!(
+                "the nemesis timeline's {} needs {needs}; the embedded backends have no process to stop",
+                t.point.name()
+            )));
+        }
     }
     let under_test = [("notifier", &sc.notifier.command), ("relay", &sc.relay.command)];
     if let (Some((role, _)), None) = (under_test.iter().find(|c| c.1.is_some()), &endpoints.database_url) {
@@ -277,10 +297,17 @@ async fn start_components(
     reports_dir: &Path,
     lanes: Option<&Lanes>,
 ) -> Result<(Option<Programs>, Vec<crate::context::Named>, Ctx)> {
+    // A component with sessions of its own: behind the proxy, or when the
+    // nemesis terminates the components' sessions (never the harness's).
+    let own_sessions = ctx.scenario.timeline.iter().any(|t| t.point == FaultPoint::DbTerminateBackends);
     let through = |name: String, connections: u32| async move {
-        match lanes {
-            Some(l) => l.ctx_for(ctx, &name, connections).await,
-            None => Ok(ctx.clone()),
+        match (lanes, &ctx.store) {
+            (Some(l), _) if l.slot(&name).is_some() => l.ctx_for(ctx, &name, connections).await,
+            (_, Store::Postgres(pg)) if own_sessions => {
+                let app = format!("chaos-{}-{name}", ctx.names.run_id);
+                Ok(Ctx { store: Store::Postgres(pg.for_component(&app, connections).await?), ..ctx.clone() })
+            }
+            _ => Ok(ctx.clone()),
         }
     };
     let workload_ctx = through("workload".into(), ctx.scenario.producers as u32 + 1).await?;
@@ -337,7 +364,7 @@ struct Ran {
 /// The workload (after the group wait, bounded by [`workload_limit`]),
 /// then the drain; either may be cut short by a signal, or by a program
 /// under test that failed. After a signal, a second one exits at once.
-async fn drive(ctx: &Ctx, workload_ctx: &Ctx, programs: Option<&Programs>, lanes: Option<&Lanes>) -> Ran {
+async fn drive(ctx: &Ctx, workload_ctx: &Ctx, programs: Option<&Programs>, acting: &watch::Sender<bool>) -> Ran {
     let mut ran = Ran::default();
     let mut failed = std::pin::pin!(program_failure(programs));
     let t_work = Instant::now();
@@ -351,9 +378,7 @@ async fn drive(ctx: &Ctx, workload_ctx: &Ctx, programs: Option<&Programs>, lanes
         // payment service has stopped writing.
         p.set_acting(true);
     }
-    if let Some(l) = lanes {
-        l.set_acting(true);
-    }
+    let _ = acting.send(true);
     let limit = workload_limit(ctx.scenario.payments);
     if ran.incomplete.is_none() && !ran.interrupted {
         let workload = async {
@@ -392,9 +417,7 @@ async fn drive(ctx: &Ctx, workload_ctx: &Ctx, programs: Option<&Programs>, lanes
     if let Some(p) = programs {
         p.set_acting(false);
     }
-    if let Some(l) = lanes {
-        l.set_acting(false);
-    }
+    let _ = acting.send(false);
     ran.drain_ms = t_drain.elapsed().as_millis() as u64;
     ran
 }
@@ -438,11 +461,19 @@ fn skeleton(sc: &Scenario, names: &RunNames, infra: &InfraInfo, faults: &FaultIn
 /// write, and sets the report's findings and verdict.
 async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, still_running: bool) {
     let sc = &ctx.scenario;
+    // After the nemesis restarted PostgreSQL or ended sessions, the pool's
+    // connections may be dead: the verifier reads through a new one.
+    let store = match &ctx.store {
+        Store::Postgres(pg) if sc.timeline.iter().any(|t| t.point.name().starts_with("db.")) => {
+            pg.fresh(2).await.map(Store::Postgres).unwrap_or_else(|_| ctx.store.clone())
+        }
+        other => other.clone(),
+    };
     let verified = if ran.interrupted || still_running {
         None
     } else {
         tokio::select! {
-            r = verify(&ctx.store, &ctx.names, sc, ctx) => Some(r),
+            r = verify(&store, &ctx.names, sc, ctx) => Some(r),
             _ = crate::interrupt::requested() => { ran.interrupted = true; None }
         }
     };
@@ -473,7 +504,7 @@ async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, still_running: bool) 
             rep.invariants = r.invariants;
             rep.anomalies = anomalies;
             rep.chaos_checks = chaos;
-            rep.latency_ms = ctx.store.latency().await.unwrap_or_else(|e| {
+            rep.latency_ms = store.latency().await.unwrap_or_else(|e| {
                 warn!(cause = %e, "measuring the latency failed");
                 None
             });

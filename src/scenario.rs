@@ -191,12 +191,40 @@ impl Default for RawRetention {
 pub struct RawNemesis {
     /// How long a `process.pause` keeps a process stopped.
     pub pause_secs: Spanned<f64>,
+    /// Service faults at given times (`[[nemesis.timeline]]`).
+    pub timeline: Vec<RawTimed>,
+    /// How `broker.kill` starts the broker again.
+    pub broker_restart: Spanned<Vec<String>>,
+    /// How `db.restart` restarts PostgreSQL in immediate mode.
+    pub database_restart: Spanned<Vec<String>>,
 }
 
 impl Default for RawNemesis {
     fn default() -> Self {
-        Self { pause_secs: sp(3.0) }
+        let argv = |a: &[&str]| sp(a.iter().map(|s| s.to_string()).collect());
+        Self {
+            pause_secs: sp(3.0),
+            timeline: Vec::new(),
+            broker_restart: argv(&["scripts/services.sh", "up", "kafka"]),
+            database_restart: argv(&["scripts/services.sh", "restart-immediate", "postgres"]),
+        }
     }
+}
+
+/// One `[[nemesis.timeline]]` entry as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTimed {
+    /// A service fault's name: `broker.pause`, `broker.kill`, `db.restart`,
+    /// `db.terminate_backends`.
+    pub fault: Spanned<String>,
+    /// After the workload starts, e.g. "2s".
+    pub at: Spanned<String>,
+    /// How long the broker stays paused or down (default 2s).
+    #[serde(rename = "for")]
+    pub lasts: Option<Spanned<String>>,
+    /// Strike again this often until the pipeline has drained.
+    pub every: Option<Spanned<String>>,
 }
 
 /// The fault proxy between the components and PostgreSQL
@@ -414,6 +442,10 @@ pub struct Settings {
     pub faults: FaultRates,
     /// How long a `process.pause` lasts.
     pub pause: Duration,
+    /// Service faults at given times, after the workload starts.
+    pub timeline: Vec<crate::nemesis::Timed>,
+    pub broker_restart: Vec<String>,
+    pub database_restart: Vec<String>,
     pub proxy: ProxyConfig,
     pub retention: Retention,
     pub drain_timeout: Duration,
@@ -652,7 +684,8 @@ impl Validator<'_> {
             return self.err(raw.seed.span(), &format!("`seed` is {seed}; expected a non-negative integer"));
         }
         let variants = self.variants(&raw)?;
-        let faults = self.faults(&raw.faults)?;
+        let mut faults = self.faults(&raw.faults)?;
+        let timeline = self.timeline(&raw, &mut faults)?;
         let (command, relay_command) = self.programs(&raw, path, &faults)?;
         let pause = self.pause(&raw.nemesis)?;
         let name = raw.name.clone().unwrap_or_else(|| {
@@ -673,6 +706,9 @@ impl Validator<'_> {
             notifier: self.notifier(&raw.notifier, &variants, command)?,
             faults,
             pause: Duration::from_secs_f64(pause),
+            timeline,
+            broker_restart: self.argv(&raw.nemesis.broker_restart, "nemesis.broker_restart")?,
+            database_restart: self.argv(&raw.nemesis.database_restart, "nemesis.database_restart")?,
             proxy: self.proxy(&raw)?,
             retention: self.retention(&raw.retention)?,
             drain_timeout: Duration::from_secs(self.count(
@@ -772,6 +808,64 @@ impl Validator<'_> {
                 3600,
             )? as u64),
         })
+    }
+
+    /// `[[nemesis.timeline]]`: each entry's fault must be a service fault.
+    /// A scheduled fault fires at each of its times (its `[faults]`
+    /// probability, when set, thins them out); a service fault with a
+    /// probability and no time is refused, as it would never strike.
+    fn timeline(&self, raw: &RawScenario, faults: &mut FaultRates) -> Result<Vec<crate::nemesis::Timed>, crate::Error> {
+        let mut out = Vec::new();
+        let names = || FaultPoint::SERVICE.iter().map(|p| format!("{:?}", p.name())).collect::<Vec<_>>().join(", ");
+        for t in &raw.nemesis.timeline {
+            let Some(point) = FaultPoint::SERVICE.iter().copied().find(|p| p.name() == t.fault.get_ref()) else {
+                return self.err(
+                    t.fault.span(),
+                    &format!("`nemesis.timeline.fault` is {:?}; expected one of {}", t.fault.get_ref(), names()),
+                );
+            };
+            let every = match &t.every {
+                Some(e) => Some(self.duration(e, "nemesis.timeline.every")?),
+                None => None,
+            };
+            if let (Some(e), Some(span)) = (every, t.every.as_ref().map(|e| e.span())) {
+                if e < Duration::from_millis(100) {
+                    return self.err(span, "`nemesis.timeline.every` is under 100ms; expected a period such as \"5s\"");
+                }
+            }
+            let lasts = match &t.lasts {
+                Some(l) => self.duration(l, "nemesis.timeline.for")?,
+                None => Duration::from_secs(2),
+            };
+            out.push(crate::nemesis::Timed { point, at: self.duration(&t.at, "nemesis.timeline.at")?, lasts, every });
+            if raw.faults.get(point).span() == (0..0) {
+                *faults = faults.with(point, 1.0);
+            }
+        }
+        if let Some(p) =
+            FaultPoint::SERVICE.iter().find(|p| faults.get(**p) > 0.0 && !out.iter().any(|t| t.point == **p))
+        {
+            return self.err(
+                raw.faults.get(*p).span(),
+                &format!(
+                    "`faults.{}` is a service fault and strikes only at the times of a `[[nemesis.timeline]]` entry with fault = {:?}; add one",
+                    p.key(),
+                    p.name()
+                ),
+            );
+        }
+        Ok(out)
+    }
+
+    /// A command as an argument vector, not empty.
+    fn argv(&self, v: &Spanned<Vec<String>>, key: &str) -> Result<Vec<String>, crate::Error> {
+        match v.get_ref().first() {
+            Some(p) if !p.trim().is_empty() => Ok(v.get_ref().clone()),
+            _ => self.err(
+                v.span(),
+                &format!("`{key}` is empty; expected a command such as [\"scripts/services.sh\", \"up\", \"kafka\"]"),
+            ),
+        }
     }
 
     /// `[proxy]`: its targets resolved to instance names.

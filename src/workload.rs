@@ -107,9 +107,16 @@ async fn produce(ctx: &Ctx, k: usize, committed: &mut Vec<Intended>) -> Result<(
 }
 
 /// How often the payment service tries a write whose outcome it cannot
-/// know, and the pause between two tries.
-const WRITE_ATTEMPTS: u32 = 20;
+/// know, and the pause before the first retry; it doubles to
+/// [`RETRY_PAUSE_MAX`], so the tries span about 40 s: a PostgreSQL restart
+/// and its recovery fit in.
+const WRITE_ATTEMPTS: u32 = 45;
 const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+const RETRY_PAUSE_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+
+fn pause_before(attempt: u32) -> std::time::Duration {
+    (RETRY_PAUSE * 2u32.saturating_pow(attempt.min(8))).min(RETRY_PAUSE_MAX)
+}
 
 /// A database error may leave a write's outcome unknown: its COMMIT was
 /// sent and the connection broke before the answer came.
@@ -133,7 +140,7 @@ async fn authorize(ctx: &Ctx, component: &str, ps: &mut [NewPayment], outbox: bo
         };
         attempt += 1;
         tracing::info!(component, cause = %err, attempt, "an authorize's outcome is unknown; retrying");
-        tokio::time::sleep(RETRY_PAUSE).await;
+        tokio::time::sleep(pause_before(attempt)).await;
         match ctx.scenario.retry {
             WorkloadRetry::NewId => ps.iter_mut().for_each(|p| p.id = crate::events::time_ordered_id()),
             WorkloadRetry::Idempotent => {
@@ -159,7 +166,7 @@ async fn capture(ctx: &Ctx, component: &str, ps: &[(NewPayment, bool)], outbox: 
         };
         attempt += 1;
         tracing::info!(component, cause = %err, attempt, "a capture's outcome is unknown; retrying");
-        tokio::time::sleep(RETRY_PAUSE).await;
+        tokio::time::sleep(pause_before(attempt)).await;
         if ctx.scenario.retry == WorkloadRetry::Idempotent && landed(ctx, ps.iter().map(|p| p.0.id), true).await? {
             return Ok(());
         }

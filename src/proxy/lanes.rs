@@ -13,12 +13,12 @@ use tokio::sync::watch;
 pub struct Lanes {
     proxy: Proxy,
     url: String,
-    acting: watch::Sender<bool>,
 }
 
 impl Lanes {
-    /// Starts the proxy with a slot per target of the scenario's `[proxy]`.
-    pub async fn start(ctx: &Ctx, url: &str) -> Result<Self> {
+    /// Starts the proxy with a slot per target of the scenario's `[proxy]`;
+    /// its nemesis strikes while `acting` is true.
+    pub async fn start(ctx: &Ctx, url: &str, acting: watch::Receiver<bool>) -> Result<Self> {
         let sc = &ctx.scenario;
         let settings = Settings {
             upstream_url: url,
@@ -28,16 +28,16 @@ impl Lanes {
             seed: sc.seed,
         };
         let mut proxy = Proxy::start(settings, ctx.faults.clone(), ctx.shutdown.clone()).await?;
-        let (acting, rx) = watch::channel(false);
-        proxy.act(ctx.faults.clone(), rx, sc.seed, sc.proxy.blackhole, ctx.shutdown.clone());
-        Ok(Self { proxy, url: url.to_string(), acting })
+        proxy.act(ctx.faults.clone(), acting, sc.seed, sc.proxy.blackhole, ctx.shutdown.clone());
+        Ok(Self { proxy, url: url.to_string() })
     }
 
     /// The context a component runs with: the run's, but with its store
     /// through its slot when the proxy stands in front of it.
     pub async fn ctx_for(&self, ctx: &Ctx, name: &str, connections: u32) -> Result<Ctx> {
         let (Some(slot), Store::Postgres(pg)) = (self.proxy.slot(name), &ctx.store) else { return Ok(ctx.clone()) };
-        let store = PgStore::attach(&self.proxy.url_for(slot, &self.url), &pg.schema, connections).await?;
+        let via = PgStore::attach(&self.proxy.url_for(slot, &self.url), &pg.schema, connections).await?;
+        let store = via.for_component(&format!("chaos-{}-{name}", ctx.names.run_id), connections).await?;
         Ok(Ctx { store: Store::Postgres(store), ..ctx.clone() })
     }
 
@@ -49,11 +49,6 @@ impl Lanes {
     /// The database URL a component process in `slot` is given.
     pub fn url_of(&self, slot: &Slot) -> String {
         self.proxy.url_for(slot, &self.url)
-    }
-
-    /// The nemesis acts from the workload's start until the drain ends.
-    pub fn set_acting(&self, on: bool) {
-        let _ = self.acting.send(on);
     }
 
     /// One line for the banner.

@@ -41,11 +41,47 @@ impl PgStore {
         Self::connect(url, schema, max_connections, false).await
     }
 
+    /// A pool of its own on the same database for one component, its
+    /// sessions named `name` (so that the nemesis's
+    /// `db.terminate_backends` finds them and spares the harness's own).
+    pub async fn for_component(&self, name: &str, max_connections: u32) -> Result<Self> {
+        let opts = self.opts.clone().application_name(name);
+        let pool = Self::pool(&opts, max_connections, &self.endpoint).await?;
+        Ok(Self { pool, opts, schema: self.schema.clone(), endpoint: self.endpoint.clone() })
+    }
+
+    /// The same database through a new pool: after a restart or
+    /// terminated sessions the old pool's connections are dead, and the
+    /// verifier must not meet them.
+    pub async fn fresh(&self, max_connections: u32) -> Result<Self> {
+        let pool = Self::pool(&self.opts, max_connections, &self.endpoint).await?;
+        Ok(Self { pool, ..self.clone() })
+    }
+
+    async fn pool(opts: &PgConnectOptions, max_connections: u32, endpoint: &str) -> Result<PgPool> {
+        PgPoolOptions::new()
+            .max_connections(max_connections)
+            .test_before_acquire(false)
+            .acquire_timeout(Duration::from_secs(15))
+            .connect_with(opts.clone())
+            .await
+            .map_err(|e| Error::DatabaseUnreachable {
+                endpoint: endpoint.to_string(),
+                cause: crate::infra::redact(&e.to_string()),
+            })
+    }
+
     async fn connect(url: &str, schema: &str, max_connections: u32, create: bool) -> Result<Self> {
         let endpoint = db_endpoint(url);
         let unreachable = |cause: String| Error::DatabaseUnreachable { endpoint: endpoint.clone(), cause };
         let base = PgConnectOptions::from_str(url).map_err(|e| unreachable(crate::infra::redact(&e.to_string())))?;
-        let base = base.log_statements(tracing::log::LevelFilter::Trace);
+        let mut base = base.log_statements(tracing::log::LevelFilter::Trace);
+        // Sessions carry the run's schema as their name, so that the
+        // nemesis can find them (`db.terminate_backends`); a component
+        // process names its own from PGAPPNAME.
+        if std::env::var_os("PGAPPNAME").is_none() {
+            base = base.application_name(schema);
+        }
         if create {
             Self::create_schema(&base, schema, &endpoint).await?;
         }
@@ -92,6 +128,38 @@ impl PgStore {
             .fetch_one(&self.pool)
             .await
             .map_err(|e| Error::db("counting a process's sessions", e))
+    }
+
+    /// When the postmaster started: it moves when PostgreSQL restarts.
+    pub async fn postmaster_started(&self) -> Result<String> {
+        sqlx::query_scalar("SELECT pg_postmaster_start_time()::text")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| Error::db("reading the postmaster's start time", e))
+    }
+
+    /// How many sessions of the run's components are open.
+    pub async fn run_sessions(&self, run_id: &str) -> Result<i64> {
+        sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE $1")
+            .bind(format!("chaos-{run_id}-%"))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| Error::db("counting the run's sessions", e))
+    }
+
+    /// Terminates every session of the run's components, in process
+    /// (their own pools) or as processes, all named `chaos-<run id>-…`;
+    /// the harness's own sessions (named by the schema) are spared.
+    /// Returns how many were terminated.
+    pub async fn terminate_run_sessions(&self, run_id: &str) -> Result<i64> {
+        sqlx::query_scalar(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE application_name LIKE $1 AND pid <> pg_backend_pid()",
+        )
+        .bind(format!("chaos-{run_id}-%"))
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| Error::db("terminating the run's sessions", e))
     }
 
     /// What those sessions are doing, for a message about one that

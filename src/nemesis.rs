@@ -1,0 +1,302 @@
+//! Service faults on a timeline: the scenario's `[[nemesis.timeline]]`
+//! pauses or kills the broker, restarts PostgreSQL, or terminates the
+//! run's database sessions, at a time after the workload starts and, with
+//! `every`, again and again until the pipeline has drained.
+//!
+//! The broker is found by the port it listens on (the kernel's socket
+//! table names the owning process), so any local Kafka will do; it is
+//! restarted, and PostgreSQL restarted, by the commands in `[nemesis]`
+//! (`scripts/services.sh` by default). Each act is confirmed by what the
+//! harness sees afterwards: the broker stopped in `/proc`, the broker gone
+//! and its port open again, the postmaster's start time moved, sessions
+//! terminated.
+
+use crate::context::Ctx;
+use crate::error::{Error, Result};
+use crate::faults::FaultPoint;
+use crate::store::Store;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+/// One entry of the timeline, validated.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Timed {
+    pub point: FaultPoint,
+    /// After the workload starts.
+    pub at: Duration,
+    /// How long the broker stays paused or down.
+    pub lasts: Duration,
+    /// Strike again this long after each strike, until the drain ends.
+    pub every: Option<Duration>,
+}
+
+/// How long a restart command may take before the act counts as failed.
+const RESTART_LIMIT: Duration = Duration::from_secs(120);
+/// How long a signalled process may take to be seen stopped or gone.
+const SEEN: Duration = Duration::from_secs(5);
+
+/// Starts one task per timeline entry; each waits for `acting` (the
+/// workload's start), then strikes on its schedule while acting lasts.
+pub fn start(ctx: &Ctx, acting: watch::Receiver<bool>) -> Vec<crate::context::Named> {
+    ctx.scenario
+        .timeline
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let name = format!("nemesis {} #{}", t.point.name(), i + 1);
+            (name, tokio::spawn(follow(ctx.clone(), t.clone(), acting.clone())))
+        })
+        .collect()
+}
+
+async fn follow(ctx: Ctx, t: Timed, mut acting: watch::Receiver<bool>) {
+    let mut shutdown = ctx.shutdown.clone();
+    tokio::select! {
+        r = acting.wait_for(|a| *a) => if r.is_err() { return },
+        _ = shutdown.wait() => return,
+    }
+    let mut next = Instant::now() + t.at;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(next) => {}
+            _ = shutdown.wait() => return,
+        }
+        if !*acting.borrow() {
+            return;
+        }
+        let target = target_of(&ctx, t.point);
+        if has_target(&ctx, t.point).await && ctx.faults.strike(t.point, &target, || describe(&t)) {
+            match act(&ctx, &t).await {
+                Ok(()) => ctx.faults.confirm(t.point, 1),
+                Err(e) => warn!(point = t.point.name(), cause = %e, "a service fault did not have its effect"),
+            }
+        }
+        match t.every {
+            Some(every) => next += every,
+            None => return,
+        }
+    }
+}
+
+fn target_of(ctx: &Ctx, point: FaultPoint) -> String {
+    match point {
+        FaultPoint::BrokerPause | FaultPoint::BrokerKill => format!("broker {}", ctx.broker.bootstrap()),
+        _ => format!("PostgreSQL {}", ctx.store.endpoint()),
+    }
+}
+
+fn describe(t: &Timed) -> String {
+    match t.point {
+        FaultPoint::BrokerPause => format!("SIGSTOP, SIGCONT after {} ms", t.lasts.as_millis()),
+        FaultPoint::BrokerKill => format!("SIGKILL, restarted after {} ms", t.lasts.as_millis()),
+        FaultPoint::DbRestart => "restart in immediate mode".into(),
+        _ => "the run's sessions terminated".into(),
+    }
+}
+
+async fn act(ctx: &Ctx, t: &Timed) -> Result<()> {
+    match t.point {
+        FaultPoint::BrokerPause => pause_broker(ctx, t.lasts).await,
+        FaultPoint::BrokerKill => kill_broker(ctx, t.lasts).await,
+        FaultPoint::DbRestart => restart_database(ctx).await,
+        FaultPoint::DbTerminateBackends => terminate_backends(ctx).await,
+        other => Err(Error::Internal(format!("{} is not a service fault", other.name()))),
+    }
+}
+
+/// The port of the first bootstrap address.
+fn broker_port(ctx: &Ctx) -> Result<u16> {
+    let first = ctx.broker.bootstrap().split(',').next().unwrap_or_default();
+    first
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| Error::Internal(format!("no port in the broker address {first}")))
+}
+
+async fn pause_broker(ctx: &Ctx, lasts: Duration) -> Result<()> {
+    let pid = listener_pid(broker_port(ctx)?)?;
+    signal(pid, libc::SIGSTOP);
+    let seen = wait_until(|| process_state(pid) == Some('T')).await;
+    info!(pid, stopped = seen, "broker paused");
+    tokio::time::sleep(lasts).await;
+    signal(pid, libc::SIGCONT);
+    match seen {
+        true => Ok(()),
+        false => Err(Error::Internal(format!("the broker (pid {pid}) was not seen stopped"))),
+    }
+}
+
+async fn kill_broker(ctx: &Ctx, down: Duration) -> Result<()> {
+    let port = broker_port(ctx)?;
+    let pid = listener_pid(port)?;
+    signal(pid, libc::SIGKILL);
+    if !wait_until(|| process_state(pid).is_none()).await {
+        return Err(Error::Internal(format!("the broker (pid {pid}) did not end after SIGKILL")));
+    }
+    info!(pid, "broker killed");
+    tokio::time::sleep(down).await;
+    run_command(&ctx.scenario.broker_restart, "nemesis.broker_restart").await?;
+    let back = listener_pid(port)?;
+    info!(pid = back, "broker restarted");
+    Ok(())
+}
+
+async fn restart_database(ctx: &Ctx) -> Result<()> {
+    let before = harness_session(ctx).await?.postmaster_started().await?;
+    run_command(&ctx.scenario.database_restart, "nemesis.database_restart").await?;
+    let deadline = Instant::now() + RESTART_LIMIT;
+    while Instant::now() < deadline {
+        let after = match harness_session(ctx).await {
+            Ok(pg) => pg.postmaster_started().await.ok(),
+            Err(_) => None,
+        };
+        if let Some(after) = after {
+            if after != before {
+                info!(%before, %after, "PostgreSQL restarted");
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(Error::Internal("PostgreSQL's postmaster start time did not change after the restart".into()))
+}
+
+async fn terminate_backends(ctx: &Ctx) -> Result<()> {
+    let pg = harness_session(ctx).await?;
+    let n = pg.terminate_run_sessions(&ctx.names.run_id).await?;
+    info!(sessions = n, "the run's database sessions terminated");
+    match n {
+        0 => Err(Error::Internal("the run's components closed their sessions first".into())),
+        _ => Ok(()),
+    }
+}
+
+/// A pool of the harness's own for one act: after a restart, the run's
+/// pool may still hold connections the restart killed.
+async fn harness_session(ctx: &Ctx) -> Result<crate::store::postgres::PgStore> {
+    match &ctx.store {
+        Store::Postgres(pg) => pg.fresh(1).await,
+        Store::Sqlite(_) => Err(Error::Internal("this service fault needs PostgreSQL".into())),
+    }
+}
+
+/// Whether the fault has something to act on now. A session fault with
+/// no component session open is no occurrence (a component may be between
+/// sessions: restarting, or waiting on the broker after a restart killed
+/// its session); it waits up to [`SEEN`] for one.
+async fn has_target(ctx: &Ctx, point: FaultPoint) -> bool {
+    if point != FaultPoint::DbTerminateBackends {
+        return true;
+    }
+    let t = Instant::now();
+    while t.elapsed() < SEEN {
+        if let Ok(pg) = harness_session(ctx).await {
+            if pg.run_sessions(&ctx.names.run_id).await.unwrap_or(0) > 0 {
+                return true;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+/// Runs a restart command from the current folder, bounded.
+async fn run_command(argv: &[String], key: &str) -> Result<()> {
+    let mut cmd = tokio::process::Command::new(&argv[0]);
+    // A broker restarted empty would lose the run's topic.
+    cmd.args(&argv[1..]).env_remove("CHAOS_KAFKA_FRESH").stdin(std::process::Stdio::null()).kill_on_drop(true);
+    let out = tokio::time::timeout(RESTART_LIMIT, cmd.output())
+        .await
+        .map_err(|_| Error::Internal(format!("`{key}` did not finish within {} s", RESTART_LIMIT.as_secs())))?
+        .map_err(|e| Error::Internal(format!("`{key}` ({}) could not start: {e}", argv.join(" "))))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last = err.lines().last().unwrap_or_default();
+        return Err(Error::Internal(format!("`{key}` ({}) failed with {}: {last}", argv.join(" "), out.status)));
+    }
+    Ok(())
+}
+
+async fn wait_until(mut seen: impl FnMut() -> bool) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < SEEN {
+        if seen() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    false
+}
+
+fn signal(pid: i32, sig: i32) {
+    // SAFETY: kill(2) on one process; no memory effects in this one.
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}
+
+/// A process's state letter from `/proc/<pid>/stat` (`T` stopped, `Z` a
+/// zombie); None when it is gone. A zombie counts as gone.
+fn process_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let state = stat.rsplit(')').next()?.trim_start().chars().next()?;
+    (state != 'Z').then_some(state)
+}
+
+/// The process listening on 127.0.0.1 (or any address) at `port`: the
+/// socket's inode from `/proc/net/tcp*`, then the process holding it.
+pub fn listener_pid(port: u16) -> Result<i32> {
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else { continue };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // local_address is HEX_IP:HEX_PORT; state 0A is LISTEN.
+            let local_port = f.get(1).and_then(|a| a.rsplit(':').next()).and_then(|p| u16::from_str_radix(p, 16).ok());
+            if local_port == Some(port) && f.get(3) == Some(&"0A") {
+                if let Some(inode) = f.get(9) {
+                    inodes.push(format!("socket:[{inode}]"));
+                }
+            }
+        }
+    }
+    if inodes.is_empty() {
+        return Err(Error::Internal(format!("nothing listens on port {port}")));
+    }
+    let procs = std::fs::read_dir("/proc").map_err(|e| Error::Internal(format!("reading /proc: {e}")))?;
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else { continue };
+        for fd in fds.flatten() {
+            if let Ok(target) = std::fs::read_link(fd.path()) {
+                if inodes.iter().any(|i| target.as_os_str() == i.as_str()) {
+                    return Ok(pid);
+                }
+            }
+        }
+    }
+    Err(Error::Internal(format!("port {port} listens, but no process of ours holds its socket")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_listener_of_a_port_is_this_process() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        assert_eq!(listener_pid(port).unwrap(), std::process::id() as i32);
+        drop(l);
+        assert!(listener_pid(port).is_err());
+    }
+
+    #[test]
+    fn this_process_is_running_and_a_dead_one_is_gone() {
+        assert!(matches!(process_state(std::process::id() as i32), Some('R' | 'S')));
+        assert_eq!(process_state(i32::MAX), None);
+    }
+}
