@@ -153,9 +153,13 @@ async fn authorize(ctx: &Ctx, component: &str, ps: &mut [NewPayment], outbox: bo
 }
 
 /// Transaction 2 of a group, the same way: the correct service looks up
-/// whether its payments are captured; the `new-id` mistake, which has no
-/// key to look up by, captures them again, writing a second `captured`
-/// event where the first commit landed.
+/// whether its payments are captured, and writes again only if not. The
+/// capture itself writes a `captured` event only for the payments it moved
+/// from authorized (see [`crate::store::newly_captured`]): a second write
+/// racing a first whose COMMIT was still in flight waits on its row locks
+/// and then finds nothing to capture. The `new-id` mistake writes again
+/// without looking; the status guard absorbs that, and its phantom
+/// payments come from the authorize.
 async fn capture(ctx: &Ctx, component: &str, ps: &[(NewPayment, bool)], outbox: bool) -> Result<()> {
     let mut attempt = 1;
     loop {
@@ -174,16 +178,27 @@ async fn capture(ctx: &Ctx, component: &str, ps: &[(NewPayment, bool)], outbox: 
 }
 
 /// Whether all of a transaction's payments are there (false when none
-/// are, or the look-up itself failed: then the write goes again).
+/// are). A look-up that fails is tried again: only a look-up that answers
+/// may send a write again.
 async fn landed(ctx: &Ctx, ids: impl Iterator<Item = uuid::Uuid>, captured: bool) -> Result<bool> {
     let ids: Vec<uuid::Uuid> = ids.collect();
-    match ctx.store.landed(&ids, captured).await {
-        Ok(n) if n == ids.len() => Ok(true),
-        Ok(0) | Err(_) => Ok(false),
-        Ok(n) => Err(crate::Error::Internal(format!(
-            "{n} of the {} payments of one transaction landed; a transaction is all or nothing",
-            ids.len()
-        ))),
+    let mut attempt = 1;
+    loop {
+        match ctx.store.landed(&ids, captured).await {
+            Ok(n) if n == ids.len() => return Ok(true),
+            Ok(0) => return Ok(false),
+            Ok(n) => {
+                return Err(crate::Error::Internal(format!(
+                    "{n} of the {} payments of one transaction landed; a transaction is all or nothing",
+                    ids.len()
+                )))
+            }
+            Err(e) if outcome_unknown(&e) && attempt < WRITE_ATTEMPTS => {
+                attempt += 1;
+                tokio::time::sleep(pause_before(attempt)).await;
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
 

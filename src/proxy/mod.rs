@@ -83,9 +83,17 @@ pub struct Slot {
     blackhole: watch::Sender<Option<Instant>>,
     /// Set once the blackhole held a byte: the fault had an effect.
     held_in_blackhole: std::sync::atomic::AtomicBool,
+    /// A blackhole struck and no byte has met it yet: the slot's next
+    /// byte starts a hold of the full length (a partition that no traffic
+    /// crossed would prove nothing).
+    unmet: std::sync::atomic::AtomicBool,
+    blackhole_for: Duration,
     pub process: ProcessHandle,
     /// Connections accepted, for the report.
     pub accepted: AtomicU64,
+    /// Bytes passed either way: a slot whose count did not move in the
+    /// last second is idle, and a blackhole there would hold nothing.
+    moved: AtomicU64,
 }
 
 /// An open connection: dropping the sender resets it.
@@ -131,8 +139,11 @@ impl Proxy {
                 conns: Mutex::new(Vec::new()),
                 blackhole: watch::channel(None).0,
                 held_in_blackhole: Default::default(),
+                unmet: Default::default(),
+                blackhole_for: s.blackhole,
                 process: ProcessHandle::default(),
                 accepted: AtomicU64::new(0),
+                moved: AtomicU64::new(0),
             });
             tasks.push(tokio::spawn(accept(listener, slot.clone(), upstream, faults.clone(), shutdown.clone())));
             slots.push(slot);
@@ -331,7 +342,11 @@ async fn shape(slot: &Slot, n: usize, rng: &mut rand::rngs::StdRng) {
         match until {
             Some(t) if t > Instant::now() => {
                 slot.held_in_blackhole.store(true, Ordering::Relaxed);
+                slot.unmet.store(false, Ordering::Relaxed);
                 tokio::time::sleep_until(t).await;
+            }
+            _ if slot.unmet.swap(false, Ordering::Relaxed) => {
+                let _ = slot.blackhole.send(Some(Instant::now() + slot.blackhole_for));
             }
             _ => break,
         }
@@ -362,6 +377,7 @@ async fn pump_bytes(from: &mut OwnedReadHalf, mut to: OwnedWriteHalf, slot: &Slo
             return Ok(());
         }
         shape(slot, n, &mut rng).await;
+        slot.moved.fetch_add(n as u64, Ordering::Relaxed);
         to.write_all(&buf[..n]).await.map_err(|e| e.to_string())?;
     }
 }
@@ -383,6 +399,7 @@ async fn pump_server(mut from: OwnedReadHalf, to: &mut OwnedWriteHalf, slot: &Sl
             return Ok(());
         }
         shape(slot, n, &mut rng).await;
+        slot.moved.fetch_add(n as u64, Ordering::Relaxed);
         if !watch_commits {
             to.write_all(&chunk[..n]).await.map_err(|e| e.to_string())?;
             continue;
@@ -442,7 +459,9 @@ fn kill_now(slot: &Slot) {
 }
 
 /// A slot's `net.reset` and `net.blackhole`: once a second at a random
-/// instant, while the run is acting and the slot has a connection open.
+/// instant, while the run is acting and the slot has a connection open
+/// that carried bytes in the last second (an idle slot is no occurrence:
+/// a blackhole there would hold nothing, and prove nothing).
 async fn nemesis(
     slot: Arc<Slot>,
     faults: Arc<FaultInjector>,
@@ -452,6 +471,7 @@ async fn nemesis(
     mut shutdown: Shutdown,
 ) {
     let mut second = Instant::now();
+    let mut moved = 0;
     loop {
         let at = second + Duration::from_millis(rng.gen_range(0..1000));
         second += Duration::from_secs(1);
@@ -459,7 +479,10 @@ async fn nemesis(
             _ = tokio::time::sleep_until(at) => {}
             _ = shutdown.wait() => return,
         }
-        if !*acting.borrow_and_update() || slot.open() == 0 {
+        let now = slot.moved.load(Ordering::Relaxed);
+        let busy = now != moved;
+        moved = now;
+        if !*acting.borrow_and_update() || slot.open() == 0 || !busy {
             tokio::select! {
                 _ = tokio::time::sleep_until(second) => continue,
                 _ = shutdown.wait() => return,
@@ -476,14 +499,17 @@ async fn nemesis(
             format!("{} ms, {open} open connection(s)", blackhole.as_millis())
         }) {
             slot.held_in_blackhole.store(false, Ordering::Relaxed);
+            slot.unmet.store(true, Ordering::Relaxed);
             let _ = slot.blackhole.send(Some(Instant::now() + blackhole));
-            let slot = slot.clone();
-            let faults = faults.clone();
+            let (slot, faults, mut shutdown) = (slot.clone(), faults.clone(), shutdown.clone());
             tokio::spawn(async move {
-                tokio::time::sleep(blackhole).await;
-                if slot.held_in_blackhole.load(Ordering::Relaxed) {
-                    faults.confirm(FaultPoint::NetBlackhole, 1);
+                // Confirmed once a byte was held, whenever it came.
+                while !slot.held_in_blackhole.load(Ordering::Relaxed) {
+                    if shutdown.sleep(Duration::from_millis(20)).await {
+                        return;
+                    }
                 }
+                faults.confirm(FaultPoint::NetBlackhole, 1);
             });
         }
         tokio::select! {

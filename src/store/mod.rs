@@ -395,6 +395,14 @@ pub fn captured_events(ps: &[(NewPayment, bool)]) -> Vec<(&NewPayment, EventKind
     events
 }
 
+/// The payments a capture's UPDATE moved from authorized to captured:
+/// only they get a `captured` event. A capture written again after its
+/// first commit landed (its outcome unknown to the payment service)
+/// changes no row and so writes no second event.
+pub fn newly_captured(ps: &[(NewPayment, bool)], changed: &HashSet<Uuid>) -> Vec<(NewPayment, bool)> {
+    ps.iter().filter(|(p, _)| changed.contains(&p.id)).cloned().collect()
+}
+
 /// The key a dead letter is recorded under: the event id when readable,
 /// else the message's place on the topic.
 pub fn dead_letter_key(m: &Incoming) -> String {

@@ -226,16 +226,19 @@ impl super::Backend for PgStore {
     async fn capture(&self, ps: &[(NewPayment, bool)], outbox: bool) -> Result<()> {
         let mut tx = self.pool.begin().await.map_err(|e| Error::db("beginning capture", e))?;
         let ids: Vec<Uuid> = ps.iter().map(|(p, _)| p.id).collect();
-        sqlx::query(
+        let changed: HashSet<Uuid> = sqlx::query_scalar(
             "UPDATE payments SET status = 'captured', updated_at = clock_timestamp() \
-             WHERE id = ANY($1) AND status = 'authorized'",
+             WHERE id = ANY($1) AND status = 'authorized' RETURNING id",
         )
         .bind(&ids)
-        .execute(&mut *tx)
+        .fetch_all(&mut *tx)
         .await
-        .map_err(|e| Error::db("capturing payments", e))?;
+        .map_err(|e| Error::db("capturing payments", e))?
+        .into_iter()
+        .collect();
         if outbox {
-            let events = super::captured_events(ps);
+            let fresh = super::newly_captured(ps, &changed);
+            let events = super::captured_events(&fresh);
             insert_outbox(&mut tx, &events).await?;
         }
         tx.commit().await.map_err(|e| Error::db("committing capture", e))

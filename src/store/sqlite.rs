@@ -239,20 +239,22 @@ impl super::Backend for SqliteStore {
 
     async fn capture(&self, ps: &[(NewPayment, bool)], outbox: bool) -> Result<()> {
         let mut tx = self.begin_write("capture").await?;
+        let mut changed = HashSet::new();
         for chunk in ps.chunks(MAX_PARAMS) {
             let sql = format!(
                 "UPDATE payments SET status = 'captured', updated_at = {NOW_MS} \
-                 WHERE status = 'authorized' AND id IN ({})",
+                 WHERE status = 'authorized' AND id IN ({}) RETURNING id",
                 list(chunk.len())
             );
-            let mut q = sqlx::query(&sql);
+            let mut q = sqlx::query_scalar::<_, Uuid>(&sql);
             for (p, _) in chunk {
                 q = q.bind(p.id);
             }
-            q.execute(&mut *tx.tx).await.map_err(|e| Error::db("capturing payments", e))?;
+            changed.extend(q.fetch_all(&mut *tx.tx).await.map_err(|e| Error::db("capturing payments", e))?);
         }
         if outbox {
-            let events = super::captured_events(ps);
+            let fresh = super::newly_captured(ps, &changed);
+            let events = super::captured_events(&fresh);
             insert_outbox(&mut tx, &events).await?;
         }
         tx.commit().await.map_err(|e| Error::db("committing capture", e))
