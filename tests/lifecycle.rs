@@ -120,3 +120,66 @@ fn postgres_restarted_mid_run() {
         services(&["up", "postgres"]);
     });
 }
+
+/// The shipped scenario of every infrastructure fault at once, on the real
+/// services: the reference pipeline passes, and each fault fired and was
+/// confirmed (the broker seen stopped, gone and back; the postmaster's
+/// start time moved; sessions terminated; the proxy's resets, blackholes
+/// and withheld commit acknowledgements).
+#[test]
+fn the_reference_pipeline_passes_every_infrastructure_fault_at_once() {
+    let _one = SERVICES.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = chaos();
+    c.args(["run", "scenarios/infra-faults.toml", "--json", "--reports-dir"]).arg(dir.path());
+    Backend::Services.apply(&mut c);
+    let ran = run(&mut c);
+    // Whatever happened, the services are up for the tests after this one.
+    services(&["up"]);
+    assert_eq!(ran.code, 0, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    let r = ran.json();
+    for point in
+        ["broker.pause", "broker.kill", "db.restart", "db.terminate_backends", "db.commit_ack_lost", "net.reset", "net.blackhole"]
+    {
+        let f = r["faults"].as_array().unwrap().iter().find(|f| f["point"] == point).unwrap();
+        assert!(f["fired"].as_u64().unwrap() >= 1, "{point} never fired: {f}");
+        assert_eq!(f["confirmed"], f["fired"], "{point}: {f}");
+    }
+    let log = r["fault_log"].as_array().unwrap();
+    let killed = log.iter().find(|l| l["point"] == "broker.kill").expect("broker.kill in the fault log");
+    assert!(killed["component"].as_str().unwrap().starts_with("broker 127.0.0.1:"), "{killed}");
+}
+
+#[test]
+fn a_timeline_fault_that_is_not_a_service_fault_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.toml");
+    std::fs::write(&path, "[[nemesis.timeline]]\nfault = \"relay.after_produce\"\nat = \"1s\"\n").unwrap();
+    let ran = run(chaos().arg("run").arg(&path));
+    assert_eq!(ran.code, 2, "{}", ran.stderr);
+    assert!(ran.stderr.contains("t.toml:2:9: `nemesis.timeline.fault` is \"relay.after_produce\""), "{}", ran.stderr);
+    assert!(ran.stderr.contains("\"broker.pause\""), "{}", ran.stderr);
+}
+
+#[test]
+fn a_service_fault_without_a_time_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.toml");
+    std::fs::write(&path, "[faults]\nbroker_pause = 0.5\n").unwrap();
+    let ran = run(chaos().arg("run").arg(&path));
+    assert_eq!(ran.code, 2, "{}", ran.stderr);
+    assert!(ran.stderr.contains("strikes only at the times of a `[[nemesis.timeline]]` entry"), "{}", ran.stderr);
+}
+
+#[test]
+fn a_broker_fault_on_the_mock_cluster_is_refused_with_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.toml");
+    std::fs::write(&path, "[[nemesis.timeline]]\nfault = \"broker.pause\"\nat = \"1s\"\n").unwrap();
+    let mut c = chaos();
+    Backend::Embedded.apply(&mut c);
+    let ran = run(c.arg("run").arg(&path).arg("--reports-dir").arg(dir.path()));
+    assert_eq!(ran.code, 2, "{}", ran.stderr);
+    assert!(ran.stderr.contains("broker.pause needs a real Kafka broker"), "{}", ran.stderr);
+    assert!(ran.stderr.contains("KAFKA_BROKERS"), "{}", ran.stderr);
+}

@@ -28,7 +28,7 @@ impl Lanes {
             seed: sc.seed,
         };
         let mut proxy = Proxy::start(settings, ctx.faults.clone(), ctx.shutdown.clone()).await?;
-        proxy.act(ctx.faults.clone(), acting, sc.seed, sc.proxy.blackhole, ctx.shutdown.clone());
+        proxy.act(ctx.faults.clone(), acting, sc.seed, ctx.shutdown.clone());
         Ok(Self { proxy, url: url.to_string() })
     }
 

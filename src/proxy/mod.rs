@@ -81,12 +81,10 @@ pub struct Slot {
     conns: Mutex<Vec<Conn>>,
     /// Until when every byte of the slot is held (`net.blackhole`).
     blackhole: watch::Sender<Option<Instant>>,
-    /// Set once the blackhole held a byte: the fault had an effect.
-    held_in_blackhole: std::sync::atomic::AtomicBool,
-    /// A blackhole struck and no byte has met it yet: the slot's next
-    /// byte starts a hold of the full length (a partition that no traffic
-    /// crossed would prove nothing).
-    unmet: std::sync::atomic::AtomicBool,
+    /// The slot's next byte is a `net.blackhole` occurrence: set at a
+    /// random instant of each second. A blackhole so starts with a byte
+    /// that it holds (a partition no traffic crossed would prove nothing).
+    armed: std::sync::atomic::AtomicBool,
     blackhole_for: Duration,
     pub process: ProcessHandle,
     /// Connections accepted, for the report.
@@ -138,8 +136,7 @@ impl Proxy {
                 shaping: s.shaping,
                 conns: Mutex::new(Vec::new()),
                 blackhole: watch::channel(None).0,
-                held_in_blackhole: Default::default(),
-                unmet: Default::default(),
+                armed: Default::default(),
                 blackhole_for: s.blackhole,
                 process: ProcessHandle::default(),
                 accepted: AtomicU64::new(0),
@@ -177,7 +174,6 @@ impl Proxy {
         faults: Arc<FaultInjector>,
         acting: watch::Receiver<bool>,
         seed: u64,
-        blackhole: Duration,
         shutdown: Shutdown,
     ) {
         let struck = [FaultPoint::NetReset, FaultPoint::NetBlackhole];
@@ -186,7 +182,7 @@ impl Proxy {
         }
         for (i, slot) in self.slots.iter().enumerate() {
             let rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x7072_6f78 ^ ((i as u64) << 32));
-            let task = nemesis(slot.clone(), faults.clone(), acting.clone(), blackhole, rng, shutdown.clone());
+            let task = nemesis(slot.clone(), faults.clone(), acting.clone(), rng, shutdown.clone());
             self.tasks.push(tokio::spawn(task));
         }
     }
@@ -297,7 +293,7 @@ async fn relay_connection(
     let (mut client_r, mut client_w) = client.into_split();
     let (server_r, mut server_w) = server.into_split();
     opening(&mut client_r, &mut client_w, &mut server_w).await?;
-    let up = pump_bytes(&mut client_r, server_w, slot);
+    let up = pump_bytes(&mut client_r, server_w, slot, &faults);
     let down = pump_server(server_r, &mut client_w, slot, &faults);
     let outcome = tokio::select! {
         r = up => r,
@@ -334,20 +330,24 @@ async fn opening(client_r: &mut OwnedReadHalf, client_w: &mut OwnedWriteHalf, se
     }
 }
 
-/// Waits out a blackhole, then the slot's latency and bandwidth for `n` bytes.
-async fn shape(slot: &Slot, n: usize, rng: &mut rand::rngs::StdRng) {
+/// Starts a blackhole when this read is its occurrence and it fires,
+/// waits out a blackhole, then the slot's latency and bandwidth for `n`
+/// bytes.
+async fn shape(slot: &Slot, n: usize, rng: &mut rand::rngs::StdRng, faults: &FaultInjector) {
+    if slot.armed.swap(false, Ordering::Relaxed)
+        && faults.strike(FaultPoint::NetBlackhole, &slot.name, || {
+            format!("{} ms from a read of {n} bytes, {} open connection(s)", slot.blackhole_for.as_millis(), slot.open())
+        })
+    {
+        let _ = slot.blackhole.send(Some(Instant::now() + slot.blackhole_for));
+        // This read is held: the partition met traffic.
+        faults.confirm(FaultPoint::NetBlackhole, 1);
+    }
     let mut hole = slot.blackhole.subscribe();
     loop {
         let until = *hole.borrow_and_update();
         match until {
-            Some(t) if t > Instant::now() => {
-                slot.held_in_blackhole.store(true, Ordering::Relaxed);
-                slot.unmet.store(false, Ordering::Relaxed);
-                tokio::time::sleep_until(t).await;
-            }
-            _ if slot.unmet.swap(false, Ordering::Relaxed) => {
-                let _ = slot.blackhole.send(Some(Instant::now() + slot.blackhole_for));
-            }
+            Some(t) if t > Instant::now() => tokio::time::sleep_until(t).await,
             _ => break,
         }
     }
@@ -367,7 +367,7 @@ async fn shape(slot: &Slot, n: usize, rng: &mut rand::rngs::StdRng) {
 }
 
 /// Client to server: bytes as they come, shaped.
-async fn pump_bytes(from: &mut OwnedReadHalf, mut to: OwnedWriteHalf, slot: &Slot) -> Ended {
+async fn pump_bytes(from: &mut OwnedReadHalf, mut to: OwnedWriteHalf, slot: &Slot, faults: &FaultInjector) -> Ended {
     let mut buf = vec![0u8; 64 * 1024];
     let mut rng = rand::rngs::StdRng::from_entropy();
     loop {
@@ -376,7 +376,7 @@ async fn pump_bytes(from: &mut OwnedReadHalf, mut to: OwnedWriteHalf, slot: &Slo
             let _ = to.shutdown().await;
             return Ok(());
         }
-        shape(slot, n, &mut rng).await;
+        shape(slot, n, &mut rng, faults).await;
         slot.moved.fetch_add(n as u64, Ordering::Relaxed);
         to.write_all(&buf[..n]).await.map_err(|e| e.to_string())?;
     }
@@ -398,7 +398,7 @@ async fn pump_server(mut from: OwnedReadHalf, to: &mut OwnedWriteHalf, slot: &Sl
             let _ = to.shutdown().await;
             return Ok(());
         }
-        shape(slot, n, &mut rng).await;
+        shape(slot, n, &mut rng, faults).await;
         slot.moved.fetch_add(n as u64, Ordering::Relaxed);
         if !watch_commits {
             to.write_all(&chunk[..n]).await.map_err(|e| e.to_string())?;
@@ -460,13 +460,12 @@ fn kill_now(slot: &Slot) {
 
 /// A slot's `net.reset` and `net.blackhole`: once a second at a random
 /// instant, while the run is acting and the slot has a connection open
-/// that carried bytes in the last second (an idle slot is no occurrence:
-/// a blackhole there would hold nothing, and prove nothing).
+/// that carried bytes in the last second (an idle slot is no occurrence),
+/// a reset strikes, and the blackhole is armed for the slot's next read.
 async fn nemesis(
     slot: Arc<Slot>,
     faults: Arc<FaultInjector>,
     mut acting: watch::Receiver<bool>,
-    blackhole: Duration,
     mut rng: rand::rngs::StdRng,
     mut shutdown: Shutdown,
 ) {
@@ -495,22 +494,8 @@ async fn nemesis(
                 faults.confirm(FaultPoint::NetReset, 1);
             }
         }
-        if faults.strike(FaultPoint::NetBlackhole, &slot.name, || {
-            format!("{} ms, {open} open connection(s)", blackhole.as_millis())
-        }) {
-            slot.held_in_blackhole.store(false, Ordering::Relaxed);
-            slot.unmet.store(true, Ordering::Relaxed);
-            let _ = slot.blackhole.send(Some(Instant::now() + blackhole));
-            let (slot, faults, mut shutdown) = (slot.clone(), faults.clone(), shutdown.clone());
-            tokio::spawn(async move {
-                // Confirmed once a byte was held, whenever it came.
-                while !slot.held_in_blackhole.load(Ordering::Relaxed) {
-                    if shutdown.sleep(Duration::from_millis(20)).await {
-                        return;
-                    }
-                }
-                faults.confirm(FaultPoint::NetBlackhole, 1);
-            });
+        if faults.probability(FaultPoint::NetBlackhole) > 0.0 {
+            slot.armed.store(true, Ordering::Relaxed);
         }
         tokio::select! {
             _ = tokio::time::sleep_until(second) => {}
