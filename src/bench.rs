@@ -37,6 +37,9 @@ pub struct Options {
     /// Also run each timed run with `components = "process"`, interleaved
     /// with the in-process ones, and compare.
     pub processes: bool,
+    /// Also run each timed run through the fault proxy with no fault set
+    /// (`[proxy] always`), interleaved, and compare: the proxy's own cost.
+    pub proxy: bool,
 }
 
 /// Process mode beside in-process mode, on the same yardstick.
@@ -93,6 +96,11 @@ pub struct Figures {
     /// `--processes`: the same runs with every relay and notifier an OS process.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub process_mode: Option<ProcessFigures>,
+    /// `--proxy`: the same runs with every component's database traffic
+    /// through the fault proxy, no fault set (`ratio_to_in_process` is
+    /// proxied over direct).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proxy_mode: Option<ProcessFigures>,
 }
 
 /// The lower median of runs by end-to-end events/s: with an even count,
@@ -253,6 +261,7 @@ impl Checkpoints {
 struct Timed {
     in_process: Vec<(f64, Report)>,
     as_processes: Vec<(f64, Report)>,
+    through_proxy: Vec<(f64, Report)>,
 }
 
 pub async fn bench(opts: &Options) -> Result<(Figures, Report)> {
@@ -299,7 +308,8 @@ async fn warm_up(sc: &Scenario, opts: &Options) -> Result<Vec<RunSummary>> {
 /// machine.
 async fn timed_runs(sc: &Scenario, opts: &Options, checkpoints: &mut Checkpoints) -> Result<Timed> {
     let n_runs = opts.runs.max(1);
-    let mut timed = Timed { in_process: Vec::with_capacity(n_runs as usize), as_processes: Vec::new() };
+    let mut timed =
+        Timed { in_process: Vec::with_capacity(n_runs as usize), as_processes: Vec::new(), through_proxy: Vec::new() };
     for i in 1..=n_runs {
         checkpoints.before_timed().await;
         eprintln!("bench: run {i} of {n_runs}: {} payments through the pipeline", opts.payments);
@@ -310,6 +320,12 @@ async fn timed_runs(sc: &Scenario, opts: &Options, checkpoints: &mut Checkpoints
             eprintln!("bench: run {i} of {n_runs}, components = \"process\": {} payments", opts.payments);
             let rep = pipeline(sc, opts, Components::Process).await?;
             timed.as_processes.push((end_to_end(&rep).1, rep));
+        }
+        if opts.proxy {
+            checkpoints.before_timed().await;
+            eprintln!("bench: run {i} of {n_runs}, through the fault proxy with no fault: {} payments", opts.payments);
+            let rep = pipeline(&sc.clone().with_proxy_always(), opts, Components::InProcess).await?;
+            timed.through_proxy.push((end_to_end(&rep).1, rep));
         }
     }
     Ok(timed)
@@ -337,7 +353,8 @@ fn process_figures(mut as_processes: Vec<(f64, Report)>, runs: Vec<RunSummary>, 
 /// count towards the verdict.
 fn every_run(f: &Figures) -> impl Iterator<Item = &RunSummary> {
     let process_runs = f.process_mode.iter().flat_map(|p| p.runs.iter());
-    f.warmup_runs.iter().chain(f.runs.iter()).chain(process_runs)
+    let proxy_runs = f.proxy_mode.iter().flat_map(|p| p.runs.iter());
+    f.warmup_runs.iter().chain(f.runs.iter()).chain(process_runs).chain(proxy_runs)
 }
 
 /// The figures of the median in-process run, with every run's summary and
@@ -352,8 +369,10 @@ fn figures(
     // Summaries before the medians: taking a median reorders the runs.
     let runs: Vec<RunSummary> = timed.in_process.iter().map(|(e2e, r)| summary(*e2e, r)).collect();
     let process_runs: Vec<RunSummary> = timed.as_processes.iter().map(|(e2e, r)| summary(*e2e, r)).collect();
+    let proxy_runs: Vec<RunSummary> = timed.through_proxy.iter().map(|(e2e, r)| summary(*e2e, r)).collect();
     let (e2e, rep) = median(&mut timed.in_process);
     let process_mode = process_figures(timed.as_processes, process_runs, e2e);
+    let proxy_mode = process_figures(timed.through_proxy, proxy_runs, e2e);
     let s = &rep.stages;
     let mut figures = Figures {
         run_id: rep.run_id.clone(),
@@ -381,6 +400,7 @@ fn figures(
         runs,
         warmup_runs,
         process_mode,
+        proxy_mode,
     };
     let verdict = every_run(&figures).find(|r| r.verdict != Verdict::Pass).map(|r| r.verdict);
     figures.verdict = verdict.unwrap_or(Verdict::Pass);
@@ -517,6 +537,20 @@ fn insert_every_run(f: &Figures, rows: &mut Vec<(&'static str, String)>) {
     };
     if f.runs.len() > 1 {
         rows.insert(3, ("every run, end to end (events/s)", each(&f.runs)));
+    }
+    if let Some(p) = &f.proxy_mode {
+        rows.insert(3, ("through the fault proxy, every run (events/s)", each(&p.runs)));
+        rows.insert(
+            3,
+            (
+                "through the fault proxy (no fault set), median end to end",
+                format!(
+                    "{:.0} events/s, {:.0}% of direct, side by side",
+                    p.end_to_end_events_per_s,
+                    100.0 * p.ratio_to_in_process
+                ),
+            ),
+        );
     }
     if let Some(p) = &f.process_mode {
         rows.insert(3, ("components = \"process\", every run (events/s)", each(&p.runs)));

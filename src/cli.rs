@@ -165,6 +165,9 @@ pub struct BenchArgs {
     /// After each timed run, the same run with every relay and notifier an OS process; prints both and the ratio.
     #[arg(long)]
     pub processes: bool,
+    /// After each timed run, the same run with every component's database traffic through the fault proxy, no fault set (PostgreSQL only); prints both and the ratio: the proxy's own cost.
+    #[arg(long)]
+    pub proxy: bool,
     /// Where the runs' reports and the bench's JSON are written.
     #[arg(long, default_value = "reports")]
     pub reports_dir: PathBuf,

@@ -546,6 +546,13 @@ impl Scenario {
         self
     }
 
+    /// The same scenario with every component's database traffic through
+    /// the fault proxy, with no fault set (`chaos bench --proxy`).
+    pub fn with_proxy_always(mut self) -> Self {
+        self.0.proxy.always = true;
+        self
+    }
+
     /// The same scenario with another payment count (`chaos bench
     /// --payments`), checked as the file's `workload.payments` is.
     pub fn with_payments(mut self, payments: u64) -> Result<Self, crate::Error> {

@@ -64,6 +64,7 @@ async fn bench(a: BenchArgs) -> Result<Exit> {
         runs: a.runs,
         warmup: a.warmup,
         processes: a.processes,
+        proxy: a.proxy,
     };
     let (figures, _) = crate::bench::bench(&opts).await?;
     let (table, exit) = crate::bench::render(&figures);

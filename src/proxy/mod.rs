@@ -169,13 +169,7 @@ impl Proxy {
 
     /// Starts each slot's nemesis (`net.reset`, `net.blackhole`), which
     /// strikes while `acting` is true.
-    pub fn act(
-        &mut self,
-        faults: Arc<FaultInjector>,
-        acting: watch::Receiver<bool>,
-        seed: u64,
-        shutdown: Shutdown,
-    ) {
+    pub fn act(&mut self, faults: Arc<FaultInjector>, acting: watch::Receiver<bool>, seed: u64, shutdown: Shutdown) {
         let struck = [FaultPoint::NetReset, FaultPoint::NetBlackhole];
         if struck.iter().all(|p| faults.probability(*p) <= 0.0) {
             return;
@@ -336,7 +330,11 @@ async fn opening(client_r: &mut OwnedReadHalf, client_w: &mut OwnedWriteHalf, se
 async fn shape(slot: &Slot, n: usize, rng: &mut rand::rngs::StdRng, faults: &FaultInjector) {
     if slot.armed.swap(false, Ordering::Relaxed)
         && faults.strike(FaultPoint::NetBlackhole, &slot.name, || {
-            format!("{} ms from a read of {n} bytes, {} open connection(s)", slot.blackhole_for.as_millis(), slot.open())
+            format!(
+                "{} ms from a read of {n} bytes, {} open connection(s)",
+                slot.blackhole_for.as_millis(),
+                slot.open()
+            )
         })
     {
         let _ = slot.blackhole.send(Some(Instant::now() + slot.blackhole_for));
