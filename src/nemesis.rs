@@ -166,12 +166,18 @@ async fn restart_database(ctx: &Ctx) -> Result<()> {
 
 async fn terminate_backends(ctx: &Ctx) -> Result<()> {
     let pg = harness_session(ctx).await?;
-    let n = pg.terminate_run_sessions(&ctx.names.run_id).await?;
-    info!(sessions = n, "the run's database sessions terminated");
-    match n {
-        0 => Err(Error::Internal("the run's components closed their sessions first".into())),
-        _ => Ok(()),
+    // The sessions seen a moment ago may have closed since (a reset, a
+    // component restarting): the next ones to open are taken.
+    let t = Instant::now();
+    while t.elapsed() < SEEN {
+        let n = pg.terminate_run_sessions(&ctx.names.run_id).await?;
+        if n > 0 {
+            info!(sessions = n, "the run's database sessions terminated");
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    Err(Error::Internal(format!("no session of the run's components was open for {} s", SEEN.as_secs())))
 }
 
 /// A pool of the harness's own for one act: after a restart, the run's

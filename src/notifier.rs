@@ -266,6 +266,13 @@ impl Incarnation<'_> {
         if n > 0 {
             return Ok(Some(batch));
         }
+        // A consumer that hit a fatal error polls nothing forever (seen
+        // after the broker was killed and restarted: the notifiers' group
+        // stopped consuming for the rest of the run): replace it.
+        if let Some(why) = self.consumer.broken() {
+            warn!(notifier = %self.name, cause = %why, "the consumer failed for good; replacing it");
+            return Err(Ending::Error { what: "the consumer", cause: why });
+        }
         // A member the broker left out of the group, and this notifier has
         // never held a partition: replace it.
         let never = ctx.stats.assigned.lock().map(|a| !a.contains_key(&self.index)).unwrap_or(false);

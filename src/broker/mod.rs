@@ -177,6 +177,13 @@ pub trait Consumer: Send + Sync {
     fn stranded(&self) -> bool {
         false
     }
+
+    /// Why the client can no longer work, when it cannot: a fatal error
+    /// (a static member fenced after the group coordinator failed over, for
+    /// one). Such a member only ever polls nothing; it must be replaced.
+    fn broken(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Drops `value` off the async threads when there are any: a Kafka

@@ -12,7 +12,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Reb
 use rdkafka::{Offset, TopicPartitionList};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use tracing::debug;
+use tracing::{debug, info};
 
 /// How long a consumer on the mock cluster may go without completing its
 /// join before it is replaced: the mock sometimes leaves one member of a
@@ -175,7 +175,7 @@ impl crate::broker::Consumer for KafkaConsumer {
             match tokio::time::timeout(first, c.recv()).await {
                 Err(_) => return 0,
                 Ok(Err(e)) => {
-                    debug!(topic = %self.topic, cause = %e, "consumer error");
+                    info!(topic = %self.topic, cause = %e, "consumer error");
                     return 0;
                 }
                 Ok(Ok(m)) => each(delivery(&m)),
@@ -248,6 +248,10 @@ impl crate::broker::Consumer for KafkaConsumer {
     /// Only a member that never joined at all: once the group is running,
     /// rebalances after crashes and stalls take the mock longer, and
     /// replacing members then would only restart them.
+    fn broken(&self) -> Option<String> {
+        self.c().client().fatal_error().map(|(code, why)| format!("{code:?}: {why}"))
+    }
+
     fn stranded(&self) -> bool {
         let Some((n, first)) = &self.strandings else { return false };
         let joined = self.c().context().joined.load(Ordering::Relaxed);
