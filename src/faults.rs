@@ -159,11 +159,11 @@ fault_points! {
     /// The broker's process is stopped (SIGSTOP) for the timeline entry's
     /// `for`, then continued: every client's requests hang, then resume.
     BrokerPause = "broker.pause", key broker_pause, per "scheduled occurrence ([[nemesis.timeline]])",
-        confirmed by "the broker's process seen stopped by the kernel";
+        confirmed by "the broker's process seen stopped by the kernel (the mock cluster: its round trip set and reset)";
     /// The broker's process is killed (SIGKILL) and, after the entry's
     /// `for`, started again by `[nemesis] broker_restart`.
     BrokerKill = "broker.kill", key broker_kill, per "scheduled occurrence ([[nemesis.timeline]])",
-        confirmed by "the broker seen gone, then listening again";
+        confirmed by "the broker seen gone, then listening again (the mock cluster: taken down and up)";
     /// PostgreSQL restarts in immediate mode (`[nemesis] database_restart`):
     /// every session dies, the server recovers from its WAL.
     DbRestart = "db.restart", key db_restart, per "scheduled occurrence ([[nemesis.timeline]])",

@@ -67,7 +67,9 @@ async fn follow(ctx: Ctx, t: Timed, mut acting: watch::Receiver<bool>) {
             return;
         }
         let target = target_of(&ctx, t.point);
-        if has_target(&ctx, t.point).await && ctx.faults.strike(t.point, &target, || describe(&t)) {
+        if has_target(&ctx, t.point).await
+            && ctx.faults.strike(t.point, &target, || describe(&t, ctx.broker.embedded()))
+        {
             match act(&ctx, &t).await {
                 Ok(()) => ctx.faults.confirm(t.point, 1),
                 Err(e) => warn!(point = t.point.name(), cause = %e, "a service fault did not have its effect"),
@@ -87,8 +89,10 @@ fn target_of(ctx: &Ctx, point: FaultPoint) -> String {
     }
 }
 
-fn describe(t: &Timed) -> String {
+fn describe(t: &Timed, embedded: bool) -> String {
     match t.point {
+        FaultPoint::BrokerPause if embedded => format!("mock round trip of {} ms", t.lasts.as_millis()),
+        FaultPoint::BrokerKill if embedded => format!("mock broker down for {} ms", t.lasts.as_millis()),
         FaultPoint::BrokerPause => format!("SIGSTOP, SIGCONT after {} ms", t.lasts.as_millis()),
         FaultPoint::BrokerKill => format!("SIGKILL, restarted after {} ms", t.lasts.as_millis()),
         FaultPoint::DbRestart => "restart in immediate mode".into(),
@@ -98,6 +102,9 @@ fn describe(t: &Timed) -> String {
 
 async fn act(ctx: &Ctx, t: &Timed) -> Result<()> {
     match t.point {
+        FaultPoint::BrokerPause | FaultPoint::BrokerKill if ctx.broker.embedded() => {
+            mock_outage(ctx, t.point, t.lasts).await
+        }
         FaultPoint::BrokerPause => pause_broker(ctx, t.lasts).await,
         FaultPoint::BrokerKill => kill_broker(ctx, t.lasts).await,
         FaultPoint::DbRestart => restart_database(ctx).await,
@@ -114,6 +121,23 @@ fn broker_port(ctx: &Ctx) -> Result<u16> {
         .next()
         .and_then(|p| p.parse().ok())
         .ok_or_else(|| Error::Internal(format!("no port in the broker address {first}")))
+}
+
+/// The mock cluster's own controls, for the embedded mode: a pause is
+/// every request answered only after the pause, a kill the broker down.
+async fn mock_outage(ctx: &Ctx, point: FaultPoint, lasts: Duration) -> Result<()> {
+    use crate::broker::Outage;
+    let (start, end) = match point {
+        FaultPoint::BrokerPause => (Outage::RoundTrip(lasts), Outage::RoundTrip(Duration::ZERO)),
+        _ => (Outage::Down, Outage::Up),
+    };
+    let took = ctx.broker.outage(start);
+    tokio::time::sleep(lasts).await;
+    let back = ctx.broker.outage(end);
+    match (took, back) {
+        (true, true) => Ok(()),
+        _ => Err(Error::Internal(format!("the mock cluster refused {start:?} or {end:?}"))),
+    }
 }
 
 async fn pause_broker(ctx: &Ctx, lasts: Duration) -> Result<()> {
@@ -145,7 +169,20 @@ async fn kill_broker(ctx: &Ctx, down: Duration) -> Result<()> {
 }
 
 async fn restart_database(ctx: &Ctx) -> Result<()> {
-    let before = harness_session(ctx).await?.postmaster_started().await?;
+    // The start time before, read on a session of its own (the run's pool
+    // may hold dead connections, and the server may be busy): a few tries.
+    let mut before = Err(Error::Internal("no try".into()));
+    for _ in 0..20 {
+        before = match harness_session(ctx).await {
+            Ok(pg) => pg.postmaster_started().await,
+            Err(e) => Err(e),
+        };
+        if before.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let before = before?;
     run_command(&ctx.scenario.database_restart, "nemesis.database_restart").await?;
     let deadline = Instant::now() + RESTART_LIMIT;
     while Instant::now() < deadline {
@@ -197,12 +234,13 @@ async fn has_target(ctx: &Ctx, point: FaultPoint) -> bool {
     if point != FaultPoint::DbTerminateBackends {
         return true;
     }
+    // One session of the harness's for the whole wait: a pool per look
+    // would open and close a connection ten times a second.
+    let Ok(pg) = harness_session(ctx).await else { return false };
     let t = Instant::now();
     while t.elapsed() < SEEN {
-        if let Ok(pg) = harness_session(ctx).await {
-            if pg.run_sessions(&ctx.names.run_id).await.unwrap_or(0) > 0 {
-                return true;
-            }
+        if pg.run_sessions(&ctx.names.run_id).await.unwrap_or(0) > 0 {
+            return true;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

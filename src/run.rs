@@ -187,20 +187,13 @@ fn endpoints(sc: &Scenario, database_url: Option<String>, brokers: Option<String
             "{what} needs the fault proxy, which sits on PostgreSQL's wire protocol: pass --database-url or set DATABASE_URL"
         )));
     }
-    for t in &sc.timeline {
-        let (needs, missing) = match t.point {
-            FaultPoint::BrokerPause | FaultPoint::BrokerKill => (
-                "a real Kafka broker on this machine (pass --brokers or set KAFKA_BROKERS)",
-                endpoints.brokers.is_none(),
-            ),
-            _ => ("PostgreSQL (pass --database-url or set DATABASE_URL)", endpoints.database_url.is_none()),
-        };
-        if missing {
-            return Err(Error::Usage(format!(
-                "the nemesis timeline's {} needs {needs}; the embedded backends have no process to stop",
-                t.point.name()
-            )));
-        }
+    // The broker's faults act on a local Kafka's process, or on the mock
+    // cluster through its own controls; the database's need PostgreSQL.
+    if let (Some(t), None) = (sc.timeline.iter().find(|t| t.point.name().starts_with("db.")), &endpoints.database_url) {
+        return Err(Error::Usage(format!(
+            "the nemesis timeline's {} needs PostgreSQL (pass --database-url or set DATABASE_URL); SQLite has no server to restart or sessions to end",
+            t.point.name()
+        )));
     }
     let under_test = [("notifier", &sc.notifier.command), ("relay", &sc.relay.command)];
     if let (Some((role, _)), None) = (under_test.iter().find(|c| c.1.is_some()), &endpoints.database_url) {

@@ -187,14 +187,41 @@ fn a_service_fault_without_a_time_is_refused() {
 }
 
 #[test]
-fn a_broker_fault_on_the_mock_cluster_is_refused_with_the_fix() {
+fn a_database_fault_on_sqlite_is_refused_with_the_fix() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.toml");
-    std::fs::write(&path, "[[nemesis.timeline]]\nfault = \"broker.pause\"\nat = \"1s\"\n").unwrap();
+    std::fs::write(&path, "[[nemesis.timeline]]\nfault = \"db.restart\"\nat = \"1s\"\n").unwrap();
     let mut c = chaos();
     Backend::Embedded.apply(&mut c);
     let ran = run(c.arg("run").arg(&path).arg("--reports-dir").arg(dir.path()));
     assert_eq!(ran.code, 2, "{}", ran.stderr);
-    assert!(ran.stderr.contains("broker.pause needs a real Kafka broker"), "{}", ran.stderr);
-    assert!(ran.stderr.contains("KAFKA_BROKERS"), "{}", ran.stderr);
+    assert!(ran.stderr.contains("db.restart needs PostgreSQL"), "{}", ran.stderr);
+    assert!(ran.stderr.contains("DATABASE_URL"), "{}", ran.stderr);
+}
+
+/// On the mock cluster the broker's faults go through its own controls: a
+/// pause is a round trip as long as the pause, a kill the broker down.
+#[test]
+fn the_broker_paused_and_killed_on_the_mock_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.toml");
+    std::fs::write(
+        &path,
+        "[workload]\npayments = 600\n[faults]\nrelay_after_produce = 0.1\n\
+         [[nemesis.timeline]]\nfault = \"broker.pause\"\nat = \"200ms\"\nfor = \"1s\"\n\
+         [[nemesis.timeline]]\nfault = \"broker.kill\"\nat = \"1500ms\"\nfor = \"1s\"\n",
+    )
+    .unwrap();
+    let mut c = chaos();
+    Backend::Embedded.apply(&mut c);
+    let ran = run(c.arg("run").arg(&path).args(["--json", "--reports-dir"]).arg(dir.path()));
+    assert_eq!(ran.code, 0, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    let r = ran.json();
+    for point in ["broker.pause", "broker.kill"] {
+        let f = r["faults"].as_array().unwrap().iter().find(|f| f["point"] == point).unwrap();
+        assert_eq!(f["fired"], 1, "{f}");
+        assert_eq!(f["confirmed"], 1, "{f}");
+    }
+    let log = r["fault_log"].as_array().unwrap();
+    assert!(log.iter().any(|l| l["hit"].as_str().unwrap().starts_with("mock broker down")), "{log:?}");
 }

@@ -41,6 +41,14 @@ pub trait Broker: Send + Sync {
     /// be told about, and whose group joins take longer.
     fn embedded(&self) -> bool;
 
+    /// Takes the broker down or up, or sets the round trip it adds to every
+    /// request: the embedded mode's service faults, through the mock
+    /// cluster's own controls. False when this broker has none (a real
+    /// broker is paused and killed as a process instead).
+    fn outage(&self, _what: Outage) -> bool {
+        false
+    }
+
     /// True when a notifier crash keeps its consumer and rewinds it to the
     /// group's committed offsets ([`Consumer::rewind_to_committed`]) instead
     /// of replacing it: the mock cluster's rejoins cost about a second each.
@@ -95,6 +103,15 @@ pub trait Broker: Send + Sync {
     fn close(&self) -> BoxFuture<'_, ()> {
         Box::pin(async {})
     }
+}
+
+/// A mock broker's service fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outage {
+    Down,
+    Up,
+    /// Every request waits this long for its answer (zero: none).
+    RoundTrip(Duration),
 }
 
 /// One partition as the verifier's read found it.

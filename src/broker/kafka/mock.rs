@@ -63,6 +63,23 @@ impl MockCluster {
         Ok(())
     }
 
+    /// Its one broker down, up, or slow: true when the mock took it.
+    pub fn outage(&self, what: crate::broker::Outage) -> bool {
+        let mc = self.cluster as *mut bindings::rd_kafka_mock_cluster_t;
+        // SAFETY: `cluster` is valid while `holder` is alive, which `&self`
+        // guarantees; broker 1 is the mock's only broker.
+        let code = unsafe {
+            match what {
+                crate::broker::Outage::Down => bindings::rd_kafka_mock_broker_set_down(mc, 1),
+                crate::broker::Outage::Up => bindings::rd_kafka_mock_broker_set_up(mc, 1),
+                crate::broker::Outage::RoundTrip(d) => {
+                    bindings::rd_kafka_mock_broker_set_rtt(mc, 1, d.as_millis() as i32)
+                }
+            }
+        };
+        code == bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+    }
+
     /// Stops the mock cluster off the async threads (its destruction blocks).
     pub async fn stop(mut self) {
         if let Some(h) = self.holder.take() {

@@ -173,6 +173,13 @@ impl Broker for Kafka {
         self.embedded
     }
 
+    fn outage(&self, what: crate::broker::Outage) -> bool {
+        match &*self.mock.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(m) => m.outage(what),
+            None => false,
+        }
+    }
+
     fn session_timeout(&self, wanted: Duration) -> Duration {
         if self.embedded {
             wanted.min(self.mock_session)
