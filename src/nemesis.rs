@@ -285,9 +285,7 @@ fn signal(pid: i32, sig: i32) {
 /// A process's state letter from `/proc/<pid>/stat` (`T` stopped, `Z` a
 /// zombie); None when it is gone. A zombie counts as gone.
 fn process_state(pid: i32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let state = stat.rsplit(')').next()?.trim_start().chars().next()?;
-    (state != 'Z').then_some(state)
+    crate::program::process_state(pid).filter(|s| *s != 'Z')
 }
 
 /// The process listening on 127.0.0.1 (or any address) at `port`: the

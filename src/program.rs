@@ -830,7 +830,7 @@ fn describe(s: ExitStatus) -> String {
 }
 
 /// A process's state letter from /proc (`T` when stopped).
-fn process_state(pid: i32) -> Option<char> {
+pub(crate) fn process_state(pid: i32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name in parentheses may hold spaces; the state follows it.
     stat.rsplit_once(')')?.1.trim_start().chars().next()

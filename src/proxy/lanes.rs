@@ -36,8 +36,8 @@ impl Lanes {
     /// through its slot when the proxy stands in front of it.
     pub async fn ctx_for(&self, ctx: &Ctx, name: &str, connections: u32) -> Result<Ctx> {
         let (Some(slot), Store::Postgres(pg)) = (self.proxy.slot(name), &ctx.store) else { return Ok(ctx.clone()) };
-        let via = PgStore::attach(&self.proxy.url_for(slot, &self.url), &pg.schema, connections).await?;
-        let store = via.for_component(&format!("chaos-{}-{name}", ctx.names.run_id), connections).await?;
+        let app = format!("chaos-{}-{name}", ctx.names.run_id);
+        let store = PgStore::attach_as(&self.proxy.url_for(slot, &self.url), &pg.schema, connections, &app).await?;
         Ok(Ctx { store: Store::Postgres(store), ..ctx.clone() })
     }
 

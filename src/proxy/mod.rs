@@ -87,8 +87,6 @@ pub struct Slot {
     armed: std::sync::atomic::AtomicBool,
     blackhole_for: Duration,
     pub process: ProcessHandle,
-    /// Connections accepted, for the report.
-    pub accepted: AtomicU64,
     /// Bytes passed either way: a slot whose count did not move in the
     /// last second is idle, and a blackhole there would hold nothing.
     moved: AtomicU64,
@@ -139,7 +137,6 @@ impl Proxy {
                 armed: Default::default(),
                 blackhole_for: s.blackhole,
                 process: ProcessHandle::default(),
-                accepted: AtomicU64::new(0),
                 moved: AtomicU64::new(0),
             });
             tasks.push(tokio::spawn(accept(listener, slot.clone(), upstream, faults.clone(), shutdown.clone())));
@@ -256,7 +253,6 @@ async fn accept(
             _ = shutdown.wait() => return,
         };
         next_id += 1;
-        slot.accepted.fetch_add(1, Ordering::Relaxed);
         let (reset, reset_rx) = watch::channel(false);
         slot.conns.lock().unwrap_or_else(|p| p.into_inner()).push(Conn { id: next_id, reset });
         let (slot, faults, id) = (slot.clone(), faults.clone(), next_id);

@@ -31,14 +31,20 @@ pub struct PgStore {
 impl PgStore {
     /// Connects, creates the run's schema and applies the migrations in it.
     pub async fn open(url: &str, schema: &str, max_connections: u32) -> Result<Self> {
-        Self::connect(url, schema, max_connections, true).await
+        Self::connect(url, schema, max_connections, true, None).await
     }
 
     /// Connects to a run's schema that the run has already made: a
     /// component process, which may restart hundreds of times a run, skips
     /// the schema and the migrations every restart would otherwise repeat.
     pub async fn attach(url: &str, schema: &str, max_connections: u32) -> Result<Self> {
-        Self::connect(url, schema, max_connections, false).await
+        Self::connect(url, schema, max_connections, false, None).await
+    }
+
+    /// [`PgStore::attach`] with the sessions named `name`: a component
+    /// behind the fault proxy, reaching the run's schema through its port.
+    pub async fn attach_as(url: &str, schema: &str, max_connections: u32, name: &str) -> Result<Self> {
+        Self::connect(url, schema, max_connections, false, Some(name)).await
     }
 
     /// A pool of its own on the same database for one component, its
@@ -61,6 +67,9 @@ impl PgStore {
     async fn pool(opts: &PgConnectOptions, max_connections: u32, endpoint: &str) -> Result<PgPool> {
         PgPoolOptions::new()
             .max_connections(max_connections)
+            // No ping before each checkout: it is one more round trip per
+            // transaction, and a dead connection shows up anyway as the
+            // transaction's error, which every caller already handles.
             .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(15))
             .connect_with(opts.clone())
@@ -71,31 +80,25 @@ impl PgStore {
             })
     }
 
-    async fn connect(url: &str, schema: &str, max_connections: u32, create: bool) -> Result<Self> {
+    async fn connect(url: &str, schema: &str, max_connections: u32, create: bool, name: Option<&str>) -> Result<Self> {
         let endpoint = db_endpoint(url);
         let unreachable = |cause: String| Error::DatabaseUnreachable { endpoint: endpoint.clone(), cause };
         let base = PgConnectOptions::from_str(url).map_err(|e| unreachable(crate::infra::redact(&e.to_string())))?;
         let mut base = base.log_statements(tracing::log::LevelFilter::Trace);
-        // Sessions carry the run's schema as their name, so that the
-        // nemesis can find them (`db.terminate_backends`); a component
-        // process names its own from PGAPPNAME.
-        if std::env::var_os("PGAPPNAME").is_none() {
-            base = base.application_name(schema);
+        // The harness's sessions carry the run's schema as their name; a
+        // component's carry its own (`chaos-<run id>-<component>`, from
+        // `name` or, in a component process, PGAPPNAME), which is what the
+        // nemesis's `db.terminate_backends` looks for.
+        match name {
+            Some(n) => base = base.application_name(n),
+            None if std::env::var_os("PGAPPNAME").is_none() => base = base.application_name(schema),
+            None => {}
         }
         if create {
             Self::create_schema(&base, schema, &endpoint).await?;
         }
         let opts = base.options([("search_path", schema)]);
-        let pool = PgPoolOptions::new()
-            .max_connections(max_connections)
-            // No ping before each checkout: it is one more round trip per
-            // transaction, and a dead connection shows up anyway as the
-            // transaction's error, which every caller already handles.
-            .test_before_acquire(false)
-            .acquire_timeout(Duration::from_secs(15))
-            .connect_with(opts.clone())
-            .await
-            .map_err(|e| unreachable(crate::infra::redact(&e.to_string())))?;
+        let pool = Self::pool(&opts, max_connections, &endpoint).await?;
         if create {
             sqlx::migrate!("migrations/postgres")
                 .run(&pool)
