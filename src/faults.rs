@@ -156,6 +156,17 @@ fault_points! {
     /// between its transaction and its offset commit.
     DbKillAfterCommit = "db.kill_after_commit", key db_kill_after_commit, per "commit acknowledged to a component process",
         confirmed by "the process seen ending by SIGKILL";
+    /// The broker appends a produce's batches and its acknowledgement never
+    /// arrives: the fault proxy withholds the `Produce` response and resets
+    /// the connection. The producer retries: an idempotent one has the
+    /// broker drop the copy; one without idempotence writes it again.
+    KafkaProduceAckLost = "kafka.produce_ack_lost", key kafka_produce_ack_lost, per "produce acknowledged to a proxied component",
+        confirmed by "the proxy seeing the broker answer a produce and withholding the answer";
+    /// The fault proxy lets a produce's acknowledgement through and
+    /// SIGKILLs the component's process right after: for any relay, a kill
+    /// between the broker's ack and the outbox's mark.
+    KafkaKillAfterProduceAck = "kafka.kill_after_produce_ack", key kafka_kill_after_produce_ack, per "produce acknowledged to a component process",
+        confirmed by "the process seen ending by SIGKILL";
     /// The broker's process is stopped (SIGSTOP) for the timeline entry's
     /// `for`, then continued: every client's requests hang, then resume.
     BrokerPause = "broker.pause", key broker_pause, per "scheduled occurrence ([[nemesis.timeline]])",
@@ -182,16 +193,27 @@ impl FaultPoint {
         FaultPoint::ProcessPause,
         FaultPoint::ProcessKillPerMessage,
         FaultPoint::DbKillAfterCommit,
+        FaultPoint::KafkaKillAfterProduceAck,
     ];
 
-    /// The points the fault proxy strikes: they need PostgreSQL, whose wire
-    /// it sits on, and apply to any program, the user's included.
     /// The service faults: only a `[[nemesis.timeline]]` entry strikes them.
     pub const SERVICE: &'static [FaultPoint] =
         &[FaultPoint::BrokerPause, FaultPoint::BrokerKill, FaultPoint::DbRestart, FaultPoint::DbTerminateBackends];
 
-    pub const PROXIED: &'static [FaultPoint] =
-        &[FaultPoint::NetReset, FaultPoint::NetBlackhole, FaultPoint::DbCommitAckLost, FaultPoint::DbKillAfterCommit];
+    /// The points the fault proxy strikes: they need PostgreSQL, whose wire
+    /// it sits on, and apply to any program, the user's included.
+    pub const PROXIED: &'static [FaultPoint] = &[
+        FaultPoint::NetReset,
+        FaultPoint::NetBlackhole,
+        FaultPoint::DbCommitAckLost,
+        FaultPoint::DbKillAfterCommit,
+        FaultPoint::KafkaProduceAckLost,
+        FaultPoint::KafkaKillAfterProduceAck,
+    ];
+
+    /// The points that need the proxy in front of Kafka as well.
+    pub const ON_KAFKA: &'static [FaultPoint] =
+        &[FaultPoint::KafkaProduceAckLost, FaultPoint::KafkaKillAfterProduceAck];
 }
 
 /// How many fault points there are.

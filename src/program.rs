@@ -131,6 +131,10 @@ impl Programs {
                 if let (Some(slot), Some(l)) = (&proxy_slot, lanes) {
                     env.0.retain(|(k, _)| *k != "CHAOS_DATABASE_URL");
                     env.0.push(("CHAOS_DATABASE_URL", l.url_of(slot)));
+                    if let Some(kafka) = slot.kafka {
+                        env.0.retain(|(k, _)| *k != "CHAOS_BROKERS");
+                        env.0.push(("CHAOS_BROKERS", kafka.to_string()));
+                    }
                     *lock(&slot.process.keeper) = Some(kill.clone());
                 }
                 kills.push((name.clone(), kill, kill_pending.clone()));

@@ -187,6 +187,17 @@ fn endpoints(sc: &Scenario, database_url: Option<String>, brokers: Option<String
             "{what} needs the fault proxy, which sits on PostgreSQL's wire protocol: pass --database-url or set DATABASE_URL"
         )));
     }
+    // The mock cluster advertises its own address, and only a broker with
+    // a listener per slot sends its clients back through the proxy.
+    if sc.proxies_kafka() && endpoints.brokers.is_none() {
+        let what = FaultPoint::ON_KAFKA
+            .iter()
+            .find(|p| sc.faults.get(**p) > 0.0)
+            .map_or("`proxy.kafka`".to_string(), |p| format!("`faults.{}`", p.key()));
+        return Err(Error::Usage(format!(
+            "{what} needs the fault proxy in front of a real Kafka broker with a listener per slot (`scripts/services.sh up` configures them): pass --brokers or set KAFKA_BROKERS"
+        )));
+    }
     // The broker's faults act on a local Kafka's process, or on the mock
     // cluster through its own controls; the database's need PostgreSQL.
     if let (Some(t), None) = (sc.timeline.iter().find(|t| t.point.name().starts_with("db.")), &endpoints.database_url) {

@@ -245,6 +245,10 @@ pub struct RawProxy {
     /// Route through the proxy even with no fault and no shaping (to see
     /// its cost).
     pub always: bool,
+    /// Stand in front of Kafka too (implied by a `kafka_*` fault): the
+    /// components reach the broker through their slots, and the shaping,
+    /// `net.reset` and `net.blackhole` apply to that traffic as well.
+    pub kafka: bool,
 }
 
 impl Default for RawProxy {
@@ -256,6 +260,7 @@ impl Default for RawProxy {
             bandwidth_kbps: sp(0),
             blackhole_ms: sp(2000),
             always: false,
+            kafka: false,
         }
     }
 }
@@ -510,15 +515,25 @@ pub struct ProxyConfig {
     pub shaping: crate::proxy::Shaping,
     pub blackhole: Duration,
     pub always: bool,
+    /// Whether the proxy stands in front of Kafka as well.
+    pub kafka: bool,
 }
 
 impl Settings {
     /// Whether the run puts the fault proxy in front of PostgreSQL: a
-    /// proxied fault is set, traffic is shaped, or `[proxy] always`.
+    /// proxied fault is set, traffic is shaped, or `[proxy] always` or
+    /// `kafka`.
     pub fn proxied(&self) -> bool {
         self.proxy.always
+            || self.proxy.kafka
             || self.proxy.shaping != crate::proxy::Shaping::default()
             || FaultPoint::PROXIED.iter().any(|p| self.faults.get(*p) > 0.0)
+    }
+
+    /// Whether the fault proxy stands in front of Kafka too: `[proxy]
+    /// kafka`, or a `kafka.*` fault set.
+    pub fn proxies_kafka(&self) -> bool {
+        self.proxy.kafka || FaultPoint::ON_KAFKA.iter().any(|p| self.faults.get(*p) > 0.0)
     }
 }
 
@@ -916,6 +931,7 @@ impl Validator<'_> {
             },
             blackhole: ms(self.count(&p.blackhole_ms, "proxy.blackhole_ms", 1, 600_000)?),
             always: p.always,
+            kafka: p.kafka,
         })
     }
 

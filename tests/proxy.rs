@@ -1,11 +1,14 @@
-//! The fault proxy in front of PostgreSQL: its faults against the real
-//! server (an ambiguous commit is durable and reported failed; latency is
-//! really added), the framing read from a recorded byte stream, the
-//! reference pipeline passing under every proxy fault, and bad input.
+//! The fault proxy in front of PostgreSQL and Kafka: its faults against
+//! the real servers (an ambiguous commit is durable and reported failed; a
+//! withheld produce acknowledgement leaves one appended copy reported
+//! failed; latency is really added), the framing of both wires read from
+//! recorded byte streams, the reference pipeline passing under every proxy
+//! fault, and bad input.
 
 mod common;
+use chaos::broker::Broker;
 use chaos::faults::{FaultInjector, FaultPoint, FaultRates};
-use chaos::proxy::{pg, Proxy, Settings, Shaping};
+use chaos::proxy::{kafka, pg, Proxy, Settings, Shaping};
 use common::*;
 use sqlx::Connection;
 use std::sync::Arc;
@@ -21,6 +24,7 @@ async fn proxy(rates: FaultRates, shaping: Shaping) -> (Proxy, Arc<FaultInjector
         shaping,
         blackhole: Duration::from_secs(1),
         seed: 1,
+        kafka: rates.get(FaultPoint::KafkaProduceAckLost) > 0.0,
     };
     let p = Proxy::start(settings, faults.clone(), shutdown).await.unwrap();
     (p, faults, trigger)
@@ -181,6 +185,7 @@ payments = 400
 batch_size = 10
 [faults]
 db_commit_ack_lost = 0.02
+kafka_produce_ack_lost = 0.05
 net_reset = 0.1
 net_blackhole = 0.1
 relay_after_produce = 0.1
@@ -193,14 +198,15 @@ blackhole_ms = 300
     );
     assert_eq!(ran.code, 0, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
     let r = ran.json();
-    for p in ["db.commit_ack_lost", "net.reset", "net.blackhole"] {
+    for p in ["db.commit_ack_lost", "kafka.produce_ack_lost", "net.reset", "net.blackhole"] {
         assert_fired_and_confirmed(&r, p);
     }
-    assert!(r["infra"]["proxy"].as_str().unwrap_or_default().contains("workload"), "{}", r["infra"]);
+    let proxy = r["infra"]["proxy"].as_str().unwrap_or_default();
+    assert!(proxy.contains("workload") && proxy.contains("and Kafka"), "{}", r["infra"]);
 }
 
 #[test]
-fn kills_right_after_a_commit_hit_the_reference_components_as_processes() {
+fn kills_right_after_an_acknowledgement_hit_the_reference_components_as_processes() {
     let (ran, _dir) = run_scenario(
         r#"
 [workload]
@@ -209,6 +215,7 @@ payments = 400
 batch_size = 10
 [faults]
 db_kill_after_commit = 0.03
+kafka_kill_after_produce_ack = 0.05
 [run]
 components = "process"
 "#,
@@ -217,6 +224,7 @@ components = "process"
     assert_eq!(ran.code, 0, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
     let r = ran.json();
     assert_fired_and_confirmed(&r, "db.kill_after_commit");
+    assert_fired_and_confirmed(&r, "kafka.kill_after_produce_ack");
     let killed = r["components"]["processes_killed"].as_u64().unwrap();
     assert!(killed >= 1, "{}", r["components"]);
 }
@@ -232,6 +240,23 @@ fn proxy_faults_without_postgresql_are_refused_with_the_fix() {
     assert_eq!(ran.code, 2, "{}\n{}", ran.stdout, ran.stderr);
     assert!(ran.stderr.contains("`faults.net_reset` needs the fault proxy"), "{}", ran.stderr);
     assert!(ran.stderr.contains("DATABASE_URL"), "{}", ran.stderr);
+}
+
+#[test]
+fn kafka_faults_on_the_mock_cluster_are_refused_with_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.toml");
+    std::fs::write(&path, "[faults]\nkafka_produce_ack_lost = 0.1\n").unwrap();
+    let mut c = chaos();
+    Backend::PostgresMock.apply(&mut c);
+    let ran = run(c.arg("run").arg(&path).arg("--reports-dir").arg(dir.path()));
+    assert_eq!(ran.code, 2, "{}\n{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stderr.contains("`faults.kafka_produce_ack_lost` needs the fault proxy in front of a real Kafka broker"),
+        "{}",
+        ran.stderr
+    );
+    assert!(ran.stderr.contains("KAFKA_BROKERS"), "{}", ran.stderr);
 }
 
 #[test]
@@ -251,4 +276,135 @@ fn a_kill_after_commit_needs_a_process() {
         "{}",
         ran.stderr
     );
+}
+
+/// A topic of its own on the test command's broker, with one partition.
+async fn fresh_topic(direct: &chaos::broker::kafka::Kafka, what: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let topic = format!("chaos.test-{what}-{}-{nanos}", std::process::id());
+    direct.create_topic(&topic, 1).await.unwrap();
+    topic
+}
+
+fn envelope() -> chaos::events::Envelope<'static> {
+    chaos::events::Envelope::new(uuid::Uuid::new_v4(), uuid::Uuid::new_v4(), "payment.captured", b"{}")
+}
+
+/// The broker appends the batch, the proxy withholds its acknowledgement
+/// and resets the connection, every time: the relay's producer is told the
+/// produce failed, and the topic holds the message once, since the
+/// idempotent producer's retries carry the same sequence and the broker
+/// drops them.
+#[tokio::test]
+async fn a_withheld_produce_acknowledgement_leaves_one_appended_copy_reported_failed() {
+    let (p, faults, _t) =
+        proxy(FaultRates::none().with(FaultPoint::KafkaProduceAckLost, 1.0), Shaping::default()).await;
+    let direct = chaos::broker::kafka::Kafka::connect(&brokers()).await.unwrap();
+    let topic = fresh_topic(&direct, "produce-ack-lost").await;
+    let slot = p.slot("test").unwrap().kafka.expect("a Kafka port");
+    assert_eq!(slot.port(), kafka::ADVERTISED_BASE, "slot 0 is the broker's SLOT0");
+    let through = chaos::broker::kafka::Kafka::attach(&slot.to_string(), false);
+    let outcome = through.producer().unwrap().publish(&topic, &[envelope()], true).await;
+    assert!(outcome.is_err(), "the produce was reported delivered");
+    assert!(faults.fired(FaultPoint::KafkaProduceAckLost) >= 1);
+    assert_eq!(faults.confirmed(FaultPoint::KafkaProduceAckLost), faults.fired(FaultPoint::KafkaProduceAckLost));
+    let t = topic.clone();
+    let marks = tokio::task::spawn_blocking(move || direct.watermarks(&t, 1).map(|m| (m, direct))).await.unwrap();
+    let (marks, direct) = marks.unwrap();
+    assert_eq!(marks, vec![(0, 1)], "appended once, whatever the retries");
+    direct.delete_names(&[topic], &[]).await.unwrap();
+    p.close();
+}
+
+/// Records both directions of a producer's sessions with the broker,
+/// through a bare TCP relay standing where the broker advertises its last
+/// slot, and checks that the framing pairs each `Produce` request with its
+/// response. The recording is also compared with the one kept in
+/// tests/fixtures/wire/ (made by this test with CHAOS_RECORD_WIRE=1).
+#[tokio::test]
+async fn produce_acknowledgements_are_found_in_a_recorded_session() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    type Recorded = (Vec<u8>, Vec<u8>);
+    // The last slot: a run proxies Kafka from slot 0 up, and the tests'
+    // runs have far fewer components than slots.
+    let last = kafka::SLOTS - 1;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", kafka::ADVERTISED_BASE + last)).await.unwrap();
+    let upstream = ("127.0.0.1", kafka::BROKER_BASE + last);
+    let sessions: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<Recorded>>>> = Default::default();
+    let accepted = sessions.clone();
+    let recorder = tokio::spawn(async move {
+        async fn copy(mut from: tokio::net::tcp::OwnedReadHalf, mut to: tokio::net::tcp::OwnedWriteHalf) -> Vec<u8> {
+            let (mut seen, mut buf) = (Vec::new(), vec![0u8; 4096]);
+            while let Ok(n) = from.read(&mut buf).await {
+                if n == 0 || to.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+                seen.extend_from_slice(&buf[..n]);
+            }
+            seen
+        }
+        while let Ok((client, _)) = listener.accept().await {
+            let server = tokio::net::TcpStream::connect(upstream).await.unwrap();
+            let ((cr, cw), (sr, sw)) = (client.into_split(), server.into_split());
+            let session = tokio::spawn(async move {
+                let up = tokio::spawn(copy(cr, sw));
+                let down = copy(sr, cw).await;
+                (up.await.unwrap(), down)
+            });
+            accepted.lock().unwrap().push(session);
+        }
+    });
+    let direct = chaos::broker::kafka::Kafka::connect(&brokers()).await.unwrap();
+    let topic = fresh_topic(&direct, "wire").await;
+    let through = chaos::broker::kafka::Kafka::attach(&format!("127.0.0.1:{}", kafka::ADVERTISED_BASE + last), false);
+    let producer = through.producer().unwrap();
+    for _ in 0..3 {
+        producer.publish(&topic, &[envelope()], true).await.unwrap();
+    }
+    // The producer's drop closes its connections, which ends the sessions.
+    tokio::task::spawn_blocking(move || drop(producer)).await.unwrap();
+    recorder.abort();
+    let handles = std::mem::take(&mut *sessions.lock().unwrap());
+    let mut recorded = Vec::new();
+    for h in handles {
+        recorded.push(tokio::time::timeout(Duration::from_secs(20), h).await.expect("a session ended").unwrap());
+    }
+    direct.delete_names(&[topic], &[]).await.unwrap();
+    let producing: Vec<&Recorded> = recorded.iter().filter(|(up, _)| produce_pairs(up, &[]).0 > 0).collect();
+    assert_eq!(producing.len(), 1, "one session carried the produces, of {}", recorded.len());
+    let (up, down) = producing[0];
+    assert_eq!(produce_pairs(up, down), (3, 3), "three produce requests, each answered");
+    let fixture = |side: &str| root().join(format!("tests/fixtures/wire/kafka4-produce-{side}.bin"));
+    if std::env::var_os("CHAOS_RECORD_WIRE").is_some() {
+        std::fs::write(fixture("client"), up).unwrap();
+        std::fs::write(fixture("server"), down).unwrap();
+    }
+    let (up, down) = (std::fs::read(fixture("client")).unwrap(), std::fs::read(fixture("server")).unwrap());
+    assert_eq!(produce_pairs(&up, &down), (3, 3));
+    let first = kafka::Requests::default().feed(&up).unwrap()[0];
+    assert_eq!(first.api_key, 18, "a session opens with ApiVersions: {first:?}");
+}
+
+/// How many `Produce` requests the client's stream has, and how many
+/// responses in the server's stream answer one, both fed in 7-byte pieces
+/// as a slow network would cut them.
+fn produce_pairs(up: &[u8], down: &[u8]) -> (usize, usize) {
+    let in_flight = kafka::InFlight::default();
+    let mut requests = kafka::Requests::default();
+    let mut produces = 0;
+    for piece in up.chunks(7) {
+        for r in requests.feed(piece).expect("Kafka framing") {
+            produces += (r.api_key == kafka::PRODUCE) as usize;
+            in_flight.sent(r);
+        }
+    }
+    let (mut responses, mut held, mut answered) = (kafka::Responses::default(), Vec::new(), 0);
+    for piece in down.chunks(7) {
+        held.extend_from_slice(piece);
+        let scan = responses.scan(&held).expect("Kafka framing");
+        answered += scan.frames.iter().filter(|f| in_flight.answered(f.correlation) == Some(kafka::PRODUCE)).count();
+        held.drain(..scan.safe);
+    }
+    assert!(held.is_empty(), "a response cut short at the end");
+    (produces, answered)
 }

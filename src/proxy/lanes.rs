@@ -26,19 +26,25 @@ impl Lanes {
             shaping: sc.proxy.shaping,
             blackhole: sc.proxy.blackhole,
             seed: sc.seed,
+            kafka: sc.proxies_kafka(),
         };
         let mut proxy = Proxy::start(settings, ctx.faults.clone(), ctx.shutdown.clone()).await?;
         proxy.act(ctx.faults.clone(), acting, sc.seed, ctx.shutdown.clone());
         Ok(Self { proxy, url: url.to_string() })
     }
 
-    /// The context a component runs with: the run's, but with its store
-    /// through its slot when the proxy stands in front of it.
+    /// The context a component runs with: the run's, but with its store,
+    /// and its broker when the proxy stands in front of Kafka, through its
+    /// slot.
     pub async fn ctx_for(&self, ctx: &Ctx, name: &str, connections: u32) -> Result<Ctx> {
         let (Some(slot), Store::Postgres(pg)) = (self.proxy.slot(name), &ctx.store) else { return Ok(ctx.clone()) };
         let app = format!("chaos-{}-{name}", ctx.names.run_id);
         let store = PgStore::attach_as(&self.proxy.url_for(slot, &self.url), &pg.schema, connections, &app).await?;
-        Ok(Ctx { store: Store::Postgres(store), ..ctx.clone() })
+        let broker: Arc<dyn crate::broker::Broker> = match slot.kafka {
+            Some(addr) => Arc::new(crate::broker::kafka::Kafka::attach(&addr.to_string(), false)),
+            None => ctx.broker.clone(),
+        };
+        Ok(Ctx { store: Store::Postgres(store), broker, ..ctx.clone() })
     }
 
     /// The slot of a component, when the proxy stands in front of it.
@@ -54,7 +60,11 @@ impl Lanes {
     /// One line for the banner.
     pub fn describe(&self) -> String {
         let names: Vec<&str> = self.proxy.slots().iter().map(|s| s.name.as_str()).collect();
-        format!("fault proxy in front of PostgreSQL {} for {}", self.proxy.upstream(), names.join(", "))
+        let kafka = match self.proxy.slots().first().and_then(|s| s.kafka) {
+            Some(_) => " and Kafka",
+            None => "",
+        };
+        format!("fault proxy in front of PostgreSQL {}{kafka} for {}", self.proxy.upstream(), names.join(", "))
     }
 
     pub fn close(self) {

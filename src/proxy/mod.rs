@@ -28,6 +28,7 @@
 //! no copy beyond the read buffer, no timer. The bench measures it against
 //! a direct connection (`chaos bench --proxy`).
 
+pub mod kafka;
 pub mod lanes;
 pub mod pg;
 
@@ -76,7 +77,11 @@ pub struct ProcessHandle {
 /// One component instance's listener and what is open through it.
 pub struct Slot {
     pub name: String,
+    /// The slot's port in front of PostgreSQL.
     pub addr: SocketAddr,
+    /// The slot's port in front of Kafka, when the run proxies Kafka: the
+    /// address the broker advertises on the slot's own listener.
+    pub kafka: Option<SocketAddr>,
     shaping: Shaping,
     conns: Mutex<Vec<Conn>>,
     /// Until when every byte of the slot is held (`net.blackhole`).
@@ -90,6 +95,9 @@ pub struct Slot {
     /// Bytes passed either way: a slot whose count did not move in the
     /// last second is idle, and a blackhole there would hold nothing.
     moved: AtomicU64,
+    /// The last connection's id: one count for both wires of the slot,
+    /// since a connection is forgotten by its id.
+    last_id: AtomicU64,
 }
 
 /// An open connection: dropping the sender resets it.
@@ -112,6 +120,15 @@ pub struct Settings<'a> {
     pub shaping: Shaping,
     pub blackhole: Duration,
     pub seed: u64,
+    /// Whether the slots stand in front of Kafka too.
+    pub kafka: bool,
+}
+
+/// Which wire a listener of a slot carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    Postgres,
+    Kafka,
 }
 
 pub use lanes::Lanes;
@@ -121,16 +138,24 @@ impl Proxy {
     /// later, with [`Proxy::act`].
     pub async fn start(s: Settings<'_>, faults: Arc<FaultInjector>, shutdown: Shutdown) -> Result<Self> {
         let upstream = upstream_of(s.upstream_url)?;
+        let mut kafka = match s.kafka {
+            true => bind_kafka(s.slots.len()).await?.into_iter().map(Some).collect(),
+            false => Vec::new(),
+        };
+        kafka.resize_with(s.slots.len(), || None);
         let mut slots = Vec::new();
         let mut tasks = Vec::new();
-        for name in s.slots {
+        for (name, kafka) in s.slots.into_iter().zip(kafka) {
             let listener = TcpListener::bind("127.0.0.1:0")
                 .await
                 .map_err(|e| Error::Internal(format!("binding the fault proxy's port for {name}: {e}")))?;
             let addr = listener.local_addr().map_err(|e| Error::Internal(e.to_string()))?;
+            let kafka_addr =
+                kafka.as_ref().map(|(l, _)| l.local_addr()).transpose().map_err(|e| Error::Internal(e.to_string()))?;
             let slot = Arc::new(Slot {
                 name,
                 addr,
+                kafka: kafka_addr,
                 shaping: s.shaping,
                 conns: Mutex::new(Vec::new()),
                 blackhole: watch::channel(None).0,
@@ -138,8 +163,19 @@ impl Proxy {
                 blackhole_for: s.blackhole,
                 process: ProcessHandle::default(),
                 moved: AtomicU64::new(0),
+                last_id: AtomicU64::new(0),
             });
-            tasks.push(tokio::spawn(accept(listener, slot.clone(), upstream, faults.clone(), shutdown.clone())));
+            tasks.push(tokio::spawn(accept(
+                listener,
+                slot.clone(),
+                (upstream, Wire::Postgres),
+                faults.clone(),
+                shutdown.clone(),
+            )));
+            if let Some((listener, broker)) = kafka {
+                let task = accept(listener, slot.clone(), (broker, Wire::Kafka), faults.clone(), shutdown.clone());
+                tasks.push(tokio::spawn(task));
+            }
             slots.push(slot);
         }
         info!(slots = slots.len(), %upstream, "fault proxy listening");
@@ -236,14 +272,71 @@ fn with_address(url: &str, addr: SocketAddr) -> String {
     format!("{scheme}{user}{addr}{tail}")
 }
 
+/// The proxy's Kafka listeners, one per slot, each on the port the broker
+/// advertises for its listener `SLOT<i>` ([`kafka`]), with the address of
+/// that listener. The ports are fixed, so two runs that proxy Kafka take
+/// turns: a run waits for another's ports, all of them at once so that two
+/// waiting runs never hold half each.
+async fn bind_kafka(n: usize) -> Result<Vec<(TcpListener, SocketAddr)>> {
+    if n > kafka::SLOTS as usize {
+        return Err(Error::Usage(format!(
+            "the fault proxy has {} Kafka slots and the run puts {n} components behind it; name fewer in `proxy.targets`",
+            kafka::SLOTS
+        )));
+    }
+    let brokers: Vec<SocketAddr> =
+        (0..n as u16).map(|i| SocketAddr::from(([127, 0, 0, 1], kafka::BROKER_BASE + i))).collect();
+    for (i, b) in brokers.iter().enumerate() {
+        let reached = tokio::time::timeout(crate::infra::CONNECT_TIMEOUT, TcpStream::connect(b)).await;
+        if !matches!(reached, Ok(Ok(_))) {
+            return Err(Error::Kafka {
+                context: "putting the fault proxy in front of Kafka".into(),
+                cause: format!(
+                    "the broker has no listener SLOT{i} at {b}; `scripts/services.sh up` configures SLOT0 to SLOT{} (README, \"Infrastructure faults\")",
+                    kafka::SLOTS - 1
+                ),
+            });
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let mut told = false;
+    loop {
+        let mut bound = Vec::new();
+        let mut busy = None;
+        for (i, b) in brokers.iter().enumerate() {
+            let port = kafka::ADVERTISED_BASE + i as u16;
+            match TcpListener::bind(("127.0.0.1", port)).await {
+                Ok(l) => bound.push((l, *b)),
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                    busy = Some(port);
+                    break;
+                }
+                Err(e) => return Err(Error::Internal(format!("binding the fault proxy's Kafka port {port}: {e}"))),
+            }
+        }
+        let Some(port) = busy else { return Ok(bound) };
+        drop(bound);
+        if Instant::now() > deadline {
+            return Err(Error::Usage(format!(
+                "port {port} of the fault proxy's Kafka slots stayed in use for 300 s: another run proxies Kafka, or another program holds the port"
+            )));
+        }
+        if !told {
+            info!(port, "the fault proxy's Kafka ports are in use (another run proxies Kafka?); waiting for them");
+            told = true;
+        }
+        // A second Ctrl-C ends the wait with the process.
+        tokio::time::sleep(Duration::from_millis(200 + rand::thread_rng().gen_range(0..300))).await;
+    }
+}
+
 async fn accept(
     listener: TcpListener,
     slot: Arc<Slot>,
-    upstream: SocketAddr,
+    (upstream, wire): (SocketAddr, Wire),
     faults: Arc<FaultInjector>,
     mut shutdown: Shutdown,
 ) {
-    let mut next_id = 0u64;
     loop {
         let (client, _) = tokio::select! {
             r = listener.accept() => match r {
@@ -252,12 +345,12 @@ async fn accept(
             },
             _ = shutdown.wait() => return,
         };
-        next_id += 1;
+        let id = slot.last_id.fetch_add(1, Ordering::Relaxed) + 1;
         let (reset, reset_rx) = watch::channel(false);
-        slot.conns.lock().unwrap_or_else(|p| p.into_inner()).push(Conn { id: next_id, reset });
-        let (slot, faults, id) = (slot.clone(), faults.clone(), next_id);
+        slot.conns.lock().unwrap_or_else(|p| p.into_inner()).push(Conn { id, reset });
+        let (slot, faults) = (slot.clone(), faults.clone());
         tokio::spawn(async move {
-            if let Err(e) = relay_connection(client, upstream, &slot, faults, reset_rx).await {
+            if let Err(e) = relay_connection(client, (upstream, wire), &slot, faults, reset_rx).await {
                 debug!(slot = %slot.name, cause = %e, "proxied connection ended");
             }
             slot.forget(id);
@@ -270,7 +363,7 @@ type Ended = std::result::Result<(), String>;
 
 async fn relay_connection(
     client: TcpStream,
-    upstream: SocketAddr,
+    (upstream, wire): (SocketAddr, Wire),
     slot: &Arc<Slot>,
     faults: Arc<FaultInjector>,
     mut reset: watch::Receiver<bool>,
@@ -282,13 +375,30 @@ async fn relay_connection(
     let _ = (client.set_nodelay(true), server.set_nodelay(true));
     let (mut client_r, mut client_w) = client.into_split();
     let (server_r, mut server_w) = server.into_split();
-    opening(&mut client_r, &mut client_w, &mut server_w).await?;
-    let up = pump_bytes(&mut client_r, server_w, slot, &faults);
-    let down = pump_server(server_r, &mut client_w, slot, &faults);
-    let outcome = tokio::select! {
-        r = up => r,
-        r = down => r,
-        _ = reset.wait_for(|r| *r) => Err("reset by net.reset".into()),
+    let in_flight = kafka::InFlight::default();
+    let watch_produce = [FaultPoint::KafkaProduceAckLost, FaultPoint::KafkaKillAfterProduceAck]
+        .iter()
+        .any(|p| faults.probability(*p) > 0.0);
+    let outcome = match wire {
+        Wire::Postgres => {
+            opening(&mut client_r, &mut client_w, &mut server_w).await?;
+            let up = pump_bytes(&mut client_r, server_w, slot, &faults, None);
+            let down = pump_server(server_r, &mut client_w, slot, &faults);
+            tokio::select! {
+                r = up => r,
+                r = down => r,
+                _ = reset.wait_for(|r| *r) => Err("reset by net.reset".into()),
+            }
+        }
+        Wire::Kafka => {
+            let up = pump_bytes(&mut client_r, server_w, slot, &faults, watch_produce.then_some(&in_flight));
+            let down = pump_broker(server_r, &mut client_w, slot, &faults, watch_produce.then_some(&in_flight));
+            tokio::select! {
+                r = up => r,
+                r = down => r,
+                _ = reset.wait_for(|r| *r) => Err("reset by net.reset".into()),
+            }
+        }
     };
     if let Err(why) = &outcome {
         if why.starts_with("reset") {
@@ -360,10 +470,19 @@ async fn shape(slot: &Slot, n: usize, rng: &mut rand::rngs::StdRng, faults: &Fau
     tokio::time::sleep(delay).await;
 }
 
-/// Client to server: bytes as they come, shaped.
-async fn pump_bytes(from: &mut OwnedReadHalf, mut to: OwnedWriteHalf, slot: &Slot, faults: &FaultInjector) -> Ended {
+/// Client to server: bytes as they come, shaped. On Kafka's wire, with a
+/// `kafka.*` point set, each request is noted before its bytes go on, so
+/// that its response, which cannot come sooner, finds it.
+async fn pump_bytes(
+    from: &mut OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    slot: &Slot,
+    faults: &FaultInjector,
+    mut requests: Option<&kafka::InFlight>,
+) -> Ended {
     let mut buf = vec![0u8; 64 * 1024];
     let mut rng = rand::rngs::StdRng::from_entropy();
+    let mut framing = kafka::Requests::default();
     loop {
         let n = from.read(&mut buf).await.map_err(|e| e.to_string())?;
         if n == 0 {
@@ -372,7 +491,88 @@ async fn pump_bytes(from: &mut OwnedReadHalf, mut to: OwnedWriteHalf, slot: &Slo
         }
         shape(slot, n, &mut rng, faults).await;
         slot.moved.fetch_add(n as u64, Ordering::Relaxed);
+        if let Some(in_flight) = requests {
+            match framing.feed(&buf[..n]) {
+                Ok(seen) => seen.into_iter().for_each(|r| in_flight.sent(r)),
+                Err(at) => {
+                    warn!(slot = %slot.name, at, "the client's stream is not Kafka framing; passing it on unread");
+                    requests = None;
+                }
+            }
+        }
         to.write_all(&buf[..n]).await.map_err(|e| e.to_string())?;
+    }
+}
+
+/// Broker to client, with a `kafka.*` point set: each response's header is
+/// read, and a `Produce` response (the broker's acknowledgement) may be
+/// withheld (`kafka.produce_ack_lost`) or followed by a kill
+/// (`kafka.kill_after_produce_ack`). Without one, bytes as they come.
+async fn pump_broker(
+    mut from: OwnedReadHalf,
+    to: &mut OwnedWriteHalf,
+    slot: &Slot,
+    faults: &FaultInjector,
+    mut requests: Option<&kafka::InFlight>,
+) -> Ended {
+    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut rng = rand::rngs::StdRng::from_entropy();
+    let mut framing = kafka::Responses::default();
+    // A kill waits for the end of the acknowledgement it follows.
+    let mut kill_at_end = false;
+    loop {
+        let n = from.read(&mut chunk).await.map_err(|e| e.to_string())?;
+        if n == 0 {
+            let _ = to.shutdown().await;
+            return Ok(());
+        }
+        shape(slot, n, &mut rng, faults).await;
+        slot.moved.fetch_add(n as u64, Ordering::Relaxed);
+        let Some(in_flight) = requests else {
+            to.write_all(&chunk[..n]).await.map_err(|e| e.to_string())?;
+            continue;
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        let left_before = framing.continuing();
+        let scan = match framing.scan(&buf) {
+            Ok(s) => s,
+            Err(at) => {
+                warn!(slot = %slot.name, at, "the broker's stream is not Kafka framing; passing it on unread");
+                to.write_all(&buf).await.map_err(|e| e.to_string())?;
+                requests = None;
+                continue;
+            }
+        };
+        // An acknowledgement begun in an earlier read ends in this one.
+        let mut kill = kill_at_end && left_before <= scan.safe;
+        for f in &scan.frames {
+            if in_flight.answered(f.correlation) != Some(kafka::PRODUCE) {
+                continue;
+            }
+            if faults.strike(FaultPoint::KafkaProduceAckLost, &slot.name, || "a produce's acknowledgement".into()) {
+                // The broker appended the batches; the client never hears.
+                to.write_all(&buf[..f.start]).await.map_err(|e| e.to_string())?;
+                faults.confirm(FaultPoint::KafkaProduceAckLost, 1);
+                return Err("reset after withholding a produce's acknowledgement (kafka.produce_ack_lost)".into());
+            }
+            if slot.process.pgid.load(Ordering::Relaxed) > 0
+                && faults.strike(FaultPoint::KafkaKillAfterProduceAck, &slot.name, || {
+                    "the process, once its produce was acknowledged".into()
+                })
+            {
+                match f.end {
+                    Some(_) => kill = true,
+                    None => kill_at_end = true,
+                }
+            }
+        }
+        to.write_all(&buf[..scan.safe]).await.map_err(|e| e.to_string())?;
+        buf.drain(..scan.safe);
+        if kill {
+            kill_now(slot, FaultPoint::KafkaKillAfterProduceAck);
+            kill_at_end = false;
+        }
     }
 }
 
@@ -430,21 +630,22 @@ async fn pump_server(mut from: OwnedReadHalf, to: &mut OwnedWriteHalf, slot: &Sl
         buf.drain(..scan.safe);
         acks.consumed(scan.safe);
         if kill {
-            kill_now(slot);
+            kill_now(slot, FaultPoint::DbKillAfterCommit);
         }
     }
 }
 
-/// `db.kill_after_commit`: SIGKILL to the slot's process group the moment
-/// its acknowledgement is written. The keeper is told first, so that it
-/// takes the end it sees for this kill, and confirms it.
-fn kill_now(slot: &Slot) {
+/// `db.kill_after_commit`, `kafka.kill_after_produce_ack`: SIGKILL to the
+/// slot's process group the moment the acknowledgement is written. The
+/// keeper is told first, so that it takes the end it sees for this kill,
+/// and confirms it.
+fn kill_now(slot: &Slot, point: FaultPoint) {
     let pgid = slot.process.pgid.load(Ordering::Relaxed);
     if pgid <= 0 {
         return;
     }
     if let Some(keeper) = &*slot.process.keeper.lock().unwrap_or_else(|p| p.into_inner()) {
-        let _ = keeper.send(FaultPoint::DbKillAfterCommit);
+        let _ = keeper.send(point);
     }
     // SAFETY: kill(2) on a process group; no memory effects here.
     unsafe {
