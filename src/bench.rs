@@ -324,7 +324,10 @@ async fn timed_runs(sc: &Scenario, opts: &Options, checkpoints: &mut Checkpoints
         if opts.proxy {
             checkpoints.before_timed().await;
             eprintln!("bench: run {i} of {n_runs}, through the fault proxy with no fault: {} payments", opts.payments);
-            let rep = pipeline(&sc.clone().with_proxy_always(), opts, Components::InProcess).await?;
+            // In front of Kafka too when the broker is a real one: the mock
+            // cluster advertises its own address.
+            let kafka = opts.brokers.is_some() || sc.infra_kafka_brokers.is_some();
+            let rep = pipeline(&sc.clone().with_proxy_always(kafka), opts, Components::InProcess).await?;
             timed.through_proxy.push((end_to_end(&rep).1, rep));
         }
     }

@@ -165,7 +165,7 @@ pub struct BenchArgs {
     /// After each timed run, the same run with every relay and notifier an OS process; prints both and the ratio.
     #[arg(long)]
     pub processes: bool,
-    /// After each timed run, the same run with every component's database traffic through the fault proxy, no fault set (PostgreSQL only); prints both and the ratio: the proxy's own cost.
+    /// After each timed run, the same run with every component's database traffic (and Kafka traffic, with a real broker) through the fault proxy, no fault set (PostgreSQL only); prints both and the ratio: the proxy's own cost.
     #[arg(long)]
     pub proxy: bool,
     /// Where the runs' reports and the bench's JSON are written.

@@ -177,6 +177,31 @@ fn var(key: &str) -> Result<String> {
     })
 }
 
+/// How long a component process keeps trying to open its first database
+/// session before it gives up: longer than a `db.restart` or a
+/// `net.blackhole` takes.
+const FIRST_SESSION_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The component's store, its first session retried: a process started
+/// while PostgreSQL restarts, or whose connection the fault proxy resets
+/// during the handshake, waits for the database as an in-process
+/// component's pool does, instead of exiting (which the keeper would take
+/// for the program's failure).
+async fn attach_retrying(url: &str, schema: &str) -> Result<PgStore> {
+    let started = std::time::Instant::now();
+    let mut wait = std::time::Duration::from_millis(50);
+    loop {
+        match PgStore::attach(url, schema, 4).await {
+            Err(Error::DatabaseUnreachable { cause, .. }) if started.elapsed() < FIRST_SESSION_WITHIN => {
+                tracing::info!(%cause, "the database did not answer; trying again");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(std::time::Duration::from_secs(1));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// `chaos component`: runs one relay or notifier instance until SIGTERM.
 pub async fn serve() -> Result<Exit> {
     let role = var("CHAOS_ROLE")?;
@@ -188,7 +213,7 @@ pub async fn serve() -> Result<Exit> {
     let names = RunNames::from_id(&var("CHAOS_RUN_ID")?);
     let store = match std::env::var(SQLITE_ENV) {
         Ok(path) => Store::Sqlite(SqliteStore::open(std::path::Path::new(&path), 4).await?),
-        Err(_) => Store::Postgres(PgStore::attach(&var("CHAOS_DATABASE_URL")?, &names.schema, 4).await?),
+        Err(_) => Store::Postgres(attach_retrying(&var("CHAOS_DATABASE_URL")?, &names.schema).await?),
     };
     // Each incarnation its own decisions: the same seed would make a
     // restarted process crash where its predecessor did, again and again.

@@ -334,6 +334,9 @@ pub struct FaultInjector {
     awaited: Mutex<Awaited>,
     log: Mutex<Vec<FaultRecord>>,
     started: Instant,
+    /// The same moment on the wall clock, which the database's timestamps
+    /// share: what dates an anomaly against the fault log.
+    started_wall: std::time::SystemTime,
 }
 
 /// The log keeps the first records only; the counters count them all.
@@ -350,7 +353,13 @@ impl FaultInjector {
             awaited: Mutex::new(Awaited::default()),
             log: Mutex::new(Vec::new()),
             started: Instant::now(),
+            started_wall: std::time::SystemTime::now(),
         }
+    }
+
+    /// When the log's clock started, in milliseconds since the epoch.
+    pub fn started_epoch_ms(&self) -> i64 {
+        self.started_wall.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
     }
 
     pub fn probability(&self, point: FaultPoint) -> f64 {

@@ -348,7 +348,42 @@ fn render_findings(r: &Report, style: Style, out: &mut String) {
             t.add_row(vec![Cell::new(&a.name), Cell::new(a.count), Cell::new(a.examples.join(sep))]);
         }
         out.push_str(&format!("{t}\n"));
+        render_followed(r, style, out);
     }
+}
+
+/// Each dated example and the faults that fired in the seconds before its
+/// last trace ([`crate::verifier::attribution`]): suspects, not proof.
+fn render_followed(r: &Report, style: Style, out: &mut String) {
+    let dated: Vec<_> = r.anomalies.iter().flat_map(|a| a.followed.iter().map(move |f| (a, f))).collect();
+    if dated.is_empty() {
+        return;
+    }
+    let md = style == Style::Markdown;
+    let window = crate::verifier::attribution::WINDOW_MS as f64 / 1000.0;
+    out.push_str(&heading(style, "Anomalies after faults"));
+    let last = "last trace (s into the run)";
+    let before = format!("faults in the {window:.0} s before it, nearest first");
+    let mut t = table(style, &["anomaly", "payment or event", last, &before]);
+    for (a, f) in dated {
+        let sep = if md { "<br>" } else { "\n" };
+        let suspects = match f.faults.is_empty() {
+            true => "none: no fault fired in the window".to_string(),
+            false => f
+                .faults
+                .iter()
+                .map(|s| format!("{} on {}, {} ms before", s.point, s.component, s.before_ms))
+                .collect::<Vec<_>>()
+                .join(sep),
+        };
+        t.add_row(vec![
+            Cell::new(&a.name),
+            Cell::new(f.subject),
+            Cell::new(format!("{:.3}", f.trace_ms as f64 / 1000.0)),
+            Cell::new(suspects),
+        ]);
+    }
+    out.push_str(&format!("{t}\n"));
 }
 
 /// Timings, latency, the replay command and the verdict.

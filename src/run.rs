@@ -17,7 +17,7 @@ use crate::report::{self, ComponentFigures, InfraInfo, Report, ScenarioInfo, Sta
 use crate::scenario::Components;
 use crate::scenario::{self, Scenario};
 use crate::store::{postgres::PgStore, sqlite::SqliteStore, Store};
-use crate::verifier::{reconcile, topic, verdict, Ledger, Verdict};
+use crate::verifier::{attribution, reconcile, topic, verdict, Ledger, Verdict};
 use crate::{relay, workload};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -501,6 +501,7 @@ async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, still_running: bool) 
         Some(Ok(r)) => {
             let mut anomalies = r.anomalies;
             verdict::allow(&mut anomalies, &sc.allowed_anomalies);
+            attribute(&store, &mut anomalies, ctx).await;
             rep.faults = ctx.faults.summary();
             let chaos = verdict::chaos_checks(&rep.faults);
             let (v, why) = verdict::verdict(sc.exactly_once, &r.invariants, &anomalies, &chaos);
@@ -753,5 +754,19 @@ mod tests {
     fn the_workload_limit_grows_with_the_payments() {
         assert_eq!(workload_limit(1000), WORKLOAD_FLOOR);
         assert_eq!(workload_limit(1_000_000), Duration::from_secs(2000));
+    }
+}
+
+/// Dates each anomaly's examples by their last trace in the database and
+/// names the faults that fired just before ([`attribution`]). A failed
+/// look-up leaves the anomalies undated: it never changes a verdict.
+async fn attribute(store: &Store, anomalies: &mut [crate::verifier::Anomaly], ctx: &Ctx) {
+    let ids = attribution::subjects(anomalies);
+    if ids.is_empty() {
+        return;
+    }
+    match store.traces(&ids).await {
+        Ok(traces) => attribution::attribute(anomalies, &traces, ctx.faults.started_epoch_ms(), &ctx.faults.log()),
+        Err(e) => warn!(cause = %e, "dating the anomalies' examples failed"),
     }
 }

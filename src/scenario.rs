@@ -561,10 +561,12 @@ impl Scenario {
         self
     }
 
-    /// The same scenario with every component's database traffic through
-    /// the fault proxy, with no fault set (`chaos bench --proxy`).
-    pub fn with_proxy_always(mut self) -> Self {
+    /// The same scenario with every component's database traffic, and its
+    /// Kafka traffic when `kafka`, through the fault proxy, with no fault
+    /// set (`chaos bench --proxy`).
+    pub fn with_proxy_always(mut self, kafka: bool) -> Self {
         self.0.proxy.always = true;
+        self.0.proxy.kafka = kafka;
         self
     }
 

@@ -72,6 +72,8 @@ pub struct ProcessHandle {
     /// The process group of the slot's current process; 0 when none.
     pub pgid: AtomicI32,
     pub keeper: Mutex<Option<mpsc::UnboundedSender<FaultPoint>>>,
+    /// Held while a kill is decided ([`ProcessHandle::claim_kill`]).
+    deciding: Mutex<()>,
 }
 
 /// One component instance's listener and what is open through it.
@@ -519,8 +521,8 @@ async fn pump_broker(
     let mut chunk = vec![0u8; 64 * 1024];
     let mut rng = rand::rngs::StdRng::from_entropy();
     let mut framing = kafka::Responses::default();
-    // A kill waits for the end of the acknowledgement it follows.
-    let mut kill_at_end = false;
+    // A kill claimed for an acknowledgement whose end has not come yet.
+    let mut kill_at_end: Option<i32> = None;
     loop {
         let n = from.read(&mut chunk).await.map_err(|e| e.to_string())?;
         if n == 0 {
@@ -545,8 +547,13 @@ async fn pump_broker(
             }
         };
         // An acknowledgement begun in an earlier read ends in this one.
-        let mut kill = kill_at_end && left_before <= scan.safe;
+        let mut kill = kill_at_end.filter(|_| left_before <= scan.safe);
         for f in &scan.frames {
+            // Responses after a claimed kill go to a process about to die:
+            // no occurrence of either point.
+            if kill.is_some() || kill_at_end.is_some() {
+                break;
+            }
             if in_flight.answered(f.correlation) != Some(kafka::PRODUCE) {
                 continue;
             }
@@ -556,22 +563,19 @@ async fn pump_broker(
                 faults.confirm(FaultPoint::KafkaProduceAckLost, 1);
                 return Err("reset after withholding a produce's acknowledgement (kafka.produce_ack_lost)".into());
             }
-            if slot.process.pgid.load(Ordering::Relaxed) > 0
-                && faults.strike(FaultPoint::KafkaKillAfterProduceAck, &slot.name, || {
-                    "the process, once its produce was acknowledged".into()
-                })
-            {
-                match f.end {
-                    Some(_) => kill = true,
-                    None => kill_at_end = true,
-                }
+            let claimed = slot.process.claim_kill(faults, FaultPoint::KafkaKillAfterProduceAck, &slot.name, || {
+                "the process, once its produce was acknowledged".into()
+            });
+            match f.end {
+                Some(_) => kill = claimed,
+                None => kill_at_end = claimed,
             }
         }
         to.write_all(&buf[..scan.safe]).await.map_err(|e| e.to_string())?;
         buf.drain(..scan.safe);
-        if kill {
-            kill_now(slot, FaultPoint::KafkaKillAfterProduceAck);
-            kill_at_end = false;
+        if let Some(pgid) = kill {
+            slot.process.kill(pgid, FaultPoint::KafkaKillAfterProduceAck);
+            kill_at_end = None;
         }
     }
 }
@@ -609,8 +613,13 @@ async fn pump_server(mut from: OwnedReadHalf, to: &mut OwnedWriteHalf, slot: &Sl
                 continue;
             }
         };
-        let mut kill = false;
+        let mut kill = None;
         for (start, _) in &scan.acks {
+            // Acknowledgements after a claimed kill go to a process about
+            // to die: no occurrence of either point.
+            if kill.is_some() {
+                break;
+            }
             if faults.strike(FaultPoint::DbCommitAckLost, &slot.name, || "a commit's acknowledgement".into()) {
                 // Everything before the acknowledgement goes through; the
                 // acknowledgement and what follows it never do.
@@ -618,38 +627,52 @@ async fn pump_server(mut from: OwnedReadHalf, to: &mut OwnedWriteHalf, slot: &Sl
                 faults.confirm(FaultPoint::DbCommitAckLost, 1);
                 return Err("reset after withholding a commit's acknowledgement (db.commit_ack_lost)".into());
             }
-            if slot.process.pgid.load(Ordering::Relaxed) > 0
-                && faults.strike(FaultPoint::DbKillAfterCommit, &slot.name, || {
-                    "the process, once its commit was acknowledged".into()
-                })
-            {
-                kill = true;
-            }
+            kill = slot.process.claim_kill(faults, FaultPoint::DbKillAfterCommit, &slot.name, || {
+                "the process, once its commit was acknowledged".into()
+            });
         }
         to.write_all(&buf[..scan.safe]).await.map_err(|e| e.to_string())?;
         buf.drain(..scan.safe);
         acks.consumed(scan.safe);
-        if kill {
-            kill_now(slot, FaultPoint::DbKillAfterCommit);
+        if let Some(pgid) = kill {
+            slot.process.kill(pgid, FaultPoint::DbKillAfterCommit);
         }
     }
 }
 
-/// `db.kill_after_commit`, `kafka.kill_after_produce_ack`: SIGKILL to the
-/// slot's process group the moment the acknowledgement is written. The
-/// keeper is told first, so that it takes the end it sees for this kill,
-/// and confirms it.
-fn kill_now(slot: &Slot, point: FaultPoint) {
-    let pgid = slot.process.pgid.load(Ordering::Relaxed);
-    if pgid <= 0 {
-        return;
+impl ProcessHandle {
+    /// The decision of a kill after an acknowledgement: an occurrence only
+    /// while the slot has a process no other kill has claimed. The two
+    /// wires of a slot decide under one lock, so one process is claimed
+    /// once: a second firing would wait for an end that comes once.
+    fn claim_kill(
+        &self,
+        faults: &FaultInjector,
+        point: FaultPoint,
+        slot: &str,
+        what: impl FnOnce() -> String,
+    ) -> Option<i32> {
+        let _one = self.deciding.lock().unwrap_or_else(|p| p.into_inner());
+        let pgid = self.pgid.load(Ordering::Relaxed);
+        if pgid <= 0 || !faults.strike(point, slot, what) {
+            return None;
+        }
+        self.pgid.store(0, Ordering::Relaxed);
+        Some(pgid)
     }
-    if let Some(keeper) = &*slot.process.keeper.lock().unwrap_or_else(|p| p.into_inner()) {
-        let _ = keeper.send(point);
-    }
-    // SAFETY: kill(2) on a process group; no memory effects here.
-    unsafe {
-        libc::kill(-pgid, libc::SIGKILL);
+
+    /// `db.kill_after_commit`, `kafka.kill_after_produce_ack`: SIGKILL to
+    /// the claimed process group, the moment the acknowledgement is
+    /// written. The keeper is told first, so that it takes the end it sees
+    /// for this kill, and confirms it.
+    fn kill(&self, pgid: i32, point: FaultPoint) {
+        if let Some(keeper) = &*self.keeper.lock().unwrap_or_else(|p| p.into_inner()) {
+            let _ = keeper.send(point);
+        }
+        // SAFETY: kill(2) on a process group; no memory effects here.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
     }
 }
 

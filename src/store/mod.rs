@@ -138,6 +138,9 @@ pub trait Backend {
     /// payment service's look-up by idempotency key after a write whose
     /// outcome it cannot know.
     async fn landed(&self, ids: &[Uuid], captured: bool) -> Result<usize>;
+    /// The last time the database recorded for each of these payments or
+    /// events, in milliseconds since the epoch.
+    async fn traces(&self, ids: &[Uuid]) -> Result<std::collections::HashMap<Uuid, i64>>;
 }
 
 /// A notifier transaction's statements.
@@ -325,6 +328,12 @@ impl Store {
     /// End-to-end latency per event (outbox created → inbox processed).
     pub async fn latency(&self) -> Result<Option<crate::report::Latency>> {
         each!(self, s => s.latency().await)
+    }
+
+    /// The last time the database recorded for each of these payments or
+    /// events (epoch milliseconds): what dates an anomaly's example.
+    pub async fn traces(&self, ids: &[Uuid]) -> Result<std::collections::HashMap<Uuid, i64>> {
+        each!(self, s => s.traces(ids).await)
     }
 }
 

@@ -340,6 +340,10 @@ impl super::Backend for PgStore {
         super::truth::unpublished(&self.pool).await
     }
 
+    async fn traces(&self, ids: &[Uuid]) -> Result<std::collections::HashMap<Uuid, i64>> {
+        super::truth::traces(&self.pool, &DIALECT, ids).await
+    }
+
     async fn landed(&self, ids: &[Uuid], captured: bool) -> Result<usize> {
         let n: i64 =
             sqlx::query_scalar("SELECT count(*) FROM payments WHERE id = ANY($1) AND (NOT $2 OR status = 'captured')")
@@ -357,6 +361,13 @@ const DIALECT: super::truth::Dialect = super::truth::Dialect {
     outbox: "SELECT id, aggregate_id, event_type, payload::text, published_at IS NOT NULL FROM outbox",
     latency: "SELECT round(extract(epoch FROM i.processed_at - o.created_at) * 1000)::bigint \
              FROM inbox i JOIN outbox o ON o.id = i.message_id WHERE i.handler = 'projection'",
+    traces: "SELECT id, round(extract(epoch FROM greatest(created_at, updated_at)) * 1000)::bigint FROM payments \
+             UNION ALL SELECT payment_id, round(extract(epoch FROM sent_at) * 1000)::bigint FROM receipts \
+             UNION ALL SELECT payment_id, round(extract(epoch FROM updated_at) * 1000)::bigint FROM payment_projection \
+             UNION ALL SELECT id, round(extract(epoch FROM published_at) * 1000)::bigint FROM outbox \
+                 WHERE published_at IS NOT NULL \
+             UNION ALL SELECT message_id, round(extract(epoch FROM processed_at) * 1000)::bigint FROM inbox \
+             UNION ALL SELECT message_id, round(extract(epoch FROM processed_at) * 1000)::bigint FROM inbox_unkeyed",
 };
 
 /// A notifier transaction on PostgreSQL.

@@ -338,6 +338,10 @@ impl super::Backend for SqliteStore {
         super::truth::unpublished(&self.pool).await
     }
 
+    async fn traces(&self, ids: &[Uuid]) -> Result<std::collections::HashMap<Uuid, i64>> {
+        super::truth::traces(&self.pool, &DIALECT, ids).await
+    }
+
     async fn landed(&self, ids: &[Uuid], captured: bool) -> Result<usize> {
         let mut n = 0;
         for chunk in ids.chunks(MAX_PARAMS) {
@@ -361,6 +365,12 @@ const DIALECT: super::truth::Dialect = super::truth::Dialect {
     outbox: "SELECT id, aggregate_id, event_type, payload, published_at IS NOT NULL FROM outbox",
     latency: "SELECT i.processed_at - o.created_at FROM inbox i JOIN outbox o ON o.id = i.message_id \
               WHERE i.handler = 'projection'",
+    traces: "SELECT id, max(created_at, updated_at) FROM payments \
+             UNION ALL SELECT payment_id, sent_at FROM receipts \
+             UNION ALL SELECT payment_id, updated_at FROM payment_projection \
+             UNION ALL SELECT id, published_at FROM outbox WHERE published_at IS NOT NULL \
+             UNION ALL SELECT message_id, processed_at FROM inbox \
+             UNION ALL SELECT message_id, processed_at FROM inbox_unkeyed",
 };
 
 /// A notifier (or workload) transaction on SQLite: begun IMMEDIATE, holding

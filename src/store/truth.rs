@@ -10,6 +10,7 @@ use crate::report::Latency;
 use crate::verifier::latency::LatencyRecorder;
 use crate::verifier::Ledger;
 use futures::TryStreamExt;
+use std::collections::HashMap;
 use sqlx::{ColumnIndex, Database, Decode, Executor, IntoArguments, Pool, Row, Type};
 use uuid::Uuid;
 
@@ -20,6 +21,9 @@ pub struct Dialect {
     /// Each event's latency in whole milliseconds, outbox created → inbox
     /// processed (projection handler).
     pub latency: &'static str,
+    /// (payment or event id, a time the database recorded for it in
+    /// milliseconds since the epoch), over every table that dates one.
+    pub traces: &'static str,
 }
 
 fn ctx(what: &'static str) -> impl Fn(sqlx::Error) -> Error {
@@ -174,6 +178,34 @@ where
     })
     .await?;
     Ok(recorder.finish())
+}
+
+/// The last trace of each of `ids` (payments or events) in the database,
+/// in milliseconds since the epoch ([`crate::verifier::attribution`]). It
+/// reads every dated row once and keeps those of `ids`: called only when a
+/// run found anomalies.
+pub async fn traces<DB>(pool: &Pool<DB>, dialect: &Dialect, ids: &[Uuid]) -> Result<HashMap<Uuid, i64>>
+where
+    DB: Database,
+    for<'c> &'c Pool<DB>: Executor<'c, Database = DB>,
+    for<'q> <DB as Database>::Arguments<'q>: IntoArguments<'q, DB>,
+    usize: ColumnIndex<DB::Row>,
+    for<'r> Uuid: Decode<'r, DB> + Type<DB>,
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+{
+    let wanted: std::collections::HashSet<Uuid> = ids.iter().copied().collect();
+    let mut last: HashMap<Uuid, i64> = HashMap::new();
+    stream(pool, dialect.traces, "the anomalies' traces", |r| {
+        let id: Uuid = r.try_get(0)?;
+        if wanted.contains(&id) {
+            let at: i64 = r.try_get(1)?;
+            let t = last.entry(id).or_insert(at);
+            *t = (*t).max(at);
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(last)
 }
 
 /// Outbox rows no relay has published yet (the drain waits for zero).

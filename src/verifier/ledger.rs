@@ -229,7 +229,7 @@ impl Ledger {
         sort_once(&mut self.payments, &mut self.payments_sorted, |p| p.id);
         let table_captured = if row.captured { flag::TABLE_CAPTURED } else { 0 };
         let Ok(i) = self.payments.binary_search_by_key(&row.id, |p| p.id) else {
-            self.streamed.phantom.hit(|| {
+            self.streamed.phantom.hit_on(row.id, || {
                 format!(
                     "payment {} (account {}, {} cents) was never committed",
                     row.id, row.account_id, row.amount_cents
@@ -248,7 +248,7 @@ impl Ledger {
         };
         let p = &mut self.payments[i];
         if p.has(flag::IN_TABLE) {
-            self.streamed.payment_rows.hit(|| format!("payment {}: two rows", row.id));
+            self.streamed.payment_rows.hit_on(row.id, || format!("payment {}: two rows", row.id));
         }
         p.flags |= flag::IN_TABLE | table_captured;
         let status = |c: bool| if c { "captured" } else { "authorized" };
@@ -358,7 +358,7 @@ impl Ledger {
         let ok = matches!(cause, Some((i, Some(EventKind::Captured))) if self.payments[i].id == payment);
         if !ok {
             let why = self.describe_cause(cause, message);
-            self.streamed.receipt_cause.hit(|| format!("receipt for payment {payment} caused by {why}"));
+            self.streamed.receipt_cause.hit_on(payment, || format!("receipt for payment {payment} caused by {why}"));
         }
     }
 
@@ -392,7 +392,7 @@ impl Ledger {
             };
             self.streamed
                 .projection_cause
-                .hit(|| format!("projection of payment {payment} shows {} set by {why}", status.status()));
+                .hit_on(payment, || format!("projection of payment {payment} shows {} set by {why}", status.status()));
         }
     }
 

@@ -9,8 +9,11 @@
 //! - [`reconcile`]: the checks, pure functions from the ledger to counts,
 //!   invariants and anomalies; unit-tested on hand-made rows.
 //! - [`verdict`]: anomalies and confirmed chaos to a verdict.
+//! - [`attribution`]: which faults fired just before each anomaly's
+//!   examples were last written, from their timestamps and the fault log.
 //! - [`latency`]: end-to-end latency percentiles, one computation for every backend.
 
+pub mod attribution;
 pub mod latency;
 pub mod ledger;
 pub mod reconcile;

@@ -133,6 +133,14 @@ pub struct Anomaly {
     /// not a violation.
     #[serde(default)]
     pub allowed: bool,
+    /// Per example, the payment or event it is about, when it is about one:
+    /// what [`super::attribution`] looks the traces of up.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subjects: Vec<Option<uuid::Uuid>>,
+    /// The faults that fired shortly before examples' last traces in the
+    /// database ([`super::attribution`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub followed: Vec<super::attribution::Followed>,
 }
 
 /// What the verifier concluded from the ground truth.
@@ -158,17 +166,30 @@ pub(super) struct AnomalyBuilder {
     kind: AnomalyKind,
     count: u64,
     examples: Vec<String>,
+    /// Aligned with `examples`.
+    subjects: Vec<Option<uuid::Uuid>>,
 }
 
 impl AnomalyBuilder {
     pub(super) fn new(kind: AnomalyKind) -> Self {
-        Self { kind, count: 0, examples: Vec::new() }
+        Self { kind, count: 0, examples: Vec::new(), subjects: Vec::new() }
     }
 
     pub(super) fn hit(&mut self, example: impl FnOnce() -> String) {
+        self.hit_about(None, example);
+    }
+
+    /// A hit about one payment or event (its id), whose traces in the
+    /// database date it.
+    pub(super) fn hit_on(&mut self, subject: uuid::Uuid, example: impl FnOnce() -> String) {
+        self.hit_about(Some(subject), example);
+    }
+
+    fn hit_about(&mut self, subject: Option<uuid::Uuid>, example: impl FnOnce() -> String) {
         self.count += 1;
         if self.examples.len() < EXAMPLES {
             self.examples.push(example());
+            self.subjects.push(subject);
         }
     }
 }
@@ -197,10 +218,16 @@ impl Findings {
                     a.count += b.count;
                     let room = EXAMPLES.saturating_sub(a.examples.len());
                     a.examples.extend(b.examples.into_iter().take(room));
+                    a.subjects.extend(b.subjects.into_iter().take(room));
                 }
-                None => {
-                    self.anomalies.push(Anomaly { name: kind, count: b.count, examples: b.examples, allowed: false })
-                }
+                None => self.anomalies.push(Anomaly {
+                    name: kind,
+                    count: b.count,
+                    examples: b.examples,
+                    allowed: false,
+                    subjects: b.subjects,
+                    followed: Vec::new(),
+                }),
             }
         }
         self.invariants.push(inv);
@@ -264,13 +291,13 @@ impl Ledger {
         f.check("payments committed = the scenario's payments", spec.payments, c.payments_committed, vec![short]);
         let mut lost = AnomalyBuilder::new(AnomalyKind::LostPayment);
         for p in ps.iter().filter(|p| p.has(flag::INTENDED) && !p.has(flag::IN_TABLE)) {
-            lost.hit(|| format!("payment {} was committed but has no row", p.id));
+            lost.hit_on(p.id, || format!("payment {} was committed but has no row", p.id));
         }
         f.check("every committed payment in the payments table", c.payments_committed, c.payments, vec![lost, phantom]);
         f.check("payment rows as committed (account, amount, status)", 0, rows.count, vec![rows]);
         let mut uncaptured = AnomalyBuilder::new(AnomalyKind::PaymentMismatch);
         for p in ps.iter().filter(|p| p.has(flag::INTENDED) && !p.has(flag::CAPTURED)) {
-            uncaptured.hit(|| format!("payment {} was authorized but its capture never committed", p.id));
+            uncaptured.hit_on(p.id, || format!("payment {} was authorized but its capture never committed", p.id));
         }
         let committed_captured = ps.iter().filter(|p| p.has(flag::INTENDED) && p.has(flag::CAPTURED)).count() as u64;
         f.check("every committed payment captured", c.payments_committed, committed_captured, vec![uncaptured]);
@@ -329,7 +356,7 @@ impl Ledger {
                 });
             }
             if !o.published {
-                leftover.hit(|| format!("event {} of payment {}", o.id, payment_id(o.payment)));
+                leftover.hit_on(o.id, || format!("event {} of payment {}", o.id, payment_id(o.payment)));
             }
         }
         f.check(
@@ -361,10 +388,10 @@ impl Ledger {
             let missing: Vec<&str> = want.iter().filter(|k| !has(**k)).map(|k| k.status()).collect();
             if !missing.is_empty() {
                 c.payments_missing_events += 1;
-                absent.hit(|| format!("payment {}: no {} message on the topic", p.id, missing.join(" or ")));
+                absent.hit_on(p.id, || format!("payment {}: no {} message on the topic", p.id, missing.join(" or ")));
             }
             if msgs.iter().any(|m| m.partition != msgs[0].partition) {
-                split.hit(|| format!("payment {}: {}", p.id, locate(msgs)));
+                split.hit_on(p.id, || format!("payment {}: {}", p.id, locate(msgs)));
             }
         }
         (absent, split)
@@ -378,7 +405,7 @@ impl Ledger {
             if !p.captured() {
                 if p.receipts > 0 {
                     // Receipts for a payment never captured are duplicates of nothing.
-                    dup.hit(|| format!("payment {}: {} receipts but not captured", p.id, p.receipts));
+                    dup.hit_on(p.id, || format!("payment {}: {} receipts but not captured", p.id, p.receipts));
                 }
                 continue;
             }
@@ -386,18 +413,18 @@ impl Ledger {
             match p.receipts {
                 0 => {
                     c.payments_without_receipt += 1;
-                    missing.hit(|| format!("payment {}: no receipt; topic: {}", p.id, locate(msgs)));
+                    missing.hit_on(p.id, || format!("payment {}: no receipt; topic: {}", p.id, locate(msgs)));
                 }
                 1 => c.payments_with_one_receipt += 1,
                 n => {
                     c.payments_with_many_receipts += 1;
-                    dup.hit(|| format!("payment {}: {n} receipts; topic: {}", p.id, locate(msgs)));
+                    dup.hit_on(p.id, || format!("payment {}: {n} receipts; topic: {}", p.id, locate(msgs)));
                 }
             }
         }
         let mut stray = AnomalyBuilder::new(AnomalyKind::DuplicateEffect);
         for (pid, n) in &self.stray_receipts {
-            stray.hit(|| format!("payment {pid}: {n} receipts but it does not exist"));
+            stray.hit_on(*pid, || format!("payment {pid}: {n} receipts but it does not exist"));
         }
         c.receipts = self.payments.iter().map(|p| p.receipts as u64).sum::<u64>()
             + self.stray_receipts.iter().map(|(_, n)| n).sum::<u64>();
@@ -420,9 +447,9 @@ impl Ledger {
         let mut credited_events = 0u64;
         for e in self.events.iter().filter(|e| e.kind == Some(EventKind::Captured) && e.payment != NO_PAYMENT) {
             match e.credits() {
-                0 => missing.hit(|| format!("event {} (captured) credited no loyalty points", e.id)),
+                0 => missing.hit_on(e.id, || format!("event {} (captured) credited no loyalty points", e.id)),
                 1 => credited_events += 1,
-                n => dup.hit(|| format!("event {} (captured) credited loyalty points {n} times", e.id)),
+                n => dup.hit_on(e.id, || format!("event {} (captured) credited loyalty points {n} times", e.id)),
             }
         }
         let captured_events = self.events.iter().filter(|e| e.kind == Some(EventKind::Captured)).count() as u64;
@@ -465,7 +492,7 @@ impl Ledger {
                 2 => c.projection_captured += 1,
                 shown => {
                     let shown = if shown == 1 { "authorized" } else { "absent" };
-                    stale.hit(|| format!("payment {}: projection {shown}; topic: {}", p.id, locate(msgs)));
+                    stale.hit_on(p.id, || format!("payment {}: projection {shown}; topic: {}", p.id, locate(msgs)));
                 }
             }
         }
@@ -483,7 +510,7 @@ impl Ledger {
             for h in handlers_for(k) {
                 *expected.entry(*h).or_default() += 1;
                 if e.marks & mark::INBOX_MASK & h.bit() == 0 {
-                    unclaimed.hit(|| format!("event {} ({}) has no {} inbox row", e.id, k.status(), h.as_str()));
+                    unclaimed.hit_on(e.id, || format!("event {} ({}) has no {} inbox row", e.id, k.status(), h.as_str()));
                 }
             }
         }
@@ -516,7 +543,7 @@ impl Ledger {
             if e.marks & mark::DEAD_LETTER != 0 {
                 c.dead_letters_matched += 1;
             } else {
-                missing.hit(|| format!("malformed event {} has no dead letter", e.id));
+                missing.hit_on(e.id, || format!("malformed event {} has no dead letter", e.id));
             }
         }
         f.check("dead letters = the malformed events, by id", c.poison_events, c.dead_letters, vec![missing, unknown]);

@@ -136,7 +136,7 @@ mod tests {
     }
 
     fn anomaly(name: AnomalyKind, allowed: bool) -> Anomaly {
-        Anomaly { name: name.as_str().into(), count: 1, examples: vec![], allowed }
+        Anomaly { name: name.as_str().into(), count: 1, examples: vec![], allowed, subjects: vec![], followed: vec![] }
     }
 
     fn broken(name: &str, by: AnomalyKind) -> Invariant {

@@ -1,0 +1,152 @@
+//! Which faults came just before an anomaly: the verification's answer to
+//! "what did this", as far as time can give it.
+//!
+//! An example of an anomaly is about one payment or one event (its
+//! subject). Its *last trace* is the latest time the database recorded for
+//! it: the payment's row written or captured, a receipt sent, the
+//! projection set; the event marked published, or claimed in the inbox.
+//! A duplicate receipt's last trace is the second receipt; a phantom
+//! payment's, its row. The faults that fired in the [`WINDOW`] before that
+//! trace (in the run's fault log) are listed, nearest first: the suspects,
+//! not a proof of cause. An anomaly whose last trace has no fault before it
+//! within the window says so, which is a finding too (a bug that needs no
+//! fault).
+//!
+//! The database's clock and the harness's are the same machine's, read
+//! through `clock_timestamp()` (PostgreSQL) or `unixepoch('subsec')`
+//! (SQLite): both in milliseconds since the epoch.
+
+use super::Anomaly;
+use crate::faults::FaultRecord;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use uuid::Uuid;
+
+/// How far before a trace a fault counts as a suspect.
+pub const WINDOW_MS: u64 = 5_000;
+/// At most this many suspects per example.
+pub const SUSPECTS: usize = 3;
+
+/// One example's last trace and the faults before it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Followed {
+    /// Index into the anomaly's `examples`.
+    pub example: usize,
+    pub subject: Uuid,
+    /// The last trace, in milliseconds since the run started.
+    pub trace_ms: u64,
+    /// Nearest first.
+    pub faults: Vec<Suspect>,
+}
+
+/// A fault that fired shortly before a trace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Suspect {
+    pub point: String,
+    pub component: String,
+    pub at_ms: u64,
+    /// How long before the trace it fired.
+    pub before_ms: u64,
+    pub hit: String,
+}
+
+/// Fills each anomaly's `followed` from the last traces of its examples'
+/// subjects (epoch milliseconds, per subject), the run's start (epoch
+/// milliseconds) and its fault log.
+pub fn attribute(anomalies: &mut [Anomaly], traces: &HashMap<Uuid, i64>, run_started_ms: i64, log: &[FaultRecord]) {
+    for a in anomalies.iter_mut() {
+        a.followed = a
+            .subjects
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.map(|s| (i, s)))
+            .filter_map(|(example, subject)| {
+                let trace_ms = u64::try_from(traces.get(&subject)? - run_started_ms).ok()?;
+                let mut faults: Vec<Suspect> = log
+                    .iter()
+                    .filter(|f| f.at_ms <= trace_ms && trace_ms - f.at_ms <= WINDOW_MS)
+                    .map(|f| Suspect {
+                        point: f.point.clone(),
+                        component: f.component.clone(),
+                        at_ms: f.at_ms,
+                        before_ms: trace_ms - f.at_ms,
+                        hit: f.hit.clone(),
+                    })
+                    .collect();
+                faults.sort_by_key(|f| f.before_ms);
+                faults.truncate(SUSPECTS);
+                Some(Followed { example, subject, trace_ms, faults })
+            })
+            .collect();
+    }
+}
+
+/// The subjects whose traces to look up: those of the violations' examples.
+pub fn subjects(anomalies: &[Anomaly]) -> Vec<Uuid> {
+    let mut ids: Vec<Uuid> = anomalies.iter().flat_map(|a| a.subjects.iter().flatten().copied()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fault(point: &str, component: &str, at_ms: u64) -> FaultRecord {
+        FaultRecord { point: point.into(), component: component.into(), at_ms, hit: "x".into() }
+    }
+
+    #[test]
+    fn the_faults_just_before_a_trace_are_its_suspects_nearest_first() {
+        let (p, q, r) = (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
+        let mut anomalies = vec![Anomaly {
+            name: "duplicate effect".into(),
+            count: 3,
+            examples: vec!["p".into(), "q".into(), "no subject".into(), "r".into()],
+            allowed: false,
+            subjects: vec![Some(p), Some(q), None, Some(r)],
+            followed: vec![],
+        }];
+        let log = vec![
+            fault("net.reset", "relay-1", 1_000),
+            fault("db.commit_ack_lost", "notifier-2", 9_000),
+            fault("relay.after_produce", "relay-2", 9_500),
+            fault("net.blackhole", "notifier-1", 10_200),
+            fault("kafka.produce_ack_lost", "relay-1", 20_000),
+        ];
+        // Run started at epoch 1,000,000 ms; p last seen at run time 10 s,
+        // q at 30 s, r never (its traces were not found).
+        let traces = HashMap::from([(p, 1_010_000), (q, 1_030_000)]);
+        attribute(&mut anomalies, &traces, 1_000_000, &log);
+        let f = &anomalies[0].followed;
+        assert_eq!(f.len(), 2, "one per example with a subject and a trace: {f:?}");
+        assert_eq!((f[0].example, f[0].trace_ms), (0, 10_000));
+        let points: Vec<(&str, u64)> = f[0].faults.iter().map(|s| (s.point.as_str(), s.before_ms)).collect();
+        // The blackhole came after the trace, the reset 9 s before it: out.
+        assert_eq!(points, vec![("relay.after_produce", 500), ("db.commit_ack_lost", 1_000)]);
+        assert_eq!(f[1].example, 1);
+        assert!(f[1].faults.is_empty(), "nothing in the 5 s before 30 s: {:?}", f[1].faults);
+        assert_eq!(subjects(&anomalies), vec![p, q, r]);
+    }
+
+    #[test]
+    fn at_most_three_suspects_and_none_from_before_the_run() {
+        let p = Uuid::from_u128(7);
+        let mut anomalies = vec![Anomaly {
+            name: "phantom payment".into(),
+            count: 1,
+            examples: vec!["p".into()],
+            allowed: false,
+            subjects: vec![Some(p)],
+            followed: vec![],
+        }];
+        let log: Vec<FaultRecord> = (0..10).map(|i| fault("net.reset", "workload", 4_000 + i * 100)).collect();
+        attribute(&mut anomalies, &HashMap::from([(p, 5_000)]), 0, &log);
+        let s = &anomalies[0].followed[0].faults;
+        assert_eq!(s.iter().map(|s| s.at_ms).collect::<Vec<_>>(), vec![4_900, 4_800, 4_700]);
+        // A trace from before the run started (a clock step) dates nothing.
+        attribute(&mut anomalies, &HashMap::from([(p, -5)]), 0, &log);
+        assert!(anomalies[0].followed.is_empty());
+    }
+}
