@@ -82,6 +82,30 @@ fn inbox_off_is_caught_with_duplicate_receipts(backend: Backend) {
     let examples = dup["examples"].as_array().unwrap();
     assert!(!examples.is_empty() && examples.len() <= 5);
     assert!(examples[0].as_str().unwrap().contains("receipts; topic: "), "{examples:?}");
+    // Each example is dated by its last receipt, and the crashes that
+    // redelivered its event come just before.
+    let followed = dup["followed"].as_array().expect("the examples dated");
+    assert!(!followed.is_empty(), "{dup}");
+    let points = ["relay.after_produce", "notifier.before_offset_commit", "notifier.mid_batch", "notifier.stall"];
+    for f in followed {
+        let example = examples[f["example"].as_u64().unwrap() as usize].as_str().unwrap();
+        assert!(example.contains(f["subject"].as_str().unwrap()), "{f} is about {example}");
+        assert!(f["trace_ms"].as_u64().unwrap() > 0, "{f}");
+        for s in f["faults"].as_array().unwrap() {
+            assert!(points.contains(&s["point"].as_str().unwrap()), "{s}");
+            assert!(s["before_ms"].as_u64().unwrap() <= 5_000, "{s}");
+        }
+    }
+    assert!(
+        followed.iter().any(|f| !f["faults"].as_array().unwrap().is_empty()),
+        "no duplicate followed a fault: {dup}"
+    );
+    let md = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "md"))
+        .expect("the Markdown report");
+    assert!(std::fs::read_to_string(md).unwrap().contains("## Anomalies after faults"));
 }
 
 fn smoke_passes(backend: Backend) {

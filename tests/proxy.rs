@@ -408,3 +408,34 @@ fn produce_pairs(up: &[u8], down: &[u8]) -> (usize, usize) {
     assert!(held.is_empty(), "a response cut short at the end");
     (produces, answered)
 }
+
+/// A notifier that applies a batch again after its COMMIT failed: each
+/// duplicate's last receipt comes right after a withheld acknowledgement
+/// on a notifier, and the verification names that fault before it.
+#[test]
+fn a_duplicate_after_a_withheld_commit_names_the_fault_before_it() {
+    let (ran, _dir) = run_scenario(
+        r#"
+[workload]
+payments = 200
+[notifier]
+inbox = "reapply-on-commit-error"
+[proxy]
+targets = ["notifier"]
+[faults]
+db_commit_ack_lost = 0.3
+"#,
+        &[],
+    );
+    assert_eq!(ran.code, 1, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    let r = ran.json();
+    let dup = r["anomalies"].as_array().unwrap().iter().find(|a| a["name"] == "duplicate effect").expect("caught");
+    let followed = dup["followed"].as_array().unwrap();
+    assert!(!followed.is_empty(), "{dup}");
+    for f in followed {
+        let nearest = &f["faults"][0];
+        assert_eq!(nearest["point"], "db.commit_ack_lost", "{f}");
+        assert!(nearest["component"].as_str().unwrap().starts_with("notifier-"), "{f}");
+        assert!(nearest["before_ms"].as_u64().unwrap() < 2_000, "{f}");
+    }
+}

@@ -10,8 +10,8 @@ use crate::report::Latency;
 use crate::verifier::latency::LatencyRecorder;
 use crate::verifier::Ledger;
 use futures::TryStreamExt;
-use std::collections::HashMap;
 use sqlx::{ColumnIndex, Database, Decode, Executor, IntoArguments, Pool, Row, Type};
+use std::collections::HashMap;
 use uuid::Uuid;
 
 /// The statements whose text differs per backend.

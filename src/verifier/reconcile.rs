@@ -510,7 +510,8 @@ impl Ledger {
             for h in handlers_for(k) {
                 *expected.entry(*h).or_default() += 1;
                 if e.marks & mark::INBOX_MASK & h.bit() == 0 {
-                    unclaimed.hit_on(e.id, || format!("event {} ({}) has no {} inbox row", e.id, k.status(), h.as_str()));
+                    unclaimed
+                        .hit_on(e.id, || format!("event {} ({}) has no {} inbox row", e.id, k.status(), h.as_str()));
                 }
             }
         }
