@@ -731,6 +731,20 @@ async fn purger(ctx: Ctx) {
     }
 }
 
+/// Dates each anomaly's examples by their last trace in the database and
+/// names the faults that fired just before ([`attribution`]). A failed
+/// look-up leaves the anomalies undated: it never changes a verdict.
+async fn attribute(store: &Store, anomalies: &mut [crate::verifier::Anomaly], ctx: &Ctx) {
+    let ids = attribution::subjects(anomalies);
+    if ids.is_empty() {
+        return;
+    }
+    match store.traces(&ids).await {
+        Ok(traces) => attribution::attribute(anomalies, &traces, ctx.faults.started_epoch_ms(), &ctx.faults.log()),
+        Err(e) => warn!(cause = %e, "dating the anomalies' examples failed"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -754,19 +768,5 @@ mod tests {
     fn the_workload_limit_grows_with_the_payments() {
         assert_eq!(workload_limit(1000), WORKLOAD_FLOOR);
         assert_eq!(workload_limit(1_000_000), Duration::from_secs(2000));
-    }
-}
-
-/// Dates each anomaly's examples by their last trace in the database and
-/// names the faults that fired just before ([`attribution`]). A failed
-/// look-up leaves the anomalies undated: it never changes a verdict.
-async fn attribute(store: &Store, anomalies: &mut [crate::verifier::Anomaly], ctx: &Ctx) {
-    let ids = attribution::subjects(anomalies);
-    if ids.is_empty() {
-        return;
-    }
-    match store.traces(&ids).await {
-        Ok(traces) => attribution::attribute(anomalies, &traces, ctx.faults.started_epoch_ms(), &ctx.faults.log()),
-        Err(e) => warn!(cause = %e, "dating the anomalies' examples failed"),
     }
 }
