@@ -211,6 +211,17 @@ impl FaultPoint {
         FaultPoint::KafkaKillAfterProduceAck,
     ];
 
+    /// The points a `[[nemesis.timeline]]` entry may schedule: the service
+    /// faults, and the proxy's partitions and resets at chosen times.
+    pub const SCHEDULABLE: &'static [FaultPoint] = &[
+        FaultPoint::BrokerPause,
+        FaultPoint::BrokerKill,
+        FaultPoint::DbRestart,
+        FaultPoint::DbTerminateBackends,
+        FaultPoint::NetReset,
+        FaultPoint::NetBlackhole,
+    ];
+
     /// The points that need the proxy in front of Kafka as well.
     pub const ON_KAFKA: &'static [FaultPoint] =
         &[FaultPoint::KafkaProduceAckLost, FaultPoint::KafkaKillAfterProduceAck];

@@ -1,7 +1,9 @@
 //! Service faults on a timeline: the scenario's `[[nemesis.timeline]]`
-//! pauses or kills the broker, restarts PostgreSQL, or terminates the
-//! run's database sessions, at a time after the workload starts and, with
-//! `every`, again and again until the pipeline has drained.
+//! pauses or kills the broker, restarts PostgreSQL, terminates the run's
+//! database sessions, or has the fault proxy partition (`net.blackhole`)
+//! or reset (`net.reset`) every proxied component, at a time after the
+//! workload starts and, with `every`, again and again until the pipeline
+//! has drained.
 //!
 //! The broker is found by the port it listens on (the kernel's socket
 //! table names the owning process), so any local Kafka will do; it is
@@ -9,12 +11,14 @@
 //! (`scripts/services.sh` by default). Each act is confirmed by what the
 //! harness sees afterwards: the broker stopped in `/proc`, the broker gone
 //! and its port open again, the postmaster's start time moved, sessions
-//! terminated.
+//! terminated, connections reset, reads held by the partition.
 
 use crate::context::Ctx;
 use crate::error::{Error, Result};
 use crate::faults::FaultPoint;
+use crate::proxy::Slot;
 use crate::store::Store;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -26,7 +30,7 @@ pub struct Timed {
     pub point: FaultPoint,
     /// After the workload starts.
     pub at: Duration,
-    /// How long the broker stays paused or down.
+    /// How long the broker stays paused or down, or a partition lasts.
     pub lasts: Duration,
     /// Strike again this long after each strike, until the drain ends.
     pub every: Option<Duration>,
@@ -39,19 +43,20 @@ const SEEN: Duration = Duration::from_secs(5);
 
 /// Starts one task per timeline entry; each waits for `acting` (the
 /// workload's start), then strikes on its schedule while acting lasts.
-pub fn start(ctx: &Ctx, acting: watch::Receiver<bool>) -> Vec<crate::context::Named> {
+/// `slots` are the fault proxy's, which the `net.*` entries strike.
+pub fn start(ctx: &Ctx, acting: watch::Receiver<bool>, slots: Vec<Arc<Slot>>) -> Vec<crate::context::Named> {
     ctx.scenario
         .timeline
         .iter()
         .enumerate()
         .map(|(i, t)| {
             let name = format!("nemesis {} #{}", t.point.name(), i + 1);
-            (name, tokio::spawn(follow(ctx.clone(), t.clone(), acting.clone())))
+            (name, tokio::spawn(follow(ctx.clone(), t.clone(), acting.clone(), slots.clone())))
         })
         .collect()
 }
 
-async fn follow(ctx: Ctx, t: Timed, mut acting: watch::Receiver<bool>) {
+async fn follow(ctx: Ctx, t: Timed, mut acting: watch::Receiver<bool>, slots: Vec<Arc<Slot>>) {
     let mut shutdown = ctx.shutdown.clone();
     tokio::select! {
         r = acting.wait_for(|a| *a) => if r.is_err() { return },
@@ -67,10 +72,10 @@ async fn follow(ctx: Ctx, t: Timed, mut acting: watch::Receiver<bool>) {
             return;
         }
         let target = target_of(&ctx, t.point);
-        if has_target(&ctx, t.point).await
+        if has_target(&ctx, t.point, &slots).await
             && ctx.faults.strike(t.point, &target, || describe(&t, ctx.broker.embedded()))
         {
-            match act(&ctx, &t).await {
+            match act(&ctx, &t, &slots).await {
                 Ok(()) => ctx.faults.confirm(t.point, 1),
                 Err(e) => warn!(point = t.point.name(), cause = %e, "a service fault did not have its effect"),
             }
@@ -85,6 +90,7 @@ async fn follow(ctx: Ctx, t: Timed, mut acting: watch::Receiver<bool>) {
 fn target_of(ctx: &Ctx, point: FaultPoint) -> String {
     match point {
         FaultPoint::BrokerPause | FaultPoint::BrokerKill => format!("broker {}", ctx.broker.bootstrap()),
+        FaultPoint::NetReset | FaultPoint::NetBlackhole => "every proxied component".into(),
         _ => format!("PostgreSQL {}", ctx.store.endpoint()),
     }
 }
@@ -96,11 +102,13 @@ fn describe(t: &Timed, embedded: bool) -> String {
         FaultPoint::BrokerPause => format!("SIGSTOP, SIGCONT after {} ms", t.lasts.as_millis()),
         FaultPoint::BrokerKill => format!("SIGKILL, restarted after {} ms", t.lasts.as_millis()),
         FaultPoint::DbRestart => "restart in immediate mode".into(),
+        FaultPoint::NetReset => "every proxied connection reset".into(),
+        FaultPoint::NetBlackhole => format!("every proxied byte held for {} ms", t.lasts.as_millis()),
         _ => "the run's sessions terminated".into(),
     }
 }
 
-async fn act(ctx: &Ctx, t: &Timed) -> Result<()> {
+async fn act(ctx: &Ctx, t: &Timed, slots: &[Arc<Slot>]) -> Result<()> {
     match t.point {
         FaultPoint::BrokerPause | FaultPoint::BrokerKill if ctx.broker.embedded() => {
             mock_outage(ctx, t.point, t.lasts).await
@@ -109,6 +117,14 @@ async fn act(ctx: &Ctx, t: &Timed) -> Result<()> {
         FaultPoint::BrokerKill => kill_broker(ctx, t.lasts).await,
         FaultPoint::DbRestart => restart_database(ctx).await,
         FaultPoint::DbTerminateBackends => terminate_backends(ctx).await,
+        FaultPoint::NetReset => match slots.iter().map(|s| s.reset_all()).sum::<usize>() {
+            0 => Err(Error::Internal("no proxied connection was open to reset".into())),
+            n => {
+                info!(connections = n, "every proxied connection reset");
+                Ok(())
+            }
+        },
+        FaultPoint::NetBlackhole => partition(slots, t.lasts).await,
         other => Err(Error::Internal(format!("{} is not a service fault", other.name()))),
     }
 }
@@ -226,13 +242,36 @@ async fn harness_session(ctx: &Ctx) -> Result<crate::store::postgres::PgStore> {
     }
 }
 
+/// `net.blackhole` on a schedule: every proxied byte held for `lasts`,
+/// both ways. Confirmed when traffic met it: a read of some slot held.
+async fn partition(slots: &[Arc<Slot>], lasts: Duration) -> Result<()> {
+    let held = || slots.iter().map(|s| s.held()).sum::<u64>();
+    let before = held();
+    let until = Instant::now() + lasts;
+    for s in slots {
+        s.blackhole_until(until);
+    }
+    tokio::time::sleep_until(until).await;
+    match held() - before {
+        0 => Err(Error::Internal("no traffic met the partition".into())),
+        n => {
+            info!(reads = n, ms = lasts.as_millis() as u64, "a partition held traffic, then healed");
+            Ok(())
+        }
+    }
+}
+
 /// Whether the fault has something to act on now. A session fault with
 /// no component session open is no occurrence (a component may be between
 /// sessions: restarting, or waiting on the broker after a restart killed
-/// its session); it waits up to [`SEEN`] for one.
-async fn has_target(ctx: &Ctx, point: FaultPoint) -> bool {
-    if point != FaultPoint::DbTerminateBackends {
-        return true;
+/// its session); it waits up to [`SEEN`] for one. So is a reset with no
+/// proxied connection open, or a partition with no slot.
+async fn has_target(ctx: &Ctx, point: FaultPoint, slots: &[Arc<Slot>]) -> bool {
+    match point {
+        FaultPoint::NetReset => return wait_until(|| slots.iter().any(|s| s.open() > 0)).await,
+        FaultPoint::NetBlackhole => return !slots.is_empty(),
+        FaultPoint::DbTerminateBackends => {}
+        _ => return true,
     }
     // One session of the harness's for the whole wait: a pool per look
     // would open and close a connection ten times a second.

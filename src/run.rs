@@ -136,7 +136,8 @@ pub async fn execute(
             return Err(e);
         }
     };
-    components.extend(crate::nemesis::start(&ctx, acting.subscribe()));
+    let slots = lanes.as_ref().map(|l| l.slots()).unwrap_or_default();
+    components.extend(crate::nemesis::start(&ctx, acting.subscribe(), slots));
     let progress = Progress::start(sc.payments, stats.clone(), faults.clone(), reporter.shows_progress());
     let mut ran = drive(&ctx, &workload_ctx, programs.as_ref(), &acting).await;
     trigger.trigger();

@@ -840,9 +840,9 @@ impl Validator<'_> {
     /// probability and no time is refused, as it would never strike.
     fn timeline(&self, raw: &RawScenario, faults: &mut FaultRates) -> Result<Vec<crate::nemesis::Timed>, crate::Error> {
         let mut out = Vec::new();
-        let names = || FaultPoint::SERVICE.iter().map(|p| format!("{:?}", p.name())).collect::<Vec<_>>().join(", ");
+        let names = || FaultPoint::SCHEDULABLE.iter().map(|p| format!("{:?}", p.name())).collect::<Vec<_>>().join(", ");
         for t in &raw.nemesis.timeline {
-            let Some(point) = FaultPoint::SERVICE.iter().copied().find(|p| p.name() == t.fault.get_ref()) else {
+            let Some(point) = FaultPoint::SCHEDULABLE.iter().copied().find(|p| p.name() == t.fault.get_ref()) else {
                 return self.err(
                     t.fault.span(),
                     &format!("`nemesis.timeline.fault` is {:?}; expected one of {}", t.fault.get_ref(), names()),

@@ -55,6 +55,24 @@ async fn a_withheld_commit_acknowledgement_leaves_a_durable_commit_reported_fail
     assert_eq!(faults.confirmed(FaultPoint::DbCommitAckLost), 1);
 }
 
+/// A blackhole set on a slot holds its open connection's next round trip
+/// until it ends, and the slot counts the held read (what confirms a
+/// partition).
+#[tokio::test]
+async fn a_blackhole_holds_a_slots_traffic_until_it_heals() {
+    let (p, _, _stop) = proxy(FaultRates::none(), Shaping::default()).await;
+    let mut conn = sqlx::PgConnection::connect(&through(&p)).await.unwrap();
+    let slot = p.slot("test").unwrap();
+    assert_eq!(slot.held(), 0);
+    let t = Instant::now();
+    slot.blackhole_until(tokio::time::Instant::now() + Duration::from_millis(800));
+    let one: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&mut conn).await.unwrap();
+    assert_eq!(one, 1, "the partition healed and the query went through");
+    // A sleep is never shorter than asked: a lower bound, not a timing target.
+    assert!(t.elapsed() >= Duration::from_millis(700), "the round trip took {:?} through a blackhole", t.elapsed());
+    assert!(slot.held() >= 1, "the held read was counted");
+}
+
 #[tokio::test]
 async fn latency_is_added_each_way_and_nothing_without_shaping() {
     let shaping = Shaping { latency: Duration::from_millis(60), ..Default::default() };
@@ -438,4 +456,37 @@ db_commit_ack_lost = 0.3
         assert!(nearest["component"].as_str().unwrap().starts_with("notifier-"), "{f}");
         assert!(nearest["before_ms"].as_u64().unwrap() < 2_000, "{f}");
     }
+}
+
+/// `net.blackhole` and `net.reset` at the times of the timeline instead of
+/// once a second: a partition of every proxied component, PostgreSQL and
+/// Kafka, that heals, and resets every 700 ms. Each is confirmed by its
+/// effect (a held read, a reset connection), and the pipeline passes.
+#[test]
+fn scheduled_partitions_and_resets_are_confirmed_and_the_pipeline_passes() {
+    let (ran, _dir) = run_scenario(
+        r#"
+[workload]
+payments = 600
+[proxy]
+kafka = true
+[[nemesis.timeline]]
+fault = "net.blackhole"
+at = "300ms"
+for = "1500ms"
+[[nemesis.timeline]]
+fault = "net.reset"
+at = "200ms"
+every = "700ms"
+"#,
+        &[],
+    );
+    assert_eq!(ran.code, 0, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    let r = ran.json();
+    assert_fired_and_confirmed(&r, "net.blackhole");
+    assert_fired_and_confirmed(&r, "net.reset");
+    let log = r["fault_log"].as_array().unwrap();
+    let holes: Vec<_> = log.iter().filter(|f| f["point"] == "net.blackhole").collect();
+    assert_eq!(holes.len(), 1, "one scheduled partition, no per-second ones: {holes:?}");
+    assert_eq!(holes[0]["component"], "every proxied component");
 }

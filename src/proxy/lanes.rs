@@ -29,7 +29,8 @@ impl Lanes {
             kafka: sc.proxies_kafka(),
         };
         let mut proxy = Proxy::start(settings, ctx.faults.clone(), ctx.shutdown.clone()).await?;
-        proxy.act(ctx.faults.clone(), acting, sc.seed, ctx.shutdown.clone());
+        let scheduled: Vec<_> = sc.timeline.iter().map(|t| t.point).collect();
+        proxy.act(ctx.faults.clone(), acting, sc.seed, &scheduled, ctx.shutdown.clone());
         Ok(Self { proxy, url: url.to_string() })
     }
 
@@ -50,6 +51,11 @@ impl Lanes {
     /// The slot of a component, when the proxy stands in front of it.
     pub fn slot(&self, name: &str) -> Option<Arc<Slot>> {
         self.proxy.slot(name).cloned()
+    }
+
+    /// Every slot: what a scheduled `net.reset` or `net.blackhole` strikes.
+    pub fn slots(&self) -> Vec<Arc<Slot>> {
+        self.proxy.slots().to_vec()
     }
 
     /// The database URL a component process in `slot` is given.

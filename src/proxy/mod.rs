@@ -100,6 +100,8 @@ pub struct Slot {
     /// The last connection's id: one count for both wires of the slot,
     /// since a connection is forgotten by its id.
     last_id: AtomicU64,
+    /// Reads held by a blackhole so far: what confirms a scheduled one.
+    held: AtomicU64,
 }
 
 /// An open connection: dropping the sender resets it.
@@ -166,6 +168,7 @@ impl Proxy {
                 process: ProcessHandle::default(),
                 moved: AtomicU64::new(0),
                 last_id: AtomicU64::new(0),
+                held: AtomicU64::new(0),
             });
             tasks.push(tokio::spawn(accept(
                 listener,
@@ -202,16 +205,28 @@ impl Proxy {
         with_address(url, slot.addr)
     }
 
-    /// Starts each slot's nemesis (`net.reset`, `net.blackhole`), which
-    /// strikes while `acting` is true.
-    pub fn act(&mut self, faults: Arc<FaultInjector>, acting: watch::Receiver<bool>, seed: u64, shutdown: Shutdown) {
-        let struck = [FaultPoint::NetReset, FaultPoint::NetBlackhole];
-        if struck.iter().all(|p| faults.probability(*p) <= 0.0) {
+    /// Starts each slot's nemesis (`net.reset`, `net.blackhole` once a
+    /// second), which strikes while `acting` is true. A point the
+    /// scenario's timeline schedules (`scheduled`) strikes only at its
+    /// times ([`crate::nemesis`]), never here.
+    pub fn act(
+        &mut self,
+        faults: Arc<FaultInjector>,
+        acting: watch::Receiver<bool>,
+        seed: u64,
+        scheduled: &[FaultPoint],
+        shutdown: Shutdown,
+    ) {
+        let struck: Vec<FaultPoint> = [FaultPoint::NetReset, FaultPoint::NetBlackhole]
+            .into_iter()
+            .filter(|p| faults.probability(*p) > 0.0 && !scheduled.contains(p))
+            .collect();
+        if struck.is_empty() {
             return;
         }
         for (i, slot) in self.slots.iter().enumerate() {
             let rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x7072_6f78 ^ ((i as u64) << 32));
-            let task = nemesis(slot.clone(), faults.clone(), acting.clone(), rng, shutdown.clone());
+            let task = nemesis(slot.clone(), faults.clone(), acting.clone(), rng, struck.clone(), shutdown.clone());
             self.tasks.push(tokio::spawn(task));
         }
     }
@@ -228,7 +243,8 @@ impl Proxy {
 }
 
 impl Slot {
-    fn reset_all(&self) -> usize {
+    /// Resets every connection open through the slot; returns how many.
+    pub fn reset_all(&self) -> usize {
         let conns = std::mem::take(&mut *self.conns.lock().unwrap_or_else(|p| p.into_inner()));
         for c in &conns {
             let _ = c.reset.send(true);
@@ -236,7 +252,19 @@ impl Slot {
         conns.len()
     }
 
-    fn open(&self) -> usize {
+    /// Holds every byte through the slot, both ways, until `until`.
+    pub fn blackhole_until(&self, until: Instant) {
+        // `send_replace`, not `send`: with no receiver `send` drops the
+        // value, and a read looks at the sender's value, never subscribes.
+        self.blackhole.send_replace(Some(until));
+    }
+
+    /// Reads a blackhole has held so far.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    pub fn open(&self) -> usize {
         self.conns.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
@@ -436,25 +464,35 @@ async fn opening(client_r: &mut OwnedReadHalf, client_w: &mut OwnedWriteHalf, se
 /// waits out a blackhole, then the slot's latency and bandwidth for `n`
 /// bytes.
 async fn shape(slot: &Slot, n: usize, rng: &mut rand::rngs::StdRng, faults: &FaultInjector) {
-    if slot.armed.swap(false, Ordering::Relaxed)
+    let struck = slot.armed.swap(false, Ordering::Relaxed)
         && faults.strike(FaultPoint::NetBlackhole, &slot.name, || {
             format!(
                 "{} ms from a read of {n} bytes, {} open connection(s)",
                 slot.blackhole_for.as_millis(),
                 slot.open()
             )
-        })
-    {
-        let _ = slot.blackhole.send(Some(Instant::now() + slot.blackhole_for));
-        // This read is held: the partition met traffic.
-        faults.confirm(FaultPoint::NetBlackhole, 1);
+        });
+    if struck {
+        slot.blackhole_until(Instant::now() + slot.blackhole_for);
     }
-    let mut hole = slot.blackhole.subscribe();
+    // The sender keeps the latest blackhole whether or not anyone watches;
+    // a new one set while this read waits extends the wait.
+    let mut held = false;
     loop {
-        let until = *hole.borrow_and_update();
+        let until = *slot.blackhole.borrow();
         match until {
-            Some(t) if t > Instant::now() => tokio::time::sleep_until(t).await,
+            Some(t) if t > Instant::now() => {
+                held = true;
+                tokio::time::sleep_until(t).await
+            }
             _ => break,
+        }
+    }
+    if held {
+        slot.held.fetch_add(1, Ordering::Relaxed);
+        // Confirmed by this read, which the partition held.
+        if struck {
+            faults.confirm(FaultPoint::NetBlackhole, 1);
         }
     }
     let s = &slot.shaping;
@@ -685,6 +723,7 @@ async fn nemesis(
     faults: Arc<FaultInjector>,
     mut acting: watch::Receiver<bool>,
     mut rng: rand::rngs::StdRng,
+    struck: Vec<FaultPoint>,
     mut shutdown: Shutdown,
 ) {
     let mut second = Instant::now();
@@ -706,13 +745,15 @@ async fn nemesis(
             }
         }
         let open = slot.open();
-        if faults.strike(FaultPoint::NetReset, &slot.name, || format!("{open} open connection(s)")) {
+        if struck.contains(&FaultPoint::NetReset)
+            && faults.strike(FaultPoint::NetReset, &slot.name, || format!("{open} open connection(s)"))
+        {
             let n = slot.reset_all();
             if n > 0 {
                 faults.confirm(FaultPoint::NetReset, 1);
             }
         }
-        if faults.probability(FaultPoint::NetBlackhole) > 0.0 {
+        if struck.contains(&FaultPoint::NetBlackhole) {
             slot.armed.store(true, Ordering::Relaxed);
         }
         tokio::select! {
