@@ -175,6 +175,11 @@ fault_points! {
     /// `for`, started again by `[nemesis] broker_restart`.
     BrokerKill = "broker.kill", key broker_kill, per "scheduled occurrence ([[nemesis.timeline]])",
         confirmed by "the broker seen gone, then listening again (the mock cluster: taken down and up)";
+    /// The broker that leads partition 0 of the run's topic is killed
+    /// (SIGKILL) and, after the entry's `for`, started again by `[nemesis]
+    /// broker_restart`: on a cluster, another replica takes the partition.
+    BrokerKillLeader = "broker.kill_leader", key broker_kill_leader, per "scheduled occurrence ([[nemesis.timeline]])",
+        confirmed by "the leader seen gone, another broker leading the partition, then the killed one listening again";
     /// PostgreSQL restarts in immediate mode (`[nemesis] database_restart`):
     /// every session dies, the server recovers from its WAL.
     DbRestart = "db.restart", key db_restart, per "scheduled occurrence ([[nemesis.timeline]])",
@@ -197,8 +202,13 @@ impl FaultPoint {
     ];
 
     /// The service faults: only a `[[nemesis.timeline]]` entry strikes them.
-    pub const SERVICE: &'static [FaultPoint] =
-        &[FaultPoint::BrokerPause, FaultPoint::BrokerKill, FaultPoint::DbRestart, FaultPoint::DbTerminateBackends];
+    pub const SERVICE: &'static [FaultPoint] = &[
+        FaultPoint::BrokerPause,
+        FaultPoint::BrokerKill,
+        FaultPoint::BrokerKillLeader,
+        FaultPoint::DbRestart,
+        FaultPoint::DbTerminateBackends,
+    ];
 
     /// The points the fault proxy strikes: they need PostgreSQL, whose wire
     /// it sits on, and apply to any program, the user's included.
@@ -216,6 +226,7 @@ impl FaultPoint {
     pub const SCHEDULABLE: &'static [FaultPoint] = &[
         FaultPoint::BrokerPause,
         FaultPoint::BrokerKill,
+        FaultPoint::BrokerKillLeader,
         FaultPoint::DbRestart,
         FaultPoint::DbTerminateBackends,
         FaultPoint::NetReset,

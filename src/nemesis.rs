@@ -90,6 +90,7 @@ async fn follow(ctx: Ctx, t: Timed, mut acting: watch::Receiver<bool>, slots: Ve
 fn target_of(ctx: &Ctx, point: FaultPoint) -> String {
     match point {
         FaultPoint::BrokerPause | FaultPoint::BrokerKill => format!("broker {}", ctx.broker.bootstrap()),
+        FaultPoint::BrokerKillLeader => format!("the leader of {} partition 0", ctx.names.topic),
         FaultPoint::NetReset | FaultPoint::NetBlackhole => "every proxied component".into(),
         _ => format!("PostgreSQL {}", ctx.store.endpoint()),
     }
@@ -101,6 +102,7 @@ fn describe(t: &Timed, embedded: bool) -> String {
         FaultPoint::BrokerKill if embedded => format!("mock broker down for {} ms", t.lasts.as_millis()),
         FaultPoint::BrokerPause => format!("SIGSTOP, SIGCONT after {} ms", t.lasts.as_millis()),
         FaultPoint::BrokerKill => format!("SIGKILL, restarted after {} ms", t.lasts.as_millis()),
+        FaultPoint::BrokerKillLeader => format!("SIGKILL to the leader, restarted after {} ms", t.lasts.as_millis()),
         FaultPoint::DbRestart => "restart in immediate mode".into(),
         FaultPoint::NetReset => "every proxied connection reset".into(),
         FaultPoint::NetBlackhole => format!("every proxied byte held for {} ms", t.lasts.as_millis()),
@@ -115,6 +117,7 @@ async fn act(ctx: &Ctx, t: &Timed, slots: &[Arc<Slot>]) -> Result<()> {
         }
         FaultPoint::BrokerPause => pause_broker(ctx, t.lasts).await,
         FaultPoint::BrokerKill => kill_broker(ctx, t.lasts).await,
+        FaultPoint::BrokerKillLeader => kill_leader(ctx, t.lasts).await,
         FaultPoint::DbRestart => restart_database(ctx).await,
         FaultPoint::DbTerminateBackends => terminate_backends(ctx).await,
         FaultPoint::NetReset => match slots.iter().map(|s| s.reset_all()).sum::<usize>() {
@@ -182,6 +185,54 @@ async fn kill_broker(ctx: &Ctx, down: Duration) -> Result<()> {
     let back = listener_pid(port)?;
     info!(pid = back, "broker restarted");
     Ok(())
+}
+
+/// How long a cluster may take to elect a partition's new leader.
+const ELECTION: Duration = Duration::from_secs(20);
+
+/// The partition leader's metadata, read off the async threads.
+async fn leader_of(ctx: &Ctx) -> Option<String> {
+    let (broker, topic) = (ctx.broker.clone(), ctx.names.topic.clone());
+    tokio::task::spawn_blocking(move || broker.leader(&topic, 0)).await.ok().flatten()
+}
+
+/// `broker.kill_leader`: SIGKILL to the broker that leads partition 0 (found
+/// by the port the metadata gives it), then wait for the cluster to elect
+/// another leader, then restart the killed one.
+async fn kill_leader(ctx: &Ctx, down: Duration) -> Result<()> {
+    let leader = leader_of(ctx).await.ok_or_else(|| Error::Internal("the metadata named no leader".into()))?;
+    let port = leader
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse::<u16>().ok())
+        .ok_or_else(|| Error::Internal(format!("the leader's address {leader} has no port")))?;
+    let pid = listener_pid(port)?;
+    signal(pid, libc::SIGKILL);
+    if !wait_until(|| process_state(pid).is_none()).await {
+        return Err(Error::Internal(format!("the leader (pid {pid}) did not end after SIGKILL")));
+    }
+    info!(pid, %leader, "partition leader killed");
+    let t = Instant::now();
+    let mut moved = None;
+    while t.elapsed() < ELECTION {
+        match leader_of(ctx).await {
+            Some(l) if l != leader => {
+                moved = Some(l);
+                break;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    tokio::time::sleep(down.saturating_sub(t.elapsed())).await;
+    run_command(&ctx.scenario.broker_restart, "nemesis.broker_restart").await?;
+    listener_pid(port)?;
+    match moved {
+        Some(l) => {
+            info!(new = %l, after_ms = t.elapsed().as_millis() as u64, "another broker leads the partition");
+            Ok(())
+        }
+        None => Err(Error::Internal(format!("no other broker led the partition within {} s", ELECTION.as_secs()))),
+    }
 }
 
 async fn restart_database(ctx: &Ctx) -> Result<()> {

@@ -99,7 +99,7 @@ enum Step {
 
 impl<'a> Incarnation<'a> {
     async fn start(ctx: &'a Ctx, name: &'a str) -> crate::error::Result<Incarnation<'a>> {
-        let producer = ctx.broker.producer()?;
+        let producer = ctx.broker.producer_for(ctx.scenario.relay.producer)?;
         let conn = ctx.store.relay_connection().await?;
         Ok(Incarnation { ctx, name, producer, conn })
     }

@@ -199,6 +199,12 @@ fn endpoints(sc: &Scenario, database_url: Option<String>, brokers: Option<String
             "{what} needs the fault proxy in front of a real Kafka broker with a listener per slot (`scripts/services.sh up` configures them): pass --brokers or set KAFKA_BROKERS"
         )));
     }
+    // A leader to kill takes a cluster; the mock cluster has one broker.
+    if sc.timeline.iter().any(|t| t.point == FaultPoint::BrokerKillLeader) && endpoints.brokers.is_none() {
+        return Err(Error::Usage(
+            "the nemesis timeline's broker.kill_leader needs a real Kafka cluster (`scripts/services.sh up cluster`): pass --brokers or set KAFKA_BROKERS".into(),
+        ));
+    }
     // The broker's faults act on a local Kafka's process, or on the mock
     // cluster through its own controls; the database's need PostgreSQL.
     if let (Some(t), None) = (sc.timeline.iter().find(|t| t.point.name().starts_with("db.")), &endpoints.database_url) {

@@ -114,6 +114,9 @@ pub struct RawRelay {
     pub event_id: Spanned<String>,
     /// `"awaited"` (correct) or `"fire-and-forget"`.
     pub acks: Spanned<String>,
+    /// `"idempotent"` (correct: acks from every in-sync replica) or
+    /// `"leader-ack"` (acks=1, no idempotence).
+    pub producer: Spanned<String>,
     /// A program under test run in place of the reference relays
     /// (docs/contract.md, section 7).
     pub command: Option<Spanned<Vec<String>>>,
@@ -129,6 +132,7 @@ impl Default for RawRelay {
             order: sp("publish-then-mark".into()),
             event_id: sp("outbox".into()),
             acks: sp("awaited".into()),
+            producer: sp("idempotent".into()),
             command: None,
         }
     }
@@ -403,6 +407,18 @@ choices! {
 }
 
 choices! {
+    /// What a relay's producer asks of the broker.
+    RelayProducer {
+        /// `acks=all` and idempotence: every in-sync replica has the batch
+        /// before the ack, and the broker drops the producer's own retries.
+        Idempotent = "idempotent",
+        /// `acks=1`, no idempotence: the leader alone acks; a leader that
+        /// dies before its followers copy the batch loses it.
+        LeaderAck = "leader-ack",
+    }
+}
+
+choices! {
     /// How the payment service gets its events to the broker.
     PublishMode {
         /// Outbox rows in the payment's transaction; relays publish them.
@@ -471,6 +487,7 @@ pub struct RelayConfig {
     pub order: RelayOrder,
     pub event_id: RelayEventId,
     pub acks: RelayAcks,
+    pub producer: RelayProducer,
     /// The program under test in place of the reference relays.
     pub command: Option<ProgramCommand>,
 }
@@ -768,6 +785,7 @@ impl Validator<'_> {
             order: self.choice(&r.order, "relay.order", RelayOrder::parse, RelayOrder::names)?,
             event_id: self.choice(&r.event_id, "relay.event_id", RelayEventId::parse, RelayEventId::names)?,
             acks: self.choice(&r.acks, "relay.acks", RelayAcks::parse, RelayAcks::names)?,
+            producer: self.choice(&r.producer, "relay.producer", RelayProducer::parse, RelayProducer::names)?,
             publish: self.choice(&raw.workload.publish, "workload.publish", PublishMode::parse, PublishMode::names)?,
         })
     }
@@ -807,6 +825,7 @@ impl Validator<'_> {
             order: variants.order,
             event_id: variants.event_id,
             acks: variants.acks,
+            producer: variants.producer,
             command,
         })
     }
@@ -949,6 +968,7 @@ impl Validator<'_> {
 /// The variants a scenario picks for the reference components, checked
 /// before the rest so that their messages come first.
 struct Variants {
+    producer: RelayProducer,
     inbox: InboxMode,
     projection: ProjectionMode,
     order: RelayOrder,
@@ -985,7 +1005,12 @@ impl Validator<'_> {
         let relay = self.program(
             r.command.as_ref(),
             "relay",
-            &[("relay.order", &r.order), ("relay.event_id", &r.event_id), ("relay.acks", &r.acks)],
+            &[
+                ("relay.order", &r.order),
+                ("relay.event_id", &r.event_id),
+                ("relay.acks", &r.acks),
+                ("relay.producer", &r.producer),
+            ],
             path,
             (faults, &raw.faults),
         )?;

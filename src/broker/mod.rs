@@ -68,6 +68,18 @@ pub trait Broker: Send + Sync {
     /// order kept per partition, acks from every replica.
     fn producer(&self) -> Result<Box<dyn Producer>>;
 
+    /// A relay's producer as the scenario asks for it (`relay.producer`);
+    /// a broker with no such setting gives its [`Broker::producer`].
+    fn producer_for(&self, _what: crate::scenario::RelayProducer) -> Result<Box<dyn Producer>> {
+        self.producer()
+    }
+
+    /// The address of the broker that leads `partition` of `topic`, as the
+    /// cluster's metadata says now; None when it cannot say. Blocking.
+    fn leader(&self, _topic: &str, _partition: i32) -> Option<String> {
+        None
+    }
+
     /// A member of `spec.group`, made but not yet in it ([`Consumer::join`]).
     fn consumer(&self, spec: ConsumerSpec) -> Result<Box<dyn Consumer>>;
 

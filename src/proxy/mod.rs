@@ -482,17 +482,18 @@ async fn shape(slot: &Slot, n: usize, rng: &mut rand::rngs::StdRng, faults: &Fau
         let until = *slot.blackhole.borrow();
         match until {
             Some(t) if t > Instant::now() => {
-                held = true;
+                if !std::mem::replace(&mut held, true) {
+                    // Counted, and a firing confirmed, as the read starts
+                    // to wait: a reset may end the connection, and drop
+                    // this wait, before the blackhole does.
+                    slot.held.fetch_add(1, Ordering::Relaxed);
+                    if struck {
+                        faults.confirm(FaultPoint::NetBlackhole, 1);
+                    }
+                }
                 tokio::time::sleep_until(t).await
             }
             _ => break,
-        }
-    }
-    if held {
-        slot.held.fetch_add(1, Ordering::Relaxed);
-        // Confirmed by this read, which the partition held.
-        if struck {
-            faults.confirm(FaultPoint::NetBlackhole, 1);
         }
     }
     let s = &slot.shaping;

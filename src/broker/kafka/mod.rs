@@ -198,7 +198,18 @@ impl Broker for Kafka {
     }
 
     fn producer(&self) -> Result<Box<dyn super::Producer>> {
-        Ok(Box::new(KafkaProducer::new(&self.bootstrap)?))
+        Ok(Box::new(KafkaProducer::new(&self.bootstrap, crate::scenario::RelayProducer::Idempotent)?))
+    }
+
+    fn producer_for(&self, what: crate::scenario::RelayProducer) -> Result<Box<dyn super::Producer>> {
+        Ok(Box::new(KafkaProducer::new(&self.bootstrap, what)?))
+    }
+
+    fn leader(&self, topic: &str, partition: i32) -> Option<String> {
+        let c: BaseConsumer = config(&self.bootstrap).create().ok()?;
+        let md = c.fetch_metadata(Some(topic), Duration::from_secs(5)).ok()?;
+        let id = md.topics().first()?.partitions().iter().find(|p| p.id() == partition)?.leader();
+        md.brokers().iter().find(|b| b.id() == id).map(|b| format!("{}:{}", b.host(), b.port()))
     }
 
     fn consumer(&self, spec: ConsumerSpec) -> Result<Box<dyn super::Consumer>> {
@@ -324,7 +335,10 @@ async fn create_topic(
     partitions: i32,
 ) -> Result<()> {
     let opts = AdminOptions::new().operation_timeout(Some(CONNECT_TIMEOUT)).request_timeout(Some(CONNECT_TIMEOUT));
-    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    // The broker's default replication factor (-1): 3 on `scripts/services.sh
+    // up cluster`, 1 on the single broker. (The mock cluster's topics are
+    // made through its own handle, not here.)
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(-1));
     let result =
         tokio::time::timeout(CONNECT_TIMEOUT + Duration::from_secs(2), admin.create_topics([&new], &opts)).await;
     super::drop_off_runtime(admin);

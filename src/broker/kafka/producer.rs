@@ -14,15 +14,20 @@ use std::time::Duration;
 const PRODUCE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Idempotent (no duplicates from its own retries, order kept per
-/// partition), acks from all replicas. Dropped off the async threads: its
-/// drop purges its queue and joins a thread.
+/// partition), acks from all replicas; or, for `relay.producer =
+/// "leader-ack"`, acks from the leader alone. Dropped off the async threads:
+/// its drop purges its queue and joins a thread.
 pub struct KafkaProducer(OffRuntime<FutureProducer>);
 
 impl KafkaProducer {
-    pub fn new(brokers: &str) -> Result<Self> {
+    pub fn new(brokers: &str, what: crate::scenario::RelayProducer) -> Result<Self> {
+        let (acks, idempotent) = match what {
+            crate::scenario::RelayProducer::Idempotent => ("all", "true"),
+            crate::scenario::RelayProducer::LeaderAck => ("1", "false"),
+        };
         let p = config(brokers)
-            .set("acks", "all")
-            .set("enable.idempotence", "true")
+            .set("acks", acks)
+            .set("enable.idempotence", idempotent)
             .set("linger.ms", "2")
             .set("compression.type", "none")
             .set("message.timeout.ms", PRODUCE_TIMEOUT.as_millis().to_string())
