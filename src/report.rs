@@ -360,19 +360,22 @@ fn render_followed(r: &Report, style: Style, out: &mut String) {
         return;
     }
     let md = style == Style::Markdown;
-    let window = crate::verifier::attribution::WINDOW_MS as f64 / 1000.0;
+    use crate::verifier::attribution::{AFTER_MS, WINDOW_MS};
     out.push_str(&heading(style, "Anomalies after faults"));
     let last = "last trace (s into the run)";
-    let before = format!("faults in the {window:.0} s before it, nearest first");
+    let before = format!("faults from {} s before it to {} s after, nearest first", WINDOW_MS / 1000, AFTER_MS / 1000);
     let mut t = table(style, &["anomaly", "payment or event", last, &before]);
     for (a, f) in dated {
         let sep = if md { "<br>" } else { "\n" };
         let suspects = match f.faults.is_empty() {
-            true => "none: no fault fired in the window".to_string(),
+            true => "none: no fault fired around it".to_string(),
             false => f
                 .faults
                 .iter()
-                .map(|s| format!("{} on {}, {} ms before", s.point, s.component, s.before_ms))
+                .map(|s| match s.before_ms {
+                    b if b >= 0 => format!("{} on {}, {b} ms before", s.point, s.component),
+                    a => format!("{} on {}, {} ms after", s.point, s.component, -a),
+                })
                 .collect::<Vec<_>>()
                 .join(sep),
         };

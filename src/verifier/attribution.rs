@@ -6,11 +6,12 @@
 //! it: the payment's row written or captured, a receipt sent, the
 //! projection set; the event marked published, or claimed in the inbox.
 //! A duplicate receipt's last trace is the second receipt; a phantom
-//! payment's, its row. The faults that fired in the [`WINDOW`] before that
-//! trace (in the run's fault log) are listed, nearest first: the suspects,
-//! not a proof of cause. An anomaly whose last trace has no fault before it
-//! within the window says so, which is a finding too (a bug that needs no
-//! fault).
+//! payment's, its row; a lost event's, its mark as published. The faults
+//! that fired in the [`WINDOW_MS`] before that trace, or up to [`AFTER_MS`]
+//! after it (a broker that acked a batch and died before its followers
+//! copied it loses the batch after the relay's mark), are listed, nearest
+//! first: the suspects, not a proof of cause. An example with no fault
+//! around it says so, which is a finding too (a bug that needs no fault).
 //!
 //! The database's clock and the harness's are the same machine's, read
 //! through `clock_timestamp()` (PostgreSQL) or `unixepoch('subsec')`
@@ -24,6 +25,9 @@ use uuid::Uuid;
 
 /// How far before a trace a fault counts as a suspect.
 pub const WINDOW_MS: u64 = 5_000;
+/// How far after a trace a fault still counts: a loss can come after the
+/// last write (a leader that dies after its ack).
+pub const AFTER_MS: u64 = 2_000;
 /// At most this many suspects per example.
 pub const SUSPECTS: usize = 3;
 
@@ -45,8 +49,8 @@ pub struct Suspect {
     pub point: String,
     pub component: String,
     pub at_ms: u64,
-    /// How long before the trace it fired.
-    pub before_ms: u64,
+    /// How long before the trace it fired; negative: after it.
+    pub before_ms: i64,
     pub hit: String,
 }
 
@@ -64,16 +68,16 @@ pub fn attribute(anomalies: &mut [Anomaly], traces: &HashMap<Uuid, i64>, run_sta
                 let trace_ms = u64::try_from(traces.get(&subject)? - run_started_ms).ok()?;
                 let mut faults: Vec<Suspect> = log
                     .iter()
-                    .filter(|f| f.at_ms <= trace_ms && trace_ms - f.at_ms <= WINDOW_MS)
+                    .filter(|f| f.at_ms + WINDOW_MS >= trace_ms && f.at_ms <= trace_ms + AFTER_MS)
                     .map(|f| Suspect {
                         point: f.point.clone(),
                         component: f.component.clone(),
                         at_ms: f.at_ms,
-                        before_ms: trace_ms - f.at_ms,
+                        before_ms: trace_ms as i64 - f.at_ms as i64,
                         hit: f.hit.clone(),
                     })
                     .collect();
-                faults.sort_by_key(|f| f.before_ms);
+                faults.sort_by_key(|f| f.before_ms.unsigned_abs());
                 faults.truncate(SUSPECTS);
                 Some(Followed { example, subject, trace_ms, faults })
             })
@@ -112,7 +116,7 @@ mod tests {
             fault("net.reset", "relay-1", 1_000),
             fault("db.commit_ack_lost", "notifier-2", 9_000),
             fault("relay.after_produce", "relay-2", 9_500),
-            fault("net.blackhole", "notifier-1", 10_200),
+            fault("net.blackhole", "notifier-1", 12_200),
             fault("kafka.produce_ack_lost", "relay-1", 20_000),
         ];
         // Run started at epoch 1,000,000 ms; p last seen at run time 10 s,
@@ -123,11 +127,30 @@ mod tests {
         assert_eq!(f.len(), 2, "one per example with a subject and a trace: {f:?}");
         assert_eq!((f[0].example, f[0].trace_ms), (0, 10_000));
         let points: Vec<(&str, u64)> = f[0].faults.iter().map(|s| (s.point.as_str(), s.before_ms)).collect();
-        // The blackhole came after the trace, the reset 9 s before it: out.
+        // The blackhole came 2.2 s after the trace, the reset 9 s before it: out.
         assert_eq!(points, vec![("relay.after_produce", 500), ("db.commit_ack_lost", 1_000)]);
         assert_eq!(f[1].example, 1);
         assert!(f[1].faults.is_empty(), "nothing in the 5 s before 30 s: {:?}", f[1].faults);
         assert_eq!(subjects(&anomalies), vec![p, q, r]);
+    }
+
+    #[test]
+    fn a_fault_soon_after_a_trace_is_a_suspect_too() {
+        let p = Uuid::from_u128(9);
+        let mut anomalies = vec![Anomaly {
+            name: "lost event".into(),
+            count: 1,
+            examples: vec!["p".into()],
+            allowed: false,
+            subjects: vec![Some(p)],
+            followed: vec![],
+        }];
+        // Marked published at 10 s; the leader killed 300 ms later.
+        let log = vec![fault("broker.kill_leader", "the leader", 10_300), fault("net.reset", "relay-1", 13_000)];
+        attribute(&mut anomalies, &HashMap::from([(p, 10_000)]), 0, &log);
+        let s = &anomalies[0].followed[0].faults;
+        assert_eq!(s.len(), 1, "{s:?}");
+        assert_eq!((s[0].point.as_str(), s[0].before_ms), ("broker.kill_leader", -300));
     }
 
     #[test]

@@ -350,7 +350,7 @@ impl Ledger {
         let mut leftover = AnomalyBuilder::new(AnomalyKind::UnpublishedLeftover);
         for o in events {
             if o.seen == 0 {
-                lost.hit(|| {
+                lost.hit_on(o.id, || {
                     let kind = o.kind.map(|k| k.status()).unwrap_or("malformed");
                     format!("event {} ({kind}) of payment {}", o.id, payment_id(o.payment))
                 });
