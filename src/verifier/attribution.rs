@@ -126,7 +126,7 @@ mod tests {
         let f = &anomalies[0].followed;
         assert_eq!(f.len(), 2, "one per example with a subject and a trace: {f:?}");
         assert_eq!((f[0].example, f[0].trace_ms), (0, 10_000));
-        let points: Vec<(&str, u64)> = f[0].faults.iter().map(|s| (s.point.as_str(), s.before_ms)).collect();
+        let points: Vec<(&str, i64)> = f[0].faults.iter().map(|s| (s.point.as_str(), s.before_ms)).collect();
         // The blackhole came 2.2 s after the trace, the reset 9 s before it: out.
         assert_eq!(points, vec![("relay.after_produce", 500), ("db.commit_ack_lost", 1_000)]);
         assert_eq!(f[1].example, 1);
