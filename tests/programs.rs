@@ -137,6 +137,21 @@ fn a_kill_right_after_the_effects_commit_catches_effects_first_at_once() {
     assert_nothing_left(&r);
 }
 
+/// The fault proxy's `kafka.kill_after_produce_ack` on a user's relay: it
+/// reaches the broker through its slot (`CHAOS_BROKERS`), and each kill
+/// lands between the broker's ack and the relay's mark; the batch goes out
+/// again and nothing is lost.
+#[test]
+fn the_correct_python_relay_passes_killed_right_after_the_brokers_acks() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = run_program("examples/python/relay-at-ack.toml", dir.path());
+    assert_eq!(ran.code, 0, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    let r = ran.json();
+    assert!(assert_fired_and_confirmed(&r, "kafka.kill_after_produce_ack") >= 3);
+    assert!(r["counts"]["topic_duplicates"].as_u64().unwrap() > 0, "a killed batch goes out again: {}", r["counts"]);
+    assert_nothing_left(&r);
+}
+
 #[test]
 fn the_correct_python_relay_passes_under_real_kills() {
     let dir = tempfile::tempdir().unwrap();
