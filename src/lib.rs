@@ -25,6 +25,15 @@
 //!   `[notifier.before_offset_commit]`, then the offset commit.
 //! - [`program`]: a program under test (`[notifier] command`) as OS
 //!   processes, killed and paused by the harness for real (docs/contract.md).
+//! - [`component`]: the hidden `chaos component` subcommand, one reference
+//!   relay or notifier as an OS process (`components = "process"`).
+//! - [`proxy`]: the fault proxy between the components and PostgreSQL and
+//!   Kafka: a port per component instance, shaping, resets, blackholes, and
+//!   the faults that read each wire's framing (an acknowledgement withheld,
+//!   a process killed right after one).
+//! - [`nemesis`]: service faults on the scenario's timeline: the broker
+//!   paused, killed or its partition leader killed, PostgreSQL restarted,
+//!   sessions terminated, partitions of the proxied components.
 //! - [`supervise`]: the one path every component crash and restart takes.
 //! - [`faults`]: named fault points, seeded decisions and the log of what fired.
 //! - [`verifier`]: reads the ground truth and reconciles it into counts,
@@ -41,6 +50,8 @@
 //! - [`cli`]: the command line, parsed with clap; [`commands`]: one function per
 //!   subcommand, which prints its result and picks its exit code.
 //! - [`exit`] and [`error`]: exit codes in one place, typed errors.
+//! - `testing` (built for tests only): unit-test support, one run's context on the in-memory
+//!   broker and SQLite.
 
 #[macro_use]
 pub mod names;

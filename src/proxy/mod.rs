@@ -1,5 +1,6 @@
 //! The fault proxy: a TCP proxy inside the harness, between the components
-//! and PostgreSQL, that shapes and breaks their traffic.
+//! and PostgreSQL, and with `[proxy] kafka` between them and Kafka, that
+//! shapes and breaks their traffic.
 //!
 //! **Attribution.** Every component instance that the scenario's
 //! `[proxy] targets` names gets a slot: a listener of its own on
@@ -8,7 +9,9 @@
 //! service, whether it runs as a task of `chaos`, as a component process
 //! or as a user's program (which is given the slot's URL in
 //! `CHAOS_DATABASE_URL`). PostgreSQL never tells clients where to connect
-//! next, so a port per instance is all attribution takes.
+//! next, so a port per instance is all attribution takes. Kafka does, so
+//! the slot's Kafka port is the one the broker advertises on a listener of
+//! the slot's own ([`kafka`] says why that, and not `client.id`).
 //!
 //! **Faults.** Shaping applies to every byte of a slot: a latency with
 //! jitter per read, a bandwidth limit. The nemesis of each slot strikes
@@ -16,17 +19,21 @@
 //! the slot has open (an RST to the component, the server sees the socket
 //! close), `net.blackhole` holds every byte in both directions for
 //! `[proxy] blackhole_ms`, then lets it through (a partition that heals).
-//! The protocol-aware points read the server's framing ([`pg`]):
-//! `db.commit_ack_lost` withholds the server's acknowledgement of a commit
-//! (a COMMIT, or a write in autocommit) and resets the connection, so the transaction is durable and its client
-//! cannot know (an ambiguous commit); `db.kill_after_commit` lets the
-//! acknowledgement through and then has the slot's process killed at once
-//! (a consumer killed between its transaction and its offset commit, for
-//! any program).
+//! On the timeline ([`crate::nemesis`]) both strike every slot at chosen
+//! times instead. The protocol-aware points read the server's framing
+//! ([`pg`], [`kafka`]): `db.commit_ack_lost` withholds the server's
+//! acknowledgement of a commit (a COMMIT, or a write in autocommit) and
+//! resets the connection, so the transaction is durable and its client
+//! cannot know (an ambiguous commit); `kafka.produce_ack_lost` does the
+//! same to a `Produce` response, the broker's ack of an appended batch;
+//! `db.kill_after_commit` and `kafka.kill_after_produce_ack` let the
+//! acknowledgement through and then have the slot's process killed at
+//! once (for any program: a consumer killed between its transaction and
+//! its offset commit, a relay between the broker's ack and its mark).
 //!
 //! **Cost.** With no fault set for a slot, a read is written on at once:
-//! no copy beyond the read buffer, no timer. The bench measures it against
-//! a direct connection (`chaos bench --proxy`).
+//! no copy beyond the read buffer, no timer, no subscription. The bench
+//! measures it against a direct connection (`chaos bench --proxy`).
 
 pub mod kafka;
 pub mod lanes;
@@ -561,7 +568,9 @@ async fn pump_broker(
     let mut rng = rand::rngs::StdRng::from_entropy();
     let mut framing = kafka::Responses::default();
     // A kill claimed for an acknowledgement whose end has not come yet.
-    let mut kill_at_end: Option<i32> = None;
+    // Dropped, however this pump ends, it kills: a reset or a failed write
+    // must not leave a fired kill undone.
+    let mut kill_at_end: Option<Claimed<'_>> = None;
     loop {
         let n = from.read(&mut chunk).await.map_err(|e| e.to_string())?;
         if n == 0 {
@@ -586,7 +595,7 @@ async fn pump_broker(
             }
         };
         // An acknowledgement begun in an earlier read ends in this one.
-        let mut kill = kill_at_end.filter(|_| left_before <= scan.safe);
+        let mut kill = if left_before <= scan.safe { kill_at_end.take() } else { None };
         for f in &scan.frames {
             // Responses after a claimed kill go to a process about to die:
             // no occurrence of either point.
@@ -612,10 +621,8 @@ async fn pump_broker(
         }
         to.write_all(&buf[..scan.safe]).await.map_err(|e| e.to_string())?;
         buf.drain(..scan.safe);
-        if let Some(pgid) = kill {
-            slot.process.kill(pgid, FaultPoint::KafkaKillAfterProduceAck);
-            kill_at_end = None;
-        }
+        // The acknowledgement is written: the claimed kill, now.
+        drop(kill);
     }
 }
 
@@ -673,9 +680,9 @@ async fn pump_server(mut from: OwnedReadHalf, to: &mut OwnedWriteHalf, slot: &Sl
         to.write_all(&buf[..scan.safe]).await.map_err(|e| e.to_string())?;
         buf.drain(..scan.safe);
         acks.consumed(scan.safe);
-        if let Some(pgid) = kill {
-            slot.process.kill(pgid, FaultPoint::DbKillAfterCommit);
-        }
+        // The acknowledgement is written: the claimed kill, now (and also
+        // if the write failed or a reset dropped this pump mid-write).
+        drop(kill);
     }
 }
 
@@ -690,27 +697,37 @@ impl ProcessHandle {
         point: FaultPoint,
         slot: &str,
         what: impl FnOnce() -> String,
-    ) -> Option<i32> {
+    ) -> Option<Claimed<'_>> {
         let _one = self.deciding.lock().unwrap_or_else(|p| p.into_inner());
         let pgid = self.pgid.load(Ordering::Relaxed);
         if pgid <= 0 || !faults.strike(point, slot, what) {
             return None;
         }
         self.pgid.store(0, Ordering::Relaxed);
-        Some(pgid)
+        Some(Claimed { process: self, pgid, point })
     }
+}
 
-    /// `db.kill_after_commit`, `kafka.kill_after_produce_ack`: SIGKILL to
-    /// the claimed process group, the moment the acknowledgement is
-    /// written. The keeper is told first, so that it takes the end it sees
-    /// for this kill, and confirms it.
-    fn kill(&self, pgid: i32, point: FaultPoint) {
-        if let Some(keeper) = &*self.keeper.lock().unwrap_or_else(|p| p.into_inner()) {
-            let _ = keeper.send(point);
+/// A fired kill after an acknowledgement (`db.kill_after_commit`,
+/// `kafka.kill_after_produce_ack`): its drop sends SIGKILL to the claimed
+/// process group, which the pump does the moment the acknowledgement is
+/// written, and which also happens when the pump ends first. The keeper is
+/// told first, so that it takes the end it sees for this kill, and
+/// confirms it.
+struct Claimed<'a> {
+    process: &'a ProcessHandle,
+    pgid: i32,
+    point: FaultPoint,
+}
+
+impl Drop for Claimed<'_> {
+    fn drop(&mut self) {
+        if let Some(keeper) = &*self.process.keeper.lock().unwrap_or_else(|p| p.into_inner()) {
+            let _ = keeper.send(self.point);
         }
         // SAFETY: kill(2) on a process group; no memory effects here.
         unsafe {
-            libc::kill(-pgid, libc::SIGKILL);
+            libc::kill(-self.pgid, libc::SIGKILL);
         }
     }
 }
