@@ -1,5 +1,7 @@
 //! `chaos doctor`: does PostgreSQL answer, does Kafka answer? Both are probed
 //! at once and each probe is bounded, so the whole check ends within 10 s.
+//! It also says whether the broker has the fault proxy's slot listeners,
+//! which only `[proxy] kafka` needs: their absence never fails the check.
 
 use crate::broker::kafka::ping as kafka_ping;
 use crate::exit::Exit;
@@ -62,6 +64,24 @@ async fn kafka(brokers: &str) -> Check {
     }
 }
 
+/// The broker's listeners for the fault proxy's Kafka slots
+/// ([`crate::proxy::kafka`]): how many of them accept a connection.
+async fn slot_listeners() -> Check {
+    use crate::proxy::kafka::{BROKER_BASE, SLOTS};
+    let probes = (0..SLOTS).map(|i| {
+        tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(("127.0.0.1", BROKER_BASE + i)))
+    });
+    let up = futures::future::join_all(probes).await.iter().filter(|r| matches!(r, Ok(Ok(_)))).count();
+    let endpoint = format!("127.0.0.1:{}-{}", BROKER_BASE, BROKER_BASE + SLOTS - 1);
+    let detail = match up {
+        n if n == SLOTS as usize => format!("{n} of {SLOTS} listen: `[proxy] kafka` can stand in front of the broker"),
+        n => {
+            format!("{n} of {SLOTS} listen: only `[proxy] kafka` needs them; `scripts/services.sh up` configures them")
+        }
+    };
+    Check { service: "Kafka slots", endpoint, ok: up == SLOTS as usize, detail }
+}
+
 fn short(s: &str) -> String {
     s.split("; start it").next().unwrap_or(s).to_string()
 }
@@ -69,13 +89,18 @@ fn short(s: &str) -> String {
 /// Probes both services, prints the table on stdout, returns the exit code.
 pub async fn doctor(database_url: Option<String>, brokers: Option<String>) -> Exit {
     let brokers = brokers.unwrap_or_else(|| DEFAULT_BROKERS.to_string());
-    let (pg, k) = tokio::join!(postgres(database_url.as_deref()), kafka(&brokers));
+    let (pg, k, slots) = tokio::join!(postgres(database_url.as_deref()), kafka(&brokers), slot_listeners());
     let mut t = Table::new();
     t.load_preset(presets::UTF8_FULL_CONDENSED);
     t.set_header(vec!["", "service", "endpoint", "detail"]);
-    for c in [&pg, &k] {
+    for (c, needed) in [(&pg, true), (&k, true), (&slots, false)] {
         t.add_row(vec![
-            Cell::new(if c.ok { "✔" } else { "✘" }),
+            // An optional listener that is missing is no failure: "–".
+            Cell::new(match (c.ok, needed) {
+                (true, _) => "✔",
+                (false, true) => "✘",
+                (false, false) => "–",
+            }),
             Cell::new(c.service),
             Cell::new(&c.endpoint),
             Cell::new(&c.detail),

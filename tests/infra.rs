@@ -11,6 +11,9 @@ fn doctor_is_green_with_both_services() {
     assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
     assert!(ran.stdout.contains("✔ ┆ PostgreSQL"), "{}", ran.stdout);
     assert!(ran.stdout.contains("broker id 1"), "{}", ran.stdout);
+    // scripts/services.sh gives the broker the fault proxy's listeners.
+    assert!(ran.stdout.contains("✔ ┆ Kafka slots"), "{}", ran.stdout);
+    assert!(ran.stdout.contains("10 of 10 listen"), "{}", ran.stdout);
     assert!(!ran.stdout.contains(":chaos@"), "password leaked: {}", ran.stdout);
 }
 
