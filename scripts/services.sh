@@ -288,6 +288,9 @@ cluster_node() { # $1: node 1..3; points the kafka_* globals at it
   KAFKA_PORT=$((29092 + 2 * ($1 - 1)))
   KAFKA_CONTROLLER_PORT=$((KAFKA_PORT + 1))
   KAFKA_HEAP="${CHAOS_CLUSTER_HEAP:-512m}"
+  # Stopped together, the nodes lose their quorum and a controlled shutdown
+  # hangs; the cluster's data is throwaway, so SIGKILL comes after 5 s.
+  KAFKA_STOP_TIMEOUT_S=5
 }
 
 cluster_voters() {
@@ -324,6 +327,10 @@ group.initial.rebalance.delay.ms=0
 group.min.session.timeout.ms=1000
 auto.create.topics.enable=false
 delete.topic.enable=true
+# The controller fences a broker that stopped heartbeating after 2 s (not
+# the default 9 s), so a killed leader's partitions move within seconds.
+broker.session.timeout.ms=2000
+broker.heartbeat.interval.ms=500
 EOF
 }
 

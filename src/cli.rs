@@ -81,6 +81,9 @@ pub struct SelftestArgs {
     /// Where every run's reference relays and notifiers run: in-process, or process (each an OS process the harness kills).
     #[arg(long, value_parser = parse_components, default_value = "in-process")]
     pub components: crate::scenario::Components,
+    /// Also write JUnit XML here: a test case per variant and one for the correct pipeline.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -111,6 +114,9 @@ pub struct RunArgs {
     /// Override the scenario's `[run] components`: in-process, or process (each relay and notifier an OS process).
     #[arg(long, value_parser = parse_components)]
     pub components: Option<crate::scenario::Components>,
+    /// Also write JUnit XML here: a test case per invariant, per chaos check and one for the run itself.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
 }
 
 fn parse_components(s: &str) -> Result<crate::scenario::Components, String> {

@@ -38,7 +38,8 @@
 //! - [`faults`]: named fault points, seeded decisions and the log of what fired.
 //! - [`verifier`]: reads the ground truth and reconciles it into counts,
 //!   invariants, anomalies and a verdict.
-//! - [`report`]: the JSON/Markdown report and the tables people read.
+//! - [`report`]: the JSON/Markdown report and the tables people read;
+//!   [`junit`]: the same verdicts as JUnit XML for CI pages.
 //! - [`context`]: live counters and the shutdown signal every component shares.
 //! - [`interrupt`]: Ctrl-C and SIGTERM as the binary delivers them to the library.
 //! - [`progress`]: the live progress line on stderr.
@@ -72,6 +73,7 @@ pub mod inbox;
 pub mod infra;
 pub mod intent;
 pub mod interrupt;
+pub mod junit;
 pub mod nemesis;
 pub mod notifier;
 pub mod program;

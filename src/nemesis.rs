@@ -212,9 +212,12 @@ async fn kill_leader(ctx: &Ctx, down: Duration) -> Result<()> {
         return Err(Error::Internal(format!("the leader (pid {pid}) did not end after SIGKILL")));
     }
     info!(pid, %leader, "partition leader killed");
+    // The run may end while the cluster elects: the waits give way to the
+    // shutdown, the restart never does (the broker must be back).
+    let mut shutdown = ctx.shutdown.clone();
     let t = Instant::now();
     let mut moved = None;
-    while t.elapsed() < ELECTION {
+    while t.elapsed() < ELECTION && !shutdown.is_set() {
         match leader_of(ctx).await {
             Some(l) if l != leader => {
                 moved = Some(l);
@@ -223,7 +226,10 @@ async fn kill_leader(ctx: &Ctx, down: Duration) -> Result<()> {
             _ => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }
-    tokio::time::sleep(down.saturating_sub(t.elapsed())).await;
+    tokio::select! {
+        _ = tokio::time::sleep(down.saturating_sub(t.elapsed())) => {}
+        _ = shutdown.wait() => {}
+    }
     run_command(&ctx.scenario.broker_restart, "nemesis.broker_restart").await?;
     listener_pid(port)?;
     match moved {

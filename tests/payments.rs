@@ -55,13 +55,35 @@ fn payments_proves_exactly_once_under_crashes(backend: Backend) {
     );
 }
 
+/// JUnit for a failing run: the broken invariants are failures that carry
+/// their anomalies' examples and the replay command.
+fn failed_invariants_in_junit(dir: &std::path::Path, r: &serde_json::Value) {
+    let back = quick_junit::Report::deserialize_from_str(&std::fs::read_to_string(dir.join("junit.xml")).unwrap())
+        .expect("JUnit XML quick-junit reads");
+    let suite = &back.test_suites[0];
+    let broken = r["invariants"].as_array().unwrap().iter().filter(|i| i["ok"] == false).count();
+    assert!(broken > 0);
+    assert_eq!((suite.failures, suite.errors), (broken, 0), "the run itself completed");
+    let receipts =
+        suite.test_cases.iter().find(|c| c.name.as_str() == "exactly one receipt per captured payment").unwrap();
+    match &receipts.status {
+        quick_junit::TestCaseStatus::NonSuccess { description, .. } => {
+            let d = description.as_ref().unwrap().as_str();
+            assert!(d.contains("duplicate effect") && d.contains("receipts; topic: "), "{d}");
+            assert!(d.contains("replay: chaos run "), "{d}");
+        }
+        other => panic!("a broken invariant reads {other:?}"),
+    }
+}
+
 fn inbox_off_is_caught_with_duplicate_receipts(backend: Backend) {
     let text = std::fs::read_to_string(root().join("scenarios/payments.toml")).unwrap();
     assert!(text.contains("inbox = \"on\""));
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("payments-inbox-off.toml");
     std::fs::write(&path, text.replace("inbox = \"on\"", "inbox = \"off\"")).unwrap();
-    let ran = run_scenario(backend, &path, dir.path(), &[]);
+    let junit = dir.path().join("junit.xml");
+    let ran = run_scenario(backend, &path, dir.path(), &["--junit", junit.to_str().unwrap()]);
     assert_eq!(
         ran.code, 1,
         "the inbox-off run must fail on {backend:?}\nstderr:\n{}\nstdout:\n{}",
@@ -69,6 +91,7 @@ fn inbox_off_is_caught_with_duplicate_receipts(backend: Backend) {
     );
     let r = ran.json();
     assert_eq!(r["verdict"], "fail");
+    failed_invariants_in_junit(dir.path(), &r);
     assert!(r["counts"]["payments_with_many_receipts"].as_u64().unwrap() > 0);
     assert!(r["counts"]["receipts"].as_u64().unwrap() > 1000);
     let v = violated(&r);
@@ -110,9 +133,16 @@ fn inbox_off_is_caught_with_duplicate_receipts(backend: Backend) {
 
 fn smoke_passes(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let ran = run_scenario(backend, &root().join("scenarios/smoke.toml"), dir.path(), &[]);
+    let junit = dir.path().join("ci/smoke.junit.xml");
+    let junit_arg = junit.to_str().unwrap();
+    let ran = run_scenario(backend, &root().join("scenarios/smoke.toml"), dir.path(), &["--junit", junit_arg]);
     assert_eq!(ran.code, 0, "smoke on {backend:?}\nstderr:\n{}\nstdout:\n{}", ran.stderr, ran.stdout);
     let r = ran.json();
+    // JUnit: a case per invariant and chaos check and one for the run, all green.
+    let back = quick_junit::Report::deserialize_from_str(&std::fs::read_to_string(&junit).unwrap()).unwrap();
+    let suite = &back.test_suites[0];
+    let checks = r["invariants"].as_array().unwrap().len() + r["chaos_checks"].as_array().unwrap().len();
+    assert_eq!((suite.tests, suite.failures, suite.errors), (checks + 1, 0, 0));
     assert_eq!(r["counts"]["receipts"], 200);
     assert!(r["counts"]["dead_letters"].as_u64().unwrap() > 0, "the poison fault must reach the dead-letter table");
     assert_eq!(r["counts"]["dead_letters"], r["counts"]["poison_events"]);

@@ -10,8 +10,10 @@ fn selftest_catches_every_variant(backend: Backend) {
 
 fn selftest_catches_every_variant_with(backend: Backend, components: &str) {
     let dir = tempfile::tempdir().unwrap();
+    let junit = dir.path().join("selftest.junit.xml");
     let mut c = chaos();
     c.args(["selftest", "--json", "--clean-seeds", "2", "--components", components, "--reports-dir"]).arg(dir.path());
+    c.arg("--junit").arg(&junit);
     backend.apply(&mut c);
     let ran = run(&mut c);
     assert_eq!(ran.code, 0, "selftest on {backend:?} must pass\nstdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
@@ -38,6 +40,15 @@ fn selftest_catches_every_variant_with(backend: Backend, components: &str) {
     }
     let clean = rows.iter().find(|r| r["variant"] == "correct pipeline").unwrap();
     assert_eq!(clean["runs"], 2);
+    // The same verdicts as JUnit XML, read back with quick-junit: a case per
+    // variant run, one for the correct pipeline, a skipped one per left out.
+    let xml = std::fs::read_to_string(&junit).expect("the JUnit file");
+    let back = quick_junit::Report::deserialize_from_str(&xml).expect("JUnit XML quick-junit reads");
+    let suite = &back.test_suites[0];
+    assert_eq!((suite.tests, suite.failures, suite.errors), (n + 1 + left_out.len(), 0, 0), "{xml}");
+    let skipped_cases =
+        suite.test_cases.iter().filter(|c| matches!(c.status, quick_junit::TestCaseStatus::Skipped { .. })).count();
+    assert_eq!(skipped_cases, left_out.len());
     eprintln!(
         "selftest on {backend:?}, components {components}: {:.0}s, runs per variant: {:?}",
         ran.elapsed.as_secs_f64(),

@@ -43,7 +43,11 @@ async fn run_scenario(a: RunArgs) -> Result<Exit> {
         components: a.components,
     };
     let reporter: &dyn run::Reporter = if a.json { &reporters::Json } else { &reporters::Terminal };
-    run::run(opts, reporter).await.map(|(_, exit)| exit)
+    let (report, exit) = run::run(opts, reporter).await?;
+    if let Some(path) = &a.junit {
+        crate::junit::write(&crate::junit::for_run(&report), path)?;
+    }
+    Ok(exit)
 }
 
 fn show_report(file: &Path, markdown: bool) -> Result<Exit> {
@@ -111,6 +115,9 @@ async fn selftest(a: SelftestArgs) -> Result<Exit> {
         components: a.components,
     };
     let summary = crate::selftest::selftest(&opts).await?;
+    if let Some(path) = &a.junit {
+        crate::junit::write(&crate::junit::for_selftest(&summary, &opts.reports_dir), path)?;
+    }
     let (table, exit) = crate::selftest::render(&summary);
     if a.json {
         print_json(&summary)?;
