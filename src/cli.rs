@@ -35,9 +35,9 @@ pub struct Cli {
 pub enum Command {
     /// Run a scenario end to end, verify it, print the tables and write reports/<run-id>.json and .md.
     Run(RunArgs),
-    /// Render a saved report (reports/<run-id>.json) again.
+    /// Render a saved report (reports/<run-id>.json) again, or list the runs of a reports folder with their verdicts.
     Report {
-        /// The JSON report to render.
+        /// The JSON report to render, or a folder of them (e.g. reports/) to list.
         file: PathBuf,
         /// Render as Markdown instead of terminal tables.
         #[arg(long)]

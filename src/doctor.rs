@@ -15,6 +15,9 @@ use std::time::Duration;
 const PROBE: Duration = Duration::from_secs(6);
 
 pub const DEFAULT_BROKERS: &str = "127.0.0.1:9092";
+/// What `scripts/services.sh up` starts: the check a newcomer runs right
+/// after it must find it without being told.
+pub const DEFAULT_DATABASE_URL: &str = "postgres://chaos:chaos@127.0.0.1:5432/chaos";
 
 pub struct Check {
     pub service: &'static str,
@@ -24,15 +27,12 @@ pub struct Check {
 }
 
 async fn postgres(url: Option<&str>) -> Check {
-    let Some(url) = url else {
-        return Check {
-            service: "PostgreSQL",
-            endpoint: "(not configured)".into(),
-            ok: false,
-            detail: "set DATABASE_URL, e.g. postgres://chaos:chaos@127.0.0.1:5432/chaos".into(),
-        };
+    let (url, endpoint) = match url {
+        Some(u) => (u, db_endpoint(u)),
+        None => {
+            (DEFAULT_DATABASE_URL, format!("{} (DATABASE_URL unset: the default)", db_endpoint(DEFAULT_DATABASE_URL)))
+        }
     };
-    let endpoint = db_endpoint(url);
     let attempt = async {
         let opts = sqlx::postgres::PgConnectOptions::from_str(url).map_err(|e| e.to_string())?;
         let mut c = opts.connect().await.map_err(|e| e.to_string())?;

@@ -405,3 +405,50 @@ fn render_footer(r: &Report, out: &mut String) {
     out.push_str(&format!("replay: {}\n", r.replay));
     out.push_str(&format!("\nverdict: {} — {}\n", r.verdict.as_str().to_uppercase(), r.reason));
 }
+
+/// `chaos report <folder>`: the runs whose reports the folder holds, oldest
+/// first (run ids sort by time), with their verdicts. A file that is not a
+/// run's report (a bench's, a JUnit file) is left out; one that cannot be
+/// read is listed as such, never skipped in silence.
+pub fn list(dir: &Path) -> Result<String> {
+    let read = std::fs::read_dir(dir).map_err(|e| Error::ReportRead { path: dir.into(), cause: e.to_string() })?;
+    let mut files: Vec<std::path::PathBuf> = read
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .filter(|p| !p.to_string_lossy().ends_with(".bench.json"))
+        .collect();
+    files.sort();
+    let mut t = Table::new();
+    t.load_preset(presets::UTF8_FULL_CONDENSED);
+    t.set_header(vec!["run", "scenario", "seed", "verdict", "why"]);
+    let (mut runs, mut bad) = (0, 0);
+    for f in &files {
+        let name = f.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        match Report::load(f) {
+            Ok(r) => {
+                runs += 1;
+                t.add_row(vec![
+                    Cell::new(&r.run_id),
+                    Cell::new(&r.scenario.name),
+                    Cell::new(r.seed),
+                    Cell::new(r.verdict.as_str()),
+                    Cell::new(short_reason(&r.reason)),
+                ])
+            }
+            Err(e) => {
+                bad += 1;
+                t.add_row(vec![Cell::new(name), Cell::new("—"), Cell::new("—"), Cell::new("unreadable"), Cell::new(e)])
+            }
+        };
+    }
+    Ok(format!("{t}\n{runs} run(s), {bad} unreadable, in {}\n", dir.display()))
+}
+
+/// A reason cut to one table line.
+fn short_reason(reason: &str) -> String {
+    let mut s: String = reason.chars().take(100).collect();
+    if reason.chars().count() > 100 {
+        s.push('…');
+    }
+    s
+}

@@ -17,6 +17,16 @@ fn doctor_is_green_with_both_services() {
     assert!(!ran.stdout.contains(":chaos@"), "password leaked: {}", ran.stdout);
 }
 
+/// `scripts/services.sh up` then `chaos doctor`, with nothing set: the
+/// doctor looks where the script put PostgreSQL, and says it did.
+#[test]
+fn doctor_finds_the_services_database_without_database_url() {
+    let ran = run(chaos().arg("doctor").env_remove("DATABASE_URL").env("KAFKA_BROKERS", brokers()));
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    assert!(ran.stdout.contains("✔ ┆ PostgreSQL"), "{}", ran.stdout);
+    assert!(ran.stdout.contains("DATABASE_URL unset: the default"), "{}", ran.stdout);
+}
+
 #[test]
 fn doctor_fails_fast_with_a_hint_when_kafka_is_not_listening() {
     let ran = run(chaos().arg("doctor").env("DATABASE_URL", database_url()).env("KAFKA_BROKERS", "127.0.0.1:1"));

@@ -203,3 +203,21 @@ fn runs_are_isolated_by_schema_topic_and_group() {
     assert_ne!(ra["infra"]["topic"], rb["infra"]["topic"]);
     assert_ne!(ra["infra"]["group"], rb["infra"]["group"]);
 }
+
+/// `chaos report <folder>` lists the runs a reports folder holds, with
+/// their verdicts: here a passing run, and a file that is no report,
+/// listed as unreadable rather than skipped.
+#[test]
+fn the_reports_folder_is_listed_with_verdicts() {
+    let dir = tempfile::tempdir().unwrap();
+    let smoke = run_scenario(Backend::Embedded, &root().join("scenarios/smoke.toml"), dir.path(), &[]);
+    assert_eq!(smoke.code, 0, "{}", smoke.stderr);
+    std::fs::write(dir.path().join("not-a-report.json"), "{}").unwrap();
+    let ran = run(chaos().arg("report").arg(dir.path()));
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    let run_id = smoke.json()["run_id"].as_str().unwrap().to_string();
+    let line = ran.stdout.lines().find(|l| l.contains(&run_id)).unwrap_or_else(|| panic!("{}", ran.stdout));
+    assert!(line.contains("pass") && line.contains("smoke"), "{line}");
+    assert!(ran.stdout.lines().any(|l| l.contains("not-a-report") && l.contains("unreadable")), "{}", ran.stdout);
+    assert!(ran.stdout.contains("1 run(s), 1 unreadable, in"), "{}", ran.stdout);
+}

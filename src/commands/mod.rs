@@ -51,6 +51,10 @@ async fn run_scenario(a: RunArgs) -> Result<Exit> {
 }
 
 fn show_report(file: &Path, markdown: bool) -> Result<Exit> {
+    if file.is_dir() {
+        print!("{}", report::list(file)?);
+        return Ok(Exit::Pass);
+    }
     let r = Report::load(file)?;
     print!("{}", report::render(&r, if markdown { Style::Markdown } else { Style::Terminal }));
     Ok(r.verdict.exit())
