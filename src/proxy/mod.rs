@@ -518,6 +518,27 @@ async fn shape(slot: &Slot, n: usize, rng: &mut rand::rngs::StdRng, faults: &Fau
     tokio::time::sleep(delay).await;
 }
 
+/// The next read of one direction, shaped (a blackhole waited out, latency
+/// and bandwidth) and counted for the slot; None at the end of the stream,
+/// once the other side is told. Every pump reads through it.
+async fn read_shaped(
+    from: &mut OwnedReadHalf,
+    buf: &mut [u8],
+    to: &mut OwnedWriteHalf,
+    slot: &Slot,
+    rng: &mut rand::rngs::StdRng,
+    faults: &FaultInjector,
+) -> std::result::Result<Option<usize>, String> {
+    let n = from.read(buf).await.map_err(|e| e.to_string())?;
+    if n == 0 {
+        let _ = to.shutdown().await;
+        return Ok(None);
+    }
+    shape(slot, n, rng, faults).await;
+    slot.moved.fetch_add(n as u64, Ordering::Relaxed);
+    Ok(Some(n))
+}
+
 /// Client to server: bytes as they come, shaped. On Kafka's wire, with a
 /// `kafka.*` point set, each request is noted before its bytes go on, so
 /// that its response, which cannot come sooner, finds it.
@@ -532,13 +553,7 @@ async fn pump_bytes(
     let mut rng = rand::rngs::StdRng::from_entropy();
     let mut framing = kafka::Requests::default();
     loop {
-        let n = from.read(&mut buf).await.map_err(|e| e.to_string())?;
-        if n == 0 {
-            let _ = to.shutdown().await;
-            return Ok(());
-        }
-        shape(slot, n, &mut rng, faults).await;
-        slot.moved.fetch_add(n as u64, Ordering::Relaxed);
+        let Some(n) = read_shaped(from, &mut buf, &mut to, slot, &mut rng, faults).await? else { return Ok(()) };
         if let Some(in_flight) = requests {
             match framing.feed(&buf[..n]) {
                 Ok(seen) => seen.into_iter().for_each(|r| in_flight.sent(r)),
@@ -572,13 +587,7 @@ async fn pump_broker(
     // must not leave a fired kill undone.
     let mut kill_at_end: Option<Claimed<'_>> = None;
     loop {
-        let n = from.read(&mut chunk).await.map_err(|e| e.to_string())?;
-        if n == 0 {
-            let _ = to.shutdown().await;
-            return Ok(());
-        }
-        shape(slot, n, &mut rng, faults).await;
-        slot.moved.fetch_add(n as u64, Ordering::Relaxed);
+        let Some(n) = read_shaped(&mut from, &mut chunk, to, slot, &mut rng, faults).await? else { return Ok(()) };
         let Some(in_flight) = requests else {
             to.write_all(&chunk[..n]).await.map_err(|e| e.to_string())?;
             continue;
@@ -637,13 +646,7 @@ async fn pump_server(mut from: OwnedReadHalf, to: &mut OwnedWriteHalf, slot: &Sl
     let watch_commits =
         [FaultPoint::DbCommitAckLost, FaultPoint::DbKillAfterCommit].iter().any(|p| faults.probability(*p) > 0.0);
     loop {
-        let n = from.read(&mut chunk).await.map_err(|e| e.to_string())?;
-        if n == 0 {
-            let _ = to.shutdown().await;
-            return Ok(());
-        }
-        shape(slot, n, &mut rng, faults).await;
-        slot.moved.fetch_add(n as u64, Ordering::Relaxed);
+        let Some(n) = read_shaped(&mut from, &mut chunk, to, slot, &mut rng, faults).await? else { return Ok(()) };
         if !watch_commits {
             to.write_all(&chunk[..n]).await.map_err(|e| e.to_string())?;
             continue;
