@@ -51,6 +51,8 @@ pub enum Command {
     Clean(CleanArgs),
     /// Prove the verifier can fail: run every classic mistake with the fault that exposes it, then the correct pipeline.
     Selftest(SelftestArgs),
+    /// Run a scenario over many seeds, one after the other (optionally with swarm fault rates per seed); stops at the first failure and can shrink it.
+    Sweep(SweepArgs),
     /// One relay or notifier instance as a process of its own; started by `chaos run` with components = "process".
     #[command(hide = true)]
     Component,
@@ -87,6 +89,50 @@ pub struct SelftestArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// The scenario file, e.g. scenarios/payments.toml.
+    pub scenario: PathBuf,
+    /// How many seeds to run.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub seeds: u32,
+    /// The first seed; the others count up from it.
+    #[arg(long, default_value_t = 1)]
+    pub first_seed: u64,
+    /// Draw every fault rate per seed: each fault the scenario sets is off on a quarter of the seeds, and otherwise runs at 1 to 4 times its rate (log-uniform, capped at 1). Faults the scenario leaves at 0 stay off. The rates are printed, saved and part of each replay command.
+    #[arg(long)]
+    pub swarm: bool,
+    /// Run every seed, instead of stopping at the first failure.
+    #[arg(long)]
+    pub keep_going: bool,
+    /// Shrink the first failure: replay it on the embedded backend with fewer payments and groups of fault firings switched off, until nothing more can go; prints the minimal schedule and its replay command.
+    #[arg(long)]
+    pub shrink: bool,
+    /// The most replays --shrink may take.
+    #[arg(long, default_value_t = crate::shrink::DEFAULT_BUDGET, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub shrink_runs: u32,
+    #[command(flatten)]
+    pub infra: InfraArgs,
+    /// Where the runs' reports and the sweep's JSON summary are written.
+    #[arg(long, default_value = "reports")]
+    pub reports_dir: PathBuf,
+    /// Print the summary as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Override the scenario's `[run] components`: in-process, or process.
+    #[arg(long, value_parser = parse_components)]
+    pub components: Option<crate::scenario::Components>,
+    /// Also write JUnit XML here: a test case per seed (and one for the shrink).
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// Override the scenario's `workload.payments`.
+    #[arg(long, value_name = "N")]
+    pub payments: Option<u64>,
+    /// Override one `[faults]` probability for every seed, e.g. --fault relay.after_produce=0.05 (repeatable); --swarm draws around it.
+    #[arg(long = "fault", value_name = "POINT=P", value_parser = parse_fault)]
+    pub faults: Vec<(crate::faults::FaultPoint, f64)>,
+}
+
+#[derive(Debug, Args)]
 pub struct InfraArgs {
     /// PostgreSQL url, e.g. postgres://chaos:chaos@127.0.0.1:5432/chaos. Unset: an embedded SQLite file.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
@@ -117,6 +163,44 @@ pub struct RunArgs {
     /// Also write JUnit XML here: a test case per invariant, per chaos check and one for the run itself.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+    #[command(flatten)]
+    pub changes: ScenarioChanges,
+}
+
+/// Changes to the scenario file from the command line; the report's replay
+/// command repeats them.
+#[derive(Debug, Args, Clone, Default)]
+pub struct ScenarioChanges {
+    /// Override the scenario's `workload.payments`.
+    #[arg(long, value_name = "N")]
+    pub payments: Option<u64>,
+    /// Override one `[faults]` probability, e.g. --fault relay.after_produce=0.05 (repeatable). Lowers a rate, or raises one the file sets; a fault the file leaves at 0 stays off.
+    #[arg(long = "fault", value_name = "POINT=P", value_parser = parse_fault)]
+    pub faults: Vec<(crate::faults::FaultPoint, f64)>,
+    /// Pin the firings by occurrence instead of the seed's decisions, e.g. 'relay.after_produce:3,17;notifier.mid_batch:2' (or none): each listed point fires at exactly those occurrences (counted from 0 across the run), the others never. `chaos sweep --shrink` prints one.
+    #[arg(long, value_name = "SCHEDULE", value_parser = parse_schedule)]
+    pub schedule: Option<crate::faults::Schedule>,
+}
+
+fn parse_fault(s: &str) -> Result<(crate::faults::FaultPoint, f64), String> {
+    use crate::faults::FaultPoint;
+    let (name, p) = s.split_once('=').ok_or_else(|| format!("{s:?}: write POINT=P, e.g. relay.after_produce=0.05"))?;
+    let point = FaultPoint::ALL.iter().copied().find(|f| f.name() == name.trim()).ok_or_else(|| {
+        format!(
+            "{:?} is not a fault point; expected one of {}",
+            name.trim(),
+            FaultPoint::ALL.iter().map(|f| f.name()).collect::<Vec<_>>().join(", ")
+        )
+    })?;
+    let p: f64 = p.trim().parse().map_err(|_| format!("{p:?} is not a probability; write a number from 0 to 1"))?;
+    if !(0.0..=1.0).contains(&p) {
+        return Err(format!("{p} is not a probability; write a number from 0 to 1"));
+    }
+    Ok((point, p))
+}
+
+fn parse_schedule(s: &str) -> Result<crate::faults::Schedule, String> {
+    crate::faults::Schedule::parse(s)
 }
 
 fn parse_components(s: &str) -> Result<crate::scenario::Components, String> {

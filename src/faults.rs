@@ -24,7 +24,7 @@ macro_rules! fault_points {
         $variant:ident = $name:literal, key $key:ident, per $unit:literal, confirmed by $confirmed:literal;
     )+) => {
         /// Every place the injector may strike.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
         pub enum FaultPoint {
             $($(#[$doc])* $variant,)+
         }
@@ -300,6 +300,100 @@ pub struct FaultRecord {
     pub at_ms: u64,
     /// What it hit, e.g. "batch of 12 events (first seq 340)".
     pub hit: String,
+    /// Which occurrence of its point it was, counted from 0 across the
+    /// run: what a [`Schedule`] names. None for a firing a component
+    /// process reported, whose occurrences count in that process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub occurrence: Option<u64>,
+}
+
+/// Fault firings pinned by occurrence, in place of the seeded decisions
+/// (`chaos run --schedule`, and what `chaos sweep --shrink` shrinks): a
+/// point fires at exactly the occurrences listed for it, and a point not
+/// listed never fires. Occurrences count each time any component reaches
+/// the point, from 0, so a schedule replays the same firings as far as the
+/// threads reach the points in the same order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Schedule(pub std::collections::BTreeMap<FaultPoint, std::collections::BTreeSet<u64>>);
+
+impl Schedule {
+    /// Every (point, occurrence), in point then occurrence order.
+    pub fn firings(&self) -> Vec<(FaultPoint, u64)> {
+        self.0.iter().flat_map(|(p, ns)| ns.iter().map(move |n| (*p, *n))).collect()
+    }
+
+    pub fn from_firings(firings: impl IntoIterator<Item = (FaultPoint, u64)>) -> Self {
+        let mut s = Schedule::default();
+        for (p, n) in firings {
+            s.0.entry(p).or_default().insert(n);
+        }
+        s
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.values().map(|ns| ns.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn fires(&self, point: FaultPoint, occurrence: u64) -> bool {
+        self.0.get(&point).is_some_and(|ns| ns.contains(&occurrence))
+    }
+
+    /// Parses `relay.after_produce:3,17;notifier.mid_batch:2`, or `none`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut s = Schedule::default();
+        let text = text.trim();
+        if text == "none" {
+            return Ok(s);
+        }
+        for part in text.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, list) = part.split_once(':').ok_or_else(|| {
+                format!("{part:?} has no occurrences; write POINT:N[,N...], e.g. relay.after_produce:3,17")
+            })?;
+            let point = FaultPoint::ALL.iter().copied().find(|p| p.name() == name.trim()).ok_or_else(|| {
+                format!(
+                    "{:?} is not a fault point; expected one of {}",
+                    name.trim(),
+                    FaultPoint::ALL.iter().map(|p| p.name()).collect::<Vec<_>>().join(", ")
+                )
+            })?;
+            if FaultPoint::SERVICE.contains(&point) {
+                return Err(format!(
+                    "{} strikes only on the scenario's [[nemesis.timeline]]; a schedule pins the other points",
+                    point.name()
+                ));
+            }
+            for n in list.split(',').map(str::trim) {
+                let n: u64 = n
+                    .parse()
+                    .map_err(|_| format!("{n:?} in {part:?} is not an occurrence; occurrences are integers from 0"))?;
+                s.0.entry(point).or_default().insert(n);
+            }
+        }
+        if s.is_empty() {
+            return Err("the schedule is empty; write POINT:N[,N...] separated by ';', or none".into());
+        }
+        Ok(s)
+    }
+}
+
+impl std::fmt::Display for Schedule {
+    /// The form [`Schedule::parse`] reads back.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.is_empty() {
+            return f.write_str("none");
+        }
+        let parts: Vec<String> = self
+            .0
+            .iter()
+            .filter(|(_, ns)| !ns.is_empty())
+            .map(|(p, ns)| format!("{}:{}", p.name(), ns.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",")))
+            .collect();
+        f.write_str(&parts.join(";"))
+    }
 }
 
 /// Per-point totals for the report.
@@ -355,6 +449,11 @@ pub struct FaultInjector {
     confirmed: [AtomicU64; N],
     awaited: Mutex<Awaited>,
     log: Mutex<Vec<FaultRecord>>,
+    /// Pinned firings, in place of the seeded decisions.
+    schedule: Option<Schedule>,
+    /// Every in-process firing by occurrence, uncapped: the schedule a
+    /// shrink starts from.
+    fired_at: Mutex<Vec<(FaultPoint, u64)>>,
     started: Instant,
     /// The same moment on the wall clock, which the database's timestamps
     /// share: what dates an anomaly against the fault log.
@@ -374,9 +473,27 @@ impl FaultInjector {
             confirmed: Default::default(),
             awaited: Mutex::new(Awaited::default()),
             log: Mutex::new(Vec::new()),
+            schedule: None,
+            fired_at: Mutex::new(Vec::new()),
             started: Instant::now(),
             started_wall: std::time::SystemTime::now(),
         }
+    }
+
+    /// The same injector with its decisions pinned to `schedule`.
+    /// A point the schedule leaves out counts as off (probability 0), so
+    /// the chaos checks ask only the listed points to fire; the timeline's
+    /// service faults are the timeline's.
+    pub fn with_schedule(mut self, schedule: Option<Schedule>) -> Self {
+        if let Some(s) = &schedule {
+            for p in FaultPoint::ALL.iter().filter(|p| !FaultPoint::SERVICE.contains(p)) {
+                if s.0.get(p).is_none_or(|ns| ns.is_empty()) {
+                    self.rates[p.index()] = 0.0;
+                }
+            }
+        }
+        self.schedule = schedule;
+        self
     }
 
     /// When the log's clock started, in milliseconds since the epoch.
@@ -393,15 +510,21 @@ impl FaultInjector {
     pub fn strike(&self, point: FaultPoint, component: &str, hit: impl FnOnce() -> String) -> bool {
         let i = point.index();
         let n = self.occurrences[i].fetch_add(1, Ordering::Relaxed);
-        if !decide(self.seed, point, n, self.rates[i]) {
+        let fires = match &self.schedule {
+            Some(s) => self.rates[i] > 0.0 && s.fires(point, n),
+            None => decide(self.seed, point, n, self.rates[i]),
+        };
+        if !fires {
             return false;
         }
         self.fired[i].fetch_add(1, Ordering::Relaxed);
+        self.fired_at.lock().unwrap_or_else(|p| p.into_inner()).push((point, n));
         let record = FaultRecord {
             point: point.name().to_string(),
             component: component.to_string(),
             at_ms: self.started.elapsed().as_millis() as u64,
             hit: hit(),
+            occurrence: Some(n),
         };
         tracing::info!(point = %record.point, component = %record.component, hit = %record.hit, "fault fired");
         // A component process tells the harness, which keeps the run's count.
@@ -422,6 +545,7 @@ impl FaultInjector {
     pub fn record_fired(&self, point: FaultPoint, mut record: FaultRecord) {
         self.fired[point.index()].fetch_add(1, Ordering::Relaxed);
         record.at_ms = self.started.elapsed().as_millis() as u64;
+        record.occurrence = None;
         self.push_log(record);
     }
 
@@ -541,6 +665,11 @@ impl FaultInjector {
                 confirmed: self.confirmed(*p),
             })
             .collect()
+    }
+
+    /// Every firing struck in this process, as a schedule that replays it.
+    pub fn fired_schedule(&self) -> Schedule {
+        Schedule::from_firings(self.fired_at.lock().unwrap_or_else(|p| p.into_inner()).iter().copied())
     }
 
     pub fn log(&self) -> Vec<FaultRecord> {

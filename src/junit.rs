@@ -114,6 +114,51 @@ pub fn for_selftest(s: &Summary, reports_dir: &Path) -> Report {
     report
 }
 
+/// The JUnit report of a sweep: a test case per seed run. A failing seed
+/// carries its anomalies' first examples, its replay command and, when the
+/// sweep shrank it, the minimal schedule's; a seed that proved nothing
+/// (inconclusive, incomplete, interrupted) is an error.
+pub fn for_sweep(s: &crate::sweep::Summary) -> Report {
+    let mut suite = TestSuite::new(format!("chaos sweep {}", s.scenario));
+    suite.set_time(Duration::from_secs_f64(s.seconds));
+    for r in &s.rows {
+        let status = match r.verdict {
+            Verdict::Pass => TestCaseStatus::success(),
+            v => {
+                let kind = if v == Verdict::Fail { NonSuccessKind::Failure } else { NonSuccessKind::Error };
+                let mut st = TestCaseStatus::non_success(kind);
+                st.set_message(format!("{}: {}", v.as_str(), r.reason)).set_type(v.as_str());
+                let mut text = String::new();
+                for a in &r.anomalies {
+                    text.push_str(&format!("{a}\n"));
+                }
+                for e in &r.examples {
+                    text.push_str(&format!("  {e}\n"));
+                }
+                text.push_str(&format!("replay: {}\nreport: {}.json\n", r.replay, r.run_id));
+                if let Some(sh) = s.shrink.as_ref().filter(|sh| sh.seed == r.seed && sh.reproduced) {
+                    text.push_str(&format!(
+                        "shrunk to {} firing(s) and {} payments ({}): {}\nminimal replay: {}\n",
+                        sh.firings.len(),
+                        sh.payments,
+                        sh.schedule,
+                        sh.note,
+                        sh.replay
+                    ));
+                }
+                st.set_description(text);
+                st
+            }
+        };
+        let mut case = TestCase::new(format!("seed {}", r.seed), status);
+        case.set_classname("seed").set_time(Duration::from_secs_f64(r.seconds));
+        suite.add_test_case(case);
+    }
+    let mut report = Report::new("chaos");
+    report.add_test_suite(suite);
+    report
+}
+
 /// Writes the report to `path`; a path that cannot be written is an I/O
 /// error (exit 74), named.
 pub fn write(report: &Report, path: &Path) -> Result<()> {

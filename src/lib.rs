@@ -45,6 +45,8 @@
 //! - [`progress`]: the live progress line on stderr.
 //! - [`run`]: wires one run together: infra, components, drain, verify, report.
 //! - [`selftest`]: the catalogue of classic mistakes the verifier must catch.
+//! - [`sweep`]: one scenario over many seeds, with `--swarm` rates per seed;
+//!   [`shrink`]: a failing seed's fault schedule made minimal.
 //! - [`bench`]: throughput, latency and memory, against a pgbench yardstick.
 //! - [`doctor`]: checks that PostgreSQL and Kafka answer.
 //! - [`clean`]: removes the schemas, topics, groups and files of old runs.
@@ -84,8 +86,10 @@ pub mod report;
 pub mod run;
 pub mod scenario;
 pub mod selftest;
+pub mod shrink;
 pub mod store;
 pub mod supervise;
+pub mod sweep;
 #[cfg(test)]
 pub mod testing;
 pub mod verifier;

@@ -26,6 +26,10 @@ pub struct Report {
     pub faults: Vec<FaultSummary>,
     /// The first faults that fired, in order (the counters in `faults` count all).
     pub fault_log: Vec<FaultRecord>,
+    /// Every firing struck in the harness's process, by occurrence: the
+    /// `--schedule` that replays them (`chaos sweep --shrink` starts here).
+    #[serde(default)]
+    pub fired: crate::faults::Schedule,
     pub invariants: Vec<Invariant>,
     /// "The chaos happened" checks; a failing one makes the run inconclusive.
     pub chaos_checks: Vec<Invariant>,

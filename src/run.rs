@@ -35,6 +35,36 @@ pub struct RunOptions {
     pub reports_dir: PathBuf,
     /// Overrides the scenario's `[run] components`.
     pub components: Option<Components>,
+    /// Overrides the scenario's `workload.payments`.
+    pub payments: Option<u64>,
+    /// Overrides `[faults]` probabilities, in order.
+    pub faults: Vec<(FaultPoint, f64)>,
+    /// Pins the firings by occurrence.
+    pub schedule: Option<crate::faults::Schedule>,
+}
+
+impl RunOptions {
+    /// Loads the scenario file and applies the command line's changes, each
+    /// checked as the file's keys are.
+    pub fn scenario(&self) -> Result<Scenario> {
+        let mut sc = scenario::load(&self.scenario)?;
+        if let Some(seed) = self.seed {
+            sc = sc.with_seed(seed);
+        }
+        if let Some(c) = self.components {
+            sc = sc.with_components(c);
+        }
+        if let Some(n) = self.payments {
+            sc = sc.with_payments(n)?;
+        }
+        for (p, rate) in &self.faults {
+            sc = sc.with_rate(*p, *rate)?;
+        }
+        if let Some(s) = &self.schedule {
+            sc = sc.with_schedule(s.clone())?;
+        }
+        Ok(sc)
+    }
 }
 
 /// Pool connections beyond one per producer and notifier: the drain's
@@ -84,13 +114,7 @@ impl Reporter for Quiet {
 
 /// Runs a scenario file end to end and returns the report and the exit code.
 pub async fn run(opts: RunOptions, reporter: &dyn Reporter) -> Result<(Report, Exit)> {
-    let mut sc = scenario::load(&opts.scenario)?;
-    if let Some(seed) = opts.seed {
-        sc = sc.with_seed(seed);
-    }
-    if let Some(c) = opts.components {
-        sc = sc.with_components(c);
-    }
+    let sc = opts.scenario()?;
     execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, reporter).await
 }
 
@@ -228,7 +252,7 @@ fn context(sc: &Arc<Scenario>, infra: &Infra, names: &RunNames) -> (ShutdownTrig
     let ctx = Ctx {
         scenario: sc.clone(),
         store: infra.store.clone(),
-        faults: Arc::new(FaultInjector::new(sc.seed, &sc.faults)),
+        faults: Arc::new(FaultInjector::new(sc.seed, &sc.faults).with_schedule(sc.schedule.clone())),
         stats: Arc::new(Stats::default()),
         shutdown,
         broker: infra.broker.clone(),
@@ -451,11 +475,12 @@ fn skeleton(sc: &Scenario, names: &RunNames, infra: &InfraInfo, faults: &FaultIn
             relay_command: sc.relay.command.as_ref().map(|c| c.shown()),
         },
         seed: sc.seed,
-        replay: format!("chaos run {} --seed {}", sc.path.display(), sc.seed),
+        replay: sc.replay(),
         infra: infra.clone(),
         counts: Default::default(),
         faults: faults.summary(),
         fault_log: faults.log().into_iter().take(REPORT_FAULT_LOG).collect(),
+        fired: Default::default(),
         invariants: vec![],
         chaos_checks: vec![],
         anomalies: vec![],
@@ -526,6 +551,7 @@ async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, still_running: bool) 
             }
         }
     };
+    rep.fired = ctx.faults.fired_schedule();
     rep.verdict = verdict;
     rep.reason = reason;
 }

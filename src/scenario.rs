@@ -476,6 +476,21 @@ pub struct Settings {
     pub allowed_anomalies: Vec<AnomalyKind>,
     pub infra_database_url: Option<String>,
     pub infra_kafka_brokers: Option<String>,
+    /// Firings pinned by occurrence in place of the seeded decisions
+    /// (`--schedule`).
+    #[serde(default)]
+    pub schedule: Option<crate::faults::Schedule>,
+    /// What the command line changed, for the replay command.
+    #[serde(default)]
+    pub overrides: Overrides,
+}
+
+/// The command line's changes to a scenario file, in the order given:
+/// what its replay command must repeat.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct Overrides {
+    pub faults: Vec<(FaultPoint, f64)>,
+    pub payments: Option<u64>,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -596,7 +611,82 @@ impl Scenario {
             )));
         }
         self.0.payments = payments;
+        self.0.overrides.payments = Some(payments);
         Ok(self)
+    }
+
+    /// The same scenario with one fault point's probability changed
+    /// (`--fault POINT=P`, and `chaos sweep --swarm`). It may lower a rate
+    /// or raise one the file sets, never turn on a point the file leaves
+    /// at 0: what a point needs (processes, the proxy, PostgreSQL) is
+    /// checked where the file is read.
+    pub fn with_rate(mut self, point: FaultPoint, p: f64) -> Result<Self, crate::Error> {
+        let name = point.name();
+        if !(0.0..=1.0).contains(&p) {
+            return Err(crate::Error::Usage(format!("--fault {name}={p}: a probability is a number from 0 to 1")));
+        }
+        if FaultPoint::SERVICE.contains(&point) {
+            return Err(crate::Error::Usage(format!(
+                "--fault {name}: a service fault strikes at the times of the scenario's [[nemesis.timeline]]; edit the timeline instead"
+            )));
+        }
+        if p > 0.0 && self.0.faults.get(point) == 0.0 {
+            return Err(crate::Error::Usage(format!(
+                "--fault {name}={p}: the scenario leaves faults.{} at 0; set it in the file to turn the fault on",
+                point.key()
+            )));
+        }
+        self.0.faults = self.0.faults.with(point, p);
+        self.0.overrides.faults.retain(|(q, _)| *q != point);
+        self.0.overrides.faults.push((point, p));
+        Ok(self)
+    }
+
+    /// The same scenario with its firings pinned (`--schedule`). Every
+    /// point listed must be on in the scenario; occurrences count across
+    /// the run's components, so they must run in this process.
+    pub fn with_schedule(mut self, schedule: crate::faults::Schedule) -> Result<Self, crate::Error> {
+        if let Some((p, _)) = schedule.0.iter().find(|(p, ns)| !ns.is_empty() && self.0.faults.get(**p) == 0.0) {
+            return Err(crate::Error::Usage(format!(
+                "--schedule names {}, which the scenario leaves at 0 (faults.{}); a schedule pins the firings of faults the scenario sets",
+                p.name(),
+                p.key()
+            )));
+        }
+        if self.0.components == Components::Process
+            || self.0.notifier.command.is_some()
+            || self.0.relay.command.is_some()
+        {
+            return Err(crate::Error::Usage(
+                "--schedule needs the reference components in this process (components = \"in-process\", no program under test): a process counts its own occurrences".into(),
+            ));
+        }
+        self.0.schedule = Some(schedule);
+        Ok(self)
+    }
+
+    /// The same scenario without its `[infra]` endpoints, so a run given
+    /// none takes the embedded backend (the shrinker's replays).
+    pub fn embedded(mut self) -> Self {
+        self.0.infra_database_url = None;
+        self.0.infra_kafka_brokers = None;
+        self
+    }
+
+    /// The command that replays this scenario's fault decisions: its file,
+    /// seed and every command-line change.
+    pub fn replay(&self) -> String {
+        let mut cmd = format!("chaos run {} --seed {}", self.0.path.display(), self.0.seed);
+        if let Some(n) = self.0.overrides.payments {
+            cmd.push_str(&format!(" --payments {n}"));
+        }
+        for (p, rate) in &self.0.overrides.faults {
+            cmd.push_str(&format!(" --fault {}={rate}", p.name()));
+        }
+        if let Some(s) = &self.0.schedule {
+            cmd.push_str(&format!(" --schedule '{s}'"));
+        }
+        cmd
     }
 }
 
@@ -768,6 +858,8 @@ impl Validator<'_> {
                 .collect::<Result<_, _>>()?,
             infra_database_url: raw.infra.database_url,
             infra_kafka_brokers: raw.infra.kafka_brokers,
+            schedule: None,
+            overrides: Overrides::default(),
         }))
     }
 

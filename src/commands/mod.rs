@@ -3,7 +3,7 @@
 //! with `--json`), and says which exit code it ends with. `main.rs` only
 //! parses, sets up the process and calls [`execute`].
 
-use crate::cli::{BenchArgs, CleanArgs, Command, RunArgs, SelftestArgs};
+use crate::cli::{BenchArgs, CleanArgs, Command, RunArgs, SelftestArgs, SweepArgs};
 use crate::error::{Error, Result};
 use crate::exit::Exit;
 use crate::report::{self, Report, Style};
@@ -21,6 +21,7 @@ pub async fn execute(command: Command) -> Result<Exit> {
         Command::Bench(a) => bench(a).await,
         Command::Clean(a) => clean(a).await,
         Command::Selftest(a) => selftest(a).await,
+        Command::Sweep(a) => sweep(a).await,
         Command::Component => crate::component::serve().await,
     }
 }
@@ -41,6 +42,9 @@ async fn run_scenario(a: RunArgs) -> Result<Exit> {
         brokers: a.infra.brokers,
         reports_dir: a.reports_dir,
         components: a.components,
+        payments: a.changes.payments,
+        faults: a.changes.faults,
+        schedule: a.changes.schedule,
     };
     let reporter: &dyn run::Reporter = if a.json { &reporters::Json } else { &reporters::Terminal };
     let (report, exit) = run::run(opts, reporter).await?;
@@ -129,4 +133,37 @@ async fn selftest(a: SelftestArgs) -> Result<Exit> {
         print!("{table}");
     }
     Ok(exit)
+}
+
+async fn sweep(a: SweepArgs) -> Result<Exit> {
+    let opts = crate::sweep::Options {
+        run: RunOptions {
+            scenario: a.scenario,
+            seed: None,
+            database_url: a.infra.database_url,
+            brokers: a.infra.brokers,
+            reports_dir: a.reports_dir.clone(),
+            components: a.components,
+            payments: a.payments,
+            faults: a.faults,
+            schedule: None,
+        },
+        first_seed: a.first_seed,
+        seeds: a.seeds,
+        swarm: a.swarm,
+        keep_going: a.keep_going,
+        shrink: a.shrink.then_some(a.shrink_runs),
+    };
+    let summary = crate::sweep::sweep(&opts, true).await?;
+    let saved = summary.save(&a.reports_dir)?;
+    if let Some(path) = &a.junit {
+        crate::junit::write(&crate::junit::for_sweep(&summary), path)?;
+    }
+    if a.json {
+        print_json(&summary)?;
+    } else {
+        print!("{}", crate::sweep::render(&summary));
+        println!("summary: {}", saved.display());
+    }
+    Ok(summary.exit())
 }

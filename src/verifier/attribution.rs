@@ -98,7 +98,7 @@ mod tests {
     use super::*;
 
     fn fault(point: &str, component: &str, at_ms: u64) -> FaultRecord {
-        FaultRecord { point: point.into(), component: component.into(), at_ms, hit: "x".into() }
+        FaultRecord { point: point.into(), component: component.into(), at_ms, hit: "x".into(), occurrence: None }
     }
 
     #[test]
