@@ -47,6 +47,9 @@ bash scripts/services.sh status || true
 log "making the Python examples' virtual environment (scripts/python-env.sh)"
 bash scripts/python-env.sh >/dev/null
 
+log "fetching the JUnit schema and xmllint (scripts/junit-schema.sh)"
+bash scripts/junit-schema.sh >/dev/null
+
 log "building"
 cargo build --locked --all-targets
 log "running the test suite against PostgreSQL at ${DATABASE_URL##*@} and Kafka ($KAFKA_BROKERS)"

@@ -713,6 +713,42 @@ mod tests {
     }
 
     #[test]
+    fn a_schedule_fires_exactly_its_occurrences_and_reads_back() {
+        let s = Schedule::parse("relay.after_produce:3,1; notifier.mid_batch:0").unwrap();
+        assert_eq!(s.to_string(), "relay.after_produce:1,3;notifier.mid_batch:0");
+        assert_eq!(Schedule::parse(&s.to_string()).unwrap(), s);
+        assert_eq!(Schedule::parse("none").unwrap().to_string(), "none");
+        let rates = FaultRates::none()
+            .with(FaultPoint::RelayAfterProduce, 0.5)
+            .with(FaultPoint::NotifierMidBatch, 0.5)
+            .with(FaultPoint::NotifierStall, 1.0);
+        let f = FaultInjector::new(9, &rates).with_schedule(Some(s.clone()));
+        let fired: Vec<bool> = (0..6).map(|_| f.strike(FaultPoint::RelayAfterProduce, "relay-1", String::new)).collect();
+        assert_eq!(fired, [false, true, false, true, false, false]);
+        assert!(f.strike(FaultPoint::NotifierMidBatch, "notifier-1", String::new));
+        assert!(!f.strike(FaultPoint::NotifierMidBatch, "notifier-1", String::new));
+        // A point the schedule leaves out never fires, and counts as off.
+        assert!((0..50).all(|_| !f.strike(FaultPoint::NotifierStall, "notifier-1", String::new)));
+        assert_eq!(f.probability(FaultPoint::NotifierStall), 0.0);
+        assert_eq!(f.fired_schedule(), s);
+        assert_eq!(f.log()[1].occurrence, Some(3));
+    }
+
+    #[test]
+    fn bad_schedules_are_refused_with_the_fix() {
+        for (text, says) in [
+            ("relay.after_produce", "POINT:N"),
+            ("relay.nope:1", "not a fault point"),
+            ("relay.after_produce:x", "not an occurrence"),
+            ("broker.kill:0", "nemesis.timeline"),
+            (";", "empty"),
+        ] {
+            let e = Schedule::parse(text).unwrap_err();
+            assert!(e.contains(says), "{text}: {e}");
+        }
+    }
+
+    #[test]
     fn all_is_in_discriminant_order() {
         // `strike` indexes its arrays by discriminant: a point missing from
         // ALL, or out of order, would index out of bounds or count wrongly.

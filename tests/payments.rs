@@ -58,6 +58,7 @@ fn payments_proves_exactly_once_under_crashes(backend: Backend) {
 /// JUnit for a failing run: the broken invariants are failures that carry
 /// their anomalies' examples and the replay command.
 fn failed_invariants_in_junit(dir: &std::path::Path, r: &serde_json::Value) {
+    validate_junit(&dir.join("junit.xml"));
     let back = quick_junit::Report::deserialize_from_str(&std::fs::read_to_string(dir.join("junit.xml")).unwrap())
         .expect("JUnit XML quick-junit reads");
     let suite = &back.test_suites[0];
@@ -139,6 +140,7 @@ fn smoke_passes(backend: Backend) {
     assert_eq!(ran.code, 0, "smoke on {backend:?}\nstderr:\n{}\nstdout:\n{}", ran.stderr, ran.stdout);
     let r = ran.json();
     // JUnit: a case per invariant and chaos check and one for the run, all green.
+    validate_junit(&junit);
     let back = quick_junit::Report::deserialize_from_str(&std::fs::read_to_string(&junit).unwrap()).unwrap();
     let suite = &back.test_suites[0];
     let checks = r["invariants"].as_array().unwrap().len() + r["chaos_checks"].as_array().unwrap().len();

@@ -43,6 +43,7 @@ fn selftest_catches_every_variant_with(backend: Backend, components: &str) {
     // The same verdicts as JUnit XML, read back with quick-junit: a case per
     // variant run, one for the correct pipeline, a skipped one per left out.
     let xml = std::fs::read_to_string(&junit).expect("the JUnit file");
+    validate_junit(&junit);
     let back = quick_junit::Report::deserialize_from_str(&xml).expect("JUnit XML quick-junit reads");
     let suite = &back.test_suites[0];
     assert_eq!((suite.tests, suite.failures, suite.errors), (n + 1 + left_out.len(), 0, 0), "{xml}");

@@ -176,3 +176,19 @@ pub fn processes_of_run(run_id: &str) -> Vec<i32> {
     }
     found
 }
+
+/// Checks a JUnit file against the schema CI systems read (junit-10.xsd,
+/// fetched by scripts/junit-schema.sh) with xmllint; panics with
+/// xmllint's complaint when it does not validate.
+pub fn validate_junit(path: &Path) {
+    let schema = Command::new("bash").arg(root().join("scripts/junit-schema.sh")).output().expect("bash");
+    assert!(schema.status.success(), "scripts/junit-schema.sh failed:\n{}", String::from_utf8_lossy(&schema.stderr));
+    let xsd = String::from_utf8_lossy(&schema.stdout).trim().to_string();
+    let out = Command::new("xmllint").arg("--noout").arg("--schema").arg(&xsd).arg(path).output().expect("xmllint");
+    assert!(
+        out.status.success(),
+        "{} does not validate against {xsd}:\n{}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -1,0 +1,174 @@
+//! `chaos sweep` on both backends: swarm rates per seed on the correct
+//! pipeline stay clean; a planted bug is found, stopped at (or run past with
+//! `--keep-going`), and shrunk to a schedule of a few firings whose replay
+//! command fails again. Its JUnit file validates against the schema CI
+//! systems read.
+
+mod common;
+use common::*;
+use std::path::Path;
+
+fn sweep(backend: Backend, scenario: &str, reports: &Path, extra: &[&str]) -> Ran {
+    let mut c = chaos();
+    c.arg("sweep").arg(root().join(scenario)).arg("--json").arg("--reports-dir").arg(reports).args(extra);
+    backend.apply(&mut c);
+    run(&mut c)
+}
+
+fn junit_cases(path: &Path) -> Vec<quick_junit::TestCase> {
+    validate_junit(path);
+    let back = quick_junit::Report::deserialize_from_str(&std::fs::read_to_string(path).unwrap())
+        .expect("JUnit XML quick-junit reads");
+    back.test_suites[0].test_cases.clone()
+}
+
+fn swarm_is_clean_on_the_correct_pipeline(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let junit = dir.path().join("sweep.junit.xml");
+    let ran = sweep(
+        backend,
+        "scenarios/smoke.toml",
+        dir.path(),
+        &["--seeds", "3", "--first-seed", "11", "--swarm", "--junit", junit.to_str().unwrap()],
+    );
+    assert_eq!(ran.code, 0, "sweep on {backend:?}\nstderr:\n{}\nstdout:\n{}", ran.stderr, ran.stdout);
+    let s = ran.json();
+    let rows = s["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    assert_eq!((s["passed"].as_u64(), s["failed"].as_u64()), (Some(3), Some(0)));
+    let (db, broker) = backend.expected_infra();
+    assert!(s["backend"].as_str().unwrap().starts_with(db) && s["backend"].as_str().unwrap().ends_with(broker));
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r["seed"], 11 + i as u64);
+        assert_eq!(r["verdict"], "pass");
+        // Swarm rates: one per fault the scenario sets, each off or within
+        // 1 to 4 times the file's rate, and in the replay command.
+        let rates = r["rates"].as_array().unwrap();
+        assert_eq!(rates.len(), 6, "{r}");
+        let replay = r["replay"].as_str().unwrap();
+        for x in rates {
+            let (point, p) = (x["point"].as_str().unwrap(), x["probability"].as_f64().unwrap());
+            assert!(replay.contains(&format!("--fault {point}={p}")), "{replay}");
+        }
+        assert!(rates.iter().any(|x| x["probability"].as_f64().unwrap() > 0.0));
+        assert!(r["faults_fired"].as_u64().unwrap() > 0);
+    }
+    assert_ne!(rows[0]["rates"], rows[1]["rates"], "each seed draws its own rates");
+    // The saved summary is the printed one.
+    let saved = dir.path().join(format!("{}.json", s["sweep_id"].as_str().unwrap()));
+    let back: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(saved).unwrap()).unwrap();
+    assert_eq!(back["rows"], s["rows"]);
+    let cases = junit_cases(&junit);
+    assert_eq!(cases.len(), 3);
+    assert!(cases.iter().all(|c| matches!(c.status, quick_junit::TestCaseStatus::Success { .. })));
+}
+
+#[test]
+fn swarm_sweep_is_clean_on_postgres_and_kafka() {
+    swarm_is_clean_on_the_correct_pipeline(Backend::Services);
+}
+
+#[test]
+fn swarm_sweep_is_clean_embedded() {
+    swarm_is_clean_on_the_correct_pipeline(Backend::Embedded);
+}
+
+const PLANTED: &str = "examples/planted/separate-transactions.toml";
+
+/// The planted bug: found at the first seed, shrunk to at most three
+/// firings of fewer payments, the failure seen again at least once when the
+/// minimal schedule is replayed; the JUnit failure carries the replays.
+fn planted_bug_is_found_and_shrunk(backend: Backend, keep_going: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let junit = dir.path().join("sweep.junit.xml");
+    let mut args = vec!["--seeds", "2", "--payments", "300", "--shrink", "--junit", junit.to_str().unwrap()];
+    if keep_going {
+        args.push("--keep-going");
+    }
+    let ran = sweep(backend, PLANTED, dir.path(), &args);
+    assert_eq!(ran.code, 1, "the planted bug must fail the sweep\nstderr:\n{}\nstdout:\n{}", ran.stderr, ran.stdout);
+    let s = ran.json();
+    let rows = s["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), if keep_going { 2 } else { 1 }, "stops at the first failure unless --keep-going");
+    assert_eq!(rows[0]["verdict"], "fail");
+    assert!(rows[0]["anomalies"].to_string().contains("missing effect"), "{}", rows[0]);
+    let sh = &s["shrink"];
+    assert_eq!(sh["reproduced"], true, "{sh}");
+    let firings = sh["firings"].as_array().unwrap();
+    assert!(!firings.is_empty() && firings.len() <= 3, "{sh}");
+    assert!(firings.iter().any(|f| f["point"] == "notifier.mid_batch"), "the bug needs a mid-batch crash: {sh}");
+    assert!(sh["payments"].as_u64().unwrap() < 300, "{sh}");
+    assert!(sh["from_firings"].as_u64().unwrap() > firings.len() as u64, "{sh}");
+    assert!(sh["confirmed"].as_u64().unwrap() >= 1, "{sh}");
+    let replay = sh["replay"].as_str().unwrap();
+    assert!(replay.contains("--schedule") && replay.contains("--payments"), "{replay}");
+
+    // The JUnit failure of the seed carries its replay and the minimal one.
+    let cases = junit_cases(&junit);
+    match &cases[0].status {
+        quick_junit::TestCaseStatus::NonSuccess { kind, description, .. } => {
+            assert_eq!(*kind, quick_junit::NonSuccessKind::Failure);
+            let text = description.as_ref().map(|d| d.to_string()).unwrap_or_default();
+            assert!(text.contains("missing effect") && text.contains("replay: chaos run"), "{text}");
+            assert!(text.contains(&format!("minimal replay: {replay}")), "{text}");
+        }
+        other => panic!("the failing seed's case: {other:?}"),
+    }
+
+    // The printed replay command runs as printed: the schedule fires as pinned.
+    let words: Vec<String> = replay
+        .split(" --")
+        .skip(1)
+        .flat_map(|w| {
+            let (flag, value) = w.split_once(' ').unwrap();
+            [format!("--{flag}"), value.trim_matches('\'').to_string()]
+        })
+        .collect();
+    let mut c = chaos();
+    c.arg("run").arg(root().join(PLANTED)).args(&words).arg("--json").arg("--reports-dir").arg(dir.path());
+    Backend::Embedded.apply(&mut c);
+    let again = run(&mut c);
+    assert!(matches!(again.code, 0 | 1 | 4), "{}", again.stderr);
+    let r = again.json();
+    assert_eq!(r["replay"].as_str().unwrap(), replay, "the run's own replay command is the one it was run with");
+    let fired: u64 = r["faults"].as_array().unwrap().iter().map(|f| f["fired"].as_u64().unwrap()).sum();
+    assert!(fired <= firings.len() as u64, "only the pinned firings fire: {fired}");
+}
+
+#[test]
+fn planted_bug_is_found_and_shrunk_embedded() {
+    planted_bug_is_found_and_shrunk(Backend::Embedded, false);
+}
+
+#[test]
+fn planted_bug_is_found_on_postgres_and_kafka_and_shrunk_embedded_with_keep_going() {
+    planted_bug_is_found_and_shrunk(Backend::Services, true);
+}
+
+#[test]
+fn bad_sweep_and_override_flags_exit_2_with_one_line() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["sweep", "scenarios/smoke.toml", "--seeds", "0"], "--seeds"),
+        (&["sweep", "no/such.toml"], "cannot read the scenario file"),
+        (&["run", "scenarios/smoke.toml", "--fault", "relay.nope=0.1"], "not a fault point"),
+        (&["run", "scenarios/smoke.toml", "--fault", "relay.after_produce=2"], "not a probability"),
+        (&["run", "scenarios/smoke.toml", "--fault", "notifier.stall=0.1"], "leaves faults.notifier_stall at 0"),
+        (&["sweep", "scenarios/smoke.toml", "--fault", "notifier.stall=0.1"], "leaves faults.notifier_stall at 0"),
+        (&["run", "scenarios/smoke.toml", "--schedule", "relay.after_produce:x"], "not an occurrence"),
+        (&["run", "scenarios/smoke.toml", "--schedule", "notifier.stall:1"], "leaves at 0"),
+        (
+            &["run", "scenarios/smoke.toml", "--components", "process", "--schedule", "relay.after_produce:1"],
+            "in this process",
+        ),
+        (&["run", "scenarios/smoke.toml", "--payments", "0"], "--payments"),
+    ];
+    for (args, says) in cases {
+        let mut c = chaos();
+        c.args(*args).arg("--reports-dir").arg(std::env::temp_dir().join("chaos-bad-sweep"));
+        Backend::Embedded.apply(&mut c);
+        let ran = run(&mut c);
+        assert_eq!(ran.code, 2, "{args:?}: exit {}\n{}", ran.code, ran.stderr);
+        assert!(ran.stderr.contains(says), "{args:?}: {}", ran.stderr);
+        assert!(!ran.stderr.contains("panicked"), "{args:?}: {}", ran.stderr);
+    }
+}
