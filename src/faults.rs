@@ -313,8 +313,24 @@ pub struct FaultRecord {
 /// listed never fires. Occurrences count each time any component reaches
 /// the point, from 0, so a schedule replays the same firings as far as the
 /// threads reach the points in the same order.
+///
+/// In JSON it is the text `--schedule` reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub struct Schedule(pub std::collections::BTreeMap<FaultPoint, std::collections::BTreeSet<u64>>);
+
+impl From<Schedule> for String {
+    fn from(s: Schedule) -> String {
+        s.to_string()
+    }
+}
+
+impl TryFrom<String> for Schedule {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        Schedule::parse(&s)
+    }
+}
 
 impl Schedule {
     /// Every (point, occurrence), in point then occurrence order.

@@ -133,6 +133,10 @@ fn planted_bug_is_found_and_shrunk(backend: Backend, keep_going: bool) {
     assert_eq!(r["replay"].as_str().unwrap(), replay, "the run's own replay command is the one it was run with");
     let fired: u64 = r["faults"].as_array().unwrap().iter().map(|f| f["fired"].as_u64().unwrap()).sum();
     assert!(fired <= firings.len() as u64, "only the pinned firings fire: {fired}");
+    // And they fire at the pinned occurrences, nowhere else.
+    let pinned = chaos::faults::Schedule::parse(sh["schedule"].as_str().unwrap()).unwrap().firings();
+    let seen = chaos::faults::Schedule::parse(r["fired"].as_str().unwrap()).unwrap().firings();
+    assert!(!seen.is_empty() && seen.iter().all(|f| pinned.contains(f)), "pinned {pinned:?}, fired {seen:?}");
 }
 
 #[test]
