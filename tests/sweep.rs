@@ -15,6 +15,23 @@ fn sweep(backend: Backend, scenario: &str, reports: &Path, extra: &[&str]) -> Ra
     run(&mut c)
 }
 
+/// Runs a printed replay command (`chaos run <scenario> --flag value ...`)
+/// on `backend`, as a user would paste it.
+fn replay_run(backend: Backend, scenario: &str, replay: &str, reports: &Path) -> Ran {
+    let words: Vec<String> = replay
+        .split(" --")
+        .skip(1)
+        .flat_map(|w| {
+            let (flag, value) = w.split_once(' ').unwrap();
+            [format!("--{flag}"), value.trim_matches('\'').to_string()]
+        })
+        .collect();
+    let mut c = chaos();
+    c.arg("run").arg(root().join(scenario)).args(&words).arg("--json").arg("--reports-dir").arg(reports);
+    backend.apply(&mut c);
+    run(&mut c)
+}
+
 fn junit_cases(path: &Path) -> Vec<quick_junit::TestCase> {
     validate_junit(path);
     let back = quick_junit::Report::deserialize_from_str(&std::fs::read_to_string(path).unwrap())
@@ -54,6 +71,15 @@ fn swarm_is_clean_on_the_correct_pipeline(backend: Backend) {
         assert!(r["faults_fired"].as_u64().unwrap() > 0);
     }
     assert_ne!(rows[0]["rates"], rows[1]["rates"], "each seed draws its own rates");
+    // A seed's replay command runs it again with its rates.
+    let again = replay_run(backend, "scenarios/smoke.toml", rows[0]["replay"].as_str().unwrap(), dir.path());
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    let r = again.json();
+    assert_eq!(r["seed"], 11);
+    for x in rows[0]["rates"].as_array().unwrap() {
+        let f = r["faults"].as_array().unwrap().iter().find(|f| f["point"] == x["point"]).unwrap();
+        assert_eq!(f["probability"], x["probability"], "{}", x["point"]);
+    }
     // The saved summary is the printed one.
     let saved = dir.path().join(format!("{}.json", s["sweep_id"].as_str().unwrap()));
     let back: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(saved).unwrap()).unwrap();
@@ -116,18 +142,7 @@ fn planted_bug_is_found_and_shrunk(backend: Backend, keep_going: bool) {
     }
 
     // The printed replay command runs as printed: the schedule fires as pinned.
-    let words: Vec<String> = replay
-        .split(" --")
-        .skip(1)
-        .flat_map(|w| {
-            let (flag, value) = w.split_once(' ').unwrap();
-            [format!("--{flag}"), value.trim_matches('\'').to_string()]
-        })
-        .collect();
-    let mut c = chaos();
-    c.arg("run").arg(root().join(PLANTED)).args(&words).arg("--json").arg("--reports-dir").arg(dir.path());
-    Backend::Embedded.apply(&mut c);
-    let again = run(&mut c);
+    let again = replay_run(Backend::Embedded, PLANTED, replay, dir.path());
     assert!(matches!(again.code, 0 | 1 | 4), "{}", again.stderr);
     let r = again.json();
     assert_eq!(r["replay"].as_str().unwrap(), replay, "the run's own replay command is the one it was run with");
