@@ -739,7 +739,8 @@ mod tests {
             .with(FaultPoint::NotifierMidBatch, 0.5)
             .with(FaultPoint::NotifierStall, 1.0);
         let f = FaultInjector::new(9, &rates).with_schedule(Some(s.clone()));
-        let fired: Vec<bool> = (0..6).map(|_| f.strike(FaultPoint::RelayAfterProduce, "relay-1", String::new)).collect();
+        let fired: Vec<bool> =
+            (0..6).map(|_| f.strike(FaultPoint::RelayAfterProduce, "relay-1", String::new)).collect();
         assert_eq!(fired, [false, true, false, true, false, false]);
         assert!(f.strike(FaultPoint::NotifierMidBatch, "notifier-1", String::new));
         assert!(!f.strike(FaultPoint::NotifierMidBatch, "notifier-1", String::new));

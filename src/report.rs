@@ -412,7 +412,7 @@ fn render_footer(r: &Report, out: &mut String) {
 
 /// `chaos report <folder>`: the runs whose reports the folder holds, oldest
 /// first (run ids sort by time), with their verdicts. A file that is not a
-/// run's report (a bench's, a JUnit file) is left out; one that cannot be
+/// run's report (a bench's, a sweep's summary, a JUnit file) is left out; one that cannot be
 /// read is listed as such, never skipped in silence.
 pub fn list(dir: &Path) -> Result<String> {
     let read = std::fs::read_dir(dir).map_err(|e| Error::ReportRead { path: dir.into(), cause: e.to_string() })?;
@@ -420,6 +420,7 @@ pub fn list(dir: &Path) -> Result<String> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .filter(|p| !p.to_string_lossy().ends_with(".bench.json"))
+        .filter(|p| !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("sweep-")))
         .collect();
     files.sort();
     let mut t = Table::new();

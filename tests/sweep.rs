@@ -84,6 +84,12 @@ fn swarm_is_clean_on_the_correct_pipeline(backend: Backend) {
     let saved = dir.path().join(format!("{}.json", s["sweep_id"].as_str().unwrap()));
     let back: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(saved).unwrap()).unwrap();
     assert_eq!(back["rows"], s["rows"]);
+    // `chaos report <dir>` lists the seeds' runs, not the sweep's summary.
+    let mut c = chaos();
+    c.arg("report").arg(dir.path());
+    let listed = run(&mut c);
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    assert!(listed.stdout.contains("4 run(s), 0 unreadable"), "{}", listed.stdout);
     let cases = junit_cases(&junit);
     assert_eq!(cases.len(), 3);
     assert!(cases.iter().all(|c| matches!(c.status, quick_junit::TestCaseStatus::Success { .. })));
