@@ -13,17 +13,19 @@ use crate::notifier;
 use crate::program::{Database, Programs};
 use crate::progress::Progress;
 use crate::proxy::Lanes;
-use crate::report::{self, ComponentFigures, InfraInfo, Report, ScenarioInfo, Stages, Timings};
+use crate::report::{self, ComponentFigures, InfraInfo, Report, Sample, ScenarioInfo, Stages, Timings};
 use crate::scenario::Components;
 use crate::scenario::{self, Scenario};
 use crate::store::{postgres::PgStore, sqlite::SqliteStore, Store};
-use crate::verifier::{attribution, reconcile, topic, verdict, Ledger, Verdict};
+use crate::verifier::{attribution, reconcile, story, topic, verdict, Ledger, Verdict};
 use crate::{relay, workload};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tracing::{info, warn};
+use uuid::Uuid;
 
 /// What `chaos run` was asked to do.
 #[derive(Debug, Clone)]
@@ -54,8 +56,8 @@ const DRAIN_POLL: Duration = Duration::from_millis(250);
 pub enum Event<'a> {
     /// The infrastructure is open; the components start next.
     Started { run_id: &'a str, scenario: &'a str, seed: u64, infra: &'a str },
-    /// The run ended and its report was saved at `json` and `md`.
-    Finished { report: &'a Report, json: &'a Path, md: &'a Path },
+    /// The run ended and its report was saved at `json`, `md` and `html`.
+    Finished { report: &'a Report, json: &'a Path, md: &'a Path, html: &'a Path },
 }
 
 /// Consumes a run's events.
@@ -139,6 +141,7 @@ pub async fn execute(
     let slots = lanes.as_ref().map(|l| l.slots()).unwrap_or_default();
     components.extend(crate::nemesis::start(&ctx, acting.subscribe(), slots));
     let progress = Progress::start(sc.payments, stats.clone(), faults.clone(), reporter.shows_progress());
+    let (series, stop_series) = sample(stats.clone());
     let mut ran = drive(&ctx, &workload_ctx, programs.as_ref(), &acting).await;
     trigger.trigger();
     components.extend(ctx.tasks.take());
@@ -147,6 +150,8 @@ pub async fn execute(
         _ = crate::interrupt::requested(), if !ran.interrupted => { ran.interrupted = true; Stopped::default() }
     };
     progress.finish();
+    let _ = stop_series.send(());
+    let series = series.await.unwrap_or_default();
     if let Some(l) = lanes {
         l.close();
     }
@@ -162,6 +167,7 @@ pub async fn execute(
     }
 
     let mut rep = skeleton(&sc, &names, &infra.info, &faults, &stats);
+    rep.series = series;
     rep.timings = Timings { setup_ms, workload_ms: ran.workload_ms, drain_ms: ran.drain_ms, ..Default::default() };
     let t_verify = Instant::now();
     judge(&mut rep, &ctx, &mut ran, !stopped.stuck.is_empty()).await;
@@ -169,8 +175,8 @@ pub async fn execute(
     rep.timings.total_ms = started.elapsed().as_millis() as u64;
     infra.close().await;
 
-    let (json, md) = rep.save(reports_dir)?;
-    reporter.event(&Event::Finished { report: &rep, json: &json, md: &md })?;
+    let saved = rep.save(reports_dir)?;
+    reporter.event(&Event::Finished { report: &rep, json: &saved.json, md: &saved.md, html: &saved.html })?;
     let exit = rep.verdict.exit();
     Ok((rep, exit))
 }
@@ -463,6 +469,9 @@ fn skeleton(sc: &Scenario, names: &RunNames, infra: &InfraInfo, faults: &FaultIn
         timings: Timings::default(),
         latency_ms: None,
         stages: stages(stats),
+        series: vec![],
+        fault_spans_ms: fault_spans(sc),
+        stories: vec![],
         verdict: Verdict::Incomplete,
         reason: String::new(),
     }
@@ -505,10 +514,11 @@ async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, still_running: bool) 
                 None => format!("verification could not read the ground truth: {e}"),
             },
         ),
-        Some(Ok(r)) => {
+        Some(Ok((r, topic_side))) => {
             let mut anomalies = r.anomalies;
             verdict::allow(&mut anomalies, &sc.allowed_anomalies);
             attribute(&store, &mut anomalies, ctx).await;
+            rep.stories = stories(&store, &anomalies, topic_side, ctx).await;
             rep.faults = ctx.faults.summary();
             let chaos = verdict::chaos_checks(&rep.faults);
             let (v, why) = verdict::verdict(sc.exactly_once, &r.invariants, &anomalies, &chaos);
@@ -645,7 +655,12 @@ const TOPIC_READ_PER_PAYMENT: Duration = Duration::from_micros(100);
 
 /// Reads the ground truth against the workload's record of intent,
 /// confirms the faults the topic shows, and reconciles.
-async fn verify(store: &Store, names: &RunNames, sc: &Scenario, ctx: &Ctx) -> Result<reconcile::Reconciliation> {
+async fn verify(
+    store: &Store,
+    names: &RunNames,
+    sc: &Scenario,
+    ctx: &Ctx,
+) -> Result<(reconcile::Reconciliation, TopicSide)> {
     let mut ledger = Ledger::new();
     for p in ctx.intent.take() {
         ledger.add_intended(p);
@@ -659,10 +674,84 @@ async fn verify(store: &Store, names: &RunNames, sc: &Scenario, ctx: &Ctx) -> Re
         }
     }
     let spec = reconcile::Spec { payments: sc.payments, outbox: sc.publish == crate::scenario::PublishMode::Outbox };
-    let r = ledger.reconcile(&spec);
+    let r = ledger.check(&spec);
     // A poison message's effect is its dead letter.
     ctx.faults.confirm(FaultPoint::WorkloadPoison, r.counts.dead_letters_matched);
-    Ok(r)
+    // What the stories need of the topic, while the ledger still holds it.
+    let subjects: Vec<_> = story::wanted(&r.anomalies).into_iter().map(|(_, _, s)| s).collect();
+    let topic_side = if subjects.is_empty() { TopicSide::default() } else { ledger.messages_of(&subjects) };
+    Ok((r, topic_side))
+}
+
+/// For the stories: each subject's payment, and each payment's messages.
+type TopicSide = (HashMap<Uuid, Uuid>, HashMap<Uuid, Vec<story::TopicMessage>>);
+
+/// Each anomaly example's story ([`story`]): the topic's side from the
+/// ledger, the database's dated rows read now. A failed read leaves the
+/// report without stories: it never changes a verdict.
+async fn stories(
+    store: &Store,
+    anomalies: &[crate::verifier::Anomaly],
+    (payment_of, messages): TopicSide,
+    ctx: &Ctx,
+) -> Vec<story::Story> {
+    let mut payments: Vec<Uuid> = payment_of.values().copied().collect();
+    if payments.is_empty() {
+        return vec![];
+    }
+    payments.sort_unstable();
+    payments.dedup();
+    match store.story(&payments).await {
+        Ok(rows) => story::tell(anomalies, &payment_of, &messages, &rows, ctx.faults.started_epoch_ms()),
+        Err(e) => {
+            warn!(cause = %e, "reading the anomalies' stories failed");
+            vec![]
+        }
+    }
+}
+
+/// Samples the counters the progress line shows, for the report's chart,
+/// until told to stop (then once more). Past [`report::SERIES_MAX`]
+/// samples it keeps every other one and samples half as often.
+fn sample(stats: Arc<Stats>) -> (tokio::task::JoinHandle<Vec<Sample>>, tokio::sync::oneshot::Sender<()>) {
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let mut every = Duration::from_millis(report::SAMPLE_EVERY_MS);
+        let mut series = Vec::new();
+        let now = |s: &Stats| Sample {
+            at_ms: s.origin.elapsed().as_millis() as u64,
+            written: Stats::get(&s.payments_written),
+            published: Stats::get(&s.messages_published),
+            applied: Stats::get(&s.events_applied),
+        };
+        loop {
+            series.push(now(&stats));
+            if series.len() >= report::SERIES_MAX {
+                series = series.into_iter().step_by(2).collect();
+                every *= 2;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = &mut stopped => break,
+            }
+        }
+        series.push(now(&stats));
+        series
+    });
+    (task, stop)
+}
+
+/// How long each scheduled fault lasts, for the chart's bands: the
+/// timeline's `for` (its first entry per fault point) and a pause's length.
+fn fault_spans(sc: &Scenario) -> std::collections::BTreeMap<String, u64> {
+    let mut spans = std::collections::BTreeMap::new();
+    for t in &sc.timeline {
+        spans.entry(t.point.name().to_string()).or_insert(t.lasts.as_millis() as u64);
+    }
+    if sc.faults.get(FaultPoint::ProcessPause) > 0.0 {
+        spans.insert(FaultPoint::ProcessPause.name().to_string(), sc.pause.as_millis() as u64);
+    }
+    spans
 }
 
 /// How long the workload may take, group wait included: generous (a
