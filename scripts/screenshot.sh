@@ -3,7 +3,8 @@
 #
 #   scripts/screenshot.sh <report.html> <out.png> [WIDTHxHEIGHT]   # default 1100x2400
 #
-# Installs Debian's chromium package when it is missing and apt-get is
+# CHAOS_SCREENSHOT_SCALE (default 1) scales the page: 0.75 gives a smaller
+# picture of the same layout. Installs Debian's chromium package when it is missing and apt-get is
 # there (as root), as scripts/test.sh installs build tools. Chromium is
 # given a time limit, so a stuck browser never hangs the caller.
 set -euo pipefail
@@ -38,6 +39,7 @@ trap 'rm -rf "$profile"' EXIT
 rm -f "$out_abs"
 timeout -k 5 "${CHAOS_SCREENSHOT_TIMEOUT:-60}" "$browser" --headless --no-sandbox --disable-gpu \
   --hide-scrollbars --user-data-dir="$profile" --window-size="${size/x/,}" \
+  --force-device-scale-factor="${CHAOS_SCREENSHOT_SCALE:-1}" \
   --screenshot="$out_abs" "file://$abs" >/dev/null 2>&1 || true
 if [ ! -s "$out_abs" ]; then
   log "chromium wrote no screenshot of $page"; exit 1

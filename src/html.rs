@@ -541,6 +541,7 @@ fn timeline(
             }
         })
         .x_desc("seconds into the run")
+        .light_line_style(WHITE)
         .draw()
         .map_err(e)?;
     let window: Vec<FaultRecord> = log
