@@ -11,7 +11,7 @@ use crate::faults::FaultPoint;
 use crate::infra::{Endpoints, RunNames};
 use crate::notifier;
 use crate::program::{Database, Programs};
-use crate::progress::Progress;
+use crate::progress::{Phase, Progress};
 use crate::proxy::Lanes;
 use crate::report::{self, ComponentFigures, InfraInfo, Report, Sample, ScenarioInfo, Stages, Timings};
 use crate::scenario::Components;
@@ -125,6 +125,7 @@ pub async fn execute(
     }
     reporter.event(&Event::Started { run_id: &names.run_id, scenario: &sc.name, seed: sc.seed, infra: &infra_line })?;
     info!(run_id = %names.run_id, seed = sc.seed, "starting");
+    let progress = Progress::start(sc.payments, ctx.stats.clone(), ctx.faults.clone(), reporter.shows_progress());
     infra.broker.create_topic(&names.topic, sc.partitions).await?;
     let setup_ms = started.elapsed().as_millis() as u64;
 
@@ -140,16 +141,14 @@ pub async fn execute(
     };
     let slots = lanes.as_ref().map(|l| l.slots()).unwrap_or_default();
     components.extend(crate::nemesis::start(&ctx, acting.subscribe(), slots));
-    let progress = Progress::start(sc.payments, stats.clone(), faults.clone(), reporter.shows_progress());
     let (series, stop_series) = sample(stats.clone());
-    let mut ran = drive(&ctx, &workload_ctx, programs.as_ref(), &acting).await;
+    let mut ran = drive(&ctx, &workload_ctx, programs.as_ref(), &acting, &progress).await;
     trigger.trigger();
     components.extend(ctx.tasks.take());
     let stopped = tokio::select! {
         s = stop(components) => s,
         _ = crate::interrupt::requested(), if !ran.interrupted => { ran.interrupted = true; Stopped::default() }
     };
-    progress.finish();
     let _ = stop_series.send(());
     let series = series.await.unwrap_or_default();
     if let Some(l) = lanes {
@@ -170,7 +169,9 @@ pub async fn execute(
     rep.series = series;
     rep.timings = Timings { setup_ms, workload_ms: ran.workload_ms, drain_ms: ran.drain_ms, ..Default::default() };
     let t_verify = Instant::now();
+    progress.phase(Phase::Verify);
     judge(&mut rep, &ctx, &mut ran, !stopped.stuck.is_empty()).await;
+    progress.finish();
     rep.timings.verify_ms = t_verify.elapsed().as_millis() as u64;
     rep.timings.total_ms = started.elapsed().as_millis() as u64;
     infra.close().await;
@@ -381,7 +382,13 @@ struct Ran {
 /// The workload (after the group wait, bounded by [`workload_limit`]),
 /// then the drain; either may be cut short by a signal, or by a program
 /// under test that failed. After a signal, a second one exits at once.
-async fn drive(ctx: &Ctx, workload_ctx: &Ctx, programs: Option<&Programs>, acting: &watch::Sender<bool>) -> Ran {
+async fn drive(
+    ctx: &Ctx,
+    workload_ctx: &Ctx,
+    programs: Option<&Programs>,
+    acting: &watch::Sender<bool>,
+    progress: &Progress,
+) -> Ran {
     let mut ran = Ran::default();
     let mut failed = std::pin::pin!(program_failure(programs));
     let t_work = Instant::now();
@@ -400,8 +407,10 @@ async fn drive(ctx: &Ctx, workload_ctx: &Ctx, programs: Option<&Programs>, actin
     if ran.incomplete.is_none() && !ran.interrupted {
         let workload = async {
             if !programs.is_some_and(|p| p.has_notifier()) {
+                progress.phase(Phase::Group);
                 group_ready(ctx).await;
             }
+            progress.phase(Phase::Workload);
             workload::run(workload_ctx.clone()).await
         };
         tokio::select! {
@@ -419,6 +428,7 @@ async fn drive(ctx: &Ctx, workload_ctx: &Ctx, programs: Option<&Programs>, actin
     }
     ran.workload_ms = t_work.elapsed().as_millis() as u64;
     let t_drain = Instant::now();
+    progress.phase(Phase::Drain);
     if ran.incomplete.is_none() && !ran.interrupted {
         tokio::select! {
             r = drain(ctx) => if let Err(why) = r {
