@@ -417,6 +417,12 @@ fn fault_marks<DB: DrawingBackend>(
         let (a, b) = (f.at_ms as f64 / 1000.0, (f.at_ms + len) as f64 / 1000.0);
         Rectangle::new([(a, 0.0), (b, y_top)], fault_colour(&f.point).mix(0.18).filled())
     }))?;
+    // A band is named at its top; marks are many and the legend names them.
+    let bands = log.iter().filter_map(|f| spans.get(&f.point).map(|len| (f, *len)));
+    c.draw_series(bands.map(|(f, _)| {
+        let font = ("sans-serif", 12).into_font().color(&fault_colour(&f.point));
+        Text::new(format!(" {}", f.point), (f.at_ms as f64 / 1000.0, y_top * 0.98), font)
+    }))?;
     let marks = log.iter().filter(|f| !spans.contains_key(&f.point));
     c.draw_series(marks.map(|f| {
         let x = f.at_ms as f64 / 1000.0;
@@ -459,13 +465,17 @@ fn latency(l: &report::Latency, area: &DrawingArea<SVGBackend<'_>, Shift>) -> st
     // A bucket spans (the previous one's bound, its own]; on the log axis the
     // 0 ms bucket is drawn just left of 1 ms.
     const ZERO: f64 = 0.25;
-    let hi = l.buckets.last().map_or(2, |b| b.up_to_ms.max(2)) as f64;
+    let bounds = |b: &report::LatencyBucket| (b.up_to_ms as f64).max(ZERO * 2.0);
+    let lows: Vec<f64> = std::iter::once(ZERO).chain(l.buckets.iter().map(bounds)).collect();
+    // From the first bucket with events to a little past the last.
+    let lo = l.buckets.iter().zip(&lows).find(|(b, _)| b.events > 0).map_or(ZERO, |(_, low)| *low);
+    let hi = l.buckets.last().map_or(2.0, |b| bounds(b).max(2.0)) * 1.2;
     let top = l.buckets.iter().map(|b| b.events).max().unwrap_or(1) as f64 * 1.1;
     let mut c = ChartBuilder::on(area)
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(70)
-        .build_cartesian_2d((ZERO..hi).log_scale(), 0f64..top)
+        .build_cartesian_2d((lo..hi).log_scale(), 0f64..top)
         .map_err(e)?;
     c.configure_mesh()
         .x_desc("latency, ms (each bar twice as wide as the one before)")
@@ -475,12 +485,10 @@ fn latency(l: &report::Latency, area: &DrawingArea<SVGBackend<'_>, Shift>) -> st
         .light_line_style(WHITE)
         .draw()
         .map_err(e)?;
-    let bounds = |b: &report::LatencyBucket| (b.up_to_ms as f64).max(ZERO * 2.0);
-    let lows = std::iter::once(ZERO).chain(l.buckets.iter().map(bounds));
     c.draw_series(
         l.buckets
             .iter()
-            .zip(lows)
+            .zip(lows.iter().copied())
             .filter(|(b, _)| b.events > 0)
             .map(|(b, low)| Rectangle::new([(low, 0.0), (bounds(b), b.events as f64)], bar.mix(0.8).filled())),
     )
@@ -490,7 +498,7 @@ fn latency(l: &report::Latency, area: &DrawingArea<SVGBackend<'_>, Shift>) -> st
         ("p99", l.p99, RGBColor(230, 120, 0)),
         ("max", l.max, RGBColor(200, 30, 30)),
     ] {
-        let x = v.max(ZERO);
+        let x = v.max(lo);
         c.draw_series(std::iter::once(PathElement::new(vec![(x, 0.0), (x, top)], colour.stroke_width(2))))
             .map_err(e)?
             .label(format!("{name} {v:.0} ms"))
@@ -621,6 +629,20 @@ font-family:monospace;font-size:12px}code{font-size:12px}.chart svg{max-width:10
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_report_from_before_the_charts_still_draws() {
+        // The sample report predates the series, the latency buckets and
+        // the stories: the page draws its percentiles and its tables.
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/sample-payments-postgres-kafka.json");
+        let r = Report::load(&path).unwrap();
+        assert!(r.series.is_empty() && r.stories.is_empty());
+        let page = render(&r);
+        assert_eq!(page.matches("<svg").count(), 2, "the events chart and the percentiles");
+        assert!(page.contains(&format!("chaos run {}", r.run_id)));
+        assert!(page.contains("<section id=\"invariants\">") && page.contains("</html>"));
+        assert!(!page.contains("the chart could not be drawn"));
+    }
 
     #[test]
     fn text_is_escaped() {

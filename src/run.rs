@@ -870,6 +870,21 @@ mod tests {
         assert!(Stopped::default().why().is_none());
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn the_series_stays_bounded_however_long_the_run() {
+        let stats = Arc::new(Stats::default());
+        Stats::add(&stats.payments_written, 7);
+        let (task, stop) = sample(stats);
+        // Three times as long as SERIES_MAX samples at the first rate.
+        let long = Duration::from_millis(report::SAMPLE_EVERY_MS * 3 * report::SERIES_MAX as u64);
+        tokio::time::sleep(long).await;
+        let _ = stop.send(());
+        let series = task.await.unwrap();
+        assert!(series.len() <= report::SERIES_MAX, "{} samples", series.len());
+        assert!(series.len() >= report::SERIES_MAX / 2, "thinned too far: {} samples", series.len());
+        assert!(series.iter().all(|s| s.written == 7));
+    }
+
     #[test]
     fn the_workload_limit_grows_with_the_payments() {
         assert_eq!(workload_limit(1000), WORKLOAD_FLOOR);
