@@ -4,9 +4,10 @@
 #   scripts/screenshot.sh <report.html> <out.png> [WIDTHxHEIGHT]   # default 1100x2400
 #
 # CHAOS_SCREENSHOT_SCALE (default 1) scales the page: 0.75 gives a smaller
-# picture of the same layout. Installs Debian's chromium package when it is missing and apt-get is
-# there (as root), as scripts/test.sh installs build tools. Chromium is
-# given a time limit, so a stuck browser never hangs the caller.
+# picture of the same layout. Installs Debian's chromium package when it is
+# missing and apt-get is there (as root), as scripts/test.sh installs build
+# tools. Chromium gets CHAOS_SCREENSHOT_TIMEOUT seconds (default 60), so a
+# stuck browser never hangs the caller. Prints the picture's path.
 set -euo pipefail
 
 log() { printf 'screenshot: %s\n' "$*" >&2; }
