@@ -31,6 +31,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
+# Headless Chromium: tests/html.rs renders the HTML report in it.
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    log "installing chromium (the HTML report's browser test)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    log "chromium not found: install Debian's chromium package (tests/html.rs needs it)"; exit 1
+  fi
+fi
+
 export DATABASE_URL="${DATABASE_URL:-postgres://chaos:chaos@127.0.0.1:5432/chaos}"
 export KAFKA_BROKERS="${KAFKA_BROKERS:-127.0.0.1:9092}"
 

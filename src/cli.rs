@@ -33,7 +33,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run a scenario end to end, verify it, print the tables and write reports/<run-id>.json and .md.
+    /// Run a scenario end to end, verify it, print the tables and write reports/<run-id>.json, .md and .html.
     Run(RunArgs),
     /// Render a saved report (reports/<run-id>.json) again, or list the runs of a reports folder with their verdicts.
     Report {
@@ -42,6 +42,12 @@ pub enum Command {
         /// Render as Markdown instead of terminal tables.
         #[arg(long)]
         markdown: bool,
+        /// Write the HTML report (charts, tables, the anomalies' stories) and print its path.
+        #[arg(long, conflicts_with = "markdown")]
+        html: bool,
+        /// Where --html writes the page (default: <run-id>.html beside the JSON).
+        #[arg(long, requires = "html", value_name = "FILE")]
+        out: Option<PathBuf>,
     },
     /// Check that PostgreSQL and Kafka answer; exits 3 with a hint when either does not.
     Doctor(InfraArgs),

@@ -39,6 +39,7 @@
 //! - [`verifier`]: reads the ground truth and reconciles it into counts,
 //!   invariants, anomalies and a verdict.
 //! - [`report`]: the JSON/Markdown report and the tables people read;
+//!   [`html`]: the same report as one self-contained HTML page with charts;
 //!   [`junit`]: the same verdicts as JUnit XML for CI pages.
 //! - [`context`]: live counters and the shutdown signal every component shares.
 //! - [`interrupt`]: Ctrl-C and SIGTERM as the binary delivers them to the library.
@@ -71,6 +72,7 @@ pub mod error;
 pub mod events;
 pub mod exit;
 pub mod faults;
+pub mod html;
 pub mod inbox;
 pub mod infra;
 pub mod intent;

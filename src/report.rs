@@ -8,6 +8,7 @@ use crate::faults::{FaultRecord, FaultSummary};
 use crate::verifier::{Anomaly, Counts, Invariant, Verdict};
 use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Bumped whenever a field changes meaning or disappears.
@@ -42,6 +43,20 @@ pub struct Report {
     /// When each stage first and last did something, in ms from the start.
     #[serde(default)]
     pub stages: Stages,
+    /// The shared counters over time, sampled about every [`SAMPLE_EVERY_MS`]
+    /// and thinned to at most [`SERIES_MAX`] points: the HTML report's chart.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub series: Vec<Sample>,
+    /// How long a fault lasts once it fires, by fault point, where the
+    /// scenario says (`[[nemesis.timeline]] for`, `[nemesis] pause_secs`):
+    /// the HTML report draws those as bands and every other fault as a mark.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub fault_spans_ms: BTreeMap<String, u64>,
+    /// Each anomaly example's story (its payment's rows and messages), read
+    /// at verification only when there are anomalies, so that a saved report
+    /// can be drawn again from its JSON alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stories: Vec<crate::verifier::story::Story>,
     pub verdict: Verdict,
     pub reason: String,
 }
@@ -118,6 +133,42 @@ pub struct Latency {
     pub p95: f64,
     pub p99: f64,
     pub max: f64,
+    /// The distribution: events per latency range, the ranges doubling
+    /// (from the run's HDR histogram), empty in reports from before them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub buckets: Vec<LatencyBucket>,
+}
+
+/// Events whose latency was above the previous bucket's `up_to_ms` and at
+/// most this one's.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct LatencyBucket {
+    pub up_to_ms: u64,
+    pub events: u64,
+}
+
+/// The run's counters at one moment, in ms since the run started (the
+/// fault log's clock).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Sample {
+    pub at_ms: u64,
+    pub written: u64,
+    pub published: u64,
+    pub applied: u64,
+}
+
+/// How often the run samples its counters for [`Report::series`].
+pub const SAMPLE_EVERY_MS: u64 = 250;
+/// At most this many samples are kept: a long run keeps every other one
+/// and samples half as often, so the JSON stays small.
+pub const SERIES_MAX: usize = 2_000;
+
+/// Where [`Report::save`] wrote the report.
+#[derive(Debug, Clone)]
+pub struct Saved {
+    pub json: PathBuf,
+    pub md: PathBuf,
+    pub html: PathBuf,
 }
 
 /// First and last activity of each stage, in ms since the run started.
@@ -142,16 +193,18 @@ pub struct Timings {
 }
 
 impl Report {
-    /// Writes `<dir>/<run-id>.json` and `.md`; returns both paths.
-    pub fn save(&self, dir: &Path) -> Result<(PathBuf, PathBuf)> {
+    /// Writes `<dir>/<run-id>.json`, `.md` and `.html`; returns the paths.
+    pub fn save(&self, dir: &Path) -> Result<Saved> {
         std::fs::create_dir_all(dir).map_err(|e| Error::Write { path: dir.into(), cause: e.to_string() })?;
         let json = dir.join(format!("{}.json", self.run_id));
         let md = dir.join(format!("{}.md", self.run_id));
+        let html = dir.join(format!("{}.html", self.run_id));
         let text = serde_json::to_string_pretty(self).map_err(|e| Error::Internal(e.to_string()))?;
         std::fs::write(&json, text + "\n").map_err(|e| Error::Write { path: json.clone(), cause: e.to_string() })?;
         std::fs::write(&md, render(self, Style::Markdown))
             .map_err(|e| Error::Write { path: md.clone(), cause: e.to_string() })?;
-        Ok((json, md))
+        crate::html::write(self, &html)?;
+        Ok(Saved { json, md, html })
     }
 
     pub fn load(path: &Path) -> Result<Self> {
@@ -184,7 +237,7 @@ fn table(style: Style, header: &[&str]) -> Table {
     t
 }
 
-fn mark(ok: bool) -> &'static str {
+pub(crate) fn mark(ok: bool) -> &'static str {
     if ok {
         "✔"
     } else {
@@ -264,7 +317,15 @@ fn render_verification(r: &Report, style: Style, out: &mut String) {
     let c = &r.counts;
     out.push_str(&h("Verification (from the database and the full topic)"));
     let mut t = table(style, &["measure", "value"]);
-    let rows: Vec<(&str, String)> = vec![
+    for (k, v) in verification_rows(c) {
+        t.add_row(vec![Cell::new(k), Cell::new(v)]);
+    }
+    out.push_str(&format!("{t}\n"));
+}
+
+/// The verification table's rows, for the text and the HTML reports.
+pub(crate) fn verification_rows(c: &Counts) -> Vec<(&'static str, String)> {
+    vec![
         ("payments committed (the workload's own record)", c.payments_committed.to_string()),
         ("payments captured (rows)", format!("{} of {}", c.payments_captured, c.payments)),
         ("outbox events", format!("{} ({} unpublished)", c.outbox_events, c.unpublished)),
@@ -296,11 +357,7 @@ fn render_verification(r: &Report, style: Style, out: &mut String) {
         ),
         ("loyalty points", format!("{} (expected {})", c.loyalty_points, c.loyalty_points_expected)),
         ("loyalty credits", c.loyalty_credits.to_string()),
-    ];
-    for (k, v) in rows {
-        t.add_row(vec![Cell::new(k), Cell::new(v)]);
-    }
-    out.push_str(&format!("{t}\n"));
+    ]
 }
 
 /// Every fault point: reached, fired, confirmed; then what the components say.

@@ -11,19 +11,21 @@ use crate::faults::FaultPoint;
 use crate::infra::{Endpoints, RunNames};
 use crate::notifier;
 use crate::program::{Database, Programs};
-use crate::progress::Progress;
+use crate::progress::{Phase, Progress};
 use crate::proxy::Lanes;
-use crate::report::{self, ComponentFigures, InfraInfo, Report, ScenarioInfo, Stages, Timings};
+use crate::report::{self, ComponentFigures, InfraInfo, Report, Sample, ScenarioInfo, Stages, Timings};
 use crate::scenario::Components;
 use crate::scenario::{self, Scenario};
 use crate::store::{postgres::PgStore, sqlite::SqliteStore, Store};
-use crate::verifier::{attribution, reconcile, topic, verdict, Ledger, Verdict};
+use crate::verifier::{attribution, reconcile, story, topic, verdict, Ledger, Verdict};
 use crate::{relay, workload};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tracing::{info, warn};
+use uuid::Uuid;
 
 /// What `chaos run` was asked to do.
 #[derive(Debug, Clone)]
@@ -84,8 +86,8 @@ const DRAIN_POLL: Duration = Duration::from_millis(250);
 pub enum Event<'a> {
     /// The infrastructure is open; the components start next.
     Started { run_id: &'a str, scenario: &'a str, seed: u64, infra: &'a str },
-    /// The run ended and its report was saved at `json` and `md`.
-    Finished { report: &'a Report, json: &'a Path, md: &'a Path },
+    /// The run ended and its report was saved at `json`, `md` and `html`.
+    Finished { report: &'a Report, json: &'a Path, md: &'a Path, html: &'a Path },
 }
 
 /// Consumes a run's events.
@@ -147,6 +149,7 @@ pub async fn execute(
     }
     reporter.event(&Event::Started { run_id: &names.run_id, scenario: &sc.name, seed: sc.seed, infra: &infra_line })?;
     info!(run_id = %names.run_id, seed = sc.seed, "starting");
+    let progress = Progress::start(sc.payments, ctx.stats.clone(), ctx.faults.clone(), reporter.shows_progress());
     infra.broker.create_topic(&names.topic, sc.partitions).await?;
     let setup_ms = started.elapsed().as_millis() as u64;
 
@@ -162,15 +165,16 @@ pub async fn execute(
     };
     let slots = lanes.as_ref().map(|l| l.slots()).unwrap_or_default();
     components.extend(crate::nemesis::start(&ctx, acting.subscribe(), slots));
-    let progress = Progress::start(sc.payments, stats.clone(), faults.clone(), reporter.shows_progress());
-    let mut ran = drive(&ctx, &workload_ctx, programs.as_ref(), &acting).await;
+    let (series, stop_series) = sample(stats.clone());
+    let mut ran = drive(&ctx, &workload_ctx, programs.as_ref(), &acting, &progress).await;
     trigger.trigger();
     components.extend(ctx.tasks.take());
     let stopped = tokio::select! {
         s = stop(components) => s,
         _ = crate::interrupt::requested(), if !ran.interrupted => { ran.interrupted = true; Stopped::default() }
     };
-    progress.finish();
+    let _ = stop_series.send(());
+    let series = series.await.unwrap_or_default();
     if let Some(l) = lanes {
         l.close();
     }
@@ -186,15 +190,18 @@ pub async fn execute(
     }
 
     let mut rep = skeleton(&sc, &names, &infra.info, &faults, &stats);
+    rep.series = series;
     rep.timings = Timings { setup_ms, workload_ms: ran.workload_ms, drain_ms: ran.drain_ms, ..Default::default() };
     let t_verify = Instant::now();
+    progress.phase(Phase::Verify);
     judge(&mut rep, &ctx, &mut ran, !stopped.stuck.is_empty()).await;
+    progress.finish();
     rep.timings.verify_ms = t_verify.elapsed().as_millis() as u64;
     rep.timings.total_ms = started.elapsed().as_millis() as u64;
     infra.close().await;
 
-    let (json, md) = rep.save(reports_dir)?;
-    reporter.event(&Event::Finished { report: &rep, json: &json, md: &md })?;
+    let saved = rep.save(reports_dir)?;
+    reporter.event(&Event::Finished { report: &rep, json: &saved.json, md: &saved.md, html: &saved.html })?;
     let exit = rep.verdict.exit();
     Ok((rep, exit))
 }
@@ -399,7 +406,13 @@ struct Ran {
 /// The workload (after the group wait, bounded by [`workload_limit`]),
 /// then the drain; either may be cut short by a signal, or by a program
 /// under test that failed. After a signal, a second one exits at once.
-async fn drive(ctx: &Ctx, workload_ctx: &Ctx, programs: Option<&Programs>, acting: &watch::Sender<bool>) -> Ran {
+async fn drive(
+    ctx: &Ctx,
+    workload_ctx: &Ctx,
+    programs: Option<&Programs>,
+    acting: &watch::Sender<bool>,
+    progress: &Progress,
+) -> Ran {
     let mut ran = Ran::default();
     let mut failed = std::pin::pin!(program_failure(programs));
     let t_work = Instant::now();
@@ -418,8 +431,10 @@ async fn drive(ctx: &Ctx, workload_ctx: &Ctx, programs: Option<&Programs>, actin
     if ran.incomplete.is_none() && !ran.interrupted {
         let workload = async {
             if !programs.is_some_and(|p| p.has_notifier()) {
+                progress.phase(Phase::Group);
                 group_ready(ctx).await;
             }
+            progress.phase(Phase::Workload);
             workload::run(workload_ctx.clone()).await
         };
         tokio::select! {
@@ -437,6 +452,7 @@ async fn drive(ctx: &Ctx, workload_ctx: &Ctx, programs: Option<&Programs>, actin
     }
     ran.workload_ms = t_work.elapsed().as_millis() as u64;
     let t_drain = Instant::now();
+    progress.phase(Phase::Drain);
     if ran.incomplete.is_none() && !ran.interrupted {
         tokio::select! {
             r = drain(ctx) => if let Err(why) = r {
@@ -488,6 +504,9 @@ fn skeleton(sc: &Scenario, names: &RunNames, infra: &InfraInfo, faults: &FaultIn
         timings: Timings::default(),
         latency_ms: None,
         stages: stages(stats),
+        series: vec![],
+        fault_spans_ms: fault_spans(sc),
+        stories: vec![],
         verdict: Verdict::Incomplete,
         reason: String::new(),
     }
@@ -530,10 +549,11 @@ async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, still_running: bool) 
                 None => format!("verification could not read the ground truth: {e}"),
             },
         ),
-        Some(Ok(r)) => {
+        Some(Ok((r, topic_side))) => {
             let mut anomalies = r.anomalies;
             verdict::allow(&mut anomalies, &sc.allowed_anomalies);
             attribute(&store, &mut anomalies, ctx).await;
+            rep.stories = stories(&store, &anomalies, topic_side, ctx).await;
             rep.faults = ctx.faults.summary();
             let chaos = verdict::chaos_checks(&rep.faults);
             let (v, why) = verdict::verdict(sc.exactly_once, &r.invariants, &anomalies, &chaos);
@@ -671,7 +691,12 @@ const TOPIC_READ_PER_PAYMENT: Duration = Duration::from_micros(100);
 
 /// Reads the ground truth against the workload's record of intent,
 /// confirms the faults the topic shows, and reconciles.
-async fn verify(store: &Store, names: &RunNames, sc: &Scenario, ctx: &Ctx) -> Result<reconcile::Reconciliation> {
+async fn verify(
+    store: &Store,
+    names: &RunNames,
+    sc: &Scenario,
+    ctx: &Ctx,
+) -> Result<(reconcile::Reconciliation, TopicSide)> {
     let mut ledger = Ledger::new();
     for p in ctx.intent.take() {
         ledger.add_intended(p);
@@ -685,10 +710,84 @@ async fn verify(store: &Store, names: &RunNames, sc: &Scenario, ctx: &Ctx) -> Re
         }
     }
     let spec = reconcile::Spec { payments: sc.payments, outbox: sc.publish == crate::scenario::PublishMode::Outbox };
-    let r = ledger.reconcile(&spec);
+    let r = ledger.check(&spec);
     // A poison message's effect is its dead letter.
     ctx.faults.confirm(FaultPoint::WorkloadPoison, r.counts.dead_letters_matched);
-    Ok(r)
+    // What the stories need of the topic, while the ledger still holds it.
+    let subjects: Vec<_> = story::wanted(&r.anomalies).into_iter().map(|(_, _, s)| s).collect();
+    let topic_side = if subjects.is_empty() { TopicSide::default() } else { ledger.messages_of(&subjects) };
+    Ok((r, topic_side))
+}
+
+/// For the stories: each subject's payment, and each payment's messages.
+type TopicSide = (HashMap<Uuid, Uuid>, HashMap<Uuid, Vec<story::TopicMessage>>);
+
+/// Each anomaly example's story ([`story`]): the topic's side from the
+/// ledger, the database's dated rows read now. A failed read leaves the
+/// report without stories: it never changes a verdict.
+async fn stories(
+    store: &Store,
+    anomalies: &[crate::verifier::Anomaly],
+    (payment_of, messages): TopicSide,
+    ctx: &Ctx,
+) -> Vec<story::Story> {
+    let mut payments: Vec<Uuid> = payment_of.values().copied().collect();
+    if payments.is_empty() {
+        return vec![];
+    }
+    payments.sort_unstable();
+    payments.dedup();
+    match store.story(&payments).await {
+        Ok(rows) => story::tell(anomalies, &payment_of, &messages, &rows, ctx.faults.started_epoch_ms()),
+        Err(e) => {
+            warn!(cause = %e, "reading the anomalies' stories failed");
+            vec![]
+        }
+    }
+}
+
+/// Samples the counters the progress line shows, for the report's chart,
+/// until told to stop (then once more). Past [`report::SERIES_MAX`]
+/// samples it keeps every other one and samples half as often.
+fn sample(stats: Arc<Stats>) -> (tokio::task::JoinHandle<Vec<Sample>>, tokio::sync::oneshot::Sender<()>) {
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let mut every = Duration::from_millis(report::SAMPLE_EVERY_MS);
+        let mut series = Vec::new();
+        let now = |s: &Stats| Sample {
+            at_ms: s.origin.elapsed().as_millis() as u64,
+            written: Stats::get(&s.payments_written),
+            published: Stats::get(&s.messages_published),
+            applied: Stats::get(&s.events_applied),
+        };
+        loop {
+            series.push(now(&stats));
+            if series.len() >= report::SERIES_MAX {
+                series = series.into_iter().step_by(2).collect();
+                every *= 2;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = &mut stopped => break,
+            }
+        }
+        series.push(now(&stats));
+        series
+    });
+    (task, stop)
+}
+
+/// How long each scheduled fault lasts, for the chart's bands: the
+/// timeline's `for` (its first entry per fault point) and a pause's length.
+fn fault_spans(sc: &Scenario) -> std::collections::BTreeMap<String, u64> {
+    let mut spans = std::collections::BTreeMap::new();
+    for t in &sc.timeline {
+        spans.entry(t.point.name().to_string()).or_insert(t.lasts.as_millis() as u64);
+    }
+    if sc.faults.get(FaultPoint::ProcessPause) > 0.0 {
+        spans.insert(FaultPoint::ProcessPause.name().to_string(), sc.pause.as_millis() as u64);
+    }
+    spans
 }
 
 /// How long the workload may take, group wait included: generous (a
@@ -795,6 +894,21 @@ mod tests {
         let why = stopped.why().unwrap();
         assert_eq!(why, "notifier-2 panicked; notifier-1 zombie did not stop within 15 s");
         assert!(Stopped::default().why().is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_series_stays_bounded_however_long_the_run() {
+        let stats = Arc::new(Stats::default());
+        Stats::add(&stats.payments_written, 7);
+        let (task, stop) = sample(stats);
+        // Three times as long as SERIES_MAX samples at the first rate.
+        let long = Duration::from_millis(report::SAMPLE_EVERY_MS * 3 * report::SERIES_MAX as u64);
+        tokio::time::sleep(long).await;
+        let _ = stop.send(());
+        let series = task.await.unwrap();
+        assert!(series.len() <= report::SERIES_MAX, "{} samples", series.len());
+        assert!(series.len() >= report::SERIES_MAX / 2, "thinned too far: {} samples", series.len());
+        assert!(series.iter().all(|s| s.written == 7));
     }
 
     #[test]

@@ -16,7 +16,8 @@ mod reporters;
 pub async fn execute(command: Command) -> Result<Exit> {
     match command {
         Command::Run(a) => run_scenario(a).await,
-        Command::Report { file, markdown } => show_report(&file, markdown),
+        Command::Report { file, html: true, out, .. } => html_report(&file, out.as_deref()),
+        Command::Report { file, markdown, .. } => show_report(&file, markdown),
         Command::Doctor(a) => Ok(crate::doctor::doctor(a.database_url, a.brokers).await),
         Command::Bench(a) => bench(a).await,
         Command::Clean(a) => clean(a).await,
@@ -61,6 +62,26 @@ fn show_report(file: &Path, markdown: bool) -> Result<Exit> {
     }
     let r = Report::load(file)?;
     print!("{}", report::render(&r, if markdown { Style::Markdown } else { Style::Terminal }));
+    Ok(r.verdict.exit())
+}
+
+/// `chaos report <file.json> --html [--out FILE]`: the page drawn again
+/// from the saved report alone; prints the path written and exits with the
+/// saved verdict's code, as the text rendering does.
+fn html_report(file: &Path, out: Option<&Path>) -> Result<Exit> {
+    if file.is_dir() {
+        return Err(Error::Usage(format!(
+            "--html draws one report: pass a report file such as {}/<run-id>.json",
+            file.display()
+        )));
+    }
+    let r = Report::load(file)?;
+    let path = match out {
+        Some(p) => p.to_path_buf(),
+        None => file.with_file_name(format!("{}.html", r.run_id)),
+    };
+    crate::html::write(&r, &path)?;
+    println!("{}", path.display());
     Ok(r.verdict.exit())
 }
 

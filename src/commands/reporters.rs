@@ -14,9 +14,9 @@ impl Reporter for Terminal {
             Event::Started { run_id, scenario, seed, infra } => {
                 println!("chaos run {run_id} · scenario {scenario} · seed {seed}\ninfra: {infra}");
             }
-            Event::Finished { report, json, md } => {
+            Event::Finished { report, json, md, html } => {
                 print!("{}", report::render_body(report));
-                println!("report: {} and {}", json.display(), md.display());
+                println!("report: {}, {} and {}", json.display(), md.display(), html.display());
             }
         }
         Ok(())

@@ -141,6 +141,9 @@ pub trait Backend {
     /// The last time the database recorded for each of these payments or
     /// events, in milliseconds since the epoch.
     async fn traces(&self, ids: &[Uuid]) -> Result<std::collections::HashMap<Uuid, i64>>;
+    /// The dated rows of these payments' stories: the payment, its outbox
+    /// rows, inbox claims and effects ([`crate::verifier::story`]).
+    async fn story(&self, payments: &[Uuid]) -> Result<Vec<crate::verifier::story::StoryRow>>;
 }
 
 /// A notifier transaction's statements.
@@ -334,6 +337,11 @@ impl Store {
     /// events (epoch milliseconds): what dates an anomaly's example.
     pub async fn traces(&self, ids: &[Uuid]) -> Result<std::collections::HashMap<Uuid, i64>> {
         each!(self, s => s.traces(ids).await)
+    }
+
+    /// The dated rows of these payments' stories, for the HTML report.
+    pub async fn story(&self, payments: &[Uuid]) -> Result<Vec<crate::verifier::story::StoryRow>> {
+        each!(self, s => s.story(payments).await)
     }
 }
 

@@ -344,6 +344,10 @@ impl super::Backend for PgStore {
         super::truth::traces(&self.pool, &DIALECT, ids).await
     }
 
+    async fn story(&self, payments: &[Uuid]) -> Result<Vec<crate::verifier::story::StoryRow>> {
+        super::truth::story(&self.pool, &DIALECT, payments).await
+    }
+
     async fn landed(&self, ids: &[Uuid], captured: bool) -> Result<usize> {
         let n: i64 =
             sqlx::query_scalar("SELECT count(*) FROM payments WHERE id = ANY($1) AND (NOT $2 OR status = 'captured')")
@@ -368,6 +372,21 @@ const DIALECT: super::truth::Dialect = super::truth::Dialect {
                  WHERE published_at IS NOT NULL \
              UNION ALL SELECT message_id, round(extract(epoch FROM processed_at) * 1000)::bigint FROM inbox \
              UNION ALL SELECT message_id, round(extract(epoch FROM processed_at) * 1000)::bigint FROM inbox_unkeyed",
+    // An inbox claim joins its outbox row for the payment: a claim under
+    // an id no outbox row has (the consumer-made id) belongs to no story.
+    story: "SELECT id, 'payment', 'payment written', NULL::uuid, round(extract(epoch FROM created_at) * 1000)::bigint FROM payments \
+            UNION ALL SELECT id, 'payment', 'payment captured', NULL::uuid, round(extract(epoch FROM updated_at) * 1000)::bigint FROM payments \
+              WHERE status = 'captured' \
+            UNION ALL SELECT aggregate_id, 'outbox', event_type || ' row created', id, round(extract(epoch FROM created_at) * 1000)::bigint FROM outbox \
+            UNION ALL SELECT aggregate_id, 'outbox', event_type || ' row published', id, round(extract(epoch FROM published_at) * 1000)::bigint \
+              FROM outbox WHERE published_at IS NOT NULL \
+            UNION ALL SELECT o.aggregate_id, 'inbox', 'inbox claim: ' || i.handler, i.message_id, round(extract(epoch FROM i.processed_at) * 1000)::bigint \
+              FROM inbox i JOIN outbox o ON o.id = i.message_id \
+            UNION ALL SELECT o.aggregate_id, 'inbox', 'inbox record: ' || i.handler, i.message_id, round(extract(epoch FROM i.processed_at) * 1000)::bigint \
+              FROM inbox_unkeyed i JOIN outbox o ON o.id = i.message_id \
+            UNION ALL SELECT payment_id, 'effect', 'receipt sent', message_id, round(extract(epoch FROM sent_at) * 1000)::bigint FROM receipts \
+            UNION ALL SELECT payment_id, 'effect', 'projection: ' || status, event_id, round(extract(epoch FROM updated_at) * 1000)::bigint \
+              FROM payment_projection",
 };
 
 /// A notifier transaction on PostgreSQL.

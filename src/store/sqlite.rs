@@ -342,6 +342,10 @@ impl super::Backend for SqliteStore {
         super::truth::traces(&self.pool, &DIALECT, ids).await
     }
 
+    async fn story(&self, payments: &[Uuid]) -> Result<Vec<crate::verifier::story::StoryRow>> {
+        super::truth::story(&self.pool, &DIALECT, payments).await
+    }
+
     async fn landed(&self, ids: &[Uuid], captured: bool) -> Result<usize> {
         let mut n = 0;
         for chunk in ids.chunks(MAX_PARAMS) {
@@ -371,6 +375,21 @@ const DIALECT: super::truth::Dialect = super::truth::Dialect {
              UNION ALL SELECT id, published_at FROM outbox WHERE published_at IS NOT NULL \
              UNION ALL SELECT message_id, processed_at FROM inbox \
              UNION ALL SELECT message_id, processed_at FROM inbox_unkeyed",
+    // An inbox claim joins its outbox row for the payment: a claim under
+    // an id no outbox row has (the consumer-made id) belongs to no story.
+    story: "SELECT id, 'payment', 'payment written', NULL, created_at FROM payments \
+            UNION ALL SELECT id, 'payment', 'payment captured', NULL, updated_at FROM payments \
+              WHERE status = 'captured' \
+            UNION ALL SELECT aggregate_id, 'outbox', event_type || ' row created', id, created_at FROM outbox \
+            UNION ALL SELECT aggregate_id, 'outbox', event_type || ' row published', id, published_at \
+              FROM outbox WHERE published_at IS NOT NULL \
+            UNION ALL SELECT o.aggregate_id, 'inbox', 'inbox claim: ' || i.handler, i.message_id, i.processed_at \
+              FROM inbox i JOIN outbox o ON o.id = i.message_id \
+            UNION ALL SELECT o.aggregate_id, 'inbox', 'inbox record: ' || i.handler, i.message_id, i.processed_at \
+              FROM inbox_unkeyed i JOIN outbox o ON o.id = i.message_id \
+            UNION ALL SELECT payment_id, 'effect', 'receipt sent', message_id, sent_at FROM receipts \
+            UNION ALL SELECT payment_id, 'effect', 'projection: ' || status, event_id, updated_at \
+              FROM payment_projection",
 };
 
 /// A notifier (or workload) transaction on SQLite: begun IMMEDIATE, holding

@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::events::{fingerprint, EventKind, PaymentEvent};
 use crate::report::Latency;
 use crate::verifier::latency::LatencyRecorder;
+use crate::verifier::story::StoryRow;
 use crate::verifier::Ledger;
 use futures::TryStreamExt;
 use sqlx::{ColumnIndex, Database, Decode, Executor, IntoArguments, Pool, Row, Type};
@@ -24,6 +25,9 @@ pub struct Dialect {
     /// (payment or event id, a time the database recorded for it in
     /// milliseconds since the epoch), over every table that dates one.
     pub traces: &'static str,
+    /// Every dated row of a payment's story: (payment id, lane, what, event
+    /// or message id or NULL, time in milliseconds since the epoch).
+    pub story: &'static str,
 }
 
 fn ctx(what: &'static str) -> impl Fn(sqlx::Error) -> Error {
@@ -206,6 +210,45 @@ where
     })
     .await?;
     Ok(last)
+}
+
+/// The dated rows of these payments' stories ([`crate::verifier::story`]).
+/// Like [`traces`], it reads every dated row once and keeps those of
+/// `payments`: called only when a run found anomalies.
+pub async fn story<DB>(pool: &Pool<DB>, dialect: &Dialect, payments: &[Uuid]) -> Result<Vec<StoryRow>>
+where
+    DB: Database,
+    for<'c> &'c Pool<DB>: Executor<'c, Database = DB>,
+    for<'q> <DB as Database>::Arguments<'q>: IntoArguments<'q, DB>,
+    usize: ColumnIndex<DB::Row>,
+    for<'r> Uuid: Decode<'r, DB> + Type<DB>,
+    for<'r> Option<Uuid>: Decode<'r, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+{
+    let wanted: std::collections::HashSet<Uuid> = payments.iter().copied().collect();
+    let mut rows = Vec::new();
+    stream(pool, dialect.story, "the anomalies' stories", |r| {
+        let payment: Uuid = r.try_get(0)?;
+        if wanted.contains(&payment) {
+            let lane = match r.try_get::<String, _>(1)?.as_str() {
+                "payment" => "payment",
+                "outbox" => "outbox",
+                "inbox" => "inbox",
+                _ => "effect",
+            };
+            rows.push(StoryRow {
+                payment,
+                lane,
+                what: r.try_get(2)?,
+                event: r.try_get(3)?,
+                at_epoch_ms: r.try_get(4)?,
+            });
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(rows)
 }
 
 /// Outbox rows no relay has published yet (the drain waits for zero).

@@ -4,7 +4,7 @@
 //! here. (They were interpolated by PostgreSQL and nearest-rank on SQLite,
 //! two different statistics under one name.)
 
-use crate::report::Latency;
+use crate::report::{Latency, LatencyBucket};
 use hdrhistogram::Histogram;
 
 /// Millisecond samples, three significant digits, any range.
@@ -35,7 +35,13 @@ impl LatencyRecorder {
     pub fn finish(&self) -> Option<Latency> {
         let h = self.h.as_ref().filter(|h| !h.is_empty())?;
         let at = |q: f64| h.value_at_quantile(q) as f64;
-        Some(Latency { events: h.len(), p50: at(0.5), p95: at(0.95), p99: at(0.99), max: h.max() as f64 })
+        // Doubling ranges from 1 ms: a few dozen buckets cover any run, and
+        // a long tail stays readable beside the bulk.
+        let buckets = h
+            .iter_log(1, 2.0)
+            .map(|v| LatencyBucket { up_to_ms: v.value_iterated_to(), events: v.count_since_last_iteration() })
+            .collect();
+        Some(Latency { events: h.len(), p50: at(0.5), p95: at(0.95), p99: at(0.99), max: h.max() as f64, buckets })
     }
 }
 
@@ -57,5 +63,9 @@ mod tests {
         assert_eq!(l.p95, 950.0);
         assert_eq!(l.p99, 990.0);
         assert_eq!(l.max, 1000.0);
+        // Doubling ranges: 0 ms (the negative sample), 1, 2-3, 4-7, ...
+        let counts: Vec<(u64, u64)> = l.buckets.iter().map(|b| (b.up_to_ms, b.events)).take(4).collect();
+        assert_eq!(counts, vec![(0, 1), (1, 1), (3, 2), (7, 4)]);
+        assert_eq!(l.buckets.iter().map(|b| b.events).sum::<u64>(), 1001);
     }
 }

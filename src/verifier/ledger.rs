@@ -500,4 +500,34 @@ impl Ledger {
     pub fn copies(&mut self, event: Uuid) -> u8 {
         self.event(event).map(|e| self.events[e].seen).unwrap_or(0)
     }
+
+    /// For each subject (a payment, or an event of one), its payment, and
+    /// each such payment's messages on the topic: what an anomaly's story
+    /// shows of the topic. One pass over the messages.
+    pub fn messages_of(
+        &mut self,
+        subjects: &[Uuid],
+    ) -> (HashMap<Uuid, Uuid>, HashMap<Uuid, Vec<super::story::TopicMessage>>) {
+        let mut payment_of = HashMap::new();
+        let mut wanted: HashMap<u32, Uuid> = HashMap::new();
+        for &s in subjects {
+            let i = match self.payment(s) {
+                Some(i) => Some(i as u32),
+                None => self.event(s).map(|e| self.events[e].payment).filter(|&p| p != NO_PAYMENT),
+            };
+            if let Some(i) = i {
+                let id = self.payments[i as usize].id;
+                payment_of.insert(s, id);
+                wanted.insert(i, id);
+            }
+        }
+        let mut messages: HashMap<Uuid, Vec<super::story::TopicMessage>> = HashMap::new();
+        for m in self.messages.iter() {
+            if let Some(id) = wanted.get(&m.payment) {
+                let msg = super::story::TopicMessage::new(m.partition as i32, m.offset, m.kind);
+                messages.entry(*id).or_default().push(msg);
+            }
+        }
+        (payment_of, messages)
+    }
 }

@@ -11,12 +11,14 @@
 //! - [`verdict`]: anomalies and confirmed chaos to a verdict.
 //! - [`attribution`]: which faults fired just before each anomaly's
 //!   examples were last written, from their timestamps and the fault log.
+//! - [`story`]: each anomaly example's payment on one line of time, for the HTML report.
 //! - [`latency`]: end-to-end latency percentiles, one computation for every backend.
 
 pub mod attribution;
 pub mod latency;
 pub mod ledger;
 pub mod reconcile;
+pub mod story;
 pub mod topic;
 pub mod verdict;
 

@@ -251,6 +251,12 @@ impl Findings {
 impl Ledger {
     /// Reconciles the intent, the database and the topic.
     pub fn reconcile(mut self, spec: &Spec) -> Reconciliation {
+        self.check(spec)
+    }
+
+    /// [`Ledger::reconcile`], keeping the ledger for the look-ups that
+    /// follow (the anomalies' stories, [`Ledger::messages_of`]).
+    pub fn check(&mut self, spec: &Spec) -> Reconciliation {
         // Examples then come out in id order, whatever was looked up.
         self.payment(uuid::Uuid::nil());
         self.seal_events();

@@ -1,0 +1,651 @@
+//! The HTML report, `reports/<run-id>.html`: one self-contained page drawn
+//! from the [`Report`] alone (so `chaos report <file.json> --html` draws a
+//! saved run again). Nothing is loaded from the network: the styles are
+//! inline and the charts are SVG drawn by plotters into the page.
+//!
+//! - Events written, published and processed over time, each fault a mark
+//!   at its time, or a band where the scenario says how long it lasts.
+//! - The latency distribution (its buckets; the percentiles in older reports).
+//! - The verification, fault and invariant tables of [`crate::report::render`].
+//! - Each anomaly example's story on one line of time ([`crate::verifier::story`]).
+
+use crate::error::{Error, Result};
+use crate::faults::FaultRecord;
+use crate::report::{self, Report};
+use crate::verifier::story::Story;
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// The charts' width in pixels; the page is laid out for it.
+const WIDTH: u32 = 1000;
+
+/// Writes the page for `r` at `path`.
+pub fn write(r: &Report, path: &Path) -> Result<()> {
+    std::fs::write(path, render(r)).map_err(|e| Error::Write { path: path.into(), cause: e.to_string() })
+}
+
+/// The whole page.
+pub fn render(r: &Report) -> String {
+    let mut out = String::with_capacity(64 * 1024);
+    let verdict = r.verdict.as_str();
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <title>chaos run {id} · {verdict}</title><style>{STYLE}</style></head><body>\n\
+         <h1>chaos run {id} <span class=\"verdict {verdict}\">{up}</span></h1>\n<p class=\"why\">{why}</p>\n",
+        id = esc(&r.run_id),
+        up = verdict.to_uppercase(),
+        why = esc(&r.reason),
+    );
+    header(r, &mut out);
+    section(&mut out, "throughput", "Events over time", |out| {
+        let note = match r.fault_log.len() as u64 {
+            n if n < fired(r) => {
+                format!(" The fault log keeps the first {n} of {} firings; only those are drawn.", fired(r))
+            }
+            _ => String::new(),
+        };
+        let _ = write!(
+            out,
+            "<p>Sampled every {} ms from the shared counters. Each fault is a vertical mark at its time, \
+             or a band where the scenario gives its length.{note}</p>",
+            report::SAMPLE_EVERY_MS
+        );
+        out.push_str(&chart(|a| throughput(r, a), WIDTH, 380));
+    });
+    if !r.anomalies.is_empty() {
+        anomalies(r, &mut out);
+        section(&mut out, "stories", "The anomalies' examples, each on one line of time", |out| {
+            out.push_str(
+                "<p>Each example's payment as the database dates it (the payment, its outbox rows, inbox claims \
+                 and effects), with the faults of the run in its window. Its messages on the topic are listed \
+                 with <code>partition:offset</code> below the line: the verifier's read of the topic keeps no \
+                 broker timestamps. Nothing records each delivery to a notifier: an inbox claim stands for the \
+                 delivery that made it, and a redelivery the inbox absorbed leaves no row.</p>",
+            );
+            if r.stories.is_empty() {
+                out.push_str("<p>No story was collected for these examples.</p>");
+            }
+            for (i, s) in r.stories.iter().enumerate() {
+                story(r, s, i, out);
+            }
+        });
+    }
+    section(&mut out, "latency", "Latency, outbox row created → event processed", |out| match &r.latency_ms {
+        Some(l) => {
+            let _ = write!(
+                out,
+                "<p>{} events: p50 {:.0} ms · p95 {:.0} ms · p99 {:.0} ms · max {:.0} ms</p>",
+                l.events, l.p50, l.p95, l.p99, l.max
+            );
+            out.push_str(&chart(|a| latency(l, a), WIDTH, 300));
+        }
+        None => out.push_str(
+            "<p>No latency was measured: it is read from the projection's inbox claims, and this run has none \
+             (its inbox is off or bypassed), or it was not verified.</p>",
+        ),
+    });
+    tables(r, &mut out);
+    let _ = write!(out, "<p class=\"replay\">replay: <code>{}</code></p>\n</body></html>\n", esc(&r.replay));
+    out
+}
+
+/// Every firing the run counted, logged or not.
+fn fired(r: &Report) -> u64 {
+    r.faults.iter().map(|f| f.fired).sum()
+}
+
+fn section(out: &mut String, id: &str, title: &str, body: impl FnOnce(&mut String)) {
+    let _ = writeln!(out, "<section id=\"{id}\"><h2>{}</h2>", esc(title));
+    body(out);
+    out.push_str("</section>\n");
+}
+
+/// The scenario and the infrastructure, as the text report's header says them.
+fn header(r: &Report, out: &mut String) {
+    let s = &r.scenario;
+    let _ = writeln!(
+        out,
+        "<p class=\"meta\">scenario <b>{}</b> ({}) · seed {} · {} payments · {} relays · {} notifiers · \
+         {} partitions · inbox {}<br>infra: {} {} {} · {} {} topic {}</p>",
+        esc(&s.name),
+        esc(&s.path),
+        r.seed,
+        s.payments,
+        s.relays,
+        s.notifiers,
+        s.partitions,
+        esc(&s.inbox),
+        esc(&r.infra.database),
+        esc(&r.infra.database_endpoint),
+        esc(&r.infra.schema),
+        esc(&r.infra.broker),
+        esc(&r.infra.brokers),
+        esc(&r.infra.topic),
+    );
+}
+
+/// The verification, fault and invariant tables.
+fn tables(r: &Report, out: &mut String) {
+    section(out, "verification", "Verification (from the database and the full topic)", |out| {
+        let rows: Vec<Vec<String>> =
+            report::verification_rows(&r.counts).into_iter().map(|(k, v)| vec![k.to_string(), v]).collect();
+        table(out, &["measure", "value"], &rows);
+    });
+    section(out, "faults", "Faults", |out| {
+        let rows: Vec<Vec<String>> = r
+            .faults
+            .iter()
+            .map(|f| {
+                vec![
+                    f.point.clone(),
+                    f.probability.to_string(),
+                    f.unit.clone(),
+                    f.occurrences.to_string(),
+                    f.fired.to_string(),
+                    f.confirmed.to_string(),
+                ]
+            })
+            .collect();
+        table(out, &["fault point", "probability", "per", "reached", "fired", "confirmed"], &rows);
+        let k = &r.components;
+        let _ = write!(
+            out,
+            "<p>components: {} relay batches, {} relay crashes, {} notifier crashes, {} duplicates absorbed by \
+             the inbox, {} stale events ignored by the projection, {} relay errors, {} notifier errors</p>",
+            k.relay_batches,
+            k.relay_crashes,
+            k.notifier_crashes,
+            k.duplicates_absorbed,
+            k.stale_ignored,
+            k.relay_errors,
+            k.notifier_errors
+        );
+        let t = &r.timings;
+        let _ = write!(
+            out,
+            "<p>timings: setup {} ms · workload {} ms · drain {} ms · verify {} ms · total {} ms</p>",
+            t.setup_ms, t.workload_ms, t.drain_ms, t.verify_ms, t.total_ms
+        );
+    });
+    section(out, "invariants", "Invariants", |out| {
+        let rows: Vec<Vec<String>> = r
+            .invariants
+            .iter()
+            .chain(r.chaos_checks.iter())
+            .map(|i| vec![report::mark(i.ok).to_string(), i.name.clone(), i.expected.clone(), i.actual.clone()])
+            .collect();
+        table(out, &["", "invariant", "expected", "actual"], &rows);
+    });
+}
+
+/// The anomalies with their examples, and the faults around each example.
+fn anomalies(r: &Report, out: &mut String) {
+    section(out, "anomalies", "Anomalies", |out| {
+        let rows: Vec<Vec<String>> = r
+            .anomalies
+            .iter()
+            .map(|a| {
+                let name = if a.allowed { format!("{} (allowed)", a.name) } else { a.name.clone() };
+                vec![name, a.count.to_string(), a.examples.join("\n")]
+            })
+            .collect();
+        let examples = format!("examples (up to {})", crate::verifier::reconcile::EXAMPLES);
+        table(out, &["anomaly", "count", &examples], &rows);
+        let followed: Vec<Vec<String>> = r
+            .anomalies
+            .iter()
+            .flat_map(|a| a.followed.iter().map(move |f| (a, f)))
+            .map(|(a, f)| {
+                let suspects = match f.faults.is_empty() {
+                    true => "none: no fault fired around it".to_string(),
+                    false => f
+                        .faults
+                        .iter()
+                        .map(|s| match s.before_ms {
+                            b if b >= 0 => format!("{} on {}, {b} ms before", s.point, s.component),
+                            a => format!("{} on {}, {} ms after", s.point, s.component, -a),
+                        })
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                };
+                vec![a.name.clone(), f.subject.to_string(), format!("{:.3}", f.trace_ms as f64 / 1000.0), suspects]
+            })
+            .collect();
+        if !followed.is_empty() {
+            out.push_str("<h3>Anomalies after faults</h3>");
+            table(out, &["anomaly", "payment or event", "last trace (s into the run)", "faults around it"], &followed);
+        }
+    });
+}
+
+/// An HTML table; a newline in a cell is a line break.
+fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
+    out.push_str("<table><thead><tr>");
+    for h in header {
+        let _ = write!(out, "<th>{}</th>", esc(h));
+    }
+    out.push_str("</tr></thead><tbody>\n");
+    for row in rows {
+        out.push_str("<tr>");
+        for cell in row {
+            let class = match cell.as_str() {
+                "✔" => " class=\"ok\"",
+                "✘" => " class=\"bad\"",
+                _ => "",
+            };
+            let _ = write!(out, "<td{class}>{}</td>", esc(cell).replace('\n', "<br>"));
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</tbody></table>\n");
+}
+
+/// One example's story: a chart of its dated steps by lane, its steps as a
+/// table, and its messages on the topic.
+fn story(r: &Report, s: &Story, i: usize, out: &mut String) {
+    let _ = writeln!(
+        out,
+        "<section class=\"story\" id=\"story-{i}\" data-payment=\"{p}\"><h3>{a} · example {n} · payment <code>{p}</code></h3>",
+        a = esc(&s.anomaly),
+        n = s.example + 1,
+        p = s.payment,
+    );
+    if let Some(example) = r.anomalies.iter().find(|a| a.name == s.anomaly).and_then(|a| a.examples.get(s.example)) {
+        let _ = write!(out, "<p class=\"example\">{}</p>", esc(example));
+    }
+    if s.steps.is_empty() {
+        out.push_str("<p>The database holds no dated row of this payment.</p>");
+    } else {
+        out.push_str(&chart(|a| timeline(s, &r.fault_log, &r.fault_spans_ms, a), WIDTH, 260));
+    }
+    out.push_str("<p class=\"topic\">on the topic: ");
+    if s.messages.is_empty() {
+        out.push_str("no message carries this payment's key");
+    }
+    for m in &s.messages {
+        let _ = write!(out, "<span class=\"msg\">{}:{} {}</span> ", m.partition, m.offset, esc(&m.kind));
+    }
+    out.push_str("</p>\n");
+    // The steps, and the faults of the chart's window among them.
+    let mut rows: Vec<(i64, Vec<String>)> = s
+        .steps
+        .iter()
+        .map(|t| {
+            let event = t.event.map(|e| e.to_string()).unwrap_or_default();
+            (t.at_ms, vec![t.lane.clone(), t.what.clone(), event])
+        })
+        .collect();
+    if let Some((first, last)) = window(s) {
+        for f in r.fault_log.iter().filter(|f| (first..=last).contains(&(f.at_ms as i64))) {
+            let what = format!("{} on {}: {}", f.point, f.component, f.hit);
+            rows.push((f.at_ms as i64, vec!["fault".into(), what, String::new()]));
+        }
+    }
+    rows.sort_by_key(|(at, _)| *at);
+    let rows: Vec<Vec<String>> = rows
+        .into_iter()
+        .map(|(at, mut row)| {
+            row.insert(0, format!("{:.3}", at as f64 / 1000.0));
+            row
+        })
+        .collect();
+    table(out, &["s into the run", "where", "what", "event or message"], &rows);
+    out.push_str("</section>\n");
+}
+
+/// Draws one chart into an SVG string; a drawing error becomes a line of
+/// text in the page (the rest of the report stands without the chart).
+fn chart<F>(draw: F, w: u32, h: u32) -> String
+where
+    F: FnOnce(&DrawingArea<SVGBackend<'_>, Shift>) -> std::result::Result<(), String>,
+{
+    let mut svg = String::new();
+    let drawn = {
+        let area = SVGBackend::with_string(&mut svg, (w, h)).into_drawing_area();
+        draw(&area).and_then(|_| area.present().map_err(|e| e.to_string()))
+    };
+    match drawn {
+        Ok(()) => format!("<div class=\"chart\">{svg}</div>\n"),
+        Err(e) => {
+            tracing::warn!(cause = %e, "drawing a chart of the HTML report failed");
+            format!("<p class=\"bad\">the chart could not be drawn: {}</p>\n", esc(&e))
+        }
+    }
+}
+
+/// A fault's colour by what it struck: the relay, the notifier, the
+/// payment service, or the infrastructure (proxy, broker, database, processes).
+fn fault_colour(point: &str) -> RGBColor {
+    match point.split('.').next() {
+        Some("relay") => RGBColor(230, 120, 0),
+        Some("notifier") => RGBColor(200, 30, 30),
+        Some("workload") => RGBColor(130, 60, 170),
+        _ => RGBColor(90, 90, 90),
+    }
+}
+
+const FAULT_KINDS: [(&str, &str); 4] = [
+    ("relay", "relay faults"),
+    ("notifier", "notifier faults"),
+    ("workload", "payment service"),
+    ("infra", "infrastructure"),
+];
+
+/// Written, published and processed over time, with the faults.
+fn throughput(r: &Report, area: &DrawingArea<SVGBackend<'_>, Shift>) -> std::result::Result<(), String> {
+    let e = |e: DrawingAreaErrorKind<_>| e.to_string();
+    area.fill(&WHITE).map_err(e)?;
+    let end_ms = r
+        .series
+        .last()
+        .map(|s| s.at_ms)
+        .unwrap_or(0)
+        .max(r.fault_log.iter().map(|f| f.at_ms).max().unwrap_or(0))
+        .max(1000);
+    let top = r.series.iter().map(|s| s.written.max(s.published).max(s.applied)).max().unwrap_or(0).max(10);
+    let (x_end, y_top) = (end_ms as f64 / 1000.0, top as f64 * 1.05);
+    let mut c = ChartBuilder::on(area)
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..x_end, 0f64..y_top)
+        .map_err(e)?;
+    c.configure_mesh()
+        .x_desc("seconds into the run")
+        .y_desc("count")
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .light_line_style(WHITE)
+        .draw()
+        .map_err(e)?;
+    fault_marks(&mut c, &r.fault_log, &r.fault_spans_ms, y_top).map_err(e)?;
+    let lines = [
+        ("payments written", RGBColor(31, 119, 180), (|s: &report::Sample| s.written) as fn(&report::Sample) -> u64),
+        ("messages published", RGBColor(44, 160, 44), |s| s.published),
+        ("events processed", RGBColor(148, 103, 189), |s| s.applied),
+    ];
+    for (label, colour, value) in lines {
+        let points = r.series.iter().map(|s| (s.at_ms as f64 / 1000.0, value(s) as f64));
+        c.draw_series(LineSeries::new(points, colour.stroke_width(2)))
+            .map_err(e)?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
+    }
+    for (kind, label) in FAULT_KINDS {
+        if r.fault_log.iter().any(|f| fault_kind(&f.point) == kind) {
+            let colour = fault_colour(if kind == "infra" { "net" } else { kind });
+            c.draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
+                .map_err(e)?
+                .label(label)
+                .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 20, y + 6)], colour.mix(0.5).filled()));
+        }
+    }
+    c.configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .draw()
+        .map_err(e)?;
+    Ok(())
+}
+
+fn fault_kind(point: &str) -> &'static str {
+    match point.split('.').next() {
+        Some("relay") => "relay",
+        Some("notifier") => "notifier",
+        Some("workload") => "workload",
+        _ => "infra",
+    }
+}
+
+/// Each logged fault as a vertical mark, or a band where its length is known.
+fn fault_marks<DB: DrawingBackend>(
+    c: &mut ChartContext<
+        '_,
+        DB,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+    log: &[FaultRecord],
+    spans: &std::collections::BTreeMap<String, u64>,
+    y_top: f64,
+) -> std::result::Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let bands = log.iter().filter_map(|f| spans.get(&f.point).map(|len| (f, *len)));
+    c.draw_series(bands.map(|(f, len)| {
+        let (a, b) = (f.at_ms as f64 / 1000.0, (f.at_ms + len) as f64 / 1000.0);
+        Rectangle::new([(a, 0.0), (b, y_top)], fault_colour(&f.point).mix(0.18).filled())
+    }))?;
+    // A band is named at its top; marks are many and the legend names them.
+    let bands = log.iter().filter_map(|f| spans.get(&f.point).map(|len| (f, *len)));
+    c.draw_series(bands.map(|(f, _)| {
+        let font = ("sans-serif", 12).into_font().color(&fault_colour(&f.point));
+        Text::new(format!(" {}", f.point), (f.at_ms as f64 / 1000.0, y_top * 0.98), font)
+    }))?;
+    let marks = log.iter().filter(|f| !spans.contains_key(&f.point));
+    c.draw_series(marks.map(|f| {
+        let x = f.at_ms as f64 / 1000.0;
+        PathElement::new(vec![(x, 0.0), (x, y_top)], fault_colour(&f.point).mix(0.55).stroke_width(1))
+    }))?;
+    Ok(())
+}
+
+/// The latency buckets as bars on a logarithmic axis, with the
+/// percentiles marked; a report from before the buckets gets its
+/// percentiles as bars.
+fn latency(l: &report::Latency, area: &DrawingArea<SVGBackend<'_>, Shift>) -> std::result::Result<(), String> {
+    let e = |e: DrawingAreaErrorKind<_>| e.to_string();
+    area.fill(&WHITE).map_err(e)?;
+    let bar = RGBColor(31, 119, 180);
+    if l.buckets.is_empty() {
+        let ps = [("p50", l.p50), ("p95", l.p95), ("p99", l.p99), ("max", l.max)];
+        let top = l.max.max(1.0) * 1.1;
+        let mut c = ChartBuilder::on(area)
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0f64..4f64, 0f64..top)
+            .map_err(e)?;
+        c.configure_mesh()
+            .disable_x_mesh()
+            .x_labels(4)
+            .x_label_formatter(&|x| ps.get(x.floor() as usize).map_or(String::new(), |p| p.0.to_string()))
+            .y_desc("ms")
+            .draw()
+            .map_err(e)?;
+        c.draw_series(
+            ps.iter()
+                .enumerate()
+                .map(|(i, (_, v))| Rectangle::new([(i as f64 + 0.2, 0.0), (i as f64 + 0.8, *v)], bar.filled())),
+        )
+        .map_err(e)?;
+        return Ok(());
+    }
+    // A bucket spans (the previous one's bound, its own]; on the log axis the
+    // 0 ms bucket is drawn just left of 1 ms.
+    const ZERO: f64 = 0.25;
+    let bounds = |b: &report::LatencyBucket| (b.up_to_ms as f64).max(ZERO * 2.0);
+    let lows: Vec<f64> = std::iter::once(ZERO).chain(l.buckets.iter().map(bounds)).collect();
+    // From the first bucket with events to a little past the last.
+    let lo = l.buckets.iter().zip(&lows).find(|(b, _)| b.events > 0).map_or(ZERO, |(_, low)| *low);
+    let hi = l.buckets.last().map_or(2.0, |b| bounds(b).max(2.0)) * 1.2;
+    let top = l.buckets.iter().map(|b| b.events).max().unwrap_or(1) as f64 * 1.1;
+    let mut c = ChartBuilder::on(area)
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d((lo..hi).log_scale(), 0f64..top)
+        .map_err(e)?;
+    c.configure_mesh()
+        .x_desc("latency, ms (each bar twice as wide as the one before)")
+        .y_desc("events")
+        .x_label_formatter(&|v| format!("{v}"))
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .light_line_style(WHITE)
+        .draw()
+        .map_err(e)?;
+    c.draw_series(
+        l.buckets
+            .iter()
+            .zip(lows.iter().copied())
+            .filter(|(b, _)| b.events > 0)
+            .map(|(b, low)| Rectangle::new([(low, 0.0), (bounds(b), b.events as f64)], bar.mix(0.8).filled())),
+    )
+    .map_err(e)?;
+    for (name, v, colour) in [
+        ("p50", l.p50, RGBColor(44, 160, 44)),
+        ("p99", l.p99, RGBColor(230, 120, 0)),
+        ("max", l.max, RGBColor(200, 30, 30)),
+    ] {
+        let x = v.max(lo);
+        c.draw_series(std::iter::once(PathElement::new(vec![(x, 0.0), (x, top)], colour.stroke_width(2))))
+            .map_err(e)?
+            .label(format!("{name} {v:.0} ms"))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
+    }
+    c.configure_series_labels().background_style(WHITE.mix(0.85)).border_style(BLACK.mix(0.3)).draw().map_err(e)?;
+    Ok(())
+}
+
+/// The span of a story's chart in ms: its steps, with a margin on each
+/// side of a tenth of the story, at least 100 ms.
+fn window(s: &Story) -> Option<(i64, i64)> {
+    let first = s.steps.iter().map(|t| t.at_ms).min()?;
+    let last = s.steps.iter().map(|t| t.at_ms).max()?;
+    let pad = ((last - first) / 10).max(100);
+    Some((first - pad, last + pad))
+}
+
+/// The lanes of a story, top to bottom.
+const LANES: [&str; 4] = ["payment", "outbox", "inbox", "effect"];
+
+/// One story's dated steps, a row per lane, with the faults in its window.
+fn timeline(
+    s: &Story,
+    log: &[FaultRecord],
+    spans: &std::collections::BTreeMap<String, u64>,
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+) -> std::result::Result<(), String> {
+    let e = |e: DrawingAreaErrorKind<_>| e.to_string();
+    area.fill(&WHITE).map_err(e)?;
+    let (first, last) = window(s).unwrap_or((0, 1000));
+    let (x0, x1) = (first as f64 / 1000.0, last as f64 / 1000.0);
+    let lane_y = |lane: &str| (LANES.len() - 1 - LANES.iter().position(|l| *l == lane).unwrap_or(3)) as f64;
+    let mut c = ChartBuilder::on(area)
+        .margin(10)
+        .x_label_area_size(36)
+        .y_label_area_size(80)
+        .build_cartesian_2d(x0..x1, -0.6f64..(LANES.len() as f64 - 0.3))
+        .map_err(e)?;
+    c.configure_mesh()
+        .disable_y_mesh()
+        .y_labels(LANES.len())
+        .y_label_formatter(&|y| {
+            let i = y.round();
+            match (y - i).abs() < 0.01 && (0.0..LANES.len() as f64).contains(&i) {
+                true => LANES[LANES.len() - 1 - i as usize].to_string(),
+                false => String::new(),
+            }
+        })
+        .x_desc("seconds into the run")
+        .light_line_style(WHITE)
+        .draw()
+        .map_err(e)?;
+    let window: Vec<FaultRecord> = log
+        .iter()
+        .filter(|f| {
+            let (a, b) = (f.at_ms as i64, f.at_ms as i64 + spans.get(&f.point).copied().unwrap_or(0) as i64);
+            b >= first && a <= last
+        })
+        .cloned()
+        .collect();
+    let y_top = LANES.len() as f64 - 0.3;
+    c.draw_series(window.iter().map(|f| {
+        let (a, len) = (f.at_ms as f64 / 1000.0, spans.get(&f.point).copied().unwrap_or(0) as f64 / 1000.0);
+        Rectangle::new([(a.max(x0), -0.6), ((a + len).min(x1).max(a + (x1 - x0) / 400.0), y_top)], {
+            fault_colour(&f.point).mix(if len > 0.0 { 0.15 } else { 0.5 }).filled()
+        })
+    }))
+    .map_err(e)?;
+    // Labels of steps close together in a lane stack downwards, and those
+    // in the right quarter of the line sit left of their points, so they
+    // stay readable and inside the chart.
+    let near = (x1 - x0) / 8.0;
+    let mut last_x = [f64::NEG_INFINITY; 4];
+    let mut level = [0i32; 4];
+    let mut placed = Vec::with_capacity(s.steps.len());
+    for t in &s.steps {
+        let (x, y) = (t.at_ms as f64 / 1000.0, lane_y(&t.lane));
+        let l = LANES.len() - 1 - y as usize;
+        level[l] = if x - last_x[l] < near { (level[l] + 1) % 3 } else { 0 };
+        last_x[l] = x;
+        placed.push((t, x, y, level[l]));
+    }
+    let right = x0 + (x1 - x0) * 0.75;
+    c.draw_series(placed.into_iter().map(|(t, x, y, level)| {
+        let colour = match t.lane.as_str() {
+            "payment" => RGBColor(31, 119, 180),
+            "outbox" => RGBColor(44, 160, 44),
+            "inbox" => RGBColor(148, 103, 189),
+            _ => RGBColor(200, 30, 30),
+        };
+        let (dx, hpos) = if x > right { (-8, HPos::Right) } else { (8, HPos::Left) };
+        let font = TextStyle::from(("sans-serif", 12).into_font()).pos(Pos::new(hpos, VPos::Center));
+        EmptyElement::at((x, y))
+            + Circle::new((0, 0), 5, colour.filled())
+            + Text::new(t.what.clone(), (dx, -10 + 12 * level), font)
+    }))
+    .map_err(e)?;
+    Ok(())
+}
+
+/// Escapes text for HTML.
+pub fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for ch in s.chars() {
+        match ch {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1040px;color:#222}\
+h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}h3{font-size:15px}\
+.verdict{padding:2px 10px;border-radius:4px;color:#fff;font-size:16px}.verdict.pass{background:#2a8a2a}\
+.verdict.fail{background:#c0392b}.verdict.inconclusive,.verdict.incomplete,.verdict.interrupted{background:#b8860b}\
+.meta,.why{color:#444}table{border-collapse:collapse;margin:8px 0;font-size:13px}\
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}th{background:#f3f3f3}\
+td.ok{color:#2a8a2a}td.bad,.bad{color:#c0392b}.story{border-left:4px solid #c0392b;padding-left:12px;margin:18px 0}\
+.msg{display:inline-block;background:#eef;border:1px solid #99c;border-radius:3px;padding:0 5px;margin:2px;\
+font-family:monospace;font-size:12px}code{font-size:12px}.chart svg{max-width:100%;height:auto}";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_from_before_the_charts_still_draws() {
+        // The sample report predates the series, the latency buckets and
+        // the stories: the page draws its percentiles and its tables.
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/sample-payments-postgres-kafka.json");
+        let r = Report::load(&path).unwrap();
+        assert!(r.series.is_empty() && r.stories.is_empty());
+        let page = render(&r);
+        assert_eq!(page.matches("<svg").count(), 2, "the events chart and the percentiles");
+        assert!(page.contains(&format!("chaos run {}", r.run_id)));
+        assert!(page.contains("<section id=\"invariants\">") && page.contains("</html>"));
+        assert!(!page.contains("the chart could not be drawn"));
+    }
+
+    #[test]
+    fn text_is_escaped() {
+        assert_eq!(esc("<a href=\"x\">&'</a>"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;&lt;/a&gt;");
+    }
+}

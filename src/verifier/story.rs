@@ -1,0 +1,169 @@
+//! Each anomaly example's story: what the database and the topic hold of
+//! its payment, on one line of time, for the HTML report.
+//!
+//! The dated steps come from the rows the database time-stamps (the
+//! payment written and captured, each outbox row created and published,
+//! each inbox claim, each receipt and the projection), read only when a
+//! run found anomalies ([`crate::store::Store::story`]). The messages come
+//! from the verifier's own read of the topic, with their `partition:offset`;
+//! that read keeps no broker timestamps, so they carry none. Nothing records
+//! each delivery to a notifier: an inbox claim stands for the delivery that
+//! made it, and a redelivery the inbox absorbed leaves no row.
+
+use super::Anomaly;
+use crate::events::EventKind;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use uuid::Uuid;
+
+/// Stories are told for at most this many examples per anomaly.
+pub const PER_ANOMALY: usize = 5;
+
+/// One example's payment, step by step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Story {
+    /// The anomaly's name.
+    pub anomaly: String,
+    /// Index into the anomaly's `examples`.
+    pub example: usize,
+    /// The example's payment or event.
+    pub subject: Uuid,
+    pub payment: Uuid,
+    /// In time order.
+    pub steps: Vec<Step>,
+    /// Its messages on the topic, in partition and offset order.
+    pub messages: Vec<TopicMessage>,
+}
+
+/// One dated row of a payment's story.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    /// Milliseconds since the run started (the fault log's clock); negative
+    /// if the database's clock stepped back.
+    pub at_ms: i64,
+    /// Where it happened: `payment`, `outbox`, `inbox` or `effect`.
+    pub lane: String,
+    /// What happened, e.g. "captured row published" or "receipt sent".
+    pub what: String,
+    /// The event (outbox row, inbox claim) or message (receipt) it concerns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<Uuid>,
+}
+
+/// A message carrying the payment's key, as the verifier read it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicMessage {
+    pub partition: i32,
+    pub offset: i64,
+    /// `authorized`, `captured`, or `malformed` for one that does not decode.
+    pub kind: String,
+}
+
+impl TopicMessage {
+    pub fn new(partition: i32, offset: i64, kind: Option<EventKind>) -> Self {
+        let kind = kind.map_or("malformed", |k| k.status()).to_string();
+        Self { partition, offset, kind }
+    }
+}
+
+/// A dated row as the store reads it: its payment, and the time in
+/// milliseconds since the epoch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoryRow {
+    pub payment: Uuid,
+    pub lane: &'static str,
+    pub what: String,
+    pub event: Option<Uuid>,
+    pub at_epoch_ms: i64,
+}
+
+/// The examples to tell, as (anomaly index, example index, subject).
+pub fn wanted(anomalies: &[Anomaly]) -> Vec<(usize, usize, Uuid)> {
+    anomalies
+        .iter()
+        .enumerate()
+        .flat_map(|(a, an)| {
+            an.subjects.iter().enumerate().filter_map(move |(i, s)| s.map(|s| (a, i, s))).take(PER_ANOMALY)
+        })
+        .collect()
+}
+
+/// The stories of the wanted examples: `payments` maps a subject to its
+/// payment, `messages` a payment to its messages, `rows` are the payments'
+/// dated rows; `run_started_ms` is the run's start in epoch milliseconds.
+/// An example whose payment is unknown (a message of no payment) gets none.
+pub fn tell(
+    anomalies: &[Anomaly],
+    payments: &HashMap<Uuid, Uuid>,
+    messages: &HashMap<Uuid, Vec<TopicMessage>>,
+    rows: &[StoryRow],
+    run_started_ms: i64,
+) -> Vec<Story> {
+    let mut by_payment: HashMap<Uuid, Vec<&StoryRow>> = HashMap::new();
+    for r in rows {
+        by_payment.entry(r.payment).or_default().push(r);
+    }
+    wanted(anomalies)
+        .into_iter()
+        .filter_map(|(a, example, subject)| {
+            let payment = *payments.get(&subject)?;
+            let mut steps: Vec<Step> = by_payment
+                .get(&payment)
+                .into_iter()
+                .flatten()
+                .map(|r| Step {
+                    at_ms: r.at_epoch_ms - run_started_ms,
+                    lane: r.lane.to_string(),
+                    what: r.what.clone(),
+                    event: r.event,
+                })
+                .collect();
+            steps.sort_by(|x, y| (x.at_ms, &x.lane, &x.what).cmp(&(y.at_ms, &y.lane, &y.what)));
+            let mut msgs = messages.get(&payment).cloned().unwrap_or_default();
+            msgs.sort_by_key(|m| (m.partition, m.offset));
+            Some(Story { anomaly: anomalies[a].name.clone(), example, subject, payment, steps, messages: msgs })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_story_holds_its_payments_rows_in_time_order_and_its_messages() {
+        let (p, q, e) = (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
+        let anomalies = vec![Anomaly {
+            name: "duplicate effect".into(),
+            count: 2,
+            examples: vec!["p".into(), "no subject".into(), "by its event".into()],
+            allowed: false,
+            subjects: vec![Some(p), None, Some(e)],
+            followed: vec![],
+        }];
+        let row = |payment, what: &str, at: i64| StoryRow {
+            payment,
+            lane: "effect",
+            what: what.into(),
+            event: None,
+            at_epoch_ms: 1_000 + at,
+        };
+        let rows = vec![row(p, "second receipt", 900), row(q, "other", 5), row(p, "first receipt", 400)];
+        let payments = HashMap::from([(p, p), (e, q)]);
+        let messages = HashMap::from([(
+            p,
+            vec![TopicMessage::new(2, 9, Some(EventKind::Captured)), TopicMessage::new(2, 4, None)],
+        )]);
+        let stories = tell(&anomalies, &payments, &messages, &rows, 1_000);
+        assert_eq!(stories.len(), 2, "the example without a subject has no story");
+        let s = &stories[0];
+        assert_eq!((s.example, s.payment), (0, p));
+        let steps: Vec<(i64, &str)> = s.steps.iter().map(|s| (s.at_ms, s.what.as_str())).collect();
+        assert_eq!(steps, vec![(400, "first receipt"), (900, "second receipt")]);
+        let at: Vec<(i64, &str)> = s.messages.iter().map(|m| (m.offset, m.kind.as_str())).collect();
+        assert_eq!(at, vec![(4, "malformed"), (9, "captured")]);
+        // The event's example is told as its payment's story.
+        assert_eq!((stories[1].example, stories[1].subject, stories[1].payment), (2, e, q));
+        assert!(stories[1].messages.is_empty());
+    }
+}

@@ -1,0 +1,238 @@
+//! The HTML report, checked in a real browser. A passing run and a failing
+//! one (the inbox off, relays crashing after their produce) each write
+//! `reports/<run-id>.html`; the page loads nothing from the network;
+//! headless Chromium (Debian's `chromium`, which scripts/test.sh installs)
+//! renders it: its DOM holds the charts' SVG and, for the failing run, each
+//! anomaly example's story with its messages' `partition:offset`, and its
+//! screenshot (scripts/screenshot.sh) is a real picture, not one flat
+//! colour. `chaos report <file.json> --html` draws the same page again from
+//! the JSON alone. Each body runs on the real services and embedded.
+
+mod common;
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The browser, or a failure that says how to get it: a test that cannot
+/// look at the page must not pass.
+fn chromium() -> PathBuf {
+    for name in ["chromium", "chromium-browser"] {
+        for dir in std::env::var("PATH").unwrap_or_default().split(':') {
+            let p = Path::new(dir).join(name);
+            if p.is_file() {
+                return p;
+            }
+        }
+    }
+    panic!("chromium is not installed: run the tests with scripts/test.sh, which installs Debian's chromium package");
+}
+
+/// Runs `cmd` to its end, killed after `limit`; returns its stdout.
+fn bounded(cmd: &mut Command, limit: Duration) -> String {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("cannot start the command");
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut s);
+        s
+    });
+    let started = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    reader.join().unwrap()
+}
+
+/// The page as headless Chromium builds it (its DOM after parsing).
+fn rendered_dom(page: &Path) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", page.canonicalize().unwrap().display());
+    let mut c = Command::new(chromium());
+    c.args(["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom"])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(url);
+    let dom = bounded(&mut c, Duration::from_secs(60));
+    assert!(dom.contains("</html>"), "chromium gave no DOM for {}:\n{dom}", page.display());
+    dom
+}
+
+/// Takes a screenshot with scripts/screenshot.sh and checks it is a real
+/// picture: the window's size, mostly not blank, many colours.
+fn screenshot_is_a_picture(page: &Path, dir: &Path) {
+    let png = dir.join("shot.png");
+    let mut c = Command::new("bash");
+    c.arg(root().join("scripts/screenshot.sh")).arg(page).arg(&png).arg("1000x1600");
+    let printed = bounded(&mut c, Duration::from_secs(90));
+    assert!(printed.trim().ends_with("shot.png"), "screenshot.sh printed {printed:?}");
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png).unwrap()));
+    let mut reader = decoder.read_info().expect("a PNG");
+    let mut buf = vec![0; reader.output_buffer_size().expect("a PNG's size")];
+    let info = reader.next_frame(&mut buf).expect("a PNG frame");
+    assert_eq!((info.width, info.height), (1000, 1600), "the window's size");
+    let px = info.color_type.samples();
+    let pixels: Vec<&[u8]> = buf[..info.buffer_size()].chunks(px).collect();
+    let colours: std::collections::HashSet<&[u8]> = pixels.iter().copied().collect();
+    let inked = pixels.iter().filter(|p| p.iter().take(3).any(|c| *c < 200)).count();
+    assert!(colours.len() > 50, "the screenshot has {} colours: a blank or flat page", colours.len());
+    assert!(inked * 100 > pixels.len(), "under 1% of the screenshot is drawn on ({inked} of {} pixels)", pixels.len());
+}
+
+/// Nothing on the page comes from elsewhere: no scripts, no remote
+/// sources, links, imports or fonts.
+fn loads_nothing(html: &str) {
+    for bad in ["src=\"http", "href=\"http", "src='http", "href='http", "url(http", "@import", "<script", "<link"] {
+        assert!(!html.contains(bad), "the page loads something from elsewhere: {bad}");
+    }
+}
+
+/// The run's page, checked; returns the report and the page's path.
+fn run_and_check(backend: Backend, scenario: &str, dir: &Path) -> (serde_json::Value, PathBuf, String) {
+    let ran = run_scenario(backend, &root().join(scenario), dir, &[]);
+    let r = ran.json();
+    let id = r["run_id"].as_str().unwrap().to_string();
+    let page = dir.join(format!("{id}.html"));
+    let html = std::fs::read_to_string(&page).unwrap_or_else(|e| panic!("no {}: {e}", page.display()));
+    loads_nothing(&html);
+    assert!(r["series"].as_array().is_some_and(|s| s.len() >= 4), "the run sampled its counters: {}", r["series"]);
+    let dom = rendered_dom(&page);
+    // The events chart: plotters draws each counter as a polyline through
+    // its samples, in its own colour (legends and fault marks have 2 points).
+    let chart = section(&dom, "throughput");
+    assert!(chart.contains("<svg"), "no chart in the events section:\n{chart}");
+    let lines = polylines(chart);
+    for colour in ["#1F77B4", "#2CA02C", "#9467BD"] {
+        assert!(
+            lines.iter().any(|(c, n)| c.eq_ignore_ascii_case(colour) && *n >= 4),
+            "no line of samples in {colour} among {lines:?}"
+        );
+    }
+    for table in ["verification", "faults", "invariants"] {
+        assert!(section(&dom, table).contains("<table"), "no {table} table");
+    }
+    // `chaos report --html` draws the same page from the JSON alone.
+    let again = dir.join("again.html");
+    let json = dir.join(format!("{id}.json"));
+    let redrawn = run(chaos().arg("report").arg(&json).arg("--html").arg("--out").arg(&again));
+    assert_eq!(redrawn.code, ran.code, "{}", redrawn.stderr);
+    assert_eq!(redrawn.stdout.trim(), again.display().to_string());
+    assert!(std::fs::read_to_string(&again).unwrap() == html, "the page drawn again from the JSON differs");
+    eprintln!("{scenario} on {backend:?}: run {:.1}s, verdict {}", ran.elapsed.as_secs_f64(), r["verdict"]);
+    (r, page, dom)
+}
+
+/// Each `<polyline>` of an SVG: its stroke colour and how many points it has.
+fn polylines(svg: &str) -> Vec<(String, usize)> {
+    svg.split("<polyline")
+        .skip(1)
+        .map(|p| {
+            let p = &p[..p.find('>').unwrap_or(p.len())];
+            let attr = |name: &str| {
+                let at = p.find(&format!("{name}=\"")).map(|i| i + name.len() + 2);
+                at.map(|i| p[i..i + p[i..].find('"').unwrap_or(0)].to_string()).unwrap_or_default()
+            };
+            (attr("stroke"), attr("points").split_whitespace().count())
+        })
+        .collect()
+}
+
+/// The DOM of `<section id="{id}">`, up to its end.
+fn section<'a>(dom: &'a str, id: &str) -> &'a str {
+    let start = dom.find(&format!("<section id=\"{id}\"")).unwrap_or_else(|| panic!("no section {id}"));
+    let rest = &dom[start..];
+    &rest[..rest.find("</section>").unwrap_or(rest.len())]
+}
+
+fn a_passing_run_draws_its_page(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let (r, page, dom) = run_and_check(backend, "tests/fixtures/html/clean.toml", dir.path());
+    assert_eq!(r["verdict"], "pass", "{}", r["reason"]);
+    assert!(section(&dom, "latency").contains("<svg"), "no latency chart");
+    assert!(r["latency_ms"]["buckets"].as_array().is_some_and(|b| !b.is_empty()), "no latency buckets");
+    assert!(!dom.contains("class=\"story\""), "a passing run has no stories");
+    screenshot_is_a_picture(&page, dir.path());
+}
+
+fn a_failing_run_tells_each_examples_story(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let (r, page, dom) = run_and_check(backend, "tests/fixtures/html/broken.toml", dir.path());
+    assert_eq!(r["verdict"], "fail", "{}", r["reason"]);
+    let stories = r["stories"].as_array().expect("stories in the report");
+    assert!(!stories.is_empty(), "no story for the anomalies: {}", r["anomalies"]);
+    let dup = stories.iter().find(|s| s["anomaly"] == "duplicate effect").expect("a duplicate effect's story");
+    let steps: Vec<&str> = dup["steps"].as_array().unwrap().iter().map(|s| s["what"].as_str().unwrap()).collect();
+    // As many receipts on its line as its example counts ("payment …: 2 receipts; …").
+    let anomaly = r["anomalies"].as_array().unwrap().iter().find(|a| a["name"] == "duplicate effect").unwrap();
+    let example = anomaly["examples"][dup["example"].as_u64().unwrap() as usize].as_str().unwrap();
+    let receipts: usize = example
+        .split_once(": ")
+        .and_then(|(_, rest)| rest.split_once(" receipts"))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("no receipt count in {example:?}"));
+    assert!(receipts >= 2, "{example}");
+    let sent = steps.iter().filter(|s| **s == "receipt sent").count();
+    assert_eq!(sent, receipts, "the story's receipts against its example {example:?}: {steps:?}");
+    assert!(steps.iter().any(|s| s.ends_with("row published")), "its outbox rows: {steps:?}");
+    // Its authorized and captured events at least; a copy from a relay's
+    // crash adds one, a redelivery by the group (the mock cluster's slow
+    // rebalances) does not.
+    assert!(dup["messages"].as_array().unwrap().len() >= 2, "its messages: {dup}");
+    // In the browser: a section per story, each with its line of time and
+    // its messages as partition:offset.
+    let rendered = dom.matches("<section class=\"story\"").count();
+    assert_eq!(rendered, stories.len(), "one story section per story");
+    let pid = dup["payment"].as_str().unwrap();
+    let start = dom.find(&format!("data-payment=\"{pid}\"")).unwrap();
+    let story = &dom[start..start + dom[start..].find("</section>").unwrap()];
+    assert!(story.contains("<svg"), "the story has no line of time");
+    assert!(story.contains("receipt sent"), "the line of time names its steps");
+    for m in dup["messages"].as_array().unwrap() {
+        let at = format!("{}:{} {}", m["partition"], m["offset"], m["kind"].as_str().unwrap());
+        assert!(story.contains(&at), "the story lists its message {at}");
+    }
+    screenshot_is_a_picture(&page, dir.path());
+}
+
+#[test]
+fn a_passing_run_draws_its_page_on_the_services() {
+    a_passing_run_draws_its_page(Backend::Services);
+}
+
+#[test]
+fn a_passing_run_draws_its_page_embedded() {
+    a_passing_run_draws_its_page(Backend::Embedded);
+}
+
+#[test]
+fn a_failing_run_tells_each_examples_story_on_the_services() {
+    a_failing_run_tells_each_examples_story(Backend::Services);
+}
+
+#[test]
+fn a_failing_run_tells_each_examples_story_embedded() {
+    a_failing_run_tells_each_examples_story(Backend::Embedded);
+}
+
+#[test]
+fn report_html_refuses_bad_input_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = run(chaos().arg("report").arg(dir.path().join("nope.json")).arg("--html"));
+    let not_a_report = dir.path().join("other.json");
+    std::fs::write(&not_a_report, "{\"hello\": 1}").unwrap();
+    let other = run(chaos().arg("report").arg(&not_a_report).arg("--html"));
+    let folder = run(chaos().arg("report").arg(dir.path()).arg("--html"));
+    for (what, ran) in [("a missing file", missing), ("a JSON that is no report", other), ("a folder", folder)] {
+        assert_eq!(ran.code, 2, "{what}: {}", ran.stderr);
+        assert_eq!(ran.stderr.trim().lines().count(), 1, "{what}: one line, got:\n{}", ran.stderr);
+        assert!(ran.stdout.is_empty(), "{what}: nothing on stdout: {}", ran.stdout);
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no page written for bad input");
+}
