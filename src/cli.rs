@@ -127,7 +127,7 @@ pub struct SweepArgs {
     /// Override the scenario's `[run] components`: in-process, or process.
     #[arg(long, value_parser = parse_components)]
     pub components: Option<crate::scenario::Components>,
-    /// Also write JUnit XML here: a test case per seed (and one for the shrink).
+    /// Also write JUnit XML here: a test case per seed; a failing one carries its examples, its replay command and, with --shrink, the minimal one.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
     /// Override the scenario's `workload.payments`.

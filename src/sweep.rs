@@ -273,6 +273,18 @@ fn row(seed: u64, rep: &Report, rates: Vec<Rate>, seconds: f64) -> SeedRow {
 }
 
 impl Summary {
+    /// Reads a saved sweep summary; None when the JSON file is something
+    /// else (a run's report), so `chaos report` can tell the two apart.
+    pub fn load_if_sweep(path: &std::path::Path) -> Result<Option<Summary>> {
+        let err = |cause: String| Error::ReportRead { path: path.into(), cause };
+        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+        let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) else { return Ok(None) };
+        if value.get("sweep_id").is_none() {
+            return Ok(None);
+        }
+        serde_json::from_value(value).map(Some).map_err(|e| err(format!("not a chaos sweep summary: {e}")))
+    }
+
     /// Writes `<dir>/<sweep-id>.json`; returns its path.
     pub fn save(&self, dir: &std::path::Path) -> Result<PathBuf> {
         std::fs::create_dir_all(dir).map_err(|e| Error::Write { path: dir.into(), cause: e.to_string() })?;

@@ -90,6 +90,21 @@ fn swarm_is_clean_on_the_correct_pipeline(backend: Backend) {
     let listed = run(&mut c);
     assert_eq!(listed.code, 0, "{}", listed.stderr);
     assert!(listed.stdout.contains("4 run(s), 0 unreadable"), "{}", listed.stdout);
+    // `chaos report <sweep.json>` prints the sweep's table again, with its exit code.
+    let mut c = chaos();
+    c.arg("report").arg(dir.path().join(format!("{}.json", s["sweep_id"].as_str().unwrap())));
+    let again = run(&mut c);
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert!(
+        again.stdout.contains("3 of 3 seed(s) run on") && again.stdout.contains("rates (--swarm)"),
+        "{}",
+        again.stdout
+    );
+    let mut c = chaos();
+    c.arg("report").arg(dir.path().join(format!("{}.json", s["sweep_id"].as_str().unwrap()))).arg("--html");
+    let refused = run(&mut c);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(refused.stderr.contains("is a sweep's summary") && refused.stdout.is_empty(), "{}", refused.stderr);
     let cases = junit_cases(&junit);
     assert_eq!(cases.len(), 3);
     assert!(cases.iter().all(|c| matches!(c.status, quick_junit::TestCaseStatus::Success { .. })));
@@ -136,6 +151,11 @@ fn planted_bug_is_found_and_shrunk(backend: Backend, keep_going: bool) {
     assert!(replay.contains("--schedule") && replay.contains("--payments"), "{replay}");
 
     // The JUnit failure of the seed carries its replay and the minimal one.
+    let mut c = chaos();
+    c.arg("report").arg(dir.path().join(format!("{}.json", s["sweep_id"].as_str().unwrap())));
+    let shown = run(&mut c);
+    assert_eq!(shown.code, 1, "a saved failing sweep shows with exit 1: {}", shown.stderr);
+    assert!(shown.stdout.contains("shrink of seed") && shown.stdout.contains(replay), "{}", shown.stdout);
     let cases = junit_cases(&junit);
     match &cases[0].status {
         quick_junit::TestCaseStatus::NonSuccess { kind, description, .. } => {

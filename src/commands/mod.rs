@@ -60,6 +60,10 @@ fn show_report(file: &Path, markdown: bool) -> Result<Exit> {
         print!("{}", report::list(file)?);
         return Ok(Exit::Pass);
     }
+    if let Some(s) = crate::sweep::Summary::load_if_sweep(file)? {
+        print!("{}", crate::sweep::render(&s));
+        return Ok(s.exit());
+    }
     let r = Report::load(file)?;
     print!("{}", report::render(&r, if markdown { Style::Markdown } else { Style::Terminal }));
     Ok(r.verdict.exit())
@@ -72,6 +76,12 @@ fn html_report(file: &Path, out: Option<&Path>) -> Result<Exit> {
     if file.is_dir() {
         return Err(Error::Usage(format!(
             "--html draws one report: pass a report file such as {}/<run-id>.json",
+            file.display()
+        )));
+    }
+    if crate::sweep::Summary::load_if_sweep(file)?.is_some() {
+        return Err(Error::Usage(format!(
+            "{} is a sweep's summary, which has no page: draw one of its runs' reports (each row's run_id) with --html",
             file.display()
         )));
     }
