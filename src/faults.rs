@@ -412,6 +412,25 @@ impl std::fmt::Display for Schedule {
     }
 }
 
+/// One batch an in-process notifier received: what puts each delivery of a
+/// message on an anomaly's story ([`crate::verifier::story`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryRecord {
+    pub component: String,
+    /// Milliseconds since the run started.
+    pub at_ms: u64,
+    pub messages: u32,
+    /// Per partition, the first and last offset the batch held (a
+    /// consumer reads a partition in order, so the batch holds the range).
+    pub spans: Vec<(i32, i64, i64)>,
+}
+
+impl DeliveryRecord {
+    pub fn covers(&self, partition: i32, offset: i64) -> bool {
+        self.spans.iter().any(|(p, a, b)| *p == partition && (*a..=*b).contains(&offset))
+    }
+}
+
 /// Per-point totals for the report.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FaultSummary {
@@ -470,6 +489,9 @@ pub struct FaultInjector {
     /// Every in-process firing by occurrence, uncapped: the schedule a
     /// shrink starts from.
     fired_at: Mutex<Vec<(FaultPoint, u64)>>,
+    /// The batches in-process notifiers received, the first
+    /// [`DELIVERY_LOG_CAP`] of them.
+    deliveries: Mutex<Vec<DeliveryRecord>>,
     started: Instant,
     /// The same moment on the wall clock, which the database's timestamps
     /// share: what dates an anomaly against the fault log.
@@ -478,6 +500,10 @@ pub struct FaultInjector {
 
 /// The log keeps the first records only; the counters count them all.
 const LOG_CAP: usize = 10_000;
+
+/// Batches kept for the stories: a few megabytes at most (a run of a
+/// million payments takes about 40,000 batches, redeliveries included).
+pub const DELIVERY_LOG_CAP: usize = 200_000;
 
 impl FaultInjector {
     pub fn new(seed: u64, rates: &FaultRates) -> Self {
@@ -491,6 +517,7 @@ impl FaultInjector {
             log: Mutex::new(Vec::new()),
             schedule: None,
             fired_at: Mutex::new(Vec::new()),
+            deliveries: Mutex::new(Vec::new()),
             started: Instant::now(),
             started_wall: std::time::SystemTime::now(),
         }
@@ -610,6 +637,33 @@ impl FaultInjector {
         w.holders += 1;
         w.last_delivery = now;
         Held { first, delivery: now }
+    }
+
+    /// Logs a batch `component` received (its messages as (partition,
+    /// offset)), for the anomalies' stories.
+    pub fn log_delivery(&self, component: &str, messages: impl IntoIterator<Item = (i32, i64)>) {
+        let mut spans: Vec<(i32, i64, i64)> = Vec::new();
+        let mut n = 0u32;
+        for (p, o) in messages {
+            n += 1;
+            match spans.iter_mut().find(|s| s.0 == p) {
+                Some(s) => {
+                    s.1 = s.1.min(o);
+                    s.2 = s.2.max(o);
+                }
+                None => spans.push((p, o, o)),
+            }
+        }
+        let at_ms = self.started.elapsed().as_millis() as u64;
+        let mut log = self.deliveries.lock().unwrap_or_else(|p| p.into_inner());
+        if log.len() < DELIVERY_LOG_CAP {
+            log.push(DeliveryRecord { component: component.to_string(), at_ms, messages: n, spans });
+        }
+    }
+
+    /// The batches in-process notifiers received, in order.
+    pub fn deliveries(&self) -> Vec<DeliveryRecord> {
+        self.deliveries.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The batch is done (committed, or failed without a fault): stop

@@ -61,10 +61,11 @@ pub fn render(r: &Report) -> String {
         section(&mut out, "stories", "The anomalies' examples, each on one line of time", |out| {
             out.push_str(
                 "<p>Each example's payment as the database dates it (the payment, its outbox rows, inbox claims \
-                 and effects), with the faults of the run in its window. Its messages on the topic are listed \
-                 with <code>partition:offset</code> below the line: the verifier's read of the topic keeps no \
-                 broker timestamps. Nothing records each delivery to a notifier: an inbox claim stands for the \
-                 delivery that made it, and a redelivery the inbox absorbed leaves no row.</p>",
+                 and effects), each delivery of its messages to a notifier, and the faults of the run in its \
+                 window. Its messages on the topic are listed with <code>partition:offset</code> below the \
+                 line (the verifier's read of the topic keeps no broker timestamps; a message is dated by its \
+                 deliveries). Deliveries are logged for notifiers in the run's own process: a notifier that runs \
+                 as a process, or a program under test, shows none, and its inbox claims stand for them.</p>",
             );
             if r.stories.is_empty() {
                 out.push_str("<p>No story was collected for these examples.</p>");
@@ -260,7 +261,7 @@ fn story(r: &Report, s: &Story, i: usize, out: &mut String) {
     if s.steps.is_empty() {
         out.push_str("<p>The database holds no dated row of this payment.</p>");
     } else {
-        out.push_str(&chart(|a| timeline(s, &r.fault_log, &r.fault_spans_ms, a), WIDTH, 260));
+        out.push_str(&chart(|a| timeline(s, &r.fault_log, &r.fault_spans_ms, a), WIDTH, 300));
     }
     out.push_str("<p class=\"topic\">on the topic: ");
     if s.messages.is_empty() {
@@ -518,7 +519,7 @@ fn window(s: &Story) -> Option<(i64, i64)> {
 }
 
 /// The lanes of a story, top to bottom.
-const LANES: [&str; 4] = ["payment", "outbox", "inbox", "effect"];
+const LANES: [&str; 5] = ["payment", "outbox", "delivery", "inbox", "effect"];
 
 /// One story's dated steps, a row per lane, with the faults in its window.
 fn timeline(
@@ -531,7 +532,8 @@ fn timeline(
     area.fill(&WHITE).map_err(e)?;
     let (first, last) = window(s).unwrap_or((0, 1000));
     let (x0, x1) = (first as f64 / 1000.0, last as f64 / 1000.0);
-    let lane_y = |lane: &str| (LANES.len() - 1 - LANES.iter().position(|l| *l == lane).unwrap_or(3)) as f64;
+    let lane_y =
+        |lane: &str| (LANES.len() - 1 - LANES.iter().position(|l| *l == lane).unwrap_or(LANES.len() - 1)) as f64;
     let mut c = ChartBuilder::on(area)
         .margin(10)
         .x_label_area_size(36)
@@ -572,8 +574,8 @@ fn timeline(
     // in the right quarter of the line sit left of their points, so they
     // stay readable and inside the chart.
     let near = (x1 - x0) / 8.0;
-    let mut last_x = [f64::NEG_INFINITY; 4];
-    let mut level = [0i32; 4];
+    let mut last_x = [f64::NEG_INFINITY; LANES.len()];
+    let mut level = [0i32; LANES.len()];
     let mut placed = Vec::with_capacity(s.steps.len());
     for t in &s.steps {
         let (x, y) = (t.at_ms as f64 / 1000.0, lane_y(&t.lane));
@@ -587,6 +589,7 @@ fn timeline(
         let colour = match t.lane.as_str() {
             "payment" => RGBColor(31, 119, 180),
             "outbox" => RGBColor(44, 160, 44),
+            "delivery" => RGBColor(23, 190, 207),
             "inbox" => RGBColor(148, 103, 189),
             _ => RGBColor(200, 30, 30),
         };

@@ -194,6 +194,7 @@ impl Incarnation<'_> {
         // before this batch's own faults start awaiting theirs.
         let at = (batch[0].partition, batch[0].offset);
         let held = ctx.faults.delivered(at, batch.iter().map(|m| (m.partition, m.offset)));
+        ctx.faults.log_delivery(name, batch.iter().map(|m| (m.partition, m.offset)));
         let hit = || format!("batch of {} events, partition {} offset {}", batch.len(), at.0, at.1);
         let faults = BatchFaults {
             crash_mid_batch: ctx.faults.strike(FaultPoint::NotifierMidBatch, name, hit),

@@ -738,7 +738,14 @@ async fn stories(
     payments.sort_unstable();
     payments.dedup();
     match store.story(&payments).await {
-        Ok(rows) => story::tell(anomalies, &payment_of, &messages, &rows, ctx.faults.started_epoch_ms()),
+        Ok(rows) => story::tell(
+            anomalies,
+            &payment_of,
+            &messages,
+            &rows,
+            &ctx.faults.deliveries(),
+            ctx.faults.started_epoch_ms(),
+        ),
         Err(e) => {
             warn!(cause = %e, "reading the anomalies' stories failed");
             vec![]

@@ -181,6 +181,15 @@ fn a_failing_run_tells_each_examples_story(backend: Backend) {
     let sent = steps.iter().filter(|s| **s == "receipt sent").count();
     assert_eq!(sent, receipts, "the story's receipts against its example {example:?}: {steps:?}");
     assert!(steps.iter().any(|s| s.ends_with("row published")), "its outbox rows: {steps:?}");
+    // Without an inbox every receipt comes from a delivery of its captured
+    // event: at least as many deliveries of it are on the line.
+    let deliveries = dup["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["lane"] == "delivery" && s["what"].as_str().unwrap().starts_with("captured "))
+        .count();
+    assert!(deliveries >= receipts, "{receipts} receipts, {deliveries} deliveries of the captured event: {steps:?}");
     // Its authorized and captured events at least; a copy from a relay's
     // crash adds one, a redelivery by the group (the mock cluster's slow
     // rebalances) does not.

@@ -6,9 +6,13 @@
 //! each inbox claim, each receipt and the projection), read only when a
 //! run found anomalies ([`crate::store::Store::story`]). The messages come
 //! from the verifier's own read of the topic, with their `partition:offset`;
-//! that read keeps no broker timestamps, so they carry none. Nothing records
-//! each delivery to a notifier: an inbox claim stands for the delivery that
-//! made it, and a redelivery the inbox absorbed leaves no row.
+//! that read keeps no broker timestamps, so a message is dated by its
+//! deliveries: each batch an in-process notifier received is logged
+//! ([`crate::faults::DeliveryRecord`]), and each delivery of one of the
+//! payment's messages is a step of its story, a redelivery the inbox
+//! absorbed included. A notifier that runs as a process (or a program under
+//! test) logs its deliveries in its own process, so there the story has
+//! none: an inbox claim stands for the delivery that made it.
 
 use super::Anomaly;
 use crate::events::EventKind;
@@ -18,6 +22,10 @@ use uuid::Uuid;
 
 /// Stories are told for at most this many examples per anomaly.
 pub const PER_ANOMALY: usize = 5;
+
+/// At most this many deliveries per story (a late replay of the whole
+/// topic would deliver each message once more).
+pub const DELIVERIES: usize = 24;
 
 /// One example's payment, step by step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -90,13 +98,15 @@ pub fn wanted(anomalies: &[Anomaly]) -> Vec<(usize, usize, Uuid)> {
 
 /// The stories of the wanted examples: `payments` maps a subject to its
 /// payment, `messages` a payment to its messages, `rows` are the payments'
-/// dated rows; `run_started_ms` is the run's start in epoch milliseconds.
-/// An example whose payment is unknown (a message of no payment) gets none.
+/// dated rows, `deliveries` the batches in-process notifiers received;
+/// `run_started_ms` is the run's start in epoch milliseconds. An example
+/// whose payment is unknown (a message of no payment) gets none.
 pub fn tell(
     anomalies: &[Anomaly],
     payments: &HashMap<Uuid, Uuid>,
     messages: &HashMap<Uuid, Vec<TopicMessage>>,
     rows: &[StoryRow],
+    deliveries: &[crate::faults::DeliveryRecord],
     run_started_ms: i64,
 ) -> Vec<Story> {
     let mut by_payment: HashMap<Uuid, Vec<&StoryRow>> = HashMap::new();
@@ -118,9 +128,21 @@ pub fn tell(
                     event: r.event,
                 })
                 .collect();
-            steps.sort_by(|x, y| (x.at_ms, &x.lane, &x.what).cmp(&(y.at_ms, &y.lane, &y.what)));
             let mut msgs = messages.get(&payment).cloned().unwrap_or_default();
             msgs.sort_by_key(|m| (m.partition, m.offset));
+            let delivered = deliveries.iter().flat_map(|d| {
+                msgs.iter().filter(|m| d.covers(m.partition, m.offset)).map(move |m| Step {
+                    at_ms: d.at_ms as i64,
+                    lane: "delivery".into(),
+                    what: format!(
+                        "{} {}:{} to {} (batch of {})",
+                        m.kind, m.partition, m.offset, d.component, d.messages
+                    ),
+                    event: None,
+                })
+            });
+            steps.extend(delivered.take(DELIVERIES));
+            steps.sort_by(|x, y| (x.at_ms, &x.lane, &x.what).cmp(&(y.at_ms, &y.lane, &y.what)));
             Some(Story { anomaly: anomalies[a].name.clone(), example, subject, payment, steps, messages: msgs })
         })
         .collect()
@@ -154,12 +176,33 @@ mod tests {
             p,
             vec![TopicMessage::new(2, 9, Some(EventKind::Captured)), TopicMessage::new(2, 4, None)],
         )]);
-        let stories = tell(&anomalies, &payments, &messages, &rows, 1_000);
+        let delivery = |at_ms, spans: Vec<(i32, i64, i64)>| crate::faults::DeliveryRecord {
+            component: "notifier-1".into(),
+            at_ms,
+            messages: 3,
+            spans,
+        };
+        // Offset 9 delivered twice, offset 4 never; another partition's batch not at all.
+        let deliveries = vec![
+            delivery(500, vec![(2, 8, 10)]),
+            delivery(600, vec![(1, 4, 9)]),
+            delivery(700, vec![(2, 9, 9), (1, 1, 2)]),
+        ];
+        let stories = tell(&anomalies, &payments, &messages, &rows, &deliveries, 1_000);
         assert_eq!(stories.len(), 2, "the example without a subject has no story");
         let s = &stories[0];
         assert_eq!((s.example, s.payment), (0, p));
         let steps: Vec<(i64, &str)> = s.steps.iter().map(|s| (s.at_ms, s.what.as_str())).collect();
-        assert_eq!(steps, vec![(400, "first receipt"), (900, "second receipt")]);
+        assert_eq!(
+            steps,
+            vec![
+                (400, "first receipt"),
+                (500, "captured 2:9 to notifier-1 (batch of 3)"),
+                (700, "captured 2:9 to notifier-1 (batch of 3)"),
+                (900, "second receipt")
+            ]
+        );
+        assert!(s.steps.iter().filter(|t| t.what.contains("to notifier")).all(|t| t.lane == "delivery"));
         let at: Vec<(i64, &str)> = s.messages.iter().map(|m| (m.offset, m.kind.as_str())).collect();
         assert_eq!(at, vec![(4, "malformed"), (9, "captured")]);
         // The event's example is told as its payment's story.
