@@ -76,6 +76,13 @@ pub enum Line {
     Snapshot {
         snapshot: Snapshot,
     },
+    /// A notifier received a batch: its size and, per partition, its first
+    /// and last offset (the anomalies' stories show each delivery).
+    Delivered {
+        component: String,
+        messages: u32,
+        spans: Vec<(i32, i64, i64)>,
+    },
 }
 
 /// A component's cumulative figures since it started.

@@ -412,7 +412,7 @@ impl std::fmt::Display for Schedule {
     }
 }
 
-/// One batch an in-process notifier received: what puts each delivery of a
+/// One batch a reference notifier received: what puts each delivery of a
 /// message on an anomaly's story ([`crate::verifier::story`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeliveryRecord {
@@ -489,8 +489,8 @@ pub struct FaultInjector {
     /// Every in-process firing by occurrence, uncapped: the schedule a
     /// shrink starts from.
     fired_at: Mutex<Vec<(FaultPoint, u64)>>,
-    /// The batches in-process notifiers received, the first
-    /// [`DELIVERY_LOG_CAP`] of them.
+    /// The batches the reference notifiers received (in process, or
+    /// reported by their processes), the first [`DELIVERY_LOG_CAP`] of them.
     deliveries: Mutex<Vec<DeliveryRecord>>,
     started: Instant,
     /// The same moment on the wall clock, which the database's timestamps
@@ -654,14 +654,29 @@ impl FaultInjector {
                 None => spans.push((p, o, o)),
             }
         }
+        if crate::component::active() {
+            // A component process tells the harness, whose log the stories read.
+            crate::component::emit(&crate::component::Line::Delivered {
+                component: component.to_string(),
+                messages: n,
+                spans,
+            });
+            return;
+        }
+        self.record_delivery(component.to_string(), n, spans);
+    }
+
+    /// A batch received, logged at the harness's clock (a component
+    /// process's report comes here).
+    pub fn record_delivery(&self, component: String, messages: u32, spans: Vec<(i32, i64, i64)>) {
         let at_ms = self.started.elapsed().as_millis() as u64;
         let mut log = self.deliveries.lock().unwrap_or_else(|p| p.into_inner());
         if log.len() < DELIVERY_LOG_CAP {
-            log.push(DeliveryRecord { component: component.to_string(), at_ms, messages: n, spans });
+            log.push(DeliveryRecord { component, at_ms, messages, spans });
         }
     }
 
-    /// The batches in-process notifiers received, in order.
+    /// The batches the reference notifiers received, in order.
     pub fn deliveries(&self) -> Vec<DeliveryRecord> {
         self.deliveries.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }

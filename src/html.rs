@@ -64,8 +64,8 @@ pub fn render(r: &Report) -> String {
                  and effects), each delivery of its messages to a notifier, and the faults of the run in its \
                  window. Its messages on the topic are listed with <code>partition:offset</code> below the \
                  line (the verifier's read of the topic keeps no broker timestamps; a message is dated by its \
-                 deliveries). Deliveries are logged for notifiers in the run's own process: a notifier that runs \
-                 as a process, or a program under test, shows none, and its inbox claims stand for them.</p>",
+                 deliveries). The reference notifiers log each batch they receive; a program under test reports \
+                 none, and there its inbox claims stand for its deliveries.</p>",
             );
             if r.stories.is_empty() {
                 out.push_str("<p>No story was collected for these examples.</p>");

@@ -715,6 +715,7 @@ impl Keeper {
             Line::Confirmed { point, n } => faults.confirm(point, n),
             Line::Copies { point, event, copies } => faults.await_copies(point, event, copies),
             Line::Snapshot { snapshot } => proc.fold.apply(snapshot, self.slot, &self.ctx.stats, faults),
+            Line::Delivered { component, messages, spans } => faults.record_delivery(component, messages, spans),
             Line::Halt { .. } | Line::Stall { .. } => {}
         }
     }

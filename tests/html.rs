@@ -181,15 +181,7 @@ fn a_failing_run_tells_each_examples_story(backend: Backend) {
     let sent = steps.iter().filter(|s| **s == "receipt sent").count();
     assert_eq!(sent, receipts, "the story's receipts against its example {example:?}: {steps:?}");
     assert!(steps.iter().any(|s| s.ends_with("row published")), "its outbox rows: {steps:?}");
-    // Without an inbox every receipt comes from a delivery of its captured
-    // event: at least as many deliveries of it are on the line.
-    let deliveries = dup["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["lane"] == "delivery" && s["what"].as_str().unwrap().starts_with("captured "))
-        .count();
-    assert!(deliveries >= receipts, "{receipts} receipts, {deliveries} deliveries of the captured event: {steps:?}");
+    deliveries_cover_receipts(dup, receipts);
     // Its authorized and captured events at least; a copy from a relay's
     // crash adds one, a redelivery by the group (the mock cluster's slow
     // rebalances) does not.
@@ -208,6 +200,50 @@ fn a_failing_run_tells_each_examples_story(backend: Backend) {
         assert!(story.contains(&at), "the story lists its message {at}");
     }
     screenshot_is_a_picture(&page, dir.path());
+}
+
+/// Without an inbox every receipt comes from a delivery of its captured
+/// event: at least as many deliveries of it are on the story's line.
+fn deliveries_cover_receipts(story: &serde_json::Value, receipts: usize) {
+    let steps = story["steps"].as_array().unwrap();
+    let deliveries = steps
+        .iter()
+        .filter(|s| s["lane"] == "delivery" && s["what"].as_str().unwrap().starts_with("captured "))
+        .count();
+    assert!(deliveries >= receipts, "{receipts} receipts, {deliveries} deliveries of the captured event: {story}");
+}
+
+/// The number in an example such as "payment …: 2 receipts; topic: …".
+fn receipts_of(r: &serde_json::Value, story: &serde_json::Value) -> usize {
+    let anomaly = r["anomalies"].as_array().unwrap().iter().find(|a| a["name"] == story["anomaly"]).unwrap();
+    let example = anomaly["examples"][story["example"].as_u64().unwrap() as usize].as_str().unwrap();
+    example
+        .split_once(": ")
+        .and_then(|(_, rest)| rest.split_once(" receipts"))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("no receipt count in {example:?}"))
+}
+
+/// Notifiers that run as OS processes report each batch to the run, so
+/// their deliveries are on the stories too.
+#[test]
+fn a_notifier_process_reports_its_deliveries_for_the_stories() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = run_scenario(
+        Backend::Services,
+        &root().join("tests/fixtures/html/broken.toml"),
+        dir.path(),
+        &["--components", "process"],
+    );
+    assert_eq!(ran.code, 1, "{}", ran.stderr);
+    let r = ran.json();
+    assert!(r["components"]["processes_started"].as_u64().unwrap() > 0, "the notifiers ran as processes");
+    let stories = r["stories"].as_array().expect("stories");
+    let dups: Vec<_> = stories.iter().filter(|s| s["anomaly"] == "duplicate effect").collect();
+    assert!(!dups.is_empty(), "no duplicate effect's story: {}", r["anomalies"]);
+    for dup in dups {
+        deliveries_cover_receipts(dup, receipts_of(&r, dup));
+    }
 }
 
 #[test]

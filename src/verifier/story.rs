@@ -7,12 +7,12 @@
 //! run found anomalies ([`crate::store::Store::story`]). The messages come
 //! from the verifier's own read of the topic, with their `partition:offset`;
 //! that read keeps no broker timestamps, so a message is dated by its
-//! deliveries: each batch an in-process notifier received is logged
-//! ([`crate::faults::DeliveryRecord`]), and each delivery of one of the
-//! payment's messages is a step of its story, a redelivery the inbox
-//! absorbed included. A notifier that runs as a process (or a program under
-//! test) logs its deliveries in its own process, so there the story has
-//! none: an inbox claim stands for the delivery that made it.
+//! deliveries: each batch a reference notifier received is logged
+//! ([`crate::faults::DeliveryRecord`]; a notifier process reports each to
+//! the run), and each delivery of one of the payment's messages is a step
+//! of its story, a redelivery the inbox absorbed included. A program under
+//! test reports none, so there an inbox claim stands for the delivery that
+//! made it.
 
 use super::Anomaly;
 use crate::events::EventKind;
