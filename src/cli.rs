@@ -130,12 +130,8 @@ pub struct SweepArgs {
     /// Also write JUnit XML here: a test case per seed; a failing one carries its examples, its replay command and, with --shrink, the minimal one.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
-    /// Override the scenario's `workload.payments`.
-    #[arg(long, value_name = "N")]
-    pub payments: Option<u64>,
-    /// Override one `[faults]` probability for every seed, e.g. --fault relay.after_produce=0.05 (repeatable); --swarm draws around it.
-    #[arg(long = "fault", value_name = "POINT=P", value_parser = parse_fault)]
-    pub faults: Vec<(crate::faults::FaultPoint, f64)>,
+    #[command(flatten)]
+    pub changes: ScenarioChanges,
 }
 
 #[derive(Debug, Args)]
@@ -171,21 +167,21 @@ pub struct RunArgs {
     pub junit: Option<PathBuf>,
     #[command(flatten)]
     pub changes: ScenarioChanges,
+    /// Pin the firings by occurrence instead of the seed's decisions, e.g. 'relay.after_produce:3,17;notifier.mid_batch:2' (or none): each listed point fires at exactly those occurrences (counted from 0 across the run), the others never. `chaos sweep --shrink` prints one.
+    #[arg(long, value_name = "SCHEDULE", value_parser = parse_schedule)]
+    pub schedule: Option<crate::faults::Schedule>,
 }
 
-/// Changes to the scenario file from the command line; the report's replay
-/// command repeats them.
+/// Changes to the scenario file from the command line, for `run` and
+/// `sweep`; the report's replay command repeats them.
 #[derive(Debug, Args, Clone, Default)]
 pub struct ScenarioChanges {
     /// Override the scenario's `workload.payments`.
     #[arg(long, value_name = "N")]
     pub payments: Option<u64>,
-    /// Override one `[faults]` probability, e.g. --fault relay.after_produce=0.05 (repeatable). Lowers a rate, or raises one the file sets; a fault the file leaves at 0 stays off.
+    /// Override one `[faults]` probability, e.g. --fault relay.after_produce=0.05 (repeatable). Lowers a rate, or raises one the file sets; a fault the file leaves at 0 stays off. Under sweep --swarm it is the rate the draws start from.
     #[arg(long = "fault", value_name = "POINT=P", value_parser = parse_fault)]
     pub faults: Vec<(crate::faults::FaultPoint, f64)>,
-    /// Pin the firings by occurrence instead of the seed's decisions, e.g. 'relay.after_produce:3,17;notifier.mid_batch:2' (or none): each listed point fires at exactly those occurrences (counted from 0 across the run), the others never. `chaos sweep --shrink` prints one.
-    #[arg(long, value_name = "SCHEDULE", value_parser = parse_schedule)]
-    pub schedule: Option<crate::faults::Schedule>,
 }
 
 fn parse_fault(s: &str) -> Result<(crate::faults::FaultPoint, f64), String> {

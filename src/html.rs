@@ -201,18 +201,7 @@ fn anomalies(r: &Report, out: &mut String) {
             .iter()
             .flat_map(|a| a.followed.iter().map(move |f| (a, f)))
             .map(|(a, f)| {
-                let suspects = match f.faults.is_empty() {
-                    true => "none: no fault fired around it".to_string(),
-                    false => f
-                        .faults
-                        .iter()
-                        .map(|s| match s.before_ms {
-                            b if b >= 0 => format!("{} on {}, {b} ms before", s.point, s.component),
-                            a => format!("{} on {}, {} ms after", s.point, s.component, -a),
-                        })
-                        .collect::<Vec<_>>()
-                        .join("\n"),
-                };
+                let suspects = f.suspects("\n");
                 vec![a.name.clone(), f.subject.to_string(), format!("{:.3}", f.trace_ms as f64 / 1000.0), suspects]
             })
             .collect();

@@ -428,18 +428,7 @@ fn render_followed(r: &Report, style: Style, out: &mut String) {
     let mut t = table(style, &["anomaly", "payment or event", last, &before]);
     for (a, f) in dated {
         let sep = if md { "<br>" } else { "\n" };
-        let suspects = match f.faults.is_empty() {
-            true => "none: no fault fired around it".to_string(),
-            false => f
-                .faults
-                .iter()
-                .map(|s| match s.before_ms {
-                    b if b >= 0 => format!("{} on {}, {b} ms before", s.point, s.component),
-                    a => format!("{} on {}, {} ms after", s.point, s.component, -a),
-                })
-                .collect::<Vec<_>>()
-                .join(sep),
-        };
+        let suspects = f.suspects(sep);
         t.add_row(vec![
             Cell::new(&a.name),
             Cell::new(f.subject),

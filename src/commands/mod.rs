@@ -45,7 +45,7 @@ async fn run_scenario(a: RunArgs) -> Result<Exit> {
         components: a.components,
         payments: a.changes.payments,
         faults: a.changes.faults,
-        schedule: a.changes.schedule,
+        schedule: a.schedule,
     };
     let reporter: &dyn run::Reporter = if a.json { &reporters::Json } else { &reporters::Terminal };
     let (report, exit) = run::run(opts, reporter).await?;
@@ -175,8 +175,8 @@ async fn sweep(a: SweepArgs) -> Result<Exit> {
             brokers: a.infra.brokers,
             reports_dir: a.reports_dir.clone(),
             components: a.components,
-            payments: a.payments,
-            faults: a.faults,
+            payments: a.changes.payments,
+            faults: a.changes.faults,
             schedule: None,
         },
         first_seed: a.first_seed,

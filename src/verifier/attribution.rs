@@ -43,6 +43,24 @@ pub struct Followed {
     pub faults: Vec<Suspect>,
 }
 
+impl Followed {
+    /// Its suspects as text, one per `sep`: "relay.after_produce on relay-1,
+    /// 12 ms before", or a line saying none fired around it.
+    pub fn suspects(&self, sep: &str) -> String {
+        if self.faults.is_empty() {
+            return "none: no fault fired around it".to_string();
+        }
+        self.faults
+            .iter()
+            .map(|s| match s.before_ms {
+                b if b >= 0 => format!("{} on {}, {b} ms before", s.point, s.component),
+                a => format!("{} on {}, {} ms after", s.point, s.component, -a),
+            })
+            .collect::<Vec<_>>()
+            .join(sep)
+    }
+}
+
 /// A fault that fired shortly before a trace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Suspect {
