@@ -187,13 +187,7 @@ pub struct ScenarioChanges {
 fn parse_fault(s: &str) -> Result<(crate::faults::FaultPoint, f64), String> {
     use crate::faults::FaultPoint;
     let (name, p) = s.split_once('=').ok_or_else(|| format!("{s:?}: write POINT=P, e.g. relay.after_produce=0.05"))?;
-    let point = FaultPoint::ALL.iter().copied().find(|f| f.name() == name.trim()).ok_or_else(|| {
-        format!(
-            "{:?} is not a fault point; expected one of {}",
-            name.trim(),
-            FaultPoint::ALL.iter().map(|f| f.name()).collect::<Vec<_>>().join(", ")
-        )
-    })?;
+    let point = FaultPoint::named(name)?;
     let p: f64 = p.trim().parse().map_err(|_| format!("{p:?} is not a probability; write a number from 0 to 1"))?;
     if !(0.0..=1.0).contains(&p) {
         return Err(format!("{p} is not a probability; write a number from 0 to 1"));

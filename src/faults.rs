@@ -191,6 +191,20 @@ fault_points! {
 }
 
 impl FaultPoint {
+    /// The point called `name` (e.g. `relay.after_produce`).
+    pub fn from_name(name: &str) -> Option<FaultPoint> {
+        FaultPoint::ALL.iter().copied().find(|p| p.name() == name)
+    }
+
+    /// The point called `name`, or a message that lists the names: what a
+    /// flag's value or a schedule's entry is checked with.
+    pub fn named(name: &str) -> Result<FaultPoint, String> {
+        Self::from_name(name.trim()).ok_or_else(|| {
+            let names: Vec<&str> = FaultPoint::ALL.iter().map(|p| p.name()).collect();
+            format!("{:?} is not a fault point; expected one of {}", name.trim(), names.join(", "))
+        })
+    }
+
     /// The points the harness applies to a process from outside, whatever
     /// the program: they need a component that runs as one.
     pub const FOR_PROCESSES: &'static [FaultPoint] = &[
@@ -369,13 +383,7 @@ impl Schedule {
             let (name, list) = part.split_once(':').ok_or_else(|| {
                 format!("{part:?} has no occurrences; write POINT:N[,N...], e.g. relay.after_produce:3,17")
             })?;
-            let point = FaultPoint::ALL.iter().copied().find(|p| p.name() == name.trim()).ok_or_else(|| {
-                format!(
-                    "{:?} is not a fault point; expected one of {}",
-                    name.trim(),
-                    FaultPoint::ALL.iter().map(|p| p.name()).collect::<Vec<_>>().join(", ")
-                )
-            })?;
+            let point = FaultPoint::named(name)?;
             if FaultPoint::SERVICE.contains(&point) {
                 return Err(format!(
                     "{} strikes only on the scenario's [[nemesis.timeline]]; a schedule pins the other points",

@@ -708,8 +708,8 @@ impl Keeper {
         let faults = &self.ctx.faults;
         match line {
             Line::Fired { record } => {
-                if let Some(p) = FaultPoint::ALL.iter().find(|p| p.name() == record.point) {
-                    faults.record_fired(*p, record);
+                if let Some(p) = FaultPoint::from_name(&record.point) {
+                    faults.record_fired(p, record);
                 }
             }
             Line::Confirmed { point, n } => faults.confirm(point, n),

@@ -61,8 +61,7 @@ pub fn chaos_checks(faults: &[FaultSummary]) -> Vec<Invariant> {
             anomalies: vec![],
         });
         if f.fired > 0 {
-            let seen =
-                FaultPoint::ALL.iter().find(|p| p.name() == f.point).map(|p| p.confirmed_by()).unwrap_or("its effect");
+            let seen = FaultPoint::from_name(&f.point).map(|p| p.confirmed_by()).unwrap_or("its effect");
             out.push(Invariant {
                 name: format!("fault {} confirmed: {seen}", f.point),
                 expected: f.fired.to_string(),
