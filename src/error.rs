@@ -56,7 +56,7 @@ impl Error {
 
     /// Wraps a sqlx error with what we were doing, with any password removed.
     pub fn db(context: impl Into<String>, err: sqlx::Error) -> Self {
-        Error::Database { context: context.into(), cause: crate::infra::redact(&err.to_string()) }
+        Error::Database { context: context.into(), cause: crate::harness::infra::redact(&err.to_string()) }
     }
 
     /// A file or folder the run could not create or write.

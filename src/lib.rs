@@ -58,43 +58,20 @@
 //!   broker and SQLite.
 
 #[macro_use]
-pub mod names;
+pub mod domain;
 
-pub mod bench;
 pub mod broker;
-pub mod clean;
-pub mod cli;
+pub mod campaigns;
 pub mod commands;
-pub mod component;
-pub mod context;
-pub mod doctor;
 pub mod error;
-pub mod events;
 pub mod exit;
 pub mod faults;
-pub mod html;
-pub mod inbox;
-pub mod infra;
-pub mod intent;
-pub mod interrupt;
-pub mod junit;
+pub mod harness;
 pub mod nemesis;
-pub mod notifier;
-pub mod program;
-pub mod progress;
-pub mod proxy;
-pub mod relay;
+pub mod pipeline;
 pub mod report;
-pub mod run;
 pub mod scenario;
-pub mod selftest;
-pub mod shrink;
 pub mod store;
-pub mod supervise;
-pub mod sweep;
-#[cfg(test)]
-pub mod testing;
 pub mod verifier;
-pub mod workload;
 
 pub use error::Error;

@@ -1,9 +1,9 @@
 //! The `chaos` binary: parse, set up the process (signals, malloc, tracing,
 //! the runtime), hand the subcommand to [`chaos::commands::execute`], and map
 //! the result to an exit code. It owns Ctrl-C and SIGTERM: it delivers them
-//! to the library ([`chaos::interrupt`]) and exits on the second.
+//! to the library ([`chaos::harness::interrupt`]) and exits on the second.
 
-use chaos::cli::Cli;
+use chaos::commands::cli::Cli;
 use chaos::exit::Exit;
 use clap::Parser;
 use std::process::ExitCode;
@@ -45,7 +45,7 @@ fn main() -> ExitCode {
         .init();
 
     let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if matches!(cli.command, chaos::cli::Command::Component) {
+    if matches!(cli.command, chaos::commands::cli::Command::Component) {
         // One relay or notifier per process, restarted at every crash: one
         // worker thread is all it uses, and each thread is paid at every start.
         builder.worker_threads(1);
@@ -64,7 +64,7 @@ fn main() -> ExitCode {
     match result {
         Ok(exit) => exit.into(),
         Err(e) => {
-            eprintln!("error: {}", chaos::infra::redact(&e.to_string()));
+            eprintln!("error: {}", chaos::harness::infra::redact(&e.to_string()));
             e.exit().into()
         }
     }
@@ -76,7 +76,7 @@ fn main() -> ExitCode {
 async fn deliver_signals() {
     loop {
         signal().await;
-        if chaos::interrupt::deliver() >= 2 {
+        if chaos::harness::interrupt::deliver() >= 2 {
             eprintln!("error: interrupted again; exiting without waiting for the run to stop");
             std::process::exit(Exit::Interrupted.code() as i32);
         }

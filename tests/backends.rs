@@ -3,7 +3,7 @@
 //! (what each notifier batch reports, and everything the verifier counts).
 
 mod common;
-use chaos::events::{decode, EventKind};
+use chaos::domain::events::{decode, EventKind};
 use chaos::scenario::{InboxMode, ProjectionMode};
 use chaos::store::{postgres::PgStore, sqlite::SqliteStore, BatchFaults, Incoming, Modes, NewPayment, Store};
 use chaos::verifier::{Counts, Ledger, Spec};
@@ -66,7 +66,7 @@ async fn one_ground_truth(store: &Store) -> (Vec<u64>, Counts) {
     }
     let mut ledger = Ledger::new();
     for p in &payments {
-        ledger.add_intended(chaos::intent::Intended {
+        ledger.add_intended(chaos::domain::intent::Intended {
             id: p.id,
             amount_cents: p.amount_cents,
             account_id: p.account_id,
@@ -82,7 +82,7 @@ async fn one_ground_truth(store: &Store) -> (Vec<u64>, Counts) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_and_sqlite_give_the_same_figures() {
-    let names = chaos::infra::RunNames::new();
+    let names = chaos::harness::infra::RunNames::new();
     let pg = Store::Postgres(PgStore::open(&database_url(), &names.schema, 4).await.expect("PostgreSQL"));
     let dir = tempfile::tempdir().unwrap();
     let lite = Store::Sqlite(SqliteStore::open(&dir.path().join("backends.sqlite"), 4).await.unwrap());

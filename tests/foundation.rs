@@ -5,7 +5,7 @@
 
 mod common;
 use chaos::broker::{kafka::Kafka, Broker, ConsumerSpec};
-use chaos::events::Envelope;
+use chaos::domain::events::Envelope;
 use chaos::scenario::{InboxMode, ProjectionMode};
 use chaos::store::{postgres::PgStore, BatchFaults, Modes, NewPayment, Store};
 use common::*;
@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outbox_to_kafka_to_inbox_round_trip() {
-    let names = chaos::infra::RunNames::new();
+    let names = chaos::harness::infra::RunNames::new();
     let topic = format!("{}.foundation", names.topic);
     let store = Store::Postgres(PgStore::open(&database_url(), &names.schema, 4).await.expect("PostgreSQL"));
     let brokers = chaos::broker::kafka::ping(&brokers(), Duration::from_secs(8)).await.expect("Kafka");
@@ -50,7 +50,7 @@ async fn outbox_to_kafka_to_inbox_round_trip() {
     let consumer = kafka.consumer(spec).unwrap();
     consumer.join().unwrap();
     let mut got = Vec::new();
-    let mut each = |d: chaos::events::Delivery<'_>| got.push(chaos::notifier::incoming(&d));
+    let mut each = |d: chaos::domain::events::Delivery<'_>| got.push(chaos::pipeline::notifier::incoming(&d));
     let n = consumer.poll_batch(10, Duration::from_secs(30), Duration::from_millis(3), &mut each).await;
     assert_eq!(n, 1, "a message within 30 s");
     let incoming = got.remove(0);

@@ -8,16 +8,16 @@
 mod common;
 use chaos::broker::Broker;
 use chaos::faults::{FaultInjector, FaultPoint, FaultRates};
-use chaos::proxy::{kafka, pg, Proxy, Settings, Shaping};
+use chaos::nemesis::proxy::{kafka, pg, Proxy, Settings, Shaping};
 use common::*;
 use sqlx::Connection;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A proxy with one slot, `test`, in front of the test command's PostgreSQL.
-async fn proxy(rates: FaultRates, shaping: Shaping) -> (Proxy, Arc<FaultInjector>, chaos::context::ShutdownTrigger) {
+async fn proxy(rates: FaultRates, shaping: Shaping) -> (Proxy, Arc<FaultInjector>, chaos::pipeline::context::ShutdownTrigger) {
     let faults = Arc::new(FaultInjector::new(1, &rates));
-    let (trigger, shutdown) = chaos::context::shutdown_pair();
+    let (trigger, shutdown) = chaos::pipeline::context::shutdown_pair();
     let settings = Settings {
         upstream_url: &database_url(),
         slots: vec!["test".into()],
@@ -304,8 +304,8 @@ async fn fresh_topic(direct: &chaos::broker::kafka::Kafka, what: &str) -> String
     topic
 }
 
-fn envelope() -> chaos::events::Envelope<'static> {
-    chaos::events::Envelope::new(uuid::Uuid::new_v4(), uuid::Uuid::new_v4(), "payment.captured", b"{}")
+fn envelope() -> chaos::domain::events::Envelope<'static> {
+    chaos::domain::events::Envelope::new(uuid::Uuid::new_v4(), uuid::Uuid::new_v4(), "payment.captured", b"{}")
 }
 
 /// The broker appends the batch, the proxy withholds its acknowledgement

@@ -18,12 +18,12 @@ fn selftest_catches_every_variant_with(backend: Backend, components: &str) {
     let ran = run(&mut c);
     assert_eq!(ran.code, 0, "selftest on {backend:?} must pass\nstdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
     let s = ran.json();
-    assert!(chaos::selftest::CATALOGUE.len() >= 15, "the catalogue lost variants");
+    assert!(chaos::campaigns::selftest::CATALOGUE.len() >= 15, "the catalogue lost variants");
     // The variants whose fault needs the fault proxy run on PostgreSQL only,
     // and are named as left out elsewhere.
     let postgres = matches!(backend, Backend::Services | Backend::PostgresMock);
     let (runnable, left_out): (Vec<_>, Vec<_>) =
-        chaos::selftest::CATALOGUE.iter().partition(|v| postgres || !v.needs_postgres);
+        chaos::campaigns::selftest::CATALOGUE.iter().partition(|v| postgres || !v.needs_postgres);
     let n = runnable.len();
     assert_eq!(s["variants"], n);
     assert_eq!(s["caught"], n, "{s:#}");

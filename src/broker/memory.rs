@@ -12,7 +12,7 @@
 
 use super::{Broker, Consumer, ConsumerSpec, Producer, Span};
 use crate::error::{Error, Result};
-use crate::events::{Delivery, Envelope};
+use crate::domain::events::{Delivery, Envelope};
 use futures::future::BoxFuture;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};

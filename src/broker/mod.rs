@@ -12,13 +12,13 @@
 //!
 //! A new broker is a new folder here implementing [`Broker`], [`Producer`]
 //! and [`Consumer`], and one line where `run.rs` opens the run's broker.
-//! The message envelope is built and parsed in [`crate::events`].
+//! The message envelope is built and parsed in [`crate::domain::events`].
 
 pub mod kafka;
 pub mod memory;
 
 use crate::error::Result;
-use crate::events::{Delivery, Envelope};
+use crate::domain::events::{Delivery, Envelope};
 use futures::future::BoxFuture;
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,13 +3,16 @@
 //! with `--json`), and says which exit code it ends with. `main.rs` only
 //! parses, sets up the process and calls [`execute`].
 
-use crate::cli::{BenchArgs, CleanArgs, Command, RunArgs, SelftestArgs, SweepArgs};
+use crate::commands::cli::{BenchArgs, CleanArgs, Command, RunArgs, SelftestArgs, SweepArgs};
 use crate::error::{Error, Result};
 use crate::exit::Exit;
 use crate::report::{self, Report, Style};
-use crate::run::{self, RunOptions};
+use crate::harness::run::{self, RunOptions};
 use std::path::Path;
 
+pub mod clean;
+pub mod cli;
+pub mod doctor;
 mod reporters;
 
 /// Runs one subcommand to its exit code.
@@ -18,12 +21,12 @@ pub async fn execute(command: Command) -> Result<Exit> {
         Command::Run(a) => run_scenario(a).await,
         Command::Report { file, html: true, out, .. } => html_report(&file, out.as_deref()),
         Command::Report { file, markdown, .. } => show_report(&file, markdown),
-        Command::Doctor(a) => Ok(crate::doctor::doctor(a.database_url, a.brokers).await),
+        Command::Doctor(a) => Ok(crate::commands::doctor::doctor(a.database_url, a.brokers).await),
         Command::Bench(a) => bench(a).await,
         Command::Clean(a) => clean(a).await,
         Command::Selftest(a) => selftest(a).await,
         Command::Sweep(a) => sweep(a).await,
-        Command::Component => crate::component::serve().await,
+        Command::Component => crate::harness::component::serve().await,
     }
 }
 
@@ -50,7 +53,7 @@ async fn run_scenario(a: RunArgs) -> Result<Exit> {
     let reporter: &dyn run::Reporter = if a.json { &reporters::Json } else { &reporters::Terminal };
     let (report, exit) = run::run(opts, reporter).await?;
     if let Some(path) = &a.junit {
-        crate::junit::write(&crate::junit::for_run(&report), path)?;
+        crate::report::junit::write(&crate::report::junit::for_run(&report), path)?;
     }
     Ok(exit)
 }
@@ -60,8 +63,8 @@ fn show_report(file: &Path, markdown: bool) -> Result<Exit> {
         print!("{}", report::list(file)?);
         return Ok(Exit::Pass);
     }
-    if let Some(s) = crate::sweep::Summary::load_if_sweep(file)? {
-        print!("{}", crate::sweep::render(&s));
+    if let Some(s) = crate::campaigns::sweep::Summary::load_if_sweep(file)? {
+        print!("{}", crate::campaigns::sweep::render(&s));
         return Ok(s.exit());
     }
     let r = Report::load(file)?;
@@ -79,7 +82,7 @@ fn html_report(file: &Path, out: Option<&Path>) -> Result<Exit> {
             file.display()
         )));
     }
-    if crate::sweep::Summary::load_if_sweep(file)?.is_some() {
+    if crate::campaigns::sweep::Summary::load_if_sweep(file)?.is_some() {
         return Err(Error::Usage(format!(
             "{} is a sweep's summary, which has no page: draw one of its runs' reports (each row's run_id) with --html",
             file.display()
@@ -90,13 +93,13 @@ fn html_report(file: &Path, out: Option<&Path>) -> Result<Exit> {
         Some(p) => p.to_path_buf(),
         None => file.with_file_name(format!("{}.html", r.run_id)),
     };
-    crate::html::write(&r, &path)?;
+    crate::report::html::write(&r, &path)?;
     println!("{}", path.display());
     Ok(r.verdict.exit())
 }
 
 async fn bench(a: BenchArgs) -> Result<Exit> {
-    let opts = crate::bench::Options {
+    let opts = crate::campaigns::bench::Options {
         scenario: a.scenario,
         payments: a.payments,
         database_url: a.infra.database_url,
@@ -109,8 +112,8 @@ async fn bench(a: BenchArgs) -> Result<Exit> {
         processes: a.processes,
         proxy: a.proxy,
     };
-    let (figures, _) = crate::bench::bench(&opts).await?;
-    let (table, exit) = crate::bench::render(&figures);
+    let (figures, _) = crate::campaigns::bench::bench(&opts).await?;
+    let (table, exit) = crate::campaigns::bench::render(&figures);
     if a.json {
         print_json(&figures)?;
     } else {
@@ -120,7 +123,7 @@ async fn bench(a: BenchArgs) -> Result<Exit> {
 }
 
 async fn clean(a: CleanArgs) -> Result<Exit> {
-    let c = crate::clean::clean(
+    let c = crate::commands::clean::clean(
         a.older_than,
         a.infra.database_url.as_deref(),
         a.infra.brokers.as_deref(),
@@ -143,7 +146,7 @@ async fn clean(a: CleanArgs) -> Result<Exit> {
 }
 
 async fn selftest(a: SelftestArgs) -> Result<Exit> {
-    let opts = crate::selftest::Options {
+    let opts = crate::campaigns::selftest::Options {
         database_url: a.infra.database_url,
         brokers: a.infra.brokers,
         reports_dir: a.reports_dir,
@@ -153,11 +156,11 @@ async fn selftest(a: SelftestArgs) -> Result<Exit> {
         variants: !a.no_variants,
         components: a.components,
     };
-    let summary = crate::selftest::selftest(&opts).await?;
+    let summary = crate::campaigns::selftest::selftest(&opts).await?;
     if let Some(path) = &a.junit {
-        crate::junit::write(&crate::junit::for_selftest(&summary, &opts.reports_dir), path)?;
+        crate::report::junit::write(&crate::report::junit::for_selftest(&summary, &opts.reports_dir), path)?;
     }
-    let (table, exit) = crate::selftest::render(&summary);
+    let (table, exit) = crate::campaigns::selftest::render(&summary);
     if a.json {
         print_json(&summary)?;
     } else {
@@ -167,7 +170,7 @@ async fn selftest(a: SelftestArgs) -> Result<Exit> {
 }
 
 async fn sweep(a: SweepArgs) -> Result<Exit> {
-    let opts = crate::sweep::Options {
+    let opts = crate::campaigns::sweep::Options {
         run: RunOptions {
             scenario: a.scenario,
             seed: None,
@@ -185,15 +188,15 @@ async fn sweep(a: SweepArgs) -> Result<Exit> {
         keep_going: a.keep_going,
         shrink: a.shrink.then_some(a.shrink_runs),
     };
-    let summary = crate::sweep::sweep(&opts, true).await?;
+    let summary = crate::campaigns::sweep::sweep(&opts, true).await?;
     let saved = summary.save(&a.reports_dir)?;
     if let Some(path) = &a.junit {
-        crate::junit::write(&crate::junit::for_sweep(&summary), path)?;
+        crate::report::junit::write(&crate::report::junit::for_sweep(&summary), path)?;
     }
     if a.json {
         print_json(&summary)?;
     } else {
-        print!("{}", crate::sweep::render(&summary));
+        print!("{}", crate::campaigns::sweep::render(&summary));
         println!("summary: {}", saved.display());
     }
     Ok(summary.exit())

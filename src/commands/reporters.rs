@@ -1,9 +1,9 @@
-//! How `chaos run` shows a run: the reporters of [`crate::run::Event`]s.
+//! How `chaos run` shows a run: the reporters of [`crate::harness::run::Event`]s.
 //! Tables and JSON go to stdout; the progress line and logs to stderr.
 
 use crate::error::Result;
 use crate::report;
-use crate::run::{Event, Reporter};
+use crate::harness::run::{Event, Reporter};
 
 /// The banner first, the tables at the end.
 pub struct Terminal;

@@ -13,7 +13,7 @@ pub mod sqlite;
 pub mod truth;
 
 use crate::error::Result;
-use crate::events::{Decoded, EventKind};
+use crate::domain::events::{Decoded, EventKind};
 use crate::scenario::{InboxMode, ProjectionMode};
 use std::collections::HashSet;
 use std::time::Duration;
@@ -288,9 +288,9 @@ impl Store {
         each!(self, s => s.capture(ps, outbox).await)
     }
 
-    /// One notifier micro-batch through the inbox; see [`crate::inbox::apply_batch`].
+    /// One notifier micro-batch through the inbox; see [`crate::pipeline::inbox::apply_batch`].
     pub async fn apply_batch(&self, batch: &[Incoming], modes: Modes, faults: BatchFaults) -> Result<BatchOutcome> {
-        crate::inbox::apply_batch(self, batch, modes, faults).await
+        crate::pipeline::inbox::apply_batch(self, batch, modes, faults).await
     }
 
     pub(crate) async fn begin(&self) -> Result<Tx> {
@@ -396,7 +396,7 @@ impl RelayConn {
     }
 }
 
-pub use crate::inbox::{claims, final_statuses, plan_effects, refused_by_guard, EffectPlan};
+pub use crate::pipeline::inbox::{claims, final_statuses, plan_effects, refused_by_guard, EffectPlan};
 
 /// The `captured` outbox events of a capture transaction: each payment's
 /// event, then its malformed twin when the poison fault fired, in payment
@@ -406,7 +406,7 @@ pub fn captured_events(ps: &[(NewPayment, bool)]) -> Vec<(&NewPayment, EventKind
     for (p, poison) in ps {
         events.push((p, EventKind::Captured, None));
         if *poison {
-            events.push((p, EventKind::Captured, Some(crate::events::poison_payload())));
+            events.push((p, EventKind::Captured, Some(crate::domain::events::poison_payload())));
         }
     }
     events

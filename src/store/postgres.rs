@@ -8,8 +8,8 @@
 
 use super::{dead_letter_key, EffectPlan, Incoming, NewPayment, OutboxRow, HANDLERS, PURGE_CHUNK};
 use crate::error::{Error, Result};
-use crate::events::{EventKind, PaymentEvent};
-use crate::infra::{db_endpoint, CONNECT_TIMEOUT};
+use crate::domain::events::{EventKind, PaymentEvent};
+use crate::harness::infra::{db_endpoint, CONNECT_TIMEOUT};
 use crate::report::Latency;
 use crate::scenario::ProjectionMode;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
@@ -76,14 +76,14 @@ impl PgStore {
             .await
             .map_err(|e| Error::DatabaseUnreachable {
                 endpoint: endpoint.to_string(),
-                cause: crate::infra::redact(&e.to_string()),
+                cause: crate::harness::infra::redact(&e.to_string()),
             })
     }
 
     async fn connect(url: &str, schema: &str, max_connections: u32, create: bool, name: Option<&str>) -> Result<Self> {
         let endpoint = db_endpoint(url);
         let unreachable = |cause: String| Error::DatabaseUnreachable { endpoint: endpoint.clone(), cause };
-        let base = PgConnectOptions::from_str(url).map_err(|e| unreachable(crate::infra::redact(&e.to_string())))?;
+        let base = PgConnectOptions::from_str(url).map_err(|e| unreachable(crate::harness::infra::redact(&e.to_string())))?;
         let mut base = base.log_statements(tracing::log::LevelFilter::Trace);
         // The harness's sessions carry the run's schema as their name; a
         // component's carry its own (`chaos-<run id>-<component>`, from
@@ -113,7 +113,7 @@ impl PgStore {
         let mut admin = tokio::time::timeout(CONNECT_TIMEOUT, base.connect())
             .await
             .map_err(|_| unreachable(format!("no answer within {}s", CONNECT_TIMEOUT.as_secs())))?
-            .map_err(|e| unreachable(crate::infra::redact(&e.to_string())))?;
+            .map_err(|e| unreachable(crate::harness::infra::redact(&e.to_string())))?;
         sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
             .execute(&mut admin)
             .await
@@ -589,7 +589,7 @@ async fn insert_outbox(
             })
             .map_err(|e| Error::Internal(format!("encoding an event: {e}")))?,
         };
-        ids.push(crate::events::time_ordered_id());
+        ids.push(crate::domain::events::time_ordered_id());
         aggregates.push(p.id);
         types.push(kind.event_type());
         payloads.push(payload);

@@ -24,7 +24,7 @@
 
 use super::{dead_letter_key, EffectPlan, Incoming, NewPayment, OutboxRow, HANDLERS, PURGE_CHUNK};
 use crate::error::{Error, Result};
-use crate::events::{EventKind, PaymentEvent};
+use crate::domain::events::{EventKind, PaymentEvent};
 use crate::report::Latency;
 use crate::scenario::ProjectionMode;
 use sqlx::sqlite::{
@@ -539,7 +539,7 @@ async fn insert_outbox(
                 })
                 .map_err(|e| Error::Internal(format!("encoding an event: {e}")))?,
             };
-            q = q.bind(crate::events::time_ordered_id()).bind(p.id).bind(kind.event_type()).bind(payload);
+            q = q.bind(crate::domain::events::time_ordered_id()).bind(p.id).bind(kind.event_type()).bind(payload);
         }
         q.execute(&mut *tx.tx).await.map_err(|e| Error::db("writing outbox events", e))?;
     }

@@ -5,7 +5,7 @@
 
 use super::{OutboxRecord, PaymentRow};
 use crate::error::{Error, Result};
-use crate::events::{fingerprint, EventKind, PaymentEvent};
+use crate::domain::events::{fingerprint, EventKind, PaymentEvent};
 use crate::report::Latency;
 use crate::verifier::latency::LatencyRecorder;
 use crate::verifier::story::StoryRow;

@@ -11,8 +11,8 @@
 
 use super::reconcile::{AnomalyBuilder, AnomalyKind};
 use super::topic::TopicRecord;
-use crate::events::{EventKind, PaymentEvent};
-use crate::intent::Intended;
+use crate::domain::events::{EventKind, PaymentEvent};
+use crate::domain::intent::Intended;
 use crate::store::{handlers_for, Handler};
 use std::collections::{BTreeMap, HashMap};
 use uuid::Uuid;
@@ -79,7 +79,7 @@ pub(super) mod mark {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct EventEntry {
     pub id: Uuid,
-    /// Of its key, type and payload ([`crate::events::fingerprint`]).
+    /// Of its key, type and payload ([`crate::domain::events::fingerprint`]).
     pub fingerprint: u32,
     /// Index into the payments, or [`NO_PAYMENT`].
     pub payment: u32,

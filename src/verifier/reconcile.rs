@@ -17,7 +17,7 @@
 //! invariant holds only if none of its anomalies has a single example.
 
 use super::ledger::{flag, mark, Ledger, MessageEntry, PaymentEntry, NO_PAYMENT};
-use crate::events::EventKind;
+use crate::domain::events::EventKind;
 use crate::store::{handlers_for, Handler};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};

@@ -15,7 +15,7 @@
 //! made it.
 
 use super::Anomaly;
-use crate::events::EventKind;
+use crate::domain::events::EventKind;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use uuid::Uuid;

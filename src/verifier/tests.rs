@@ -5,8 +5,8 @@ use super::ledger::{EventEntry, MessageEntry, OutboxRecord, PaymentEntry, Paymen
 use super::reconcile::{Reconciliation, Spec};
 use super::topic::TopicRecord;
 use super::Ledger;
-use crate::events::{fingerprint, EventKind, PaymentEvent};
-use crate::intent::Intended;
+use crate::domain::events::{fingerprint, EventKind, PaymentEvent};
+use crate::domain::intent::Intended;
 use uuid::Uuid;
 
 /// Hand-made ground truth, fed to a [`Ledger`] as the readers feed it.

@@ -7,7 +7,7 @@
 
 use crate::broker::{SharedBroker, Span};
 use crate::error::{Error, Result};
-use crate::events::{self, Delivery, EventKind};
+use crate::domain::events::{self, Delivery, EventKind};
 use crate::verifier::Ledger;
 use std::time::Duration;
 use uuid::Uuid;

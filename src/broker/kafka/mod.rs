@@ -9,7 +9,7 @@ mod producer;
 
 use super::{Broker, ConsumerSpec, Span};
 use crate::error::{Error, Result};
-use crate::events::Delivery;
+use crate::domain::events::Delivery;
 use futures::future::BoxFuture;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use consumer::KafkaConsumer;
 use producer::KafkaProducer;
 
-use crate::infra::CONNECT_TIMEOUT;
+use crate::harness::infra::CONNECT_TIMEOUT;
 
 /// How long one poll of the verifier's reader waits before it checks its
 /// time limit.
@@ -403,8 +403,8 @@ pub fn delivery<M: Message>(m: &M) -> Delivery<'_> {
     if let Some(headers) = m.headers() {
         for header in headers.iter() {
             match header.key {
-                crate::events::HEADER_EVENT_ID => d.event_id = header.value,
-                crate::events::HEADER_EVENT_TYPE => d.event_type = header.value,
+                crate::domain::events::HEADER_EVENT_ID => d.event_id = header.value,
+                crate::domain::events::HEADER_EVENT_TYPE => d.event_type = header.value,
                 _ => {}
             }
         }

@@ -1,0 +1,367 @@
+//! `chaos sweep --shrink`: a failure made small enough to understand.
+//!
+//! A failing run's report lists every firing by occurrence (`fired`, a
+//! [`Schedule`]). The shrinker replays the same seed with that schedule
+//! pinned, then with fewer payments (halving while the failure stays), then
+//! with groups of firings switched off: delta debugging (Zeller's ddmin,
+//! complements only), keeping each smaller schedule that still fails with
+//! one of the original anomalies. It ends when no single firing can go, or
+//! when its replay budget is spent (then a smaller schedule may exist, and
+//! it says so).
+//!
+//! Every replay runs on the embedded backend (SQLite and librdkafka's mock
+//! cluster), whatever the sweep ran on: there, replay is closest to
+//! deterministic. It is not fully so: occurrences are counted as the
+//! threads reach the points, and which relay's batch is the 7th can change
+//! between runs. So the first replay checks that the failure reproduces at
+//! all, and the minimal schedule is replayed once more at the end; the
+//! result says when either did not.
+
+use crate::error::Result;
+use crate::faults::{FaultPoint, Schedule};
+use crate::report::Report;
+use crate::harness::run::{execute, Quiet};
+use crate::scenario::Scenario;
+use crate::verifier::Verdict;
+use comfy_table::{presets, Cell, Table};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use std::time::Instant;
+
+/// The replays `--shrink` may take when `--shrink-runs` is not given.
+pub const DEFAULT_BUDGET: u32 = 40;
+
+/// Replays of the minimal schedule at the end, whose tally is reported:
+/// how reliably the small failure comes back.
+pub const CONFIRMATIONS: u32 = 3;
+
+/// A shrunk failure.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Shrunk {
+    pub seed: u64,
+    /// The anomalies a replay must show to count as the same failure (any
+    /// one of them); empty when the failure had none (only an invariant).
+    pub anomalies: Vec<String>,
+    /// The first replay, with every original firing, failed as the original did.
+    pub reproduced: bool,
+    /// Of [`CONFIRMATIONS`] more replays of the minimal schedule, how many
+    /// failed the same way.
+    pub confirmed: u32,
+    pub confirmations: u32,
+    /// Replays taken, and whether the budget ran out before the end.
+    pub runs: u32,
+    pub budget_spent: bool,
+    pub seconds: f64,
+    pub from_firings: usize,
+    pub from_payments: u64,
+    pub payments: u64,
+    /// The minimal schedule, as `--schedule` reads it.
+    pub schedule: String,
+    /// Each firing of the minimal schedule, as its last replay saw it.
+    pub firings: Vec<Firing>,
+    /// What the minimal failure's last replay found, as "count × name".
+    pub found: Vec<String>,
+    /// The command that replays the minimal failure (embedded backend).
+    pub replay: String,
+    /// Where the replays' reports are.
+    pub reports: String,
+    pub note: String,
+}
+
+/// One firing of a shrunk schedule.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Firing {
+    pub point: String,
+    pub occurrence: u64,
+    pub component: String,
+    pub at_ms: u64,
+    pub hit: String,
+}
+
+struct Shrinker<'a> {
+    base: Scenario,
+    anomalies: &'a [String],
+    dir: std::path::PathBuf,
+    runs: u32,
+    budget: u32,
+    visible: bool,
+}
+
+impl Shrinker<'_> {
+    /// Halves the payments while the failure stays.
+    async fn fewer_payments(&mut self, best: &mut Schedule, payments: &mut u64, last: &mut Report) -> Result<()> {
+        while *payments > 1 {
+            match self.trial(best, *payments / 2).await? {
+                Some(rep) => {
+                    *payments /= 2;
+                    *best = rep.fired.clone();
+                    *last = rep;
+                }
+                None => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
+    /// One replay; the report when it failed as the original did, None
+    /// when it did not (or the budget is spent).
+    async fn trial(&mut self, schedule: &Schedule, payments: u64) -> Result<Option<Report>> {
+        if self.runs >= self.budget {
+            return Ok(None);
+        }
+        self.runs += 1;
+        let sc = self.base.clone().with_payments(payments)?.with_schedule(schedule.clone())?;
+        let (rep, _) = execute(sc, None, None, &self.dir, &Quiet).await?;
+        let same = rep.verdict == Verdict::Fail
+            && (self.anomalies.is_empty()
+                || rep.anomalies.iter().any(|a| !a.allowed && self.anomalies.contains(&a.name)));
+        if self.visible {
+            eprintln!(
+                "shrink: replay {} of at most {}: {} firing(s), {payments} payments: {}",
+                self.runs,
+                self.budget,
+                schedule.len(),
+                if same { "fails the same way" } else { rep.verdict.as_str() }
+            );
+        }
+        if rep.verdict == Verdict::Interrupted {
+            // Stop here: no more replays after Ctrl-C.
+            self.budget = self.runs;
+        }
+        Ok(same.then_some(rep))
+    }
+}
+
+/// Shrinks the failure of `failed`, a run of `sc`, with at most `budget`
+/// replays written under `reports_dir`.
+pub async fn shrink(sc: &Scenario, failed: &Report, reports_dir: &Path, budget: u32, visible: bool) -> Result<Shrunk> {
+    let started = Instant::now();
+    let anomalies: Vec<String> = failed.anomalies.iter().filter(|a| !a.allowed).map(|a| a.name.clone()).collect();
+    let dir = reports_dir.join(format!("shrink-{}", failed.run_id));
+    let mut s =
+        Shrinker { base: sc.clone().embedded(), anomalies: &anomalies, dir: dir.clone(), runs: 0, budget, visible };
+    let mut out = Shrunk {
+        seed: sc.seed,
+        anomalies: anomalies.clone(),
+        reproduced: false,
+        confirmed: 0,
+        confirmations: 0,
+        runs: 0,
+        budget_spent: false,
+        seconds: 0.0,
+        from_firings: failed.fired.len(),
+        from_payments: sc.payments,
+        payments: sc.payments,
+        schedule: failed.fired.to_string(),
+        firings: vec![],
+        found: vec![],
+        replay: String::new(),
+        reports: dir.display().to_string(),
+        note: String::new(),
+    };
+    if sc.components == crate::scenario::Components::Process
+        || sc.notifier.command.is_some()
+        || sc.relay.command.is_some()
+    {
+        out.note = "not shrunk: a component that runs as a process counts its own occurrences, so a schedule cannot pin them; shrink a scenario with components = \"in-process\"".into();
+        return Ok(out);
+    }
+    if sc.proxied() || !sc.timeline.is_empty() {
+        out.note = "not shrunk: the shrinker replays on the embedded backend, which has no fault proxy and no service faults; this scenario needs them".into();
+        return Ok(out);
+    }
+
+    // Does the failure come back at all, with every original firing pinned?
+    let mut best = failed.fired.clone();
+    let mut payments = sc.payments;
+    let mut last = None;
+    for _ in 0..2 {
+        if let Some(rep) = s.trial(&best, payments).await? {
+            last = Some(rep);
+            break;
+        }
+    }
+    let Some(mut last_rep) = last else {
+        out.runs = s.runs;
+        out.seconds = started.elapsed().as_secs_f64();
+        out.note = format!(
+            "not reproduced: {} replay(s) of seed {} with its {} firing(s) pinned did not fail the same way on the embedded backend; the failure depends on timing the seed does not control (or on the backend it ran on)",
+            s.runs,
+            sc.seed,
+            best.len()
+        );
+        return Ok(out);
+    };
+    out.reproduced = true;
+    best = last_rep.fired.clone();
+
+    // Fewer payments: halve while the failure stays.
+    s.fewer_payments(&mut best, &mut payments, &mut last_rep).await?;
+
+    // Fewer firings: ddmin over the complements.
+    let mut n = 2usize;
+    loop {
+        let items = best.firings();
+        if items.is_empty() || s.runs >= s.budget {
+            break;
+        }
+        let chunks = split(&items, n.min(items.len()));
+        let mut reduced = false;
+        for chunk in &chunks {
+            let rest = Schedule::from_firings(items.iter().copied().filter(|f| !chunk.contains(f)));
+            if let Some(rep) = s.trial(&rest, payments).await? {
+                best = rep.fired.clone();
+                last_rep = rep;
+                n = n.saturating_sub(1).max(2);
+                reduced = true;
+                break;
+            }
+        }
+        if !reduced {
+            if chunks.len() >= items.len() {
+                break;
+            }
+            n = (n * 2).min(items.len());
+        }
+    }
+
+    // Earlier occurrences: a firing at the 40th batch needs a run that
+    // reaches 40 batches, which a replay with other timing may not; the
+    // first batch is in every run. Each firing is tried at 0, then halfway.
+    for (p, n) in best.firings() {
+        for earlier in [0, n / 2] {
+            if earlier >= n {
+                continue;
+            }
+            let moved =
+                Schedule::from_firings(best.firings().into_iter().map(|f| if f == (p, n) { (p, earlier) } else { f }));
+            if moved.len() < best.len() {
+                continue;
+            }
+            if let Some(rep) = s.trial(&moved, payments).await? {
+                best = rep.fired.clone();
+                last_rep = rep;
+                break;
+            }
+        }
+    }
+    // Early firings may need fewer payments than late ones did.
+    s.fewer_payments(&mut best, &mut payments, &mut last_rep).await?;
+    out.budget_spent = s.runs >= s.budget;
+
+    // The minimal failure a few times more: how reliably does it come back?
+    // These replays are not charged to the budget.
+    s.budget = s.budget.max(s.runs + CONFIRMATIONS);
+    for _ in 0..CONFIRMATIONS {
+        out.confirmations += 1;
+        if let Some(rep) = s.trial(&best, payments).await? {
+            out.confirmed += 1;
+            last_rep = rep;
+        }
+    }
+    out.runs = s.runs;
+    out.payments = payments;
+    out.schedule = best.to_string();
+    out.firings = firings(&best, &last_rep);
+    out.found = last_rep.anomalies.iter().filter(|a| !a.allowed).map(|a| format!("{} × {}", a.count, a.name)).collect();
+    out.replay = last_rep.replay.clone();
+    out.seconds = started.elapsed().as_secs_f64();
+    let tally = format!("{} of {} replays of it failed the same way", out.confirmed, out.confirmations);
+    out.note = match (out.confirmed, out.budget_spent, best.is_empty()) {
+        (0, _, _) => format!("{tally}: the failure also depends on timing the schedule does not pin; this is the smallest schedule seen failing"),
+        (_, _, true) => format!("it fails with no fault at all, a bug that needs no crash; {tally}"),
+        (_, true, _) => format!("the replay budget ({budget}) ran out, so a smaller schedule may exist (--shrink-runs); {tally}"),
+        (_, false, _) => format!("no firing can be switched off or moved earlier without the failure going; {tally}"),
+    };
+    Ok(out)
+}
+
+/// Splits `items` into `n` runs of nearly equal length, in order.
+fn split<T: Copy>(items: &[T], n: usize) -> Vec<Vec<T>> {
+    let n = n.max(1);
+    let (q, r) = (items.len() / n, items.len() % n);
+    let mut out = Vec::with_capacity(n);
+    let mut at = 0;
+    for i in 0..n {
+        let len = q + usize::from(i < r);
+        out.push(items[at..at + len].to_vec());
+        at += len;
+    }
+    out.retain(|c| !c.is_empty());
+    out
+}
+
+/// Each firing of `schedule`, with what it hit in `rep`'s fault log.
+fn firings(schedule: &Schedule, rep: &Report) -> Vec<Firing> {
+    schedule
+        .firings()
+        .into_iter()
+        .map(|(p, n): (FaultPoint, u64)| {
+            let seen = rep.fault_log.iter().find(|r| r.point == p.name() && r.occurrence == Some(n));
+            Firing {
+                point: p.name().into(),
+                occurrence: n,
+                component: seen.map(|r| r.component.clone()).unwrap_or_default(),
+                at_ms: seen.map_or(0, |r| r.at_ms),
+                hit: seen.map(|r| r.hit.clone()).unwrap_or_else(|| "not reached in the last replay".into()),
+            }
+        })
+        .collect()
+}
+
+/// The shrunk failure as text: what it came from, the minimal schedule and
+/// its replay command.
+pub fn render(s: &Shrunk) -> String {
+    let mut out = format!("\nshrink of seed {} ({} replays, {:.0} s, embedded backend):\n", s.seed, s.runs, s.seconds);
+    if !s.reproduced {
+        out.push_str(&format!("  {}\n", s.note));
+        return out;
+    }
+    out.push_str(&format!(
+        "  from {} firing(s) and {} payments to {} firing(s) and {} payments; it still finds {}\n",
+        s.from_firings,
+        s.from_payments,
+        s.firings.len(),
+        s.payments,
+        if s.found.is_empty() { "the violation".to_string() } else { s.found.join(", ") }
+    ));
+    if !s.firings.is_empty() {
+        let mut t = Table::new();
+        t.load_preset(presets::UTF8_FULL_CONDENSED);
+        t.set_header(vec!["fault", "occurrence", "component", "at", "hit"]);
+        for f in &s.firings {
+            t.add_row(vec![
+                Cell::new(&f.point),
+                Cell::new(f.occurrence),
+                Cell::new(&f.component),
+                Cell::new(format!("{} ms", f.at_ms)),
+                Cell::new(&f.hit),
+            ]);
+        }
+        out.push_str(&format!("{t}\n"));
+    }
+    out.push_str(&format!("  {}\n", s.note));
+    out.push_str(&format!(
+        "  replay (embedded: DATABASE_URL and KAFKA_BROKERS unset): {}\n  replays' reports: {}\n",
+        s.replay, s.reports
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_covers_every_item_once_in_order() {
+        let items: Vec<u32> = (0..10).collect();
+        for n in 1..=12 {
+            let chunks = split(&items, n);
+            assert_eq!(chunks.concat(), items, "n = {n}");
+            assert_eq!(chunks.len(), n.min(10));
+            let (lo, hi) = (chunks.iter().map(Vec::len).min().unwrap(), chunks.iter().map(Vec::len).max().unwrap());
+            assert!(hi - lo <= 1, "n = {n}: lengths {lo}..{hi}");
+        }
+        assert!(split::<u32>(&[], 2).is_empty());
+    }
+}

@@ -1,0 +1,162 @@
+//! `chaos clean --older-than <duration>`: removes what old runs left behind,
+//! their PostgreSQL schemas, Kafka topics and consumer groups, and SQLite
+//! files. It only touches names that carry a run id (`chaos_20261130_034000_ab12`,
+//! `chaos.20261130-034000-ab12.…`), which only the harness creates, and
+//! only when the run id's time is older than the cut-off. Reports are kept.
+
+use crate::broker::{kafka::Kafka, Broker};
+use crate::error::{Error, Result};
+use crate::harness::infra::{db_endpoint, redact, CONNECT_TIMEOUT};
+use sqlx::{ConnectOptions, Connection, Row};
+use std::path::Path;
+use std::str::FromStr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Seconds since the epoch of a run id `YYYYMMDD-HHMMSS-xxxx`, or None when
+/// the text is not exactly a run id.
+pub fn run_id_time(id: &str) -> Option<u64> {
+    let b = id.as_bytes();
+    if b.len() != 20 || b[8] != b'-' || b[15] != b'-' {
+        return None;
+    }
+    let digits = |r: std::ops::Range<usize>| -> Option<i64> {
+        let s = id.get(r)?;
+        s.bytes().all(|c| c.is_ascii_digit()).then(|| s.parse().ok()).flatten()
+    };
+    if !id[16..].bytes().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    let (y, m, d) = (digits(0..4)?, digits(4..6)?, digits(6..8)?);
+    let (hh, mm, ss) = (digits(9..11)?, digits(11..13)?, digits(13..15)?);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 59 {
+        return None;
+    }
+    // Days-from-civil (Howard Hinnant's algorithm), the inverse of infra::utc_stamp.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400 + hh * 3600 + mm * 60 + ss).ok()
+}
+
+/// The run id inside a schema, topic, group or file name the harness made.
+pub fn run_id_of(name: &str) -> Option<String> {
+    let id = if let Some(rest) = name.strip_prefix("chaos_") {
+        rest.replace('_', "-")
+    } else if let Some(rest) = name.strip_prefix("chaos.") {
+        rest.split('.').next()?.to_string()
+    } else {
+        name.split('.').next()?.to_string()
+    };
+    run_id_time(&id).map(|_| id)
+}
+
+fn is_old(name: &str, cutoff: u64) -> bool {
+    run_id_of(name).and_then(|id| run_id_time(&id)).map(|t| t < cutoff).unwrap_or(false)
+}
+
+/// What was (or, with `dry_run`, would be) removed.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct Cleaned {
+    pub schemas: Vec<String>,
+    pub topics: Vec<String>,
+    pub groups: Vec<String>,
+    pub files: Vec<String>,
+}
+
+pub async fn clean(
+    older_than: Duration,
+    database_url: Option<&str>,
+    brokers: Option<&str>,
+    reports_dir: &Path,
+    dry_run: bool,
+) -> Result<Cleaned> {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    let cutoff = now.saturating_sub(older_than.as_secs());
+    let mut out = Cleaned::default();
+    if let Some(url) = database_url {
+        out.schemas = schemas(url, cutoff, dry_run).await?;
+    }
+    if let Some(brokers) = brokers {
+        let kafka = Kafka::attach(brokers, false);
+        let (topics, groups) = kafka.list_names().await?;
+        out.topics = topics.into_iter().filter(|t| t.starts_with("chaos.") && is_old(t, cutoff)).collect();
+        out.groups = groups.into_iter().filter(|g| g.starts_with("chaos.") && is_old(g, cutoff)).collect();
+        if !dry_run {
+            kafka.delete_names(&out.topics, &out.groups).await?;
+        }
+    }
+    out.files = sqlite_files(reports_dir, cutoff, dry_run)?;
+    Ok(out)
+}
+
+/// The old runs' PostgreSQL schemas, dropped unless `dry_run`.
+async fn schemas(url: &str, cutoff: u64, dry_run: bool) -> Result<Vec<String>> {
+    let endpoint = db_endpoint(url);
+    let unreachable = |cause: String| Error::DatabaseUnreachable { endpoint: endpoint.clone(), cause };
+    let opts = sqlx::postgres::PgConnectOptions::from_str(url).map_err(|e| unreachable(redact(&e.to_string())))?;
+    let mut c = tokio::time::timeout(CONNECT_TIMEOUT, opts.connect())
+        .await
+        .map_err(|_| unreachable("no answer".into()))?
+        .map_err(|e| unreachable(redact(&e.to_string())))?;
+    let names: Vec<String> = sqlx::query("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'chaos\\_%'")
+        .fetch_all(&mut c)
+        .await
+        .map_err(|e| Error::db("listing schemas", e))?
+        .into_iter()
+        .map(|r| r.get(0))
+        .collect();
+    let mut removed = Vec::new();
+    for n in names.into_iter().filter(|n| is_old(n, cutoff)) {
+        if !dry_run {
+            sqlx::query(&format!("DROP SCHEMA \"{n}\" CASCADE"))
+                .execute(&mut c)
+                .await
+                .map_err(|e| Error::db(format!("dropping schema {n}"), e))?;
+        }
+        removed.push(n);
+    }
+    let _ = c.close().await;
+    Ok(removed)
+}
+
+/// The old runs' SQLite files in the reports folder, removed unless `dry_run`.
+fn sqlite_files(reports_dir: &Path, cutoff: u64, dry_run: bool) -> Result<Vec<String>> {
+    let mut removed = Vec::new();
+    let Ok(entries) = std::fs::read_dir(reports_dir) else { return Ok(removed) };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let is_db = [".sqlite", ".sqlite-wal", ".sqlite-shm"].iter().any(|s| name.ends_with(s));
+        if is_db && is_old(&name, cutoff) {
+            if !dry_run {
+                std::fs::remove_file(e.path())
+                    .map_err(|err| Error::Write { path: e.path(), cause: err.to_string() })?;
+            }
+            removed.push(e.path().display().to_string());
+        }
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_harness_names_match() {
+        assert_eq!(run_id_time("19700101-000000-0000"), Some(0));
+        assert_eq!(run_id_time("20261130-034000-ab12"), Some(1_796_010_000));
+        assert_eq!(run_id_of("chaos_20261130_034000_ab12").as_deref(), Some("20261130-034000-ab12"));
+        assert_eq!(run_id_of("chaos.20261130-034000-ab12.payments").as_deref(), Some("20261130-034000-ab12"));
+        assert_eq!(run_id_of("20261130-034000-ab12.sqlite").as_deref(), Some("20261130-034000-ab12"));
+        for other in
+            ["chaos_keep", "chaos.payments", "public", "chaos_20261130_034000_zz12", "chaos_2026113_034000_ab12"]
+        {
+            assert_eq!(run_id_of(other), None, "{other}");
+        }
+        assert!(is_old("chaos_20200101_000000_abcd", 1_796_010_000));
+        assert!(!is_old("chaos_20261130_034000_ab12", 1_796_010_000));
+    }
+}

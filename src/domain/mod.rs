@@ -1,0 +1,8 @@
+//! The words every layer shares: the message envelope, the record of
+//! intent, the run's names, and the `choices!` enums.
+
+#[macro_use]
+pub mod choices;
+
+pub mod events;
+pub mod intent;

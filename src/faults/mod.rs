@@ -1,0 +1,889 @@
+//! The fault injector: named fault points, seeded decisions, and a log of
+//! everything that fired.
+//!
+//! A decision is a pure function of (seed, fault point, occurrence): the n-th
+//! time any component reaches `relay.after_produce` gets the same answer on
+//! every run with the same seed, whatever the backend. Which relay reaches it
+//! n-th depends on thread scheduling, which no seed controls.
+
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// Declares every fault point once: its variant and what it does, its
+/// name, the scenario key that sets its probability, what one occurrence
+/// is, and how the harness confirms its effect. The list of points, the
+/// scenario's `[faults]` keys with their defaults, and the rates are all
+/// generated from this table, so a new fault point is one entry here plus
+/// the place that strikes it.
+macro_rules! fault_points {
+    ($(
+        $(#[$doc:meta])*
+        $variant:ident = $name:literal, key $key:ident, per $unit:literal, confirmed by $confirmed:literal;
+    )+) => {
+        /// Every place the injector may strike.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        pub enum FaultPoint {
+            $($(#[$doc])* $variant,)+
+        }
+
+        impl FaultPoint {
+            /// Every point, in declaration (and so discriminant) order.
+            pub const ALL: &'static [FaultPoint] = &[$(FaultPoint::$variant),+];
+
+            pub fn name(self) -> &'static str {
+                match self { $(FaultPoint::$variant => $name,)+ }
+            }
+
+            /// Its key in a scenario's `[faults]` table.
+            pub fn key(self) -> &'static str {
+                match self { $(FaultPoint::$variant => stringify!($key),)+ }
+            }
+
+            /// What one occurrence is: the unit the probability applies to.
+            pub fn unit(self) -> &'static str {
+                match self { $(FaultPoint::$variant => $unit,)+ }
+            }
+
+            /// How the harness confirms that a firing of this point had its
+            /// effect: the chaos counts only once it is seen.
+            pub fn confirmed_by(self) -> &'static str {
+                match self { $(FaultPoint::$variant => $confirmed,)+ }
+            }
+        }
+
+        /// The `[faults]` table as written: a probability per fault point,
+        /// keyed by its name with `_` for `.`; 0 when absent.
+        #[derive(Debug, Deserialize)]
+        #[serde(deny_unknown_fields, default)]
+        pub struct RawFaults {
+            $($(#[$doc])* pub $key: toml::Spanned<f64>,)+
+        }
+
+        impl Default for RawFaults {
+            fn default() -> Self {
+                Self { $($key: toml::Spanned::new(0..0, 0.0),)+ }
+            }
+        }
+
+        impl RawFaults {
+            /// A point's probability as written, with where it was written.
+            pub fn get(&self, point: FaultPoint) -> &toml::Spanned<f64> {
+                match point { $(FaultPoint::$variant => &self.$key,)+ }
+            }
+        }
+    };
+}
+
+fault_points! {
+    /// A relay crashes after the broker acked its batch and before it marks
+    /// the rows published: the batch will be published again.
+    RelayAfterProduce = "relay.after_produce", key relay_after_produce, per "batch",
+        confirmed by "the crashed batch's first event on the topic twice";
+    /// A notifier crashes after its inbox transaction committed and before it
+    /// commits the offsets: the batch will be delivered again.
+    NotifierBeforeOffsetCommit = "notifier.before_offset_commit", key notifier_before_offset_commit, per "event",
+        confirmed by "the batch's first message delivered again";
+    /// The payment service writes a malformed event next to a real one.
+    WorkloadPoison = "workload.poison", key workload_poison, per "payment",
+        confirmed by "the malformed event's dead letter";
+    /// A relay crashes between its two steps, before producing: harmless when
+    /// it publishes then marks, a loss when it marks first.
+    RelayBeforeProduce = "relay.before_produce", key relay_before_produce, per "batch",
+        confirmed by "the relay's next incarnation";
+    /// A relay stalls before producing, holding its claim, so other relays
+    /// publish later events first: reordering on the topic.
+    RelaySlowProduce = "relay.slow_produce", key relay_slow_produce, per "batch",
+        confirmed by "the held claim released after the delay";
+    /// A notifier crashes after the inbox claim and before the effects.
+    NotifierMidBatch = "notifier.mid_batch", key notifier_mid_batch, per "batch",
+        confirmed by "the batch's first message delivered again";
+    /// A notifier stalls past its session timeout while holding a batch; the
+    /// group gives its partitions away and the zombie then wakes up.
+    NotifierStall = "notifier.stall", key notifier_stall, per "batch",
+        confirmed by "the zombie's late attempt at its batch";
+    /// After a batch, the group's offsets are rewound to the start of its
+    /// partitions: a late replay of everything.
+    NotifierReplay = "notifier.replay", key notifier_replay, per "batch",
+        confirmed by "the batch's first message delivered again";
+    /// The payment service crashes after its database commit and before it
+    /// produces (only meaningful with `publish = "dual-write"`).
+    WorkloadAfterCommit = "workload.after_commit", key workload_after_commit, per "event",
+        confirmed by "the produce the crash skipped";
+    /// A relay's produce fails: one message of the batch is refused, so the
+    /// client reports a delivery error for it while the rest are acked. The
+    /// relay must not mark the batch; it gives it back and it goes out again.
+    RelayProduceError = "relay.produce_error", key relay_produce_error, per "batch",
+        confirmed by "the failed batch published again";
+    /// A relay crashes right after its mark committed: nothing is lost and
+    /// nothing is repeated, the next incarnation just carries on.
+    RelayAfterMark = "relay.after_mark", key relay_after_mark, per "batch",
+        confirmed by "the relay's next incarnation";
+    /// The harness sends SIGKILL to a component that runs as an OS process
+    /// (a program under test, `[notifier] command`), at a random instant
+    /// within the second: no shutdown code runs, its open transaction dies
+    /// with its connection, the broker sees a member vanish.
+    ProcessKill = "process.kill", key process_kill, per "second, per process",
+        confirmed by "the process seen ending by SIGKILL";
+    /// The harness sends SIGSTOP to a component that runs as an OS process,
+    /// and SIGCONT after `[nemesis] pause_secs`: past its session timeout it
+    /// wakes up a zombie.
+    ProcessPause = "process.pause", key process_pause, per "second, per process",
+        confirmed by "the process seen stopped by the kernel";
+    /// The harness sends SIGKILL to one process (picked from the seed) as
+    /// the topic grows: kills land while messages flow, when a consumer or
+    /// a relay is busiest.
+    ProcessKillPerMessage = "process.kill_per_message", key process_kill_per_message, per "message the topic gains",
+        confirmed by "the process seen ending by SIGKILL";
+    /// The fault proxy resets every connection a component has open to
+    /// the database: an RST to the component, a closed socket to the server.
+    NetReset = "net.reset", key net_reset, per "second, per proxied component",
+        confirmed by "an open connection reset by the proxy";
+    /// The fault proxy holds every byte between a component and the
+    /// database for `[proxy] blackhole_ms`, then lets it through: a
+    /// network partition that heals.
+    NetBlackhole = "net.blackhole", key net_blackhole, per "second, per proxied component",
+        confirmed by "bytes held by the proxy during the blackhole";
+    /// PostgreSQL commits and its acknowledgement never arrives: the fault
+    /// proxy withholds the `CommandComplete` of a COMMIT and resets the
+    /// connection. The transaction is durable; its client cannot know.
+    DbCommitAckLost = "db.commit_ack_lost", key db_commit_ack_lost, per "commit acknowledged to a proxied component",
+        confirmed by "the proxy seeing the server acknowledge the COMMIT and withholding it";
+    /// The fault proxy lets a COMMIT's acknowledgement through and SIGKILLs
+    /// the component's process right after: for any consumer, a kill
+    /// between its transaction and its offset commit.
+    DbKillAfterCommit = "db.kill_after_commit", key db_kill_after_commit, per "commit acknowledged to a component process",
+        confirmed by "the process seen ending by SIGKILL";
+    /// The broker appends a produce's batches and its acknowledgement never
+    /// arrives: the fault proxy withholds the `Produce` response and resets
+    /// the connection. The producer retries: an idempotent one has the
+    /// broker drop the copy; one without idempotence writes it again.
+    KafkaProduceAckLost = "kafka.produce_ack_lost", key kafka_produce_ack_lost, per "produce acknowledged to a proxied component",
+        confirmed by "the proxy seeing the broker answer a produce and withholding the answer";
+    /// The fault proxy lets a produce's acknowledgement through and
+    /// SIGKILLs the component's process right after: for any relay, a kill
+    /// between the broker's ack and the outbox's mark.
+    KafkaKillAfterProduceAck = "kafka.kill_after_produce_ack", key kafka_kill_after_produce_ack, per "produce acknowledged to a component process",
+        confirmed by "the process seen ending by SIGKILL";
+    /// The broker's process is stopped (SIGSTOP) for the timeline entry's
+    /// `for`, then continued: every client's requests hang, then resume.
+    BrokerPause = "broker.pause", key broker_pause, per "scheduled occurrence ([[nemesis.timeline]])",
+        confirmed by "the broker's process seen stopped by the kernel (the mock cluster: its round trip set and reset)";
+    /// The broker's process is killed (SIGKILL) and, after the entry's
+    /// `for`, started again by `[nemesis] broker_restart`.
+    BrokerKill = "broker.kill", key broker_kill, per "scheduled occurrence ([[nemesis.timeline]])",
+        confirmed by "the broker seen gone, then listening again (the mock cluster: taken down and up)";
+    /// The broker that leads partition 0 of the run's topic is killed
+    /// (SIGKILL) and, after the entry's `for`, started again by `[nemesis]
+    /// broker_restart`: on a cluster, another replica takes the partition.
+    BrokerKillLeader = "broker.kill_leader", key broker_kill_leader, per "scheduled occurrence ([[nemesis.timeline]])",
+        confirmed by "the leader seen gone, another broker leading the partition, then the killed one listening again";
+    /// PostgreSQL restarts in immediate mode (`[nemesis] database_restart`):
+    /// every session dies, the server recovers from its WAL.
+    DbRestart = "db.restart", key db_restart, per "scheduled occurrence ([[nemesis.timeline]])",
+        confirmed by "the postmaster's start time moved";
+    /// Every database session of the run's components is terminated
+    /// (`pg_terminate_backend`): open transactions roll back.
+    DbTerminateBackends = "db.terminate_backends", key db_terminate_backends, per "scheduled occurrence ([[nemesis.timeline]])",
+        confirmed by "at least one session of the run terminated";
+}
+
+impl FaultPoint {
+    /// The point called `name` (e.g. `relay.after_produce`).
+    pub fn from_name(name: &str) -> Option<FaultPoint> {
+        FaultPoint::ALL.iter().copied().find(|p| p.name() == name)
+    }
+
+    /// The point called `name`, or a message that lists the names: what a
+    /// flag's value or a schedule's entry is checked with.
+    pub fn named(name: &str) -> Result<FaultPoint, String> {
+        Self::from_name(name.trim()).ok_or_else(|| {
+            let names: Vec<&str> = FaultPoint::ALL.iter().map(|p| p.name()).collect();
+            format!("{:?} is not a fault point; expected one of {}", name.trim(), names.join(", "))
+        })
+    }
+
+    /// The points the harness applies to a process from outside, whatever
+    /// the program: they need a component that runs as one.
+    pub const FOR_PROCESSES: &'static [FaultPoint] = &[
+        FaultPoint::ProcessKill,
+        FaultPoint::ProcessPause,
+        FaultPoint::ProcessKillPerMessage,
+        FaultPoint::DbKillAfterCommit,
+        FaultPoint::KafkaKillAfterProduceAck,
+    ];
+
+    /// The service faults: only a `[[nemesis.timeline]]` entry strikes them.
+    pub const SERVICE: &'static [FaultPoint] = &[
+        FaultPoint::BrokerPause,
+        FaultPoint::BrokerKill,
+        FaultPoint::BrokerKillLeader,
+        FaultPoint::DbRestart,
+        FaultPoint::DbTerminateBackends,
+    ];
+
+    /// The points the fault proxy strikes: they need PostgreSQL, whose wire
+    /// it sits on, and apply to any program, the user's included.
+    pub const PROXIED: &'static [FaultPoint] = &[
+        FaultPoint::NetReset,
+        FaultPoint::NetBlackhole,
+        FaultPoint::DbCommitAckLost,
+        FaultPoint::DbKillAfterCommit,
+        FaultPoint::KafkaProduceAckLost,
+        FaultPoint::KafkaKillAfterProduceAck,
+    ];
+
+    /// The points a `[[nemesis.timeline]]` entry may schedule: the service
+    /// faults, and the proxy's partitions and resets at chosen times.
+    pub const SCHEDULABLE: &'static [FaultPoint] = &[
+        FaultPoint::BrokerPause,
+        FaultPoint::BrokerKill,
+        FaultPoint::BrokerKillLeader,
+        FaultPoint::DbRestart,
+        FaultPoint::DbTerminateBackends,
+        FaultPoint::NetReset,
+        FaultPoint::NetBlackhole,
+    ];
+
+    /// The points that need the proxy in front of Kafka as well.
+    pub const ON_KAFKA: &'static [FaultPoint] =
+        &[FaultPoint::KafkaProduceAckLost, FaultPoint::KafkaKillAfterProduceAck];
+}
+
+/// How many fault points there are.
+pub const N: usize = FaultPoint::ALL.len();
+
+/// A probability per fault point, indexed by point.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct FaultRates([f64; N]);
+
+impl FaultRates {
+    /// No faults at all.
+    pub fn none() -> Self {
+        Self([0.0; N])
+    }
+
+    pub fn get(&self, point: FaultPoint) -> f64 {
+        self.0[point.index()]
+    }
+
+    /// The same rates with `point` at `p`.
+    pub fn with(mut self, point: FaultPoint, p: f64) -> Self {
+        self.0[point.index()] = p;
+        self
+    }
+}
+
+impl FaultPoint {
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    /// A stable per-point salt, so points do not share a decision stream.
+    fn salt(self) -> u64 {
+        self.name().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+    }
+}
+
+/// The decision for one occurrence: a pure function, usable by tests and by
+/// anyone who wants to know in advance what a seed will do.
+pub fn decide(seed: u64, point: FaultPoint, occurrence: u64, probability: f64) -> bool {
+    if probability <= 0.0 {
+        return false;
+    }
+    let mixed = splitmix(seed ^ point.salt()).wrapping_add(occurrence.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(splitmix(mixed));
+    rng.gen::<f64>() < probability
+}
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// One fault that fired.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FaultRecord {
+    pub point: String,
+    pub component: String,
+    /// Milliseconds since the run started.
+    pub at_ms: u64,
+    /// What it hit, e.g. "batch of 12 events (first seq 340)".
+    pub hit: String,
+    /// Which occurrence of its point it was, counted from 0 across the
+    /// run: what a [`Schedule`] names. None for a firing a component
+    /// process reported, whose occurrences count in that process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub occurrence: Option<u64>,
+}
+
+/// Fault firings pinned by occurrence, in place of the seeded decisions
+/// (`chaos run --schedule`, and what `chaos sweep --shrink` shrinks): a
+/// point fires at exactly the occurrences listed for it, and a point not
+/// listed never fires. Occurrences count each time any component reaches
+/// the point, from 0, so a schedule replays the same firings as far as the
+/// threads reach the points in the same order.
+///
+/// In JSON it is the text `--schedule` reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub struct Schedule(pub std::collections::BTreeMap<FaultPoint, std::collections::BTreeSet<u64>>);
+
+impl From<Schedule> for String {
+    fn from(s: Schedule) -> String {
+        s.to_string()
+    }
+}
+
+impl TryFrom<String> for Schedule {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        Schedule::parse(&s)
+    }
+}
+
+impl Schedule {
+    /// Every (point, occurrence), in point then occurrence order.
+    pub fn firings(&self) -> Vec<(FaultPoint, u64)> {
+        self.0.iter().flat_map(|(p, ns)| ns.iter().map(move |n| (*p, *n))).collect()
+    }
+
+    pub fn from_firings(firings: impl IntoIterator<Item = (FaultPoint, u64)>) -> Self {
+        let mut s = Schedule::default();
+        for (p, n) in firings {
+            s.0.entry(p).or_default().insert(n);
+        }
+        s
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.values().map(|ns| ns.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn fires(&self, point: FaultPoint, occurrence: u64) -> bool {
+        self.0.get(&point).is_some_and(|ns| ns.contains(&occurrence))
+    }
+
+    /// Parses `relay.after_produce:3,17;notifier.mid_batch:2`, or `none`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut s = Schedule::default();
+        let text = text.trim();
+        if text == "none" {
+            return Ok(s);
+        }
+        for part in text.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, list) = part.split_once(':').ok_or_else(|| {
+                format!("{part:?} has no occurrences; write POINT:N[,N...], e.g. relay.after_produce:3,17")
+            })?;
+            let point = FaultPoint::named(name)?;
+            if FaultPoint::SERVICE.contains(&point) {
+                return Err(format!(
+                    "{} strikes only on the scenario's [[nemesis.timeline]]; a schedule pins the other points",
+                    point.name()
+                ));
+            }
+            for n in list.split(',').map(str::trim) {
+                let n: u64 = n
+                    .parse()
+                    .map_err(|_| format!("{n:?} in {part:?} is not an occurrence; occurrences are integers from 0"))?;
+                s.0.entry(point).or_default().insert(n);
+            }
+        }
+        if s.is_empty() {
+            return Err("the schedule is empty; write POINT:N[,N...] separated by ';', or none".into());
+        }
+        Ok(s)
+    }
+}
+
+impl std::fmt::Display for Schedule {
+    /// The form [`Schedule::parse`] reads back.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.is_empty() {
+            return f.write_str("none");
+        }
+        let parts: Vec<String> = self
+            .0
+            .iter()
+            .filter(|(_, ns)| !ns.is_empty())
+            .map(|(p, ns)| format!("{}:{}", p.name(), ns.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",")))
+            .collect();
+        f.write_str(&parts.join(";"))
+    }
+}
+
+/// One batch a reference notifier received: what puts each delivery of a
+/// message on an anomaly's story ([`crate::verifier::story`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryRecord {
+    pub component: String,
+    /// Milliseconds since the run started.
+    pub at_ms: u64,
+    pub messages: u32,
+    /// Per partition, the first and last offset the batch held (a
+    /// consumer reads a partition in order, so the batch holds the range).
+    pub spans: Vec<(i32, i64, i64)>,
+}
+
+impl DeliveryRecord {
+    pub fn covers(&self, partition: i32, offset: i64) -> bool {
+        self.spans.iter().any(|(p, a, b)| *p == partition && (*a..=*b).contains(&offset))
+    }
+}
+
+/// Per-point totals for the report.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FaultSummary {
+    pub point: String,
+    pub unit: String,
+    pub probability: f64,
+    pub occurrences: u64,
+    pub fired: u64,
+    /// Firings whose effect the harness saw ([`FaultPoint::confirmed_by`]).
+    #[serde(default)]
+    pub confirmed: u64,
+}
+
+/// A watched message: who holds it, when it was last delivered, and the
+/// firings waiting for it to be delivered again.
+#[derive(Debug, Default)]
+struct Watch {
+    holders: u32,
+    last_delivery: u64,
+    awaiting: Vec<(FaultPoint, u64)>,
+}
+
+/// A batch a notifier received, for [`FaultInjector::settled`] and
+/// [`FaultInjector::await_redelivery`]: its first message and when it came.
+#[derive(Debug, Clone, Copy)]
+pub struct Held {
+    pub first: (i32, i64),
+    delivery: u64,
+}
+
+/// What the harness still has to see before a firing counts as confirmed.
+#[derive(Debug, Default)]
+struct Awaited {
+    /// The first message of each batch a notifier holds or a fault waits
+    /// on, by (partition, offset).
+    watched: std::collections::HashMap<(i32, i64), Watch>,
+    /// Numbers the deliveries, so "delivered again after I received it" is
+    /// a comparison.
+    deliveries: u64,
+    /// Relay faults the verifier confirms from the topic: the point, the
+    /// batch's first event and the copies of it the topic must hold.
+    copies: Vec<(FaultPoint, uuid::Uuid, u8)>,
+}
+
+/// Shared by every component of a run.
+pub struct FaultInjector {
+    seed: u64,
+    rates: [f64; N],
+    occurrences: [AtomicU64; N],
+    fired: [AtomicU64; N],
+    confirmed: [AtomicU64; N],
+    awaited: Mutex<Awaited>,
+    log: Mutex<Vec<FaultRecord>>,
+    /// Pinned firings, in place of the seeded decisions.
+    schedule: Option<Schedule>,
+    /// Every in-process firing by occurrence, uncapped: the schedule a
+    /// shrink starts from.
+    fired_at: Mutex<Vec<(FaultPoint, u64)>>,
+    /// The batches the reference notifiers received (in process, or
+    /// reported by their processes), the first [`DELIVERY_LOG_CAP`] of them.
+    deliveries: Mutex<Vec<DeliveryRecord>>,
+    started: Instant,
+    /// The same moment on the wall clock, which the database's timestamps
+    /// share: what dates an anomaly against the fault log.
+    started_wall: std::time::SystemTime,
+}
+
+/// The log keeps the first records only; the counters count them all.
+const LOG_CAP: usize = 10_000;
+
+/// Batches kept for the stories: a few megabytes at most (a run of a
+/// million payments takes about 40,000 batches, redeliveries included).
+pub const DELIVERY_LOG_CAP: usize = 200_000;
+
+impl FaultInjector {
+    pub fn new(seed: u64, rates: &FaultRates) -> Self {
+        Self {
+            seed,
+            rates: std::array::from_fn(|i| rates.get(FaultPoint::ALL[i])),
+            occurrences: Default::default(),
+            fired: Default::default(),
+            confirmed: Default::default(),
+            awaited: Mutex::new(Awaited::default()),
+            log: Mutex::new(Vec::new()),
+            schedule: None,
+            fired_at: Mutex::new(Vec::new()),
+            deliveries: Mutex::new(Vec::new()),
+            started: Instant::now(),
+            started_wall: std::time::SystemTime::now(),
+        }
+    }
+
+    /// The same injector with its decisions pinned to `schedule`.
+    /// A point the schedule leaves out counts as off (probability 0), so
+    /// the chaos checks ask only the listed points to fire; the timeline's
+    /// service faults are the timeline's.
+    pub fn with_schedule(mut self, schedule: Option<Schedule>) -> Self {
+        if let Some(s) = &schedule {
+            for p in FaultPoint::ALL.iter().filter(|p| !FaultPoint::SERVICE.contains(p)) {
+                if s.0.get(p).is_none_or(|ns| ns.is_empty()) {
+                    self.rates[p.index()] = 0.0;
+                }
+            }
+        }
+        self.schedule = schedule;
+        self
+    }
+
+    /// When the log's clock started, in milliseconds since the epoch.
+    pub fn started_epoch_ms(&self) -> i64 {
+        self.started_wall.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    }
+
+    pub fn probability(&self, point: FaultPoint) -> f64 {
+        self.rates[point.index()]
+    }
+
+    /// Reaches a fault point once. Returns true when the fault fires; then it
+    /// is counted and logged with what it hit.
+    pub fn strike(&self, point: FaultPoint, component: &str, hit: impl FnOnce() -> String) -> bool {
+        let i = point.index();
+        let n = self.occurrences[i].fetch_add(1, Ordering::Relaxed);
+        let fires = match &self.schedule {
+            Some(s) => self.rates[i] > 0.0 && s.fires(point, n),
+            None => decide(self.seed, point, n, self.rates[i]),
+        };
+        if !fires {
+            return false;
+        }
+        self.fired[i].fetch_add(1, Ordering::Relaxed);
+        self.fired_at.lock().unwrap_or_else(|p| p.into_inner()).push((point, n));
+        let record = FaultRecord {
+            point: point.name().to_string(),
+            component: component.to_string(),
+            at_ms: self.started.elapsed().as_millis() as u64,
+            hit: hit(),
+            occurrence: Some(n),
+        };
+        tracing::info!(point = %record.point, component = %record.component, hit = %record.hit, "fault fired");
+        // A component process tells the harness, which keeps the run's count.
+        crate::harness::component::emit(&crate::harness::component::Line::Fired { record: record.clone() });
+        self.push_log(record);
+        true
+    }
+
+    fn push_log(&self, record: FaultRecord) {
+        let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        if log.len() < LOG_CAP {
+            log.push(record);
+        }
+    }
+
+    /// A firing a component process reported: counted and logged here, at
+    /// the harness's clock.
+    pub fn record_fired(&self, point: FaultPoint, mut record: FaultRecord) {
+        self.fired[point.index()].fetch_add(1, Ordering::Relaxed);
+        record.at_ms = self.started.elapsed().as_millis() as u64;
+        record.occurrence = None;
+        self.push_log(record);
+    }
+
+    /// How often a point was reached.
+    pub fn reached(&self, point: FaultPoint) -> u64 {
+        self.occurrences[point.index()].load(Ordering::Relaxed)
+    }
+
+    /// Occurrences a component process reported.
+    pub fn add_reached(&self, point: FaultPoint, n: u64) {
+        self.occurrences[point.index()].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// `n` firings of `point` had the effect the harness looks for.
+    pub fn confirm(&self, point: FaultPoint, n: u64) {
+        crate::harness::component::emit(&crate::harness::component::Line::Confirmed { point, n });
+        self.confirmed[point.index()].fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn confirmed(&self, point: FaultPoint) -> u64 {
+        self.confirmed[point.index()].load(Ordering::Relaxed)
+    }
+
+    fn awaited(&self) -> std::sync::MutexGuard<'_, Awaited> {
+        self.awaited.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A notifier received a batch. Confirms the firings waiting for any of
+    /// its messages to come again, and watches the batch's first message
+    /// until the batch is settled or crashes. Watching from receipt, not
+    /// from the crash, matters: during a rebalance two consumers may read the
+    /// same messages, and the redelivery can come before the crash is known.
+    pub fn delivered(&self, first: (i32, i64), messages: impl IntoIterator<Item = (i32, i64)>) -> Held {
+        let mut a = self.awaited();
+        a.deliveries += 1;
+        let now = a.deliveries;
+        for m in messages {
+            if let Some(w) = a.watched.get_mut(&m) {
+                w.last_delivery = now;
+                for (point, fires) in std::mem::take(&mut w.awaiting) {
+                    self.confirm(point, fires);
+                }
+            }
+        }
+        let w = a.watched.entry(first).or_default();
+        w.holders += 1;
+        w.last_delivery = now;
+        Held { first, delivery: now }
+    }
+
+    /// Logs a batch `component` received (its messages as (partition,
+    /// offset)), for the anomalies' stories.
+    pub fn log_delivery(&self, component: &str, messages: impl IntoIterator<Item = (i32, i64)>) {
+        let mut spans: Vec<(i32, i64, i64)> = Vec::new();
+        let mut n = 0u32;
+        for (p, o) in messages {
+            n += 1;
+            match spans.iter_mut().find(|s| s.0 == p) {
+                Some(s) => {
+                    s.1 = s.1.min(o);
+                    s.2 = s.2.max(o);
+                }
+                None => spans.push((p, o, o)),
+            }
+        }
+        if crate::harness::component::active() {
+            // A component process tells the harness, whose log the stories read.
+            crate::harness::component::emit(&crate::harness::component::Line::Delivered {
+                component: component.to_string(),
+                messages: n,
+                spans,
+            });
+            return;
+        }
+        self.record_delivery(component.to_string(), n, spans);
+    }
+
+    /// A batch received, logged at the harness's clock (a component
+    /// process's report comes here).
+    pub fn record_delivery(&self, component: String, messages: u32, spans: Vec<(i32, i64, i64)>) {
+        let at_ms = self.started.elapsed().as_millis() as u64;
+        let mut log = self.deliveries.lock().unwrap_or_else(|p| p.into_inner());
+        if log.len() < DELIVERY_LOG_CAP {
+            log.push(DeliveryRecord { component, at_ms, messages, spans });
+        }
+    }
+
+    /// The batches the reference notifiers received, in order.
+    pub fn deliveries(&self) -> Vec<DeliveryRecord> {
+        self.deliveries.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The batch is done (committed, or failed without a fault): stop
+    /// watching it.
+    pub fn settled(&self, held: Held) {
+        let mut a = self.awaited();
+        Self::release(&mut a, held.first);
+    }
+
+    fn release(a: &mut Awaited, first: (i32, i64)) {
+        if let Some(w) = a.watched.get_mut(&first) {
+            w.holders = w.holders.saturating_sub(1);
+            if w.holders == 0 && w.awaiting.is_empty() {
+                a.watched.remove(&first);
+            }
+        }
+    }
+
+    /// `fires` firings of `point` hit the held batch: they are confirmed by
+    /// its first message delivered again after the batch was received (at
+    /// once, if that has happened already), to any notifier.
+    pub fn await_redelivery(&self, point: FaultPoint, fires: u64, held: Held) {
+        let mut a = self.awaited();
+        let w = a.watched.entry(held.first).or_default();
+        if w.last_delivery > held.delivery {
+            self.confirm(point, fires);
+        } else {
+            w.awaiting.push((point, fires));
+        }
+        Self::release(&mut a, held.first);
+    }
+
+    /// `point` fired on data already settled (a replay): confirmed by the
+    /// next delivery of `first`.
+    pub fn await_next_delivery(&self, point: FaultPoint, first: (i32, i64)) {
+        self.awaited().watched.entry(first).or_default().awaiting.push((point, 1));
+    }
+
+    /// A firing of `point` is confirmed when the topic holds at least `copies`
+    /// copies of `event`; the verifier looks.
+    pub fn await_copies(&self, point: FaultPoint, event: uuid::Uuid, copies: u8) {
+        // The verifier of the harness looks for them, not a component process.
+        crate::harness::component::emit(&crate::harness::component::Line::Copies { point, event, copies });
+        self.awaited().copies.push((point, event, copies));
+    }
+
+    /// The copies the verifier must look for, taken once.
+    pub fn take_awaited_copies(&self) -> Vec<(FaultPoint, uuid::Uuid, u8)> {
+        std::mem::take(&mut self.awaited().copies)
+    }
+
+    pub fn fired(&self, point: FaultPoint) -> u64 {
+        self.fired[point.index()].load(Ordering::Relaxed)
+    }
+
+    pub fn total_fired(&self) -> u64 {
+        FaultPoint::ALL.iter().map(|p| self.fired(*p)).sum()
+    }
+
+    pub fn summary(&self) -> Vec<FaultSummary> {
+        FaultPoint::ALL
+            .iter()
+            .map(|p| FaultSummary {
+                point: p.name().to_string(),
+                unit: p.unit().to_string(),
+                probability: self.probability(*p),
+                occurrences: self.occurrences[p.index()].load(Ordering::Relaxed),
+                fired: self.fired(*p),
+                confirmed: self.confirmed(*p),
+            })
+            .collect()
+    }
+
+    /// Every firing struck in this process, as a schedule that replays it.
+    pub fn fired_schedule(&self) -> Schedule {
+        Schedule::from_firings(self.fired_at.lock().unwrap_or_else(|p| p.into_inner()).iter().copied())
+    }
+
+    pub fn log(&self) -> Vec<FaultRecord> {
+        self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decisions_replay_and_follow_the_rate() {
+        let a: Vec<bool> = (0..10_000).map(|n| decide(42, FaultPoint::RelayAfterProduce, n, 0.1)).collect();
+        let b: Vec<bool> = (0..10_000).map(|n| decide(42, FaultPoint::RelayAfterProduce, n, 0.1)).collect();
+        assert_eq!(a, b);
+        let fired = a.iter().filter(|x| **x).count();
+        assert!((800..1200).contains(&fired), "fired {fired} of 10000 at p=0.1");
+        let other: Vec<bool> = (0..10_000).map(|n| decide(43, FaultPoint::RelayAfterProduce, n, 0.1)).collect();
+        assert_ne!(a, other, "another seed must give other decisions");
+    }
+
+    #[test]
+    fn zero_and_one_are_never_and_always() {
+        assert!((0..1000).all(|n| !decide(1, FaultPoint::WorkloadPoison, n, 0.0)));
+        assert!((0..1000).all(|n| decide(1, FaultPoint::WorkloadPoison, n, 1.0)));
+    }
+
+    #[test]
+    fn injector_counts_and_logs() {
+        let rates = FaultRates::none().with(FaultPoint::RelayAfterProduce, 1.0);
+        let f = FaultInjector::new(7, &rates);
+        assert!(f.strike(FaultPoint::RelayAfterProduce, "relay-1", || "batch of 3".into()));
+        assert!(!f.strike(FaultPoint::NotifierBeforeOffsetCommit, "notifier-1", || unreachable!()));
+        assert_eq!(f.fired(FaultPoint::RelayAfterProduce), 1);
+        assert_eq!(f.log()[0].component, "relay-1");
+        let summary = f.summary();
+        let point = |p: FaultPoint| summary.iter().find(|s| s.point == p.name()).unwrap();
+        assert_eq!(point(FaultPoint::NotifierBeforeOffsetCommit).occurrences, 1);
+        assert_eq!(point(FaultPoint::RelayAfterProduce).confirmed, 0, "fired is not confirmed");
+    }
+
+    #[test]
+    fn a_schedule_fires_exactly_its_occurrences_and_reads_back() {
+        let s = Schedule::parse("relay.after_produce:3,1; notifier.mid_batch:0").unwrap();
+        assert_eq!(s.to_string(), "relay.after_produce:1,3;notifier.mid_batch:0");
+        assert_eq!(Schedule::parse(&s.to_string()).unwrap(), s);
+        assert_eq!(Schedule::parse("none").unwrap().to_string(), "none");
+        let rates = FaultRates::none()
+            .with(FaultPoint::RelayAfterProduce, 0.5)
+            .with(FaultPoint::NotifierMidBatch, 0.5)
+            .with(FaultPoint::NotifierStall, 1.0);
+        let f = FaultInjector::new(9, &rates).with_schedule(Some(s.clone()));
+        let fired: Vec<bool> =
+            (0..6).map(|_| f.strike(FaultPoint::RelayAfterProduce, "relay-1", String::new)).collect();
+        assert_eq!(fired, [false, true, false, true, false, false]);
+        assert!(f.strike(FaultPoint::NotifierMidBatch, "notifier-1", String::new));
+        assert!(!f.strike(FaultPoint::NotifierMidBatch, "notifier-1", String::new));
+        // A point the schedule leaves out never fires, and counts as off.
+        assert!((0..50).all(|_| !f.strike(FaultPoint::NotifierStall, "notifier-1", String::new)));
+        assert_eq!(f.probability(FaultPoint::NotifierStall), 0.0);
+        assert_eq!(f.fired_schedule(), s);
+        assert_eq!(f.log()[1].occurrence, Some(3));
+    }
+
+    #[test]
+    fn bad_schedules_are_refused_with_the_fix() {
+        for (text, says) in [
+            ("relay.after_produce", "POINT:N"),
+            ("relay.nope:1", "not a fault point"),
+            ("relay.after_produce:x", "not an occurrence"),
+            ("broker.kill:0", "nemesis.timeline"),
+            (";", "empty"),
+        ] {
+            let e = Schedule::parse(text).unwrap_err();
+            assert!(e.contains(says), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn all_is_in_discriminant_order() {
+        // `strike` indexes its arrays by discriminant: a point missing from
+        // ALL, or out of order, would index out of bounds or count wrongly.
+        for (i, p) in FaultPoint::ALL.iter().enumerate() {
+            assert_eq!(*p as usize, i, "{}", p.name());
+        }
+    }
+
+    #[test]
+    fn redelivery_confirms_what_waits_for_it_once() {
+        let f = FaultInjector::new(1, &FaultRates::none());
+        let a = f.delivered((2, 40), [(2, 40), (2, 41)]);
+        f.await_redelivery(FaultPoint::NotifierMidBatch, 1, a);
+        f.delivered((2, 39), [(2, 39)]);
+        f.delivered((1, 40), [(1, 40)]);
+        assert_eq!(f.confirmed(FaultPoint::NotifierMidBatch), 0, "another message, another partition");
+        let again = f.delivered((2, 38), [(2, 38), (2, 39), (2, 40)]);
+        assert_eq!(f.confirmed(FaultPoint::NotifierMidBatch), 1);
+        f.settled(again);
+        f.delivered((2, 40), [(2, 40)]);
+        assert_eq!(f.confirmed(FaultPoint::NotifierMidBatch), 1, "confirmed once");
+    }
+
+    #[test]
+    fn a_redelivery_before_the_crash_is_known_still_confirms_it() {
+        // A rebalance: notifier B reads the batch notifier A holds, and
+        // settles it, before A crashes.
+        let f = FaultInjector::new(1, &FaultRates::none());
+        let held_by_a = f.delivered((3, 7), [(3, 7), (3, 8)]);
+        let held_by_b = f.delivered((3, 7), [(3, 7), (3, 8)]);
+        f.settled(held_by_b);
+        f.await_redelivery(FaultPoint::NotifierBeforeOffsetCommit, 2, held_by_a);
+        assert_eq!(f.confirmed(FaultPoint::NotifierBeforeOffsetCommit), 2);
+        // A delivery before this batch was received does not count.
+        let earlier = f.delivered((4, 1), [(4, 1)]);
+        f.settled(earlier);
+        let held = f.delivered((4, 1), [(4, 1)]);
+        f.await_redelivery(FaultPoint::NotifierMidBatch, 1, held);
+        assert_eq!(f.confirmed(FaultPoint::NotifierMidBatch), 0);
+        f.await_next_delivery(FaultPoint::NotifierReplay, (5, 0));
+        f.delivered((5, 0), [(5, 0)]);
+        assert_eq!(f.confirmed(FaultPoint::NotifierReplay), 1);
+    }
+}

@@ -1,0 +1,7 @@
+//! Faults struck from outside the components: the scenario's timeline of
+//! service faults, the fault proxy on the wires, and programs under test
+//! run as OS processes that the harness kills and pauses.
+
+pub mod process;
+pub mod proxy;
+pub mod timeline;

@@ -1,0 +1,921 @@
+//! Programs under test: a user's notifier (`[notifier] command`) or relay
+//! (`[relay] command`) run as OS processes, one per slot, and the
+//! harness's own acts on them.
+//!
+//! Each slot has a keeper task. It starts the program with the contract's
+//! environment (docs/contract.md), keeps its output, and from the moment
+//! every instance is ready until the pipeline has drained it is the
+//! nemesis for its process: each second, at a random instant
+//! within it, `process.kill` sends SIGKILL to the process group and
+//! `process.pause` sends SIGSTOP, then SIGCONT later. The kernel ends or
+//! stops the process; nothing in it runs. A killed process is replaced by a
+//! new one in the same slot (incarnation + 1).
+//!
+//! A process that exits when nobody killed it or asked it to stop, or that
+//! cannot start at all, ends the run: the first such failure is published
+//! on [`Programs::failed`], naming the command, the exit status and the last
+//! lines of its stderr. However the run ends, every process group the
+//! keepers started is killed: on stop, on drop, and (for the direct child)
+//! by the kernel if `chaos` itself dies (`PR_SET_PDEATHSIG`).
+
+use crate::harness::component::Line;
+use crate::pipeline::context::{Ctx, Stats, RESTART_FLOOR};
+use crate::faults::FaultPoint;
+use crate::scenario::{Components, ProgramCommand};
+use crate::store::Store;
+use rand::{Rng, SeedableRng};
+use std::collections::VecDeque;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+/// How long a program gets to exit after SIGTERM before it is killed
+/// (docs/contract.md promises 10 s; the run's own stop deadline is 15 s).
+const STOP_GRACE: Duration = Duration::from_secs(10);
+/// How long a SIGKILLed or SIGSTOPped process may take to be seen so: the
+/// kernel acts at once, unless the process sits in an uninterruptible wait.
+const SIGNAL_SEEN: Duration = Duration::from_secs(5);
+/// How long the database may take to drop a killed process's sessions: it
+/// sees the connection close as soon as the kernel closes the socket.
+const SESSIONS_GONE: Duration = Duration::from_secs(5);
+/// Lines of a process's stderr quoted in an error about it.
+const TAIL_LINES: usize = 6;
+/// How often the group's membership is read while waiting for readiness.
+const READY_POLL: Duration = Duration::from_millis(250);
+
+/// The programs of one run and what they have come to.
+pub struct Programs {
+    /// The notifier under test, if the notifier is one: its command and
+    /// instance count, for the readiness wait.
+    notifier: Option<(ProgramCommand, usize)>,
+    failure: watch::Sender<Option<String>>,
+    acting: watch::Sender<bool>,
+    /// Each slot's name and latest stderr lines, for errors raised outside
+    /// a keeper.
+    tails: Vec<(String, Tail)>,
+    pub logs: PathBuf,
+}
+
+/// Which component a program stands in for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Notifier,
+    Relay,
+}
+
+impl Role {
+    fn restart_delay(self, sc: &crate::scenario::Scenario) -> Duration {
+        match self {
+            Role::Notifier => sc.notifier.restart_delay,
+            Role::Relay => sc.relay.restart_delay,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Notifier => "notifier",
+            Role::Relay => "relay",
+        }
+    }
+}
+
+type Tail = Arc<Mutex<VecDeque<String>>>;
+
+impl Programs {
+    /// Starts a keeper per slot of each component the scenario gives a
+    /// command; returns them as named tasks for the run's stop to await.
+    /// None when every component is the reference one.
+    pub fn start(
+        ctx: &Ctx,
+        database: &Database,
+        logs: PathBuf,
+        lanes: Option<&crate::nemesis::proxy::Lanes>,
+    ) -> crate::error::Result<Option<(Self, Vec<crate::pipeline::context::Named>)>> {
+        let sc = &ctx.scenario;
+        let roles = Self::roles(sc)?;
+        if roles.iter().all(|r| r.1.is_none()) {
+            return Ok(None);
+        }
+        std::fs::create_dir_all(&logs).map_err(|e| crate::Error::io(&logs, e))?;
+        let (failure, _) = watch::channel(None);
+        let (acting, _) = watch::channel(false);
+        let mut tasks = Vec::new();
+        let mut tails = Vec::new();
+        let mut notifier = None;
+        let mut kills = Vec::new();
+        for (role, command, instances, batch) in roles {
+            let Some((command, is_reference)) = command else { continue };
+            if role == Role::Notifier && !is_reference {
+                notifier = Some((command.clone(), instances));
+            }
+            let env = Env::new(ctx, role, batch, database, is_reference)?;
+            let restart = Self::restart_after(sc, role, is_reference);
+            for slot in 1..=instances {
+                let name = format!("{}-{slot}", role.as_str());
+                let tail: Tail = Default::default();
+                tails.push((name.clone(), tail.clone()));
+                let (kill, kill_rx) = tokio::sync::mpsc::unbounded_channel();
+                let kill_pending = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                // Behind the fault proxy, the slot's process talks to the
+                // database through its own port, and the proxy may ask for
+                // its kill (db.kill_after_commit).
+                let proxy_slot = lanes.and_then(|l| l.slot(&name));
+                let mut env = env.clone();
+                if let (Some(slot), Some(l)) = (&proxy_slot, lanes) {
+                    env.0.retain(|(k, _)| *k != "CHAOS_DATABASE_URL");
+                    env.0.push(("CHAOS_DATABASE_URL", l.url_of(slot)));
+                    if let Some(kafka) = slot.kafka {
+                        env.0.retain(|(k, _)| *k != "CHAOS_BROKERS");
+                        env.0.push(("CHAOS_BROKERS", kafka.to_string()));
+                    }
+                    *lock(&slot.process.keeper) = Some(kill.clone());
+                }
+                kills.push((name.clone(), kill, kill_pending.clone()));
+                let keeper = Keeper {
+                    slot,
+                    kill_rx,
+                    kill_pending,
+                    ctx: ctx.clone(),
+                    role,
+                    reference: is_reference,
+                    restart,
+                    confirm_on_start: None,
+                    name: name.clone(),
+                    command: command.clone(),
+                    env,
+                    proxy_slot,
+                    logs: logs.clone(),
+                    failure: failure.clone(),
+                    acting: acting.subscribe(),
+                    tail,
+                    rng: Self::slot_rng(sc.seed, role, slot),
+                };
+                tasks.push((name, tokio::spawn(keeper.keep())));
+            }
+        }
+        if sc.faults.get(FaultPoint::ProcessKillPerMessage) > 0.0 {
+            let nemesis = by_messages(ctx.clone(), acting.subscribe(), kills);
+            tasks.push(("nemesis (process.kill_per_message)".into(), tokio::spawn(nemesis)));
+        }
+        Ok(Some((Self { notifier, failure, acting, tails, logs }, tasks)))
+    }
+
+    /// The pause before a killed process's slot starts again. A program
+    /// under test gets the contract's 200 ms; the reference components
+    /// restart after the scenario's delay, as in process.
+    fn restart_after(sc: &crate::scenario::Scenario, role: Role, reference: bool) -> Duration {
+        match reference {
+            false => RESTART_FLOOR,
+            true => role.restart_delay(sc),
+        }
+    }
+
+    /// Each slot its own stream of instants, from the seed.
+    fn slot_rng(seed: u64, role: Role, slot: usize) -> rand::rngs::StdRng {
+        let salt = (slot as u64 + 64 * role as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        rand::rngs::StdRng::seed_from_u64(seed ^ salt)
+    }
+
+    /// Each role, with the command its processes run and whether that is
+    /// the reference component (`chaos component`); None for a role that
+    /// runs in process.
+    #[allow(clippy::type_complexity)]
+    fn roles(
+        sc: &crate::scenario::Scenario,
+    ) -> crate::error::Result<[(Role, Option<(ProgramCommand, bool)>, usize, usize); 2]> {
+        let reference = Self::reference_command()?;
+        let as_process = |c: &Option<ProgramCommand>| match (c, sc.components) {
+            (Some(c), _) => Some((c.clone(), false)),
+            (None, Components::Process) => Some((reference.clone(), true)),
+            (None, Components::InProcess) => None,
+        };
+        Ok([
+            (Role::Notifier, as_process(&sc.notifier.command), sc.notifier.instances, sc.notifier.batch_size),
+            (Role::Relay, as_process(&sc.relay.command), sc.relay.instances, sc.relay.batch_size),
+        ])
+    }
+
+    /// `chaos component`, as this very binary.
+    fn reference_command() -> crate::error::Result<ProgramCommand> {
+        let exe = std::env::current_exe().map_err(|e| {
+            crate::Error::Internal(format!("finding the chaos binary for components = \"process\": {e}"))
+        })?;
+        let dir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+        Ok(ProgramCommand { argv: vec![exe.display().to_string(), "component".into()], dir })
+    }
+
+    /// True when the notifier is a program under test (so the group's
+    /// readiness is read from the broker, not from the reference
+    /// notifier's own report of its assignments).
+    pub fn has_notifier(&self) -> bool {
+        self.notifier.is_some()
+    }
+
+    /// Resolves with the first failure of any program.
+    pub async fn failed(&self) -> String {
+        let mut rx = self.failure.subscribe();
+        let first = rx.wait_for(|f| f.is_some()).await.map(|f| f.clone());
+        match first {
+            Ok(f) => f.unwrap_or_default(),
+            // The sender lives as long as `self`: never reached.
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// The first failure of any program, if one failed.
+    pub fn failure(&self) -> Option<String> {
+        self.failure.borrow().clone()
+    }
+
+    /// Turns the nemesis on (while the workload runs) or off.
+    pub fn set_acting(&self, on: bool) {
+        self.acting.send_replace(on);
+    }
+
+    /// Waits until every instance of the notifier under test is a member
+    /// of the group, or says why not: a failed program, or the ready
+    /// timeout. A relay is ready once started.
+    pub async fn ready(&self, ctx: &Ctx) -> Result<(), String> {
+        let Some((command, instances)) = &self.notifier else {
+            return match self.failure.borrow().clone() {
+                Some(f) => Err(f),
+                None => Ok(()),
+            };
+        };
+        let limit = ctx.scenario.notifier.ready_timeout;
+        let started = Instant::now();
+        let mut seen = (0, String::new());
+        while started.elapsed() < limit {
+            if let Some(f) = self.failure.borrow().clone() {
+                return Err(f);
+            }
+            match ctx.broker.group_members(&ctx.names.group).await {
+                Ok(Some(n)) if n >= *instances => {
+                    info!(ms = started.elapsed().as_millis() as u64, members = n, "notifier group settled");
+                    return Ok(());
+                }
+                Ok(Some(n)) => seen = (n, String::new()),
+                Ok(None) => {
+                    // The mock cluster cannot list groups: nothing to wait on.
+                    warn!("the broker cannot describe consumer groups; starting without waiting for the group");
+                    return Ok(());
+                }
+                Err(e) => seen.1 = format!(" (reading the group failed: {e})"),
+            }
+            tokio::time::sleep(READY_POLL).await;
+        }
+        Err(format!(
+            "{} of {} instances of the notifier command `{}` joined group {} within {} s{}; {}",
+            seen.0,
+            instances,
+            command.shown(),
+            ctx.names.group,
+            limit.as_secs(),
+            seen.1,
+            self.stderr_of_first()
+        ))
+    }
+
+    /// "notifier-1's stderr ends: …" for the first slot of each program,
+    /// for errors about the whole run (a drain that did not end).
+    pub fn stderr_of_first(&self) -> String {
+        let log = self.logs.display();
+        let mut parts = Vec::new();
+        for (name, tail) in self.tails.iter().filter(|(n, _)| n.ends_with("-1")) {
+            let lines: Vec<String> = lock(tail).iter().cloned().collect();
+            parts.push(match lines.is_empty() {
+                true => format!("{name}'s stderr is empty"),
+                false => format!("{name}'s stderr ends: {}", lines.join(" | ")),
+            });
+        }
+        format!("{} (logs in {log})", parts.join("; "))
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The contract's environment, the same for every slot of a role but the
+/// slot's own variables.
+#[derive(Clone)]
+struct Env(Vec<(&'static str, String)>);
+
+impl Env {
+    fn new(
+        ctx: &Ctx,
+        role: Role,
+        batch_size: usize,
+        database: &Database,
+        reference: bool,
+    ) -> crate::error::Result<Self> {
+        let mut env = vec![
+            ("CHAOS_ROLE", role.as_str().to_string()),
+            ("CHAOS_RUN_ID", ctx.names.run_id.clone()),
+            ("CHAOS_BROKERS", ctx.broker.bootstrap().to_string()),
+            ("CHAOS_TOPIC", ctx.names.topic.clone()),
+            ("CHAOS_SCHEMA", ctx.names.schema.clone()),
+            ("CHAOS_BATCH_SIZE", batch_size.to_string()),
+        ];
+        match database {
+            Database::Postgres(url) => env.push(("CHAOS_DATABASE_URL", url.clone())),
+            Database::Sqlite(path) => env.push((crate::harness::component::SQLITE_ENV, path.display().to_string())),
+        }
+        if role == Role::Notifier {
+            env.push(("CHAOS_GROUP", ctx.names.group.clone()));
+        }
+        if reference {
+            let json = serde_json::to_string(&*ctx.scenario)
+                .map_err(|e| crate::Error::Internal(format!("encoding the scenario for a component: {e}")))?;
+            env.push((crate::harness::component::SCENARIO_ENV, json));
+            env.push((crate::harness::component::EMBEDDED_ENV, if ctx.broker.embedded() { "1" } else { "0" }.into()));
+            // The component's logs go to its log file: info, unless asked.
+            env.push((
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info,rdkafka=warn,librdkafka=warn,sqlx=warn".into()),
+            ));
+        }
+        Ok(Self(env))
+    }
+}
+
+/// Where the components' database is: what a process is told to open.
+pub enum Database {
+    Postgres(String),
+    Sqlite(PathBuf),
+}
+
+/// How often the topic's size is read for `process.kill_per_message`.
+const GROWTH_POLL: Duration = Duration::from_millis(50);
+
+/// A slot's kill channel (the per-message nemesis and the fault proxy send
+/// the point they kill for), and whether a kill the per-message nemesis
+/// sent is still waiting for the slot's next process.
+type KillLine = (String, tokio::sync::mpsc::UnboundedSender<FaultPoint>, Arc<std::sync::atomic::AtomicBool>);
+
+/// `process.kill_per_message`: while the nemesis acts, each message the
+/// topic gains is an occurrence for one slot, picked from the seed; a
+/// firing kills that slot's process. A message whose slot already has a
+/// kill on its way is not an occurrence: the topic grows in bursts between
+/// two reads, and one burst would otherwise kill each new process before
+/// it starts.
+async fn by_messages(ctx: Ctx, mut acting: watch::Receiver<bool>, kills: Vec<KillLine>) {
+    let (grew, mut growth) = tokio::sync::mpsc::unbounded_channel();
+    let shutdown = ctx.shutdown.clone();
+    let sc = &ctx.scenario;
+    let watch = crate::broker::watch_topic_growth(
+        ctx.broker.clone(),
+        &ctx.names.topic,
+        sc.partitions,
+        GROWTH_POLL,
+        move || shutdown.is_set(),
+        grew,
+    );
+    let mut rng = rand::rngs::StdRng::seed_from_u64(sc.seed ^ 0x6b69_6c6c);
+    let mut shutdown = ctx.shutdown.clone();
+    let mut total = 0u64;
+    loop {
+        let n = tokio::select! {
+            n = growth.recv() => match n { Some(n) => n, None => break },
+            _ = shutdown.wait() => break,
+        };
+        let before = total;
+        total += n;
+        if !*acting.borrow_and_update() || kills.is_empty() {
+            continue;
+        }
+        for m in before..total {
+            let (name, kill, pending) = &kills[rng.gen_range(0..kills.len())];
+            if pending.load(std::sync::atomic::Ordering::Relaxed) {
+                continue;
+            }
+            if ctx.faults.strike(FaultPoint::ProcessKillPerMessage, name, || format!("the topic's message {}", m + 1)) {
+                pending.store(true, std::sync::atomic::Ordering::Relaxed);
+                let _ = kill.send(FaultPoint::ProcessKillPerMessage);
+            }
+        }
+    }
+    let _ = watch.await;
+}
+
+/// One slot: its process, one incarnation after another.
+struct Keeper {
+    ctx: Ctx,
+    /// The instance number (`notifier-2` is 2), under which its figures are kept.
+    slot: usize,
+    /// Kills decided outside the keeper: the per-message nemesis's, the
+    /// fault proxy's (which has sent SIGKILL already).
+    kill_rx: tokio::sync::mpsc::UnboundedReceiver<FaultPoint>,
+    /// Set by the nemesis when it sends one; cleared when the next process starts.
+    kill_pending: Arc<std::sync::atomic::AtomicBool>,
+    role: Role,
+    /// The reference relay or notifier as `chaos component`, speaking the
+    /// protocol of [`crate::harness::component`] on its stdout.
+    reference: bool,
+    /// The pause before a killed process's slot starts again.
+    restart: Duration,
+    /// A fault point that the next incarnation's start confirms.
+    confirm_on_start: Option<FaultPoint>,
+    name: String,
+    command: ProgramCommand,
+    env: Env,
+    /// The slot's port on the fault proxy, which is told the process group.
+    proxy_slot: Option<Arc<crate::nemesis::proxy::Slot>>,
+    logs: PathBuf,
+    failure: watch::Sender<Option<String>>,
+    acting: watch::Receiver<bool>,
+    tail: Tail,
+    rng: rand::rngs::StdRng,
+}
+
+/// A running incarnation.
+struct Proc {
+    child: Child,
+    /// Protocol lines from a reference component's stdout.
+    lines: tokio::sync::mpsc::UnboundedReceiver<Line>,
+    fold: crate::harness::component::Fold,
+    pid: i32,
+    incarnation: u32,
+    started: Instant,
+    /// Kills the whole process group when dropped, however the keeper ends.
+    _group: GroupGuard,
+    readers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+struct GroupGuard(i32);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        signal_group(self.0, libc::SIGKILL);
+    }
+}
+
+fn signal_group(pgid: i32, sig: i32) {
+    // SAFETY: kill(2) with a negative pid signals a process group; it has
+    // no memory effects on this process.
+    unsafe {
+        libc::kill(-pgid, sig);
+    }
+}
+
+/// How an incarnation ended.
+enum End {
+    /// The nemesis killed it: start the next one.
+    Killed,
+    /// The run told it to stop.
+    Stopped,
+    /// It exited by itself: a failure of the program.
+    Exited(ExitStatus),
+    /// SIGKILL did not end it within [`SIGNAL_SEEN`].
+    Unkillable,
+}
+
+impl Keeper {
+    async fn keep(mut self) {
+        let mut shutdown = self.ctx.shutdown.clone();
+        let mut incarnation = 0;
+        while !shutdown.is_set() {
+            let mut proc = match self.spawn(incarnation) {
+                Ok(p) => p,
+                Err(why) => return self.fail(why),
+            };
+            if let Some(slot) = &self.proxy_slot {
+                slot.process.pgid.store(proc.pid, std::sync::atomic::Ordering::Relaxed);
+            }
+            let end = self.watch(&mut proc).await;
+            if let Some(slot) = &self.proxy_slot {
+                slot.process.pgid.store(0, std::sync::atomic::Ordering::Relaxed);
+            }
+            match end {
+                End::Killed => {}
+                End::Stopped => return,
+                End::Unkillable => {
+                    return self.fail(format!(
+                        "{} (pid {}) did not end within {} s of SIGKILL; it is in an uninterruptible wait",
+                        self.name,
+                        proc.pid,
+                        SIGNAL_SEEN.as_secs()
+                    ))
+                }
+                // Told to stop just as it exited: not a failure.
+                End::Exited(_) if shutdown.is_set() => return,
+                End::Exited(status) => {
+                    // Its last words are still in the pipes.
+                    for r in proc.readers.drain(..) {
+                        let _ = tokio::time::timeout(Duration::from_secs(1), r).await;
+                    }
+                    let why = format!(
+                        "{} (`{}`, pid {}, incarnation {}) exited on its own with {} after {:.1} s; {}",
+                        self.name,
+                        self.command.shown(),
+                        proc.pid,
+                        proc.incarnation,
+                        describe(status),
+                        proc.started.elapsed().as_secs_f64(),
+                        self.stderr_tail()
+                    );
+                    return self.fail(why);
+                }
+            }
+            incarnation += 1;
+            if shutdown.sleep(self.restart).await {
+                return;
+            }
+        }
+    }
+
+    fn fail(&self, why: String) {
+        warn!("{why}");
+        self.failure.send_if_modified(|f| {
+            let first = f.is_none();
+            if first {
+                *f = Some(why);
+            }
+            first
+        });
+    }
+
+    fn stderr_tail(&self) -> String {
+        let lines: Vec<String> = lock(&self.tail).iter().cloned().collect();
+        match lines.is_empty() {
+            true => format!("its stderr is empty (logs in {})", self.logs.display()),
+            false => format!("its stderr ends: {} (logs in {})", lines.join(" | "), self.logs.display()),
+        }
+    }
+
+    /// The command of one incarnation: the contract's environment, its own
+    /// process group, killed with the run however the run ends.
+    fn command(&self, incarnation: u32) -> Command {
+        let app = self.application_name(incarnation);
+        let mut cmd = Command::new(&self.command.argv[0]);
+        cmd.args(&self.command.argv[1..])
+            .current_dir(&self.command.dir)
+            .envs(self.env.0.iter().map(|(k, v)| (*k, v.as_str())))
+            .env("CHAOS_INSTANCE", &self.name)
+            .env("CHAOS_INCARNATION", incarnation.to_string())
+            .env("PGAPPNAME", &app)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        // SAFETY: between fork and exec only async-signal-safe calls are
+        // allowed; prctl is one. The kernel then kills the child if the
+        // thread that forked it (so `chaos`) dies.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        cmd
+    }
+
+    /// Starts one incarnation in a process group of its own.
+    fn spawn(&mut self, incarnation: u32) -> Result<Proc, String> {
+        let mut cmd = self.command(incarnation);
+        let mut child = cmd.spawn().map_err(|e| {
+            format!(
+                "{} could not start `{}` in {}: {e}; check that the program exists (a bare name is looked up on PATH)",
+                self.name,
+                self.command.shown(),
+                self.command.dir.display()
+            )
+        })?;
+        let pid = child.id().map(|p| p as i32).unwrap_or(0);
+        self.kill_pending.store(false, std::sync::atomic::Ordering::Relaxed);
+        Stats::add(&self.ctx.stats.processes_started, 1);
+        info!(component = %self.name, pid, incarnation, "process started");
+        if let Some(point) = self.confirm_on_start.take() {
+            // The crash's effect: the component's next incarnation.
+            self.ctx.faults.confirm(point, 1);
+        }
+        let log = self.logs.join(format!("{}.{incarnation}.log", self.name));
+        let mut readers = Vec::new();
+        let (tx, lines) = tokio::sync::mpsc::unbounded_channel();
+        if let Some(out) = child.stdout.take() {
+            let protocol = self.reference.then_some(tx);
+            readers.push(tokio::spawn(copy_lines(out, log.clone(), "stdout", None, protocol)));
+        }
+        if let Some(err) = child.stderr.take() {
+            lock(&self.tail).clear();
+            readers.push(tokio::spawn(copy_lines(err, log, "stderr", Some(self.tail.clone()), None)));
+        }
+        Ok(Proc {
+            child,
+            lines,
+            fold: Default::default(),
+            pid,
+            incarnation,
+            started: Instant::now(),
+            _group: GroupGuard(pid),
+            readers,
+        })
+    }
+
+    /// Watches one incarnation until it ends, acting on it as the nemesis.
+    async fn watch(&mut self, proc: &mut Proc) -> End {
+        let mut shutdown = self.ctx.shutdown.clone();
+        let mut paused_until: Option<Instant> = None;
+        let mut second = Instant::now();
+        let mut next = second + self.instant_within_second();
+        loop {
+            let acting = *self.acting.borrow() && paused_until.is_none();
+            tokio::select! {
+                // A kill decided outside arrives before the process can end
+                // of it (the fault proxy sends the word, then the signal),
+                // so it is looked at first: that end is the nemesis's, not
+                // the program's own.
+                biased;
+                Some(point) = self.kill_rx.recv() => return self.kill_for(proc, point).await,
+                status = proc.child.wait() => {
+                    return match status {
+                        Ok(s) => End::Exited(s),
+                        Err(e) => { warn!(component = %self.name, cause = %e, "waiting for the process failed"); End::Stopped }
+                    };
+                }
+                _ = tokio::time::sleep_until(next), if acting => {
+                    second += Duration::from_secs(1);
+                    next = second + self.instant_within_second();
+                    if self.strike(FaultPoint::ProcessKill, proc) {
+                        return self.kill_for(proc, FaultPoint::ProcessKill).await;
+                    }
+                    if self.strike(FaultPoint::ProcessPause, proc) && self.pause(proc, FaultPoint::ProcessPause).await {
+                        paused_until = Some(Instant::now() + self.ctx.scenario.pause);
+                    }
+                }
+                _ = tokio::time::sleep_until(paused_until.unwrap_or_else(Instant::now)), if paused_until.is_some() => {
+                    signal_group(proc.pid, libc::SIGCONT);
+                    paused_until = None;
+                    // The seconds spent stopped are not struck again.
+                    second = Instant::now();
+                    next = second + self.instant_within_second();
+                }
+                Some(line) = proc.lines.recv() => match line {
+                    Line::Halt { point, fires } => return self.halted(proc, point, fires).await,
+                    Line::Stall { point, ms } => {
+                        if self.pause(proc, point).await {
+                            paused_until = Some(Instant::now() + Duration::from_millis(ms));
+                        }
+                    }
+                    other => self.count(proc, other),
+                },
+                _ = self.acting.changed() => {
+                    second = Instant::now();
+                    next = second + self.instant_within_second();
+                }
+                _ = shutdown.wait() => {
+                    if paused_until.is_some() {
+                        signal_group(proc.pid, libc::SIGCONT);
+                    }
+                    self.stop(proc).await;
+                    return End::Stopped;
+                }
+            }
+        }
+    }
+
+    /// The name an incarnation's database sessions carry: unique to the
+    /// run, so that concurrent runs (or a leftover process of another one)
+    /// are never taken for this one's.
+    fn application_name(&self, incarnation: u32) -> String {
+        format!("chaos-{}-{}-{incarnation}", self.ctx.names.run_id, self.name)
+    }
+
+    /// The nemesis's own kill for `point`, confirmed by the kernel's word.
+    async fn kill_for(&self, proc: &mut Proc, point: FaultPoint) -> End {
+        match self.kill(proc).await {
+            Some(by_sigkill) => {
+                if by_sigkill {
+                    self.ctx.faults.confirm(point, 1);
+                }
+                End::Killed
+            }
+            // Never two live processes in one slot.
+            None => End::Unkillable,
+        }
+    }
+
+    /// What a reference component reports that the run counts.
+    fn count(&self, proc: &mut Proc, line: Line) {
+        let faults = &self.ctx.faults;
+        match line {
+            Line::Fired { record } => {
+                if let Some(p) = FaultPoint::from_name(&record.point) {
+                    faults.record_fired(p, record);
+                }
+            }
+            Line::Confirmed { point, n } => faults.confirm(point, n),
+            Line::Copies { point, event, copies } => faults.await_copies(point, event, copies),
+            Line::Snapshot { snapshot } => proc.fold.apply(snapshot, self.slot, &self.ctx.stats, faults),
+            Line::Delivered { component, messages, spans } => faults.record_delivery(component, messages, spans),
+            Line::Halt { .. } | Line::Stall { .. } => {}
+        }
+    }
+
+    fn instant_within_second(&mut self) -> Duration {
+        Duration::from_millis(self.rng.gen_range(0..1000))
+    }
+
+    fn strike(&self, point: FaultPoint, proc: &Proc) -> bool {
+        self.ctx.faults.strike(point, &self.name, || format!("pid {} (incarnation {})", proc.pid, proc.incarnation))
+    }
+
+    /// A reference component stopped at a crash point: the harness's
+    /// SIGKILL. A point confirmed by the next incarnation is confirmed when
+    /// it starts; one confirmed by copies on the topic, by the verifier;
+    /// the others by the process seen ending by SIGKILL there, holding its
+    /// batch uncommitted.
+    async fn halted(&mut self, proc: &mut Proc, point: FaultPoint, fires: u64) -> End {
+        let crashes = match self.role {
+            Role::Relay => &self.ctx.stats.relay_crashes,
+            Role::Notifier => &self.ctx.stats.notifier_crashes,
+        };
+        Stats::add(crashes, 1);
+        let Some(by_sigkill) = self.kill(proc).await else { return End::Unkillable };
+        match point {
+            FaultPoint::RelayBeforeProduce | FaultPoint::RelayAfterMark => self.confirm_on_start = Some(point),
+            FaultPoint::RelayAfterProduce => {}
+            _ if by_sigkill => self.ctx.faults.confirm(point, fires),
+            _ => {}
+        }
+        End::Killed
+    }
+
+    /// SIGKILL to the process group, then what the kernel and the database
+    /// show: the process ending (true when by that signal), its sessions
+    /// gone. None when the process was not seen to end.
+    async fn kill(&self, proc: &mut Proc) -> Option<bool> {
+        let app = self.application_name(proc.incarnation);
+        let before = sessions(&self.ctx.store, &app).await;
+        signal_group(proc.pid, libc::SIGKILL);
+        Stats::add(&self.ctx.stats.processes_killed, 1);
+        let by_sigkill = match tokio::time::timeout(SIGNAL_SEEN, proc.child.wait()).await {
+            Ok(Ok(s)) if s.signal() == Some(libc::SIGKILL) => true,
+            Ok(Ok(s)) => {
+                warn!(component = %self.name, status = %describe(s), "a killed process ended otherwise");
+                false
+            }
+            Ok(Err(e)) => {
+                warn!(component = %self.name, cause = %e, "waiting for the killed process failed");
+                false
+            }
+            Err(_) => return None,
+        };
+        if before > 0 {
+            Stats::add(&self.ctx.stats.sessions_at_kill, 1);
+            let (store, stats, name, pid) =
+                (self.ctx.store.clone(), self.ctx.stats.clone(), self.name.clone(), proc.pid);
+            // Watched beside the restart: the next incarnation need not wait.
+            self.ctx.tasks.spawn(format!("{name} session watch"), async move {
+                let t = Instant::now();
+                while t.elapsed() < SESSIONS_GONE {
+                    if sessions(&store, &app).await == 0 {
+                        Stats::add(&stats.sessions_gone_after_kill, 1);
+                        let ms = t.elapsed().as_millis() as u64;
+                        info!(component = %name, pid, sessions = before, ms, "killed process's database sessions gone");
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                let what = match &store {
+                    Store::Postgres(pg) => pg.session_states(&app).await.unwrap_or_else(|e| e.to_string()),
+                    Store::Sqlite(_) => String::new(),
+                };
+                warn!(component = %name, pid, sessions = %what, "a killed process's database sessions outlived it");
+            });
+        }
+        Some(by_sigkill)
+    }
+
+    /// SIGSTOP to the process group for `point` (the nemesis's pause, or a
+    /// reference notifier's stall), confirmed once the kernel shows the
+    /// process stopped. False when it was not seen stopped.
+    async fn pause(&self, proc: &Proc, point: FaultPoint) -> bool {
+        signal_group(proc.pid, libc::SIGSTOP);
+        Stats::add(&self.ctx.stats.processes_paused, 1);
+        let t = Instant::now();
+        while t.elapsed() < SIGNAL_SEEN {
+            if process_state(proc.pid) == Some('T') {
+                self.ctx.faults.confirm(point, 1);
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        warn!(component = %self.name, pid = proc.pid, "a paused process was not seen stopped");
+        signal_group(proc.pid, libc::SIGCONT);
+        false
+    }
+
+    /// SIGTERM, then SIGKILL after the grace period.
+    async fn stop(&self, proc: &mut Proc) {
+        signal_group(proc.pid, libc::SIGTERM);
+        if tokio::time::timeout(STOP_GRACE, proc.child.wait()).await.is_err() {
+            warn!(component = %self.name, pid = proc.pid, "did not exit within {} s of SIGTERM; killed", STOP_GRACE.as_secs());
+            signal_group(proc.pid, libc::SIGKILL);
+            let _ = tokio::time::timeout(SIGNAL_SEEN, proc.child.wait()).await;
+        }
+    }
+}
+
+/// "status 3" or "signal 11 (SIGSEGV)".
+fn describe(s: ExitStatus) -> String {
+    match (s.code(), s.signal()) {
+        (Some(c), _) => format!("status {c}"),
+        (None, Some(sig)) => format!("signal {sig}"),
+        _ => s.to_string(),
+    }
+}
+
+/// A process's state letter from /proc (`T` when stopped).
+pub(crate) fn process_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name in parentheses may hold spaces; the state follows it.
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Database sessions open under an application name; 0 when they cannot be
+/// counted (SQLite has no sessions).
+async fn sessions(store: &Store, app: &str) -> i64 {
+    match store {
+        Store::Postgres(pg) => pg.sessions(app).await.unwrap_or_else(|e| {
+            warn!(cause = %e, "counting a process's database sessions failed");
+            0
+        }),
+        Store::Sqlite(_) => 0,
+    }
+}
+
+/// Copies a process's output, line by line, into its log file; keeps the
+/// last lines of stderr for errors.
+async fn copy_lines(
+    from: impl tokio::io::AsyncRead + Unpin,
+    log: PathBuf,
+    stream: &'static str,
+    tail: Option<Tail>,
+    protocol: Option<tokio::sync::mpsc::UnboundedSender<Line>>,
+) {
+    let mut file = match tokio::fs::OpenOptions::new().create(true).append(true).open(&log).await {
+        Ok(f) => Some(f),
+        Err(e) => {
+            warn!(path = %log.display(), cause = %e, "a process log could not be opened; its output is dropped");
+            None
+        }
+    };
+    let mut lines = BufReader::new(from).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if let (Some(tx), Some(json)) = (&protocol, line.strip_prefix(crate::harness::component::PREFIX)) {
+            match serde_json::from_str::<Line>(json) {
+                Ok(l) => {
+                    let _ = tx.send(l);
+                    continue;
+                }
+                Err(e) => warn!(cause = %e, "a component's protocol line did not parse"),
+            }
+        }
+        if let Some(f) = file.as_mut() {
+            let _ = f.write_all(format!("[{stream}] {line}\n").as_bytes()).await;
+        }
+        if let Some(t) = &tail {
+            let mut t = lock(t);
+            if t.len() == TAIL_LINES {
+                t.pop_front();
+            }
+            t.push_back(line);
+        }
+    }
+    if let Some(mut f) = file {
+        let _ = f.flush().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stopped_process_shows_state_t() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id() as i32;
+        // Running, sleeping, or (on a loaded machine, still loading its
+        // binary) in disk sleep: anything but stopped.
+        assert!(matches!(process_state(pid), Some('S') | Some('R') | Some('D')), "{:?}", process_state(pid));
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        let t = std::time::Instant::now();
+        while process_state(pid) != Some('T') && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(process_state(pid), Some('T'));
+        child.kill().unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
+        assert_eq!(describe(status), "signal 9");
+    }
+}

@@ -1,0 +1,804 @@
+//! The fault proxy: a TCP proxy inside the harness, between the components
+//! and PostgreSQL, and with `[proxy] kafka` between them and Kafka, that
+//! shapes and breaks their traffic.
+//!
+//! **Attribution.** Every component instance that the scenario's
+//! `[proxy] targets` names gets a slot: a listener of its own on
+//! 127.0.0.1 (an ephemeral port), and a database URL that points there.
+//! A fault aimed at a slot hits that one relay, notifier or the payment
+//! service, whether it runs as a task of `chaos`, as a component process
+//! or as a user's program (which is given the slot's URL in
+//! `CHAOS_DATABASE_URL`). PostgreSQL never tells clients where to connect
+//! next, so a port per instance is all attribution takes. Kafka does, so
+//! the slot's Kafka port is the one the broker advertises on a listener of
+//! the slot's own ([`kafka`] says why that, and not `client.id`).
+//!
+//! **Faults.** Shaping applies to every byte of a slot: a latency with
+//! jitter per read, a bandwidth limit. The nemesis of each slot strikes
+//! once a second, at a random instant: `net.reset` resets every connection
+//! the slot has open (an RST to the component, the server sees the socket
+//! close), `net.blackhole` holds every byte in both directions for
+//! `[proxy] blackhole_ms`, then lets it through (a partition that heals).
+//! On the timeline ([`crate::nemesis::timeline`]) both strike every slot at chosen
+//! times instead. The protocol-aware points read the server's framing
+//! ([`pg`], [`kafka`]): `db.commit_ack_lost` withholds the server's
+//! acknowledgement of a commit (a COMMIT, or a write in autocommit) and
+//! resets the connection, so the transaction is durable and its client
+//! cannot know (an ambiguous commit); `kafka.produce_ack_lost` does the
+//! same to a `Produce` response, the broker's ack of an appended batch;
+//! `db.kill_after_commit` and `kafka.kill_after_produce_ack` let the
+//! acknowledgement through and then have the slot's process killed at
+//! once (for any program: a consumer killed between its transaction and
+//! its offset commit, a relay between the broker's ack and its mark).
+//!
+//! **Cost.** With no fault set for a slot, a read is written on at once:
+//! no copy beyond the read buffer, no timer, no subscription. The bench
+//! measures it against a direct connection (`chaos bench --proxy`).
+
+pub mod kafka;
+pub mod lanes;
+pub mod pg;
+
+use crate::pipeline::context::Shutdown;
+use crate::error::{Error, Result};
+use crate::faults::{FaultInjector, FaultPoint};
+use rand::{Rng, SeedableRng};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+/// How the scenario shapes a slot's traffic.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Shaping {
+    /// Added to every read before it is written on.
+    pub latency: Duration,
+    /// Each read's latency varies uniformly by up to this, either way.
+    pub jitter: Duration,
+    /// Bytes per second in each direction; 0 is unlimited.
+    pub bytes_per_sec: u64,
+}
+
+impl Shaping {
+    fn is_none(&self) -> bool {
+        self.latency.is_zero() && self.jitter.is_zero() && self.bytes_per_sec == 0
+    }
+}
+
+/// A slot's process, when the component runs as one: the proxy kills it
+/// for `db.kill_after_commit`, then tells the keeper, which sees it end and
+/// confirms the fault.
+#[derive(Default)]
+pub struct ProcessHandle {
+    /// The process group of the slot's current process; 0 when none.
+    pub pgid: AtomicI32,
+    pub keeper: Mutex<Option<mpsc::UnboundedSender<FaultPoint>>>,
+    /// Held while a kill is decided ([`ProcessHandle::claim_kill`]).
+    deciding: Mutex<()>,
+}
+
+/// One component instance's listener and what is open through it.
+pub struct Slot {
+    pub name: String,
+    /// The slot's port in front of PostgreSQL.
+    pub addr: SocketAddr,
+    /// The slot's port in front of Kafka, when the run proxies Kafka: the
+    /// address the broker advertises on the slot's own listener.
+    pub kafka: Option<SocketAddr>,
+    shaping: Shaping,
+    conns: Mutex<Vec<Conn>>,
+    /// Until when every byte of the slot is held (`net.blackhole`).
+    blackhole: watch::Sender<Option<Instant>>,
+    /// The slot's next byte is a `net.blackhole` occurrence: set at a
+    /// random instant of each second. A blackhole so starts with a byte
+    /// that it holds (a partition no traffic crossed would prove nothing).
+    armed: std::sync::atomic::AtomicBool,
+    blackhole_for: Duration,
+    pub process: ProcessHandle,
+    /// Bytes passed either way: a slot whose count did not move in the
+    /// last second is idle, and a blackhole there would hold nothing.
+    moved: AtomicU64,
+    /// The last connection's id: one count for both wires of the slot,
+    /// since a connection is forgotten by its id.
+    last_id: AtomicU64,
+    /// Reads held by a blackhole so far: what confirms a scheduled one.
+    held: AtomicU64,
+}
+
+/// An open connection: dropping the sender resets it.
+struct Conn {
+    id: u64,
+    reset: watch::Sender<bool>,
+}
+
+/// The proxy of one run: a slot per proxied component instance.
+pub struct Proxy {
+    slots: Vec<Arc<Slot>>,
+    upstream: SocketAddr,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// What the proxy needs from its run.
+pub struct Settings<'a> {
+    pub upstream_url: &'a str,
+    pub slots: Vec<String>,
+    pub shaping: Shaping,
+    pub blackhole: Duration,
+    pub seed: u64,
+    /// Whether the slots stand in front of Kafka too.
+    pub kafka: bool,
+}
+
+/// Which wire a listener of a slot carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    Postgres,
+    Kafka,
+}
+
+pub use lanes::Lanes;
+
+impl Proxy {
+    /// Binds a listener per slot and starts accepting. The nemesis starts
+    /// later, with [`Proxy::act`].
+    pub async fn start(s: Settings<'_>, faults: Arc<FaultInjector>, shutdown: Shutdown) -> Result<Self> {
+        let upstream = upstream_of(s.upstream_url)?;
+        let mut kafka = match s.kafka {
+            true => bind_kafka(s.slots.len()).await?.into_iter().map(Some).collect(),
+            false => Vec::new(),
+        };
+        kafka.resize_with(s.slots.len(), || None);
+        let mut slots = Vec::new();
+        let mut tasks = Vec::new();
+        for (name, kafka) in s.slots.into_iter().zip(kafka) {
+            let listener = TcpListener::bind("127.0.0.1:0")
+                .await
+                .map_err(|e| Error::Internal(format!("binding the fault proxy's port for {name}: {e}")))?;
+            let addr = listener.local_addr().map_err(|e| Error::Internal(e.to_string()))?;
+            let kafka_addr =
+                kafka.as_ref().map(|(l, _)| l.local_addr()).transpose().map_err(|e| Error::Internal(e.to_string()))?;
+            let slot = Arc::new(Slot {
+                name,
+                addr,
+                kafka: kafka_addr,
+                shaping: s.shaping,
+                conns: Mutex::new(Vec::new()),
+                blackhole: watch::channel(None).0,
+                armed: Default::default(),
+                blackhole_for: s.blackhole,
+                process: ProcessHandle::default(),
+                moved: AtomicU64::new(0),
+                last_id: AtomicU64::new(0),
+                held: AtomicU64::new(0),
+            });
+            tasks.push(tokio::spawn(accept(
+                listener,
+                slot.clone(),
+                (upstream, Wire::Postgres),
+                faults.clone(),
+                shutdown.clone(),
+            )));
+            if let Some((listener, broker)) = kafka {
+                let task = accept(listener, slot.clone(), (broker, Wire::Kafka), faults.clone(), shutdown.clone());
+                tasks.push(tokio::spawn(task));
+            }
+            slots.push(slot);
+        }
+        info!(slots = slots.len(), %upstream, "fault proxy listening");
+        Ok(Self { slots, upstream, tasks })
+    }
+
+    pub fn slot(&self, name: &str) -> Option<&Arc<Slot>> {
+        self.slots.iter().find(|s| s.name == name)
+    }
+
+    pub fn slots(&self) -> &[Arc<Slot>] {
+        &self.slots
+    }
+
+    pub fn upstream(&self) -> SocketAddr {
+        self.upstream
+    }
+
+    /// The URL a slot's component connects with: the run's URL with the
+    /// host and port of the slot's listener.
+    pub fn url_for(&self, slot: &Slot, url: &str) -> String {
+        with_address(url, slot.addr)
+    }
+
+    /// Starts each slot's nemesis (`net.reset`, `net.blackhole` once a
+    /// second), which strikes while `acting` is true. A point the
+    /// scenario's timeline schedules (`scheduled`) strikes only at its
+    /// times ([`crate::nemesis::timeline`]), never here.
+    pub fn act(
+        &mut self,
+        faults: Arc<FaultInjector>,
+        acting: watch::Receiver<bool>,
+        seed: u64,
+        scheduled: &[FaultPoint],
+        shutdown: Shutdown,
+    ) {
+        let struck: Vec<FaultPoint> = [FaultPoint::NetReset, FaultPoint::NetBlackhole]
+            .into_iter()
+            .filter(|p| faults.probability(*p) > 0.0 && !scheduled.contains(p))
+            .collect();
+        if struck.is_empty() {
+            return;
+        }
+        for (i, slot) in self.slots.iter().enumerate() {
+            let rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x7072_6f78 ^ ((i as u64) << 32));
+            let task = nemesis(slot.clone(), faults.clone(), acting.clone(), rng, struck.clone(), shutdown.clone());
+            self.tasks.push(tokio::spawn(task));
+        }
+    }
+
+    /// Stops accepting and resets what is still open.
+    pub fn close(self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        for slot in &self.slots {
+            slot.reset_all();
+        }
+    }
+}
+
+impl Slot {
+    /// Resets every connection open through the slot; returns how many.
+    pub fn reset_all(&self) -> usize {
+        let conns = std::mem::take(&mut *self.conns.lock().unwrap_or_else(|p| p.into_inner()));
+        for c in &conns {
+            let _ = c.reset.send(true);
+        }
+        conns.len()
+    }
+
+    /// Holds every byte through the slot, both ways, until `until`.
+    pub fn blackhole_until(&self, until: Instant) {
+        // `send_replace`, not `send`: with no receiver `send` drops the
+        // value, and a read looks at the sender's value, never subscribes.
+        self.blackhole.send_replace(Some(until));
+    }
+
+    /// Reads a blackhole has held so far.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    pub fn open(&self) -> usize {
+        self.conns.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    fn forget(&self, id: u64) {
+        self.conns.lock().unwrap_or_else(|p| p.into_inner()).retain(|c| c.id != id);
+    }
+}
+
+/// Where the run's PostgreSQL listens, from its URL (default port 5432).
+fn upstream_of(url: &str) -> Result<SocketAddr> {
+    let (_, authority, _) = split_url(url);
+    let host_port = authority.rsplit('@').next().unwrap_or(authority);
+    let with_port = if host_port.contains(':') { host_port.to_string() } else { format!("{host_port}:5432") };
+    let with_port = with_port.replace("localhost", "127.0.0.1");
+    with_port.parse().map_err(|_| {
+        Error::Usage(format!(
+            "the fault proxy needs PostgreSQL at an IP address and port, and the URL gives {}; use 127.0.0.1:5432 in DATABASE_URL",
+            crate::harness::infra::redact(host_port)
+        ))
+    })
+}
+
+/// (scheme with `://`, authority, path and query) of a URL.
+fn split_url(url: &str) -> (&str, &str, &str) {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let rest = &url[start..];
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    (&url[..start], &rest[..end], &rest[end..])
+}
+
+/// The URL with its host and port replaced by `addr`, user and password kept.
+fn with_address(url: &str, addr: SocketAddr) -> String {
+    let (scheme, authority, tail) = split_url(url);
+    let user = authority.rfind('@').map_or("", |i| &authority[..=i]);
+    format!("{scheme}{user}{addr}{tail}")
+}
+
+/// The proxy's Kafka listeners, one per slot, each on the port the broker
+/// advertises for its listener `SLOT<i>` ([`kafka`]), with the address of
+/// that listener. The ports are fixed, so two runs that proxy Kafka take
+/// turns: a run waits for another's ports, all of them at once so that two
+/// waiting runs never hold half each.
+async fn bind_kafka(n: usize) -> Result<Vec<(TcpListener, SocketAddr)>> {
+    if n > kafka::SLOTS as usize {
+        return Err(Error::Usage(format!(
+            "the fault proxy has {} Kafka slots and the run puts {n} components behind it; name fewer in `proxy.targets`",
+            kafka::SLOTS
+        )));
+    }
+    let brokers: Vec<SocketAddr> =
+        (0..n as u16).map(|i| SocketAddr::from(([127, 0, 0, 1], kafka::BROKER_BASE + i))).collect();
+    for (i, b) in brokers.iter().enumerate() {
+        let reached = tokio::time::timeout(crate::harness::infra::CONNECT_TIMEOUT, TcpStream::connect(b)).await;
+        if !matches!(reached, Ok(Ok(_))) {
+            return Err(Error::Kafka {
+                context: "putting the fault proxy in front of Kafka".into(),
+                cause: format!(
+                    "the broker has no listener SLOT{i} at {b}; `scripts/services.sh up` configures SLOT0 to SLOT{} (README, \"Infrastructure faults\")",
+                    kafka::SLOTS - 1
+                ),
+            });
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let mut told = false;
+    loop {
+        let mut bound = Vec::new();
+        let mut busy = None;
+        for (i, b) in brokers.iter().enumerate() {
+            let port = kafka::ADVERTISED_BASE + i as u16;
+            match TcpListener::bind(("127.0.0.1", port)).await {
+                Ok(l) => bound.push((l, *b)),
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                    busy = Some(port);
+                    break;
+                }
+                Err(e) => return Err(Error::Internal(format!("binding the fault proxy's Kafka port {port}: {e}"))),
+            }
+        }
+        let Some(port) = busy else { return Ok(bound) };
+        drop(bound);
+        if Instant::now() > deadline {
+            return Err(Error::Usage(format!(
+                "port {port} of the fault proxy's Kafka slots stayed in use for 300 s: another run proxies Kafka, or another program holds the port"
+            )));
+        }
+        if !told {
+            info!(port, "the fault proxy's Kafka ports are in use (another run proxies Kafka?); waiting for them");
+            told = true;
+        }
+        // A second Ctrl-C ends the wait with the process.
+        tokio::time::sleep(Duration::from_millis(200 + rand::thread_rng().gen_range(0..300))).await;
+    }
+}
+
+async fn accept(
+    listener: TcpListener,
+    slot: Arc<Slot>,
+    (upstream, wire): (SocketAddr, Wire),
+    faults: Arc<FaultInjector>,
+    mut shutdown: Shutdown,
+) {
+    loop {
+        let (client, _) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => { warn!(slot = %slot.name, cause = %e, "fault proxy accept failed"); continue }
+            },
+            _ = shutdown.wait() => return,
+        };
+        let id = slot.last_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let (reset, reset_rx) = watch::channel(false);
+        slot.conns.lock().unwrap_or_else(|p| p.into_inner()).push(Conn { id, reset });
+        let (slot, faults) = (slot.clone(), faults.clone());
+        tokio::spawn(async move {
+            if let Err(e) = relay_connection(client, (upstream, wire), &slot, faults, reset_rx).await {
+                debug!(slot = %slot.name, cause = %e, "proxied connection ended");
+            }
+            slot.forget(id);
+        });
+    }
+}
+
+/// Why a proxied connection ended, for the debug log.
+type Ended = std::result::Result<(), String>;
+
+async fn relay_connection(
+    client: TcpStream,
+    (upstream, wire): (SocketAddr, Wire),
+    slot: &Arc<Slot>,
+    faults: Arc<FaultInjector>,
+    mut reset: watch::Receiver<bool>,
+) -> Ended {
+    let server = tokio::time::timeout(crate::harness::infra::CONNECT_TIMEOUT, TcpStream::connect(upstream))
+        .await
+        .map_err(|_| "upstream connect timed out".to_string())?
+        .map_err(|e| format!("upstream connect: {e}"))?;
+    let _ = (client.set_nodelay(true), server.set_nodelay(true));
+    let (mut client_r, mut client_w) = client.into_split();
+    let (server_r, mut server_w) = server.into_split();
+    let in_flight = kafka::InFlight::default();
+    let watch_produce = [FaultPoint::KafkaProduceAckLost, FaultPoint::KafkaKillAfterProduceAck]
+        .iter()
+        .any(|p| faults.probability(*p) > 0.0);
+    let outcome = match wire {
+        Wire::Postgres => {
+            opening(&mut client_r, &mut client_w, &mut server_w).await?;
+            let up = pump_bytes(&mut client_r, server_w, slot, &faults, None);
+            let down = pump_server(server_r, &mut client_w, slot, &faults);
+            tokio::select! {
+                r = up => r,
+                r = down => r,
+                _ = reset.wait_for(|r| *r) => Err("reset by net.reset".into()),
+            }
+        }
+        Wire::Kafka => {
+            let up = pump_bytes(&mut client_r, server_w, slot, &faults, watch_produce.then_some(&in_flight));
+            let down = pump_broker(server_r, &mut client_w, slot, &faults, watch_produce.then_some(&in_flight));
+            tokio::select! {
+                r = up => r,
+                r = down => r,
+                _ = reset.wait_for(|r| *r) => Err("reset by net.reset".into()),
+            }
+        }
+    };
+    if let Err(why) = &outcome {
+        if why.starts_with("reset") {
+            // An RST, as a broken network gives, rather than a clean close.
+            // A zero linger never blocks the drop (the deprecation's
+            // concern is a positive one).
+            #[allow(deprecated)]
+            let _ = client_w.as_ref().set_linger(Some(Duration::ZERO));
+            // Dropping a write half sends a FIN first; forgetting it leaves
+            // the close to the read half, which then sends the RST alone.
+            client_w.forget();
+            drop(client_r);
+            return outcome;
+        }
+    }
+    outcome
+}
+
+/// The client's first bytes: encryption requests answered `N` here, then
+/// the startup message passed on.
+async fn opening(client_r: &mut OwnedReadHalf, client_w: &mut OwnedWriteHalf, server_w: &mut OwnedWriteHalf) -> Ended {
+    loop {
+        let mut first = [0u8; 8];
+        client_r.read_exact(&mut first).await.map_err(|e| format!("reading the startup: {e}"))?;
+        match pg::opening(&first) {
+            pg::Opening::Encryption => client_w.write_all(b"N").await.map_err(|e| e.to_string())?,
+            pg::Opening::Startup => return server_w.write_all(&first).await.map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// Starts a blackhole when this read is its occurrence and it fires,
+/// waits out a blackhole, then the slot's latency and bandwidth for `n`
+/// bytes.
+async fn shape(slot: &Slot, n: usize, rng: &mut rand::rngs::StdRng, faults: &FaultInjector) {
+    let struck = slot.armed.swap(false, Ordering::Relaxed)
+        && faults.strike(FaultPoint::NetBlackhole, &slot.name, || {
+            format!(
+                "{} ms from a read of {n} bytes, {} open connection(s)",
+                slot.blackhole_for.as_millis(),
+                slot.open()
+            )
+        });
+    if struck {
+        slot.blackhole_until(Instant::now() + slot.blackhole_for);
+    }
+    // The sender keeps the latest blackhole whether or not anyone watches;
+    // a new one set while this read waits extends the wait.
+    let mut held = false;
+    loop {
+        let until = *slot.blackhole.borrow();
+        match until {
+            Some(t) if t > Instant::now() => {
+                if !std::mem::replace(&mut held, true) {
+                    // Counted, and a firing confirmed, as the read starts
+                    // to wait: a reset may end the connection, and drop
+                    // this wait, before the blackhole does.
+                    slot.held.fetch_add(1, Ordering::Relaxed);
+                    if struck {
+                        faults.confirm(FaultPoint::NetBlackhole, 1);
+                    }
+                }
+                tokio::time::sleep_until(t).await
+            }
+            _ => break,
+        }
+    }
+    let s = &slot.shaping;
+    if s.is_none() {
+        return;
+    }
+    let mut delay = s.latency;
+    if !s.jitter.is_zero() {
+        let j = rng.gen_range(0..=2 * s.jitter.as_micros() as u64) as i64 - s.jitter.as_micros() as i64;
+        delay = Duration::from_micros((delay.as_micros() as i64 + j).max(0) as u64);
+    }
+    if s.bytes_per_sec > 0 {
+        delay += Duration::from_secs_f64(n as f64 / s.bytes_per_sec as f64);
+    }
+    tokio::time::sleep(delay).await;
+}
+
+/// The next read of one direction, shaped (a blackhole waited out, latency
+/// and bandwidth) and counted for the slot; None at the end of the stream,
+/// once the other side is told. Every pump reads through it.
+async fn read_shaped(
+    from: &mut OwnedReadHalf,
+    buf: &mut [u8],
+    to: &mut OwnedWriteHalf,
+    slot: &Slot,
+    rng: &mut rand::rngs::StdRng,
+    faults: &FaultInjector,
+) -> std::result::Result<Option<usize>, String> {
+    let n = from.read(buf).await.map_err(|e| e.to_string())?;
+    if n == 0 {
+        let _ = to.shutdown().await;
+        return Ok(None);
+    }
+    shape(slot, n, rng, faults).await;
+    slot.moved.fetch_add(n as u64, Ordering::Relaxed);
+    Ok(Some(n))
+}
+
+/// Client to server: bytes as they come, shaped. On Kafka's wire, with a
+/// `kafka.*` point set, each request is noted before its bytes go on, so
+/// that its response, which cannot come sooner, finds it.
+async fn pump_bytes(
+    from: &mut OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    slot: &Slot,
+    faults: &FaultInjector,
+    mut requests: Option<&kafka::InFlight>,
+) -> Ended {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut rng = rand::rngs::StdRng::from_entropy();
+    let mut framing = kafka::Requests::default();
+    loop {
+        let Some(n) = read_shaped(from, &mut buf, &mut to, slot, &mut rng, faults).await? else { return Ok(()) };
+        if let Some(in_flight) = requests {
+            match framing.feed(&buf[..n]) {
+                Ok(seen) => seen.into_iter().for_each(|r| in_flight.sent(r)),
+                Err(at) => {
+                    warn!(slot = %slot.name, at, "the client's stream is not Kafka framing; passing it on unread");
+                    requests = None;
+                }
+            }
+        }
+        to.write_all(&buf[..n]).await.map_err(|e| e.to_string())?;
+    }
+}
+
+/// Broker to client, with a `kafka.*` point set: each response's header is
+/// read, and a `Produce` response (the broker's acknowledgement) may be
+/// withheld (`kafka.produce_ack_lost`) or followed by a kill
+/// (`kafka.kill_after_produce_ack`). Without one, bytes as they come.
+async fn pump_broker(
+    mut from: OwnedReadHalf,
+    to: &mut OwnedWriteHalf,
+    slot: &Slot,
+    faults: &FaultInjector,
+    mut requests: Option<&kafka::InFlight>,
+) -> Ended {
+    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut rng = rand::rngs::StdRng::from_entropy();
+    let mut framing = kafka::Responses::default();
+    // A kill claimed for an acknowledgement whose end has not come yet.
+    // Dropped, however this pump ends, it kills: a reset or a failed write
+    // must not leave a fired kill undone.
+    let mut kill_at_end: Option<Claimed<'_>> = None;
+    loop {
+        let Some(n) = read_shaped(&mut from, &mut chunk, to, slot, &mut rng, faults).await? else { return Ok(()) };
+        let Some(in_flight) = requests else {
+            to.write_all(&chunk[..n]).await.map_err(|e| e.to_string())?;
+            continue;
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        let left_before = framing.continuing();
+        let scan = match framing.scan(&buf) {
+            Ok(s) => s,
+            Err(at) => {
+                warn!(slot = %slot.name, at, "the broker's stream is not Kafka framing; passing it on unread");
+                to.write_all(&buf).await.map_err(|e| e.to_string())?;
+                requests = None;
+                continue;
+            }
+        };
+        // An acknowledgement begun in an earlier read ends in this one.
+        let mut kill = if left_before <= scan.safe { kill_at_end.take() } else { None };
+        for f in &scan.frames {
+            // Responses after a claimed kill go to a process about to die:
+            // no occurrence of either point.
+            if kill.is_some() || kill_at_end.is_some() {
+                break;
+            }
+            if in_flight.answered(f.correlation) != Some(kafka::PRODUCE) {
+                continue;
+            }
+            if faults.strike(FaultPoint::KafkaProduceAckLost, &slot.name, || "a produce's acknowledgement".into()) {
+                // The broker appended the batches; the client never hears.
+                to.write_all(&buf[..f.start]).await.map_err(|e| e.to_string())?;
+                faults.confirm(FaultPoint::KafkaProduceAckLost, 1);
+                return Err("reset after withholding a produce's acknowledgement (kafka.produce_ack_lost)".into());
+            }
+            let claimed = slot.process.claim_kill(faults, FaultPoint::KafkaKillAfterProduceAck, &slot.name, || {
+                "the process, once its produce was acknowledged".into()
+            });
+            match f.end {
+                Some(_) => kill = claimed,
+                None => kill_at_end = claimed,
+            }
+        }
+        to.write_all(&buf[..scan.safe]).await.map_err(|e| e.to_string())?;
+        buf.drain(..scan.safe);
+        // The acknowledgement is written: the claimed kill, now.
+        drop(kill);
+    }
+}
+
+/// Server to client: whole messages, so that a commit's acknowledgement
+/// can be seen, withheld or followed by a kill. A commit's
+/// `CommandComplete` waits in the buffer until its `ReadyForQuery` comes.
+async fn pump_server(mut from: OwnedReadHalf, to: &mut OwnedWriteHalf, slot: &Slot, faults: &FaultInjector) -> Ended {
+    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut rng = rand::rngs::StdRng::from_entropy();
+    let mut acks = pg::Acks::default();
+    let watch_commits =
+        [FaultPoint::DbCommitAckLost, FaultPoint::DbKillAfterCommit].iter().any(|p| faults.probability(*p) > 0.0);
+    loop {
+        let Some(n) = read_shaped(&mut from, &mut chunk, to, slot, &mut rng, faults).await? else { return Ok(()) };
+        if !watch_commits {
+            to.write_all(&chunk[..n]).await.map_err(|e| e.to_string())?;
+            continue;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let scan = match acks.scan(&buf) {
+            Ok(s) => s,
+            Err(at) => {
+                warn!(slot = %slot.name, at, "the server's stream is not PostgreSQL framing; passing it on unread");
+                to.write_all(&buf).await.map_err(|e| e.to_string())?;
+                buf.clear();
+                acks = pg::Acks::default();
+                continue;
+            }
+        };
+        let mut kill = None;
+        for (start, _) in &scan.acks {
+            // Acknowledgements after a claimed kill go to a process about
+            // to die: no occurrence of either point.
+            if kill.is_some() {
+                break;
+            }
+            if faults.strike(FaultPoint::DbCommitAckLost, &slot.name, || "a commit's acknowledgement".into()) {
+                // Everything before the acknowledgement goes through; the
+                // acknowledgement and what follows it never do.
+                to.write_all(&buf[..*start]).await.map_err(|e| e.to_string())?;
+                faults.confirm(FaultPoint::DbCommitAckLost, 1);
+                return Err("reset after withholding a commit's acknowledgement (db.commit_ack_lost)".into());
+            }
+            kill = slot.process.claim_kill(faults, FaultPoint::DbKillAfterCommit, &slot.name, || {
+                "the process, once its commit was acknowledged".into()
+            });
+        }
+        to.write_all(&buf[..scan.safe]).await.map_err(|e| e.to_string())?;
+        buf.drain(..scan.safe);
+        acks.consumed(scan.safe);
+        // The acknowledgement is written: the claimed kill, now (and also
+        // if the write failed or a reset dropped this pump mid-write).
+        drop(kill);
+    }
+}
+
+impl ProcessHandle {
+    /// The decision of a kill after an acknowledgement: an occurrence only
+    /// while the slot has a process no other kill has claimed. The two
+    /// wires of a slot decide under one lock, so one process is claimed
+    /// once: a second firing would wait for an end that comes once.
+    fn claim_kill(
+        &self,
+        faults: &FaultInjector,
+        point: FaultPoint,
+        slot: &str,
+        what: impl FnOnce() -> String,
+    ) -> Option<Claimed<'_>> {
+        let _one = self.deciding.lock().unwrap_or_else(|p| p.into_inner());
+        let pgid = self.pgid.load(Ordering::Relaxed);
+        if pgid <= 0 || !faults.strike(point, slot, what) {
+            return None;
+        }
+        self.pgid.store(0, Ordering::Relaxed);
+        Some(Claimed { process: self, pgid, point })
+    }
+}
+
+/// A fired kill after an acknowledgement (`db.kill_after_commit`,
+/// `kafka.kill_after_produce_ack`): its drop sends SIGKILL to the claimed
+/// process group, which the pump does the moment the acknowledgement is
+/// written, and which also happens when the pump ends first. The keeper is
+/// told first, so that it takes the end it sees for this kill, and
+/// confirms it.
+struct Claimed<'a> {
+    process: &'a ProcessHandle,
+    pgid: i32,
+    point: FaultPoint,
+}
+
+impl Drop for Claimed<'_> {
+    fn drop(&mut self) {
+        if let Some(keeper) = &*self.process.keeper.lock().unwrap_or_else(|p| p.into_inner()) {
+            let _ = keeper.send(self.point);
+        }
+        // SAFETY: kill(2) on a process group; no memory effects here.
+        unsafe {
+            libc::kill(-self.pgid, libc::SIGKILL);
+        }
+    }
+}
+
+/// A slot's `net.reset` and `net.blackhole`: once a second at a random
+/// instant, while the run is acting and the slot has a connection open
+/// that carried bytes in the last second (an idle slot is no occurrence),
+/// a reset strikes, and the blackhole is armed for the slot's next read.
+async fn nemesis(
+    slot: Arc<Slot>,
+    faults: Arc<FaultInjector>,
+    mut acting: watch::Receiver<bool>,
+    mut rng: rand::rngs::StdRng,
+    struck: Vec<FaultPoint>,
+    mut shutdown: Shutdown,
+) {
+    let mut second = Instant::now();
+    let mut moved = 0;
+    loop {
+        let at = second + Duration::from_millis(rng.gen_range(0..1000));
+        second += Duration::from_secs(1);
+        tokio::select! {
+            _ = tokio::time::sleep_until(at) => {}
+            _ = shutdown.wait() => return,
+        }
+        let now = slot.moved.load(Ordering::Relaxed);
+        let busy = now != moved;
+        moved = now;
+        if !*acting.borrow_and_update() || slot.open() == 0 || !busy {
+            tokio::select! {
+                _ = tokio::time::sleep_until(second) => continue,
+                _ = shutdown.wait() => return,
+            }
+        }
+        let open = slot.open();
+        if struck.contains(&FaultPoint::NetReset)
+            && faults.strike(FaultPoint::NetReset, &slot.name, || format!("{open} open connection(s)"))
+        {
+            let n = slot.reset_all();
+            if n > 0 {
+                faults.confirm(FaultPoint::NetReset, 1);
+            }
+        }
+        if struck.contains(&FaultPoint::NetBlackhole) {
+            slot.armed.store(true, Ordering::Relaxed);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(second) => {}
+            _ = shutdown.wait() => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_point_at_the_slot_and_keep_their_credentials() {
+        let addr: SocketAddr = "127.0.0.1:40123".parse().unwrap();
+        assert_eq!(
+            with_address("postgres://chaos:pw@127.0.0.1:5432/chaos?sslmode=disable", addr),
+            "postgres://chaos:pw@127.0.0.1:40123/chaos?sslmode=disable"
+        );
+        assert_eq!(with_address("postgresql://h/db", addr), "postgresql://127.0.0.1:40123/db");
+        assert_eq!(upstream_of("postgres://u:p@127.0.0.1:5433/db").unwrap(), "127.0.0.1:5433".parse().unwrap());
+        assert_eq!(upstream_of("postgres://u@localhost/db").unwrap(), "127.0.0.1:5432".parse().unwrap());
+        let e = upstream_of("postgres://u:secret@db.example/db").unwrap_err().to_string();
+        assert!(e.contains("db.example") && !e.contains("secret"), "{e}");
+    }
+}

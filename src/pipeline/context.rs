@@ -1,0 +1,233 @@
+//! What every component of one run shares: live counters, the shutdown
+//! signal, the restart floor and the tasks they spawn. Components write the
+//! counters; the progress line and the report read them, and the run's group
+//! wait and drain read the group's assignments and the zombies still active.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::watch;
+
+/// Live counters. They feed the progress line, the report's component
+/// figures and the benchmark's stage rates; the verdict never rests on them
+/// (the verifier reads the ground truth instead).
+#[derive(Debug)]
+pub struct Stats {
+    /// When the run's clock started; the `*_ms` marks count from here.
+    pub origin: std::time::Instant,
+    /// The same moment as Unix milliseconds, so that a component process's
+    /// marks can be placed on the harness's clock.
+    pub origin_unix_ms: u64,
+    pub first_write_ms: AtomicU64,
+    pub last_write_ms: AtomicU64,
+    pub first_publish_ms: AtomicU64,
+    pub last_publish_ms: AtomicU64,
+    pub first_apply_ms: AtomicU64,
+    pub last_apply_ms: AtomicU64,
+    pub payments_written: AtomicU64,
+    /// Messages the broker acked (a crashed batch counts again when replayed).
+    pub messages_published: AtomicU64,
+    pub relay_batches: AtomicU64,
+    pub relay_crashes: AtomicU64,
+    pub relay_errors: AtomicU64,
+    /// Events whose effects a notifier applied.
+    pub events_applied: AtomicU64,
+    /// Events the inbox absorbed as already processed.
+    pub duplicates_absorbed: AtomicU64,
+    pub stale_ignored: AtomicU64,
+    pub dead_lettered: AtomicU64,
+    pub notifier_crashes: AtomicU64,
+    pub notifier_errors: AtomicU64,
+    /// Stalled notifier incarnations still holding a batch; the drain waits
+    /// for them, or their late effects would land after verification.
+    pub zombies_active: AtomicU64,
+    pub purged_outbox: AtomicU64,
+    pub purged_inbox: AtomicU64,
+    /// Processes of programs under test: started (each incarnation),
+    /// killed and paused by the nemesis; kills of a process that had
+    /// database sessions open, and those whose sessions were seen gone.
+    pub processes_started: AtomicU64,
+    pub processes_killed: AtomicU64,
+    pub processes_paused: AtomicU64,
+    pub sessions_at_kill: AtomicU64,
+    pub sessions_gone_after_kill: AtomicU64,
+    /// Partitions each notifier (by index) holds after its latest rebalance.
+    pub assigned: std::sync::Mutex<std::collections::BTreeMap<usize, usize>>,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Self {
+            origin: std::time::Instant::now(),
+            origin_unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+            first_write_ms: AtomicU64::new(u64::MAX),
+            last_write_ms: AtomicU64::new(0),
+            first_publish_ms: AtomicU64::new(u64::MAX),
+            last_publish_ms: AtomicU64::new(0),
+            first_apply_ms: AtomicU64::new(u64::MAX),
+            last_apply_ms: AtomicU64::new(0),
+            payments_written: AtomicU64::new(0),
+            messages_published: AtomicU64::new(0),
+            relay_batches: AtomicU64::new(0),
+            relay_crashes: AtomicU64::new(0),
+            relay_errors: AtomicU64::new(0),
+            events_applied: AtomicU64::new(0),
+            duplicates_absorbed: AtomicU64::new(0),
+            stale_ignored: AtomicU64::new(0),
+            dead_lettered: AtomicU64::new(0),
+            notifier_crashes: AtomicU64::new(0),
+            notifier_errors: AtomicU64::new(0),
+            zombies_active: AtomicU64::new(0),
+            purged_outbox: AtomicU64::new(0),
+            purged_inbox: AtomicU64::new(0),
+            processes_started: AtomicU64::new(0),
+            processes_killed: AtomicU64::new(0),
+            processes_paused: AtomicU64::new(0),
+            sessions_at_kill: AtomicU64::new(0),
+            sessions_gone_after_kill: AtomicU64::new(0),
+            assigned: Default::default(),
+        }
+    }
+}
+
+impl Stats {
+    /// Records that a stage did something now: moves its first/last marks.
+    pub fn mark(&self, first: &AtomicU64, last: &AtomicU64) {
+        let now = self.origin.elapsed().as_millis() as u64;
+        first.fetch_min(now, Ordering::Relaxed);
+        last.fetch_max(now, Ordering::Relaxed);
+    }
+
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+
+    /// Every notifier has joined, the group holds every partition once, and
+    /// every notifier that can have a partition holds one.
+    pub fn group_settled(&self, notifiers: usize, partitions: usize) -> bool {
+        let Ok(a) = self.assigned.lock() else { return false };
+        let holders = a.values().filter(|n| **n > 0).count();
+        a.len() == notifiers && a.values().sum::<usize>() == partitions && holders == notifiers.min(partitions)
+    }
+
+    /// Records the partitions a notifier holds after a rebalance.
+    pub fn set_assigned(&self, notifier: usize, partitions: usize) {
+        if let Ok(mut a) = self.assigned.lock() {
+            a.insert(notifier, partitions);
+        }
+    }
+}
+
+/// The shortest pause before a component restarts after an error (not a
+/// fault): a service that refuses it now, a dead connection, would
+/// otherwise be retried in a tight loop by every relay and notifier. Faults
+/// restart after the scenario's `restart_delay_ms` alone.
+pub const RESTART_FLOOR: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Tells every task to stop. Cloned into each task; `trigger` on the sender.
+#[derive(Clone)]
+pub struct Shutdown {
+    rx: watch::Receiver<bool>,
+}
+
+pub struct ShutdownTrigger {
+    tx: watch::Sender<bool>,
+}
+
+pub fn shutdown_pair() -> (ShutdownTrigger, Shutdown) {
+    let (tx, rx) = watch::channel(false);
+    (ShutdownTrigger { tx }, Shutdown { rx })
+}
+
+impl ShutdownTrigger {
+    pub fn trigger(&self) {
+        let _ = self.tx.send(true);
+    }
+}
+
+impl Shutdown {
+    pub fn is_set(&self) -> bool {
+        *self.rx.borrow()
+    }
+
+    /// Resolves once shutdown has been triggered.
+    pub async fn wait(&mut self) {
+        let _ = self.rx.wait_for(|v| *v).await;
+    }
+
+    /// Sleeps for `d`, or less if shutdown comes first. Returns true on shutdown.
+    pub async fn sleep(&mut self, d: std::time::Duration) -> bool {
+        tokio::select! {
+            _ = tokio::time::sleep(d) => self.is_set(),
+            _ = self.wait() => true,
+        }
+    }
+}
+
+/// Tasks a component spawns beside itself (a stalled notifier's zombie),
+/// named, so that the run's stop awaits them with the components and
+/// notices one that panicked.
+#[derive(Clone, Default)]
+pub struct Tasks(std::sync::Arc<std::sync::Mutex<Vec<Named>>>);
+
+/// A task and the name the run reports it by.
+pub type Named = (String, tokio::task::JoinHandle<()>);
+
+impl Tasks {
+    pub fn spawn(&self, name: String, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        let handle = tokio::spawn(task);
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push((name, handle));
+    }
+
+    /// Every task spawned so far, leaving none behind.
+    pub fn take(&self) -> Vec<Named> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// Everything a component of one run needs, cheap to clone into each task.
+#[derive(Clone)]
+pub struct Ctx {
+    pub scenario: std::sync::Arc<crate::scenario::Scenario>,
+    pub store: crate::store::Store,
+    pub faults: std::sync::Arc<crate::faults::FaultInjector>,
+    pub stats: std::sync::Arc<Stats>,
+    pub shutdown: Shutdown,
+    /// The run's broker: Kafka, the embedded mock cluster, or (in unit
+    /// tests) the in-memory one.
+    pub broker: crate::broker::SharedBroker,
+    pub names: crate::harness::infra::RunNames,
+    /// What the workload committed: the verifier's record of intent.
+    pub intent: std::sync::Arc<crate::domain::intent::Intent>,
+    /// Tasks the components spawn beside themselves.
+    pub tasks: Tasks,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_settles_only_when_every_notifier_holds_its_share() {
+        let s = Stats::default();
+        assert!(!s.group_settled(2, 6), "nobody joined");
+        s.set_assigned(1, 6);
+        assert!(!s.group_settled(2, 6), "the first member holds everything; the second has not joined");
+        s.set_assigned(2, 0);
+        assert!(!s.group_settled(2, 6), "the second joined but holds nothing");
+        s.set_assigned(1, 3);
+        s.set_assigned(2, 3);
+        assert!(s.group_settled(2, 6));
+        // More notifiers than partitions: some hold none by design.
+        let s = Stats::default();
+        for (n, held) in [(1, 1), (2, 1), (3, 0)] {
+            s.set_assigned(n, held);
+        }
+        assert!(s.group_settled(3, 2));
+    }
+}

@@ -1,0 +1,358 @@
+//! The notifier's inbox: how one micro-batch claims its messages and
+//! applies their effects, in the correct shape and in each classic
+//! mistake's, and the pure core that decides what a batch applies.
+//!
+//! The strategies, one per [`InboxMode`] family:
+//! - [`single_transaction`]: the correct inbox (`on`), and the mistakes that
+//!   keep its one transaction but break its key: `off` (no claim at all),
+//!   `consumer-made-id` (a key made up on receipt), `message-id-only` (one
+//!   key for every handler), `commit-offset-first` (the notifier commits
+//!   the offsets before calling this);
+//! - [`separate_transactions`]: the claim commits, then the effects do;
+//! - [`check_then_act`]: SELECT, act, then INSERT, with no unique key.
+//!
+//! Where the fault decided for a batch strikes is part of each strategy: a
+//! crash between the claim and the effects (`notifier.mid_batch`), a stall
+//! while holding the batch (`notifier.stall`).
+
+use crate::error::Result;
+use crate::domain::events::{Decoded, EventKind};
+use crate::scenario::{InboxMode, ProjectionMode};
+use crate::store::{
+    handlers_for, BatchFaults, BatchOutcome, Incoming, Modes, Store, HANDLER_LOYALTY, HANDLER_PROJECTION,
+    HANDLER_RECEIPTS,
+};
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+use uuid::Uuid;
+
+/// One notifier micro-batch: inbox claims, effects for what was claimed,
+/// dead letters, in the shape the notifier's inbox mode prescribes (the
+/// correct one: a single transaction). The caller commits offsets only
+/// after this returns Ok and not crashed, except in the
+/// commit-offset-first variant, which commits them before.
+pub async fn apply_batch(store: &Store, batch: &[Incoming], modes: Modes, faults: BatchFaults) -> Result<BatchOutcome> {
+    let bad: Vec<&Incoming> = batch.iter().filter(|m| m.decoded.is_err()).collect();
+    let mut events: Vec<Decoded> = batch.iter().filter_map(|m| m.decoded.as_ref().ok().cloned()).collect();
+    if modes.inbox == InboxMode::ConsumerMadeId {
+        // The mistake: a dedup key made up on receipt, so a redelivered
+        // message looks new every time.
+        for e in &mut events {
+            e.event_id = Uuid::new_v4();
+        }
+    }
+    let refs: Vec<&Decoded> = events.iter().collect();
+    let pairs = match modes.inbox {
+        // The mistake: one claim per message, whatever the handlers. The
+        // first handler's claim is the only one; the others find the message
+        // taken and skip it.
+        InboxMode::MessageIdOnly => refs.iter().map(|e| (e.event_id, HANDLER_PROJECTION)).collect(),
+        _ => claims(&refs),
+    };
+    let b = Batch { store, refs: &refs, bad: &bad, pairs: &pairs, modes, faults };
+    match modes.inbox {
+        InboxMode::On
+        | InboxMode::CommitOffsetFirst
+        | InboxMode::ConsumerMadeId
+        | InboxMode::MessageIdOnly
+        | InboxMode::ReapplyOnCommitError
+        | InboxMode::Off => single_transaction(b).await,
+        InboxMode::SeparateTransactions => separate_transactions(b).await,
+        InboxMode::CheckThenAct => check_then_act(b).await,
+    }
+}
+
+/// A batch as the strategies see it.
+struct Batch<'a> {
+    store: &'a Store,
+    refs: &'a [&'a Decoded],
+    bad: &'a [&'a Incoming],
+    pairs: &'a [(Uuid, &'static str)],
+    modes: Modes,
+    faults: BatchFaults,
+}
+
+/// `notifier.stall` while holding the batch: in a component process the
+/// harness stops the process (SIGSTOP) and resumes it; in process, a sleep.
+async fn stall(d: Option<Duration>) {
+    if let Some(d) = d {
+        if !crate::harness::component::stall(crate::faults::FaultPoint::NotifierStall, d).await {
+            tokio::time::sleep(d).await;
+        }
+    }
+}
+
+/// `notifier.mid_batch`: in a component process, stop here for the
+/// harness's SIGKILL, the transaction still open.
+async fn halt_mid_batch() {
+    crate::harness::component::halt(crate::faults::FaultPoint::NotifierMidBatch).await;
+}
+
+/// The inbox claim and the effects in one transaction: a crash between
+/// them loses both, so the redelivery finds nothing claimed.
+async fn single_transaction(b: Batch<'_>) -> Result<BatchOutcome> {
+    let mut out = BatchOutcome::default();
+    let mut tx = b.store.begin().await?;
+    out.dead_lettered = tx.dead_letters(b.bad).await?;
+    let claimed = if b.modes.inbox == InboxMode::Off { HashSet::new() } else { tx.claim(b.pairs).await? };
+    if b.faults.crash_mid_batch {
+        halt_mid_batch().await;
+        // The process dies with its transaction open: nothing commits.
+        drop(tx);
+        out.crashed = true;
+        return Ok(out);
+    }
+    stall(b.faults.stall).await;
+    let plan = plan_effects(b.refs, b.modes.inbox, &claimed);
+    out.stale = tx.apply(&plan, b.modes.projection).await?;
+    match tx.commit().await {
+        Ok(()) => {}
+        Err(e) if b.modes.inbox == InboxMode::ReapplyOnCommitError => {
+            // The mistake: a failed COMMIT taken for "nothing happened".
+            // The claim is assumed rolled back, so the effects go again on
+            // their own; when the COMMIT did land, they land twice.
+            tracing::warn!(cause = %e, "the batch's COMMIT failed; applying its effects again");
+            let mut again = b.store.begin().await?;
+            out.stale = again.apply(&plan, b.modes.projection).await?;
+            again.commit().await?;
+        }
+        Err(e) => return Err(e),
+    }
+    (out.applied, out.duplicates) = (plan.applied, plan.duplicates);
+    Ok(out)
+}
+
+/// The mistake: the claim commits in its own transaction, the effects in
+/// another. A crash between them leaves messages "processed" with no effect.
+async fn separate_transactions(b: Batch<'_>) -> Result<BatchOutcome> {
+    let mut out = BatchOutcome::default();
+    let mut tx = b.store.begin().await?;
+    out.dead_lettered = tx.dead_letters(b.bad).await?;
+    let claimed = tx.claim(b.pairs).await?;
+    tx.commit().await?;
+    if b.faults.crash_mid_batch {
+        halt_mid_batch().await;
+        // The inbox says "processed"; the effects never happen.
+        out.crashed = true;
+        return Ok(out);
+    }
+    stall(b.faults.stall).await;
+    apply_alone(&b, &claimed, &[], &mut out).await?;
+    Ok(out)
+}
+
+/// The mistake: SELECT the unkeyed inbox, act, then INSERT. Two notifiers
+/// that both saw "absent" both act.
+async fn check_then_act(b: Batch<'_>) -> Result<BatchOutcome> {
+    let mut out = BatchOutcome::default();
+    let seen = b.store.unkeyed_seen(b.pairs).await?;
+    let claimed: HashSet<(Uuid, &str)> = b.pairs.iter().copied().filter(|p| !seen.contains(p)).collect();
+    if b.faults.crash_mid_batch {
+        halt_mid_batch().await;
+        out.crashed = true;
+        return Ok(out);
+    }
+    // A stall here, between the check and the act, is what lets a second
+    // notifier see "absent" too.
+    stall(b.faults.stall).await;
+    apply_alone(&b, &claimed, b.bad, &mut out).await?;
+    let acted: Vec<(Uuid, &'static str)> = b.pairs.iter().copied().filter(|p| claimed.contains(p)).collect();
+    b.store.unkeyed_record(&acted).await?;
+    Ok(out)
+}
+
+/// The effects in a transaction of their own, for the variants that split
+/// them from the inbox claim.
+async fn apply_alone(
+    b: &Batch<'_>,
+    claimed: &HashSet<(Uuid, &str)>,
+    bad: &[&Incoming],
+    out: &mut BatchOutcome,
+) -> Result<()> {
+    let plan = plan_effects(b.refs, b.modes.inbox, claimed);
+    let mut tx = b.store.begin().await?;
+    out.dead_lettered += tx.dead_letters(bad).await?;
+    out.stale = tx.apply(&plan, b.modes.projection).await?;
+    tx.commit().await?;
+    (out.applied, out.duplicates) = (plan.applied, plan.duplicates);
+    Ok(())
+}
+
+/// The (event, handler) pairs a batch must claim in the inbox.
+pub fn claims(events: &[&Decoded]) -> Vec<(Uuid, &'static str)> {
+    events.iter().flat_map(|e| handlers_for(e.kind).iter().map(move |h| (e.event_id, h.as_str()))).collect()
+}
+
+/// The effects one notifier transaction applies.
+#[derive(Debug, Default)]
+pub struct EffectPlan<'a> {
+    /// Projection updates, in message order.
+    pub projection: Vec<&'a Decoded>,
+    /// (payment id, message id) of each receipt to send.
+    pub receipts: Vec<(Uuid, Uuid)>,
+    /// Points to add per (account, stripe), sorted so that concurrent
+    /// notifiers lock rows in the same order and cannot deadlock.
+    pub loyalty: BTreeMap<(i32, i32), i64>,
+    /// (event id, account, points) of each loyalty credit: the counter's
+    /// audit trail, one row per credit, so the verifier can trace it.
+    pub credits: Vec<(Uuid, i32, i64)>,
+    pub applied: u64,
+    pub duplicates: u64,
+}
+
+/// Decides which effects a batch applies. With the inbox on, only the pairs
+/// this transaction newly claimed, each once. With it off, everything, as
+/// often as it arrived: that is the bug being demonstrated.
+pub fn plan_effects<'a>(events: &[&'a Decoded], mode: InboxMode, claimed: &HashSet<(Uuid, &str)>) -> EffectPlan<'a> {
+    let mut plan = EffectPlan::default();
+    let mut applied_once: HashSet<(Uuid, &str)> = HashSet::new();
+    let mut may_apply = |id: Uuid, h: &'static str| -> bool {
+        match mode {
+            InboxMode::Off => true,
+            _ => claimed.contains(&(id, h)) && applied_once.insert((id, h)),
+        }
+    };
+    for e in events {
+        let mut any = false;
+        if may_apply(e.event_id, HANDLER_PROJECTION) {
+            any = true;
+            plan.projection.push(e);
+        }
+        if e.kind == EventKind::Captured {
+            if may_apply(e.event_id, HANDLER_RECEIPTS) {
+                any = true;
+                plan.receipts.push((e.body.payment_id, e.event_id));
+            }
+            if may_apply(e.event_id, HANDLER_LOYALTY) {
+                any = true;
+                *plan.loyalty.entry((e.body.account_id, e.partition)).or_default() += e.body.amount_cents;
+                plan.credits.push((e.event_id, e.body.account_id, e.body.amount_cents));
+            }
+        }
+        if any {
+            plan.applied += 1;
+        } else {
+            plan.duplicates += 1;
+        }
+    }
+    plan
+}
+
+/// The status each payment is left with by a batch's projection events, in
+/// message order, with the event that set it: with the state guard the
+/// furthest status seen (its first event), without it the last one. Sorted
+/// by payment, so concurrent transactions lock rows in the same order.
+pub fn final_statuses(events: &[&Decoded], mode: ProjectionMode) -> BTreeMap<Uuid, (EventKind, Uuid)> {
+    let mut out: BTreeMap<Uuid, (EventKind, Uuid)> = BTreeMap::new();
+    for e in events {
+        let slot = out.entry(e.body.payment_id).or_insert((e.kind, e.event_id));
+        let moves = match mode {
+            ProjectionMode::StateGuard => e.kind > slot.0,
+            ProjectionMode::LastWriteWins => true,
+        };
+        if moves {
+            *slot = (e.kind, e.event_id);
+        }
+    }
+    out
+}
+
+/// How many of a batch's projection events the state guard refused, given
+/// each payment's status before the batch (`None`: no row yet). One
+/// definition for both backends: an event is refused unless it moves its
+/// payment's status forward (a first row, or authorized to captured), as
+/// the guarded upsert decides event by event. Without the guard nothing is
+/// refused.
+pub fn refused_by_guard(events: &[&Decoded], mode: ProjectionMode, before: impl Fn(Uuid) -> Option<EventKind>) -> u64 {
+    if mode == ProjectionMode::LastWriteWins {
+        return 0;
+    }
+    let mut status: BTreeMap<Uuid, Option<EventKind>> = BTreeMap::new();
+    let mut refused = 0;
+    for e in events {
+        let s = status.entry(e.body.payment_id).or_insert_with(|| before(e.body.payment_id));
+        if s.is_none_or(|k| e.kind > k) {
+            *s = Some(e.kind);
+        } else {
+            refused += 1;
+        }
+    }
+    refused
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::events::PaymentEvent;
+
+    fn event(payment: u128, kind: EventKind, id: u128) -> Decoded {
+        Decoded {
+            event_id: Uuid::from_u128(id),
+            kind,
+            body: PaymentEvent { payment_id: Uuid::from_u128(payment), account_id: 3, amount_cents: 250 },
+            partition: 1,
+        }
+    }
+
+    #[test]
+    fn claims_one_pair_per_handler_of_each_event() {
+        let (a, c) = (event(1, EventKind::Authorized, 10), event(1, EventKind::Captured, 11));
+        let pairs = claims(&[&a, &c]);
+        assert_eq!(
+            pairs,
+            vec![
+                (a.event_id, "projection"),
+                (c.event_id, "projection"),
+                (c.event_id, "receipts"),
+                (c.event_id, "loyalty")
+            ]
+        );
+    }
+
+    #[test]
+    fn with_the_inbox_only_newly_claimed_pairs_apply_each_once() {
+        let c = event(1, EventKind::Captured, 11);
+        // Claimed for two of its three handlers: the third was done before.
+        let claimed: HashSet<(Uuid, &str)> = [(c.event_id, "projection"), (c.event_id, "receipts")].into();
+        // The same message twice in one batch applies once.
+        let plan = plan_effects(&[&c, &c], InboxMode::On, &claimed);
+        assert_eq!(plan.projection.len(), 1);
+        assert_eq!(plan.receipts, vec![(c.body.payment_id, c.event_id)]);
+        assert!(plan.loyalty.is_empty() && plan.credits.is_empty());
+        assert_eq!((plan.applied, plan.duplicates), (1, 1));
+        // Nothing claimed: a pure duplicate.
+        let none = plan_effects(&[&c], InboxMode::On, &HashSet::new());
+        assert_eq!((none.applied, none.duplicates), (0, 1));
+    }
+
+    #[test]
+    fn without_the_inbox_everything_applies_as_often_as_it_came() {
+        let c = event(1, EventKind::Captured, 11);
+        let plan = plan_effects(&[&c, &c], InboxMode::Off, &HashSet::new());
+        assert_eq!(plan.receipts.len(), 2);
+        assert_eq!(plan.credits.len(), 2);
+        assert_eq!(plan.loyalty.get(&(3, 1)), Some(&500), "points per (account, stripe), summed");
+    }
+
+    #[test]
+    fn final_statuses_keep_the_furthest_with_the_guard_and_the_last_without() {
+        let (a, c) = (event(1, EventKind::Authorized, 10), event(1, EventKind::Captured, 11));
+        let guarded = final_statuses(&[&c, &a], ProjectionMode::StateGuard);
+        assert_eq!(guarded[&c.body.payment_id], (EventKind::Captured, c.event_id));
+        let lww = final_statuses(&[&c, &a], ProjectionMode::LastWriteWins);
+        assert_eq!(lww[&c.body.payment_id], (EventKind::Authorized, a.event_id), "a stale event wins");
+    }
+
+    #[test]
+    fn the_guard_refuses_what_does_not_move_a_status_forward() {
+        let (a, c) = (event(1, EventKind::Authorized, 10), event(1, EventKind::Captured, 11));
+        let fresh = |_| None;
+        assert_eq!(refused_by_guard(&[&a, &c], ProjectionMode::StateGuard, fresh), 0, "in order");
+        assert_eq!(refused_by_guard(&[&c, &a], ProjectionMode::StateGuard, fresh), 1, "out of order");
+        let was_captured = |_| Some(EventKind::Captured);
+        assert_eq!(refused_by_guard(&[&a, &c], ProjectionMode::StateGuard, was_captured), 2);
+        let was_authorized = |_| Some(EventKind::Authorized);
+        assert_eq!(refused_by_guard(&[&a, &c], ProjectionMode::StateGuard, was_authorized), 1);
+        assert_eq!(refused_by_guard(&[&c, &a], ProjectionMode::LastWriteWins, was_captured), 0, "no guard");
+    }
+}

@@ -1,0 +1,12 @@
+//! The reference system under test: the payment service (workload), the
+//! outbox relays, the notifier and its inbox, and the supervisor every
+//! component crash and restart goes through.
+
+pub mod context;
+pub mod inbox;
+pub mod notifier;
+pub mod relay;
+pub mod supervise;
+#[cfg(test)]
+pub mod testing;
+pub mod workload;

@@ -1,0 +1,94 @@
+//! Unit-test support: one run's context on the in-memory broker and a
+//! SQLite file, so that a test can drive the real relay, notifier and
+//! workload code and reconcile what they left, without Kafka.
+
+use crate::broker::memory::Memory;
+use crate::broker::Broker;
+use crate::pipeline::context::{shutdown_pair, Ctx, ShutdownTrigger, Stats};
+use crate::faults::FaultInjector;
+use crate::harness::infra::RunNames;
+use crate::store::{sqlite::SqliteStore, Store};
+use crate::verifier::{reconcile, topic, Ledger};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A run's context for a unit test, and what keeps it alive.
+pub struct Harness {
+    pub ctx: Ctx,
+    pub broker: Memory,
+    trigger: ShutdownTrigger,
+    _dir: tempfile::TempDir,
+}
+
+/// A context for the scenario `toml`, its topic created.
+pub async fn harness(toml: &str) -> Harness {
+    let sc = crate::scenario::parse(toml, std::path::Path::new("unit.toml")).expect("a valid unit scenario");
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let store = Store::Sqlite(SqliteStore::open(&dir.path().join("unit.sqlite"), 8).await.expect("SQLite"));
+    let broker = Memory::new();
+    let names = RunNames::new();
+    broker.create_topic(&names.topic, sc.partitions).await.expect("a topic");
+    let (trigger, shutdown) = shutdown_pair();
+    let ctx = Ctx {
+        faults: Arc::new(FaultInjector::new(sc.seed, &sc.faults)),
+        scenario: Arc::new(sc),
+        store,
+        stats: Arc::new(Stats::default()),
+        shutdown,
+        broker: Arc::new(broker.clone()),
+        names,
+        intent: Default::default(),
+        tasks: Default::default(),
+    };
+    Harness { ctx, broker, trigger, _dir: dir }
+}
+
+impl Harness {
+    /// Waits for every outbox row to be published and the group to have
+    /// nothing left to read (`notifiers`: false when none runs), with no
+    /// zombie still holding a batch, for at most `limit`.
+    pub async fn drain(&self, limit: Duration, notifiers: bool) -> bool {
+        let c = &self.ctx;
+        let started = Instant::now();
+        while started.elapsed() < limit {
+            let lag = match notifiers {
+                true => c.broker.group_lag(&c.names.group, &c.names.topic, c.scenario.partitions).await,
+                false => Ok(0),
+            };
+            let zombies = Stats::get(&c.stats.zombies_active);
+            if matches!((c.store.unpublished().await, lag, zombies), (Ok(0), Ok(0), 0)) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    }
+
+    /// Tells the components to stop and waits for `tasks`.
+    pub async fn stop(&self, tasks: Vec<tokio::task::JoinHandle<()>>) {
+        self.trigger.trigger();
+        for t in tasks.into_iter().chain(self.ctx.tasks.take().into_iter().map(|(_, t)| t)) {
+            tokio::time::timeout(Duration::from_secs(10), t).await.expect("stops in time").expect("no panic");
+        }
+    }
+
+    /// The verifier's reconciliation of what the run left.
+    pub async fn reconcile(&self) -> reconcile::Reconciliation {
+        let c = &self.ctx;
+        let mut ledger = Ledger::new();
+        for p in c.intent.take() {
+            ledger.add_intended(p);
+        }
+        c.store.ground_truth(&mut ledger).await.expect("the ground truth");
+        let limit = Duration::from_secs(10);
+        let ledger = topic::read_all(c.broker.clone(), &c.names.topic, c.scenario.partitions, limit, ledger)
+            .await
+            .expect("the topic");
+        ledger.reconcile(&reconcile::Spec { payments: c.scenario.payments, outbox: true })
+    }
+}
+
+/// The names of the anomalies a reconciliation found.
+pub fn anomalies(r: &reconcile::Reconciliation) -> Vec<String> {
+    r.anomalies.iter().filter(|a| a.count > 0).map(|a| a.name.clone()).collect()
+}

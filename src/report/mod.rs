@@ -1,0 +1,509 @@
+//! The run report: one serde struct written as `reports/<run-id>.json`, and
+//! the tables people read, rendered from it for the terminal and for
+//! `reports/<run-id>.md`. `chaos report <file>` renders a saved one again, so
+//! showing never reaches back into a run.
+
+pub mod html;
+pub mod junit;
+pub mod progress;
+
+use crate::error::{Error, Result};
+use crate::faults::{FaultRecord, FaultSummary};
+use crate::verifier::{Anomaly, Counts, Invariant, Verdict};
+use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Bumped whenever a field changes meaning or disappears.
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    pub schema_version: u32,
+    pub run_id: String,
+    pub scenario: ScenarioInfo,
+    pub seed: u64,
+    /// The command that replays this run's fault decisions.
+    pub replay: String,
+    pub infra: InfraInfo,
+    pub counts: Counts,
+    pub faults: Vec<FaultSummary>,
+    /// The first faults that fired, in order (the counters in `faults` count all).
+    pub fault_log: Vec<FaultRecord>,
+    /// Every firing struck in the harness's process, by occurrence: the
+    /// `--schedule` that replays them (`chaos sweep --shrink` starts here).
+    #[serde(default)]
+    pub fired: crate::faults::Schedule,
+    pub invariants: Vec<Invariant>,
+    /// "The chaos happened" checks; a failing one makes the run inconclusive.
+    pub chaos_checks: Vec<Invariant>,
+    pub anomalies: Vec<Anomaly>,
+    pub components: ComponentFigures,
+    pub timings: Timings,
+    /// Outbox created → inbox processed, per event (projection handler).
+    #[serde(default)]
+    pub latency_ms: Option<Latency>,
+    /// When each stage first and last did something, in ms from the start.
+    #[serde(default)]
+    pub stages: Stages,
+    /// The shared counters over time, sampled about every [`SAMPLE_EVERY_MS`]
+    /// and thinned to at most [`SERIES_MAX`] points: the HTML report's chart.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub series: Vec<Sample>,
+    /// How long a fault lasts once it fires, by fault point, where the
+    /// scenario says (`[[nemesis.timeline]] for`, `[nemesis] pause_secs`):
+    /// the HTML report draws those as bands and every other fault as a mark.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub fault_spans_ms: BTreeMap<String, u64>,
+    /// Each anomaly example's story (its payment's rows and messages), read
+    /// at verification only when there are anomalies, so that a saved report
+    /// can be drawn again from its JSON alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stories: Vec<crate::verifier::story::Story>,
+    pub verdict: Verdict,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScenarioInfo {
+    pub name: String,
+    pub path: String,
+    pub exactly_once_expected: bool,
+    pub payments: u64,
+    pub partitions: i32,
+    pub relays: usize,
+    pub notifiers: usize,
+    pub inbox: String,
+    /// The program under test run as the notifier, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notifier_command: Option<String>,
+    /// The program under test run as the relays, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relay_command: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct InfraInfo {
+    pub database: String,
+    /// host:port/database; never a password.
+    pub database_endpoint: String,
+    pub schema: String,
+    pub broker: String,
+    pub brokers: String,
+    pub topic: String,
+    pub group: String,
+    /// The fault proxy in front of PostgreSQL, and whom it serves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<String>,
+}
+
+/// What the components say about themselves. Shown for insight; the verdict
+/// never rests on these.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ComponentFigures {
+    pub messages_published: u64,
+    pub relay_batches: u64,
+    pub relay_crashes: u64,
+    pub relay_errors: u64,
+    pub events_applied: u64,
+    pub duplicates_absorbed: u64,
+    pub stale_ignored: u64,
+    pub dead_lettered: u64,
+    pub notifier_crashes: u64,
+    pub notifier_errors: u64,
+    pub purged_outbox_rows: u64,
+    pub purged_inbox_rows: u64,
+    /// Processes of a program under test: every incarnation started, the
+    /// nemesis's kills and pauses, kills of a process with database
+    /// sessions open and those whose sessions PostgreSQL then showed gone.
+    #[serde(default)]
+    pub processes_started: u64,
+    #[serde(default)]
+    pub processes_killed: u64,
+    #[serde(default)]
+    pub processes_paused: u64,
+    #[serde(default)]
+    pub sessions_at_kill: u64,
+    #[serde(default)]
+    pub sessions_gone_after_kill: u64,
+}
+
+/// End-to-end latency percentiles, in milliseconds.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Latency {
+    pub events: u64,
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub max: f64,
+    /// The distribution: events per latency range, the ranges doubling
+    /// (from the run's HDR histogram), empty in reports from before them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub buckets: Vec<LatencyBucket>,
+}
+
+/// Events whose latency was above the previous bucket's `up_to_ms` and at
+/// most this one's.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct LatencyBucket {
+    pub up_to_ms: u64,
+    pub events: u64,
+}
+
+/// The run's counters at one moment, in ms since the run started (the
+/// fault log's clock).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Sample {
+    pub at_ms: u64,
+    pub written: u64,
+    pub published: u64,
+    pub applied: u64,
+}
+
+/// How often the run samples its counters for [`Report::series`].
+pub const SAMPLE_EVERY_MS: u64 = 250;
+/// At most this many samples are kept: a long run keeps every other one
+/// and samples half as often, so the JSON stays small.
+pub const SERIES_MAX: usize = 2_000;
+
+/// Where [`Report::save`] wrote the report.
+#[derive(Debug, Clone)]
+pub struct Saved {
+    pub json: PathBuf,
+    pub md: PathBuf,
+    pub html: PathBuf,
+}
+
+/// First and last activity of each stage, in ms since the run started.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Stages {
+    pub first_write_ms: u64,
+    pub last_write_ms: u64,
+    pub first_publish_ms: u64,
+    pub last_publish_ms: u64,
+    pub first_apply_ms: u64,
+    pub last_apply_ms: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Timings {
+    pub setup_ms: u64,
+    pub workload_ms: u64,
+    /// From the end of the workload to an empty outbox and zero group lag.
+    pub drain_ms: u64,
+    pub verify_ms: u64,
+    pub total_ms: u64,
+}
+
+impl Report {
+    /// Writes `<dir>/<run-id>.json`, `.md` and `.html`; returns the paths.
+    pub fn save(&self, dir: &Path) -> Result<Saved> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::Write { path: dir.into(), cause: e.to_string() })?;
+        let json = dir.join(format!("{}.json", self.run_id));
+        let md = dir.join(format!("{}.md", self.run_id));
+        let html = dir.join(format!("{}.html", self.run_id));
+        let text = serde_json::to_string_pretty(self).map_err(|e| Error::Internal(e.to_string()))?;
+        std::fs::write(&json, text + "\n").map_err(|e| Error::Write { path: json.clone(), cause: e.to_string() })?;
+        std::fs::write(&md, render(self, Style::Markdown))
+            .map_err(|e| Error::Write { path: md.clone(), cause: e.to_string() })?;
+        crate::report::html::write(self, &html)?;
+        Ok(Saved { json, md, html })
+    }
+
+    pub fn load(path: &Path) -> Result<Self> {
+        let err = |cause: String| Error::ReportRead { path: path.into(), cause };
+        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+        let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| err(format!("not JSON: {e}")))?;
+        match value.get("schema_version").and_then(|v| v.as_u64()) {
+            Some(v) if v == SCHEMA_VERSION as u64 => {}
+            Some(v) => return Err(err(format!("schema_version {v}; this chaos reads version {SCHEMA_VERSION}"))),
+            None => return Err(err("no schema_version; is this a chaos report?".into())),
+        }
+        serde_json::from_value(value).map_err(|e| err(format!("not a chaos report: {e}")))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    Terminal,
+    Markdown,
+}
+
+fn table(style: Style, header: &[&str]) -> Table {
+    let mut t = Table::new();
+    match style {
+        Style::Terminal => t.load_preset(presets::UTF8_FULL_CONDENSED),
+        Style::Markdown => t.load_preset(presets::ASCII_MARKDOWN),
+    };
+    t.set_content_arrangement(ContentArrangement::Disabled);
+    t.set_header(header.iter().map(Cell::new));
+    t
+}
+
+pub(crate) fn mark(ok: bool) -> &'static str {
+    if ok {
+        "✔"
+    } else {
+        "✘"
+    }
+}
+
+/// The whole report as text: header, verification, faults, invariants,
+/// anomalies, verdict.
+pub fn render(r: &Report, style: Style) -> String {
+    render_parts(r, style, true)
+}
+
+/// The report without its three header lines, for a live run that printed
+/// them when it started.
+pub fn render_body(r: &Report) -> String {
+    render_parts(r, Style::Terminal, false)
+}
+
+fn render_parts(r: &Report, style: Style, header: bool) -> String {
+    let mut out = String::new();
+    if header {
+        render_header(r, style, &mut out);
+    }
+    render_verification(r, style, &mut out);
+    render_faults(r, style, &mut out);
+    render_findings(r, style, &mut out);
+    render_footer(r, &mut out);
+    out
+}
+
+/// A section title in the report's style.
+fn heading(style: Style, s: &str) -> String {
+    match style {
+        Style::Markdown => format!("\n## {s}\n\n"),
+        Style::Terminal => format!("\n{s}\n"),
+    }
+}
+
+/// The run's id, scenario and infrastructure.
+fn render_header(r: &Report, style: Style, out: &mut String) {
+    let md = style == Style::Markdown;
+    if md {
+        out.push_str(&format!("# chaos run {}\n\n", r.run_id));
+    } else {
+        out.push_str(&format!("chaos run {}\n", r.run_id));
+    }
+    out.push_str(&format!(
+        "scenario {} ({}) · seed {} · {} payments · {} relays · {} notifiers · {} partitions · {}\n",
+        r.scenario.name,
+        r.scenario.path,
+        r.seed,
+        r.scenario.payments,
+        r.scenario.relays,
+        r.scenario.notifiers,
+        r.scenario.partitions,
+        {
+            let mut parts = vec![match &r.scenario.notifier_command {
+                Some(c) => format!("notifier: the program under test `{c}`"),
+                None => format!("inbox {}", r.scenario.inbox),
+            }];
+            if let Some(c) = &r.scenario.relay_command {
+                parts.push(format!("relay: the program under test `{c}`"));
+            }
+            parts.join(" · ")
+        }
+    ));
+    out.push_str(&format!(
+        "infra: {} {} schema {} · {} {} topic {}\n",
+        r.infra.database, r.infra.database_endpoint, r.infra.schema, r.infra.broker, r.infra.brokers, r.infra.topic
+    ));
+}
+
+/// The counts read from the ground truth.
+fn render_verification(r: &Report, style: Style, out: &mut String) {
+    let h = |s: &str| heading(style, s);
+    let c = &r.counts;
+    out.push_str(&h("Verification (from the database and the full topic)"));
+    let mut t = table(style, &["measure", "value"]);
+    for (k, v) in verification_rows(c) {
+        t.add_row(vec![Cell::new(k), Cell::new(v)]);
+    }
+    out.push_str(&format!("{t}\n"));
+}
+
+/// The verification table's rows, for the text and the HTML reports.
+pub(crate) fn verification_rows(c: &Counts) -> Vec<(&'static str, String)> {
+    vec![
+        ("payments committed (the workload's own record)", c.payments_committed.to_string()),
+        ("payments captured (rows)", format!("{} of {}", c.payments_captured, c.payments)),
+        ("outbox events", format!("{} ({} unpublished)", c.outbox_events, c.unpublished)),
+        ("messages on the topic", format!("{} ({} duplicates)", c.topic_messages, c.topic_duplicates)),
+        (
+            "events processed once",
+            format!(
+                "{} (inbox rows: {})",
+                c.inbox_rows_by_handler.get("projection").copied().unwrap_or(0),
+                c.inbox_rows
+            ),
+        ),
+        ("receipts sent", format!("{} for {} payments", c.receipts, c.payments_captured)),
+        (
+            "payments by receipts",
+            format!(
+                "{} with one, {} with none, {} with more",
+                c.payments_with_one_receipt, c.payments_without_receipt, c.payments_with_many_receipts
+            ),
+        ),
+        ("projection shows captured", c.projection_captured.to_string()),
+        ("authorized after captured", format!("{} payments", c.reordered_payments)),
+        (
+            "dead letters",
+            format!(
+                "{} ({} malformed events, {} matched by id)",
+                c.dead_letters, c.poison_events, c.dead_letters_matched
+            ),
+        ),
+        ("loyalty points", format!("{} (expected {})", c.loyalty_points, c.loyalty_points_expected)),
+        ("loyalty credits", c.loyalty_credits.to_string()),
+    ]
+}
+
+/// Every fault point: reached, fired, confirmed; then what the components say.
+fn render_faults(r: &Report, style: Style, out: &mut String) {
+    let h = |s: &str| heading(style, s);
+    out.push_str(&h("Faults"));
+    let mut t = table(style, &["fault point", "probability", "per", "reached", "fired", "confirmed"]);
+    for f in &r.faults {
+        t.add_row(vec![
+            Cell::new(&f.point),
+            Cell::new(format!("{}", f.probability)).set_alignment(CellAlignment::Right),
+            Cell::new(&f.unit),
+            Cell::new(f.occurrences).set_alignment(CellAlignment::Right),
+            Cell::new(f.fired).set_alignment(CellAlignment::Right),
+            Cell::new(f.confirmed).set_alignment(CellAlignment::Right),
+        ]);
+    }
+    out.push_str(&format!("{t}\n"));
+    let k = &r.components;
+    out.push_str(&format!(
+        "components: {} relay batches, {} relay crashes, {} notifier crashes, {} duplicates absorbed by the inbox, {} stale events ignored by the projection, {} relay errors, {} notifier errors; purged {} outbox and {} inbox rows\n",
+        k.relay_batches, k.relay_crashes, k.notifier_crashes, k.duplicates_absorbed, k.stale_ignored, k.relay_errors, k.notifier_errors, k.purged_outbox_rows, k.purged_inbox_rows
+    ));
+    if k.processes_started > 0 {
+        out.push_str(&format!(
+            "processes: {} started, {} killed ({} with database sessions open, {} of them seen gone from pg_stat_activity), {} paused\n",
+            k.processes_started, k.processes_killed, k.sessions_at_kill, k.sessions_gone_after_kill, k.processes_paused
+        ));
+    }
+}
+
+/// The invariants and chaos checks, then the anomalies with their examples.
+fn render_findings(r: &Report, style: Style, out: &mut String) {
+    let h = |s: &str| heading(style, s);
+    let md = style == Style::Markdown;
+    out.push_str(&h("Invariants"));
+    let mut t = table(style, &["", "invariant", "expected", "actual"]);
+    for i in r.invariants.iter().chain(r.chaos_checks.iter()) {
+        t.add_row(vec![Cell::new(mark(i.ok)), Cell::new(&i.name), Cell::new(&i.expected), Cell::new(&i.actual)]);
+    }
+    out.push_str(&format!("{t}\n"));
+
+    if !r.anomalies.is_empty() {
+        out.push_str(&h("Anomalies"));
+        let examples = format!("examples (up to {})", crate::verifier::reconcile::EXAMPLES);
+        let mut t = table(style, &["anomaly", "count", &examples]);
+        for a in &r.anomalies {
+            let sep = if md { "<br>" } else { "\n" };
+            t.add_row(vec![Cell::new(&a.name), Cell::new(a.count), Cell::new(a.examples.join(sep))]);
+        }
+        out.push_str(&format!("{t}\n"));
+        render_followed(r, style, out);
+    }
+}
+
+/// Each dated example and the faults that fired in the seconds before its
+/// last trace ([`crate::verifier::attribution`]): suspects, not proof.
+fn render_followed(r: &Report, style: Style, out: &mut String) {
+    let dated: Vec<_> = r.anomalies.iter().flat_map(|a| a.followed.iter().map(move |f| (a, f))).collect();
+    if dated.is_empty() {
+        return;
+    }
+    let md = style == Style::Markdown;
+    use crate::verifier::attribution::{AFTER_MS, WINDOW_MS};
+    out.push_str(&heading(style, "Anomalies after faults"));
+    let last = "last trace (s into the run)";
+    let before = format!("faults from {} s before it to {} s after, nearest first", WINDOW_MS / 1000, AFTER_MS / 1000);
+    let mut t = table(style, &["anomaly", "payment or event", last, &before]);
+    for (a, f) in dated {
+        let sep = if md { "<br>" } else { "\n" };
+        let suspects = f.suspects(sep);
+        t.add_row(vec![
+            Cell::new(&a.name),
+            Cell::new(f.subject),
+            Cell::new(format!("{:.3}", f.trace_ms as f64 / 1000.0)),
+            Cell::new(suspects),
+        ]);
+    }
+    out.push_str(&format!("{t}\n"));
+}
+
+/// Timings, latency, the replay command and the verdict.
+fn render_footer(r: &Report, out: &mut String) {
+    let tm = &r.timings;
+    out.push_str(&format!(
+        "\ntimings: setup {} ms · workload {} ms · drain {} ms · verify {} ms · total {} ms\n",
+        tm.setup_ms, tm.workload_ms, tm.drain_ms, tm.verify_ms, tm.total_ms
+    ));
+    if let Some(l) = &r.latency_ms {
+        out.push_str(&format!(
+            "latency outbox → inbox over {} events: p50 {:.0} ms · p95 {:.0} ms · p99 {:.0} ms · max {:.0} ms\n",
+            l.events, l.p50, l.p95, l.p99, l.max
+        ));
+    }
+    out.push_str(&format!("replay: {}\n", r.replay));
+    out.push_str(&format!("\nverdict: {} — {}\n", r.verdict.as_str().to_uppercase(), r.reason));
+}
+
+/// `chaos report <folder>`: the runs whose reports the folder holds, oldest
+/// first (run ids sort by time), with their verdicts. A file that is not a
+/// run's report (a bench's, a sweep's summary, a JUnit file) is left out; one that cannot be
+/// read is listed as such, never skipped in silence.
+pub fn list(dir: &Path) -> Result<String> {
+    let read = std::fs::read_dir(dir).map_err(|e| Error::ReportRead { path: dir.into(), cause: e.to_string() })?;
+    let mut files: Vec<std::path::PathBuf> = read
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .filter(|p| !p.to_string_lossy().ends_with(".bench.json"))
+        .filter(|p| !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("sweep-")))
+        .collect();
+    files.sort();
+    let mut t = Table::new();
+    t.load_preset(presets::UTF8_FULL_CONDENSED);
+    t.set_header(vec!["run", "scenario", "seed", "verdict", "why"]);
+    let (mut runs, mut bad) = (0, 0);
+    for f in &files {
+        let name = f.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        match Report::load(f) {
+            Ok(r) => {
+                runs += 1;
+                t.add_row(vec![
+                    Cell::new(&r.run_id),
+                    Cell::new(&r.scenario.name),
+                    Cell::new(r.seed),
+                    Cell::new(r.verdict.as_str()),
+                    Cell::new(short_reason(&r.reason)),
+                ])
+            }
+            Err(e) => {
+                bad += 1;
+                t.add_row(vec![Cell::new(name), Cell::new("—"), Cell::new("—"), Cell::new("unreadable"), Cell::new(e)])
+            }
+        };
+    }
+    Ok(format!("{t}\n{runs} run(s), {bad} unreadable, in {}\n", dir.display()))
+}
+
+/// A reason cut to one table line.
+fn short_reason(reason: &str) -> String {
+    let mut s: String = reason.chars().take(100).collect();
+    if reason.chars().count() > 100 {
+        s.push('…');
+    }
+    s
+}
