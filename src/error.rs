@@ -56,7 +56,7 @@ impl Error {
 
     /// Wraps a sqlx error with what we were doing, with any password removed.
     pub fn db(context: impl Into<String>, err: sqlx::Error) -> Self {
-        Error::Database { context: context.into(), cause: crate::harness::infra::redact(&err.to_string()) }
+        Error::Database { context: context.into(), cause: redact(&err.to_string()) }
     }
 
     /// A file or folder the run could not create or write.
@@ -70,3 +70,50 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Removes the password from anything that may contain a URL.
+pub fn redact(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let (head, tail) = rest.split_at(i + 3);
+        out.push_str(head);
+        let end = tail.find(|c: char| c.is_whitespace() || c == '/' || c == '"' || c == '\'').unwrap_or(tail.len());
+        let authority = &tail[..end];
+        match (authority.rfind('@'), authority.find(':')) {
+            (Some(at), Some(colon)) if colon < at => {
+                out.push_str(&authority[..colon]);
+                out.push_str(":***");
+                out.push_str(&authority[at..]);
+            }
+            _ => out.push_str(authority),
+        }
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `host:port/database` of a PostgreSQL url, for messages.
+pub fn db_endpoint(url: &str) -> String {
+    let r = redact(url);
+    let after = r.split("://").nth(1).unwrap_or(&r);
+    let after = after.rsplit('@').next().unwrap_or(after);
+    after.split('?').next().unwrap_or(after).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_passwords_only() {
+        assert_eq!(redact("postgres://chaos:s3cret@127.0.0.1:5432/db"), "postgres://chaos:***@127.0.0.1:5432/db");
+        assert_eq!(redact("error at postgres://u@h/db ok"), "error at postgres://u@h/db ok");
+        assert_eq!(
+            redact("x postgres://a:b@h/d and postgres://c:d@h2/e"),
+            "x postgres://a:***@h/d and postgres://c:***@h2/e"
+        );
+        assert_eq!(db_endpoint("postgres://chaos:pw@127.0.0.1:5432/chaos?sslmode=disable"), "127.0.0.1:5432/chaos");
+    }
+}

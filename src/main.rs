@@ -64,7 +64,7 @@ fn main() -> ExitCode {
     match result {
         Ok(exit) => exit.into(),
         Err(e) => {
-            eprintln!("error: {}", chaos::harness::infra::redact(&e.to_string()));
+            eprintln!("error: {}", chaos::error::redact(&e.to_string()));
             e.exit().into()
         }
     }

@@ -60,8 +60,9 @@ async fn one_ground_truth(store: &Store) -> (Vec<u64>, Counts) {
     ];
     let modes = Modes { inbox: InboxMode::On, projection: ProjectionMode::StateGuard };
     let mut figures = Vec::new();
+    let injector = chaos::faults::FaultInjector::new(1, &chaos::faults::FaultRates::none());
     for b in &batches {
-        let o = store.apply_batch(b, modes, BatchFaults::default()).await.unwrap();
+        let o = chaos::pipeline::inbox::apply_batch(store, b, modes, BatchFaults::default(), &injector).await.unwrap();
         figures.extend([o.applied, o.duplicates, o.stale, o.dead_lettered]);
     }
     let mut ledger = Ledger::new();
@@ -75,14 +76,16 @@ async fn one_ground_truth(store: &Store) -> (Vec<u64>, Counts) {
         });
     }
     store.ground_truth(&mut ledger).await.unwrap();
-    let latency = store.latency().await.unwrap().expect("latency samples");
+    let mut recorder = chaos::verifier::latency::LatencyRecorder::new();
+    store.latencies(&mut |ms| recorder.record(ms)).await.unwrap();
+    let latency = recorder.finish().expect("latency samples");
     assert_eq!(latency.events, 10, "one sample per event (projection handler)");
     (figures, ledger.reconcile(&Spec { payments: 5, outbox: true }).counts)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_and_sqlite_give_the_same_figures() {
-    let names = chaos::harness::infra::RunNames::new();
+    let names = chaos::domain::names::RunNames::new();
     let pg = Store::Postgres(PgStore::open(&database_url(), &names.schema, 4).await.expect("PostgreSQL"));
     let dir = tempfile::tempdir().unwrap();
     let lite = Store::Sqlite(SqliteStore::open(&dir.path().join("backends.sqlite"), 4).await.unwrap());

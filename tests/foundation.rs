@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outbox_to_kafka_to_inbox_round_trip() {
-    let names = chaos::harness::infra::RunNames::new();
+    let names = chaos::domain::names::RunNames::new();
     let topic = format!("{}.foundation", names.topic);
     let store = Store::Postgres(PgStore::open(&database_url(), &names.schema, 4).await.expect("PostgreSQL"));
     let brokers = chaos::broker::kafka::ping(&brokers(), Duration::from_secs(8)).await.expect("Kafka");
@@ -58,10 +58,12 @@ async fn outbox_to_kafka_to_inbox_round_trip() {
     let decoded = incoming.decoded.clone().expect("a well-formed event");
     assert_eq!(decoded.event_id, rows[0].id);
     let modes = Modes { inbox: InboxMode::On, projection: ProjectionMode::StateGuard };
-    let first = store.apply_batch(std::slice::from_ref(&incoming), modes, BatchFaults::default()).await.unwrap();
+    let injector = chaos::faults::FaultInjector::new(1, &chaos::faults::FaultRates::none());
+    let apply = chaos::pipeline::inbox::apply_batch;
+    let first = apply(&store, std::slice::from_ref(&incoming), modes, BatchFaults::default(), &injector).await.unwrap();
     assert_eq!(first.applied, 1);
     // The same message again is absorbed by the inbox.
-    let again = store.apply_batch(&[incoming], modes, BatchFaults::default()).await.unwrap();
+    let again = apply(&store, &[incoming], modes, BatchFaults::default(), &injector).await.unwrap();
     assert_eq!((again.applied, again.duplicates), (0, 1));
 
     // 4. Commit the offset by hand and read it back from the broker.

@@ -74,7 +74,7 @@ async fn clean_removes_old_runs_and_nothing_else() {
     let mut c = sqlx::PgConnection::connect(&database_url()).await.unwrap();
     let old = "chaos_20200101_000000_c1ea";
     let keep = ["chaos_keep_me", "chaosx_20200101_000000_c1ea"];
-    let fresh = chaos::harness::infra::RunNames::new().schema;
+    let fresh = chaos::domain::names::RunNames::new().schema;
     for s in [old, fresh.as_str()].into_iter().chain(keep) {
         sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS \"{s}\"")).execute(&mut c).await.unwrap();
     }

@@ -26,6 +26,17 @@ use std::time::Duration;
 /// A run's broker, shared by every component of the run.
 pub type SharedBroker = Arc<dyn Broker>;
 
+/// What a producer waits for before the broker acks a send. The broker
+/// takes it as a value, so it knows nothing of the scenario that chose it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProducerAcks {
+    /// Every in-sync replica, with idempotence: no duplicates from the
+    /// producer's own retries.
+    AllReplicasIdempotent,
+    /// The partition leader alone, no idempotence.
+    LeaderOnly,
+}
+
 /// A message broker as the pipeline uses it. Blocking methods say so: call
 /// them off the async threads (`spawn_blocking`) when they may wait.
 pub trait Broker: Send + Sync {
@@ -68,9 +79,10 @@ pub trait Broker: Send + Sync {
     /// order kept per partition, acks from every replica.
     fn producer(&self) -> Result<Box<dyn Producer>>;
 
-    /// A relay's producer as the scenario asks for it (`relay.producer`);
-    /// a broker with no such setting gives its [`Broker::producer`].
-    fn producer_for(&self, _what: crate::scenario::RelayProducer) -> Result<Box<dyn Producer>> {
+    /// A relay's producer with the acks the scenario asks for
+    /// (`relay.producer`); a broker with no such setting gives its
+    /// [`Broker::producer`].
+    fn producer_for(&self, _acks: ProducerAcks) -> Result<Box<dyn Producer>> {
         self.producer()
     }
 

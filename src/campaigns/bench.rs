@@ -165,7 +165,7 @@ END;
 /// Runs pgbench on the notifier's per-event transaction in a schema of its
 /// own; returns transactions per second.
 async fn pgbench(url: &str, clients: u32, seconds: u32, scratch: &Path) -> Result<f64> {
-    let names = crate::harness::infra::RunNames::new();
+    let names = crate::domain::names::RunNames::new();
     let store = PgStore::open(url, &names.schema, 2).await?;
     store.close().await;
     std::fs::create_dir_all(scratch).map_err(|e| Error::Write { path: scratch.into(), cause: e.to_string() })?;
@@ -199,7 +199,7 @@ async fn pgbench(url: &str, clients: u32, seconds: u32, scratch: &Path) -> Resul
         .ok_or_else(|| {
             Error::Tool(format!(
                 "pgbench printed no tps: {}",
-                crate::harness::infra::redact(&String::from_utf8_lossy(&out.stderr))
+                crate::error::redact(&String::from_utf8_lossy(&out.stderr))
             ))
         })
 }
@@ -230,7 +230,7 @@ async fn checkpoint(url: &str) -> bool {
     match statement(url, "CHECKPOINT").await {
         Ok(()) => true,
         Err(e) => {
-            tracing::warn!(cause = %crate::harness::infra::redact(&e), "no checkpoint before the timed run; its figures may include one");
+            tracing::warn!(cause = %crate::error::redact(&e), "no checkpoint before the timed run; its figures may include one");
             false
         }
     }

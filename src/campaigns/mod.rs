@@ -2,6 +2,7 @@
 //! the self-test catalogue of classic mistakes, and the benchmark.
 
 pub mod bench;
+pub mod junit;
 pub mod selftest;
 pub mod shrink;
 pub mod sweep;

@@ -164,7 +164,7 @@ pub async fn sweep(opts: &Options, visible: bool) -> Result<Summary> {
     // before any run.
     let base = opts.run.scenario()?;
     let started = Instant::now();
-    let sweep_id = format!("sweep-{}", crate::harness::infra::RunNames::new().run_id);
+    let sweep_id = format!("sweep-{}", crate::domain::names::RunNames::new().run_id);
     let bar = progress(opts.seeds, visible);
     let on_terminal = visible && std::io::stderr().is_terminal();
     let mut s = Summary {

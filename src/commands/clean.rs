@@ -6,7 +6,8 @@
 
 use crate::broker::{kafka::Kafka, Broker};
 use crate::error::{Error, Result};
-use crate::harness::infra::{db_endpoint, redact, CONNECT_TIMEOUT};
+use crate::domain::names::CONNECT_TIMEOUT;
+use crate::error::{db_endpoint, redact};
 use sqlx::{ConnectOptions, Connection, Row};
 use std::path::Path;
 use std::str::FromStr;

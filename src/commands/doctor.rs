@@ -5,7 +5,7 @@
 
 use crate::broker::kafka::ping as kafka_ping;
 use crate::exit::Exit;
-use crate::harness::infra::{db_endpoint, redact};
+use crate::error::{db_endpoint, redact};
 use comfy_table::{presets, Cell, Table};
 use sqlx::{ConnectOptions, Connection};
 use std::str::FromStr;

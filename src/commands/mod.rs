@@ -158,7 +158,7 @@ async fn selftest(a: SelftestArgs) -> Result<Exit> {
     };
     let summary = crate::campaigns::selftest::selftest(&opts).await?;
     if let Some(path) = &a.junit {
-        crate::report::junit::write(&crate::report::junit::for_selftest(&summary, &opts.reports_dir), path)?;
+        crate::report::junit::write(&crate::campaigns::junit::for_selftest(&summary, &opts.reports_dir), path)?;
     }
     let (table, exit) = crate::campaigns::selftest::render(&summary);
     if a.json {
@@ -191,7 +191,7 @@ async fn sweep(a: SweepArgs) -> Result<Exit> {
     let summary = crate::campaigns::sweep::sweep(&opts, true).await?;
     let saved = summary.save(&a.reports_dir)?;
     if let Some(path) = &a.junit {
-        crate::report::junit::write(&crate::report::junit::for_sweep(&summary), path)?;
+        crate::report::junit::write(&crate::campaigns::junit::for_sweep(&summary), path)?;
     }
     if a.json {
         print_json(&summary)?;

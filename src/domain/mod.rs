@@ -4,5 +4,9 @@
 #[macro_use]
 pub mod choices;
 
+pub mod anomaly;
 pub mod events;
+pub mod handlers;
 pub mod intent;
+pub mod names;
+pub mod rows;

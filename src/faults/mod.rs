@@ -10,7 +10,7 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Declares every fault point once: its variant and what it does, its
 /// name, the scenario key that sets its probability, what one occurrence
@@ -504,7 +504,35 @@ pub struct FaultInjector {
     /// The same moment on the wall clock, which the database's timestamps
     /// share: what dates an anomaly against the fault log.
     started_wall: std::time::SystemTime,
+    /// Inside a `chaos component` process: the line to the harness, which
+    /// keeps the run's counts and ends the process at a crash point.
+    link: std::sync::OnceLock<std::sync::Arc<dyn HarnessLink>>,
 }
+
+/// What a component process tells the harness, and how it asks to be
+/// stopped. The injector holds one only inside a `chaos component`
+/// process (the harness's side of the protocol implements it); in process
+/// it holds none and keeps every count itself.
+pub trait HarnessLink: Send + Sync {
+    /// A fault fired here.
+    fn fired(&self, record: &FaultRecord);
+    /// `n` firings of `point` had their effect.
+    fn confirmed(&self, point: FaultPoint, n: u64);
+    /// A firing of `point` waits for `copies` copies of `event` on the topic.
+    fn copies(&self, point: FaultPoint, event: uuid::Uuid, copies: u8);
+    /// A notifier received a batch: its size and its (partition, first,
+    /// last offset) spans.
+    fn delivered(&self, component: &str, messages: u32, spans: Vec<(i32, i64, i64)>);
+    /// Stopped at a crash point for `fires` firings: send the last figures
+    /// and ask to be killed.
+    fn halt(&self, injector: &FaultInjector, point: FaultPoint, fires: u64);
+    /// At a stall point: ask to be stopped for `d`.
+    fn stall(&self, point: FaultPoint, d: Duration);
+}
+
+/// How long a stalled component process waits for the harness's SIGSTOP
+/// to land before it goes on (it goes on, late, once SIGCONT comes).
+const STALL_HANDOFF: Duration = Duration::from_millis(100);
 
 /// The log keeps the first records only; the counters count them all.
 const LOG_CAP: usize = 10_000;
@@ -528,7 +556,49 @@ impl FaultInjector {
             deliveries: Mutex::new(Vec::new()),
             started: Instant::now(),
             started_wall: std::time::SystemTime::now(),
+            link: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Makes this injector a component process's: from now on it reports
+    /// to the harness through `link`. Set once; a second link is ignored.
+    pub fn link_to_harness(&self, link: std::sync::Arc<dyn HarnessLink>) {
+        let _ = self.link.set(link);
+    }
+
+    fn link(&self) -> Option<&dyn HarnessLink> {
+        self.link.get().map(|l| l.as_ref())
+    }
+
+    /// True inside a `chaos component` process, whose harness keeps the
+    /// run's counts and ends it at a crash point.
+    pub fn linked(&self) -> bool {
+        self.link.get().is_some()
+    }
+
+    /// At a crash point: in a component process, say so and stop here until
+    /// the harness's SIGKILL; in process, return at once (the caller
+    /// crashes in place).
+    pub async fn halt(&self, point: FaultPoint) {
+        self.halt_for(point, 1).await
+    }
+
+    /// [`FaultInjector::halt`] for a crash that `fires` firings of `point` decided.
+    pub async fn halt_for(&self, point: FaultPoint, fires: u64) {
+        if let Some(link) = self.link() {
+            link.halt(self, point, fires);
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// At a stall point: in a component process, ask the harness to stop
+    /// this process for `d` and return true once it runs again; in
+    /// process, return false (the caller stalls in place).
+    pub async fn stall(&self, point: FaultPoint, d: Duration) -> bool {
+        let Some(link) = self.link() else { return false };
+        link.stall(point, d);
+        tokio::time::sleep(STALL_HANDOFF).await;
+        true
     }
 
     /// The same injector with its decisions pinned to `schedule`.
@@ -579,7 +649,9 @@ impl FaultInjector {
         };
         tracing::info!(point = %record.point, component = %record.component, hit = %record.hit, "fault fired");
         // A component process tells the harness, which keeps the run's count.
-        crate::harness::component::emit(&crate::harness::component::Line::Fired { record: record.clone() });
+        if let Some(link) = self.link() {
+            link.fired(&record);
+        }
         self.push_log(record);
         true
     }
@@ -612,7 +684,9 @@ impl FaultInjector {
 
     /// `n` firings of `point` had the effect the harness looks for.
     pub fn confirm(&self, point: FaultPoint, n: u64) {
-        crate::harness::component::emit(&crate::harness::component::Line::Confirmed { point, n });
+        if let Some(link) = self.link() {
+            link.confirmed(point, n);
+        }
         self.confirmed[point.index()].fetch_add(n, Ordering::Relaxed);
     }
 
@@ -662,13 +736,9 @@ impl FaultInjector {
                 None => spans.push((p, o, o)),
             }
         }
-        if crate::harness::component::active() {
+        if let Some(link) = self.link() {
             // A component process tells the harness, whose log the stories read.
-            crate::harness::component::emit(&crate::harness::component::Line::Delivered {
-                component: component.to_string(),
-                messages: n,
-                spans,
-            });
+            link.delivered(component, n, spans);
             return;
         }
         self.record_delivery(component.to_string(), n, spans);
@@ -729,7 +799,9 @@ impl FaultInjector {
     /// copies of `event`; the verifier looks.
     pub fn await_copies(&self, point: FaultPoint, event: uuid::Uuid, copies: u8) {
         // The verifier of the harness looks for them, not a component process.
-        crate::harness::component::emit(&crate::harness::component::Line::Copies { point, event, copies });
+        if let Some(link) = self.link() {
+            link.copies(point, event, copies);
+        }
         self.awaited().copies.push((point, event, copies));
     }
 

@@ -8,7 +8,8 @@ use crate::error::{Error, Result};
 use crate::exit::Exit;
 use crate::faults::FaultInjector;
 use crate::faults::FaultPoint;
-use crate::harness::infra::{Endpoints, RunNames};
+use crate::domain::names::RunNames;
+use crate::harness::infra::Endpoints;
 use crate::pipeline::notifier;
 use crate::nemesis::process::program::{Database, Programs};
 use crate::report::progress::{Phase, Progress};
@@ -561,7 +562,8 @@ async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, still_running: bool) 
             rep.invariants = r.invariants;
             rep.anomalies = anomalies;
             rep.chaos_checks = chaos;
-            rep.latency_ms = store.latency().await.unwrap_or_else(|e| {
+            let mut recorder = crate::verifier::latency::LatencyRecorder::new();
+            rep.latency_ms = store.latencies(&mut |ms| recorder.record(ms)).await.map(|()| recorder.finish()).unwrap_or_else(|e| {
                 warn!(cause = %e, "measuring the latency failed");
                 None
             });

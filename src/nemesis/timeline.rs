@@ -21,20 +21,9 @@ use crate::store::Store;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
+use crate::scenario::Timed;
 use tokio::time::Instant;
 use tracing::{info, warn};
-
-/// One entry of the timeline, validated.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct Timed {
-    pub point: FaultPoint,
-    /// After the workload starts.
-    pub at: Duration,
-    /// How long the broker stays paused or down, or a partition lasts.
-    pub lasts: Duration,
-    /// Strike again this long after each strike, until the drain ends.
-    pub every: Option<Duration>,
-}
 
 /// How long a restart command may take before the act counts as failed.
 const RESTART_LIMIT: Duration = Duration::from_secs(120);

@@ -201,7 +201,7 @@ pub struct Ctx {
     /// The run's broker: Kafka, the embedded mock cluster, or (in unit
     /// tests) the in-memory one.
     pub broker: crate::broker::SharedBroker,
-    pub names: crate::harness::infra::RunNames,
+    pub names: crate::domain::names::RunNames,
     /// What the workload committed: the verifier's record of intent.
     pub intent: std::sync::Arc<crate::domain::intent::Intent>,
     /// Tasks the components spawn beside themselves.

@@ -16,13 +16,14 @@
 //! while holding the batch (`notifier.stall`).
 
 use crate::error::Result;
+use crate::faults::{FaultInjector, FaultPoint};
 use crate::domain::events::{Decoded, EventKind};
-use crate::scenario::{InboxMode, ProjectionMode};
+use crate::scenario::InboxMode;
 use crate::store::{
-    handlers_for, BatchFaults, BatchOutcome, Incoming, Modes, Store, HANDLER_LOYALTY, HANDLER_PROJECTION,
+    handlers_for, BatchFaults, EffectPlan, BatchOutcome, Incoming, Modes, Store, HANDLER_LOYALTY, HANDLER_PROJECTION,
     HANDLER_RECEIPTS,
 };
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -31,7 +32,13 @@ use uuid::Uuid;
 /// correct one: a single transaction). The caller commits offsets only
 /// after this returns Ok and not crashed, except in the
 /// commit-offset-first variant, which commits them before.
-pub async fn apply_batch(store: &Store, batch: &[Incoming], modes: Modes, faults: BatchFaults) -> Result<BatchOutcome> {
+pub async fn apply_batch(
+    store: &Store,
+    batch: &[Incoming],
+    modes: Modes,
+    faults: BatchFaults,
+    injector: &FaultInjector,
+) -> Result<BatchOutcome> {
     let bad: Vec<&Incoming> = batch.iter().filter(|m| m.decoded.is_err()).collect();
     let mut events: Vec<Decoded> = batch.iter().filter_map(|m| m.decoded.as_ref().ok().cloned()).collect();
     if modes.inbox == InboxMode::ConsumerMadeId {
@@ -49,7 +56,7 @@ pub async fn apply_batch(store: &Store, batch: &[Incoming], modes: Modes, faults
         InboxMode::MessageIdOnly => refs.iter().map(|e| (e.event_id, HANDLER_PROJECTION)).collect(),
         _ => claims(&refs),
     };
-    let b = Batch { store, refs: &refs, bad: &bad, pairs: &pairs, modes, faults };
+    let b = Batch { store, refs: &refs, bad: &bad, pairs: &pairs, modes, faults, injector };
     match modes.inbox {
         InboxMode::On
         | InboxMode::CommitOffsetFirst
@@ -70,13 +77,16 @@ struct Batch<'a> {
     pairs: &'a [(Uuid, &'static str)],
     modes: Modes,
     faults: BatchFaults,
+    /// Where a crash or a stall point asks to be struck in a component
+    /// process.
+    injector: &'a FaultInjector,
 }
 
 /// `notifier.stall` while holding the batch: in a component process the
 /// harness stops the process (SIGSTOP) and resumes it; in process, a sleep.
-async fn stall(d: Option<Duration>) {
+async fn stall(injector: &FaultInjector, d: Option<Duration>) {
     if let Some(d) = d {
-        if !crate::harness::component::stall(crate::faults::FaultPoint::NotifierStall, d).await {
+        if !injector.stall(FaultPoint::NotifierStall, d).await {
             tokio::time::sleep(d).await;
         }
     }
@@ -84,8 +94,8 @@ async fn stall(d: Option<Duration>) {
 
 /// `notifier.mid_batch`: in a component process, stop here for the
 /// harness's SIGKILL, the transaction still open.
-async fn halt_mid_batch() {
-    crate::harness::component::halt(crate::faults::FaultPoint::NotifierMidBatch).await;
+async fn halt_mid_batch(injector: &FaultInjector) {
+    injector.halt(FaultPoint::NotifierMidBatch).await;
 }
 
 /// The inbox claim and the effects in one transaction: a crash between
@@ -96,13 +106,13 @@ async fn single_transaction(b: Batch<'_>) -> Result<BatchOutcome> {
     out.dead_lettered = tx.dead_letters(b.bad).await?;
     let claimed = if b.modes.inbox == InboxMode::Off { HashSet::new() } else { tx.claim(b.pairs).await? };
     if b.faults.crash_mid_batch {
-        halt_mid_batch().await;
+        halt_mid_batch(b.injector).await;
         // The process dies with its transaction open: nothing commits.
         drop(tx);
         out.crashed = true;
         return Ok(out);
     }
-    stall(b.faults.stall).await;
+    stall(b.injector, b.faults.stall).await;
     let plan = plan_effects(b.refs, b.modes.inbox, &claimed);
     out.stale = tx.apply(&plan, b.modes.projection).await?;
     match tx.commit().await {
@@ -131,12 +141,12 @@ async fn separate_transactions(b: Batch<'_>) -> Result<BatchOutcome> {
     let claimed = tx.claim(b.pairs).await?;
     tx.commit().await?;
     if b.faults.crash_mid_batch {
-        halt_mid_batch().await;
+        halt_mid_batch(b.injector).await;
         // The inbox says "processed"; the effects never happen.
         out.crashed = true;
         return Ok(out);
     }
-    stall(b.faults.stall).await;
+    stall(b.injector, b.faults.stall).await;
     apply_alone(&b, &claimed, &[], &mut out).await?;
     Ok(out)
 }
@@ -148,13 +158,13 @@ async fn check_then_act(b: Batch<'_>) -> Result<BatchOutcome> {
     let seen = b.store.unkeyed_seen(b.pairs).await?;
     let claimed: HashSet<(Uuid, &str)> = b.pairs.iter().copied().filter(|p| !seen.contains(p)).collect();
     if b.faults.crash_mid_batch {
-        halt_mid_batch().await;
+        halt_mid_batch(b.injector).await;
         out.crashed = true;
         return Ok(out);
     }
     // A stall here, between the check and the act, is what lets a second
     // notifier see "absent" too.
-    stall(b.faults.stall).await;
+    stall(b.injector, b.faults.stall).await;
     apply_alone(&b, &claimed, b.bad, &mut out).await?;
     let acted: Vec<(Uuid, &'static str)> = b.pairs.iter().copied().filter(|p| claimed.contains(p)).collect();
     b.store.unkeyed_record(&acted).await?;
@@ -181,23 +191,6 @@ async fn apply_alone(
 /// The (event, handler) pairs a batch must claim in the inbox.
 pub fn claims(events: &[&Decoded]) -> Vec<(Uuid, &'static str)> {
     events.iter().flat_map(|e| handlers_for(e.kind).iter().map(move |h| (e.event_id, h.as_str()))).collect()
-}
-
-/// The effects one notifier transaction applies.
-#[derive(Debug, Default)]
-pub struct EffectPlan<'a> {
-    /// Projection updates, in message order.
-    pub projection: Vec<&'a Decoded>,
-    /// (payment id, message id) of each receipt to send.
-    pub receipts: Vec<(Uuid, Uuid)>,
-    /// Points to add per (account, stripe), sorted so that concurrent
-    /// notifiers lock rows in the same order and cannot deadlock.
-    pub loyalty: BTreeMap<(i32, i32), i64>,
-    /// (event id, account, points) of each loyalty credit: the counter's
-    /// audit trail, one row per credit, so the verifier can trace it.
-    pub credits: Vec<(Uuid, i32, i64)>,
-    pub applied: u64,
-    pub duplicates: u64,
 }
 
 /// Decides which effects a batch applies. With the inbox on, only the pairs
@@ -236,48 +229,6 @@ pub fn plan_effects<'a>(events: &[&'a Decoded], mode: InboxMode, claimed: &HashS
         }
     }
     plan
-}
-
-/// The status each payment is left with by a batch's projection events, in
-/// message order, with the event that set it: with the state guard the
-/// furthest status seen (its first event), without it the last one. Sorted
-/// by payment, so concurrent transactions lock rows in the same order.
-pub fn final_statuses(events: &[&Decoded], mode: ProjectionMode) -> BTreeMap<Uuid, (EventKind, Uuid)> {
-    let mut out: BTreeMap<Uuid, (EventKind, Uuid)> = BTreeMap::new();
-    for e in events {
-        let slot = out.entry(e.body.payment_id).or_insert((e.kind, e.event_id));
-        let moves = match mode {
-            ProjectionMode::StateGuard => e.kind > slot.0,
-            ProjectionMode::LastWriteWins => true,
-        };
-        if moves {
-            *slot = (e.kind, e.event_id);
-        }
-    }
-    out
-}
-
-/// How many of a batch's projection events the state guard refused, given
-/// each payment's status before the batch (`None`: no row yet). One
-/// definition for both backends: an event is refused unless it moves its
-/// payment's status forward (a first row, or authorized to captured), as
-/// the guarded upsert decides event by event. Without the guard nothing is
-/// refused.
-pub fn refused_by_guard(events: &[&Decoded], mode: ProjectionMode, before: impl Fn(Uuid) -> Option<EventKind>) -> u64 {
-    if mode == ProjectionMode::LastWriteWins {
-        return 0;
-    }
-    let mut status: BTreeMap<Uuid, Option<EventKind>> = BTreeMap::new();
-    let mut refused = 0;
-    for e in events {
-        let s = status.entry(e.body.payment_id).or_insert_with(|| before(e.body.payment_id));
-        if s.is_none_or(|k| e.kind > k) {
-            *s = Some(e.kind);
-        } else {
-            refused += 1;
-        }
-    }
-    refused
 }
 
 #[cfg(test)]
@@ -334,25 +285,5 @@ mod tests {
         assert_eq!(plan.loyalty.get(&(3, 1)), Some(&500), "points per (account, stripe), summed");
     }
 
-    #[test]
-    fn final_statuses_keep_the_furthest_with_the_guard_and_the_last_without() {
-        let (a, c) = (event(1, EventKind::Authorized, 10), event(1, EventKind::Captured, 11));
-        let guarded = final_statuses(&[&c, &a], ProjectionMode::StateGuard);
-        assert_eq!(guarded[&c.body.payment_id], (EventKind::Captured, c.event_id));
-        let lww = final_statuses(&[&c, &a], ProjectionMode::LastWriteWins);
-        assert_eq!(lww[&c.body.payment_id], (EventKind::Authorized, a.event_id), "a stale event wins");
-    }
 
-    #[test]
-    fn the_guard_refuses_what_does_not_move_a_status_forward() {
-        let (a, c) = (event(1, EventKind::Authorized, 10), event(1, EventKind::Captured, 11));
-        let fresh = |_| None;
-        assert_eq!(refused_by_guard(&[&a, &c], ProjectionMode::StateGuard, fresh), 0, "in order");
-        assert_eq!(refused_by_guard(&[&c, &a], ProjectionMode::StateGuard, fresh), 1, "out of order");
-        let was_captured = |_| Some(EventKind::Captured);
-        assert_eq!(refused_by_guard(&[&a, &c], ProjectionMode::StateGuard, was_captured), 2);
-        let was_authorized = |_| Some(EventKind::Authorized);
-        assert_eq!(refused_by_guard(&[&a, &c], ProjectionMode::StateGuard, was_authorized), 1);
-        assert_eq!(refused_by_guard(&[&c, &a], ProjectionMode::LastWriteWins, was_captured), 0, "no guard");
-    }
 }

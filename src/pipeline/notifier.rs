@@ -1,7 +1,7 @@
 //! The notifier: M instances in one consumer group, offsets committed by hand.
 //!
 //! Per micro-batch: ONE database transaction claims the inbox rows and applies
-//! the effects of what it newly claimed (see [`crate::store::Store::apply_batch`]);
+//! the effects of what it newly claimed (see [`crate::pipeline::inbox::apply_batch`]);
 //! only then are the offsets committed.
 //!
 //! Fault point `notifier.before_offset_commit`: after the transaction committed
@@ -137,7 +137,7 @@ pub async fn run(ctx: Ctx, index: usize) {
         // A broker whose notifiers rewind in place instead of restarting
         // needs no spare. A component process lives one incarnation: its
         // replacement is a new process.
-        if !ctx.broker.rewinds_in_place() && !crate::harness::component::active() {
+        if !ctx.broker.rewinds_in_place() && !ctx.faults.linked() {
             spare = Spare::prepare(&ctx, &name, index);
         }
         let ending = match next {
@@ -207,7 +207,7 @@ impl Incarnation<'_> {
         }
         let modes = Modes { inbox: cfg.inbox, projection: cfg.projection };
         if let Some(stall) = faults.stall {
-            if !crate::harness::component::active() {
+            if !ctx.faults.linked() {
                 self.zombie(batch, modes, faults, stall, held);
                 return Step::End(Ending::Crash { confirmed_by_restart: None });
             }
@@ -215,7 +215,7 @@ impl Incarnation<'_> {
             // harness stops it inside the batch and resumes it after the
             // stall (see `inbox::stall`), and it carries on, late.
         }
-        let outcome = match ctx.store.apply_batch(&batch, modes, faults).await {
+        let outcome = match crate::pipeline::inbox::apply_batch(&ctx.store, &batch, modes, faults, &ctx.faults).await {
             Ok(o) => o,
             // Nothing was committed; the batch comes back after the restart.
             Err(e) => {
@@ -309,7 +309,7 @@ impl Incarnation<'_> {
             ctx.faults.await_redelivery(FaultPoint::NotifierBeforeOffsetCommit, fires, held);
             // In a component process: stop here, the offsets uncommitted,
             // for the harness's SIGKILL.
-            crate::harness::component::halt_for(FaultPoint::NotifierBeforeOffsetCommit, fires).await;
+            ctx.faults.halt_for(FaultPoint::NotifierBeforeOffsetCommit, fires).await;
         }
         fires > 0
     }
@@ -332,7 +332,7 @@ impl Incarnation<'_> {
         ctx.tasks.spawn(format!("{} zombie", self.name), async move {
             let _zombie = zombie;
             let hold = BatchFaults { crash_mid_batch: faults.crash_mid_batch, stall: Some(stall) };
-            match store.apply_batch(&batch, modes, hold).await {
+            match crate::pipeline::inbox::apply_batch(&store, &batch, modes, hold, &injector).await {
                 Ok(o) => Stats::add(&stats.events_applied, o.applied),
                 Err(e) => warn!(notifier = %who, cause = %e, "zombie batch failed"),
             }

@@ -99,7 +99,7 @@ enum Step {
 
 impl<'a> Incarnation<'a> {
     async fn start(ctx: &'a Ctx, name: &'a str) -> crate::error::Result<Incarnation<'a>> {
-        let producer = ctx.broker.producer_for(ctx.scenario.relay.producer)?;
+        let producer = ctx.broker.producer_for(acks_of(ctx.scenario.relay.producer))?;
         let conn = ctx.store.relay_connection().await?;
         Ok(Incarnation { ctx, name, producer, conn })
     }
@@ -158,7 +158,7 @@ impl<'a> Incarnation<'a> {
         if ctx.faults.strike(FaultPoint::RelayBeforeProduce, name, span) {
             // Publish-then-mark loses nothing here (the claim dies with the
             // connection); the mistakes above have already lost the batch.
-            crate::harness::component::halt(FaultPoint::RelayBeforeProduce).await;
+            ctx.faults.halt(FaultPoint::RelayBeforeProduce).await;
             return crash(FaultPoint::RelayBeforeProduce, true);
         }
         let refuse = self.shape_produce(&rows, span).await;
@@ -171,7 +171,7 @@ impl<'a> Incarnation<'a> {
         if ctx.faults.strike(FaultPoint::RelayAfterProduce, name, span) {
             // The batch will be published again: its first event twice.
             ctx.faults.await_copies(FaultPoint::RelayAfterProduce, rows[0].id, 2);
-            crate::harness::component::halt(FaultPoint::RelayAfterProduce).await;
+            ctx.faults.halt(FaultPoint::RelayAfterProduce).await;
             return crash(FaultPoint::RelayAfterProduce, false);
         }
         if cfg.order == RelayOrder::PublishThenMark {
@@ -183,7 +183,7 @@ impl<'a> Incarnation<'a> {
         }
         if ctx.faults.strike(FaultPoint::RelayAfterMark, name, span) {
             // Everything of this batch is done; the crash costs nothing.
-            crate::harness::component::halt(FaultPoint::RelayAfterMark).await;
+            ctx.faults.halt(FaultPoint::RelayAfterMark).await;
             return crash(FaultPoint::RelayAfterMark, true);
         }
         Stats::add(&ctx.stats.relay_batches, 1);
@@ -270,6 +270,14 @@ async fn publish(producer: &dyn Producer, topic: &str, rows: &[OutboxRow], how: 
     // Fire and forget: the sends are queued, and the relay goes on to mark
     // without knowing whether any of them reached the broker.
     producer.publish(topic, &batch, how.acks != RelayAcks::FireAndForget).await
+}
+
+/// The broker's acks for the scenario's `relay.producer`.
+fn acks_of(producer: crate::scenario::RelayProducer) -> crate::broker::ProducerAcks {
+    match producer {
+        crate::scenario::RelayProducer::Idempotent => crate::broker::ProducerAcks::AllReplicasIdempotent,
+        crate::scenario::RelayProducer::LeaderAck => crate::broker::ProducerAcks::LeaderOnly,
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use crate::broker::memory::Memory;
 use crate::broker::Broker;
 use crate::pipeline::context::{shutdown_pair, Ctx, ShutdownTrigger, Stats};
 use crate::faults::FaultInjector;
-use crate::harness::infra::RunNames;
+use crate::domain::names::RunNames;
 use crate::store::{sqlite::SqliteStore, Store};
 use crate::verifier::{reconcile, topic, Ledger};
 use std::sync::Arc;

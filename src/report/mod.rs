@@ -129,27 +129,7 @@ pub struct ComponentFigures {
     pub sessions_gone_after_kill: u64,
 }
 
-/// End-to-end latency percentiles, in milliseconds.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct Latency {
-    pub events: u64,
-    pub p50: f64,
-    pub p95: f64,
-    pub p99: f64,
-    pub max: f64,
-    /// The distribution: events per latency range, the ranges doubling
-    /// (from the run's HDR histogram), empty in reports from before them.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub buckets: Vec<LatencyBucket>,
-}
-
-/// Events whose latency was above the previous bucket's `up_to_ms` and at
-/// most this one's.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
-pub struct LatencyBucket {
-    pub up_to_ms: u64,
-    pub events: u64,
-}
+pub use crate::verifier::latency::{Latency, LatencyBucket};
 
 /// The run's counters at one moment, in ms since the run started (the
 /// fault log's clock).

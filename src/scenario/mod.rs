@@ -7,7 +7,7 @@
 
 use crate::faults::FaultPoint;
 pub use crate::faults::{FaultRates, RawFaults};
-use crate::verifier::AnomalyKind;
+use crate::domain::anomaly::AnomalyKind;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -464,7 +464,7 @@ pub struct Settings {
     /// How long a `process.pause` lasts.
     pub pause: Duration,
     /// Service faults at given times, after the workload starts.
-    pub timeline: Vec<crate::nemesis::timeline::Timed>,
+    pub timeline: Vec<Timed>,
     pub broker_restart: Vec<String>,
     pub database_restart: Vec<String>,
     pub proxy: ProxyConfig,
@@ -544,7 +544,7 @@ impl ProgramCommand {
 pub struct ProxyConfig {
     /// Instance names (`workload`, `relay-1`, `notifier-2`) behind the proxy.
     pub targets: Vec<String>,
-    pub shaping: crate::nemesis::proxy::Shaping,
+    pub shaping: Shaping,
     pub blackhole: Duration,
     pub always: bool,
     /// Whether the proxy stands in front of Kafka as well.
@@ -558,7 +558,7 @@ impl Settings {
     pub fn proxied(&self) -> bool {
         self.proxy.always
             || self.proxy.kafka
-            || self.proxy.shaping != crate::nemesis::proxy::Shaping::default()
+            || self.proxy.shaping != Shaping::default()
             || FaultPoint::PROXIED.iter().any(|p| self.faults.get(*p) > 0.0)
     }
 
@@ -949,7 +949,7 @@ impl Validator<'_> {
     /// A scheduled fault fires at each of its times (its `[faults]`
     /// probability, when set, thins them out); a service fault with a
     /// probability and no time is refused, as it would never strike.
-    fn timeline(&self, raw: &RawScenario, faults: &mut FaultRates) -> Result<Vec<crate::nemesis::timeline::Timed>, crate::Error> {
+    fn timeline(&self, raw: &RawScenario, faults: &mut FaultRates) -> Result<Vec<Timed>, crate::Error> {
         let mut out = Vec::new();
         let names = || FaultPoint::SCHEDULABLE.iter().map(|p| format!("{:?}", p.name())).collect::<Vec<_>>().join(", ");
         for t in &raw.nemesis.timeline {
@@ -972,7 +972,7 @@ impl Validator<'_> {
                 Some(l) => self.duration(l, "nemesis.timeline.for")?,
                 None => Duration::from_secs(2),
             };
-            out.push(crate::nemesis::timeline::Timed { point, at: self.duration(&t.at, "nemesis.timeline.at")?, lasts, every });
+            out.push(Timed { point, at: self.duration(&t.at, "nemesis.timeline.at")?, lasts, every });
             if raw.faults.get(point).span() == (0..0) {
                 *faults = faults.with(point, 1.0);
             }
@@ -1037,7 +1037,7 @@ impl Validator<'_> {
         let ms_key = |v: &Spanned<i64>, key: &str, max: i64| self.count(v, key, 0, max).map(ms);
         Ok(ProxyConfig {
             targets,
-            shaping: crate::nemesis::proxy::Shaping {
+            shaping: Shaping {
                 latency: ms_key(&p.latency_ms, "proxy.latency_ms", 60_000)?,
                 jitter: ms_key(&p.jitter_ms, "proxy.jitter_ms", 60_000)?,
                 bytes_per_sec: self.count(&p.bandwidth_kbps, "proxy.bandwidth_kbps", 0, 10_000_000)? as u64 * 1000 / 8,
@@ -1185,6 +1185,39 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
         _ => return None,
     };
     Some(Duration::from_secs(secs))
+}
+
+// The nemesis' and the fault proxy's settings belong to the scenario, so
+// that the layers below the nemesis can read them without importing it.
+
+/// One entry of the timeline, validated.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Timed {
+    pub point: FaultPoint,
+    /// After the workload starts.
+    pub at: Duration,
+    /// How long the broker stays paused or down, or a partition lasts.
+    pub lasts: Duration,
+    /// Strike again this long after each strike, until the drain ends.
+    pub every: Option<Duration>,
+}
+
+/// How the scenario shapes a slot's traffic.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Shaping {
+    /// Added to every read before it is written on.
+    pub latency: Duration,
+    /// Each read's latency varies uniformly by up to this, either way.
+    pub jitter: Duration,
+    /// Bytes per second in each direction; 0 is unlimited.
+    pub bytes_per_sec: u64,
+}
+
+impl Shaping {
+    /// No shaping at all: the proxy copies bytes as they come.
+    pub fn is_none(&self) -> bool {
+        self.latency.is_zero() && self.jitter.is_zero() && self.bytes_per_sec == 0
+    }
 }
 
 #[cfg(test)]

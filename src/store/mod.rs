@@ -5,52 +5,22 @@
 //! - [`sqlite`]: SQLite, one file per run, for the embedded mode
 //!   (`migrations/sqlite/`).
 //!
-//! What a notifier batch does is decided once, here ([`plan_effects`]); the
-//! backends only differ in how they say it in SQL.
+//! What a notifier batch writes is decided once ([`effects`]); the backends
+//! only differ in how they say it in SQL.
 
+pub mod effects;
 pub mod postgres;
 pub mod sqlite;
 pub mod truth;
 
 use crate::error::Result;
 use crate::domain::events::{Decoded, EventKind};
+pub use crate::domain::handlers::{handlers_for, Handler, HANDLERS, HANDLER_LOYALTY, HANDLER_PROJECTION, HANDLER_RECEIPTS};
+use crate::domain::rows::TruthSink;
 use crate::scenario::{InboxMode, ProjectionMode};
 use std::collections::HashSet;
 use std::time::Duration;
 use uuid::Uuid;
-
-choices! {
-    /// The handlers of the notifier, each with its own inbox claim.
-    Handler {
-        /// The payment's status in the read model.
-        Projection = "projection",
-        /// One receipt per captured payment.
-        Receipts = "receipts",
-        /// Loyalty points += amount per captured payment.
-        Loyalty = "loyalty",
-    }
-}
-
-impl Handler {
-    /// One bit per handler, for compact sets of them.
-    pub fn bit(self) -> u8 {
-        1 << (self as u8)
-    }
-}
-
-/// The handlers' names as the inbox table stores them.
-pub const HANDLER_PROJECTION: &str = "projection";
-pub const HANDLER_RECEIPTS: &str = "receipts";
-pub const HANDLER_LOYALTY: &str = "loyalty";
-pub const HANDLERS: [&str; 3] = [HANDLER_PROJECTION, HANDLER_RECEIPTS, HANDLER_LOYALTY];
-
-/// Which handlers act on an event type.
-pub fn handlers_for(kind: EventKind) -> &'static [Handler] {
-    match kind {
-        EventKind::Authorized => &[Handler::Projection],
-        EventKind::Captured => &[Handler::Projection, Handler::Receipts, Handler::Loyalty],
-    }
-}
 
 /// Retention deletes at most this many rows per statement, so one purge never
 /// holds long locks.
@@ -129,9 +99,10 @@ pub trait Backend {
     /// retention, in chunks of [`PURGE_CHUNK`]. Returns (outbox, inbox) rows.
     async fn purge(&self, outbox_older: Duration, inbox_older: Duration) -> Result<(u64, u64)>;
     /// Streams the database half of the ground truth into the ledger.
-    async fn ground_truth(&self, ledger: &mut crate::verifier::Ledger) -> Result<()>;
-    /// End-to-end latency per event (outbox created → inbox processed).
-    async fn latency(&self) -> Result<Option<crate::report::Latency>>;
+    async fn ground_truth(&self, sink: &mut dyn TruthSink) -> Result<()>;
+    /// Each event's end-to-end latency in milliseconds (outbox created →
+    /// inbox processed), one sample at a time.
+    async fn latencies(&self, sample: &mut (dyn FnMut(i64) + Send)) -> Result<()>;
     /// Outbox rows no relay has published yet (the drain waits for zero).
     async fn unpublished(&self) -> Result<i64>;
     /// How many of these payments exist (`captured`: and are captured): the
@@ -143,7 +114,7 @@ pub trait Backend {
     async fn traces(&self, ids: &[Uuid]) -> Result<std::collections::HashMap<Uuid, i64>>;
     /// The dated rows of these payments' stories: the payment, its outbox
     /// rows, inbox claims and effects ([`crate::verifier::story`]).
-    async fn story(&self, payments: &[Uuid]) -> Result<Vec<crate::verifier::story::StoryRow>>;
+    async fn story(&self, payments: &[Uuid]) -> Result<Vec<StoryRow>>;
 }
 
 /// A notifier transaction's statements.
@@ -288,11 +259,6 @@ impl Store {
         each!(self, s => s.capture(ps, outbox).await)
     }
 
-    /// One notifier micro-batch through the inbox; see [`crate::pipeline::inbox::apply_batch`].
-    pub async fn apply_batch(&self, batch: &[Incoming], modes: Modes, faults: BatchFaults) -> Result<BatchOutcome> {
-        crate::pipeline::inbox::apply_batch(self, batch, modes, faults).await
-    }
-
     pub(crate) async fn begin(&self) -> Result<Tx> {
         match self {
             Store::Postgres(s) => s.begin().await.map(Tx::Postgres),
@@ -323,14 +289,15 @@ impl Store {
         each!(self, s => s.purge(outbox_older, inbox_older).await)
     }
 
-    /// Streams the database half of the ground truth into the ledger.
-    pub async fn ground_truth(&self, ledger: &mut crate::verifier::Ledger) -> Result<()> {
-        each!(self, s => s.ground_truth(ledger).await)
+    /// Streams the database half of the ground truth into `sink` (the
+    /// verifier's ledger), row by row.
+    pub async fn ground_truth(&self, sink: &mut dyn TruthSink) -> Result<()> {
+        each!(self, s => s.ground_truth(sink).await)
     }
 
-    /// End-to-end latency per event (outbox created → inbox processed).
-    pub async fn latency(&self) -> Result<Option<crate::report::Latency>> {
-        each!(self, s => s.latency().await)
+    /// Streams each event's end-to-end latency, in milliseconds.
+    pub async fn latencies(&self, sample: &mut (dyn FnMut(i64) + Send)) -> Result<()> {
+        each!(self, s => s.latencies(sample).await)
     }
 
     /// The last time the database recorded for each of these payments or
@@ -340,7 +307,7 @@ impl Store {
     }
 
     /// The dated rows of these payments' stories, for the HTML report.
-    pub async fn story(&self, payments: &[Uuid]) -> Result<Vec<crate::verifier::story::StoryRow>> {
+    pub async fn story(&self, payments: &[Uuid]) -> Result<Vec<StoryRow>> {
         each!(self, s => s.story(payments).await)
     }
 }
@@ -396,7 +363,7 @@ impl RelayConn {
     }
 }
 
-pub use crate::pipeline::inbox::{claims, final_statuses, plan_effects, refused_by_guard, EffectPlan};
+pub use effects::{final_statuses, refused_by_guard, EffectPlan};
 
 /// The `captured` outbox events of a capture transaction: each payment's
 /// event, then its malformed twin when the poison fault fired, in payment
@@ -426,4 +393,4 @@ pub fn dead_letter_key(m: &Incoming) -> String {
     m.raw_event_id.clone().unwrap_or_else(|| format!("p{}-o{}", m.partition, m.offset))
 }
 
-pub use crate::verifier::ledger::{OutboxRecord, PaymentRow};
+pub use crate::domain::rows::{OutboxRecord, PaymentRow, StoryRow};

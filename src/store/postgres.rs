@@ -9,8 +9,8 @@
 use super::{dead_letter_key, EffectPlan, Incoming, NewPayment, OutboxRow, HANDLERS, PURGE_CHUNK};
 use crate::error::{Error, Result};
 use crate::domain::events::{EventKind, PaymentEvent};
-use crate::harness::infra::{db_endpoint, CONNECT_TIMEOUT};
-use crate::report::Latency;
+use crate::domain::names::CONNECT_TIMEOUT;
+use crate::error::db_endpoint;
 use crate::scenario::ProjectionMode;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, Row};
@@ -76,14 +76,14 @@ impl PgStore {
             .await
             .map_err(|e| Error::DatabaseUnreachable {
                 endpoint: endpoint.to_string(),
-                cause: crate::harness::infra::redact(&e.to_string()),
+                cause: crate::error::redact(&e.to_string()),
             })
     }
 
     async fn connect(url: &str, schema: &str, max_connections: u32, create: bool, name: Option<&str>) -> Result<Self> {
         let endpoint = db_endpoint(url);
         let unreachable = |cause: String| Error::DatabaseUnreachable { endpoint: endpoint.clone(), cause };
-        let base = PgConnectOptions::from_str(url).map_err(|e| unreachable(crate::harness::infra::redact(&e.to_string())))?;
+        let base = PgConnectOptions::from_str(url).map_err(|e| unreachable(crate::error::redact(&e.to_string())))?;
         let mut base = base.log_statements(tracing::log::LevelFilter::Trace);
         // The harness's sessions carry the run's schema as their name; a
         // component's carry its own (`chaos-<run id>-<component>`, from
@@ -113,7 +113,7 @@ impl PgStore {
         let mut admin = tokio::time::timeout(CONNECT_TIMEOUT, base.connect())
             .await
             .map_err(|_| unreachable(format!("no answer within {}s", CONNECT_TIMEOUT.as_secs())))?
-            .map_err(|e| unreachable(crate::harness::infra::redact(&e.to_string())))?;
+            .map_err(|e| unreachable(crate::error::redact(&e.to_string())))?;
         sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
             .execute(&mut admin)
             .await
@@ -327,13 +327,13 @@ impl super::Backend for PgStore {
     }
 
     /// Outbox created → inbox processed, per event, for the report.
-    async fn latency(&self) -> Result<Option<Latency>> {
-        super::truth::latency(&self.pool, &DIALECT).await
+    async fn latencies(&self, sample: &mut (dyn FnMut(i64) + Send)) -> Result<()> {
+        super::truth::latencies(&self.pool, &DIALECT, sample).await
     }
 
     /// Reads the database side of the ground truth for the verifier.
-    async fn ground_truth(&self, ledger: &mut crate::verifier::Ledger) -> Result<()> {
-        super::truth::read(&self.pool, &DIALECT, ledger).await
+    async fn ground_truth(&self, sink: &mut dyn crate::domain::rows::TruthSink) -> Result<()> {
+        super::truth::read(&self.pool, &DIALECT, sink).await
     }
 
     async fn unpublished(&self) -> Result<i64> {
@@ -344,7 +344,7 @@ impl super::Backend for PgStore {
         super::truth::traces(&self.pool, &DIALECT, ids).await
     }
 
-    async fn story(&self, payments: &[Uuid]) -> Result<Vec<crate::verifier::story::StoryRow>> {
+    async fn story(&self, payments: &[Uuid]) -> Result<Vec<super::StoryRow>> {
         super::truth::story(&self.pool, &DIALECT, payments).await
     }
 

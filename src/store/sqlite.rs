@@ -25,7 +25,6 @@
 use super::{dead_letter_key, EffectPlan, Incoming, NewPayment, OutboxRow, HANDLERS, PURGE_CHUNK};
 use crate::error::{Error, Result};
 use crate::domain::events::{EventKind, PaymentEvent};
-use crate::report::Latency;
 use crate::scenario::ProjectionMode;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -325,13 +324,13 @@ impl super::Backend for SqliteStore {
     }
 
     /// Outbox created → inbox processed, per event, for the report.
-    async fn latency(&self) -> Result<Option<Latency>> {
-        super::truth::latency(&self.pool, &DIALECT).await
+    async fn latencies(&self, sample: &mut (dyn FnMut(i64) + Send)) -> Result<()> {
+        super::truth::latencies(&self.pool, &DIALECT, sample).await
     }
 
     /// Reads the database side of the ground truth for the verifier.
-    async fn ground_truth(&self, ledger: &mut crate::verifier::Ledger) -> Result<()> {
-        super::truth::read(&self.pool, &DIALECT, ledger).await
+    async fn ground_truth(&self, sink: &mut dyn crate::domain::rows::TruthSink) -> Result<()> {
+        super::truth::read(&self.pool, &DIALECT, sink).await
     }
 
     async fn unpublished(&self) -> Result<i64> {
@@ -342,7 +341,7 @@ impl super::Backend for SqliteStore {
         super::truth::traces(&self.pool, &DIALECT, ids).await
     }
 
-    async fn story(&self, payments: &[Uuid]) -> Result<Vec<crate::verifier::story::StoryRow>> {
+    async fn story(&self, payments: &[Uuid]) -> Result<Vec<super::StoryRow>> {
         super::truth::story(&self.pool, &DIALECT, payments).await
     }
 

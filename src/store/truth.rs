@@ -6,10 +6,7 @@
 use super::{OutboxRecord, PaymentRow};
 use crate::error::{Error, Result};
 use crate::domain::events::{fingerprint, EventKind, PaymentEvent};
-use crate::report::Latency;
-use crate::verifier::latency::LatencyRecorder;
-use crate::verifier::story::StoryRow;
-use crate::verifier::Ledger;
+use crate::domain::rows::{StoryRow, TruthSink};
 use futures::TryStreamExt;
 use sqlx::{ColumnIndex, Database, Decode, Executor, IntoArguments, Pool, Row, Type};
 use std::collections::HashMap;
@@ -51,12 +48,12 @@ where
     Ok(())
 }
 
-/// Streams every table the verifier reconciles into the ledger, row by row:
+/// Streams every table the verifier reconciles into the sink, row by row:
 /// nothing here holds more than one row at a time, so a million payments
-/// cost the ledger's compact entries and no more. Payments come first, then
-/// the outbox (the ledger indexes events by payment), then the effects.
+/// cost the sink's compact entries and no more. Payments come first, then
+/// the outbox (the sink indexes events by payment), then the effects.
 /// Decoding errors are errors, never panics.
-pub async fn read<DB>(pool: &Pool<DB>, dialect: &Dialect, ledger: &mut Ledger) -> Result<()>
+pub async fn read<DB>(pool: &Pool<DB>, dialect: &Dialect, sink: &mut dyn TruthSink) -> Result<()>
 where
     DB: Database,
     for<'c> &'c Pool<DB>: Executor<'c, Database = DB>,
@@ -70,7 +67,7 @@ where
     for<'r> bool: Decode<'r, DB> + Type<DB>,
 {
     stream(pool, "SELECT id, account_id, amount_cents, status FROM payments", "payments", |r| {
-        ledger.add_payment(PaymentRow {
+        sink.payment(PaymentRow {
             id: r.try_get(0)?,
             account_id: r.try_get(1)?,
             amount_cents: r.try_get(2)?,
@@ -80,14 +77,14 @@ where
     })
     .await?;
     stream(pool, dialect.outbox, "the outbox", |r| {
-        ledger.add_event(outbox_record(r)?);
+        sink.event(outbox_record(r)?);
         Ok(())
     })
     .await?;
-    read_effects(pool, ledger).await
+    read_effects(pool, sink).await
 }
 
-/// One row of the dialect's outbox statement as the ledger keeps it.
+/// One row of the dialect's outbox statement as the sink keeps it.
 fn outbox_record<R>(r: &R) -> std::result::Result<OutboxRecord, sqlx::Error>
 where
     R: Row,
@@ -118,7 +115,7 @@ where
 
 /// The effects' tables, read after the outbox: the inbox, receipts, the
 /// projection, dead letters and the loyalty counter with its credits.
-async fn read_effects<DB>(pool: &Pool<DB>, ledger: &mut Ledger) -> Result<()>
+async fn read_effects<DB>(pool: &Pool<DB>, sink: &mut dyn TruthSink) -> Result<()>
 where
     DB: Database,
     for<'c> &'c Pool<DB>: Executor<'c, Database = DB>,
@@ -132,42 +129,43 @@ where
 {
     let inbox = "SELECT message_id, handler FROM inbox UNION ALL SELECT message_id, handler FROM inbox_unkeyed";
     stream(pool, inbox, "the inbox", |r| {
-        ledger.add_inbox_row(r.try_get(0)?, &r.try_get::<String, _>(1)?);
+        sink.inbox_row(r.try_get(0)?, &r.try_get::<String, _>(1)?);
         Ok(())
     })
     .await?;
     // In payment order, so a payment's receipts arrive side by side.
     stream(pool, "SELECT payment_id, message_id FROM receipts ORDER BY payment_id", "receipts", |r| {
-        ledger.add_receipt(r.try_get(0)?, r.try_get(1)?);
+        sink.receipt(r.try_get(0)?, r.try_get(1)?);
         Ok(())
     })
     .await?;
     stream(pool, "SELECT payment_id, status, event_id FROM payment_projection", "the projection", |r| {
         let status: String = r.try_get(1)?;
-        ledger.add_projection(r.try_get(0)?, status == "captured", r.try_get(2)?);
+        sink.projection(r.try_get(0)?, status == "captured", r.try_get(2)?);
         Ok(())
     })
     .await?;
     stream(pool, "SELECT message_id FROM dead_letters", "dead letters", |r| {
-        ledger.add_dead_letter(&r.try_get::<String, _>(0)?);
+        sink.dead_letter(&r.try_get::<String, _>(0)?);
         Ok(())
     })
     .await?;
     stream(pool, "SELECT account_id, points FROM loyalty_points", "loyalty points", |r| {
-        ledger.add_loyalty(r.try_get(0)?, r.try_get(1)?);
+        sink.loyalty(r.try_get(0)?, r.try_get(1)?);
         Ok(())
     })
     .await?;
     stream(pool, "SELECT event_id, account_id, points FROM loyalty_credits", "loyalty credits", |r| {
-        ledger.add_credit(r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
+        sink.credit(r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
         Ok(())
     })
     .await
 }
 
-/// End-to-end latency per event, streamed into one histogram: the same
-/// statistic whichever backend holds the samples.
-pub async fn latency<DB>(pool: &Pool<DB>, dialect: &Dialect) -> Result<Option<Latency>>
+/// Each event's end-to-end latency in whole milliseconds, streamed one
+/// sample at a time: the verifier makes the statistic, the same whichever
+/// backend holds the samples.
+pub async fn latencies<DB>(pool: &Pool<DB>, dialect: &Dialect, sample: &mut (dyn FnMut(i64) + Send)) -> Result<()>
 where
     DB: Database,
     for<'c> &'c Pool<DB>: Executor<'c, Database = DB>,
@@ -175,13 +173,11 @@ where
     usize: ColumnIndex<DB::Row>,
     for<'r> i64: Decode<'r, DB> + Type<DB>,
 {
-    let mut recorder = LatencyRecorder::new();
     stream(pool, dialect.latency, "latencies", |r| {
-        recorder.record(r.try_get(0)?);
+        sample(r.try_get(0)?);
         Ok(())
     })
-    .await?;
-    Ok(recorder.finish())
+    .await
 }
 
 /// The last trace of each of `ids` (payments or events) in the database,

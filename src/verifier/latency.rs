@@ -4,8 +4,30 @@
 //! here. (They were interpolated by PostgreSQL and nearest-rank on SQLite,
 //! two different statistics under one name.)
 
-use crate::report::{Latency, LatencyBucket};
 use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+/// End-to-end latency percentiles, in milliseconds.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Latency {
+    pub events: u64,
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub max: f64,
+    /// The distribution: events per latency range, the ranges doubling
+    /// (from the run's HDR histogram), empty in reports from before them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub buckets: Vec<LatencyBucket>,
+}
+
+/// Events whose latency was above the previous bucket's `up_to_ms` and at
+/// most this one's.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct LatencyBucket {
+    pub up_to_ms: u64,
+    pub events: u64,
+}
 
 /// Millisecond samples, three significant digits, any range.
 pub struct LatencyRecorder {

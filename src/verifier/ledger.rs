@@ -13,7 +13,9 @@ use super::reconcile::{AnomalyBuilder, AnomalyKind};
 use super::topic::TopicRecord;
 use crate::domain::events::{EventKind, PaymentEvent};
 use crate::domain::intent::Intended;
-use crate::store::{handlers_for, Handler};
+use crate::domain::handlers::{handlers_for, Handler};
+pub use crate::domain::rows::{OutboxRecord, PaymentRow};
+use crate::domain::rows::TruthSink;
 use std::collections::{BTreeMap, HashMap};
 use uuid::Uuid;
 
@@ -104,30 +106,6 @@ pub(super) struct MessageEntry {
     pub payment: u32,
     pub partition: u16,
     pub kind: Option<EventKind>,
-}
-
-/// One row of the payments table, as the verifier reads it.
-#[derive(Debug, Clone)]
-pub struct PaymentRow {
-    pub id: Uuid,
-    pub account_id: i32,
-    pub amount_cents: i64,
-    pub captured: bool,
-}
-
-/// One outbox row, as the verifier reads it.
-#[derive(Debug, Clone)]
-pub struct OutboxRecord {
-    pub id: Uuid,
-    pub payment_id: Uuid,
-    /// None for a malformed (poison) event: one whose type or payload does
-    /// not decode, told apart exactly as the notifier tells it apart.
-    pub kind: Option<EventKind>,
-    /// The decoded payload, when it decodes.
-    pub body: Option<PaymentEvent>,
-    pub published: bool,
-    /// Of the key, type and payload a relay publishes for it.
-    pub fingerprint: u32,
 }
 
 /// The builders of the anomalies found while rows stream in.
@@ -529,5 +507,33 @@ impl Ledger {
             }
         }
         (payment_of, messages)
+    }
+}
+
+/// The database half of the ground truth streams straight into the ledger.
+impl TruthSink for Ledger {
+    fn payment(&mut self, row: PaymentRow) {
+        self.add_payment(row)
+    }
+    fn event(&mut self, row: OutboxRecord) {
+        self.add_event(row)
+    }
+    fn inbox_row(&mut self, message: Uuid, handler: &str) {
+        self.add_inbox_row(message, handler)
+    }
+    fn receipt(&mut self, payment: Uuid, message: Uuid) {
+        self.add_receipt(payment, message)
+    }
+    fn projection(&mut self, payment: Uuid, captured: bool, event: Option<Uuid>) {
+        self.add_projection(payment, captured, event)
+    }
+    fn dead_letter(&mut self, message_id: &str) {
+        self.add_dead_letter(message_id)
+    }
+    fn loyalty(&mut self, account: i32, points: i64) {
+        self.add_loyalty(account, points)
+    }
+    fn credit(&mut self, event: Uuid, account: i32, points: i64) {
+        self.add_credit(event, account, points)
     }
 }

@@ -18,51 +18,14 @@
 
 use super::ledger::{flag, mark, Ledger, MessageEntry, PaymentEntry, NO_PAYMENT};
 use crate::domain::events::EventKind;
-use crate::store::{handlers_for, Handler};
+use crate::domain::handlers::{handlers_for, Handler};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// At most this many examples per anomaly: enough to go and look.
 pub const EXAMPLES: usize = 5;
 
-choices! {
-    /// Every violation the verifier can name.
-    AnomalyKind {
-        /// The workload committed fewer payments than the scenario asks
-        /// for, or a committed payment has no row.
-        LostPayment = "lost payment",
-        /// A payment row the workload never committed.
-        PhantomPayment = "phantom payment",
-        /// A payment row that differs from what was committed.
-        PaymentMismatch = "payment mismatch",
-        /// A payment's outbox events are not exactly the ones committed.
-        OutboxMismatch = "outbox mismatch",
-        /// An event that never reached the topic.
-        LostEvent = "lost event",
-        /// A message on the topic that is no outbox event.
-        ForeignEvent = "foreign event",
-        /// A message whose key, type or payload differ from its outbox row.
-        MessageMismatch = "message mismatch",
-        /// One payment's events on more than one partition.
-        SplitPayment = "split payment",
-        /// An outbox row still unpublished after the drain.
-        UnpublishedLeftover = "unpublished leftover",
-        /// An effect applied more than once.
-        DuplicateEffect = "duplicate effect",
-        /// An effect never applied.
-        MissingEffect = "missing effect",
-        /// An effect whose cause is not the event that should cause it.
-        MisattributedEffect = "misattributed effect",
-        /// The projection does not show the payment's final status.
-        StaleProjection = "stale projection",
-        /// Inbox rows per handler differ from the distinct events it handles.
-        InboxMismatch = "inbox mismatch",
-        /// Dead letters differ from the malformed events.
-        DeadLetterMismatch = "dead letter mismatch",
-        /// A non-idempotent counter that does not add up.
-        CounterDrift = "counter drift",
-    }
-}
+pub use crate::domain::anomaly::AnomalyKind;
 
 /// The figures of a run, all read from the ground truth. `serde(default)`:
 /// reports saved before a figure existed still load.

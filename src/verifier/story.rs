@@ -74,16 +74,7 @@ impl TopicMessage {
     }
 }
 
-/// A dated row as the store reads it: its payment, and the time in
-/// milliseconds since the epoch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoryRow {
-    pub payment: Uuid,
-    pub lane: &'static str,
-    pub what: String,
-    pub event: Option<Uuid>,
-    pub at_epoch_ms: i64,
-}
+pub use crate::domain::rows::StoryRow;
 
 /// The examples to tell, as (anomaly index, example index, subject).
 pub fn wanted(anomalies: &[Anomaly]) -> Vec<(usize, usize, Uuid)> {

@@ -4,7 +4,7 @@ use super::{config, delivery};
 use crate::broker::{ConsumerSpec, OffRuntime, OnAssign};
 use crate::error::{Error, Result};
 use crate::domain::events::Delivery;
-use crate::harness::infra::CONNECT_TIMEOUT;
+use crate::domain::names::CONNECT_TIMEOUT;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use rdkafka::client::ClientContext;

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use consumer::KafkaConsumer;
 use producer::KafkaProducer;
 
-use crate::harness::infra::CONNECT_TIMEOUT;
+use crate::domain::names::CONNECT_TIMEOUT;
 
 /// How long one poll of the verifier's reader waits before it checks its
 /// time limit.
@@ -198,11 +198,11 @@ impl Broker for Kafka {
     }
 
     fn producer(&self) -> Result<Box<dyn super::Producer>> {
-        Ok(Box::new(KafkaProducer::new(&self.bootstrap, crate::scenario::RelayProducer::Idempotent)?))
+        Ok(Box::new(KafkaProducer::new(&self.bootstrap, super::ProducerAcks::AllReplicasIdempotent)?))
     }
 
-    fn producer_for(&self, what: crate::scenario::RelayProducer) -> Result<Box<dyn super::Producer>> {
-        Ok(Box::new(KafkaProducer::new(&self.bootstrap, what)?))
+    fn producer_for(&self, acks: super::ProducerAcks) -> Result<Box<dyn super::Producer>> {
+        Ok(Box::new(KafkaProducer::new(&self.bootstrap, acks)?))
     }
 
     fn leader(&self, topic: &str, partition: i32) -> Option<String> {

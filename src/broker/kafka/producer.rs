@@ -20,10 +20,10 @@ const PRODUCE_TIMEOUT: Duration = Duration::from_secs(15);
 pub struct KafkaProducer(OffRuntime<FutureProducer>);
 
 impl KafkaProducer {
-    pub fn new(brokers: &str, what: crate::scenario::RelayProducer) -> Result<Self> {
-        let (acks, idempotent) = match what {
-            crate::scenario::RelayProducer::Idempotent => ("all", "true"),
-            crate::scenario::RelayProducer::LeaderAck => ("1", "false"),
+    pub fn new(brokers: &str, acks: crate::broker::ProducerAcks) -> Result<Self> {
+        let (acks, idempotent) = match acks {
+            crate::broker::ProducerAcks::AllReplicasIdempotent => ("all", "true"),
+            crate::broker::ProducerAcks::LeaderOnly => ("1", "false"),
         };
         let p = config(brokers)
             .set("acks", acks)

@@ -2,3 +2,4 @@
 //! component process speaks to the harness.
 
 pub mod program;
+pub mod protocol;

@@ -18,7 +18,7 @@
 //! keepers started is killed: on stop, on drop, and (for the direct child)
 //! by the kernel if `chaos` itself dies (`PR_SET_PDEATHSIG`).
 
-use crate::harness::component::Line;
+use crate::nemesis::process::protocol::Line;
 use crate::pipeline::context::{Ctx, Stats, RESTART_FLOOR};
 use crate::faults::FaultPoint;
 use crate::scenario::{Components, ProgramCommand};
@@ -326,7 +326,7 @@ impl Env {
         ];
         match database {
             Database::Postgres(url) => env.push(("CHAOS_DATABASE_URL", url.clone())),
-            Database::Sqlite(path) => env.push((crate::harness::component::SQLITE_ENV, path.display().to_string())),
+            Database::Sqlite(path) => env.push((crate::nemesis::process::protocol::SQLITE_ENV, path.display().to_string())),
         }
         if role == Role::Notifier {
             env.push(("CHAOS_GROUP", ctx.names.group.clone()));
@@ -334,8 +334,8 @@ impl Env {
         if reference {
             let json = serde_json::to_string(&*ctx.scenario)
                 .map_err(|e| crate::Error::Internal(format!("encoding the scenario for a component: {e}")))?;
-            env.push((crate::harness::component::SCENARIO_ENV, json));
-            env.push((crate::harness::component::EMBEDDED_ENV, if ctx.broker.embedded() { "1" } else { "0" }.into()));
+            env.push((crate::nemesis::process::protocol::SCENARIO_ENV, json));
+            env.push((crate::nemesis::process::protocol::EMBEDDED_ENV, if ctx.broker.embedded() { "1" } else { "0" }.into()));
             // The component's logs go to its log file: info, unless asked.
             env.push((
                 "RUST_LOG",
@@ -440,7 +440,7 @@ struct Proc {
     child: Child,
     /// Protocol lines from a reference component's stdout.
     lines: tokio::sync::mpsc::UnboundedReceiver<Line>,
-    fold: crate::harness::component::Fold,
+    fold: crate::nemesis::process::protocol::Fold,
     pid: i32,
     incarnation: u32,
     started: Instant,
@@ -871,7 +871,7 @@ async fn copy_lines(
     };
     let mut lines = BufReader::new(from).lines();
     while let Ok(Some(line)) = lines.next_line().await {
-        if let (Some(tx), Some(json)) = (&protocol, line.strip_prefix(crate::harness::component::PREFIX)) {
+        if let (Some(tx), Some(json)) = (&protocol, line.strip_prefix(crate::nemesis::process::protocol::PREFIX)) {
             match serde_json::from_str::<Line>(json) {
                 Ok(l) => {
                     let _ = tx.send(l);

@@ -51,25 +51,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
+pub use crate::scenario::Shaping;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
-
-/// How the scenario shapes a slot's traffic.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Shaping {
-    /// Added to every read before it is written on.
-    pub latency: Duration,
-    /// Each read's latency varies uniformly by up to this, either way.
-    pub jitter: Duration,
-    /// Bytes per second in each direction; 0 is unlimited.
-    pub bytes_per_sec: u64,
-}
-
-impl Shaping {
-    fn is_none(&self) -> bool {
-        self.latency.is_zero() && self.jitter.is_zero() && self.bytes_per_sec == 0
-    }
-}
 
 /// A slot's process, when the component runs as one: the proxy kills it
 /// for `db.kill_after_commit`, then tells the keeper, which sees it end and
@@ -289,7 +273,7 @@ fn upstream_of(url: &str) -> Result<SocketAddr> {
     with_port.parse().map_err(|_| {
         Error::Usage(format!(
             "the fault proxy needs PostgreSQL at an IP address and port, and the URL gives {}; use 127.0.0.1:5432 in DATABASE_URL",
-            crate::harness::infra::redact(host_port)
+            crate::error::redact(host_port)
         ))
     })
 }
@@ -324,7 +308,7 @@ async fn bind_kafka(n: usize) -> Result<Vec<(TcpListener, SocketAddr)>> {
     let brokers: Vec<SocketAddr> =
         (0..n as u16).map(|i| SocketAddr::from(([127, 0, 0, 1], kafka::BROKER_BASE + i))).collect();
     for (i, b) in brokers.iter().enumerate() {
-        let reached = tokio::time::timeout(crate::harness::infra::CONNECT_TIMEOUT, TcpStream::connect(b)).await;
+        let reached = tokio::time::timeout(crate::domain::names::CONNECT_TIMEOUT, TcpStream::connect(b)).await;
         if !matches!(reached, Ok(Ok(_))) {
             return Err(Error::Kafka {
                 context: "putting the fault proxy in front of Kafka".into(),
@@ -405,7 +389,7 @@ async fn relay_connection(
     faults: Arc<FaultInjector>,
     mut reset: watch::Receiver<bool>,
 ) -> Ended {
-    let server = tokio::time::timeout(crate::harness::infra::CONNECT_TIMEOUT, TcpStream::connect(upstream))
+    let server = tokio::time::timeout(crate::domain::names::CONNECT_TIMEOUT, TcpStream::connect(upstream))
         .await
         .map_err(|_| "upstream connect timed out".to_string())?
         .map_err(|e| format!("upstream connect: {e}"))?;

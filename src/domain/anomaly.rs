@@ -1,0 +1,42 @@
+//! The names of every violation the verifier can find. They are shared
+//! words: a scenario lists the anomalies it allows, the self-test the one
+//! each classic mistake must cause.
+
+choices! {
+    /// Every violation the verifier can name.
+    AnomalyKind {
+        /// The workload committed fewer payments than the scenario asks
+        /// for, or a committed payment has no row.
+        LostPayment = "lost payment",
+        /// A payment row the workload never committed.
+        PhantomPayment = "phantom payment",
+        /// A payment row that differs from what was committed.
+        PaymentMismatch = "payment mismatch",
+        /// A payment's outbox events are not exactly the ones committed.
+        OutboxMismatch = "outbox mismatch",
+        /// An event that never reached the topic.
+        LostEvent = "lost event",
+        /// A message on the topic that is no outbox event.
+        ForeignEvent = "foreign event",
+        /// A message whose key, type or payload differ from its outbox row.
+        MessageMismatch = "message mismatch",
+        /// One payment's events on more than one partition.
+        SplitPayment = "split payment",
+        /// An outbox row still unpublished after the drain.
+        UnpublishedLeftover = "unpublished leftover",
+        /// An effect applied more than once.
+        DuplicateEffect = "duplicate effect",
+        /// An effect never applied.
+        MissingEffect = "missing effect",
+        /// An effect whose cause is not the event that should cause it.
+        MisattributedEffect = "misattributed effect",
+        /// The projection does not show the payment's final status.
+        StaleProjection = "stale projection",
+        /// Inbox rows per handler differ from the distinct events it handles.
+        InboxMismatch = "inbox mismatch",
+        /// Dead letters differ from the malformed events.
+        DeadLetterMismatch = "dead letter mismatch",
+        /// A non-idempotent counter that does not add up.
+        CounterDrift = "counter drift",
+    }
+}

@@ -1,0 +1,204 @@
+//! The layers of `src/` and the one direction their dependencies run in.
+//!
+//! Each top-level module sits on one layer; a module may name (`crate::…`)
+//! only modules on lower layers, or on its own layer when the two do not
+//! name each other. Test code (`#[cfg(test)]` modules) is left out: a unit
+//! test may reach up for the harness it needs. Comments are left out too.
+//!
+//! A new top-level module must be given a layer here, so the map stays
+//! the architecture's.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// From the bottom up. A module may name only those below it, and those
+/// beside it on the same line that do not name it back.
+const LAYERS: &[&[&str]] = &[
+    // Exit codes and typed errors: everything may fail.
+    &["exit"],
+    &["error"],
+    // The words every layer shares: events, intent, rows, handlers, names.
+    &["domain"],
+    // Fault points, their seeded decisions and the log of what fired.
+    &["faults"],
+    // The raw and validated scenario, which names fault points.
+    &["scenario"],
+    // The services' adapters.
+    &["broker", "store"],
+    // The checker: it reads ground truth, never the system under test.
+    &["verifier"],
+    // The reference system under test.
+    &["pipeline"],
+    // Faults struck from outside the components.
+    &["nemesis"],
+    // What people and CI read.
+    &["report"],
+    // One run.
+    &["harness"],
+    // Many runs.
+    &["campaigns"],
+    // One function per subcommand; every exit-code decision.
+    &["commands"],
+];
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&module))
+}
+
+fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = entry.path();
+        if p.is_dir() {
+            files(&p, out);
+        } else if p.extension().is_some_and(|e| e == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The top-level module a file belongs to: `src/store/truth.rs` → `store`.
+fn top(file: &Path) -> String {
+    let rel = file.strip_prefix(src()).unwrap();
+    let first = rel.components().next().unwrap().as_os_str().to_string_lossy().to_string();
+    first.trim_end_matches(".rs").to_string()
+}
+
+/// Files declared behind `#[cfg(test)]` (`#[cfg(test)] mod testing;`).
+fn test_only_files(all: &[PathBuf]) -> BTreeSet<PathBuf> {
+    let mut out = BTreeSet::new();
+    for f in all {
+        let text = std::fs::read_to_string(f).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for w in lines.windows(2) {
+            if w[0].trim() != "#[cfg(test)]" {
+                continue;
+            }
+            let decl = w[1].trim().trim_start_matches("pub ").trim_start_matches("pub(crate) ");
+            if let Some(name) = decl.strip_prefix("mod ").and_then(|n| n.strip_suffix(';')) {
+                let dir = if f.file_name().is_some_and(|n| n == "mod.rs" || n == "lib.rs") {
+                    f.parent().unwrap().to_path_buf()
+                } else {
+                    f.with_extension("")
+                };
+                out.insert(dir.join(format!("{name}.rs")));
+                out.insert(dir.join(name).join("mod.rs"));
+            }
+        }
+    }
+    out
+}
+
+/// The code of a file without its comments and without its inline
+/// `#[cfg(test)] mod tests { … }` (by convention the file's last item).
+fn code(text: &str) -> String {
+    let text = match text.find("#[cfg(test)]\nmod tests {") {
+        Some(i) => &text[..i],
+        None => text,
+    };
+    text.lines()
+        .map(|l| match l.find("//") {
+            // A `//` inside a string (a URL) keeps the line whole.
+            Some(i) if l[..i].matches('"').count() % 2 == 0 => &l[..i],
+            _ => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every top-level module `text` names through `crate::`.
+fn named(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("crate::") {
+        rest = &rest[i + "crate::".len()..];
+        let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        if name.is_empty() {
+            // `crate::{a, b}` hides what it names from this check.
+            out.insert("{".into());
+        } else if name == "Error" {
+            // lib.rs re-exports `error::Error` as `crate::Error`.
+            out.insert("error".into());
+        } else {
+            out.insert(name);
+        }
+    }
+    out
+}
+
+/// module → (module it names → the first file that names it).
+fn imports() -> BTreeMap<String, BTreeMap<String, PathBuf>> {
+    let mut all = Vec::new();
+    files(&src(), &mut all);
+    let skip = test_only_files(&all);
+    let mut out: BTreeMap<String, BTreeMap<String, PathBuf>> = BTreeMap::new();
+    for f in all.iter().filter(|f| !skip.contains(*f)) {
+        let from = top(f);
+        if from == "lib" || from == "main" {
+            continue;
+        }
+        let text = std::fs::read_to_string(f).unwrap();
+        for to in named(&code(&text)) {
+            if to != from {
+                out.entry(from.clone()).or_default().entry(to).or_insert_with(|| f.clone());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_module_has_a_layer() {
+    let mut all = Vec::new();
+    files(&src(), &mut all);
+    let tops: BTreeSet<String> = all.iter().map(|f| top(f)).filter(|t| t != "lib" && t != "main").collect();
+    let missing: Vec<&String> = tops.iter().filter(|t| layer_of(t).is_none()).collect();
+    assert!(missing.is_empty(), "top-level modules without a layer in tests/layers.rs: {missing:?}");
+}
+
+#[test]
+fn dependencies_run_down_the_layers_only() {
+    let mut wrong = Vec::new();
+    for (from, tos) in imports() {
+        let Some(lf) = layer_of(&from) else { continue };
+        for (to, file) in tos {
+            let shown = file.strip_prefix(src()).unwrap().display().to_string();
+            if to == "{" {
+                wrong.push(format!("src/{shown} writes `crate::{{…}}`: name each path in full"));
+                continue;
+            }
+            match layer_of(&to) {
+                Some(lt) if lt > lf => wrong.push(format!("{from} imports {to}, a layer above it (src/{shown})")),
+                None => wrong.push(format!("{from} imports {to}, which has no layer (src/{shown})")),
+                _ => {}
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "imports that run up the layers:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn no_two_modules_import_each_other() {
+    let map = imports();
+    let mut both = Vec::new();
+    for (a, tos) in &map {
+        for b in tos.keys() {
+            if a < b && map.get(b).is_some_and(|m| m.contains_key(a)) {
+                both.push(format!("{a} ↔ {b}"));
+            }
+        }
+    }
+    assert!(both.is_empty(), "top-level modules that import each other: {both:?}");
+}
+
+#[test]
+fn the_check_sees_an_upward_import() {
+    // The reader itself: a `use` of a higher layer is seen, a comment is not.
+    let text = "use crate::store::Store;\n// crate::commands in a comment\nfn f() { crate::harness::run(); }\n#[cfg(test)]\nmod tests {\n use crate::campaigns::x;\n}\n";
+    let seen = named(&code(text));
+    assert_eq!(seen, ["harness", "store"].iter().map(|s| s.to_string()).collect());
+    assert!(layer_of("harness") > layer_of("store"));
+}
