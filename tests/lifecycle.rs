@@ -1,6 +1,11 @@
 //! Interruptions and services dying mid-run: the harness never hangs and
 //! never prints a green verdict over an incomplete run.
+//!
+//! A test binary of its own, apart from `tests/e2e/`: its outage tests stop
+//! and start the shared PostgreSQL and Kafka, which would break any
+//! end-to-end test running beside them in one binary.
 
+#[path = "e2e/common.rs"]
 mod common;
 use common::*;
 use std::process::{Command, Stdio};

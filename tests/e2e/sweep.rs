@@ -4,8 +4,7 @@
 //! command fails again. Its JUnit file validates against the schema CI
 //! systems read.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::path::Path;
 
 fn sweep(backend: Backend, scenario: &str, reports: &Path, extra: &[&str]) -> Ran {

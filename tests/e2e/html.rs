@@ -8,8 +8,7 @@
 //! colour. `chaos report <file.json> --html` draws the same page again from
 //! the JSON alone. Each body runs on the real services and embedded.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -5,11 +5,10 @@
 //! recorded byte streams, the reference pipeline passing under every proxy
 //! fault, and bad input.
 
-mod common;
 use chaos::broker::Broker;
 use chaos::faults::{FaultInjector, FaultPoint, FaultRates};
 use chaos::nemesis::proxy::{kafka, pg, Proxy, Settings, Shaping};
-use common::*;
+use crate::common::*;
 use sqlx::Connection;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -3,12 +3,11 @@
 //! offset commit, claimed in the inbox with its effect in one transaction;
 //! then the rows and the committed offset are checked.
 
-mod common;
 use chaos::broker::{kafka::Kafka, Broker, ConsumerSpec};
 use chaos::domain::events::Envelope;
 use chaos::scenario::{InboxMode, ProjectionMode};
 use chaos::store::{postgres::PgStore, BatchFaults, Modes, NewPayment, Store};
-use common::*;
+use crate::common::*;
 use sqlx::Row;
 use std::time::Duration;
 use uuid::Uuid;
@@ -20,7 +19,7 @@ async fn outbox_to_kafka_to_inbox_round_trip() {
     let store = Store::Postgres(PgStore::open(&database_url(), &names.schema, 4).await.expect("PostgreSQL"));
     let brokers = chaos::broker::kafka::ping(&brokers(), Duration::from_secs(8)).await.expect("Kafka");
     eprintln!("talking to PostgreSQL at {} and Kafka brokers {brokers:?}", store.endpoint());
-    let kafka = Kafka::connect(&common::brokers()).await.expect("Kafka");
+    let kafka = Kafka::connect(&crate::common::brokers()).await.expect("Kafka");
     kafka.create_topic(&topic, 1).await.unwrap();
 
     // 1. The outbox row, written with its payment in one transaction.

@@ -1,9 +1,8 @@
 //! Every shipped scenario loads, and bad scenario files fail with one line
 //! naming file, line and column, and exit code 2.
 
-mod common;
 use chaos::faults::FaultPoint;
-use common::*;
+use crate::common::*;
 
 #[test]
 fn every_shipped_scenario_is_valid() {

@@ -2,8 +2,7 @@
 //! written to the JSON report. No timing is asserted: targets belong in the
 //! benchmark's own output.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 #[test]
 fn small_bench_reports_every_figure() {

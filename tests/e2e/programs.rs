@@ -3,9 +3,8 @@
 //! kills are real, and a program that misbehaves gets a clear error and
 //! exit 5, never a hang, with no process left behind.
 
-mod common;
 
-use common::*;
+use crate::common::*;
 use std::path::Path;
 use std::time::Duration;
 

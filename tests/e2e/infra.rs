@@ -1,8 +1,7 @@
 //! Doctor and unreachable services: bounded, one line, the right exit code,
 //! and never a password.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::time::Duration;
 
 #[test]

@@ -1,10 +1,9 @@
 //! The user's references say what the code does: the README and `--help`
 //! list every exit code and every fault point the code has.
 
-mod common;
 use chaos::exit::Exit;
 use chaos::faults::FaultPoint;
-use common::*;
+use crate::common::*;
 
 fn readme() -> String {
     std::fs::read_to_string(root().join("README.md")).unwrap()

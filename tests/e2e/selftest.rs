@@ -1,8 +1,7 @@
 //! `chaos selftest` on both backends: every classic mistake is caught, and
 //! the correct pipeline is clean under all the faults that catch them.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 fn selftest_catches_every_variant(backend: Backend) {
     selftest_catches_every_variant_with(backend, "in-process");

@@ -2,8 +2,7 @@
 //! and Apache Kafka and on the embedded backends (SQLite and librdkafka's
 //! mock cluster), through the same code paths.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 fn payments_proves_exactly_once_under_crashes(backend: Backend) {
     let reports = tempfile::tempdir().unwrap();
