@@ -26,13 +26,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # name: (file, text to find, replacement, scenario)
 PLANTS = {
     "receipt-on-the-wrong-event": (
-        "src/inbox.rs",
+        "src/pipeline/inbox.rs",
         "plan.receipts.push((e.body.payment_id, e.event_id));",
         "plan.receipts.push((e.body.payment_id, uuid::Uuid::from_u128(e.event_id.as_u128() ^ 1)));",
         "scenarios/payments.toml",
     ),
     "receipt-on-some-authorized-events": (
-        "src/inbox.rs",
+        "src/pipeline/inbox.rs",
         "        if e.kind == EventKind::Captured {\n            if may_apply(e.event_id, HANDLER_RECEIPTS) {",
         "        if e.kind == EventKind::Authorized && e.body.amount_cents % 97 == 0 {\n"
         "            plan.receipts.push((e.body.payment_id, e.event_id));\n        }\n"
@@ -40,7 +40,7 @@ PLANTS = {
         "scenarios/payments.toml",
     ),
     "loyalty-to-the-wrong-account": (
-        "src/inbox.rs",
+        "src/pipeline/inbox.rs",
         "*plan.loyalty.entry((e.body.account_id, e.partition)).or_default() += e.body.amount_cents;\n"
         "                plan.credits.push((e.event_id, e.body.account_id, e.body.amount_cents));",
         "*plan.loyalty.entry((e.body.account_id ^ 1, e.partition)).or_default() += e.body.amount_cents;\n"
@@ -48,19 +48,19 @@ PLANTS = {
         "scenarios/payments.toml",
     ),
     "one-payment-fewer": (
-        "src/workload.rs",
+        "src/pipeline/workload.rs",
         "    (first..(first + batch).min(payments))\n",
         "    (first..(first + batch).min(payments)).filter(|i| *i != 500)\n",
         "scenarios/payments.toml",
     ),
     "notifier-crash-that-does-nothing": (
-        "src/notifier.rs",
-        "crate::component::halt_for(FaultPoint::NotifierBeforeOffsetCommit, fires).await;\n        }\n        fires > 0\n",
-        "crate::component::halt_for(FaultPoint::NotifierBeforeOffsetCommit, fires).await;\n        }\n        false\n",
+        "src/pipeline/notifier.rs",
+        "ctx.faults.halt_for(FaultPoint::NotifierBeforeOffsetCommit, fires).await;\n        }\n        fires > 0\n",
+        "ctx.faults.halt_for(FaultPoint::NotifierBeforeOffsetCommit, fires).await;\n        }\n        false\n",
         "scenarios/payments.toml",
     ),
     "mark-despite-a-failed-produce": (
-        "src/relay.rs",
+        "src/pipeline/relay.rs",
         "            return self.produce_failed(cause, rows.len(), refuse.is_some(), shutdown).await;",
         "            let _ = (cause, shutdown);",
         "scenarios/smoke.toml",

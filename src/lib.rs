@@ -69,7 +69,7 @@ pub mod faults;
 pub mod harness;
 pub mod nemesis;
 pub mod pipeline;
-pub mod report;
+pub(crate) mod report;
 pub mod scenario;
 pub mod store;
 pub mod verifier;

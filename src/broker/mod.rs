@@ -15,7 +15,8 @@
 //! The message envelope is built and parsed in [`crate::domain::events`].
 
 pub mod kafka;
-pub mod memory;
+#[cfg(test)]
+pub(crate) mod memory;
 
 use crate::error::Result;
 use crate::domain::events::{Delivery, Envelope};

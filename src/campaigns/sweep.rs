@@ -130,7 +130,7 @@ impl Summary {
 pub fn swarm_rates(base: &FaultRates, seed: u64) -> Vec<(FaultPoint, f64)> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x5357_4152_4d00_0000);
     let set: Vec<FaultPoint> =
-        FaultPoint::ALL.iter().copied().filter(|p| base.get(*p) > 0.0 && !FaultPoint::SERVICE.contains(p)).collect();
+        FaultPoint::ALL.iter().copied().filter(|p| base.get(*p) > 0.0 && !p.is_service()).collect();
     let mut out: Vec<(FaultPoint, f64)> = set
         .iter()
         .map(|p| {

@@ -10,9 +10,9 @@ use crate::report::{self, Report, Style};
 use crate::harness::run::{self, RunOptions};
 use std::path::Path;
 
-pub mod clean;
+pub(crate) mod clean;
 pub mod cli;
-pub mod doctor;
+pub(crate) mod doctor;
 mod reporters;
 
 /// Runs one subcommand to its exit code.

@@ -30,6 +30,8 @@ macro_rules! choices {
             }
 
             /// `"a", "b" or "c"`, for error messages.
+            // Not every choice is read from a file, so not every one names its values.
+            #[allow(dead_code)]
             pub fn names() -> String {
                 let all: Vec<String> = Self::ALL.iter().map(|v| format!("{:?}", v.as_str())).collect();
                 match all.split_last() {

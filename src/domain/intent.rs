@@ -29,10 +29,6 @@ pub struct Intent {
 }
 
 impl Intent {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     /// A producer's record, handed over when it stops (whether it finished or
     /// failed: what it committed is committed either way).
     pub fn extend(&self, entries: Vec<Intended>) {
@@ -54,7 +50,7 @@ mod tests {
     fn entries_stay_compact_and_hand_over_whole() {
         // A million payments in 32 MB: the record must not grow the run's RSS past its budget.
         assert!(std::mem::size_of::<Intended>() <= 32);
-        let i = Intent::new();
+        let i = Intent::default();
         let e = Intended { id: Uuid::from_u128(1), amount_cents: 5, account_id: 2, captured: true, poison: false };
         i.extend(vec![e, e]);
         i.extend(vec![e]);

@@ -4,9 +4,9 @@
 #[macro_use]
 pub mod choices;
 
-pub mod anomaly;
+pub(crate) mod anomaly;
 pub mod events;
-pub mod handlers;
+pub(crate) mod handlers;
 pub mod intent;
 pub mod names;
-pub mod rows;
+pub(crate) mod rows;

@@ -12,16 +12,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Declares every fault point once: its variant and what it does, its
-/// name, the scenario key that sets its probability, what one occurrence
-/// is, and how the harness confirms its effect. The list of points, the
-/// scenario's `[faults]` keys with their defaults, and the rates are all
-/// generated from this table, so a new fault point is one entry here plus
-/// the place that strikes it.
+/// Declares every fault point once: its variant, its name, the scenario
+/// key that sets its probability, what one occurrence is, who strikes it
+/// (and so what a run needs for it), whether the nemesis timeline may
+/// schedule it, how its effect is confirmed, what happens, and what the
+/// harness sees. The list of points, the scenario's `[faults]` keys with
+/// their defaults, the rates, the preflight rules and docs/fault-points.md
+/// are all generated from this table, so a new fault point is one entry
+/// here plus the place that strikes it.
 macro_rules! fault_points {
     ($(
         $(#[$doc:meta])*
-        $variant:ident = $name:literal, key $key:ident, per $unit:literal, confirmed by $confirmed:literal;
+        $variant:ident = $name:literal, key $key:ident, per $unit:literal, by $strike:ident $(+ $sched:ident)?,
+        confirm $confirm:ident, what $what:literal, confirmed by $confirmed:literal;
     )+) => {
         /// Every place the injector may strike.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -52,6 +55,26 @@ macro_rules! fault_points {
             pub fn confirmed_by(self) -> &'static str {
                 match self { $(FaultPoint::$variant => $confirmed,)+ }
             }
+
+            /// Who strikes it, and so what a run needs for it.
+            pub fn strike(self) -> Strike {
+                match self { $(FaultPoint::$variant => Strike::$strike,)+ }
+            }
+
+            /// Which effect confirms a firing.
+            pub fn confirm(self) -> Confirm {
+                match self { $(FaultPoint::$variant => Confirm::$confirm,)+ }
+            }
+
+            /// What happens when it fires, for people (docs/fault-points.md).
+            pub fn what(self) -> &'static str {
+                match self { $(FaultPoint::$variant => $what,)+ }
+            }
+
+            /// Whether a `[[nemesis.timeline]]` entry may schedule it.
+            pub fn schedulable(self) -> bool {
+                match self { $(FaultPoint::$variant => false $(|| stringify!($sched) == "schedulable")?,)+ }
+            }
         }
 
         /// The `[faults]` table as written: a probability per fault point,
@@ -80,113 +103,138 @@ macro_rules! fault_points {
 fault_points! {
     /// A relay crashes after the broker acked its batch and before it marks
     /// the rows published: the batch will be published again.
-    RelayAfterProduce = "relay.after_produce", key relay_after_produce, per "batch",
+    RelayAfterProduce = "relay.after_produce", key relay_after_produce, per "batch", by Relay, confirm TopicCopies,
+        what "the relay crashes after the broker acked the batch and before it marks the rows published; the batch is published again",
         confirmed by "the crashed batch's first event on the topic twice";
     /// A notifier crashes after its inbox transaction committed and before it
     /// commits the offsets: the batch will be delivered again.
-    NotifierBeforeOffsetCommit = "notifier.before_offset_commit", key notifier_before_offset_commit, per "event",
+    NotifierBeforeOffsetCommit = "notifier.before_offset_commit", key notifier_before_offset_commit, per "event", by Notifier, confirm Redelivery,
+        what "the notifier crashes after its inbox transaction committed and before it commits the offsets; the group redelivers the batch",
         confirmed by "the batch's first message delivered again";
     /// The payment service writes a malformed event next to a real one.
-    WorkloadPoison = "workload.poison", key workload_poison, per "payment",
+    WorkloadPoison = "workload.poison", key workload_poison, per "payment", by Workload, confirm Seen,
+        what "the payment service also writes a malformed event, which must end in `dead_letters`",
         confirmed by "the malformed event's dead letter";
     /// A relay crashes between its two steps, before producing: harmless when
     /// it publishes then marks, a loss when it marks first.
-    RelayBeforeProduce = "relay.before_produce", key relay_before_produce, per "batch",
+    RelayBeforeProduce = "relay.before_produce", key relay_before_produce, per "batch", by Relay, confirm NextIncarnation,
+        what "the relay crashes between its two steps, before producing: harmless when it publishes then marks, a loss when it marks first",
         confirmed by "the relay's next incarnation";
     /// A relay stalls before producing, holding its claim, so other relays
     /// publish later events first: reordering on the topic.
-    RelaySlowProduce = "relay.slow_produce", key relay_slow_produce, per "batch",
+    RelaySlowProduce = "relay.slow_produce", key relay_slow_produce, per "batch", by Relay, confirm Seen,
+        what "the relay holds its claim for 300 ms before producing, so other relays publish later events first: reordering",
         confirmed by "the held claim released after the delay";
     /// A notifier crashes after the inbox claim and before the effects.
-    NotifierMidBatch = "notifier.mid_batch", key notifier_mid_batch, per "batch",
+    NotifierMidBatch = "notifier.mid_batch", key notifier_mid_batch, per "batch", by Notifier, confirm Redelivery,
+        what "the notifier crashes after the inbox claim and before the effects (in the correct pipeline the transaction dies with it)",
         confirmed by "the batch's first message delivered again";
     /// A notifier stalls past its session timeout while holding a batch; the
     /// group gives its partitions away and the zombie then wakes up.
-    NotifierStall = "notifier.stall", key notifier_stall, per "batch",
+    NotifierStall = "notifier.stall", key notifier_stall, per "batch", by Notifier, confirm Seen,
+        what "the notifier freezes holding its batch (a zombie); it is replaced, its replacement processes the same messages, then the zombie wakes and applies what it held. The drain waits for zombies",
         confirmed by "the zombie's late attempt at its batch";
     /// After a batch, the group's offsets are rewound to the start of its
     /// partitions: a late replay of everything.
-    NotifierReplay = "notifier.replay", key notifier_replay, per "batch",
+    NotifierReplay = "notifier.replay", key notifier_replay, per "batch", by Notifier, confirm Redelivery,
+        what "after the batch, the group's offsets are rewound to the start of its partitions: a late replay of everything",
         confirmed by "the batch's first message delivered again";
     /// The payment service crashes after its database commit and before it
     /// produces (only meaningful with `publish = "dual-write"`).
-    WorkloadAfterCommit = "workload.after_commit", key workload_after_commit, per "event",
+    WorkloadAfterCommit = "workload.after_commit", key workload_after_commit, per "event", by Workload, confirm Seen,
+        what "with `publish = \"dual-write\"`: the payment service crashes after its commit and before it produces",
         confirmed by "the produce the crash skipped";
     /// A relay's produce fails: one message of the batch is refused, so the
     /// client reports a delivery error for it while the rest are acked. The
     /// relay must not mark the batch; it gives it back and it goes out again.
-    RelayProduceError = "relay.produce_error", key relay_produce_error, per "batch",
+    RelayProduceError = "relay.produce_error", key relay_produce_error, per "batch", by Relay, confirm Seen,
+        what "the produce fails: the batch's last message is addressed to a partition the topic does not have, so the client reports a delivery error for it (through the same path as a refused produce) while the rest are acked. The relay must not mark the batch; it gives it back",
         confirmed by "the failed batch published again";
     /// A relay crashes right after its mark committed: nothing is lost and
     /// nothing is repeated, the next incarnation just carries on.
-    RelayAfterMark = "relay.after_mark", key relay_after_mark, per "batch",
+    RelayAfterMark = "relay.after_mark", key relay_after_mark, per "batch", by Relay, confirm NextIncarnation,
+        what "the relay crashes right after its mark committed: nothing is lost or repeated",
         confirmed by "the relay's next incarnation";
     /// The harness sends SIGKILL to a component that runs as an OS process
     /// (a program under test, `[notifier] command`), at a random instant
     /// within the second: no shutdown code runs, its open transaction dies
     /// with its connection, the broker sees a member vanish.
-    ProcessKill = "process.kill", key process_kill, per "second, per process",
+    ProcessKill = "process.kill", key process_kill, per "second, per process", by Process, confirm Seen,
+        what "the harness sends `SIGKILL` to the process group at a random instant within the second, from the moment the group is ready until the pipeline has drained; a new process takes the slot 200 ms later",
         confirmed by "the process seen ending by SIGKILL";
     /// The harness sends SIGSTOP to a component that runs as an OS process,
     /// and SIGCONT after `[nemesis] pause_secs`: past its session timeout it
     /// wakes up a zombie.
-    ProcessPause = "process.pause", key process_pause, per "second, per process",
+    ProcessPause = "process.pause", key process_pause, per "second, per process", by Process, confirm Seen,
+        what "the harness sends `SIGSTOP`, and `SIGCONT` after `[nemesis] pause_secs`; past the program's session timeout it wakes up a zombie",
         confirmed by "the process seen stopped by the kernel";
     /// The harness sends SIGKILL to one process (picked from the seed) as
     /// the topic grows: kills land while messages flow, when a consumer or
     /// a relay is busiest.
-    ProcessKillPerMessage = "process.kill_per_message", key process_kill_per_message, per "message the topic gains",
+    ProcessKillPerMessage = "process.kill_per_message", key process_kill_per_message, per "message the topic gains", by Process, confirm Seen,
+        what "as the topic grows (its watermarks read every 50 ms), each new message is an occurrence for one process slot picked from the seed, and a firing sends that slot's process `SIGKILL`: kills land while messages flow. A message whose slot already has a kill on its way is not an occurrence",
         confirmed by "the process seen ending by SIGKILL";
     /// The fault proxy resets every connection a component has open to
     /// the database: an RST to the component, a closed socket to the server.
-    NetReset = "net.reset", key net_reset, per "second, per proxied component",
+    NetReset = "net.reset", key net_reset, per "second, per proxied component", by DbWire + schedulable, confirm Seen,
+        what "the fault proxy resets every connection the component has open to PostgreSQL (and to Kafka, with `[proxy] kafka`): an RST to the component, a closed socket to the server, which rolls back what was open",
         confirmed by "an open connection reset by the proxy";
     /// The fault proxy holds every byte between a component and the
     /// database for `[proxy] blackhole_ms`, then lets it through: a
     /// network partition that heals.
-    NetBlackhole = "net.blackhole", key net_blackhole, per "second, per proxied component",
+    NetBlackhole = "net.blackhole", key net_blackhole, per "second, per proxied component", by DbWire + schedulable, confirm Seen,
+        what "the fault proxy holds every byte between the component and PostgreSQL (and Kafka, with `[proxy] kafka`), both ways, for `[proxy] blackhole_ms` (default 2000), then lets them through: a partition that heals",
         confirmed by "bytes held by the proxy during the blackhole";
     /// PostgreSQL commits and its acknowledgement never arrives: the fault
     /// proxy withholds the `CommandComplete` of a COMMIT and resets the
     /// connection. The transaction is durable; its client cannot know.
-    DbCommitAckLost = "db.commit_ack_lost", key db_commit_ack_lost, per "commit acknowledged to a proxied component",
+    DbCommitAckLost = "db.commit_ack_lost", key db_commit_ack_lost, per "commit acknowledged to a proxied component", by DbWire, confirm Seen,
+        what "the server committed (a `COMMIT`, or a write in autocommit) and the fault proxy withholds its acknowledgement (`CommandComplete` to `ReadyForQuery` idle) and resets the connection: the commit is durable, its client gets an error. An ambiguous commit",
         confirmed by "the proxy seeing the server acknowledge the COMMIT and withholding it";
     /// The fault proxy lets a COMMIT's acknowledgement through and SIGKILLs
     /// the component's process right after: for any consumer, a kill
     /// between its transaction and its offset commit.
-    DbKillAfterCommit = "db.kill_after_commit", key db_kill_after_commit, per "commit acknowledged to a component process",
+    DbKillAfterCommit = "db.kill_after_commit", key db_kill_after_commit, per "commit acknowledged to a component process", by DbWireKill, confirm Seen,
+        what "the fault proxy lets the acknowledgement through and the harness `SIGKILL`s the component's process at once: for any consumer, its own included, a kill between its transaction and its offset commit",
         confirmed by "the process seen ending by SIGKILL";
     /// The broker appends a produce's batches and its acknowledgement never
     /// arrives: the fault proxy withholds the `Produce` response and resets
     /// the connection. The producer retries: an idempotent one has the
     /// broker drop the copy; one without idempotence writes it again.
-    KafkaProduceAckLost = "kafka.produce_ack_lost", key kafka_produce_ack_lost, per "produce acknowledged to a proxied component",
+    KafkaProduceAckLost = "kafka.produce_ack_lost", key kafka_produce_ack_lost, per "produce acknowledged to a proxied component", by KafkaWire, confirm Seen,
+        what "the broker appended the batches of a `Produce` request, and the fault proxy withholds its response and resets the connection. The producer retries: the reference relay's idempotent producer has the broker drop the copy (a test checks the topic holds the message once and the produce is reported failed); one without idempotence writes it again",
         confirmed by "the proxy seeing the broker answer a produce and withholding the answer";
     /// The fault proxy lets a produce's acknowledgement through and
     /// SIGKILLs the component's process right after: for any relay, a kill
     /// between the broker's ack and the outbox's mark.
-    KafkaKillAfterProduceAck = "kafka.kill_after_produce_ack", key kafka_kill_after_produce_ack, per "produce acknowledged to a component process",
+    KafkaKillAfterProduceAck = "kafka.kill_after_produce_ack", key kafka_kill_after_produce_ack, per "produce acknowledged to a component process", by KafkaWireKill, confirm Seen,
+        what "the fault proxy lets the `Produce` response through and the harness `SIGKILL`s the process at once: for any relay, its own included, a kill between the broker's ack and the outbox mark",
         confirmed by "the process seen ending by SIGKILL";
     /// The broker's process is stopped (SIGSTOP) for the timeline entry's
     /// `for`, then continued: every client's requests hang, then resume.
-    BrokerPause = "broker.pause", key broker_pause, per "scheduled occurrence ([[nemesis.timeline]])",
+    BrokerPause = "broker.pause", key broker_pause, per "scheduled occurrence ([[nemesis.timeline]])", by Broker + schedulable, confirm Seen,
+        what "`SIGSTOP` to the broker's process (found by the port it listens on, through `/proc`), `SIGCONT` after the entry's `for`: every client's requests hang, then resume. On the mock cluster: every request's round trip set to the entry's `for`, then back to none",
         confirmed by "the broker's process seen stopped by the kernel (the mock cluster: its round trip set and reset)";
     /// The broker's process is killed (SIGKILL) and, after the entry's
     /// `for`, started again by `[nemesis] broker_restart`.
-    BrokerKill = "broker.kill", key broker_kill, per "scheduled occurrence ([[nemesis.timeline]])",
+    BrokerKill = "broker.kill", key broker_kill, per "scheduled occurrence ([[nemesis.timeline]])", by Broker + schedulable, confirm Seen,
+        what "`SIGKILL` to the broker's process; after the entry's `for`, `[nemesis] broker_restart` (default `scripts/services.sh up kafka`) starts it again, keeping its topics. On the mock cluster: its broker down for the entry's `for`, then up",
         confirmed by "the broker seen gone, then listening again (the mock cluster: taken down and up)";
     /// The broker that leads partition 0 of the run's topic is killed
     /// (SIGKILL) and, after the entry's `for`, started again by `[nemesis]
     /// broker_restart`: on a cluster, another replica takes the partition.
-    BrokerKillLeader = "broker.kill_leader", key broker_kill_leader, per "scheduled occurrence ([[nemesis.timeline]])",
+    BrokerKillLeader = "broker.kill_leader", key broker_kill_leader, per "scheduled occurrence ([[nemesis.timeline]])", by Broker + schedulable, confirm Seen,
+        what "the harness reads the metadata for the broker that leads partition 0 of the run's topic, `SIGKILL`s it (found by its port), waits for another broker to lead the partition, and after the entry's `for` runs `[nemesis] broker_restart` (for the cluster: `[\"scripts/services.sh\", \"up\", \"cluster\"]`, which starts the dead node again)",
         confirmed by "the leader seen gone, another broker leading the partition, then the killed one listening again";
     /// PostgreSQL restarts in immediate mode (`[nemesis] database_restart`):
     /// every session dies, the server recovers from its WAL.
-    DbRestart = "db.restart", key db_restart, per "scheduled occurrence ([[nemesis.timeline]])",
+    DbRestart = "db.restart", key db_restart, per "scheduled occurrence ([[nemesis.timeline]])", by Database + schedulable, confirm Seen,
+        what "`[nemesis] database_restart` (default `scripts/services.sh restart-immediate postgres`: `pg_ctl restart -m immediate`): every session dies, the server recovers from its WAL",
         confirmed by "the postmaster's start time moved";
     /// Every database session of the run's components is terminated
     /// (`pg_terminate_backend`): open transactions roll back.
-    DbTerminateBackends = "db.terminate_backends", key db_terminate_backends, per "scheduled occurrence ([[nemesis.timeline]])",
+    DbTerminateBackends = "db.terminate_backends", key db_terminate_backends, per "scheduled occurrence ([[nemesis.timeline]])", by Database + schedulable, confirm Seen,
+        what "`pg_terminate_backend` on every session of the run's components (named `chaos-<run id>-<component>`, in process or as processes; the harness's own sessions are spared); open transactions roll back. An occurrence waits up to 5 s for a component session to be open",
         confirmed by "at least one session of the run terminated";
 }
 
@@ -205,51 +253,131 @@ impl FaultPoint {
         })
     }
 
-    /// The points the harness applies to a process from outside, whatever
-    /// the program: they need a component that runs as one.
-    pub const FOR_PROCESSES: &'static [FaultPoint] = &[
-        FaultPoint::ProcessKill,
-        FaultPoint::ProcessPause,
-        FaultPoint::ProcessKillPerMessage,
-        FaultPoint::DbKillAfterCommit,
-        FaultPoint::KafkaKillAfterProduceAck,
-    ];
+    /// Applied to a process from outside, whatever the program: it needs a
+    /// component that runs as one.
+    pub fn needs_process(self) -> bool {
+        matches!(self.strike(), Strike::Process | Strike::DbWireKill | Strike::KafkaWireKill)
+    }
 
-    /// The service faults: only a `[[nemesis.timeline]]` entry strikes them.
-    pub const SERVICE: &'static [FaultPoint] = &[
-        FaultPoint::BrokerPause,
-        FaultPoint::BrokerKill,
-        FaultPoint::BrokerKillLeader,
-        FaultPoint::DbRestart,
-        FaultPoint::DbTerminateBackends,
-    ];
+    /// A service fault: only a `[[nemesis.timeline]]` entry strikes it.
+    pub fn is_service(self) -> bool {
+        matches!(self.strike(), Strike::Broker | Strike::Database)
+    }
 
-    /// The points the fault proxy strikes: they need PostgreSQL, whose wire
-    /// it sits on, and apply to any program, the user's included.
-    pub const PROXIED: &'static [FaultPoint] = &[
-        FaultPoint::NetReset,
-        FaultPoint::NetBlackhole,
-        FaultPoint::DbCommitAckLost,
-        FaultPoint::DbKillAfterCommit,
-        FaultPoint::KafkaProduceAckLost,
-        FaultPoint::KafkaKillAfterProduceAck,
-    ];
+    /// Struck by the fault proxy: it needs PostgreSQL, whose wire the proxy
+    /// sits on, and applies to any program, the user's included.
+    pub fn proxied(self) -> bool {
+        matches!(self.strike(), Strike::DbWire | Strike::DbWireKill | Strike::KafkaWire | Strike::KafkaWireKill)
+    }
 
-    /// The points a `[[nemesis.timeline]]` entry may schedule: the service
-    /// faults, and the proxy's partitions and resets at chosen times.
-    pub const SCHEDULABLE: &'static [FaultPoint] = &[
-        FaultPoint::BrokerPause,
-        FaultPoint::BrokerKill,
-        FaultPoint::BrokerKillLeader,
-        FaultPoint::DbRestart,
-        FaultPoint::DbTerminateBackends,
-        FaultPoint::NetReset,
-        FaultPoint::NetBlackhole,
-    ];
+    /// Struck by the proxy in front of Kafka as well.
+    pub fn on_kafka_wire(self) -> bool {
+        matches!(self.strike(), Strike::KafkaWire | Strike::KafkaWireKill)
+    }
+}
 
-    /// The points that need the proxy in front of Kafka as well.
-    pub const ON_KAFKA: &'static [FaultPoint] =
-        &[FaultPoint::KafkaProduceAckLost, FaultPoint::KafkaKillAfterProduceAck];
+/// The fault point reference, as Markdown: one row per point, from the
+/// registry alone. docs/fault-points.md is this text; a test keeps it so.
+pub fn reference() -> String {
+    let mut out = String::from(
+        "# Fault points\n\n\
+         Generated from the registry (`fault_points!` in `src/faults/mod.rs`); \
+         a test fails when this file and the registry differ. Keys in `[faults]` are the \
+         point names with `_` for `.`. A fault counts as *fired* when the injector decides it, \
+         and as *confirmed* only when the harness sees its effect.\n\n\
+         | fault point | `[faults]` key | per | needs | timeline | what happens | confirmed by |\n\
+         |---|---|---|---|---|---|---|\n",
+    );
+    for p in FaultPoint::ALL {
+        let timeline = match (p.is_service(), p.schedulable()) {
+            (true, _) => "only",
+            (false, true) => "also",
+            _ => "no",
+        };
+        out.push_str(&format!(
+            "| `{}` | `{}` | {} | {} | {} | {} | {} |\n",
+            p.name(),
+            p.key(),
+            p.unit(),
+            p.strike().needs(),
+            timeline,
+            p.what(),
+            p.confirmed_by()
+        ));
+    }
+    out
+}
+
+/// Who strikes a fault point. It decides what a run needs for the point,
+/// and which reference component (if any) has it in its code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strike {
+    /// The reference relay, in its own code.
+    Relay,
+    /// The reference notifier, in its own code.
+    Notifier,
+    /// The reference payment service, in its own code.
+    Workload,
+    /// The harness, on a component process from outside (signals).
+    Process,
+    /// The fault proxy on a component's PostgreSQL wire.
+    DbWire,
+    /// The fault proxy on the PostgreSQL wire, then a SIGKILL to the
+    /// component's process.
+    DbWireKill,
+    /// The fault proxy on a component's Kafka wire.
+    KafkaWire,
+    /// The fault proxy on the Kafka wire, then a SIGKILL to the process.
+    KafkaWireKill,
+    /// The nemesis timeline, on the broker.
+    Broker,
+    /// The nemesis timeline, on PostgreSQL.
+    Database,
+}
+
+impl Strike {
+    /// The reference component whose code holds the strike: `relay`,
+    /// `notifier` or `workload`; None for a fault from outside.
+    pub fn component(self) -> Option<&'static str> {
+        match self {
+            Strike::Relay => Some("relay"),
+            Strike::Notifier => Some("notifier"),
+            Strike::Workload => Some("workload"),
+            _ => None,
+        }
+    }
+
+    /// What a run needs for it, for people.
+    pub fn needs(self) -> &'static str {
+        match self {
+            Strike::Relay => "the reference relay",
+            Strike::Notifier => "the reference notifier",
+            Strike::Workload => "the reference payment service",
+            Strike::Process => "a component that runs as a process",
+            Strike::DbWire => "PostgreSQL (the fault proxy)",
+            Strike::DbWireKill => "PostgreSQL (the fault proxy) and a component that runs as a process",
+            Strike::KafkaWire => "PostgreSQL and a real Kafka broker with the slot listeners (the fault proxy)",
+            Strike::KafkaWireKill => "the same as `kafka.produce_ack_lost`, and a component that runs as a process",
+            Strike::Broker => "a Kafka broker process on this machine, or the mock cluster; a timeline entry",
+            Strike::Database => "PostgreSQL; a timeline entry",
+        }
+    }
+}
+
+/// Which effect confirms a fault point's firing. In process, the strike
+/// site confirms it; when the component runs as a process and stops at
+/// the point for the harness's SIGKILL, the keeper confirms it from this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Confirm {
+    /// The component's next incarnation starting.
+    NextIncarnation,
+    /// Copies on the topic, which the verifier counts.
+    TopicCopies,
+    /// The batch's first message delivered again; as a process, the
+    /// process seen ending by SIGKILL holding its batch.
+    Redelivery,
+    /// What the harness, the proxy or the verifier saw of the act itself.
+    Seen,
 }
 
 /// How many fault points there are.
@@ -384,7 +512,7 @@ impl Schedule {
                 format!("{part:?} has no occurrences; write POINT:N[,N...], e.g. relay.after_produce:3,17")
             })?;
             let point = FaultPoint::named(name)?;
-            if FaultPoint::SERVICE.contains(&point) {
+            if point.is_service() {
                 return Err(format!(
                     "{} strikes only on the scenario's [[nemesis.timeline]]; a schedule pins the other points",
                     point.name()
@@ -607,7 +735,7 @@ impl FaultInjector {
     /// service faults are the timeline's.
     pub fn with_schedule(mut self, schedule: Option<Schedule>) -> Self {
         if let Some(s) = &schedule {
-            for p in FaultPoint::ALL.iter().filter(|p| !FaultPoint::SERVICE.contains(p)) {
+            for p in FaultPoint::ALL.iter().filter(|p| !p.is_service()) {
                 if s.0.get(p).is_none_or(|ns| ns.is_empty()) {
                     self.rates[p.index()] = 0.0;
                 }
@@ -957,5 +1085,31 @@ mod tests {
         f.await_next_delivery(FaultPoint::NotifierReplay, (5, 0));
         f.delivered((5, 0), [(5, 0)]);
         assert_eq!(f.confirmed(FaultPoint::NotifierReplay), 1);
+    }
+
+    #[test]
+    fn the_categories_the_registry_derives_are_the_lists_they_replace() {
+        use FaultPoint::*;
+        let with = |f: fn(FaultPoint) -> bool| FaultPoint::ALL.iter().copied().filter(|p| f(*p)).collect::<Vec<_>>();
+        assert_eq!(
+            with(FaultPoint::needs_process),
+            [ProcessKill, ProcessPause, ProcessKillPerMessage, DbKillAfterCommit, KafkaKillAfterProduceAck]
+        );
+        assert_eq!(with(FaultPoint::is_service), [BrokerPause, BrokerKill, BrokerKillLeader, DbRestart, DbTerminateBackends]);
+        assert_eq!(
+            with(FaultPoint::proxied),
+            [NetReset, NetBlackhole, DbCommitAckLost, DbKillAfterCommit, KafkaProduceAckLost, KafkaKillAfterProduceAck]
+        );
+        assert_eq!(
+            with(FaultPoint::schedulable),
+            [NetReset, NetBlackhole, BrokerPause, BrokerKill, BrokerKillLeader, DbRestart, DbTerminateBackends]
+        );
+        assert_eq!(with(FaultPoint::on_kafka_wire), [KafkaProduceAckLost, KafkaKillAfterProduceAck]);
+        // The names' prefixes, which rules used to read, agree with who strikes.
+        for p in FaultPoint::ALL {
+            if let Some(c) = p.strike().component() {
+                assert!(p.name().starts_with(&format!("{c}.")), "{}", p.name());
+            }
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! One run: the services it talks to, the components it starts, the drain,
 //! the verification pass and the report.
 
-pub mod component;
-pub mod infra;
+pub(crate) mod component;
+pub(crate) mod infra;
 pub mod interrupt;
-pub mod run;
+pub(crate) mod run;

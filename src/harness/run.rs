@@ -7,7 +7,7 @@ use crate::pipeline::context::{shutdown_pair, Ctx, ShutdownTrigger, Stats};
 use crate::error::{Error, Result};
 use crate::exit::Exit;
 use crate::faults::FaultInjector;
-use crate::faults::FaultPoint;
+use crate::faults::{FaultPoint, Strike};
 use crate::domain::names::RunNames;
 use crate::harness::infra::Endpoints;
 use crate::pipeline::notifier;
@@ -212,9 +212,9 @@ pub async fn execute(
 fn endpoints(sc: &Scenario, database_url: Option<String>, brokers: Option<String>) -> Result<Endpoints> {
     let endpoints = Endpoints::resolve(database_url, brokers, sc)?;
     if sc.proxied() && endpoints.database_url.is_none() {
-        let what = FaultPoint::PROXIED
+        let what = FaultPoint::ALL
             .iter()
-            .find(|p| sc.faults.get(**p) > 0.0)
+            .find(|p| p.proxied() && sc.faults.get(**p) > 0.0)
             .map_or("`[proxy]`".to_string(), |p| format!("`faults.{}`", p.key()));
         return Err(Error::Usage(format!(
             "{what} needs the fault proxy, which sits on PostgreSQL's wire protocol: pass --database-url or set DATABASE_URL"
@@ -223,9 +223,9 @@ fn endpoints(sc: &Scenario, database_url: Option<String>, brokers: Option<String
     // The mock cluster advertises its own address, and only a broker with
     // a listener per slot sends its clients back through the proxy.
     if sc.proxies_kafka() && endpoints.brokers.is_none() {
-        let what = FaultPoint::ON_KAFKA
+        let what = FaultPoint::ALL
             .iter()
-            .find(|p| sc.faults.get(**p) > 0.0)
+            .find(|p| p.on_kafka_wire() && sc.faults.get(**p) > 0.0)
             .map_or("`proxy.kafka`".to_string(), |p| format!("`faults.{}`", p.key()));
         return Err(Error::Usage(format!(
             "{what} needs the fault proxy in front of a real Kafka broker with a listener per slot (`scripts/services.sh up` configures them): pass --brokers or set KAFKA_BROKERS"
@@ -239,7 +239,7 @@ fn endpoints(sc: &Scenario, database_url: Option<String>, brokers: Option<String
     }
     // The broker's faults act on a local Kafka's process, or on the mock
     // cluster through its own controls; the database's need PostgreSQL.
-    if let (Some(t), None) = (sc.timeline.iter().find(|t| t.point.name().starts_with("db.")), &endpoints.database_url) {
+    if let (Some(t), None) = (sc.timeline.iter().find(|t| t.point.strike() == Strike::Database), &endpoints.database_url) {
         return Err(Error::Usage(format!(
             "the nemesis timeline's {} needs PostgreSQL (pass --database-url or set DATABASE_URL); SQLite has no server to restart or sessions to end",
             t.point.name()
@@ -520,7 +520,7 @@ async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, still_running: bool) 
     // After the nemesis restarted PostgreSQL or ended sessions, the pool's
     // connections may be dead: the verifier reads through a new one.
     let store = match &ctx.store {
-        Store::Postgres(pg) if sc.timeline.iter().any(|t| t.point.name().starts_with("db.")) => {
+        Store::Postgres(pg) if sc.timeline.iter().any(|t| t.point.strike() == Strike::Database) => {
             pg.fresh(2).await.map(Store::Postgres).unwrap_or_else(|_| ctx.store.clone())
         }
         other => other.clone(),

@@ -5,8 +5,8 @@
 pub mod context;
 pub mod inbox;
 pub mod notifier;
-pub mod relay;
-pub mod supervise;
+pub(crate) mod relay;
+pub(crate) mod supervise;
 #[cfg(test)]
 pub mod testing;
-pub mod workload;
+pub(crate) mod workload;

@@ -10,7 +10,7 @@
 use crate::broker::Producer;
 use crate::pipeline::context::{Ctx, Shutdown, Stats, RESTART_FLOOR};
 use crate::domain::events::Envelope;
-use crate::faults::FaultPoint;
+use crate::faults::{Confirm, FaultPoint};
 use crate::scenario::{RelayAcks, RelayEventId, RelayOrder};
 use crate::store::{OutboxRow, RelayConn};
 use crate::pipeline::supervise::{self, Counters, Ending};
@@ -136,8 +136,10 @@ impl<'a> Incarnation<'a> {
         let (ctx, name) = (self.ctx, self.name);
         let cfg = &ctx.scenario.relay;
         let fail = |what: &'static str, e: crate::Error| Step::End(Ending::Error { what, cause: e.to_string() });
-        let crash = |point: FaultPoint, confirmed_by_restart: bool| {
-            Step::End(Ending::Crash { confirmed_by_restart: confirmed_by_restart.then_some(point) })
+        // The registry says whether the next incarnation confirms the crash.
+        let crash = |point: FaultPoint| {
+            let by_restart = point.confirm() == Confirm::NextIncarnation;
+            Step::End(Ending::Crash { confirmed_by_restart: by_restart.then_some(point) })
         };
         let rows = match self.conn.claim(cfg.batch_size).await {
             Ok(r) => r,
@@ -159,7 +161,7 @@ impl<'a> Incarnation<'a> {
             // Publish-then-mark loses nothing here (the claim dies with the
             // connection); the mistakes above have already lost the batch.
             ctx.faults.halt(FaultPoint::RelayBeforeProduce).await;
-            return crash(FaultPoint::RelayBeforeProduce, true);
+            return crash(FaultPoint::RelayBeforeProduce);
         }
         let refuse = self.shape_produce(&rows, span).await;
         let how = Publish { refuse, minted: cfg.event_id == RelayEventId::Minted, acks: cfg.acks };
@@ -172,7 +174,7 @@ impl<'a> Incarnation<'a> {
             // The batch will be published again: its first event twice.
             ctx.faults.await_copies(FaultPoint::RelayAfterProduce, rows[0].id, 2);
             ctx.faults.halt(FaultPoint::RelayAfterProduce).await;
-            return crash(FaultPoint::RelayAfterProduce, false);
+            return crash(FaultPoint::RelayAfterProduce);
         }
         if cfg.order == RelayOrder::PublishThenMark {
             // On failure the rows stay unpublished and go out again: a
@@ -184,7 +186,7 @@ impl<'a> Incarnation<'a> {
         if ctx.faults.strike(FaultPoint::RelayAfterMark, name, span) {
             // Everything of this batch is done; the crash costs nothing.
             ctx.faults.halt(FaultPoint::RelayAfterMark).await;
-            return crash(FaultPoint::RelayAfterMark, true);
+            return crash(FaultPoint::RelayAfterMark);
         }
         Stats::add(&ctx.stats.relay_batches, 1);
         debug!(relay = %name, events = rows.len(), "batch published");

@@ -10,7 +10,7 @@
 //! - Each anomaly example's story on one line of time ([`crate::verifier::story`]).
 
 use crate::error::{Error, Result};
-use crate::faults::FaultRecord;
+use crate::faults::{FaultPoint, FaultRecord};
 use crate::report::{self, Report};
 use crate::verifier::story::Story;
 use plotters::coord::Shift;
@@ -383,12 +383,7 @@ fn throughput(r: &Report, area: &DrawingArea<SVGBackend<'_>, Shift>) -> std::res
 }
 
 fn fault_kind(point: &str) -> &'static str {
-    match point.split('.').next() {
-        Some("relay") => "relay",
-        Some("notifier") => "notifier",
-        Some("workload") => "workload",
-        _ => "infra",
-    }
+    FaultPoint::from_name(point).and_then(|p| p.strike().component()).unwrap_or("infra")
 }
 
 /// Each logged fault as a vertical mark, or a band where its length is known.

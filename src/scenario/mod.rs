@@ -559,13 +559,13 @@ impl Settings {
         self.proxy.always
             || self.proxy.kafka
             || self.proxy.shaping != Shaping::default()
-            || FaultPoint::PROXIED.iter().any(|p| self.faults.get(*p) > 0.0)
+            || FaultPoint::ALL.iter().any(|p| p.proxied() && self.faults.get(*p) > 0.0)
     }
 
     /// Whether the fault proxy stands in front of Kafka too: `[proxy]
     /// kafka`, or a `kafka.*` fault set.
     pub fn proxies_kafka(&self) -> bool {
-        self.proxy.kafka || FaultPoint::ON_KAFKA.iter().any(|p| self.faults.get(*p) > 0.0)
+        self.proxy.kafka || FaultPoint::ALL.iter().any(|p| p.on_kafka_wire() && self.faults.get(*p) > 0.0)
     }
 }
 
@@ -625,7 +625,7 @@ impl Scenario {
         if !(0.0..=1.0).contains(&p) {
             return Err(crate::Error::Usage(format!("--fault {name}={p}: a probability is a number from 0 to 1")));
         }
-        if FaultPoint::SERVICE.contains(&point) {
+        if point.is_service() {
             return Err(crate::Error::Usage(format!(
                 "--fault {name}: a service fault strikes at the times of the scenario's [[nemesis.timeline]]; edit the timeline instead"
             )));
@@ -951,9 +951,9 @@ impl Validator<'_> {
     /// probability and no time is refused, as it would never strike.
     fn timeline(&self, raw: &RawScenario, faults: &mut FaultRates) -> Result<Vec<Timed>, crate::Error> {
         let mut out = Vec::new();
-        let names = || FaultPoint::SCHEDULABLE.iter().map(|p| format!("{:?}", p.name())).collect::<Vec<_>>().join(", ");
+        let names = || FaultPoint::ALL.iter().filter(|p| p.schedulable()).map(|p| format!("{:?}", p.name())).collect::<Vec<_>>().join(", ");
         for t in &raw.nemesis.timeline {
-            let Some(point) = FaultPoint::SCHEDULABLE.iter().copied().find(|p| p.name() == t.fault.get_ref()) else {
+            let Some(point) = FaultPoint::ALL.iter().copied().find(|p| p.schedulable() && p.name() == t.fault.get_ref()) else {
                 return self.err(
                     t.fault.span(),
                     &format!("`nemesis.timeline.fault` is {:?}; expected one of {}", t.fault.get_ref(), names()),
@@ -978,7 +978,7 @@ impl Validator<'_> {
             }
         }
         if let Some(p) =
-            FaultPoint::SERVICE.iter().find(|p| faults.get(**p) > 0.0 && !out.iter().any(|t| t.point == **p))
+            FaultPoint::ALL.iter().find(|p| p.is_service() && faults.get(**p) > 0.0 && !out.iter().any(|t| t.point == **p))
         {
             return self.err(
                 raw.faults.get(*p).span(),
@@ -1107,7 +1107,7 @@ impl Validator<'_> {
             (faults, &raw.faults),
         )?;
         if notifier.is_none() && relay.is_none() && raw.run.components.get_ref() != "process" {
-            if let Some(p) = FaultPoint::FOR_PROCESSES.iter().find(|p| faults.get(**p) > 0.0) {
+            if let Some(p) = FaultPoint::ALL.iter().find(|p| p.needs_process() && faults.get(**p) > 0.0) {
                 return self.err(
                     raw.faults.get(*p).span(),
                     &format!(
@@ -1144,8 +1144,7 @@ impl Validator<'_> {
                 );
             }
         }
-        let prefix = format!("{role}.");
-        if let Some(p) = FaultPoint::ALL.iter().find(|p| p.name().starts_with(&prefix) && faults.get(**p) > 0.0) {
+        if let Some(p) = FaultPoint::ALL.iter().find(|p| p.strike().component() == Some(role) && faults.get(**p) > 0.0) {
             return self.err(
                 spans.get(*p).span(),
                 &format!(

@@ -8,10 +8,10 @@
 //! What a notifier batch writes is decided once ([`effects`]); the backends
 //! only differ in how they say it in SQL.
 
-pub mod effects;
+pub(crate) mod effects;
 pub mod postgres;
 pub mod sqlite;
-pub mod truth;
+pub(crate) mod truth;
 
 use crate::error::Result;
 use crate::domain::events::{Decoded, EventKind};

@@ -14,13 +14,13 @@
 //! - [`story`]: each anomaly example's payment on one line of time, for the HTML report.
 //! - [`latency`]: end-to-end latency percentiles, one computation for every backend.
 
-pub mod attribution;
+pub(crate) mod attribution;
 pub mod latency;
-pub mod ledger;
-pub mod reconcile;
-pub mod story;
-pub mod topic;
-pub mod verdict;
+pub(crate) mod ledger;
+pub(crate) mod reconcile;
+pub(crate) mod story;
+pub(crate) mod topic;
+pub(crate) mod verdict;
 
 #[cfg(test)]
 mod tests;

@@ -297,7 +297,7 @@ fn assert_one_line_error(text: &str) -> Result<(), TestCaseError> {
 }
 
 /// Every table with its real keys, plus a misspelling or two.
-const SECTIONS: &[(&str, &[&str])] = &[
+const FIXED_SECTIONS: &[(&str, &[&str])] = &[
     ("", &["name", "description", "seed", "workloads"]),
     ("workload", &["payments", "producers", "accounts", "publish", "batch"]),
     ("topic", &["partitions"]),
@@ -306,28 +306,22 @@ const SECTIONS: &[(&str, &[&str])] = &[
         &["instances", "batch_size", "poll_interval_ms", "restart_delay_ms", "order", "event_id", "acks", "instancs"],
     ),
     ("notifier", &["instances", "batch_size", "inbox", "projection", "session_timeout_ms", "restart_delay_ms"]),
-    (
-        "faults",
-        &[
-            "relay_after_produce",
-            "notifier_before_offset_commit",
-            "workload_poison",
-            "relay_before_produce",
-            "relay_slow_produce",
-            "notifier_mid_batch",
-            "notifier_stall",
-            "notifier_replay",
-            "workload_after_commit",
-            "relay_produce_error",
-            "relay_after_mark",
-            "relay.after_produce",
-        ],
-    ),
     ("retention", &["outbox", "inbox", "purge_interval_ms"]),
     ("run", &["drain_timeout_secs"]),
     ("expect", &["exactly_once", "allowed_anomalies"]),
     ("infra", &["database_url", "kafka_brokers"]),
 ];
+
+/// Every table with the keys the fuzzer writes. The `[faults]` keys come
+/// from the fault point registry, every one of them, plus one spelled with
+/// a dot, which the file refuses.
+fn sections() -> Vec<(&'static str, Vec<&'static str>)> {
+    let mut all: Vec<(&'static str, Vec<&'static str>)> = FIXED_SECTIONS.iter().map(|(t, k)| (*t, k.to_vec())).collect();
+    let mut faults: Vec<&'static str> = chaos::faults::FaultPoint::ALL.iter().map(|p| p.key()).collect();
+    faults.push("relay.after_produce");
+    all.push(("faults", faults));
+    all
+}
 
 /// Odd keys and key syntax, for the token soup.
 const KEYS: &[&str] =
@@ -432,13 +426,13 @@ fn typed(table: &str, key: &str) -> &'static [&'static str] {
 /// One table: its header and a few of its keys, mostly with values of the
 /// right type, sometimes of any type or none the grammar accepts.
 fn section() -> impl Strategy<Value = String> {
-    proptest::sample::select(SECTIONS).prop_flat_map(|(table, keys)| {
+    proptest::sample::select(sections()).prop_flat_map(|(table, keys)| {
         let assign = move |k: &'static str| {
             let value = prop_oneof![8 => pick(typed(table, k)), 3 => pick(VALUES), 1 => pick(BROKEN_VALUES)];
             value.prop_map(move |v| format!("{k} = {v}"))
         };
         let n = keys.len().min(3);
-        proptest::sample::subsequence(keys, 0..=n)
+        proptest::sample::subsequence(keys.clone(), 0..=n)
             .prop_flat_map(move |ks| ks.into_iter().map(assign).collect::<Vec<_>>())
             .prop_map(move |lines| {
                 let header = if table.is_empty() { String::new() } else { format!("[{table}]\n") };
@@ -450,7 +444,7 @@ fn section() -> impl Strategy<Value = String> {
 /// Scenario-like text: mostly real sections, with broken headers, dotted keys
 /// and token soup mixed in to reach the grammar's error paths.
 fn tomlish() -> impl Strategy<Value = String> {
-    let tables = || proptest::sample::select(SECTIONS).prop_map(|(t, _)| if t.is_empty() { "workload" } else { t });
+    let tables = || proptest::sample::select(sections()).prop_map(|(t, _)| if t.is_empty() { "workload" } else { t });
     let broken_header = (tables(), pick(TOKENS)).prop_map(|(t, x)| format!("[{t}{x}"));
     let dotted = (tables(), pick(KEYS), pick(VALUES)).prop_map(|(t, k, v)| format!("{t}.{k} = {v}"));
     let soup =

@@ -10,14 +10,26 @@ fn readme() -> String {
 }
 
 #[test]
-fn the_readme_documents_every_fault_point() {
-    // The fault point table and the scenario keys are the user's reference:
-    // a point added to the registry must be added there too.
-    let readme = readme();
+fn the_fault_point_reference_documents_every_fault_point() {
+    // The generated table is the user's reference: every point and its key.
+    let doc = std::fs::read_to_string(root().join("docs/fault-points.md")).unwrap();
     for p in FaultPoint::ALL {
-        assert!(readme.contains(&format!("| `{}` |", p.name())), "README's fault point table lacks {}", p.name());
-        assert!(readme.contains(p.key()), "README's [faults] keys lack {}", p.key());
+        assert!(doc.contains(&format!("| `{}` | `{}` |", p.name(), p.key())), "docs/fault-points.md lacks {}", p.name());
     }
+    assert!(readme().contains("docs/fault-points.md"), "the README points to the fault point reference");
+}
+
+#[test]
+fn the_fault_point_reference_is_the_registry() {
+    // docs/fault-points.md is generated from `fault_points!`; CHAOS_BLESS=1
+    // writes it again after the registry changed.
+    let path = root().join("docs/fault-points.md");
+    let want = chaos::faults::reference();
+    if std::env::var_os("CHAOS_BLESS").is_some() {
+        std::fs::write(&path, &want).unwrap();
+    }
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(have == want, "docs/fault-points.md differs from the registry: run `CHAOS_BLESS=1 cargo test --test e2e fault_point_reference`");
 }
 
 #[test]

@@ -22,7 +22,6 @@ async fn proxy(rates: FaultRates, shaping: Shaping) -> (Proxy, Arc<FaultInjector
         slots: vec!["test".into()],
         shaping,
         blackhole: Duration::from_secs(1),
-        seed: 1,
         kafka: rates.get(FaultPoint::KafkaProduceAckLost) > 0.0,
     };
     let p = Proxy::start(settings, faults.clone(), shutdown).await.unwrap();

@@ -20,7 +20,7 @@
 
 use crate::nemesis::process::protocol::Line;
 use crate::pipeline::context::{Ctx, Stats, RESTART_FLOOR};
-use crate::faults::FaultPoint;
+use crate::faults::{Confirm, FaultPoint};
 use crate::scenario::{Components, ProgramCommand};
 use crate::store::Store;
 use rand::{Rng, SeedableRng};
@@ -740,9 +740,10 @@ impl Keeper {
         };
         Stats::add(crashes, 1);
         let Some(by_sigkill) = self.kill(proc).await else { return End::Unkillable };
-        match point {
-            FaultPoint::RelayBeforeProduce | FaultPoint::RelayAfterMark => self.confirm_on_start = Some(point),
-            FaultPoint::RelayAfterProduce => {}
+        match point.confirm() {
+            Confirm::NextIncarnation => self.confirm_on_start = Some(point),
+            // The verifier counts the copies on the topic.
+            Confirm::TopicCopies => {}
             _ if by_sigkill => self.ctx.faults.confirm(point, fires),
             _ => {}
         }

@@ -25,7 +25,6 @@ impl Lanes {
             slots: sc.proxy.targets.clone(),
             shaping: sc.proxy.shaping,
             blackhole: sc.proxy.blackhole,
-            seed: sc.seed,
             kafka: sc.proxies_kafka(),
         };
         let mut proxy = Proxy::start(settings, ctx.faults.clone(), ctx.shutdown.clone()).await?;

@@ -114,7 +114,6 @@ pub struct Settings<'a> {
     pub slots: Vec<String>,
     pub shaping: Shaping,
     pub blackhole: Duration,
-    pub seed: u64,
     /// Whether the slots stand in front of Kafka too.
     pub kafka: bool,
 }
