@@ -5,6 +5,7 @@
 pub mod context;
 pub mod inbox;
 pub mod notifier;
+pub mod purger;
 pub(crate) mod relay;
 pub(crate) mod supervise;
 #[cfg(test)]

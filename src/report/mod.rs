@@ -3,6 +3,7 @@
 //! `reports/<run-id>.md`. `chaos report <file>` renders a saved one again, so
 //! showing never reaches back into a run.
 
+pub mod assemble;
 pub mod html;
 pub mod junit;
 pub mod progress;

@@ -5,6 +5,8 @@
 //! Validation errors name the file, the line and the column, because a user
 //! with a typo in a 60-line file deserves to be told where it is.
 
+mod preflight;
+
 use crate::faults::FaultPoint;
 pub use crate::faults::{FaultRates, RawFaults};
 use crate::domain::anomaly::AnomalyKind;

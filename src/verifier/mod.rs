@@ -17,6 +17,7 @@
 pub(crate) mod attribution;
 pub mod latency;
 pub(crate) mod ledger;
+pub(crate) mod pass;
 pub(crate) mod reconcile;
 pub(crate) mod story;
 pub(crate) mod topic;

@@ -1,0 +1,362 @@
+//! Driving a run: its components started, the workload, the drain, the
+//! stop, and the counters sampled for the chart.
+
+use crate::error::{Error, Result};
+use crate::faults::FaultPoint;
+use crate::nemesis::process::program::{Database, Programs};
+use crate::nemesis::proxy::Lanes;
+use crate::pipeline::context::{Ctx, Stats};
+use crate::pipeline::{notifier, relay, workload};
+use crate::report::progress::{Phase, Progress};
+use crate::report::{self, Sample};
+use crate::scenario::Components;
+use crate::store::Store;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+/// How often the drain condition is polled.
+const DRAIN_POLL: Duration = Duration::from_millis(250);
+
+/// Relays, notifiers (the reference one, or the program under test as
+/// processes) and the retention purger, each a named task; and the
+/// context the workload runs with. A component behind the fault proxy
+/// talks to the database through its slot.
+pub(super) async fn start_components(
+    ctx: &Ctx,
+    database_url: Option<&str>,
+    reports_dir: &Path,
+    lanes: Option<&Lanes>,
+) -> Result<(Option<Programs>, Vec<crate::pipeline::context::Named>, Ctx)> {
+    // A component with sessions of its own: behind the proxy, or when the
+    // nemesis terminates the components' sessions (never the harness's).
+    let own_sessions = ctx.scenario.timeline.iter().any(|t| t.point == FaultPoint::DbTerminateBackends);
+    let through = |name: String, connections: u32| async move {
+        match (lanes, &ctx.store) {
+            (Some(l), _) if l.slot(&name).is_some() => l.ctx_for(ctx, &name, connections).await,
+            (_, Store::Postgres(pg)) if own_sessions => {
+                let app = format!("chaos-{}-{name}", ctx.names.run_id);
+                Ok(Ctx { store: Store::Postgres(pg.for_component(&app, connections).await?), ..ctx.clone() })
+            }
+            _ => Ok(ctx.clone()),
+        }
+    };
+    let workload_ctx = through("workload".into(), ctx.scenario.producers as u32 + 1).await?;
+    let sc = &ctx.scenario;
+    let mut components = Vec::new();
+    let logs = reports_dir.join(format!("{}-processes", ctx.names.run_id));
+    let database = match (&ctx.store, database_url) {
+        (Store::Postgres(_), Some(url)) => Database::Postgres(url.to_string()),
+        (Store::Sqlite(s), _) => {
+            Database::Sqlite(std::path::absolute(&s.endpoint).unwrap_or_else(|_| s.endpoint.clone().into()))
+        }
+        (Store::Postgres(_), None) => return Err(Error::Internal("a PostgreSQL store without its URL".into())),
+    };
+    let programs = Programs::start(ctx, &database, logs, lanes)?.map(|(programs, keepers)| {
+        components.extend(keepers);
+        programs
+    });
+    let in_process = sc.components == Components::InProcess;
+    if sc.notifier.command.is_none() && in_process {
+        for i in 1..=sc.notifier.instances {
+            let ctx = through(format!("notifier-{i}"), 3).await?;
+            components.push((format!("notifier-{i}"), tokio::spawn(notifier::run(ctx, i))));
+        }
+    }
+    if sc.relay.command.is_none() && in_process {
+        for i in 1..=sc.relay.instances {
+            let ctx = through(format!("relay-{i}"), 1).await?;
+            components.push((format!("relay-{i}"), tokio::spawn(relay::run(ctx, i))));
+        }
+    }
+    components.push(("retention purger".to_string(), tokio::spawn(crate::pipeline::purger::run(ctx.clone()))));
+    Ok((programs, components, workload_ctx))
+}
+
+/// Resolves with the first failure of a program under test; never, when
+/// the notifier is the reference one.
+async fn program_failure(programs: Option<&Programs>) -> String {
+    match programs {
+        Some(p) => p.failed().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// How the workload and the drain went.
+#[derive(Debug, Default)]
+pub(super) struct Ran {
+    /// Why the run cannot be judged in full, if it cannot.
+    pub incomplete: Option<String>,
+    pub interrupted: bool,
+    pub workload_ms: u64,
+    pub drain_ms: u64,
+}
+
+/// The workload (after the group wait, bounded by [`workload_limit`]),
+/// then the drain; either may be cut short by a signal, or by a program
+/// under test that failed. After a signal, a second one exits at once.
+pub(super) async fn drive(
+    ctx: &Ctx,
+    workload_ctx: &Ctx,
+    programs: Option<&Programs>,
+    acting: &watch::Sender<bool>,
+    progress: &Progress,
+) -> Ran {
+    let mut ran = Ran::default();
+    let mut failed = std::pin::pin!(program_failure(programs));
+    let t_work = Instant::now();
+    if let Some(p) = programs {
+        tokio::select! {
+            r = p.ready(ctx) => if let Err(why) = r { ran.incomplete = Some(why) },
+            _ = crate::harness::interrupt::requested() => ran.interrupted = true,
+        }
+        // The nemesis acts from here until the pipeline has drained: a
+        // consumer does most of its work while it catches up, after the
+        // payment service has stopped writing.
+        p.set_acting(true);
+    }
+    let _ = acting.send(true);
+    let limit = workload_limit(ctx.scenario.payments);
+    if ran.incomplete.is_none() && !ran.interrupted {
+        let workload = async {
+            if !programs.is_some_and(|p| p.has_notifier()) {
+                progress.phase(Phase::Group);
+                group_ready(ctx).await;
+            }
+            progress.phase(Phase::Workload);
+            workload::run(workload_ctx.clone()).await
+        };
+        tokio::select! {
+            r = tokio::time::timeout(limit, workload) => match r {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => ran.incomplete = Some(format!("the workload stopped: {e}")),
+                Err(_) => ran.incomplete = Some(format!(
+                    "the workload did not finish within {} s; a component or service may be stuck",
+                    limit.as_secs()
+                )),
+            },
+            why = &mut failed => ran.incomplete = Some(why),
+            _ = crate::harness::interrupt::requested() => ran.interrupted = true,
+        }
+    }
+    ran.workload_ms = t_work.elapsed().as_millis() as u64;
+    let t_drain = Instant::now();
+    progress.phase(Phase::Drain);
+    if ran.incomplete.is_none() && !ran.interrupted {
+        tokio::select! {
+            r = drain(ctx) => if let Err(why) = r {
+                ran.incomplete = Some(match programs {
+                    Some(p) => format!("{why}; {}", p.stderr_of_first()),
+                    None => why,
+                })
+            },
+            why = &mut failed => ran.incomplete = Some(why),
+            _ = crate::harness::interrupt::requested() => ran.interrupted = true,
+        }
+    }
+    if let Some(p) = programs {
+        p.set_acting(false);
+    }
+    let _ = acting.send(false);
+    ran.drain_ms = t_drain.elapsed().as_millis() as u64;
+    ran
+}
+
+/// How long the workload waits for the notifiers' group to settle: on a
+/// real broker (measured: 0.6-2.1 s), and on the mock cluster, where a group
+/// settles in about 1.1 s, or 3.1 s when a notifier had to join again
+/// (see `MOCK_JOIN_WAIT` in `broker/kafka/consumer.rs`).
+const GROUP_READY: Duration = Duration::from_secs(15);
+const GROUP_READY_MOCK: Duration = Duration::from_secs(5);
+
+/// Waits until the notifiers' group holds every partition, with every
+/// notifier that can have one holding at least one: a payment service's
+/// consumers are up before its traffic, and without this the first seconds
+/// of a run measure the group's initial rebalances, not the pipeline.
+/// Gives up after [`GROUP_READY`] (the run goes on; partitions are then
+/// picked up as the group settles).
+async fn group_ready(ctx: &Ctx) {
+    let (instances, partitions) = (ctx.scenario.notifier.instances, ctx.scenario.partitions as usize);
+    let limit = if ctx.broker.embedded() { GROUP_READY_MOCK } else { GROUP_READY };
+    let deadline = Instant::now() + limit;
+    let started = Instant::now();
+    let mut settled = 0;
+    while Instant::now() < deadline {
+        let ready = ctx.stats.group_settled(instances, partitions);
+        // Twice in a row, so that a rebalance still under way is not taken
+        // for the settled group.
+        settled = if ready { settled + 1 } else { 0 };
+        if settled >= 2 {
+            info!(ms = started.elapsed().as_millis() as u64, "notifier group settled");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let held = ctx.stats.assigned.lock().map(|a| format!("{a:?}")).unwrap_or_default();
+    warn!(%held, "the notifier group did not settle within {}s; starting the workload anyway", limit.as_secs());
+}
+
+/// Waits until every outbox row is published and the group's lag is zero,
+/// twice in a row. Gives up after the scenario's drain timeout.
+async fn drain(ctx: &Ctx) -> std::result::Result<(), String> {
+    let deadline = Instant::now() + ctx.scenario.drain_timeout;
+    let mut quiet = 0;
+    let mut last = (0i64, 0i64);
+    while Instant::now() < deadline {
+        let unpublished = ctx.store.unpublished().await;
+        let lag = ctx.broker.group_lag(&ctx.names.group, &ctx.names.topic, ctx.scenario.partitions).await;
+        let zombies = Stats::get(&ctx.stats.zombies_active);
+        match (unpublished, lag) {
+            (Ok(0), Ok(0)) if zombies == 0 => {
+                quiet += 1;
+                if quiet >= 2 {
+                    return Ok(());
+                }
+            }
+            (Ok(u), Ok(l)) => {
+                quiet = 0;
+                last = (u, l);
+            }
+            (u, l) => {
+                quiet = 0;
+                warn!(unpublished = ?u.err(), lag = ?l.err(), "drain probe failed");
+            }
+        }
+        tokio::time::sleep(DRAIN_POLL).await;
+    }
+    Err(format!(
+        "the pipeline did not drain within {}s ({} outbox rows unpublished, group lag {})",
+        ctx.scenario.drain_timeout.as_secs(),
+        last.0,
+        last.1
+    ))
+}
+
+/// Samples the counters the progress line shows, for the report's chart,
+/// until told to stop (then once more). Past [`report::SERIES_MAX`]
+/// samples it keeps every other one and samples half as often.
+pub(super) fn sample(stats: Arc<Stats>) -> (tokio::task::JoinHandle<Vec<Sample>>, tokio::sync::oneshot::Sender<()>) {
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let mut every = Duration::from_millis(report::SAMPLE_EVERY_MS);
+        let mut series = Vec::new();
+        let now = |s: &Stats| Sample {
+            at_ms: s.origin.elapsed().as_millis() as u64,
+            written: Stats::get(&s.payments_written),
+            published: Stats::get(&s.messages_published),
+            applied: Stats::get(&s.events_applied),
+        };
+        loop {
+            series.push(now(&stats));
+            if series.len() >= report::SERIES_MAX {
+                series = series.into_iter().step_by(2).collect();
+                every *= 2;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = &mut stopped => break,
+            }
+        }
+        series.push(now(&stats));
+        series
+    });
+    (task, stop)
+}
+
+/// How long the workload may take, group wait included: generous (a
+/// million payments take about 100 s on the real services here), so that
+/// only a stuck run reaches it.
+const WORKLOAD_FLOOR: Duration = Duration::from_secs(120);
+const WORKLOAD_PER_PAYMENT: Duration = Duration::from_millis(2);
+
+fn workload_limit(payments: u64) -> Duration {
+    WORKLOAD_FLOOR.max(WORKLOAD_PER_PAYMENT * payments.min(u32::MAX as u64) as u32)
+}
+
+/// How long the components get to stop once told to: a component stuck on
+/// a dead service is abandoned (aborted, and it dies with the process),
+/// never waited on forever.
+const STOP_DEADLINE: Duration = Duration::from_secs(15);
+
+/// What the stop saw: components that panicked, and ones still running at
+/// the deadline.
+#[derive(Debug, Default)]
+pub(super) struct Stopped {
+    pub panicked: Vec<String>,
+    pub stuck: Vec<String>,
+}
+
+impl Stopped {
+    /// Why the run is incomplete, if it is.
+    pub fn why(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if !self.panicked.is_empty() {
+            parts.push(format!("{} panicked", self.panicked.join(", ")));
+        }
+        if !self.stuck.is_empty() {
+            parts.push(format!("{} did not stop within {} s", self.stuck.join(", "), STOP_DEADLINE.as_secs()));
+        }
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
+}
+
+/// Awaits every component and task under one deadline; aborts what is left.
+pub(super) async fn stop(components: Vec<(String, tokio::task::JoinHandle<()>)>) -> Stopped {
+    let deadline = tokio::time::Instant::now() + STOP_DEADLINE;
+    let mut out = Stopped::default();
+    for (name, mut handle) in components {
+        match tokio::time::timeout_at(deadline, &mut handle).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) if e.is_panic() => out.panicked.push(name),
+            Ok(Err(_)) => {}
+            Err(_) => {
+                handle.abort();
+                out.stuck.push(name);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_stop_names_what_panicked_and_what_did_not_stop() {
+        let fine = tokio::spawn(async {});
+        let panics = tokio::spawn(async { panic!("planted") });
+        let stuck = tokio::spawn(std::future::pending::<()>());
+        let stopped =
+            stop(vec![("relay-1".into(), fine), ("notifier-2".into(), panics), ("notifier-1 zombie".into(), stuck)])
+                .await;
+        assert_eq!(stopped.panicked, vec!["notifier-2"]);
+        assert_eq!(stopped.stuck, vec!["notifier-1 zombie"]);
+        let why = stopped.why().unwrap();
+        assert_eq!(why, "notifier-2 panicked; notifier-1 zombie did not stop within 15 s");
+        assert!(Stopped::default().why().is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_series_stays_bounded_however_long_the_run() {
+        let stats = Arc::new(Stats::default());
+        Stats::add(&stats.payments_written, 7);
+        let (task, stop) = sample(stats);
+        // Three times as long as SERIES_MAX samples at the first rate.
+        let long = Duration::from_millis(report::SAMPLE_EVERY_MS * 3 * report::SERIES_MAX as u64);
+        tokio::time::sleep(long).await;
+        let _ = stop.send(());
+        let series = task.await.unwrap();
+        assert!(series.len() <= report::SERIES_MAX, "{} samples", series.len());
+        assert!(series.len() >= report::SERIES_MAX / 2, "thinned too far: {} samples", series.len());
+        assert!(series.iter().all(|s| s.written == 7));
+    }
+
+    #[test]
+    fn the_workload_limit_grows_with_the_payments() {
+        assert_eq!(workload_limit(1000), WORKLOAD_FLOOR);
+        assert_eq!(workload_limit(1_000_000), Duration::from_secs(2000));
+    }
+}

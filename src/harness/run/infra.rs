@@ -1,0 +1,104 @@
+//! A run's database and broker, opened, and the context its components
+//! share.
+
+use crate::broker::{kafka::Kafka, SharedBroker};
+use crate::domain::names::RunNames;
+use crate::error::{Error, Result};
+use crate::faults::FaultInjector;
+use crate::harness::infra::Endpoints;
+use crate::pipeline::context::{shutdown_pair, Ctx, ShutdownTrigger, Stats};
+use crate::report::InfraInfo;
+use crate::scenario::Scenario;
+use crate::store::{postgres::PgStore, sqlite::SqliteStore, Store};
+use std::path::Path;
+use std::sync::Arc;
+
+/// Pool connections beyond one per producer and notifier: the drain's
+/// probes, the retention purger, the verifier, and stalled notifiers
+/// (zombies), each of which holds one for its whole stall.
+const SPARE_CONNECTIONS: usize = 4;
+
+/// The endpoints of a run: flags, environment and scenario resolved, and
+/// checked against what the scenario needs ([`Scenario::preflight`]).
+pub(super) fn endpoints(sc: &Scenario, database_url: Option<String>, brokers: Option<String>) -> Result<Endpoints> {
+    let endpoints = Endpoints::resolve(database_url, brokers, sc)?;
+    sc.preflight(endpoints.database_url.is_some(), endpoints.brokers.is_some()).map_err(Error::Usage)?;
+    Ok(endpoints)
+}
+
+/// What the run's components share, and the trigger that stops them.
+pub(super) fn context(sc: &Arc<Scenario>, infra: &Infra, names: &RunNames) -> (ShutdownTrigger, Ctx) {
+    let (trigger, shutdown) = shutdown_pair();
+    let ctx = Ctx {
+        scenario: sc.clone(),
+        store: infra.store.clone(),
+        faults: Arc::new(FaultInjector::new(sc.seed, &sc.faults).with_schedule(sc.schedule.clone())),
+        stats: Arc::new(Stats::default()),
+        shutdown,
+        broker: infra.broker.clone(),
+        names: names.clone(),
+        intent: Default::default(),
+        tasks: Default::default(),
+    };
+    (trigger, ctx)
+}
+
+/// A run's database and broker, opened: the run's PostgreSQL schema or
+/// SQLite file, and a real Kafka or librdkafka's mock cluster in process.
+pub(super) struct Infra {
+    pub store: Store,
+    /// A real Kafka, or the embedded mode's mock cluster in process.
+    pub broker: SharedBroker,
+    pub info: InfraInfo,
+}
+
+impl Infra {
+    pub async fn open(sc: &Scenario, endpoints: &Endpoints, names: &RunNames, reports_dir: &Path) -> Result<Self> {
+        let max_conns = (sc.producers + sc.notifier.instances + SPARE_CONNECTIONS) as u32;
+        let store = match &endpoints.database_url {
+            Some(url) => Store::Postgres(PgStore::open(url, &names.schema, max_conns).await?),
+            None => {
+                let path = reports_dir.join(format!("{}.sqlite", names.run_id));
+                Store::Sqlite(SqliteStore::open(&path, max_conns).await?)
+            }
+        };
+        let broker: SharedBroker = match &endpoints.brokers {
+            Some(b) => Arc::new(Kafka::connect(b).await?),
+            None => Arc::new(Kafka::embedded()?),
+        };
+        let info = InfraInfo {
+            database: store.backend().into(),
+            database_endpoint: store.endpoint(),
+            schema: match &store {
+                Store::Postgres(s) => s.schema.clone(),
+                Store::Sqlite(_) => String::new(),
+            },
+            broker: broker.kind().into(),
+            brokers: broker.bootstrap().into(),
+            topic: names.topic.clone(),
+            group: names.group.clone(),
+            proxy: None,
+        };
+        Ok(Self { store, broker, info })
+    }
+
+    /// The banner's infra line.
+    pub fn describe(&self, names: &RunNames) -> String {
+        let db = match &self.store {
+            Store::Postgres(s) => format!("PostgreSQL {} (schema {})", s.endpoint, s.schema),
+            Store::Sqlite(s) => format!("SQLite {} (embedded)", s.endpoint),
+        };
+        let (b, topic) = (self.broker.bootstrap(), &names.topic);
+        let broker = match self.broker.embedded() {
+            false => format!("Apache Kafka {b} (topic {topic})"),
+            true => format!("librdkafka mock cluster {b} (embedded, topic {topic})"),
+        };
+        format!("{db} · {broker}")
+    }
+
+    pub async fn close(self) {
+        self.store.close().await;
+        self.broker.close().await;
+    }
+}
+

@@ -1,0 +1,75 @@
+//! Judging a run: the verifier's pass over the ground truth, unless the
+//! run was interrupted or something may still write, and the verdict.
+
+use super::drive::Ran;
+use crate::faults::Strike;
+use crate::pipeline::context::Ctx;
+use crate::report::Report;
+use crate::store::Store;
+use crate::verifier::{pass, verdict, Verdict};
+use tracing::warn;
+
+/// Verifies the run, unless it was interrupted or something may still
+/// write, and sets the report's findings and verdict.
+pub(super) async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, still_running: bool) {
+    let sc = &ctx.scenario;
+    // After the nemesis restarted PostgreSQL or ended sessions, the pool's
+    // connections may be dead: the verifier reads through a new one.
+    let store = match &ctx.store {
+        Store::Postgres(pg) if sc.timeline.iter().any(|t| t.point.strike() == Strike::Database) => {
+            pg.fresh(2).await.map(Store::Postgres).unwrap_or_else(|_| ctx.store.clone())
+        }
+        other => other.clone(),
+    };
+    let verified = if ran.interrupted || still_running {
+        None
+    } else {
+        tokio::select! {
+            r = pass::verify(&store, &ctx.broker, &ctx.names.topic, sc, ctx.intent.take(), &ctx.faults) => Some(r),
+            _ = crate::harness::interrupt::requested() => { ran.interrupted = true; None }
+        }
+    };
+    let incomplete = ran.incomplete.clone();
+    let (verdict, reason) = match verified {
+        _ if ran.interrupted => {
+            (Verdict::Interrupted, "interrupted by a signal before the run was verified; nothing was verified".into())
+        }
+        _ if still_running => (
+            Verdict::Incomplete,
+            format!("{}; nothing was verified, since something may still write", incomplete.unwrap_or_default()),
+        ),
+        None => (Verdict::Incomplete, incomplete.unwrap_or_default()),
+        Some(Err(e)) => (
+            Verdict::Incomplete,
+            match incomplete {
+                Some(r) => format!("{r}; verification failed too: {e}"),
+                None => format!("verification could not read the ground truth: {e}"),
+            },
+        ),
+        Some(Ok((r, topic_side))) => {
+            let mut anomalies = r.anomalies;
+            verdict::allow(&mut anomalies, &sc.allowed_anomalies);
+            pass::attribute(&store, &mut anomalies, &ctx.faults).await;
+            rep.stories = pass::stories(&store, &anomalies, topic_side, &ctx.faults).await;
+            rep.faults = ctx.faults.summary();
+            let chaos = verdict::chaos_checks(&rep.faults);
+            let (v, why) = verdict::verdict(sc.exactly_once, &r.invariants, &anomalies, &chaos);
+            rep.counts = r.counts;
+            rep.invariants = r.invariants;
+            rep.anomalies = anomalies;
+            rep.chaos_checks = chaos;
+            rep.latency_ms = pass::latency(&store).await.unwrap_or_else(|e| {
+                warn!(cause = %e, "measuring the latency failed");
+                None
+            });
+            match incomplete {
+                Some(reason) => (Verdict::Incomplete, format!("{reason}; the figures above are partial")),
+                None => (v, why),
+            }
+        }
+    };
+    rep.fired = ctx.faults.fired_schedule();
+    rep.verdict = verdict;
+    rep.reason = reason;
+}
+

@@ -1,0 +1,197 @@
+//! One run, start to finish: resolve the infrastructure, create the run's
+//! schema and topic, start relays, notifiers and the retention purger, drive
+//! the workload, wait for the pipeline to drain, verify, report.
+
+mod drive;
+mod infra;
+mod judge;
+
+use crate::domain::names::RunNames;
+use crate::error::Result;
+use crate::exit::Exit;
+use crate::faults::FaultPoint;
+use crate::nemesis::proxy::Lanes;
+use crate::report::progress::{Phase, Progress};
+use crate::report::{assemble, Report, Timings};
+use crate::scenario::Components;
+use crate::scenario::{self, Scenario};
+use drive::{Ran, Stopped};
+use infra::Infra;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+/// What `chaos run` was asked to do.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub scenario: PathBuf,
+    pub seed: Option<u64>,
+    pub database_url: Option<String>,
+    pub brokers: Option<String>,
+    pub reports_dir: PathBuf,
+    /// Overrides the scenario's `[run] components`.
+    pub components: Option<Components>,
+    /// Overrides the scenario's `workload.payments`.
+    pub payments: Option<u64>,
+    /// Overrides `[faults]` probabilities, in order.
+    pub faults: Vec<(FaultPoint, f64)>,
+    /// Pins the firings by occurrence.
+    pub schedule: Option<crate::faults::Schedule>,
+}
+
+impl RunOptions {
+    /// Loads the scenario file and applies the command line's changes, each
+    /// checked as the file's keys are.
+    pub fn scenario(&self) -> Result<Scenario> {
+        let mut sc = scenario::load(&self.scenario)?;
+        if let Some(seed) = self.seed {
+            sc = sc.with_seed(seed);
+        }
+        if let Some(c) = self.components {
+            sc = sc.with_components(c);
+        }
+        if let Some(n) = self.payments {
+            sc = sc.with_payments(n)?;
+        }
+        for (p, rate) in &self.faults {
+            sc = sc.with_rate(*p, *rate)?;
+        }
+        if let Some(s) = &self.schedule {
+            sc = sc.with_schedule(s.clone())?;
+        }
+        Ok(sc)
+    }
+}
+
+/// What a run tells whoever shows it, in order: the library computes and
+/// emits these; a [`Reporter`] (the binary's choice, see `commands/`) turns
+/// them into tables, JSON, or nothing.
+pub enum Event<'a> {
+    /// The infrastructure is open; the components start next.
+    Started { run_id: &'a str, scenario: &'a str, seed: u64, infra: &'a str },
+    /// The run ended and its report was saved at `json`, `md` and `html`.
+    Finished { report: &'a Report, json: &'a Path, md: &'a Path, html: &'a Path },
+}
+
+/// Consumes a run's events.
+pub trait Reporter: Send + Sync {
+    fn event(&self, event: &Event<'_>) -> Result<()>;
+
+    /// Whether the live progress line is drawn on stderr meanwhile.
+    fn shows_progress(&self) -> bool {
+        true
+    }
+}
+
+/// Shows nothing: a run inside the selftest or the bench, which print
+/// their own tables.
+pub struct Quiet;
+
+impl Reporter for Quiet {
+    fn event(&self, _: &Event<'_>) -> Result<()> {
+        Ok(())
+    }
+
+    fn shows_progress(&self) -> bool {
+        false
+    }
+}
+
+/// Runs a scenario file end to end and returns the report and the exit code.
+pub async fn run(opts: RunOptions, reporter: &dyn Reporter) -> Result<(Report, Exit)> {
+    let sc = opts.scenario()?;
+    execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, reporter).await
+}
+
+/// Runs a validated scenario end to end: open the infrastructure, start
+/// the components, drive the workload and the drain, stop, verify, report.
+pub async fn execute(
+    sc: Scenario,
+    database_url: Option<String>,
+    brokers: Option<String>,
+    reports_dir: &std::path::Path,
+    reporter: &dyn Reporter,
+) -> Result<(Report, Exit)> {
+    let started = Instant::now();
+    let endpoints = infra::endpoints(&sc, database_url, brokers)?;
+    let names = RunNames::new();
+    let mut infra = Infra::open(&sc, &endpoints, &names, reports_dir).await?;
+    let sc = Arc::new(sc);
+    let (trigger, ctx) = infra::context(&sc, &infra, &names);
+    // The proxy's and the timeline's faults strike from the workload's
+    // start until the drain ends.
+    let (acting, _) = watch::channel(false);
+    let lanes = match (&endpoints.database_url, sc.proxied()) {
+        (Some(url), true) => Some(Lanes::start(&ctx, url, acting.subscribe()).await?),
+        _ => None,
+    };
+    let mut infra_line = infra.describe(&names);
+    if let Some(l) = &lanes {
+        infra_line = format!("{infra_line} · {}", l.describe());
+        infra.info.proxy = Some(l.describe());
+    }
+    reporter.event(&Event::Started { run_id: &names.run_id, scenario: &sc.name, seed: sc.seed, infra: &infra_line })?;
+    info!(run_id = %names.run_id, seed = sc.seed, "starting");
+    let progress = Progress::start(sc.payments, ctx.stats.clone(), ctx.faults.clone(), reporter.shows_progress());
+    infra.broker.create_topic(&names.topic, sc.partitions).await?;
+    let setup_ms = started.elapsed().as_millis() as u64;
+
+    let started_components =
+        drive::start_components(&ctx, endpoints.database_url.as_deref(), reports_dir, lanes.as_ref()).await;
+    let (programs, mut components, workload_ctx) = match started_components {
+        Ok(s) => s,
+        Err(e) => {
+            trigger.trigger();
+            return Err(e);
+        }
+    };
+    let slots = lanes.as_ref().map(|l| l.slots()).unwrap_or_default();
+    components.extend(crate::nemesis::timeline::start(&ctx, acting.subscribe(), slots));
+    let (series, stop_series) = drive::sample(ctx.stats.clone());
+    let mut ran = drive::drive(&ctx, &workload_ctx, programs.as_ref(), &acting, &progress).await;
+    trigger.trigger();
+    components.extend(ctx.tasks.take());
+    let stopped = tokio::select! {
+        s = drive::stop(components) => s,
+        _ = crate::harness::interrupt::requested(), if !ran.interrupted => { ran.interrupted = true; Stopped::default() }
+    };
+    let _ = stop_series.send(());
+    let series = series.await.unwrap_or_default();
+    if let Some(l) = lanes {
+        l.close();
+    }
+    why_incomplete(&mut ran, programs.as_ref().and_then(|p| p.failure()), &stopped);
+
+    let mut rep = assemble::skeleton(&sc, &names, &infra.info, &ctx.faults, &ctx.stats);
+    rep.series = series;
+    rep.timings = Timings { setup_ms, workload_ms: ran.workload_ms, drain_ms: ran.drain_ms, ..Default::default() };
+    let t_verify = Instant::now();
+    progress.phase(Phase::Verify);
+    judge::judge(&mut rep, &ctx, &mut ran, !stopped.stuck.is_empty()).await;
+    progress.finish();
+    rep.timings.verify_ms = t_verify.elapsed().as_millis() as u64;
+    rep.timings.total_ms = started.elapsed().as_millis() as u64;
+    infra.close().await;
+
+    let saved = rep.save(reports_dir)?;
+    reporter.event(&Event::Finished { report: &rep, json: &saved.json, md: &saved.md, html: &saved.html })?;
+    let exit = rep.verdict.exit();
+    Ok((rep, exit))
+}
+
+/// Adds to the run's reason for being incomplete a program under test that
+/// failed and components that panicked or did not stop.
+fn why_incomplete(ran: &mut Ran, program_failed: Option<String>, stopped: &Stopped) {
+    if let (None, Some(why)) = (&ran.incomplete, program_failed) {
+        ran.incomplete = Some(why);
+    }
+    if let Some(why) = stopped.why() {
+        warn!("{why}");
+        ran.incomplete = Some(match ran.incomplete.take() {
+            Some(before) => format!("{before}; {why}"),
+            None => why,
+        });
+    }
+}

@@ -1,0 +1,111 @@
+//! The verifier's pass over one run: the ground truth read (the database
+//! streamed into the ledger, then every message on the topic), the faults
+//! the topic confirms, the reconciliation, and the anomalies dated and
+//! told as stories. It reads the store and the broker, never the system
+//! under test.
+
+use crate::broker::SharedBroker;
+use crate::domain::intent::Intended;
+use crate::error::Result;
+use crate::faults::{FaultInjector, FaultPoint};
+use crate::scenario::Scenario;
+use crate::store::Store;
+use crate::verifier::{attribution, latency::Latency, latency::LatencyRecorder, reconcile, story, topic, Ledger};
+use std::collections::HashMap;
+use std::time::Duration;
+use tracing::warn;
+use uuid::Uuid;
+
+/// The verifier's topic read gets at least this long, and
+/// [`TOPIC_READ_PER_PAYMENT`] per payment beyond it (a million payments'
+/// 2.2 million messages read in about 10 s here).
+const TOPIC_READ_FLOOR: Duration = Duration::from_secs(60);
+const TOPIC_READ_PER_PAYMENT: Duration = Duration::from_micros(100);
+
+/// Reads the ground truth against the workload's record of intent,
+/// confirms the faults the topic shows, and reconciles.
+pub async fn verify(
+    store: &Store,
+    broker: &SharedBroker,
+    topic_name: &str,
+    sc: &Scenario,
+    intent: Vec<Intended>,
+    faults: &FaultInjector,
+) -> Result<(reconcile::Reconciliation, TopicSide)> {
+    let mut ledger = Ledger::new();
+    for p in intent {
+        ledger.add_intended(p);
+    }
+    store.ground_truth(&mut ledger).await?;
+    let limit = TOPIC_READ_FLOOR.max(TOPIC_READ_PER_PAYMENT * sc.payments.min(u32::MAX as u64) as u32);
+    let mut ledger = topic::read_all(broker.clone(), topic_name, sc.partitions, limit, ledger).await?;
+    for (point, event, copies) in faults.take_awaited_copies() {
+        if ledger.copies(event) >= copies {
+            faults.confirm(point, 1);
+        }
+    }
+    let spec = reconcile::Spec { payments: sc.payments, outbox: sc.publish == crate::scenario::PublishMode::Outbox };
+    let r = ledger.check(&spec);
+    // A poison message's effect is its dead letter.
+    faults.confirm(FaultPoint::WorkloadPoison, r.counts.dead_letters_matched);
+    // What the stories need of the topic, while the ledger still holds it.
+    let subjects: Vec<_> = story::wanted(&r.anomalies).into_iter().map(|(_, _, s)| s).collect();
+    let topic_side = if subjects.is_empty() { TopicSide::default() } else { ledger.messages_of(&subjects) };
+    Ok((r, topic_side))
+}
+
+/// For the stories: each subject's payment, and each payment's messages.
+pub type TopicSide = (HashMap<Uuid, Uuid>, HashMap<Uuid, Vec<story::TopicMessage>>);
+
+/// Each anomaly example's story ([`story`]): the topic's side from the
+/// ledger, the database's dated rows read now. A failed read leaves the
+/// report without stories: it never changes a verdict.
+pub async fn stories(
+    store: &Store,
+    anomalies: &[crate::verifier::Anomaly],
+    (payment_of, messages): TopicSide,
+    faults: &FaultInjector,
+) -> Vec<story::Story> {
+    let mut payments: Vec<Uuid> = payment_of.values().copied().collect();
+    if payments.is_empty() {
+        return vec![];
+    }
+    payments.sort_unstable();
+    payments.dedup();
+    match store.story(&payments).await {
+        Ok(rows) => story::tell(
+            anomalies,
+            &payment_of,
+            &messages,
+            &rows,
+            &faults.deliveries(),
+            faults.started_epoch_ms(),
+        ),
+        Err(e) => {
+            warn!(cause = %e, "reading the anomalies' stories failed");
+            vec![]
+        }
+    }
+}
+
+/// Dates each anomaly's examples by their last trace in the database and
+/// names the faults that fired just before ([`attribution`]). A failed
+/// look-up leaves the anomalies undated: it never changes a verdict.
+pub async fn attribute(store: &Store, anomalies: &mut [crate::verifier::Anomaly], faults: &FaultInjector) {
+    let ids = attribution::subjects(anomalies);
+    if ids.is_empty() {
+        return;
+    }
+    match store.traces(&ids).await {
+        Ok(traces) => attribution::attribute(anomalies, &traces, faults.started_epoch_ms(), &faults.log()),
+        Err(e) => warn!(cause = %e, "dating the anomalies' examples failed"),
+    }
+}
+
+
+/// End-to-end latency percentiles, from every event's sample in the store.
+pub async fn latency(store: &Store) -> Result<Option<Latency>> {
+    let mut recorder = LatencyRecorder::new();
+    store.latencies(&mut |ms| recorder.record(ms)).await?;
+    Ok(recorder.finish())
+}
