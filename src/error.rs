@@ -1,7 +1,6 @@
-//! Typed errors of the library. Each variant knows its exit code and reads well
-//! after "error: ".
+//! Typed errors of the library. Each reads well after "error: "; which
+//! exit code each ends with is decided in `commands/exits.rs`.
 
-use crate::exit::Exit;
 use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
@@ -41,19 +40,6 @@ pub enum Error {
 }
 
 impl Error {
-    pub fn exit(&self) -> Exit {
-        match self {
-            Error::Scenario(_) | Error::Usage(_) | Error::ReportRead { .. } => Exit::BadInput,
-            Error::DatabaseUnreachable { .. }
-            | Error::KafkaUnreachable { .. }
-            | Error::Database { .. }
-            | Error::Kafka { .. }
-            | Error::Tool(_) => Exit::Infra,
-            Error::Write { .. } => Exit::Io,
-            Error::Internal(_) => Exit::Internal,
-        }
-    }
-
     /// Wraps a sqlx error with what we were doing, with any password removed.
     pub fn db(context: impl Into<String>, err: sqlx::Error) -> Self {
         Error::Database { context: context.into(), cause: redact(&err.to_string()) }

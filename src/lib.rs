@@ -64,7 +64,6 @@ pub mod broker;
 pub mod campaigns;
 pub mod commands;
 pub mod error;
-pub mod exit;
 pub mod faults;
 pub mod harness;
 pub mod nemesis;

@@ -4,7 +4,7 @@
 //! to the library ([`chaos::harness::interrupt`]) and exits on the second.
 
 use chaos::commands::cli::Cli;
-use chaos::exit::Exit;
+use chaos::commands::exit::Exit;
 use clap::Parser;
 use std::process::ExitCode;
 use tracing_subscriber::EnvFilter;
@@ -65,7 +65,7 @@ fn main() -> ExitCode {
         Ok(exit) => exit.into(),
         Err(e) => {
             eprintln!("error: {}", chaos::error::redact(&e.to_string()));
-            e.exit().into()
+            chaos::commands::exits::of_error(&e).into()
         }
     }
 }

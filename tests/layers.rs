@@ -14,8 +14,7 @@ use std::path::{Path, PathBuf};
 /// From the bottom up. A module may name only those below it, and those
 /// beside it on the same line that do not name it back.
 const LAYERS: &[&[&str]] = &[
-    // Exit codes and typed errors: everything may fail.
-    &["exit"],
+    // Typed errors: everything may fail.
     &["error"],
     // The words every layer shares: events, intent, rows, handlers, names.
     &["domain"],
@@ -201,4 +200,28 @@ fn the_check_sees_an_upward_import() {
     let seen = named(&code(text));
     assert_eq!(seen, ["harness", "store"].iter().map(|s| s.to_string()).collect());
     assert!(layer_of("harness") > layer_of("store"));
+}
+
+#[test]
+fn only_the_commands_print() {
+    // The library computes and emits events; `commands/` and `main.rs`
+    // print them. (A component process's protocol lines are its channel to
+    // the harness, written with `writeln!`, not printing.)
+    let mut all = Vec::new();
+    files(&src(), &mut all);
+    let skip = test_only_files(&all);
+    let mut printing = Vec::new();
+    for f in all.iter().filter(|f| !skip.contains(*f)) {
+        let top = top(f);
+        if top == "commands" || top == "main" {
+            continue;
+        }
+        let text = code(&std::fs::read_to_string(f).unwrap());
+        for mac in ["println!", "eprintln!", "print!(", "eprint!("] {
+            if text.contains(mac) {
+                printing.push(format!("{} uses {mac}", f.strip_prefix(src()).unwrap().display()));
+            }
+        }
+    }
+    assert!(printing.is_empty(), "the library prints: {printing:?}");
 }

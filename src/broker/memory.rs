@@ -11,8 +11,8 @@
 //! end-to-end tests on Kafka say the semantics are Kafka's.
 
 use super::{Broker, Consumer, ConsumerSpec, Producer, Span};
-use crate::error::{Error, Result};
 use crate::domain::events::{Delivery, Envelope};
+use crate::error::{Error, Result};
 use futures::future::BoxFuture;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -18,8 +18,8 @@ pub mod kafka;
 #[cfg(test)]
 pub(crate) mod memory;
 
-use crate::error::Result;
 use crate::domain::events::{Delivery, Envelope};
+use crate::error::Result;
 use futures::future::BoxFuture;
 use std::sync::Arc;
 use std::time::Duration;

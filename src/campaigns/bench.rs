@@ -9,10 +9,10 @@
 //! asserted in tests. Every timed stretch starts right after a PostgreSQL
 //! checkpoint; `--warmup` runs untimed runs first for a cold broker.
 
+use crate::campaigns::{Listener, Progress};
 use crate::error::{Error, Result};
-use crate::exit::Exit;
-use crate::report::{Latency, Report};
 use crate::harness::run::{execute, Quiet};
+use crate::report::{Latency, Report};
 use crate::scenario::{Components, Scenario};
 use crate::store::postgres::PgStore;
 use crate::store::Backend;
@@ -264,39 +264,43 @@ struct Timed {
     through_proxy: Vec<(f64, Report)>,
 }
 
-pub async fn bench(opts: &Options) -> Result<(Figures, Report)> {
+pub async fn bench(opts: &Options, listener: &dyn Listener) -> Result<(Figures, Report)> {
     let sc = crate::scenario::load(&opts.scenario)?.with_payments(opts.payments)?;
     let url = opts.database_url.clone().or_else(|| sc.infra_database_url.clone());
     let mut checkpoints = Checkpoints { url, granted: true };
     // The yardstick first, so the pipeline never competes with it.
-    let tps = yardstick(opts, &mut checkpoints).await?;
-    let warmup_runs = warm_up(&sc, opts).await?;
-    let timed = timed_runs(&sc, opts, &mut checkpoints).await?;
+    let tps = yardstick(opts, &mut checkpoints, listener).await?;
+    let warmup_runs = warm_up(&sc, opts, listener).await?;
+    let timed = timed_runs(&sc, opts, &mut checkpoints, listener).await?;
     let (figures, rep) = figures(opts, timed, warmup_runs, tps, &checkpoints);
     write_figures(&opts.reports_dir, &figures, &rep)?;
     Ok((figures, rep))
 }
 
 /// pgbench's transactions/s after a checkpoint; None without PostgreSQL.
-async fn yardstick(opts: &Options, checkpoints: &mut Checkpoints) -> Result<Option<f64>> {
+async fn yardstick(opts: &Options, checkpoints: &mut Checkpoints, listener: &dyn Listener) -> Result<Option<f64>> {
     let Some(u) = checkpoints.url.clone() else { return Ok(None) };
     checkpoints.before_timed().await;
-    eprintln!("bench: pgbench, {} clients for {} s", opts.pgbench_clients, opts.pgbench_seconds);
+    listener.progress(&Progress::BenchStage {
+        what: format!("pgbench, {} clients for {} s", opts.pgbench_clients, opts.pgbench_seconds),
+    });
     Ok(Some(pgbench(&u, opts.pgbench_clients, opts.pgbench_seconds, &opts.reports_dir).await?))
 }
 
 /// One quiet pipeline run of the bench scenario with the given components.
 async fn pipeline(sc: &Scenario, opts: &Options, components: Components) -> Result<Report> {
     let sc = sc.clone().with_components(components);
-    let (rep, _) = execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, &Quiet).await?;
+    let rep = execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, &Quiet).await?;
     Ok(rep)
 }
 
 /// The untimed `--warmup` runs: a cold broker warms up on them.
-async fn warm_up(sc: &Scenario, opts: &Options) -> Result<Vec<RunSummary>> {
+async fn warm_up(sc: &Scenario, opts: &Options, listener: &dyn Listener) -> Result<Vec<RunSummary>> {
     let mut warmup_runs = Vec::with_capacity(opts.warmup as usize);
     for i in 1..=opts.warmup {
-        eprintln!("bench: warm-up run {i} of {}: {} payments, not timed", opts.warmup, opts.payments);
+        listener.progress(&Progress::BenchStage {
+            what: format!("warm-up run {i} of {}: {} payments, not timed", opts.warmup, opts.payments),
+        });
         let rep = pipeline(sc, opts, Components::InProcess).await?;
         warmup_runs.push(summary(end_to_end(&rep).1, &rep));
     }
@@ -306,24 +310,35 @@ async fn warm_up(sc: &Scenario, opts: &Options) -> Result<Vec<RunSummary>> {
 /// The timed runs, each after a checkpoint; with `--processes` every
 /// in-process run is followed by a process-mode one, so both see the same
 /// machine.
-async fn timed_runs(sc: &Scenario, opts: &Options, checkpoints: &mut Checkpoints) -> Result<Timed> {
+async fn timed_runs(
+    sc: &Scenario,
+    opts: &Options,
+    checkpoints: &mut Checkpoints,
+    listener: &dyn Listener,
+) -> Result<Timed> {
     let n_runs = opts.runs.max(1);
     let mut timed =
         Timed { in_process: Vec::with_capacity(n_runs as usize), as_processes: Vec::new(), through_proxy: Vec::new() };
     for i in 1..=n_runs {
         checkpoints.before_timed().await;
-        eprintln!("bench: run {i} of {n_runs}: {} payments through the pipeline", opts.payments);
+        listener.progress(&Progress::BenchStage {
+            what: format!("run {i} of {n_runs}: {} payments through the pipeline", opts.payments),
+        });
         let rep = pipeline(sc, opts, Components::InProcess).await?;
         timed.in_process.push((end_to_end(&rep).1, rep));
         if opts.processes {
             checkpoints.before_timed().await;
-            eprintln!("bench: run {i} of {n_runs}, components = \"process\": {} payments", opts.payments);
+            listener.progress(&Progress::BenchStage {
+                what: format!("run {i} of {n_runs}, components = \"process\": {} payments", opts.payments),
+            });
             let rep = pipeline(sc, opts, Components::Process).await?;
             timed.as_processes.push((end_to_end(&rep).1, rep));
         }
         if opts.proxy {
             checkpoints.before_timed().await;
-            eprintln!("bench: run {i} of {n_runs}, through the fault proxy with no fault: {} payments", opts.payments);
+            listener.progress(&Progress::BenchStage {
+                what: format!("run {i} of {n_runs}, through the fault proxy with no fault: {} payments", opts.payments),
+            });
             // In front of Kafka too when the broker is a real one: the mock
             // cluster advertises its own address.
             let kafka = opts.brokers.is_some() || sc.infra_kafka_brokers.is_some();
@@ -478,7 +493,7 @@ fn write_figures(reports_dir: &Path, figures: &Figures, rep: &Report) -> Result<
     std::fs::write(&path, text + "\n").map_err(|e| Error::Write { path: path.clone(), cause: e.to_string() })
 }
 
-pub fn render(f: &Figures) -> (String, Exit) {
+pub fn render(f: &Figures) -> String {
     let mut t = Table::new();
     t.load_preset(presets::UTF8_FULL_CONDENSED);
     t.set_header(vec!["measure", "value"]);
@@ -486,9 +501,7 @@ pub fn render(f: &Figures) -> (String, Exit) {
         t.add_row(vec![Cell::new(k), Cell::new(v).set_alignment(CellAlignment::Left)]);
     }
     let g = target_table(&f.targets);
-    let out = format!("{t}\n{g}\n— : does not apply to this size or backend\n");
-    let exit = if f.verdict == Verdict::Pass { Exit::Pass } else { Exit::Fail };
-    (out, exit)
+    format!("{t}\n{g}\n— : does not apply to this size or backend\n")
 }
 
 /// The rows of the measures table, every run's figures below the end-to-end one.

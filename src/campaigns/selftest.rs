@@ -11,10 +11,10 @@
 //! [`MAX_ATTEMPTS`] runs with different seeds. The figures measured on this
 //! project's machines are in the README.
 
+use crate::campaigns::{Listener, Progress};
 use crate::error::{Error, Result};
-use crate::exit::Exit;
-use crate::report::Report;
 use crate::harness::run::{execute, Quiet};
+use crate::report::Report;
 use crate::scenario;
 use crate::verifier::{AnomalyKind, Verdict};
 use comfy_table::{presets, Cell, Table};
@@ -375,7 +375,7 @@ fn expected_found(r: &Report, anomaly: AnomalyKind) -> Option<u64> {
 }
 
 /// Runs the catalogue and the correct pipeline; prints progress on stderr.
-pub async fn selftest(opts: &Options) -> Result<Summary> {
+pub async fn selftest(opts: &Options, listener: &dyn Listener) -> Result<Summary> {
     let mut rows = Vec::new();
     let mut skipped = Vec::new();
     let chosen = CATALOGUE
@@ -384,18 +384,18 @@ pub async fn selftest(opts: &Options) -> Result<Summary> {
         .filter(|v| opts.only.as_deref().map(|o| v.name.contains(o)).unwrap_or(true));
     for v in chosen {
         if v.needs_postgres && opts.database_url.is_none() {
-            eprintln!("selftest: {:<26} left out: its fault needs the fault proxy, so PostgreSQL", v.name);
+            listener.progress(&Progress::VariantLeftOut { name: v.name });
             skipped.push(v.name.to_string());
             continue;
         }
-        rows.push(catch_variant(v, opts).await?);
+        rows.push(catch_variant(v, opts, listener).await?);
     }
     let caught = rows.iter().filter(|r| r.ok).count();
     let variants = rows.len();
     // `--only` picks variants: the correct pipeline is not run, so not flagged.
     let mut correct_clean = true;
     if opts.only.is_none() {
-        let clean = correct_pipeline(opts).await?;
+        let clean = correct_pipeline(opts, listener).await?;
         correct_clean = clean.ok;
         rows.push(clean);
     }
@@ -404,13 +404,13 @@ pub async fn selftest(opts: &Options) -> Result<Summary> {
 
 /// One quiet pipeline run of a selftest scenario.
 async fn run_quiet(sc: scenario::Scenario, opts: &Options) -> Result<Report> {
-    let (rep, _) = execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, &Quiet).await?;
+    let rep = execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, &Quiet).await?;
     Ok(rep)
 }
 
 /// Runs one broken variant until the verifier reports its expected anomaly,
 /// at most [`MAX_ATTEMPTS`] times with different seeds.
-async fn catch_variant(v: &Variant, opts: &Options) -> Result<Row> {
+async fn catch_variant(v: &Variant, opts: &Options, listener: &dyn Listener) -> Result<Row> {
     let mut row = Row {
         variant: v.name.into(),
         mistake: v.mistake.into(),
@@ -433,7 +433,7 @@ async fn catch_variant(v: &Variant, opts: &Options) -> Result<Row> {
             }
             None => row.found = format!("verdict {}", rep.verdict.as_str()),
         }
-        eprintln!("selftest: {:<26} run {} {}", v.name, row.runs, if row.ok { "caught" } else { "not caught" });
+        listener.progress(&Progress::VariantRun { name: v.name, run: row.runs, caught: row.ok });
         if row.ok {
             break;
         }
@@ -443,7 +443,7 @@ async fn catch_variant(v: &Variant, opts: &Options) -> Result<Row> {
 
 /// Runs the correct pipeline with `clean_seeds` seeds, cycling through
 /// [`CLEAN_FLAVOURS`]; stops at the first run flagged (the no-false-alarm check).
-async fn correct_pipeline(opts: &Options) -> Result<Row> {
+async fn correct_pipeline(opts: &Options, listener: &dyn Listener) -> Result<Row> {
     let mut clean = Row {
         variant: "correct pipeline".into(),
         mistake: "none".into(),
@@ -470,7 +470,7 @@ async fn correct_pipeline(opts: &Options) -> Result<Row> {
         // Flagged means a violation: a run whose faults did not all fire
         // is inconclusive, which proves less but accuses nothing.
         let flagged = !matches!(rep.verdict, Verdict::Pass | Verdict::Inconclusive) || !rep.anomalies.is_empty();
-        eprintln!("selftest: correct pipeline ({flavour}) seed {seed} verdict {}", rep.verdict.as_str());
+        listener.progress(&Progress::CorrectRun { flavour, seed, verdict: rep.verdict });
         if flagged {
             clean.ok = false;
             clean.found = format!("seed {seed}: verdict {} ({})", rep.verdict.as_str(), rep.reason);
@@ -485,7 +485,7 @@ async fn correct_pipeline(opts: &Options) -> Result<Row> {
 }
 
 /// The selftest table, the mutation score, and the exit code.
-pub fn render(s: &Summary) -> (String, Exit) {
+pub fn render(s: &Summary) -> String {
     let mut t = Table::new();
     t.load_preset(presets::UTF8_FULL_CONDENSED);
     t.set_header(vec!["variant", "fault that exposes it", "expected anomaly", "detected", "runs", "found", "last run"]);
@@ -514,6 +514,5 @@ pub fn render(s: &Summary) -> (String, Exit) {
     } else {
         "; the correct pipeline was FLAGGED\n"
     });
-    let exit = if s.caught == s.variants && s.correct_clean { Exit::Pass } else { Exit::Fail };
-    (out, exit)
+    out
 }

@@ -17,10 +17,11 @@
 //! all, and the minimal schedule is replayed once more at the end; the
 //! result says when either did not.
 
+use crate::campaigns::{Listener, Progress};
 use crate::error::Result;
 use crate::faults::{FaultPoint, Schedule};
-use crate::report::Report;
 use crate::harness::run::{execute, Quiet};
+use crate::report::Report;
 use crate::scenario::Scenario;
 use crate::verifier::Verdict;
 use comfy_table::{presets, Cell, Table};
@@ -84,7 +85,7 @@ struct Shrinker<'a> {
     dir: std::path::PathBuf,
     runs: u32,
     budget: u32,
-    visible: bool,
+    listener: &'a dyn Listener,
 }
 
 impl Shrinker<'_> {
@@ -111,19 +112,17 @@ impl Shrinker<'_> {
         }
         self.runs += 1;
         let sc = self.base.clone().with_payments(payments)?.with_schedule(schedule.clone())?;
-        let (rep, _) = execute(sc, None, None, &self.dir, &Quiet).await?;
+        let rep = execute(sc, None, None, &self.dir, &Quiet).await?;
         let same = rep.verdict == Verdict::Fail
             && (self.anomalies.is_empty()
                 || rep.anomalies.iter().any(|a| !a.allowed && self.anomalies.contains(&a.name)));
-        if self.visible {
-            eprintln!(
-                "shrink: replay {} of at most {}: {} firing(s), {payments} payments: {}",
-                self.runs,
-                self.budget,
-                schedule.len(),
-                if same { "fails the same way" } else { rep.verdict.as_str() }
-            );
-        }
+        self.listener.progress(&Progress::Replayed {
+            run: self.runs,
+            budget: self.budget,
+            firings: schedule.len(),
+            payments,
+            outcome: if same { "fails the same way" } else { rep.verdict.as_str() },
+        });
         if rep.verdict == Verdict::Interrupted {
             // Stop here: no more replays after Ctrl-C.
             self.budget = self.runs;
@@ -134,12 +133,18 @@ impl Shrinker<'_> {
 
 /// Shrinks the failure of `failed`, a run of `sc`, with at most `budget`
 /// replays written under `reports_dir`.
-pub async fn shrink(sc: &Scenario, failed: &Report, reports_dir: &Path, budget: u32, visible: bool) -> Result<Shrunk> {
+pub async fn shrink(
+    sc: &Scenario,
+    failed: &Report,
+    reports_dir: &Path,
+    budget: u32,
+    listener: &dyn Listener,
+) -> Result<Shrunk> {
     let started = Instant::now();
     let anomalies: Vec<String> = failed.anomalies.iter().filter(|a| !a.allowed).map(|a| a.name.clone()).collect();
     let dir = reports_dir.join(format!("shrink-{}", failed.run_id));
     let mut s =
-        Shrinker { base: sc.clone().embedded(), anomalies: &anomalies, dir: dir.clone(), runs: 0, budget, visible };
+        Shrinker { base: sc.clone().embedded(), anomalies: &anomalies, dir: dir.clone(), runs: 0, budget, listener };
     let mut out = Shrunk {
         seed: sc.seed,
         anomalies: anomalies.clone(),

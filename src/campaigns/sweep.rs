@@ -11,17 +11,15 @@
 //! The sweep stops at the first failing seed unless `--keep-going`; with
 //! `--shrink` that failure is then made small ([`crate::campaigns::shrink`]).
 
+use crate::campaigns::{Listener, Progress};
 use crate::error::{Error, Result};
-use crate::exit::Exit;
 use crate::faults::{FaultPoint, FaultRates};
-use crate::report::Report;
 use crate::harness::run::{execute, Quiet, RunOptions};
+use crate::report::Report;
 use crate::verifier::Verdict;
 use comfy_table::{presets, Cell, Table};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -102,24 +100,6 @@ pub struct Summary {
     pub seconds: f64,
 }
 
-impl Summary {
-    /// The worst verdict decides: interrupted, then a failure, then an
-    /// incomplete run, then an inconclusive one.
-    pub fn exit(&self) -> Exit {
-        if self.interrupted {
-            Exit::Interrupted
-        } else if self.failed > 0 {
-            Exit::Fail
-        } else if self.incomplete > 0 {
-            Exit::Incomplete
-        } else if self.inconclusive > 0 {
-            Exit::Inconclusive
-        } else {
-            Exit::Pass
-        }
-    }
-}
-
 /// The rates a seed runs with under `--swarm`: a pure function of the
 /// scenario's rates and the seed. Every fault the scenario sets (the
 /// timeline's service faults aside) is off with chance [`SWARM_OFF`], or
@@ -156,7 +136,7 @@ fn round4(x: f64) -> f64 {
 }
 
 /// Runs the sweep; `visible` draws the progress bar on stderr.
-pub async fn sweep(opts: &Options, visible: bool) -> Result<Summary> {
+pub async fn sweep(opts: &Options, listener: &dyn Listener) -> Result<Summary> {
     if opts.seeds == 0 {
         return Err(Error::Usage("--seeds is 0; a sweep runs at least one seed".into()));
     }
@@ -165,8 +145,7 @@ pub async fn sweep(opts: &Options, visible: bool) -> Result<Summary> {
     let base = opts.run.scenario()?;
     let started = Instant::now();
     let sweep_id = format!("sweep-{}", crate::domain::names::RunNames::new().run_id);
-    let bar = progress(opts.seeds, visible);
-    let on_terminal = visible && std::io::stderr().is_terminal();
+    listener.progress(&Progress::SweepStarted { seeds: opts.seeds });
     let mut s = Summary {
         sweep_id,
         scenario: opts.run.scenario.display().to_string(),
@@ -194,21 +173,21 @@ pub async fn sweep(opts: &Options, visible: bool) -> Result<Summary> {
                 rates.push(Rate { point: p.name().into(), probability: r });
             }
         }
-        bar.set_message(format!("seed {seed} · {}", tally(&s)));
+        listener.progress(&Progress::SeedStarted { seed, tally: tally(&s) });
         let t = Instant::now();
-        let (rep, _) =
+        let rep =
             execute(sc.clone(), opts.run.database_url.clone(), opts.run.brokers.clone(), &opts.run.reports_dir, &Quiet)
                 .await?;
         if s.backend.is_empty() {
             s.backend = format!("{} · {}", rep.infra.database, rep.infra.broker);
         }
         let row = row(seed, &rep, rates, t.elapsed().as_secs_f64());
-        let line = format!("sweep: seed {seed} {} ({:.1} s): {}", row.verdict.as_str(), row.seconds, row.reason);
-        if on_terminal {
-            bar.println(line);
-        } else if visible {
-            eprintln!("{line}");
-        }
+        listener.progress(&Progress::SeedFinished {
+            seed,
+            verdict: row.verdict,
+            seconds: row.seconds,
+            reason: &row.reason,
+        });
         match rep.verdict {
             Verdict::Pass => s.passed += 1,
             Verdict::Fail => s.failed += 1,
@@ -217,7 +196,6 @@ pub async fn sweep(opts: &Options, visible: bool) -> Result<Summary> {
             Verdict::Interrupted => s.interrupted = true,
         }
         s.rows.push(row);
-        bar.inc(1);
         if rep.verdict == Verdict::Fail && first_failure.is_none() {
             first_failure = Some((sc, rep));
             if !opts.keep_going {
@@ -228,23 +206,12 @@ pub async fn sweep(opts: &Options, visible: bool) -> Result<Summary> {
             break;
         }
     }
-    bar.finish_and_clear();
+    listener.progress(&Progress::SweepFinished);
     if let (Some(budget), Some((sc, rep)), false) = (opts.shrink, first_failure, s.interrupted) {
-        s.shrink = Some(crate::campaigns::shrink::shrink(&sc, &rep, &opts.run.reports_dir, budget, visible).await?);
+        s.shrink = Some(crate::campaigns::shrink::shrink(&sc, &rep, &opts.run.reports_dir, budget, listener).await?);
     }
     s.seconds = started.elapsed().as_secs_f64();
     Ok(s)
-}
-
-fn progress(seeds: u32, visible: bool) -> ProgressBar {
-    let target = if visible { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() };
-    let bar = ProgressBar::with_draw_target(Some(seeds as u64), target);
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} seeds · {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    bar.enable_steady_tick(std::time::Duration::from_millis(200));
-    bar
 }
 
 fn tally(s: &Summary) -> String {
@@ -402,34 +369,5 @@ mod tests {
         assert_eq!(round4(0.00234567), 0.002346);
         assert_eq!(round4(1.0), 1.0);
         assert_eq!(round4(0.0), 0.0);
-    }
-
-    #[test]
-    fn the_worst_verdict_decides_the_exit() {
-        let mut s = Summary {
-            sweep_id: "x".into(),
-            scenario: "s".into(),
-            backend: "b".into(),
-            swarm: false,
-            first_seed: 1,
-            seeds_asked: 3,
-            rows: vec![],
-            passed: 3,
-            failed: 0,
-            inconclusive: 0,
-            incomplete: 0,
-            interrupted: false,
-            shrink: None,
-            seconds: 1.0,
-        };
-        assert_eq!(s.exit(), Exit::Pass);
-        s.inconclusive = 1;
-        assert_eq!(s.exit(), Exit::Inconclusive);
-        s.incomplete = 1;
-        assert_eq!(s.exit(), Exit::Incomplete);
-        s.failed = 1;
-        assert_eq!(s.exit(), Exit::Fail);
-        s.interrupted = true;
-        assert_eq!(s.exit(), Exit::Interrupted);
     }
 }

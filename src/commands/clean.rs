@@ -5,9 +5,9 @@
 //! only when the run id's time is older than the cut-off. Reports are kept.
 
 use crate::broker::{kafka::Kafka, Broker};
-use crate::error::{Error, Result};
 use crate::domain::names::CONNECT_TIMEOUT;
 use crate::error::{db_endpoint, redact};
+use crate::error::{Error, Result};
 use sqlx::{ConnectOptions, Connection, Row};
 use std::path::Path;
 use std::str::FromStr;

@@ -4,7 +4,7 @@
 //! which only `[proxy] kafka` needs: their absence never fails the check.
 
 use crate::broker::kafka::ping as kafka_ping;
-use crate::exit::Exit;
+use crate::commands::exit::Exit;
 use crate::error::{db_endpoint, redact};
 use comfy_table::{presets, Cell, Table};
 use sqlx::{ConnectOptions, Connection};

@@ -5,14 +5,16 @@
 
 use crate::commands::cli::{BenchArgs, CleanArgs, Command, RunArgs, SelftestArgs, SweepArgs};
 use crate::error::{Error, Result};
-use crate::exit::Exit;
-use crate::report::{self, Report, Style};
 use crate::harness::run::{self, RunOptions};
+use crate::report::{self, Report, Style};
+use exit::Exit;
 use std::path::Path;
 
 pub(crate) mod clean;
 pub mod cli;
 pub(crate) mod doctor;
+pub mod exit;
+pub mod exits;
 mod reporters;
 
 /// Runs one subcommand to its exit code.
@@ -26,7 +28,7 @@ pub async fn execute(command: Command) -> Result<Exit> {
         Command::Clean(a) => clean(a).await,
         Command::Selftest(a) => selftest(a).await,
         Command::Sweep(a) => sweep(a).await,
-        Command::Component => crate::harness::component::serve().await,
+        Command::Component => crate::harness::component::serve().await.map(|()| Exit::Pass),
     }
 }
 
@@ -51,11 +53,11 @@ async fn run_scenario(a: RunArgs) -> Result<Exit> {
         schedule: a.schedule,
     };
     let reporter: &dyn run::Reporter = if a.json { &reporters::Json } else { &reporters::Terminal };
-    let (report, exit) = run::run(opts, reporter).await?;
+    let report = run::run(opts, reporter).await?;
     if let Some(path) = &a.junit {
         crate::report::junit::write(&crate::report::junit::for_run(&report), path)?;
     }
-    Ok(exit)
+    Ok(exits::of_verdict(report.verdict))
 }
 
 fn show_report(file: &Path, markdown: bool) -> Result<Exit> {
@@ -65,11 +67,11 @@ fn show_report(file: &Path, markdown: bool) -> Result<Exit> {
     }
     if let Some(s) = crate::campaigns::sweep::Summary::load_if_sweep(file)? {
         print!("{}", crate::campaigns::sweep::render(&s));
-        return Ok(s.exit());
+        return Ok(exits::of_sweep(&s));
     }
     let r = Report::load(file)?;
     print!("{}", report::render(&r, if markdown { Style::Markdown } else { Style::Terminal }));
-    Ok(r.verdict.exit())
+    Ok(exits::of_verdict(r.verdict))
 }
 
 /// `chaos report <file.json> --html [--out FILE]`: the page drawn again
@@ -95,7 +97,7 @@ fn html_report(file: &Path, out: Option<&Path>) -> Result<Exit> {
     };
     crate::report::html::write(&r, &path)?;
     println!("{}", path.display());
-    Ok(r.verdict.exit())
+    Ok(exits::of_verdict(r.verdict))
 }
 
 async fn bench(a: BenchArgs) -> Result<Exit> {
@@ -112,8 +114,8 @@ async fn bench(a: BenchArgs) -> Result<Exit> {
         processes: a.processes,
         proxy: a.proxy,
     };
-    let (figures, _) = crate::campaigns::bench::bench(&opts).await?;
-    let (table, exit) = crate::campaigns::bench::render(&figures);
+    let (figures, _) = crate::campaigns::bench::bench(&opts, &reporters::Campaign::new()).await?;
+    let (table, exit) = (crate::campaigns::bench::render(&figures), exits::of_bench(&figures));
     if a.json {
         print_json(&figures)?;
     } else {
@@ -156,11 +158,11 @@ async fn selftest(a: SelftestArgs) -> Result<Exit> {
         variants: !a.no_variants,
         components: a.components,
     };
-    let summary = crate::campaigns::selftest::selftest(&opts).await?;
+    let summary = crate::campaigns::selftest::selftest(&opts, &reporters::Campaign::new()).await?;
     if let Some(path) = &a.junit {
         crate::report::junit::write(&crate::campaigns::junit::for_selftest(&summary, &opts.reports_dir), path)?;
     }
-    let (table, exit) = crate::campaigns::selftest::render(&summary);
+    let (table, exit) = (crate::campaigns::selftest::render(&summary), exits::of_selftest(&summary));
     if a.json {
         print_json(&summary)?;
     } else {
@@ -188,7 +190,7 @@ async fn sweep(a: SweepArgs) -> Result<Exit> {
         keep_going: a.keep_going,
         shrink: a.shrink.then_some(a.shrink_runs),
     };
-    let summary = crate::campaigns::sweep::sweep(&opts, true).await?;
+    let summary = crate::campaigns::sweep::sweep(&opts, &reporters::Campaign::new()).await?;
     let saved = summary.save(&a.reports_dir)?;
     if let Some(path) = &a.junit {
         crate::report::junit::write(&crate::campaigns::junit::for_sweep(&summary), path)?;
@@ -199,5 +201,5 @@ async fn sweep(a: SweepArgs) -> Result<Exit> {
         print!("{}", crate::campaigns::sweep::render(&summary));
         println!("summary: {}", saved.display());
     }
-    Ok(summary.exit())
+    Ok(exits::of_sweep(&summary))
 }

@@ -1095,7 +1095,10 @@ mod tests {
             with(FaultPoint::needs_process),
             [ProcessKill, ProcessPause, ProcessKillPerMessage, DbKillAfterCommit, KafkaKillAfterProduceAck]
         );
-        assert_eq!(with(FaultPoint::is_service), [BrokerPause, BrokerKill, BrokerKillLeader, DbRestart, DbTerminateBackends]);
+        assert_eq!(
+            with(FaultPoint::is_service),
+            [BrokerPause, BrokerKill, BrokerKillLeader, DbRestart, DbTerminateBackends]
+        );
         assert_eq!(
             with(FaultPoint::proxied),
             [NetReset, NetBlackhole, DbCommitAckLost, DbKillAfterCommit, KafkaProduceAckLost, KafkaKillAfterProduceAck]

@@ -19,11 +19,10 @@
 //! stderr.
 
 use crate::broker::kafka::Kafka;
-use crate::pipeline::context::{shutdown_pair, Ctx, Stats};
-use crate::error::{Error, Result};
-use crate::exit::Exit;
-use crate::faults::{FaultInjector, FaultPoint, FaultRecord, HarnessLink};
 use crate::domain::names::RunNames;
+use crate::error::{Error, Result};
+use crate::faults::{FaultInjector, FaultPoint, FaultRecord, HarnessLink};
+use crate::pipeline::context::{shutdown_pair, Ctx, Stats};
 use crate::scenario::Scenario;
 use crate::store::{postgres::PgStore, sqlite::SqliteStore, Store};
 use std::io::Write;
@@ -108,7 +107,7 @@ async fn attach_retrying(url: &str, schema: &str) -> Result<PgStore> {
 }
 
 /// `chaos component`: runs one relay or notifier instance until SIGTERM.
-pub async fn serve() -> Result<Exit> {
+pub async fn serve() -> Result<()> {
     let role = var("CHAOS_ROLE")?;
     let instance = var("CHAOS_INSTANCE")?;
     let slot: usize = instance.rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(1);
@@ -157,7 +156,7 @@ pub async fn serve() -> Result<Exit> {
     reporter.abort();
     emit(&Line::Snapshot { snapshot: snapshot(&stats, &faults) });
     store.close().await;
-    Ok(Exit::Pass)
+    Ok(())
 }
 
 async fn report_every(stats: Arc<Stats>, faults: Arc<FaultInjector>) {

@@ -13,15 +13,15 @@
 //! and its port open again, the postmaster's start time moved, sessions
 //! terminated, connections reset, reads held by the partition.
 
-use crate::pipeline::context::Ctx;
 use crate::error::{Error, Result};
 use crate::faults::FaultPoint;
 use crate::nemesis::proxy::Slot;
+use crate::pipeline::context::Ctx;
+use crate::scenario::Timed;
 use crate::store::Store;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
-use crate::scenario::Timed;
 use tokio::time::Instant;
 use tracing::{info, warn};
 

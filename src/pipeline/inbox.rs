@@ -15,12 +15,12 @@
 //! crash between the claim and the effects (`notifier.mid_batch`), a stall
 //! while holding the batch (`notifier.stall`).
 
+use crate::domain::events::{Decoded, EventKind};
 use crate::error::Result;
 use crate::faults::{FaultInjector, FaultPoint};
-use crate::domain::events::{Decoded, EventKind};
 use crate::scenario::InboxMode;
 use crate::store::{
-    handlers_for, BatchFaults, EffectPlan, BatchOutcome, Incoming, Modes, Store, HANDLER_LOYALTY, HANDLER_PROJECTION,
+    handlers_for, BatchFaults, BatchOutcome, EffectPlan, Incoming, Modes, Store, HANDLER_LOYALTY, HANDLER_PROJECTION,
     HANDLER_RECEIPTS,
 };
 use std::collections::HashSet;
@@ -284,6 +284,4 @@ mod tests {
         assert_eq!(plan.credits.len(), 2);
         assert_eq!(plan.loyalty.get(&(3, 1)), Some(&500), "points per (account, stripe), summed");
     }
-
-
 }

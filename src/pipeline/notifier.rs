@@ -13,14 +13,14 @@
 //! works (`Spare`), as a supervisor keeps a replacement process warm.
 
 use crate::broker::{Consumer, ConsumerSpec};
-use crate::pipeline::context::{Ctx, Stats};
-use crate::error::Result;
 use crate::domain::events;
 use crate::domain::events::Delivery;
+use crate::error::Result;
 use crate::faults::{FaultPoint, Held};
+use crate::pipeline::context::{Ctx, Stats};
+use crate::pipeline::supervise::{self, Counters, Ending};
 use crate::scenario::InboxMode;
 use crate::store::{BatchFaults, BatchOutcome, Incoming, Modes};
-use crate::pipeline::supervise::{self, Counters, Ending};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tracing::{debug, info, warn};
@@ -255,7 +255,10 @@ impl Incarnation<'_> {
     /// A micro-batch: the first message waited for (re-checking shutdown
     /// every [`FIRST_WAIT`]), then whatever follows within [`GATHER_WAIT`].
     /// `Ok(None)`: nothing this time.
-    async fn gather(&mut self, shutdown: &mut crate::pipeline::context::Shutdown) -> Result<Option<Vec<Incoming>>, Ending> {
+    async fn gather(
+        &mut self,
+        shutdown: &mut crate::pipeline::context::Shutdown,
+    ) -> Result<Option<Vec<Incoming>>, Ending> {
         let ctx = self.ctx;
         let mut batch = Vec::new();
         let mut each = |m: Delivery<'_>| batch.push(incoming(&m));
@@ -366,8 +369,8 @@ fn next_offsets(batch: &[Incoming]) -> Vec<(i32, i64)> {
 mod tests {
     //! The notifier's crash semantics, on the in-memory broker and SQLite:
     //! the whole pipeline runs, and the verifier reconciles what it left.
-    use crate::pipeline::context::Stats;
     use crate::faults::FaultPoint;
+    use crate::pipeline::context::Stats;
     use crate::pipeline::testing::{anomalies, harness, Harness};
     use std::time::Duration;
 

@@ -21,4 +21,3 @@ pub async fn run(ctx: Ctx) {
         }
     }
 }
-

@@ -4,8 +4,8 @@
 //! costs: it counts the crash or the error, logs the error, and says how
 //! long to pause before the next incarnation, or that the run is stopping.
 
-use crate::pipeline::context::{Shutdown, RESTART_FLOOR};
 use crate::faults::FaultPoint;
+use crate::pipeline::context::{Shutdown, RESTART_FLOOR};
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 use tracing::warn;

@@ -99,4 +99,3 @@ fn fault_spans(sc: &Scenario) -> std::collections::BTreeMap<String, u64> {
     }
     spans
 }
-

@@ -7,9 +7,9 @@
 
 mod preflight;
 
+use crate::domain::anomaly::AnomalyKind;
 use crate::faults::FaultPoint;
 pub use crate::faults::{FaultRates, RawFaults};
-use crate::domain::anomaly::AnomalyKind;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -953,9 +953,18 @@ impl Validator<'_> {
     /// probability and no time is refused, as it would never strike.
     fn timeline(&self, raw: &RawScenario, faults: &mut FaultRates) -> Result<Vec<Timed>, crate::Error> {
         let mut out = Vec::new();
-        let names = || FaultPoint::ALL.iter().filter(|p| p.schedulable()).map(|p| format!("{:?}", p.name())).collect::<Vec<_>>().join(", ");
+        let names = || {
+            FaultPoint::ALL
+                .iter()
+                .filter(|p| p.schedulable())
+                .map(|p| format!("{:?}", p.name()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         for t in &raw.nemesis.timeline {
-            let Some(point) = FaultPoint::ALL.iter().copied().find(|p| p.schedulable() && p.name() == t.fault.get_ref()) else {
+            let Some(point) =
+                FaultPoint::ALL.iter().copied().find(|p| p.schedulable() && p.name() == t.fault.get_ref())
+            else {
                 return self.err(
                     t.fault.span(),
                     &format!("`nemesis.timeline.fault` is {:?}; expected one of {}", t.fault.get_ref(), names()),
@@ -979,8 +988,9 @@ impl Validator<'_> {
                 *faults = faults.with(point, 1.0);
             }
         }
-        if let Some(p) =
-            FaultPoint::ALL.iter().find(|p| p.is_service() && faults.get(**p) > 0.0 && !out.iter().any(|t| t.point == **p))
+        if let Some(p) = FaultPoint::ALL
+            .iter()
+            .find(|p| p.is_service() && faults.get(**p) > 0.0 && !out.iter().any(|t| t.point == **p))
         {
             return self.err(
                 raw.faults.get(*p).span(),
@@ -1146,7 +1156,8 @@ impl Validator<'_> {
                 );
             }
         }
-        if let Some(p) = FaultPoint::ALL.iter().find(|p| p.strike().component() == Some(role) && faults.get(**p) > 0.0) {
+        if let Some(p) = FaultPoint::ALL.iter().find(|p| p.strike().component() == Some(role) && faults.get(**p) > 0.0)
+        {
             return self.err(
                 spans.get(*p).span(),
                 &format!(

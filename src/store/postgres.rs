@@ -7,10 +7,10 @@
 //! back.
 
 use super::{dead_letter_key, EffectPlan, Incoming, NewPayment, OutboxRow, HANDLERS, PURGE_CHUNK};
-use crate::error::{Error, Result};
 use crate::domain::events::{EventKind, PaymentEvent};
 use crate::domain::names::CONNECT_TIMEOUT;
 use crate::error::db_endpoint;
+use crate::error::{Error, Result};
 use crate::scenario::ProjectionMode;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, Row};

@@ -23,8 +23,8 @@
 //! the broker.
 
 use super::{dead_letter_key, EffectPlan, Incoming, NewPayment, OutboxRow, HANDLERS, PURGE_CHUNK};
-use crate::error::{Error, Result};
 use crate::domain::events::{EventKind, PaymentEvent};
+use crate::error::{Error, Result};
 use crate::scenario::ProjectionMode;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,

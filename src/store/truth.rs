@@ -4,9 +4,9 @@
 //! computed from two timestamps).
 
 use super::{OutboxRecord, PaymentRow};
-use crate::error::{Error, Result};
 use crate::domain::events::{fingerprint, EventKind, PaymentEvent};
 use crate::domain::rows::{StoryRow, TruthSink};
+use crate::error::{Error, Result};
 use futures::TryStreamExt;
 use sqlx::{ColumnIndex, Database, Decode, Executor, IntoArguments, Pool, Row, Type};
 use std::collections::HashMap;

@@ -12,10 +12,10 @@
 use super::reconcile::{AnomalyBuilder, AnomalyKind};
 use super::topic::TopicRecord;
 use crate::domain::events::{EventKind, PaymentEvent};
-use crate::domain::intent::Intended;
 use crate::domain::handlers::{handlers_for, Handler};
-pub use crate::domain::rows::{OutboxRecord, PaymentRow};
+use crate::domain::intent::Intended;
 use crate::domain::rows::TruthSink;
+pub use crate::domain::rows::{OutboxRecord, PaymentRow};
 use std::collections::{BTreeMap, HashMap};
 use uuid::Uuid;
 

@@ -73,14 +73,9 @@ pub async fn stories(
     payments.sort_unstable();
     payments.dedup();
     match store.story(&payments).await {
-        Ok(rows) => story::tell(
-            anomalies,
-            &payment_of,
-            &messages,
-            &rows,
-            &faults.deliveries(),
-            faults.started_epoch_ms(),
-        ),
+        Ok(rows) => {
+            story::tell(anomalies, &payment_of, &messages, &rows, &faults.deliveries(), faults.started_epoch_ms())
+        }
         Err(e) => {
             warn!(cause = %e, "reading the anomalies' stories failed");
             vec![]
@@ -101,7 +96,6 @@ pub async fn attribute(store: &Store, anomalies: &mut [crate::verifier::Anomaly]
         Err(e) => warn!(cause = %e, "dating the anomalies' examples failed"),
     }
 }
-
 
 /// End-to-end latency percentiles, from every event's sample in the store.
 pub async fn latency(store: &Store) -> Result<Option<Latency>> {

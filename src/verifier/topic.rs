@@ -6,8 +6,8 @@
 //! incomplete, never passed or failed on a partial topic.
 
 use crate::broker::{SharedBroker, Span};
-use crate::error::{Error, Result};
 use crate::domain::events::{self, Delivery, EventKind};
+use crate::error::{Error, Result};
 use crate::verifier::Ledger;
 use std::time::Duration;
 use uuid::Uuid;

@@ -34,17 +34,6 @@ impl Verdict {
             Verdict::Interrupted => "interrupted",
         }
     }
-
-    pub fn exit(self) -> crate::exit::Exit {
-        use crate::exit::Exit;
-        match self {
-            Verdict::Pass => Exit::Pass,
-            Verdict::Fail => Exit::Fail,
-            Verdict::Inconclusive => Exit::Inconclusive,
-            Verdict::Incomplete => Exit::Incomplete,
-            Verdict::Interrupted => Exit::Interrupted,
-        }
-    }
 }
 
 /// "The chaos happened", as the harness saw it: every fault point with a

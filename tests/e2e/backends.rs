@@ -2,11 +2,11 @@
 //! PostgreSQL and through SQLite by the same calls, gives the same figures
 //! (what each notifier batch reports, and everything the verifier counts).
 
+use crate::common::*;
 use chaos::domain::events::{decode, EventKind};
 use chaos::scenario::{InboxMode, ProjectionMode};
 use chaos::store::{postgres::PgStore, sqlite::SqliteStore, BatchFaults, Incoming, Modes, NewPayment, Store};
 use chaos::verifier::{Counts, Ledger, Spec};
-use crate::common::*;
 use uuid::Uuid;
 
 /// Five payments, their events published by a relay, then notifier batches

@@ -316,7 +316,8 @@ const FIXED_SECTIONS: &[(&str, &[&str])] = &[
 /// from the fault point registry, every one of them, plus one spelled with
 /// a dot, which the file refuses.
 fn sections() -> Vec<(&'static str, Vec<&'static str>)> {
-    let mut all: Vec<(&'static str, Vec<&'static str>)> = FIXED_SECTIONS.iter().map(|(t, k)| (*t, k.to_vec())).collect();
+    let mut all: Vec<(&'static str, Vec<&'static str>)> =
+        FIXED_SECTIONS.iter().map(|(t, k)| (*t, k.to_vec())).collect();
     let mut faults: Vec<&'static str> = chaos::faults::FaultPoint::ALL.iter().map(|p| p.key()).collect();
     faults.push("relay.after_produce");
     all.push(("faults", faults));

@@ -1,9 +1,9 @@
 //! The user's references say what the code does: the README and `--help`
 //! list every exit code and every fault point the code has.
 
-use chaos::exit::Exit;
-use chaos::faults::FaultPoint;
 use crate::common::*;
+use chaos::commands::exit::Exit;
+use chaos::faults::FaultPoint;
 
 fn readme() -> String {
     std::fs::read_to_string(root().join("README.md")).unwrap()
@@ -14,7 +14,11 @@ fn the_fault_point_reference_documents_every_fault_point() {
     // The generated table is the user's reference: every point and its key.
     let doc = std::fs::read_to_string(root().join("docs/fault-points.md")).unwrap();
     for p in FaultPoint::ALL {
-        assert!(doc.contains(&format!("| `{}` | `{}` |", p.name(), p.key())), "docs/fault-points.md lacks {}", p.name());
+        assert!(
+            doc.contains(&format!("| `{}` | `{}` |", p.name(), p.key())),
+            "docs/fault-points.md lacks {}",
+            p.name()
+        );
     }
     assert!(readme().contains("docs/fault-points.md"), "the README points to the fault point reference");
 }

@@ -3,11 +3,11 @@
 //! offset commit, claimed in the inbox with its effect in one transaction;
 //! then the rows and the committed offset are checked.
 
+use crate::common::*;
 use chaos::broker::{kafka::Kafka, Broker, ConsumerSpec};
 use chaos::domain::events::Envelope;
 use chaos::scenario::{InboxMode, ProjectionMode};
 use chaos::store::{postgres::PgStore, BatchFaults, Modes, NewPayment, Store};
-use crate::common::*;
 use sqlx::Row;
 use std::time::Duration;
 use uuid::Uuid;

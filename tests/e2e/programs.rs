@@ -3,7 +3,6 @@
 //! kills are real, and a program that misbehaves gets a clear error and
 //! exit 5, never a hang, with no process left behind.
 
-
 use crate::common::*;
 use std::path::Path;
 use std::time::Duration;

@@ -5,16 +5,19 @@
 //! recorded byte streams, the reference pipeline passing under every proxy
 //! fault, and bad input.
 
+use crate::common::*;
 use chaos::broker::Broker;
 use chaos::faults::{FaultInjector, FaultPoint, FaultRates};
 use chaos::nemesis::proxy::{kafka, pg, Proxy, Settings, Shaping};
-use crate::common::*;
 use sqlx::Connection;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A proxy with one slot, `test`, in front of the test command's PostgreSQL.
-async fn proxy(rates: FaultRates, shaping: Shaping) -> (Proxy, Arc<FaultInjector>, chaos::pipeline::context::ShutdownTrigger) {
+async fn proxy(
+    rates: FaultRates,
+    shaping: Shaping,
+) -> (Proxy, Arc<FaultInjector>, chaos::pipeline::context::ShutdownTrigger) {
     let faults = Arc::new(FaultInjector::new(1, &rates));
     let (trigger, shutdown) = chaos::pipeline::context::shutdown_pair();
     let settings = Settings {

@@ -1,8 +1,8 @@
 //! Every shipped scenario loads, and bad scenario files fail with one line
 //! naming file, line and column, and exit code 2.
 
-use chaos::faults::FaultPoint;
 use crate::common::*;
+use chaos::faults::FaultPoint;
 
 #[test]
 fn every_shipped_scenario_is_valid() {

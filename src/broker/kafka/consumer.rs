@@ -2,9 +2,9 @@
 
 use super::{config, delivery};
 use crate::broker::{ConsumerSpec, OffRuntime, OnAssign};
-use crate::error::{Error, Result};
 use crate::domain::events::Delivery;
 use crate::domain::names::CONNECT_TIMEOUT;
+use crate::error::{Error, Result};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use rdkafka::client::ClientContext;

@@ -8,8 +8,8 @@ pub mod mock;
 mod producer;
 
 use super::{Broker, ConsumerSpec, Span};
-use crate::error::{Error, Result};
 use crate::domain::events::Delivery;
+use crate::error::{Error, Result};
 use futures::future::BoxFuture;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;

@@ -2,8 +2,8 @@
 
 use super::config;
 use crate::broker::OffRuntime;
-use crate::error::{Error, Result};
 use crate::domain::events::{Envelope, HEADER_EVENT_ID, HEADER_EVENT_TYPE};
+use crate::error::{Error, Result};
 use futures::future::BoxFuture;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};

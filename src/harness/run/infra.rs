@@ -101,4 +101,3 @@ impl Infra {
         self.broker.close().await;
     }
 }
-

@@ -72,4 +72,3 @@ pub(super) async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, still_runn
     rep.verdict = verdict;
     rep.reason = reason;
 }
-

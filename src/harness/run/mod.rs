@@ -8,7 +8,6 @@ mod judge;
 
 use crate::domain::names::RunNames;
 use crate::error::Result;
-use crate::exit::Exit;
 use crate::faults::FaultPoint;
 use crate::nemesis::proxy::Lanes;
 use crate::report::progress::{Phase, Progress};
@@ -99,8 +98,8 @@ impl Reporter for Quiet {
     }
 }
 
-/// Runs a scenario file end to end and returns the report and the exit code.
-pub async fn run(opts: RunOptions, reporter: &dyn Reporter) -> Result<(Report, Exit)> {
+/// Runs a scenario file end to end and returns its report.
+pub async fn run(opts: RunOptions, reporter: &dyn Reporter) -> Result<Report> {
     let sc = opts.scenario()?;
     execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, reporter).await
 }
@@ -113,7 +112,7 @@ pub async fn execute(
     brokers: Option<String>,
     reports_dir: &std::path::Path,
     reporter: &dyn Reporter,
-) -> Result<(Report, Exit)> {
+) -> Result<Report> {
     let started = Instant::now();
     let endpoints = infra::endpoints(&sc, database_url, brokers)?;
     let names = RunNames::new();
@@ -177,8 +176,7 @@ pub async fn execute(
 
     let saved = rep.save(reports_dir)?;
     reporter.event(&Event::Finished { report: &rep, json: &saved.json, md: &saved.md, html: &saved.html })?;
-    let exit = rep.verdict.exit();
-    Ok((rep, exit))
+    Ok(rep)
 }
 
 /// Adds to the run's reason for being incomplete a program under test that

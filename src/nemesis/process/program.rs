@@ -18,9 +18,9 @@
 //! keepers started is killed: on stop, on drop, and (for the direct child)
 //! by the kernel if `chaos` itself dies (`PR_SET_PDEATHSIG`).
 
+use crate::faults::{Confirm, FaultPoint};
 use crate::nemesis::process::protocol::Line;
 use crate::pipeline::context::{Ctx, Stats, RESTART_FLOOR};
-use crate::faults::{Confirm, FaultPoint};
 use crate::scenario::{Components, ProgramCommand};
 use crate::store::Store;
 use rand::{Rng, SeedableRng};
@@ -326,7 +326,9 @@ impl Env {
         ];
         match database {
             Database::Postgres(url) => env.push(("CHAOS_DATABASE_URL", url.clone())),
-            Database::Sqlite(path) => env.push((crate::nemesis::process::protocol::SQLITE_ENV, path.display().to_string())),
+            Database::Sqlite(path) => {
+                env.push((crate::nemesis::process::protocol::SQLITE_ENV, path.display().to_string()))
+            }
         }
         if role == Role::Notifier {
             env.push(("CHAOS_GROUP", ctx.names.group.clone()));
@@ -335,7 +337,10 @@ impl Env {
             let json = serde_json::to_string(&*ctx.scenario)
                 .map_err(|e| crate::Error::Internal(format!("encoding the scenario for a component: {e}")))?;
             env.push((crate::nemesis::process::protocol::SCENARIO_ENV, json));
-            env.push((crate::nemesis::process::protocol::EMBEDDED_ENV, if ctx.broker.embedded() { "1" } else { "0" }.into()));
+            env.push((
+                crate::nemesis::process::protocol::EMBEDDED_ENV,
+                if ctx.broker.embedded() { "1" } else { "0" }.into(),
+            ));
             // The component's logs go to its log file: info, unless asked.
             env.push((
                 "RUST_LOG",

@@ -39,9 +39,10 @@ pub mod kafka;
 pub mod lanes;
 pub mod pg;
 
-use crate::pipeline::context::Shutdown;
 use crate::error::{Error, Result};
 use crate::faults::{FaultInjector, FaultPoint};
+use crate::pipeline::context::Shutdown;
+pub use crate::scenario::Shaping;
 use rand::{Rng, SeedableRng};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
@@ -51,7 +52,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
-pub use crate::scenario::Shaping;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
