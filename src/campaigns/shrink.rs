@@ -104,6 +104,64 @@ impl Shrinker<'_> {
         Ok(())
     }
 
+    /// Fewer firings: ddmin over the complements. Keeps any smaller
+    /// schedule that still fails with one of the original anomalies.
+    async fn fewer_firings(&mut self, best: &mut Schedule, payments: u64, last_rep: &mut Report) -> Result<()> {
+        let mut n = 2usize;
+        loop {
+            let items = best.firings();
+            if items.is_empty() || self.runs >= self.budget {
+                break;
+            }
+            let chunks = split(&items, n.min(items.len()));
+            let mut reduced = false;
+            for chunk in &chunks {
+                let rest = Schedule::from_firings(items.iter().copied().filter(|f| !chunk.contains(f)));
+                if let Some(rep) = self.trial(&rest, payments).await? {
+                    *best = rep.fired.clone();
+                    *last_rep = rep;
+                    n = n.saturating_sub(1).max(2);
+                    reduced = true;
+                    break;
+                }
+            }
+            if !reduced {
+                if chunks.len() >= items.len() {
+                    break;
+                }
+                n = (n * 2).min(items.len());
+            }
+        }
+        Ok(())
+    }
+
+    /// Each firing moved to an earlier occurrence while the failure stays.
+    async fn earlier_occurrences(&mut self, best: &mut Schedule, payments: u64, last_rep: &mut Report) -> Result<()> {
+        // Earlier occurrences: a firing at the 40th batch needs a run that
+        // reaches 40 batches, which a replay with other timing may not; the
+        // first batch is in every run. Each firing is tried at 0, then halfway.
+        for (p, n) in best.firings() {
+            for earlier in [0, n / 2] {
+                if earlier >= n {
+                    continue;
+                }
+                let moved =
+                    Schedule::from_firings(
+                        best.firings().into_iter().map(|f| if f == (p, n) { (p, earlier) } else { f }),
+                    );
+                if moved.len() < best.len() {
+                    continue;
+                }
+                if let Some(rep) = self.trial(&moved, payments).await? {
+                    *best = rep.fired.clone();
+                    *last_rep = rep;
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// One replay; the report when it failed as the original did, None
     /// when it did not (or the budget is spent).
     async fn trial(&mut self, schedule: &Schedule, payments: u64) -> Result<Option<Report>> {
@@ -145,34 +203,9 @@ pub async fn shrink(
     let dir = reports_dir.join(format!("shrink-{}", failed.run_id));
     let mut s =
         Shrinker { base: sc.clone().embedded(), anomalies: &anomalies, dir: dir.clone(), runs: 0, budget, listener };
-    let mut out = Shrunk {
-        seed: sc.seed,
-        anomalies: anomalies.clone(),
-        reproduced: false,
-        confirmed: 0,
-        confirmations: 0,
-        runs: 0,
-        budget_spent: false,
-        seconds: 0.0,
-        from_firings: failed.fired.len(),
-        from_payments: sc.payments,
-        payments: sc.payments,
-        schedule: failed.fired.to_string(),
-        firings: vec![],
-        found: vec![],
-        replay: String::new(),
-        reports: dir.display().to_string(),
-        note: String::new(),
-    };
-    if sc.components == crate::scenario::Components::Process
-        || sc.notifier.command.is_some()
-        || sc.relay.command.is_some()
-    {
-        out.note = "not shrunk: a component that runs as a process counts its own occurrences, so a schedule cannot pin them; shrink a scenario with components = \"in-process\"".into();
-        return Ok(out);
-    }
-    if sc.proxied() || !sc.timeline.is_empty() {
-        out.note = "not shrunk: the shrinker replays on the embedded backend, which has no fault proxy and no service faults; this scenario needs them".into();
+    let mut out = Shrunk::start(sc, failed, &anomalies, &dir);
+    if let Some(why) = unshrinkable(sc) {
+        out.note = why.into();
         return Ok(out);
     }
 
@@ -204,52 +237,10 @@ pub async fn shrink(
     s.fewer_payments(&mut best, &mut payments, &mut last_rep).await?;
 
     // Fewer firings: ddmin over the complements.
-    let mut n = 2usize;
-    loop {
-        let items = best.firings();
-        if items.is_empty() || s.runs >= s.budget {
-            break;
-        }
-        let chunks = split(&items, n.min(items.len()));
-        let mut reduced = false;
-        for chunk in &chunks {
-            let rest = Schedule::from_firings(items.iter().copied().filter(|f| !chunk.contains(f)));
-            if let Some(rep) = s.trial(&rest, payments).await? {
-                best = rep.fired.clone();
-                last_rep = rep;
-                n = n.saturating_sub(1).max(2);
-                reduced = true;
-                break;
-            }
-        }
-        if !reduced {
-            if chunks.len() >= items.len() {
-                break;
-            }
-            n = (n * 2).min(items.len());
-        }
-    }
+    s.fewer_firings(&mut best, payments, &mut last_rep).await?;
 
-    // Earlier occurrences: a firing at the 40th batch needs a run that
-    // reaches 40 batches, which a replay with other timing may not; the
-    // first batch is in every run. Each firing is tried at 0, then halfway.
-    for (p, n) in best.firings() {
-        for earlier in [0, n / 2] {
-            if earlier >= n {
-                continue;
-            }
-            let moved =
-                Schedule::from_firings(best.firings().into_iter().map(|f| if f == (p, n) { (p, earlier) } else { f }));
-            if moved.len() < best.len() {
-                continue;
-            }
-            if let Some(rep) = s.trial(&moved, payments).await? {
-                best = rep.fired.clone();
-                last_rep = rep;
-                break;
-            }
-        }
-    }
+    // Earlier occurrences.
+    s.earlier_occurrences(&mut best, payments, &mut last_rep).await?;
     // Early firings may need fewer payments than late ones did.
     s.fewer_payments(&mut best, &mut payments, &mut last_rep).await?;
     out.budget_spent = s.runs >= s.budget;
@@ -271,14 +262,58 @@ pub async fn shrink(
     out.found = last_rep.anomalies.iter().filter(|a| !a.allowed).map(|a| format!("{} × {}", a.count, a.name)).collect();
     out.replay = last_rep.replay.clone();
     out.seconds = started.elapsed().as_secs_f64();
+    out.note = note(&out, budget, best.is_empty());
+    Ok(out)
+}
+
+impl Shrunk {
+    /// The result before any replay: where the shrink starts from.
+    fn start(sc: &Scenario, failed: &Report, anomalies: &[String], dir: &Path) -> Self {
+        Shrunk {
+            seed: sc.seed,
+            anomalies: anomalies.to_vec(),
+            reproduced: false,
+            confirmed: 0,
+            confirmations: 0,
+            runs: 0,
+            budget_spent: false,
+            seconds: 0.0,
+            from_firings: failed.fired.len(),
+            from_payments: sc.payments,
+            payments: sc.payments,
+            schedule: failed.fired.to_string(),
+            firings: vec![],
+            found: vec![],
+            replay: String::new(),
+            reports: dir.display().to_string(),
+            note: String::new(),
+        }
+    }
+}
+
+/// Why a scenario cannot be shrunk, if it cannot.
+fn unshrinkable(sc: &Scenario) -> Option<&'static str> {
+    if sc.components == crate::scenario::Components::Process
+        || sc.notifier.command.is_some()
+        || sc.relay.command.is_some()
+    {
+        return Some("not shrunk: a component that runs as a process counts its own occurrences, so a schedule cannot pin them; shrink a scenario with components = \"in-process\"");
+    }
+    if sc.proxied() || !sc.timeline.is_empty() {
+        return Some("not shrunk: the shrinker replays on the embedded backend, which has no fault proxy and no service faults; this scenario needs them");
+    }
+    None
+}
+
+/// What the shrink ended with, in one sentence with its tally.
+fn note(out: &Shrunk, budget: u32, no_firing: bool) -> String {
     let tally = format!("{} of {} replays of it failed the same way", out.confirmed, out.confirmations);
-    out.note = match (out.confirmed, out.budget_spent, best.is_empty()) {
+    match (out.confirmed, out.budget_spent, no_firing) {
         (0, _, _) => format!("{tally}: the failure also depends on timing the schedule does not pin; this is the smallest schedule seen failing"),
         (_, _, true) => format!("it fails with no fault at all, a bug that needs no crash; {tally}"),
         (_, true, _) => format!("the replay budget ({budget}) ran out, so a smaller schedule may exist (--shrink-runs); {tally}"),
         (_, false, _) => format!("no firing can be switched off or moved earlier without the failure going; {tally}"),
-    };
-    Ok(out)
+    }
 }
 
 /// Splits `items` into `n` runs of nearly equal length, in order.
