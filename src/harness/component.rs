@@ -22,7 +22,7 @@ use crate::broker::kafka::Kafka;
 use crate::domain::names::RunNames;
 use crate::error::{Error, Result};
 use crate::faults::{FaultInjector, FaultPoint, FaultRecord, HarnessLink};
-use crate::pipeline::context::{shutdown_pair, Ctx, Stats};
+use crate::pipeline::context::{shutdown_pair, Coordination, Ctx, Stats};
 use crate::scenario::Scenario;
 use crate::store::{postgres::PgStore, sqlite::SqliteStore, Store};
 use std::io::Write;
@@ -38,6 +38,7 @@ const SNAPSHOT_EVERY: Duration = Duration::from_millis(200);
 /// the component's counters for the snapshot sent before a halt.
 struct Stdout {
     stats: Arc<Stats>,
+    coord: Coordination,
 }
 
 /// Writes one protocol line on stdout.
@@ -65,7 +66,7 @@ impl HarnessLink for Stdout {
     }
     fn halt(&self, injector: &FaultInjector, point: FaultPoint, fires: u64) {
         // The last figures first: the harness kills at once.
-        emit(&Line::Snapshot { snapshot: snapshot(&self.stats, injector) });
+        emit(&Line::Snapshot { snapshot: snapshot(&self.stats, &self.coord, injector) });
         emit(&Line::Halt { point, fires });
     }
     fn stall(&self, point: FaultPoint, d: Duration) {
@@ -124,12 +125,14 @@ pub async fn serve() -> Result<()> {
     let salt = (role == "relay") as u64 * 1_000_003 + slot as u64 * 7919 + incarnation * 104_729;
     let faults = Arc::new(FaultInjector::new(sc.seed.wrapping_add(salt), &sc.faults));
     let stats = Arc::new(Stats::default());
+    let coord = Coordination::default();
     let (trigger, shutdown) = shutdown_pair();
     let ctx = Ctx {
         scenario: Arc::new(sc),
         store: store.clone(),
         faults: faults.clone(),
         stats: stats.clone(),
+        coord: coord.clone(),
         shutdown,
         broker: Arc::new(Kafka::for_component(
             &var("CHAOS_BROKERS")?,
@@ -139,8 +142,8 @@ pub async fn serve() -> Result<()> {
         intent: Default::default(),
         tasks: Default::default(),
     };
-    faults.link_to_harness(Arc::new(Stdout { stats: stats.clone() }));
-    let reporter = tokio::spawn(report_every(stats.clone(), faults.clone()));
+    faults.link_to_harness(Arc::new(Stdout { stats: stats.clone(), coord: coord.clone() }));
+    let reporter = tokio::spawn(report_every(stats.clone(), coord.clone(), faults.clone()));
     let mut task = match role.as_str() {
         "relay" => tokio::spawn(crate::pipeline::relay::run(ctx.clone(), slot)),
         "notifier" => tokio::spawn(crate::pipeline::notifier::run(ctx.clone(), slot)),
@@ -154,14 +157,14 @@ pub async fn serve() -> Result<()> {
         }
     }
     reporter.abort();
-    emit(&Line::Snapshot { snapshot: snapshot(&stats, &faults) });
+    emit(&Line::Snapshot { snapshot: snapshot(&stats, &coord, &faults) });
     store.close().await;
     Ok(())
 }
 
-async fn report_every(stats: Arc<Stats>, faults: Arc<FaultInjector>) {
+async fn report_every(stats: Arc<Stats>, coord: Coordination, faults: Arc<FaultInjector>) {
     loop {
         tokio::time::sleep(SNAPSHOT_EVERY).await;
-        emit(&Line::Snapshot { snapshot: snapshot(&stats, &faults) });
+        emit(&Line::Snapshot { snapshot: snapshot(&stats, &coord, &faults) });
     }
 }

@@ -1,7 +1,8 @@
 //! What every component of one run shares: live counters, the shutdown
 //! signal, the restart floor and the tasks they spawn. Components write the
-//! counters; the progress line and the report read them, and the run's group
-//! wait and drain read the group's assignments and the zombies still active.
+//! counters; the progress line and the report read them. The run's group
+//! wait and drain watch [`Coordination`]: the group's assignments and the
+//! zombies still active.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::watch;
@@ -36,9 +37,6 @@ pub struct Stats {
     pub dead_lettered: AtomicU64,
     pub notifier_crashes: AtomicU64,
     pub notifier_errors: AtomicU64,
-    /// Stalled notifier incarnations still holding a batch; the drain waits
-    /// for them, or their late effects would land after verification.
-    pub zombies_active: AtomicU64,
     pub purged_outbox: AtomicU64,
     pub purged_inbox: AtomicU64,
     /// Processes of programs under test: started (each incarnation),
@@ -49,8 +47,6 @@ pub struct Stats {
     pub processes_paused: AtomicU64,
     pub sessions_at_kill: AtomicU64,
     pub sessions_gone_after_kill: AtomicU64,
-    /// Partitions each notifier (by index) holds after its latest rebalance.
-    pub assigned: std::sync::Mutex<std::collections::BTreeMap<usize, usize>>,
 }
 
 impl Default for Stats {
@@ -78,7 +74,6 @@ impl Default for Stats {
             dead_lettered: AtomicU64::new(0),
             notifier_crashes: AtomicU64::new(0),
             notifier_errors: AtomicU64::new(0),
-            zombies_active: AtomicU64::new(0),
             purged_outbox: AtomicU64::new(0),
             purged_inbox: AtomicU64::new(0),
             processes_started: AtomicU64::new(0),
@@ -86,7 +81,6 @@ impl Default for Stats {
             processes_paused: AtomicU64::new(0),
             sessions_at_kill: AtomicU64::new(0),
             sessions_gone_after_kill: AtomicU64::new(0),
-            assigned: Default::default(),
         }
     }
 }
@@ -106,20 +100,81 @@ impl Stats {
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
     }
+}
+
+/// What the run waits on, apart from the counters: the partitions each
+/// notifier holds after its latest rebalance (the group-ready wait) and the
+/// stalled notifiers still holding a batch (the drain). Watch channels, so
+/// a waiter wakes when either changes instead of reading counters.
+#[derive(Clone)]
+pub struct Coordination {
+    /// Partitions each notifier (by index) holds after its latest rebalance.
+    assigned: std::sync::Arc<watch::Sender<std::collections::BTreeMap<usize, usize>>>,
+    /// Stalled notifier incarnations still holding a batch: their late
+    /// effects would land after verification.
+    zombies: std::sync::Arc<watch::Sender<u64>>,
+}
+
+impl Default for Coordination {
+    fn default() -> Self {
+        Self {
+            assigned: std::sync::Arc::new(watch::channel(Default::default()).0),
+            zombies: std::sync::Arc::new(watch::channel(0).0),
+        }
+    }
+}
+
+impl Coordination {
+    /// Records the partitions a notifier holds after a rebalance.
+    pub fn set_assigned(&self, notifier: usize, partitions: usize) {
+        self.assigned.send_modify(|a| {
+            a.insert(notifier, partitions);
+        });
+    }
+
+    /// The partitions each notifier holds now.
+    pub fn assigned(&self) -> std::collections::BTreeMap<usize, usize> {
+        self.assigned.borrow().clone()
+    }
+
+    /// Wakes on every change of the assignments.
+    pub fn watch_assigned(&self) -> watch::Receiver<std::collections::BTreeMap<usize, usize>> {
+        self.assigned.subscribe()
+    }
 
     /// Every notifier has joined, the group holds every partition once, and
     /// every notifier that can have a partition holds one.
     pub fn group_settled(&self, notifiers: usize, partitions: usize) -> bool {
-        let Ok(a) = self.assigned.lock() else { return false };
-        let holders = a.values().filter(|n| **n > 0).count();
-        a.len() == notifiers && a.values().sum::<usize>() == partitions && holders == notifiers.min(partitions)
+        settled(&self.assigned.borrow(), notifiers, partitions)
     }
 
-    /// Records the partitions a notifier holds after a rebalance.
-    pub fn set_assigned(&self, notifier: usize, partitions: usize) {
-        if let Ok(mut a) = self.assigned.lock() {
-            a.insert(notifier, partitions);
-        }
+    /// A zombie starts holding its batch; it stops when the guard drops
+    /// (a panic included).
+    pub fn zombie(&self) -> ZombieGuard {
+        self.zombies.send_modify(|n| *n += 1);
+        ZombieGuard(self.zombies.clone())
+    }
+
+    /// Zombies still holding a batch.
+    pub fn zombies(&self) -> u64 {
+        *self.zombies.borrow()
+    }
+}
+
+/// Whether `assigned` is a settled group of `notifiers` over `partitions`.
+pub fn settled(assigned: &std::collections::BTreeMap<usize, usize>, notifiers: usize, partitions: usize) -> bool {
+    let holders = assigned.values().filter(|n| **n > 0).count();
+    assigned.len() == notifiers
+        && assigned.values().sum::<usize>() == partitions
+        && holders == notifiers.min(partitions)
+}
+
+/// Counts a zombie as active for as long as it lives.
+pub struct ZombieGuard(std::sync::Arc<watch::Sender<u64>>);
+
+impl Drop for ZombieGuard {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
     }
 }
 
@@ -197,6 +252,8 @@ pub struct Ctx {
     pub store: crate::store::Store,
     pub faults: std::sync::Arc<crate::faults::FaultInjector>,
     pub stats: std::sync::Arc<Stats>,
+    /// What the run's waits watch: the group's assignments, the zombies.
+    pub coord: Coordination,
     pub shutdown: Shutdown,
     /// The run's broker: Kafka, the embedded mock cluster, or (in unit
     /// tests) the in-memory one.
@@ -214,7 +271,7 @@ mod tests {
 
     #[test]
     fn group_settles_only_when_every_notifier_holds_its_share() {
-        let s = Stats::default();
+        let s = Coordination::default();
         assert!(!s.group_settled(2, 6), "nobody joined");
         s.set_assigned(1, 6);
         assert!(!s.group_settled(2, 6), "the first member holds everything; the second has not joined");
@@ -224,7 +281,7 @@ mod tests {
         s.set_assigned(2, 3);
         assert!(s.group_settled(2, 6));
         // More notifiers than partitions: some hold none by design.
-        let s = Stats::default();
+        let s = Coordination::default();
         for (n, held) in [(1, 1), (2, 1), (3, 0)] {
             s.set_assigned(n, held);
         }

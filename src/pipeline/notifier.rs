@@ -40,13 +40,13 @@ type NotifierConsumer = Box<dyn Consumer>;
 
 /// Who notifier `index` is to the broker.
 fn spec(ctx: &Ctx, name: &str, index: usize) -> ConsumerSpec {
-    let stats = ctx.stats.clone();
+    let coord = ctx.coord.clone();
     ConsumerSpec {
         group: ctx.names.group.clone(),
         topic: ctx.names.topic.clone(),
         member: name.to_string(),
         session: ctx.broker.session_timeout(ctx.scenario.notifier.session_timeout),
-        on_assign: std::sync::Arc::new(move |held| stats.set_assigned(index, held)),
+        on_assign: std::sync::Arc::new(move |held| coord.set_assigned(index, held)),
     }
 }
 
@@ -78,24 +78,6 @@ impl Spare {
     async fn take(&mut self) -> Option<Result<NotifierConsumer>> {
         let c = self.0.take()?.await.ok()??;
         Some(c.join().map(|_| c))
-    }
-}
-
-/// Counts a zombie as active for as long as it lives, panics included: the
-/// drain waits for none to be left, or their late effects would land after
-/// verification.
-struct ZombieGuard(std::sync::Arc<Stats>);
-
-impl ZombieGuard {
-    fn new(stats: &std::sync::Arc<Stats>) -> Self {
-        Stats::add(&stats.zombies_active, 1);
-        Self(stats.clone())
-    }
-}
-
-impl Drop for ZombieGuard {
-    fn drop(&mut self) {
-        self.0.zombies_active.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -279,7 +261,7 @@ impl Incarnation<'_> {
         }
         // A member the broker left out of the group, and this notifier has
         // never held a partition: replace it.
-        let never = ctx.stats.assigned.lock().map(|a| !a.contains_key(&self.index)).unwrap_or(false);
+        let never = !ctx.coord.assigned().contains_key(&self.index);
         if never && self.consumer.stranded() {
             info!(notifier = %self.name, "no assignment from the broker; joining again");
             return Err(Ending::Again);
@@ -331,7 +313,8 @@ impl Incarnation<'_> {
         } else {
             ctx.faults.settled(held);
         }
-        let zombie = ZombieGuard::new(&ctx.stats);
+        // Counted until it ends, a panic included: the drain waits for it.
+        let zombie = ctx.coord.zombie();
         ctx.tasks.spawn(format!("{} zombie", self.name), async move {
             let _zombie = zombie;
             let hold = BatchFaults { crash_mid_batch: faults.crash_mid_batch, stall: Some(stall) };

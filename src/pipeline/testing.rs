@@ -34,6 +34,7 @@ pub async fn harness(toml: &str) -> Harness {
         scenario: Arc::new(sc),
         store,
         stats: Arc::new(Stats::default()),
+        coord: Default::default(),
         shutdown,
         broker: Arc::new(broker.clone()),
         names,
@@ -55,7 +56,7 @@ impl Harness {
                 true => c.broker.group_lag(&c.names.group, &c.names.topic, c.scenario.partitions).await,
                 false => Ok(0),
             };
-            let zombies = Stats::get(&c.stats.zombies_active);
+            let zombies = c.coord.zombies();
             if matches!((c.store.unpublished().await, lag, zombies), (Ok(0), Ok(0), 0)) {
                 return true;
             }

@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use crate::faults::FaultPoint;
 use crate::nemesis::process::program::{Database, Programs};
 use crate::nemesis::proxy::Lanes;
-use crate::pipeline::context::{Ctx, Stats};
+use crate::pipeline::context::{settled, Ctx, Stats};
 use crate::pipeline::{notifier, relay, workload};
 use crate::report::progress::{Phase, Progress};
 use crate::report::{self, Sample};
@@ -180,23 +180,34 @@ const GROUP_READY_MOCK: Duration = Duration::from_secs(5);
 async fn group_ready(ctx: &Ctx) {
     let (instances, partitions) = (ctx.scenario.notifier.instances, ctx.scenario.partitions as usize);
     let limit = if ctx.broker.embedded() { GROUP_READY_MOCK } else { GROUP_READY };
-    let deadline = Instant::now() + limit;
+    let deadline = tokio::time::Instant::now() + limit;
     let started = Instant::now();
-    let mut settled = 0;
-    while Instant::now() < deadline {
-        let ready = ctx.stats.group_settled(instances, partitions);
-        // Twice in a row, so that a rebalance still under way is not taken
-        // for the settled group.
-        settled = if ready { settled + 1 } else { 0 };
-        if settled >= 2 {
-            info!(ms = started.elapsed().as_millis() as u64, "notifier group settled");
-            return;
+    let mut assigned = ctx.coord.watch_assigned();
+    loop {
+        let ready = settled(&assigned.borrow_and_update(), instances, partitions);
+        // Settled, and still so 50 ms on: a rebalance still under way is
+        // not taken for the settled group.
+        let wait = if ready { tokio::time::Instant::now() + STILL_SETTLED } else { deadline };
+        match tokio::time::timeout_at(wait.min(deadline), assigned.changed()).await {
+            Err(_) if ready => {
+                info!(ms = started.elapsed().as_millis() as u64, "notifier group settled");
+                return;
+            }
+            Err(_) => break,
+            Ok(Ok(())) => {}
+            // Nobody can change the assignments any more.
+            Ok(Err(_)) => break,
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        if tokio::time::Instant::now() >= deadline {
+            break;
+        }
     }
-    let held = ctx.stats.assigned.lock().map(|a| format!("{a:?}")).unwrap_or_default();
+    let held = format!("{:?}", ctx.coord.assigned());
     warn!(%held, "the notifier group did not settle within {}s; starting the workload anyway", limit.as_secs());
 }
+
+/// How long a settled group must stay unchanged to count as settled.
+const STILL_SETTLED: Duration = Duration::from_millis(50);
 
 /// Waits until every outbox row is published and the group's lag is zero,
 /// twice in a row. Gives up after the scenario's drain timeout.
@@ -207,7 +218,7 @@ async fn drain(ctx: &Ctx) -> std::result::Result<(), String> {
     while Instant::now() < deadline {
         let unpublished = ctx.store.unpublished().await;
         let lag = ctx.broker.group_lag(&ctx.names.group, &ctx.names.topic, ctx.scenario.partitions).await;
-        let zombies = Stats::get(&ctx.stats.zombies_active);
+        let zombies = ctx.coord.zombies();
         match (unpublished, lag) {
             (Ok(0), Ok(0)) if zombies == 0 => {
                 quiet += 1;

@@ -34,6 +34,7 @@ pub(super) fn context(sc: &Arc<Scenario>, infra: &Infra, names: &RunNames) -> (S
         store: infra.store.clone(),
         faults: Arc::new(FaultInjector::new(sc.seed, &sc.faults).with_schedule(sc.schedule.clone())),
         stats: Arc::new(Stats::default()),
+        coord: Default::default(),
         shutdown,
         broker: infra.broker.clone(),
         names: names.clone(),

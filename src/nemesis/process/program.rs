@@ -719,7 +719,9 @@ impl Keeper {
             }
             Line::Confirmed { point, n } => faults.confirm(point, n),
             Line::Copies { point, event, copies } => faults.await_copies(point, event, copies),
-            Line::Snapshot { snapshot } => proc.fold.apply(snapshot, self.slot, &self.ctx.stats, faults),
+            Line::Snapshot { snapshot } => {
+                proc.fold.apply(snapshot, self.slot, &self.ctx.stats, &self.ctx.coord, faults)
+            }
             Line::Delivered { component, messages, spans } => faults.record_delivery(component, messages, spans),
             Line::Halt { .. } | Line::Stall { .. } => {}
         }

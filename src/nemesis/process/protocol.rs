@@ -8,7 +8,7 @@
 //! ([`super::program`]), which folds the snapshots into the run's counters.
 
 use crate::faults::{FaultInjector, FaultPoint, FaultRecord};
-use crate::pipeline::context::Stats;
+use crate::pipeline::context::{Coordination, Stats};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -100,7 +100,7 @@ pub fn marks(s: &Stats) -> [(&AtomicU64, bool); 4] {
 }
 
 /// A component's figures now, for its next snapshot line.
-pub fn snapshot(stats: &Stats, faults: &FaultInjector) -> Snapshot {
+pub fn snapshot(stats: &Stats, coord: &Coordination, faults: &FaultInjector) -> Snapshot {
     let origin = stats.origin_unix_ms;
     let marks = marks(stats).map(|(m, first)| match Stats::get(m) {
         u64::MAX => 0,
@@ -111,7 +111,7 @@ pub fn snapshot(stats: &Stats, faults: &FaultInjector) -> Snapshot {
         counters: counters(stats).iter().map(|c| Stats::get(c)).collect(),
         reached: FaultPoint::ALL.iter().map(|p| faults.reached(*p)).collect(),
         marks_unix_ms: marks,
-        assigned: stats.assigned.lock().ok().and_then(|a| a.values().next().copied()),
+        assigned: coord.assigned().values().next().copied(),
     }
 }
 
@@ -125,9 +125,9 @@ pub struct Fold {
 impl Fold {
     /// `slot`: the component's instance number, under which its
     /// assignment is kept.
-    pub fn apply(&mut self, s: Snapshot, slot: usize, stats: &Stats, faults: &FaultInjector) {
+    pub fn apply(&mut self, s: Snapshot, slot: usize, stats: &Stats, coord: &Coordination, faults: &FaultInjector) {
         if let Some(n) = s.assigned {
-            stats.set_assigned(slot, n);
+            coord.set_assigned(slot, n);
         }
         for (i, c) in counters(stats).iter().enumerate() {
             let (now, before) =
