@@ -1,0 +1,306 @@
+//! The scenario file as written: serde structs that mirror the TOML, with
+//! every default in their `Default` impls and nowhere else. Each value keeps
+//! its span, so that validation can name the line and column.
+
+use super::*;
+
+/// The scenario file as written. `deny_unknown_fields` everywhere: a misspelt
+/// key must fail loudly, not be silently ignored.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawScenario {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub seed: Spanned<i64>,
+    pub workload: RawWorkload,
+    pub topic: RawTopic,
+    pub relay: RawRelay,
+    pub notifier: RawNotifier,
+    pub faults: RawFaults,
+    pub nemesis: RawNemesis,
+    pub proxy: RawProxy,
+    pub retention: RawRetention,
+    pub run: RawRun,
+    pub expect: RawExpect,
+    pub infra: RawInfra,
+}
+
+impl Default for RawScenario {
+    fn default() -> Self {
+        Self {
+            name: None,
+            description: None,
+            seed: Spanned::new(0..0, 42),
+            workload: RawWorkload::default(),
+            topic: RawTopic::default(),
+            relay: RawRelay::default(),
+            notifier: RawNotifier::default(),
+            faults: RawFaults::default(),
+            nemesis: RawNemesis::default(),
+            proxy: RawProxy::default(),
+            retention: RawRetention::default(),
+            run: RawRun::default(),
+            expect: RawExpect::default(),
+            infra: RawInfra::default(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawWorkload {
+    /// Payments to write; each yields an `authorized` and a `captured` event.
+    pub payments: Spanned<i64>,
+    /// Concurrent payment-service producers.
+    pub producers: Spanned<i64>,
+    /// Distinct customer accounts, for the loyalty counter.
+    pub accounts: Spanned<i64>,
+    /// `"outbox"` (correct) or `"dual-write"` (no outbox: commit, then produce).
+    pub publish: Spanned<String>,
+    /// Payments per transaction, as a busy service batching requests would.
+    pub batch: Spanned<i64>,
+    /// After a write whose outcome is unknown (its COMMIT failed or its
+    /// connection broke): `"idempotent"` (look the payments up by their
+    /// ids, write them again only if absent) or `"new-id"` (a mistake: write
+    /// them again under new ids).
+    pub retry: Spanned<String>,
+}
+
+impl Default for RawWorkload {
+    fn default() -> Self {
+        Self {
+            payments: sp(1000),
+            producers: sp(4),
+            accounts: sp(100),
+            publish: sp("outbox".into()),
+            batch: sp(1),
+            retry: sp("idempotent".into()),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawTopic {
+    pub partitions: Spanned<i64>,
+}
+
+impl Default for RawTopic {
+    fn default() -> Self {
+        Self { partitions: sp(6) }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawRelay {
+    pub instances: Spanned<i64>,
+    pub batch_size: Spanned<i64>,
+    pub poll_interval_ms: Spanned<i64>,
+    pub restart_delay_ms: Spanned<i64>,
+    /// `"publish-then-mark"` (correct), `"mark-then-publish"` or
+    /// `"delete-then-publish"`.
+    pub order: Spanned<String>,
+    /// `"outbox"` (correct: the outbox row's id) or `"minted"` (a fresh id per publish).
+    pub event_id: Spanned<String>,
+    /// `"awaited"` (correct) or `"fire-and-forget"`.
+    pub acks: Spanned<String>,
+    /// `"idempotent"` (correct: acks from every in-sync replica) or
+    /// `"leader-ack"` (acks=1, no idempotence).
+    pub producer: Spanned<String>,
+    /// A program under test run in place of the reference relays
+    /// (docs/contract.md, section 7).
+    pub command: Option<Spanned<Vec<String>>>,
+}
+
+impl Default for RawRelay {
+    fn default() -> Self {
+        Self {
+            instances: sp(2),
+            batch_size: sp(50),
+            poll_interval_ms: sp(20),
+            restart_delay_ms: sp(50),
+            order: sp("publish-then-mark".into()),
+            event_id: sp("outbox".into()),
+            acks: sp("awaited".into()),
+            producer: sp("idempotent".into()),
+            command: None,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawNotifier {
+    pub instances: Spanned<i64>,
+    pub batch_size: Spanned<i64>,
+    /// `"on"` (the correct pipeline) or one of the broken variants, see
+    /// [`InboxMode`].
+    pub inbox: Spanned<String>,
+    /// `"state-guard"` (correct) or `"last-write-wins"`.
+    pub projection: Spanned<String>,
+    pub session_timeout_ms: Spanned<i64>,
+    pub restart_delay_ms: Spanned<i64>,
+    /// A program under test run in place of the reference notifier, as an
+    /// argument vector: `["python3", "consumer.py"]` (docs/contract.md).
+    pub command: Option<Spanned<Vec<String>>>,
+    /// How long the program's instances may take to join the group.
+    pub ready_timeout_secs: Spanned<i64>,
+}
+
+impl Default for RawNotifier {
+    fn default() -> Self {
+        Self {
+            instances: sp(2),
+            batch_size: sp(50),
+            inbox: sp("on".to_string()),
+            projection: sp("state-guard".to_string()),
+            session_timeout_ms: sp(6000),
+            restart_delay_ms: sp(50),
+            command: None,
+            ready_timeout_secs: sp(30),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawRetention {
+    /// Published outbox rows older than this are purged, e.g. "7d", "1h", "30s".
+    pub outbox: Spanned<String>,
+    /// Inbox rows older than this are purged.
+    pub inbox: Spanned<String>,
+    pub purge_interval_ms: Spanned<i64>,
+}
+
+impl Default for RawRetention {
+    fn default() -> Self {
+        Self { outbox: sp("7d".into()), inbox: sp("7d".into()), purge_interval_ms: sp(1000) }
+    }
+}
+
+/// How the harness's own acts on processes are shaped; their rates are in
+/// `[faults]` (`process_kill`, `process_pause`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawNemesis {
+    /// How long a `process.pause` keeps a process stopped.
+    pub pause_secs: Spanned<f64>,
+    /// Service faults at given times (`[[nemesis.timeline]]`).
+    pub timeline: Vec<RawTimed>,
+    /// How `broker.kill` starts the broker again.
+    pub broker_restart: Spanned<Vec<String>>,
+    /// How `db.restart` restarts PostgreSQL in immediate mode.
+    pub database_restart: Spanned<Vec<String>>,
+}
+
+impl Default for RawNemesis {
+    fn default() -> Self {
+        let argv = |a: &[&str]| sp(a.iter().map(|s| s.to_string()).collect());
+        Self {
+            pause_secs: sp(3.0),
+            timeline: Vec::new(),
+            broker_restart: argv(&["scripts/services.sh", "up", "kafka"]),
+            database_restart: argv(&["scripts/services.sh", "restart-immediate", "postgres"]),
+        }
+    }
+}
+
+/// One `[[nemesis.timeline]]` entry as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTimed {
+    /// A service fault's name: `broker.pause`, `broker.kill`, `db.restart`,
+    /// `db.terminate_backends`.
+    pub fault: Spanned<String>,
+    /// After the workload starts, e.g. "2s".
+    pub at: Spanned<String>,
+    /// How long the broker stays paused or down (default 2s).
+    #[serde(rename = "for")]
+    pub lasts: Option<Spanned<String>>,
+    /// Strike again this often until the pipeline has drained.
+    pub every: Option<Spanned<String>>,
+}
+
+/// The fault proxy between the components and PostgreSQL
+/// ([`crate::nemesis::proxy`]): whom it stands in front of and how it shapes their
+/// traffic. Its faults' rates are in `[faults]` (`net_*`, `db_*`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawProxy {
+    /// The component instances behind the proxy: roles (`"workload"`,
+    /// `"relay"`, `"notifier"`) or instances (`"notifier-2"`). Empty: all.
+    pub targets: Vec<Spanned<String>>,
+    pub latency_ms: Spanned<i64>,
+    pub jitter_ms: Spanned<i64>,
+    /// Per direction and connection; 0 is unlimited.
+    pub bandwidth_kbps: Spanned<i64>,
+    /// How long a `net.blackhole` holds a component's traffic.
+    pub blackhole_ms: Spanned<i64>,
+    /// Route through the proxy even with no fault and no shaping (to see
+    /// its cost).
+    pub always: bool,
+    /// Stand in front of Kafka too (implied by a `kafka_*` fault): the
+    /// components reach the broker through their slots, and the shaping,
+    /// `net.reset` and `net.blackhole` apply to that traffic as well.
+    pub kafka: bool,
+}
+
+impl Default for RawProxy {
+    fn default() -> Self {
+        Self {
+            targets: Vec::new(),
+            latency_ms: sp(0),
+            jitter_ms: sp(0),
+            bandwidth_kbps: sp(0),
+            blackhole_ms: sp(2000),
+            always: false,
+            kafka: false,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawRun {
+    /// How long the pipeline may take to drain after the workload ends.
+    pub drain_timeout_secs: Spanned<i64>,
+    /// `"in-process"` (tasks of the `chaos` process) or `"process"` (each
+    /// relay and notifier instance an OS process, killed by the harness).
+    pub components: Spanned<String>,
+}
+
+impl Default for RawRun {
+    fn default() -> Self {
+        Self { drain_timeout_secs: sp(60), components: sp("in-process".into()) }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawExpect {
+    /// `true`: every invariant must hold. `false`: the scenario runs a broken
+    /// pipeline and the verifier is expected to find violations.
+    pub exactly_once: bool,
+    /// Anomalies reported but not counted as violations, by name (Jepsen's
+    /// allowed anomalies): e.g. `["split payment"]` for a relay that
+    /// partitions by something else on purpose. Empty: every anomaly fails.
+    pub allowed_anomalies: Vec<Spanned<String>>,
+}
+
+impl Default for RawExpect {
+    fn default() -> Self {
+        Self { exactly_once: true, allowed_anomalies: Vec::new() }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawInfra {
+    pub database_url: Option<String>,
+    pub kafka_brokers: Option<String>,
+}
+
+fn sp<T>(v: T) -> Spanned<T> {
+    Spanned::new(0..0, v)
+}

@@ -1,0 +1,512 @@
+//! From the raw scenario to the sealed [`Scenario`]: every value checked,
+//! each error one line that names the file, the line and the column, the
+//! valid values or range, and the fix.
+
+use super::*;
+
+/// Reads and validates a scenario file. Every error is one line that names
+/// the file and, where there is one, the line and column.
+pub fn load(path: &Path) -> Result<Scenario, crate::Error> {
+    let shown = path.display().to_string();
+    if path.is_dir() {
+        return Err(crate::Error::Scenario(format!(
+            "{shown}: is a directory; pass a scenario file such as scenarios/payments.toml"
+        )));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        crate::Error::Scenario(format!(
+            "{shown}: cannot read the scenario file: {e}; check the path (scenarios/ holds the shipped ones)"
+        ))
+    })?;
+    parse(&text, path)
+}
+
+/// Parses scenario text; `path` is only used for messages and the default name.
+pub fn parse(text: &str, path: &Path) -> Result<Scenario, crate::Error> {
+    let shown = path.display().to_string();
+    if text.trim().is_empty() {
+        return Err(crate::Error::Scenario(format!(
+            "{shown}: the file is empty; copy scenarios/smoke.toml for a starting point"
+        )));
+    }
+    let raw: RawScenario = toml::from_str(text).map_err(|e| {
+        let at = e.span().map(|s| line_col(text, s.start)).map(|(l, c)| format!(":{l}:{c}")).unwrap_or_default();
+        // One line: the parser's own line breaks become "; ", and any control
+        // character quoted from the file (a key with "\r" in it) is escaped.
+        let mut msg: String = e
+            .message()
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ")
+            .chars()
+            .flat_map(|c| if c.is_control() { c.escape_default().collect::<Vec<_>>() } else { vec![c] })
+            .collect();
+        // serde names Rust types; say what to write instead.
+        msg = msg.replace("expected i64", "expected an integer").replace("expected f64", "expected a number");
+        if let Some(i) = msg.find("expected struct Raw") {
+            let name = i + "expected struct ".len();
+            let end = msg[name..].find(|c: char| !c.is_alphanumeric()).map_or(msg.len(), |n| name + n);
+            msg.replace_range(i..end, "expected a table");
+        }
+        // A syntax error, not a wrong key or value: say so, and what the format is.
+        if text.parse::<toml::Table>().is_err() {
+            let json = if text.trim_start().starts_with('{') { " (it looks like JSON)" } else { "" };
+            msg.push_str(&format!("; the file is not valid TOML{json}, see scenarios/smoke.toml for the format"));
+        }
+        crate::Error::Scenario(format!("{shown}{at}: {msg}"))
+    })?;
+    Validator { text, shown: &shown }.validate(raw, path)
+}
+
+struct Validator<'a> {
+    text: &'a str,
+    shown: &'a str,
+}
+
+impl Validator<'_> {
+    fn err<T>(&self, span: std::ops::Range<usize>, what: &str) -> Result<T, crate::Error> {
+        let at = if span.start == 0 && span.end == 0 {
+            String::new()
+        } else {
+            let (l, c) = line_col(self.text, span.start);
+            format!(":{l}:{c}")
+        };
+        Err(crate::Error::Scenario(format!("{}{at}: {what}", self.shown)))
+    }
+
+    fn count(&self, v: &Spanned<i64>, key: &str, min: i64, max: i64) -> Result<i64, crate::Error> {
+        let x = *v.get_ref();
+        if x < min || x > max {
+            return self.err(v.span(), &format!("`{key}` is {x}; expected an integer from {min} to {max}"));
+        }
+        Ok(x)
+    }
+
+    fn prob(&self, v: &Spanned<f64>, key: &str) -> Result<f64, crate::Error> {
+        let p = *v.get_ref();
+        if !(0.0..=1.0).contains(&p) || p.is_nan() {
+            return self.err(
+                v.span(),
+                &format!("`faults.{key}` is {p}; a probability must be between 0 and 1 (0.1 means 10%)"),
+            );
+        }
+        Ok(p)
+    }
+
+    fn choice<T>(
+        &self,
+        v: &Spanned<String>,
+        key: &str,
+        parse: fn(&str) -> Option<T>,
+        names: fn() -> String,
+    ) -> Result<T, crate::Error> {
+        match parse(v.get_ref()) {
+            Some(t) => Ok(t),
+            None => self.err(v.span(), &format!("`{key}` is {:?}; expected {}", v.get_ref(), names())),
+        }
+    }
+
+    fn duration(&self, v: &Spanned<String>, key: &str) -> Result<Duration, crate::Error> {
+        match parse_duration(v.get_ref()) {
+            Some(d) => Ok(d),
+            None => self.err(
+                v.span(),
+                &format!(
+                    "`{key}` is {:?}; expected a duration such as \"500ms\", \"30s\", \"10m\", \"1h\" or \"7d\"",
+                    v.get_ref()
+                ),
+            ),
+        }
+    }
+
+    /// Checks a parsed file field by field. The order of the checks is the
+    /// order of the messages: with several mistakes, the first is reported.
+    fn validate(&self, raw: RawScenario, path: &Path) -> Result<Scenario, crate::Error> {
+        let seed = *raw.seed.get_ref();
+        if seed < 0 {
+            return self.err(raw.seed.span(), &format!("`seed` is {seed}; expected a non-negative integer"));
+        }
+        let variants = self.variants(&raw)?;
+        let mut faults = self.faults(&raw.faults)?;
+        let timeline = self.timeline(&raw, &mut faults)?;
+        let (command, relay_command) = self.programs(&raw, path, &faults)?;
+        let pause = self.pause(&raw.nemesis)?;
+        let name = raw.name.clone().unwrap_or_else(|| {
+            path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "scenario".into())
+        });
+        Ok(Scenario(Settings {
+            name,
+            path: path.to_path_buf(),
+            seed: seed as u64,
+            payments: self.count(&raw.workload.payments, "workload.payments", 1, PAYMENTS_MAX as i64)? as u64,
+            producers: self.count(&raw.workload.producers, "workload.producers", 1, 256)? as usize,
+            accounts: self.count(&raw.workload.accounts, "workload.accounts", 1, 1_000_000)? as u32,
+            publish: variants.publish,
+            retry: self.choice(&raw.workload.retry, "workload.retry", WorkloadRetry::parse, WorkloadRetry::names)?,
+            workload_batch: self.count(&raw.workload.batch, "workload.batch", 1, 10_000)? as usize,
+            partitions: self.count(&raw.topic.partitions, "topic.partitions", 1, 1024)? as i32,
+            relay: self.relay(&raw.relay, &variants, relay_command)?,
+            notifier: self.notifier(&raw.notifier, &variants, command)?,
+            faults,
+            pause: Duration::from_secs_f64(pause),
+            timeline,
+            broker_restart: self.argv(&raw.nemesis.broker_restart, "nemesis.broker_restart")?,
+            database_restart: self.argv(&raw.nemesis.database_restart, "nemesis.database_restart")?,
+            proxy: self.proxy(&raw)?,
+            retention: self.retention(&raw.retention)?,
+            drain_timeout: Duration::from_secs(self.count(
+                &raw.run.drain_timeout_secs,
+                "run.drain_timeout_secs",
+                1,
+                86_400,
+            )? as u64),
+            components: self.choice(&raw.run.components, "run.components", Components::parse, Components::names)?,
+            exactly_once: raw.expect.exactly_once,
+            allowed_anomalies: raw
+                .expect
+                .allowed_anomalies
+                .iter()
+                .map(|a| self.choice(a, "expect.allowed_anomalies", AnomalyKind::parse, AnomalyKind::names))
+                .collect::<Result<_, _>>()?,
+            infra_database_url: raw.infra.database_url,
+            infra_kafka_brokers: raw.infra.kafka_brokers,
+            schedule: None,
+            overrides: Overrides::default(),
+        }))
+    }
+
+    /// The reference components' variants, correct or broken on purpose.
+    fn variants(&self, raw: &RawScenario) -> Result<Variants, crate::Error> {
+        let (n, r) = (&raw.notifier, &raw.relay);
+        Ok(Variants {
+            inbox: self.choice(&n.inbox, "notifier.inbox", InboxMode::parse, InboxMode::names)?,
+            projection: self.choice(
+                &n.projection,
+                "notifier.projection",
+                ProjectionMode::parse,
+                ProjectionMode::names,
+            )?,
+            order: self.choice(&r.order, "relay.order", RelayOrder::parse, RelayOrder::names)?,
+            event_id: self.choice(&r.event_id, "relay.event_id", RelayEventId::parse, RelayEventId::names)?,
+            acks: self.choice(&r.acks, "relay.acks", RelayAcks::parse, RelayAcks::names)?,
+            producer: self.choice(&r.producer, "relay.producer", RelayProducer::parse, RelayProducer::names)?,
+            publish: self.choice(&raw.workload.publish, "workload.publish", PublishMode::parse, PublishMode::names)?,
+        })
+    }
+
+    /// Every fault point's probability, in [`FaultPoint::ALL`]'s order.
+    fn faults(&self, raw: &RawFaults) -> Result<FaultRates, crate::Error> {
+        let mut faults = FaultRates::none();
+        for point in FaultPoint::ALL {
+            faults = faults.with(*point, self.prob(raw.get(*point), point.key())?);
+        }
+        Ok(faults)
+    }
+
+    /// How long a `process.pause` lasts, in seconds.
+    fn pause(&self, raw: &RawNemesis) -> Result<f64, crate::Error> {
+        let pause = *raw.pause_secs.get_ref();
+        if !(0.1..=600.0).contains(&pause) {
+            return self.err(
+                raw.pause_secs.span(),
+                &format!("`nemesis.pause_secs` is {pause}; expected seconds from 0.1 to 600"),
+            );
+        }
+        Ok(pause)
+    }
+
+    fn relay(
+        &self,
+        raw: &RawRelay,
+        variants: &Variants,
+        command: Option<ProgramCommand>,
+    ) -> Result<RelayConfig, crate::Error> {
+        Ok(RelayConfig {
+            instances: self.count(&raw.instances, "relay.instances", 1, 64)? as usize,
+            batch_size: self.count(&raw.batch_size, "relay.batch_size", 1, 100_000)? as usize,
+            poll_interval: ms(self.count(&raw.poll_interval_ms, "relay.poll_interval_ms", 1, 60_000)?),
+            restart_delay: ms(self.count(&raw.restart_delay_ms, "relay.restart_delay_ms", 0, 60_000)?),
+            order: variants.order,
+            event_id: variants.event_id,
+            acks: variants.acks,
+            producer: variants.producer,
+            command,
+        })
+    }
+
+    fn notifier(
+        &self,
+        raw: &RawNotifier,
+        variants: &Variants,
+        command: Option<ProgramCommand>,
+    ) -> Result<NotifierConfig, crate::Error> {
+        Ok(NotifierConfig {
+            instances: self.count(&raw.instances, "notifier.instances", 1, 64)? as usize,
+            batch_size: self.count(&raw.batch_size, "notifier.batch_size", 1, 100_000)? as usize,
+            inbox: variants.inbox,
+            projection: variants.projection,
+            session_timeout: ms(self.count(&raw.session_timeout_ms, "notifier.session_timeout_ms", 1000, 300_000)?),
+            restart_delay: ms(self.count(&raw.restart_delay_ms, "notifier.restart_delay_ms", 0, 60_000)?),
+            command,
+            ready_timeout: Duration::from_secs(self.count(
+                &raw.ready_timeout_secs,
+                "notifier.ready_timeout_secs",
+                1,
+                3600,
+            )? as u64),
+        })
+    }
+
+    /// `[[nemesis.timeline]]`: each entry's fault must be a service fault.
+    /// A scheduled fault fires at each of its times (its `[faults]`
+    /// probability, when set, thins them out); a service fault with a
+    /// probability and no time is refused, as it would never strike.
+    fn timeline(&self, raw: &RawScenario, faults: &mut FaultRates) -> Result<Vec<Timed>, crate::Error> {
+        let mut out = Vec::new();
+        let names = || {
+            FaultPoint::ALL
+                .iter()
+                .filter(|p| p.schedulable())
+                .map(|p| format!("{:?}", p.name()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        for t in &raw.nemesis.timeline {
+            let Some(point) =
+                FaultPoint::ALL.iter().copied().find(|p| p.schedulable() && p.name() == t.fault.get_ref())
+            else {
+                return self.err(
+                    t.fault.span(),
+                    &format!("`nemesis.timeline.fault` is {:?}; expected one of {}", t.fault.get_ref(), names()),
+                );
+            };
+            let every = match &t.every {
+                Some(e) => Some(self.duration(e, "nemesis.timeline.every")?),
+                None => None,
+            };
+            if let (Some(e), Some(span)) = (every, t.every.as_ref().map(|e| e.span())) {
+                if e < Duration::from_millis(100) {
+                    return self.err(span, "`nemesis.timeline.every` is under 100ms; expected a period such as \"5s\"");
+                }
+            }
+            let lasts = match &t.lasts {
+                Some(l) => self.duration(l, "nemesis.timeline.for")?,
+                None => Duration::from_secs(2),
+            };
+            out.push(Timed { point, at: self.duration(&t.at, "nemesis.timeline.at")?, lasts, every });
+            if raw.faults.get(point).span() == (0..0) {
+                *faults = faults.with(point, 1.0);
+            }
+        }
+        if let Some(p) = FaultPoint::ALL
+            .iter()
+            .find(|p| p.is_service() && faults.get(**p) > 0.0 && !out.iter().any(|t| t.point == **p))
+        {
+            return self.err(
+                raw.faults.get(*p).span(),
+                &format!(
+                    "`faults.{}` is a service fault and strikes only at the times of a `[[nemesis.timeline]]` entry with fault = {:?}; add one",
+                    p.key(),
+                    p.name()
+                ),
+            );
+        }
+        Ok(out)
+    }
+
+    /// A command as an argument vector, not empty.
+    fn argv(&self, v: &Spanned<Vec<String>>, key: &str) -> Result<Vec<String>, crate::Error> {
+        match v.get_ref().first() {
+            Some(p) if !p.trim().is_empty() => Ok(v.get_ref().clone()),
+            _ => self.err(
+                v.span(),
+                &format!("`{key}` is empty; expected a command such as [\"scripts/services.sh\", \"up\", \"kafka\"]"),
+            ),
+        }
+    }
+
+    /// `[proxy]`: its targets resolved to instance names.
+    fn proxy(&self, raw: &RawScenario) -> Result<ProxyConfig, crate::Error> {
+        let p = &raw.proxy;
+        let relays = self.count(&raw.relay.instances, "relay.instances", 1, 64)?;
+        let notifiers = self.count(&raw.notifier.instances, "notifier.instances", 1, 64)?;
+        let all = |role: &'static str, n: i64| (1..=n).map(move |i| format!("{role}-{i}"));
+        let mut targets: Vec<String> = Vec::new();
+        for t in &p.targets {
+            let name = t.get_ref().as_str();
+            let named: Vec<String> = match name {
+                "workload" => vec!["workload".into()],
+                "relay" => all("relay", relays).collect(),
+                "notifier" => all("notifier", notifiers).collect(),
+                _ if all("relay", relays).chain(all("notifier", notifiers)).any(|n| n == name) => vec![name.into()],
+                _ => {
+                    return self.err(
+                        t.span(),
+                        &format!(
+                            "`proxy.targets` names {name:?}; expected \"workload\", \"relay\", \"notifier\" or an instance such as \"relay-1\" (relays 1 to {relays}, notifiers 1 to {notifiers})"
+                        ),
+                    )
+                }
+            };
+            targets.extend(named.into_iter().filter(|n| !targets.contains(n)).collect::<Vec<_>>());
+        }
+        if targets.is_empty() {
+            targets = std::iter::once("workload".to_string())
+                .chain(all("relay", relays))
+                .chain(all("notifier", notifiers))
+                .collect();
+        }
+        let ms_key = |v: &Spanned<i64>, key: &str, max: i64| self.count(v, key, 0, max).map(ms);
+        Ok(ProxyConfig {
+            targets,
+            shaping: Shaping {
+                latency: ms_key(&p.latency_ms, "proxy.latency_ms", 60_000)?,
+                jitter: ms_key(&p.jitter_ms, "proxy.jitter_ms", 60_000)?,
+                bytes_per_sec: self.count(&p.bandwidth_kbps, "proxy.bandwidth_kbps", 0, 10_000_000)? as u64 * 1000 / 8,
+            },
+            blackhole: ms(self.count(&p.blackhole_ms, "proxy.blackhole_ms", 1, 600_000)?),
+            always: p.always,
+            kafka: p.kafka,
+        })
+    }
+
+    fn retention(&self, raw: &RawRetention) -> Result<Retention, crate::Error> {
+        Ok(Retention {
+            outbox: self.duration(&raw.outbox, "retention.outbox")?,
+            inbox: self.duration(&raw.inbox, "retention.inbox")?,
+            purge_interval: ms(self.count(&raw.purge_interval_ms, "retention.purge_interval_ms", 10, 3_600_000)?),
+        })
+    }
+}
+
+/// The variants a scenario picks for the reference components, checked
+/// before the rest so that their messages come first.
+struct Variants {
+    producer: RelayProducer,
+    inbox: InboxMode,
+    projection: ProjectionMode,
+    order: RelayOrder,
+    event_id: RelayEventId,
+    acks: RelayAcks,
+    publish: PublishMode,
+}
+
+/// Milliseconds from a validated, non-negative count.
+fn ms(v: i64) -> Duration {
+    Duration::from_millis(v as u64)
+}
+
+impl Validator<'_> {
+    /// `[notifier] command` and `[relay] command`, each checked against
+    /// what only the reference component has (its variants and its inner
+    /// fault points); and kills and pauses from outside, which need a
+    /// component that runs as a process.
+    fn programs(
+        &self,
+        raw: &RawScenario,
+        path: &Path,
+        faults: &FaultRates,
+    ) -> Result<(Option<ProgramCommand>, Option<ProgramCommand>), crate::Error> {
+        let n = &raw.notifier;
+        let r = &raw.relay;
+        let notifier = self.program(
+            n.command.as_ref(),
+            "notifier",
+            &[("notifier.inbox", &n.inbox), ("notifier.projection", &n.projection)],
+            path,
+            (faults, &raw.faults),
+        )?;
+        let relay = self.program(
+            r.command.as_ref(),
+            "relay",
+            &[
+                ("relay.order", &r.order),
+                ("relay.event_id", &r.event_id),
+                ("relay.acks", &r.acks),
+                ("relay.producer", &r.producer),
+            ],
+            path,
+            (faults, &raw.faults),
+        )?;
+        if notifier.is_none() && relay.is_none() && raw.run.components.get_ref() != "process" {
+            if let Some(p) = FaultPoint::ALL.iter().find(|p| p.needs_process() && faults.get(**p) > 0.0) {
+                return self.err(
+                    raw.faults.get(*p).span(),
+                    &format!(
+                        "`faults.{}` acts on a component that runs as a process; set `notifier.command` or `relay.command` to a program under test, or `run.components = \"process\"`, or remove it",
+                        p.key()
+                    ),
+                );
+            }
+        }
+        Ok((notifier, relay))
+    }
+
+    fn program(
+        &self,
+        cmd: Option<&Spanned<Vec<String>>>,
+        role: &str,
+        variants: &[(&str, &Spanned<String>)],
+        path: &Path,
+        (faults, spans): (&FaultRates, &RawFaults),
+    ) -> Result<Option<ProgramCommand>, crate::Error> {
+        let Some(cmd) = cmd else { return Ok(None) };
+        let argv = cmd.get_ref();
+        if argv.first().is_none_or(|a| a.trim().is_empty()) {
+            return self.err(
+                cmd.span(),
+                &format!("`{role}.command` is empty; expected the program and its arguments, e.g. [\"python3\", \"{role}.py\"]"),
+            );
+        }
+        for (key, v) in variants {
+            if v.span() != (0..0) {
+                return self.err(
+                    v.span(),
+                    &format!("`{key}` shapes the reference {role}; with `{role}.command` the program under test decides, so remove `{key}`"),
+                );
+            }
+        }
+        if let Some(p) = FaultPoint::ALL.iter().find(|p| p.strike().component() == Some(role) && faults.get(**p) > 0.0)
+        {
+            return self.err(
+                spans.get(*p).span(),
+                &format!(
+                    "`faults.{}` strikes inside the reference {role}; a program under test is faulted from outside by `faults.process_kill` and `faults.process_pause`",
+                    p.key()
+                ),
+            );
+        }
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        Ok(Some(ProgramCommand { argv: argv.clone(), dir }))
+    }
+}
+
+/// 1-based line and column of a byte offset, as editors count them.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map(|l| l.chars().count()).unwrap_or(0) + 1;
+    (line, col)
+}
+
+/// Parses "250ms", "30s", "10m", "1h", "7d".
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit())?;
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let secs = match unit {
+        "ms" => return Some(Duration::from_millis(n)),
+        "s" => n,
+        "m" => n.checked_mul(60)?,
+        "h" => n.checked_mul(3600)?,
+        "d" => n.checked_mul(86_400)?,
+        _ => return None,
+    };
+    Some(Duration::from_secs(secs))
+}
