@@ -2,60 +2,29 @@
 //! proves, from the database rows and every message on the topic, whether each
 //! payment produced exactly one receipt.
 //!
-//! # Layout
+//! # Layers
 //!
-//! - [`names`]: the `choices!` enums (scenario choices, anomaly kinds).
-//! - [`scenario`]: the raw TOML scenario and the validated [`scenario::Scenario`].
-//! - [`broker`]: the broker boundary, what the pipeline asks of a broker;
-//!   Kafka through rdkafka (with librdkafka's mock cluster for the embedded
-//!   mode) is its adapter, and an in-memory broker serves the unit tests.
-//!   No other module names rdkafka.
-//! - [`infra`]: resolves which PostgreSQL and Kafka a run talks to, and names
-//!   the run's own schema, topic and consumer group.
-//! - [`store`]: every SQL statement the pipeline and the verifier run, behind one
-//!   interface with a PostgreSQL and a SQLite backend (the schema
-//!   itself lives in `migrations/`).
-//! - [`events`]: the message envelope shared by relay, notifier and verifier.
-//! - [`workload`]: the payment service; writes payments and outbox events in one
-//!   transaction, and keeps the [`intent`] record of what it committed.
-//! - [`relay`]: outbox relays; claim, produce, `[relay.after_produce]`, mark.
-//! - [`inbox`]: how a micro-batch claims and applies: the correct inbox and each
-//!   classic mistake as its own strategy, and the pure core that plans effects.
-//! - [`notifier`]: the inbox consumer; one transaction per micro-batch, then
-//!   `[notifier.before_offset_commit]`, then the offset commit.
-//! - [`program`]: a program under test (`[notifier] command`) as OS
-//!   processes, killed and paused by the harness for real (docs/contract.md).
-//! - [`component`]: the hidden `chaos component` subcommand, one reference
-//!   relay or notifier as an OS process (`components = "process"`).
-//! - [`proxy`]: the fault proxy between the components and PostgreSQL and
-//!   Kafka: a port per component instance, shaping, resets, blackholes, and
-//!   the faults that read each wire's framing (an acknowledgement withheld,
-//!   a process killed right after one).
-//! - [`nemesis`]: service faults on the scenario's timeline: the broker
-//!   paused, killed or its partition leader killed, PostgreSQL restarted,
-//!   sessions terminated, partitions of the proxied components.
-//! - [`supervise`]: the one path every component crash and restart takes.
-//! - [`faults`]: named fault points, seeded decisions and the log of what fired.
-//! - [`verifier`]: reads the ground truth and reconciles it into counts,
-//!   invariants, anomalies and a verdict.
-//! - [`report`]: the JSON/Markdown report and the tables people read;
-//!   [`html`]: the same report as one self-contained HTML page with charts;
-//!   [`junit`]: the same verdicts as JUnit XML for CI pages.
-//! - [`context`]: live counters and the shutdown signal every component shares.
-//! - [`interrupt`]: Ctrl-C and SIGTERM as the binary delivers them to the library.
-//! - [`progress`]: the live progress line on stderr.
-//! - [`run`]: wires one run together: infra, components, drain, verify, report.
-//! - [`selftest`]: the catalogue of classic mistakes the verifier must catch.
-//! - [`sweep`]: one scenario over many seeds, with `--swarm` rates per seed;
-//!   [`shrink`]: a failing seed's fault schedule made minimal.
-//! - [`bench`]: throughput, latency and memory, against a pgbench yardstick.
-//! - [`doctor`]: checks that PostgreSQL and Kafka answer.
-//! - [`clean`]: removes the schemas, topics, groups and files of old runs.
-//! - [`cli`]: the command line, parsed with clap; [`commands`]: one function per
-//!   subcommand, which prints its result and picks its exit code.
-//! - [`exit`] and [`error`]: exit codes in one place, typed errors.
-//! - `testing` (built for tests only): unit-test support, one run's context on the in-memory
-//!   broker and SQLite.
+//! In Jepsen's words: a system under test, a nemesis, a checker. The modules
+//! are layers, from the bottom up, and each uses only those below it
+//! (`tests/layers.rs` checks it):
+//!
+//! 1. [`error`], [`domain`]: typed errors, and the words every layer shares.
+//! 2. [`faults`]: the fault point registry, seeded decisions, what fired.
+//! 3. [`scenario`]: the raw TOML and the validated [`scenario::Scenario`].
+//! 4. [`broker`], [`store`]: the services' adapters (Kafka and its mock
+//!    cluster; PostgreSQL and SQLite).
+//! 5. [`verifier`]: the checker, which reads the ground truth and never the
+//!    system under test.
+//! 6. [`pipeline`]: the reference system under test.
+//! 7. [`nemesis`]: faults from outside the components (the timeline, the
+//!    fault proxy, processes killed and paused).
+//! 8. `report`: what people and CI read.
+//! 9. [`harness`]: one run, start to finish.
+//! 10. [`campaigns`]: many runs (sweep, shrink, selftest, bench).
+//! 11. [`commands`]: one function per subcommand; the only place that
+//!     prints and decides exit codes.
+//!
+//! The README's Layout section lists the files of each.
 
 #[macro_use]
 pub mod domain;
