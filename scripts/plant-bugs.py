@@ -47,6 +47,12 @@ PLANTS = {
         "                plan.credits.push((e.event_id, e.body.account_id ^ 1, e.body.amount_cents));",
         "scenarios/payments.toml",
     ),
+    "authorized-routed-to-no-handler": (
+        "src/pipeline/inbox.rs",
+        "        EventKind::Authorized => &[Handler::Projection],\n        EventKind::Captured => &[Handler::Projection, Handler::Receipts, Handler::Loyalty],\n    }\n}\n\n/// The (event, handler)",
+        "        EventKind::Authorized => &[],\n        EventKind::Captured => &[Handler::Projection, Handler::Receipts, Handler::Loyalty],\n    }\n}\n\n/// The (event, handler)",
+        "scenarios/payments.toml",
+    ),
     "one-payment-fewer": (
         "src/pipeline/workload.rs",
         "    (first..(first + batch).min(payments))\n",

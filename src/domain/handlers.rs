@@ -1,7 +1,8 @@
-//! The notifier's handlers, each with its own inbox claim, and which event
-//! types feed which handler.
-
-use crate::domain::events::EventKind;
+//! The notifier's handlers, each with its own inbox claim, by the names the
+//! inbox table stores. Which event types feed which handler is said twice,
+//! on purpose: by the reference notifier (`pipeline::inbox::routes`), and by
+//! the verifier's specification (`verifier::spec`), which never reads the
+//! code it judges. A unit test holds the two equal.
 
 choices! {
     /// The handlers of the notifier, each with its own inbox claim.
@@ -27,11 +28,3 @@ pub const HANDLER_PROJECTION: &str = "projection";
 pub const HANDLER_RECEIPTS: &str = "receipts";
 pub const HANDLER_LOYALTY: &str = "loyalty";
 pub const HANDLERS: [&str; 3] = [HANDLER_PROJECTION, HANDLER_RECEIPTS, HANDLER_LOYALTY];
-
-/// Which handlers act on an event type.
-pub fn handlers_for(kind: EventKind) -> &'static [Handler] {
-    match kind {
-        EventKind::Authorized => &[Handler::Projection],
-        EventKind::Captured => &[Handler::Projection, Handler::Receipts, Handler::Loyalty],
-    }
-}

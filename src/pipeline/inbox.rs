@@ -16,11 +16,12 @@
 //! while holding the batch (`notifier.stall`).
 
 use crate::domain::events::{Decoded, EventKind};
+use crate::domain::handlers::Handler;
 use crate::error::Result;
 use crate::faults::{FaultInjector, FaultPoint};
 use crate::scenario::InboxMode;
 use crate::store::{
-    handlers_for, BatchFaults, BatchOutcome, EffectPlan, Incoming, Modes, Store, HANDLER_LOYALTY, HANDLER_PROJECTION,
+    BatchFaults, BatchOutcome, EffectPlan, Incoming, Modes, Store, HANDLER_LOYALTY, HANDLER_PROJECTION,
     HANDLER_RECEIPTS,
 };
 use std::collections::HashSet;
@@ -188,9 +189,20 @@ async fn apply_alone(
     Ok(())
 }
 
+/// Which handlers the reference notifier routes an event type to: the
+/// system under test's own table. The verifier holds its own
+/// ([`crate::verifier`]'s specification), and a unit test keeps the two
+/// equal, so a change here that the specification does not share fails.
+pub fn routes(kind: EventKind) -> &'static [Handler] {
+    match kind {
+        EventKind::Authorized => &[Handler::Projection],
+        EventKind::Captured => &[Handler::Projection, Handler::Receipts, Handler::Loyalty],
+    }
+}
+
 /// The (event, handler) pairs a batch must claim in the inbox.
 pub fn claims(events: &[&Decoded]) -> Vec<(Uuid, &'static str)> {
-    events.iter().flat_map(|e| handlers_for(e.kind).iter().map(move |h| (e.event_id, h.as_str()))).collect()
+    events.iter().flat_map(|e| routes(e.kind).iter().map(move |h| (e.event_id, h.as_str()))).collect()
 }
 
 /// Decides which effects a batch applies. With the inbox on, only the pairs
@@ -234,6 +246,15 @@ pub fn plan_effects<'a>(events: &[&'a Decoded], mode: InboxMode, claimed: &HashS
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reference_routing_is_the_verifiers_specification() {
+        // The verifier judges against its own table; the pipeline must
+        // route as it says, or the reference pipeline is the wrong one.
+        for kind in [EventKind::Authorized, EventKind::Captured] {
+            assert_eq!(routes(kind), crate::verifier::spec::handlers_fed_by(kind), "{kind:?}");
+        }
+    }
     use crate::domain::events::PaymentEvent;
 
     fn event(payment: u128, kind: EventKind, id: u128) -> Decoded {

@@ -14,9 +14,7 @@ pub mod sqlite;
 pub(crate) mod truth;
 
 use crate::domain::events::{Decoded, EventKind};
-pub use crate::domain::handlers::{
-    handlers_for, Handler, HANDLERS, HANDLER_LOYALTY, HANDLER_PROJECTION, HANDLER_RECEIPTS,
-};
+pub use crate::domain::handlers::{Handler, HANDLERS, HANDLER_LOYALTY, HANDLER_PROJECTION, HANDLER_RECEIPTS};
 use crate::domain::rows::TruthSink;
 use crate::error::Result;
 use crate::scenario::{InboxMode, ProjectionMode};

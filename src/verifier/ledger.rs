@@ -12,10 +12,11 @@
 use super::reconcile::{AnomalyBuilder, AnomalyKind};
 use super::topic::TopicRecord;
 use crate::domain::events::{EventKind, PaymentEvent};
-use crate::domain::handlers::{handlers_for, Handler};
+use crate::domain::handlers::Handler;
 use crate::domain::intent::Intended;
 use crate::domain::rows::TruthSink;
 pub use crate::domain::rows::{OutboxRecord, PaymentRow};
+use crate::verifier::spec::handlers_fed_by;
 use std::collections::{BTreeMap, HashMap};
 use uuid::Uuid;
 
@@ -385,7 +386,7 @@ impl Ledger {
             (Some(e), Some(h)) => {
                 let ev = &mut self.events[e];
                 ev.marks |= h.bit();
-                ev.kind.is_some_and(|k| handlers_for(k).contains(&h))
+                ev.kind.is_some_and(|k| handlers_fed_by(k).contains(&h))
             }
             _ => false,
         };

@@ -4,6 +4,9 @@
 //!
 //! - [`topic`]: reads every partition from its low to its high watermark,
 //!   and checks that it read exactly that many messages.
+//! - [`spec`]: the specification it holds itself: which handlers each event
+//!   type must reach. Never taken from the system under test.
+//! - [`pass`]: one run's verification pass, from the reads to the stories.
 //! - [`ledger`]: the [`Ledger`], the ground truth kept compact (a few dozen
 //!   bytes per payment, event and message, fed row by row as it streams in).
 //! - [`reconcile`]: the checks, pure functions from the ledger to counts,
@@ -19,6 +22,7 @@ pub mod latency;
 pub(crate) mod ledger;
 pub(crate) mod pass;
 pub(crate) mod reconcile;
+pub(crate) mod spec;
 pub(crate) mod story;
 pub(crate) mod topic;
 pub(crate) mod verdict;

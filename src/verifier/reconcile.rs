@@ -18,7 +18,8 @@
 
 use super::ledger::{flag, mark, Ledger, MessageEntry, PaymentEntry, NO_PAYMENT};
 use crate::domain::events::EventKind;
-use crate::domain::handlers::{handlers_for, Handler};
+use crate::domain::handlers::Handler;
+use crate::verifier::spec::handlers_fed_by;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -476,7 +477,7 @@ impl Ledger {
         let mut unclaimed = AnomalyBuilder::new(AnomalyKind::InboxMismatch);
         for e in &self.events {
             let Some(k) = e.kind else { continue };
-            for h in handlers_for(k) {
+            for h in handlers_fed_by(k) {
                 *expected.entry(*h).or_default() += 1;
                 if e.marks & mark::INBOX_MASK & h.bit() == 0 {
                     unclaimed
