@@ -18,7 +18,7 @@
 //! keepers started is killed: on stop, on drop, and (for the direct child)
 //! by the kernel if `chaos` itself dies (`PR_SET_PDEATHSIG`).
 
-use crate::faults::{Confirm, FaultPoint};
+use crate::faults::{Confirm, FaultInjector, FaultPoint};
 use crate::nemesis::process::protocol::Line;
 use crate::pipeline::context::{Ctx, Stats, RESTART_FLOOR};
 use crate::scenario::{Components, ProgramCommand};
@@ -649,11 +649,15 @@ impl Keeper {
                 _ = tokio::time::sleep_until(next), if acting => {
                     second += Duration::from_secs(1);
                     next = second + self.instant_within_second();
-                    if self.strike(FaultPoint::ProcessKill, proc) {
-                        return self.kill_for(proc, FaultPoint::ProcessKill).await;
-                    }
-                    if self.strike(FaultPoint::ProcessPause, proc) && self.pause(proc, FaultPoint::ProcessPause).await {
+                    let hit = || format!("pid {} (incarnation {})", proc.pid, proc.incarnation);
+                    let (kill, pause) = draw_second(&self.ctx.faults, &self.name, hit);
+                    // Both in one second: the pause lands, then the kill on
+                    // the stopped process, so each firing has its effect.
+                    if pause && self.pause(proc, FaultPoint::ProcessPause).await {
                         paused_until = Some(Instant::now() + self.ctx.scenario.pause);
+                    }
+                    if kill {
+                        return self.kill_for(proc, FaultPoint::ProcessKill).await;
                     }
                 }
                 _ = tokio::time::sleep_until(paused_until.unwrap_or_else(Instant::now)), if paused_until.is_some() => {
@@ -729,10 +733,6 @@ impl Keeper {
 
     fn instant_within_second(&mut self) -> Duration {
         Duration::from_millis(self.rng.gen_range(0..1000))
-    }
-
-    fn strike(&self, point: FaultPoint, proc: &Proc) -> bool {
-        self.ctx.faults.strike(point, &self.name, || format!("pid {} (incarnation {})", proc.pid, proc.incarnation))
     }
 
     /// A reference component stopped at a crash point: the harness's
@@ -904,9 +904,36 @@ async fn copy_lines(
     }
 }
 
+/// One second of a process's life under the nemesis: `process.kill` and
+/// `process.pause` each drawn at its own rate, independently, every second
+/// (a pause is not drawn only in the seconds no kill fired). Returns (kill,
+/// pause).
+fn draw_second(faults: &FaultInjector, component: &str, hit: impl Fn() -> String) -> (bool, bool) {
+    let kill = faults.strike(FaultPoint::ProcessKill, component, &hit);
+    let pause = faults.strike(FaultPoint::ProcessPause, component, &hit);
+    (kill, pause)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kills_and_pauses_are_drawn_at_their_own_rates_every_second() {
+        use crate::faults::FaultRates;
+        let rates = FaultRates::none().with(FaultPoint::ProcessKill, 0.8).with(FaultPoint::ProcessPause, 0.3);
+        let faults = FaultInjector::new(7, &rates);
+        let seconds = 2000;
+        for _ in 0..seconds {
+            draw_second(&faults, "notifier-1", || "pid 1".into());
+        }
+        // Each point is reached every second, kills or no kills.
+        assert_eq!(faults.reached(FaultPoint::ProcessKill), seconds);
+        assert_eq!(faults.reached(FaultPoint::ProcessPause), seconds);
+        let rate = |p| faults.fired(p) as f64 / seconds as f64;
+        assert!((rate(FaultPoint::ProcessKill) - 0.8).abs() < 0.04, "kills at {}", rate(FaultPoint::ProcessKill));
+        assert!((rate(FaultPoint::ProcessPause) - 0.3).abs() < 0.04, "pauses at {}", rate(FaultPoint::ProcessPause));
+    }
 
     #[test]
     fn a_stopped_process_shows_state_t() {
