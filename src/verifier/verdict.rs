@@ -70,6 +70,21 @@ pub fn allow(anomalies: &mut [Anomaly], allowed: &[AnomalyKind]) {
     }
 }
 
+/// What a failed chaos check says did not happen, in words: a fault that
+/// never fired, or firings whose effect was not seen.
+fn not_happened(check: &Invariant) -> String {
+    let Some(rest) = check.name.strip_prefix("fault ") else { return check.name.clone() };
+    if let Some(point) = rest.strip_suffix(" fired") {
+        return format!("{point} never fired");
+    }
+    match rest.split_once(" confirmed: ") {
+        Some((point, seen)) => {
+            format!("{point} fired {} time(s), {} confirmed by {seen}", check.expected, check.actual)
+        }
+        None => check.name.clone(),
+    }
+}
+
 /// The verdict, and one line saying why. A violated invariant whose every
 /// anomaly is allowed is no violation; an anomaly not allowed always is.
 pub fn verdict(
@@ -89,7 +104,7 @@ pub fn verdict(
             violated.push(a.name.as_str());
         }
     }
-    let quiet: Vec<&str> = chaos.iter().filter(|i| !i.ok).map(|i| i.name.as_str()).collect();
+    let quiet: Vec<String> = chaos.iter().filter(|i| !i.ok).map(not_happened).collect();
     if !violated.is_empty() {
         let list = violated.join("; ");
         return if exactly_once {
@@ -143,7 +158,7 @@ mod tests {
         let chaos = chaos_checks(&[summary(FaultPoint::NotifierBeforeOffsetCommit, 0.1, 3, 2)]);
         let (v, why) = verdict(true, &[Invariant::eq("x", 1, 1)], &[], &chaos);
         assert_eq!(v, Verdict::Inconclusive);
-        assert!(why.contains("notifier.before_offset_commit confirmed"), "{why}");
+        assert!(why.contains("notifier.before_offset_commit fired 3 time(s), 2 confirmed"), "{why}");
     }
 
     #[test]
@@ -185,5 +200,18 @@ mod tests {
         let two = [Invariant { anomalies: vec!["split payment".into(), "lost event".into()], ..bad[0].clone() }];
         let found = [found[0].clone(), anomaly(AnomalyKind::LostEvent, false)];
         assert_eq!(verdict(true, &two, &found, &[]).0, Verdict::Fail);
+    }
+
+    #[test]
+    fn an_inconclusive_reason_names_what_did_not_happen() {
+        let chaos = chaos_checks(&[
+            summary(FaultPoint::ProcessPause, 0.2, 0, 0),
+            summary(FaultPoint::ProcessKill, 0.2, 5, 3),
+        ]);
+        let (v, why) = verdict(true, &[], &[], &chaos);
+        assert_eq!(v, Verdict::Inconclusive);
+        assert!(why.contains("process.pause never fired"), "{why}");
+        assert!(why.contains("process.kill fired 5 time(s), 3 confirmed by the process seen ending by SIGKILL"), "{why}");
+        assert!(!why.contains("pause fired;"), "a fault that fired 0 times is never said to have fired: {why}");
     }
 }
