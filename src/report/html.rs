@@ -177,7 +177,9 @@ fn tables(r: &Report, out: &mut String) {
             .invariants
             .iter()
             .chain(r.chaos_checks.iter())
-            .map(|i| vec![report::mark(i.ok).to_string(), i.name.clone(), i.expected.clone(), i.actual.clone()])
+            .map(|i| {
+                vec![report::judged_mark(r, i.ok).to_string(), i.name.clone(), i.expected.clone(), i.actual.clone()]
+            })
             .collect();
         table(out, &["", "invariant", "expected", "actual"], &rows);
     });

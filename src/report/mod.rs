@@ -230,6 +230,16 @@ pub(crate) fn mark(ok: bool) -> &'static str {
     }
 }
 
+/// An invariant's mark in this report: none when the run was not judged
+/// (incomplete or interrupted), whose figures are partial, so that a run
+/// stopped early never shows a check as held or broken.
+pub(crate) fn judged_mark(r: &Report, ok: bool) -> &'static str {
+    match r.verdict {
+        Verdict::Incomplete | Verdict::Interrupted => "–",
+        _ => mark(ok),
+    }
+}
+
 /// The whole report as text: header, verification, faults, invariants,
 /// anomalies, verdict.
 pub fn render(r: &Report, style: Style) -> String {
@@ -363,14 +373,32 @@ fn render_faults(r: &Report, style: Style, out: &mut String) {
     out.push_str(&format!("{t}\n"));
     let k = &r.components;
     out.push_str(&format!(
-        "components: {} relay batches, {} relay crashes, {} notifier crashes, {} duplicates absorbed by the inbox, {} stale events ignored by the projection, {} relay errors, {} notifier errors; purged {} outbox and {} inbox rows\n",
-        k.relay_batches, k.relay_crashes, k.notifier_crashes, k.duplicates_absorbed, k.stale_ignored, k.relay_errors, k.notifier_errors, k.purged_outbox_rows, k.purged_inbox_rows
+        "components: {} relay batches, {}, {} duplicates absorbed by the inbox, {} stale events ignored by the projection, {} relay errors, {} notifier errors; purged {} outbox and {} inbox rows\n",
+        k.relay_batches, crashes(r), k.duplicates_absorbed, k.stale_ignored, k.relay_errors, k.notifier_errors, k.purged_outbox_rows, k.purged_inbox_rows
     ));
     if k.processes_started > 0 {
         out.push_str(&format!(
             "processes: {} started, {} killed ({} with database sessions open, {} of them seen gone from pg_stat_activity), {} paused\n",
             k.processes_started, k.processes_killed, k.sessions_at_kill, k.sessions_gone_after_kill, k.processes_paused
         ));
+    }
+}
+
+/// The components' crashes: a program under test does not crash at our
+/// fault points, the nemesis kills it, so its kills are what count.
+fn crashes(r: &Report) -> String {
+    let k = &r.components;
+    let under_test = r.scenario.notifier_command.is_some() || r.scenario.relay_command.is_some();
+    match (under_test, r.scenario.notifier_command.is_some()) {
+        (false, _) => format!("{} relay crashes, {} notifier crashes", k.relay_crashes, k.notifier_crashes),
+        (true, true) => format!(
+            "{} relay crashes, the program(s) under test killed {} times and paused {} times",
+            k.relay_crashes, k.processes_killed, k.processes_paused
+        ),
+        (true, false) => format!(
+            "the program(s) under test killed {} times and paused {} times, {} notifier crashes",
+            k.processes_killed, k.processes_paused, k.notifier_crashes
+        ),
     }
 }
 
@@ -381,9 +409,17 @@ fn render_findings(r: &Report, style: Style, out: &mut String) {
     out.push_str(&h("Invariants"));
     let mut t = table(style, &["", "invariant", "expected", "actual"]);
     for i in r.invariants.iter().chain(r.chaos_checks.iter()) {
-        t.add_row(vec![Cell::new(mark(i.ok)), Cell::new(&i.name), Cell::new(&i.expected), Cell::new(&i.actual)]);
+        t.add_row(vec![
+            Cell::new(judged_mark(r, i.ok)),
+            Cell::new(&i.name),
+            Cell::new(&i.expected),
+            Cell::new(&i.actual),
+        ]);
     }
     out.push_str(&format!("{t}\n"));
+    if matches!(r.verdict, Verdict::Incomplete | Verdict::Interrupted) && !r.invariants.is_empty() {
+        out.push_str("not judged: the run did not complete, so these figures are partial and no check is marked\n");
+    }
 
     if !r.anomalies.is_empty() {
         out.push_str(&h("Anomalies"));
@@ -487,4 +523,34 @@ fn short_reason(reason: &str) -> String {
         s.push('…');
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_that_was_not_judged_marks_no_invariant() {
+        let mut r: Report =
+            serde_json::from_str(include_str!("../../reports/sample-payments-postgres-kafka.json")).unwrap();
+        assert!(!r.invariants.is_empty());
+        let section = |text: &str| text[text.find("Invariants").unwrap()..].to_string();
+        assert!(section(&render(&r, Style::Terminal)).contains('✔'), "a judged run marks its checks");
+        r.verdict = Verdict::Incomplete;
+        let partial = section(&render(&r, Style::Terminal));
+        let rows = &partial[..partial.find("not judged").expect("says it was not judged")];
+        assert!(!rows.contains('✔') && !rows.contains('✘'), "{rows}");
+    }
+
+    #[test]
+    fn a_program_under_test_is_counted_by_its_kills() {
+        let mut r: Report =
+            serde_json::from_str(include_str!("../../reports/sample-payments-postgres-kafka.json")).unwrap();
+        r.scenario.notifier_command = Some("python3 consumer.py".into());
+        r.components.processes_killed = 23;
+        r.components.notifier_crashes = 0;
+        let text = render(&r, Style::Terminal);
+        assert!(text.contains("the program(s) under test killed 23 times"), "{text}");
+        assert!(!text.contains("0 notifier crashes"), "{text}");
+    }
 }

@@ -204,14 +204,15 @@ mod tests {
 
     #[test]
     fn an_inconclusive_reason_names_what_did_not_happen() {
-        let chaos = chaos_checks(&[
-            summary(FaultPoint::ProcessPause, 0.2, 0, 0),
-            summary(FaultPoint::ProcessKill, 0.2, 5, 3),
-        ]);
+        let chaos =
+            chaos_checks(&[summary(FaultPoint::ProcessPause, 0.2, 0, 0), summary(FaultPoint::ProcessKill, 0.2, 5, 3)]);
         let (v, why) = verdict(true, &[], &[], &chaos);
         assert_eq!(v, Verdict::Inconclusive);
         assert!(why.contains("process.pause never fired"), "{why}");
-        assert!(why.contains("process.kill fired 5 time(s), 3 confirmed by the process seen ending by SIGKILL"), "{why}");
+        assert!(
+            why.contains("process.kill fired 5 time(s), 3 confirmed by the process seen ending by SIGKILL"),
+            "{why}"
+        );
         assert!(!why.contains("pause fired;"), "a fault that fired 0 times is never said to have fired: {why}");
     }
 }
