@@ -2,7 +2,7 @@
 //! the components counted, no verdict yet.
 
 use crate::domain::names::RunNames;
-use crate::faults::{FaultInjector, FaultPoint};
+use crate::faults::FaultInjector;
 use crate::pipeline::context::Stats;
 use crate::report::{self, ComponentFigures, InfraInfo, Report, ScenarioInfo, Stages, Timings};
 use crate::scenario::Scenario;
@@ -43,7 +43,7 @@ pub fn skeleton(sc: &Scenario, names: &RunNames, infra: &InfraInfo, faults: &Fau
         latency_ms: None,
         stages: stages(stats),
         series: vec![],
-        fault_spans_ms: fault_spans(sc),
+        fault_spans_ms: crate::verifier::attribution::spans(sc),
         stories: vec![],
         verdict: Verdict::Incomplete,
         reason: String::new(),
@@ -85,17 +85,4 @@ fn figures(s: &Stats) -> ComponentFigures {
         sessions_at_kill: Stats::get(&s.sessions_at_kill),
         sessions_gone_after_kill: Stats::get(&s.sessions_gone_after_kill),
     }
-}
-
-/// How long each scheduled fault lasts, for the chart's bands: the
-/// timeline's `for` (its first entry per fault point) and a pause's length.
-fn fault_spans(sc: &Scenario) -> std::collections::BTreeMap<String, u64> {
-    let mut spans = std::collections::BTreeMap::new();
-    for t in &sc.timeline {
-        spans.entry(t.point.name().to_string()).or_insert(t.lasts.as_millis() as u64);
-    }
-    if sc.faults.get(FaultPoint::ProcessPause) > 0.0 {
-        spans.insert(FaultPoint::ProcessPause.name().to_string(), sc.pause.as_millis() as u64);
-    }
-    spans
 }

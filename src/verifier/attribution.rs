@@ -18,9 +18,11 @@
 //! (SQLite): both in milliseconds since the epoch.
 
 use super::Anomaly;
+use crate::faults::FaultPoint;
 use crate::faults::FaultRecord;
+use crate::scenario::Scenario;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use uuid::Uuid;
 
 /// How far before a trace a fault counts as a suspect.
@@ -75,7 +77,18 @@ pub struct Suspect {
 /// Fills each anomaly's `followed` from the last traces of its examples'
 /// subjects (epoch milliseconds, per subject), the run's start (epoch
 /// milliseconds) and its fault log.
-pub fn attribute(anomalies: &mut [Anomaly], traces: &HashMap<Uuid, i64>, run_started_ms: i64, log: &[FaultRecord]) {
+///
+/// A fault with a length (`spans`: a pause, a blackhole, a timeline entry's
+/// `for`, by point name) covers its whole span: a zombie paused for 8 s that
+/// writes when it wakes is a suspect of what it wrote, though its firing
+/// was logged 8 s before.
+pub fn attribute(
+    anomalies: &mut [Anomaly],
+    traces: &HashMap<Uuid, i64>,
+    run_started_ms: i64,
+    log: &[FaultRecord],
+    spans: &BTreeMap<String, u64>,
+) {
     for a in anomalies.iter_mut() {
         a.followed = a
             .subjects
@@ -86,7 +99,10 @@ pub fn attribute(anomalies: &mut [Anomaly], traces: &HashMap<Uuid, i64>, run_sta
                 let trace_ms = u64::try_from(traces.get(&subject)? - run_started_ms).ok()?;
                 let mut faults: Vec<Suspect> = log
                     .iter()
-                    .filter(|f| f.at_ms + WINDOW_MS >= trace_ms && f.at_ms <= trace_ms + AFTER_MS)
+                    .filter(|f| {
+                        let lasts = spans.get(&f.point).copied().unwrap_or(0);
+                        f.at_ms + lasts + WINDOW_MS >= trace_ms && f.at_ms <= trace_ms + AFTER_MS
+                    })
                     .map(|f| Suspect {
                         point: f.point.clone(),
                         component: f.component.clone(),
@@ -95,12 +111,35 @@ pub fn attribute(anomalies: &mut [Anomaly], traces: &HashMap<Uuid, i64>, run_sta
                         hit: f.hit.clone(),
                     })
                     .collect();
-                faults.sort_by_key(|f| f.before_ms.unsigned_abs());
+                // Nearest first; a trace inside a fault's span is nearest of all.
+                let distance = |f: &Suspect| {
+                    let lasts = spans.get(&f.point).copied().unwrap_or(0) as i64;
+                    match f.before_ms {
+                        b if b >= 0 && b <= lasts => 0,
+                        b if b > lasts => (b - lasts) as u64,
+                        a => a.unsigned_abs(),
+                    }
+                };
+                faults.sort_by_key(distance);
                 faults.truncate(SUSPECTS);
                 Some(Followed { example, subject, trace_ms, faults })
             })
             .collect();
     }
+}
+
+/// How long each fault with a length lasts, by point name: the timeline's
+/// `for` (its first entry per fault point) and a pause's length. The chart
+/// draws them as bands; attribution counts a fault across its span.
+pub fn spans(sc: &Scenario) -> BTreeMap<String, u64> {
+    let mut spans = BTreeMap::new();
+    for t in &sc.timeline {
+        spans.entry(t.point.name().to_string()).or_insert(t.lasts.as_millis() as u64);
+    }
+    if sc.faults.get(FaultPoint::ProcessPause) > 0.0 {
+        spans.insert(FaultPoint::ProcessPause.name().to_string(), sc.pause.as_millis() as u64);
+    }
+    spans
 }
 
 /// The subjects whose traces to look up: those of the violations' examples.
@@ -140,7 +179,7 @@ mod tests {
         // Run started at epoch 1,000,000 ms; p last seen at run time 10 s,
         // q at 30 s, r never (its traces were not found).
         let traces = HashMap::from([(p, 1_010_000), (q, 1_030_000)]);
-        attribute(&mut anomalies, &traces, 1_000_000, &log);
+        attribute(&mut anomalies, &traces, 1_000_000, &log, &BTreeMap::new());
         let f = &anomalies[0].followed;
         assert_eq!(f.len(), 2, "one per example with a subject and a trace: {f:?}");
         assert_eq!((f[0].example, f[0].trace_ms), (0, 10_000));
@@ -165,7 +204,7 @@ mod tests {
         }];
         // Marked published at 10 s; the leader killed 300 ms later.
         let log = vec![fault("broker.kill_leader", "the leader", 10_300), fault("net.reset", "relay-1", 13_000)];
-        attribute(&mut anomalies, &HashMap::from([(p, 10_000)]), 0, &log);
+        attribute(&mut anomalies, &HashMap::from([(p, 10_000)]), 0, &log, &BTreeMap::new());
         let s = &anomalies[0].followed[0].faults;
         assert_eq!(s.len(), 1, "{s:?}");
         assert_eq!((s[0].point.as_str(), s[0].before_ms), ("broker.kill_leader", -300));
@@ -183,11 +222,34 @@ mod tests {
             followed: vec![],
         }];
         let log: Vec<FaultRecord> = (0..10).map(|i| fault("net.reset", "workload", 4_000 + i * 100)).collect();
-        attribute(&mut anomalies, &HashMap::from([(p, 5_000)]), 0, &log);
+        attribute(&mut anomalies, &HashMap::from([(p, 5_000)]), 0, &log, &BTreeMap::new());
         let s = &anomalies[0].followed[0].faults;
         assert_eq!(s.iter().map(|s| s.at_ms).collect::<Vec<_>>(), vec![4_900, 4_800, 4_700]);
         // A trace from before the run started (a clock step) dates nothing.
-        attribute(&mut anomalies, &HashMap::from([(p, -5)]), 0, &log);
+        attribute(&mut anomalies, &HashMap::from([(p, -5)]), 0, &log, &BTreeMap::new());
         assert!(anomalies[0].followed.is_empty());
+    }
+
+    #[test]
+    fn a_fault_with_a_length_covers_its_whole_span() {
+        // A zombie paused at 1.057 s for 8 s writes a duplicate at 9.1 s.
+        let p = Uuid::from_u128(7);
+        let mut anomalies = vec![Anomaly {
+            name: "duplicate effect".into(),
+            count: 1,
+            examples: vec!["x".into()],
+            allowed: false,
+            subjects: vec![Some(p)],
+            followed: vec![],
+        }];
+        let log = [fault("process.pause", "notifier-1", 1_057), fault("relay.after_produce", "relay-1", 8_000)];
+        let traces = HashMap::from([(p, 9_100)]);
+        attribute(&mut anomalies, &traces, 0, &log, &BTreeMap::new());
+        let seen: Vec<&str> = anomalies[0].followed[0].faults.iter().map(|f| f.point.as_str()).collect();
+        assert_eq!(seen, ["relay.after_produce"], "without its length the pause is out of the window");
+        let spans = BTreeMap::from([("process.pause".to_string(), 8_000)]);
+        attribute(&mut anomalies, &traces, 0, &log, &spans);
+        let seen: Vec<&str> = anomalies[0].followed[0].faults.iter().map(|f| f.point.as_str()).collect();
+        assert_eq!(seen, ["process.pause", "relay.after_produce"], "the pause covers the trace, nearest of all");
     }
 }

@@ -86,13 +86,24 @@ pub async fn stories(
 /// Dates each anomaly's examples by their last trace in the database and
 /// names the faults that fired just before ([`attribution`]). A failed
 /// look-up leaves the anomalies undated: it never changes a verdict.
-pub async fn attribute(store: &Store, anomalies: &mut [crate::verifier::Anomaly], faults: &FaultInjector) {
+pub async fn attribute(
+    store: &Store,
+    anomalies: &mut [crate::verifier::Anomaly],
+    faults: &FaultInjector,
+    sc: &Scenario,
+) {
     let ids = attribution::subjects(anomalies);
     if ids.is_empty() {
         return;
     }
     match store.traces(&ids).await {
-        Ok(traces) => attribution::attribute(anomalies, &traces, faults.started_epoch_ms(), &faults.log()),
+        Ok(traces) => attribution::attribute(
+            anomalies,
+            &traces,
+            faults.started_epoch_ms(),
+            &faults.log(),
+            &attribution::spans(sc),
+        ),
         Err(e) => warn!(cause = %e, "dating the anomalies' examples failed"),
     }
 }

@@ -49,7 +49,7 @@ pub(super) async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, still_runn
         Some(Ok((r, topic_side))) => {
             let mut anomalies = r.anomalies;
             verdict::allow(&mut anomalies, &sc.allowed_anomalies);
-            pass::attribute(&store, &mut anomalies, &ctx.faults).await;
+            pass::attribute(&store, &mut anomalies, &ctx.faults, sc).await;
             rep.stories = pass::stories(&store, &anomalies, topic_side, &ctx.faults).await;
             rep.faults = ctx.faults.summary();
             let chaos = verdict::chaos_checks(&rep.faults);
