@@ -78,6 +78,12 @@ PLANTS = {
         "                let mut record = FutureRecord::to(topic).key(e.key.as_bytes()).payload(&bad).headers(headers);",
         "scenarios/payments.toml",
     ),
+    "read-stops-one-early": (
+        "src/broker/kafka/mod.rs",
+        "        spans.push(Span { low, high, read: 0 });",
+        "        let high = (high - 1).max(low);\n        spans.push(Span { low, high, read: 0 });",
+        "scenarios/payments.toml",
+    ),
     "verifier-skips-partition-0": (
         "src/broker/kafka/mod.rs",
         "        if high > low {\n            tpl.add",

@@ -2,8 +2,10 @@
 //! no group, no commits, every partition from its low to its high watermark
 //! as seen at the start.
 //! The reader checks its own read: each partition must yield exactly high
-//! minus low messages. A short (or long) read is an error, so the run is
-//! incomplete, never passed or failed on a partial topic.
+//! minus low messages. Then the verifier checks it against what the read
+//! did not use: the messages it counted itself, against the watermarks
+//! fetched again after the read. A short (or long) read is an error, so the
+//! run is incomplete, never passed or failed on a partial topic.
 
 use crate::broker::{SharedBroker, Span};
 use crate::domain::events::{self, Delivery, EventKind};
@@ -60,8 +62,19 @@ pub async fn read_all(
 ) -> Result<Ledger> {
     let topic = topic.to_string();
     tokio::task::spawn_blocking(move || {
-        let spans = broker.read_topic(&topic, partitions, limit, &mut |m| ledger.add_message(TopicRecord::of(&m)))?;
+        // Counted here, per partition, as the messages are handed over.
+        let mut received = vec![0i64; partitions.max(0) as usize];
+        let spans = broker.read_topic(&topic, partitions, limit, &mut |m| {
+            if let Some(n) = received.get_mut(m.partition as usize) {
+                *n += 1;
+            }
+            ledger.add_message(TopicRecord::of(&m))
+        })?;
         check_read(&topic, &spans)?;
+        // Against a source the read did not use: the watermarks fetched
+        // again, now that nothing writes, and the messages counted above.
+        let again = broker.watermarks(&topic, partitions)?;
+        check_against(&topic, &again, &received)?;
         Ok(ledger)
     })
     .await
@@ -86,6 +99,31 @@ fn check_read(topic: &str, spans: &[Span]) -> Result<()> {
     Ok(())
 }
 
+/// The read checked against what it did not use: each partition handed
+/// over exactly the messages its watermarks, fetched again after the read,
+/// hold. A reader that stops early, and reports the place it stopped as
+/// the end, passes its own check and fails this one.
+fn check_against(topic: &str, watermarks: &[(i64, i64)], received: &[i64]) -> Result<()> {
+    for (p, ((low, high), n)) in watermarks.iter().zip(received).enumerate() {
+        if *n != high - low {
+            return Err(Error::Kafka {
+                context: format!("checking the read of topic {topic} against its watermarks"),
+                cause: format!(
+                    "partition {p} handed over {n} messages; its watermarks, fetched again after the read, hold {} ({low}..{high})",
+                    high - low
+                ),
+            });
+        }
+    }
+    if watermarks.len() != received.len() {
+        return Err(Error::Kafka {
+            context: format!("checking the read of topic {topic} against its watermarks"),
+            cause: format!("{} partitions read, {} with watermarks", received.len(), watermarks.len()),
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,5 +141,15 @@ mod tests {
         let short = check_read("t", &spans([3, 0, 4])).unwrap_err().to_string();
         assert!(short.contains("partition 2 gave 4 messages between its watermarks 10..15, which hold 5"), "{short}");
         assert!(check_read("t", &spans([4, 0, 5])).is_err(), "more than the watermarks hold");
+    }
+
+    #[test]
+    fn a_read_that_stops_early_is_caught_by_the_watermarks_fetched_again() {
+        let again = [(0, 3), (4, 4), (10, 15)];
+        assert!(check_against("t", &again, &[3, 0, 5]).is_ok());
+        // The reader stopped one short on partition 2 and said so in its own spans.
+        let early = check_against("t", &again, &[3, 0, 4]).unwrap_err().to_string();
+        assert!(early.contains("partition 2 handed over 4 messages"), "{early}");
+        assert!(check_against("t", &again, &[3, 0]).is_err(), "a partition not read at all");
     }
 }
