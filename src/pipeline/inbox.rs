@@ -255,16 +255,7 @@ mod tests {
             assert_eq!(routes(kind), crate::verifier::spec::handlers_fed_by(kind), "{kind:?}");
         }
     }
-    use crate::domain::events::PaymentEvent;
-
-    fn event(payment: u128, kind: EventKind, id: u128) -> Decoded {
-        Decoded {
-            event_id: Uuid::from_u128(id),
-            kind,
-            body: PaymentEvent { payment_id: Uuid::from_u128(payment), account_id: 3, amount_cents: 250 },
-            partition: 1,
-        }
-    }
+    use crate::store::effects::tests::event;
 
     #[test]
     fn claims_one_pair_per_handler_of_each_event() {

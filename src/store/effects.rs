@@ -67,11 +67,12 @@ pub fn refused_by_guard(events: &[&Decoded], mode: ProjectionMode, before: impl 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::domain::events::PaymentEvent;
 
-    fn event(payment: u128, kind: EventKind, id: u128) -> Decoded {
+    /// A decoded event of payment `payment`, for the inbox's tests too.
+    pub(crate) fn event(payment: u128, kind: EventKind, id: u128) -> Decoded {
         Decoded {
             event_id: Uuid::from_u128(id),
             kind,
