@@ -31,13 +31,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-# Headless Chromium: tests/html.rs renders the HTML report in it.
+# Headless Chromium: tests/e2e/html.rs renders the HTML report in it.
 if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     log "installing chromium (the HTML report's browser test)"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
   else
-    log "chromium not found: install Debian's chromium package (tests/html.rs needs it)"; exit 1
+    log "chromium not found: install Debian's chromium package (tests/e2e/html.rs needs it)"; exit 1
   fi
 fi
 

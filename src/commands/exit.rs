@@ -1,5 +1,5 @@
 //! Every exit code the binary returns, in one place. The README's table and
-//! the `--help` text list the same codes; a test (tests/docs.rs) keeps them
+//! the `--help` text list the same codes; a test (tests/e2e/docs.rs) keeps them
 //! in step with [`Exit::ALL`].
 
 use std::process::ExitCode;
