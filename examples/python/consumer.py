@@ -190,7 +190,7 @@ def commit_offsets(consumer):
         log.warning("offset commit failed, messages will come again: %s", e)
 
 
-def make_consumer():
+def make_consumer(**overrides):
     consumer = Consumer({
         "bootstrap.servers": os.environ["CHAOS_BROKERS"],
         "group.id": os.environ["CHAOS_GROUP"],
@@ -200,6 +200,7 @@ def make_consumer():
         "enable.auto.commit": False,  # offsets are committed after the database
         "auto.offset.reset": "earliest",
         "session.timeout.ms": 6000,  # the broker's minimum: a dead member is noticed fast
+        **overrides,
     })
     consumer.subscribe([os.environ["CHAOS_TOPIC"]])
     return consumer
@@ -231,11 +232,12 @@ def batches(consumer, batch_size):
     log.info("SIGTERM: stopping")
 
 
-def setup():
+def setup(**overrides):
+    """The consumer (its settings changed by `overrides`), the connection, the batch size."""
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format=f"%(asctime)s {os.environ.get('CHAOS_INSTANCE', '-')} %(message)s")
     log.info("start: incarnation %s", os.environ.get("CHAOS_INCARNATION", "?"))
-    return make_consumer(), connect(), int(os.environ.get("CHAOS_BATCH_SIZE", "20"))
+    return make_consumer(**overrides), connect(), int(os.environ.get("CHAOS_BATCH_SIZE", "20"))
 
 
 def main():

@@ -210,6 +210,22 @@ fault_points! {
     KafkaKillAfterProduceAck = "kafka.kill_after_produce_ack", key kafka_kill_after_produce_ack, per "produce acknowledged to a component process", by KafkaWireKill, confirm Seen,
         what "the fault proxy lets the `Produce` response through and the harness `SIGKILL`s the process at once: for any relay, its own included, a kill between the broker's ack and the outbox mark",
         confirmed by "the process seen ending by SIGKILL";
+    /// The fault proxy lets the group coordinator's answer to an
+    /// `OffsetCommit` through and SIGKILLs the component's process right
+    /// after: for a consumer that commits its offsets before its database
+    /// commit (by hand, or by `enable.auto.commit`), a kill inside its
+    /// window, every time.
+    KafkaKillAfterOffsetCommit = "kafka.kill_after_offset_commit", key kafka_kill_after_offset_commit, per "offset commit acknowledged to a component process", by KafkaWireKill, confirm Seen,
+        what "the fault proxy lets the `OffsetCommit` response through and the harness `SIGKILL`s the process at once. A consumer whose offsets run ahead of its database (committed before its transaction, or by `enable.auto.commit` while a batch is being handled) loses that work; a correct one, whose offsets follow its commit, loses nothing and gets the rest again",
+        confirmed by "the process seen ending by SIGKILL";
+    /// The fault proxy holds a process's `COMMIT` and watches its Kafka
+    /// wire: if the group's offsets move while the transaction is open
+    /// (before, or during the hold), the process is killed before the
+    /// `COMMIT` reaches the server. Only a program whose offsets run ahead
+    /// of its database loses anything.
+    DbHoldCommit = "db.hold_commit", key db_hold_commit, per "`COMMIT` a component process sends", by BothWiresKill, confirm Seen,
+        what "the fault proxy holds the `COMMIT` (a simple query `COMMIT` or `END`) for up to 6 s, longer than the 5 s auto-commit interval of librdkafka and the Java client, and watches the process's Kafka wire. If an `OffsetCommit` is answered while the transaction is open, before the `COMMIT` or during the hold, the harness `SIGKILL`s the process and the `COMMIT` never reaches the server: the offsets are ahead of a transaction that rolls back. A consumer that commits its offsets only after its database commit is never killed by it; the hold ends and the `COMMIT` goes on",
+        confirmed by "the process seen ending by SIGKILL, or the hold seen ending with the offsets unmoved";
     /// The broker's process is stopped (SIGSTOP) for the timeline entry's
     /// `for`, then continued: every client's requests hang, then resume.
     BrokerPause = "broker.pause", key broker_pause, per "scheduled occurrence ([[nemesis.timeline]])", by Broker + schedulable, confirm Seen,
@@ -256,7 +272,7 @@ impl FaultPoint {
     /// Applied to a process from outside, whatever the program: it needs a
     /// component that runs as one.
     pub fn needs_process(self) -> bool {
-        matches!(self.strike(), Strike::Process | Strike::DbWireKill | Strike::KafkaWireKill)
+        matches!(self.strike(), Strike::Process | Strike::DbWireKill | Strike::KafkaWireKill | Strike::BothWiresKill)
     }
 
     /// A service fault: only a `[[nemesis.timeline]]` entry strikes it.
@@ -267,12 +283,15 @@ impl FaultPoint {
     /// Struck by the fault proxy: it needs PostgreSQL, whose wire the proxy
     /// sits on, and applies to any program, the user's included.
     pub fn proxied(self) -> bool {
-        matches!(self.strike(), Strike::DbWire | Strike::DbWireKill | Strike::KafkaWire | Strike::KafkaWireKill)
+        matches!(
+            self.strike(),
+            Strike::DbWire | Strike::DbWireKill | Strike::KafkaWire | Strike::KafkaWireKill | Strike::BothWiresKill
+        )
     }
 
     /// Struck by the proxy in front of Kafka as well.
     pub fn on_kafka_wire(self) -> bool {
-        matches!(self.strike(), Strike::KafkaWire | Strike::KafkaWireKill)
+        matches!(self.strike(), Strike::KafkaWire | Strike::KafkaWireKill | Strike::BothWiresKill)
     }
 }
 
@@ -329,6 +348,9 @@ pub enum Strike {
     KafkaWire,
     /// The fault proxy on the Kafka wire, then a SIGKILL to the process.
     KafkaWireKill,
+    /// The fault proxy on both wires of a process: what it sees on one
+    /// decides a SIGKILL on the other.
+    BothWiresKill,
     /// The nemesis timeline, on the broker.
     Broker,
     /// The nemesis timeline, on PostgreSQL.
@@ -358,6 +380,7 @@ impl Strike {
             Strike::DbWireKill => "PostgreSQL (the fault proxy) and a component that runs as a process",
             Strike::KafkaWire => "PostgreSQL and a real Kafka broker with the slot listeners (the fault proxy)",
             Strike::KafkaWireKill => "the same as `kafka.produce_ack_lost`, and a component that runs as a process",
+            Strike::BothWiresKill => "the same as `kafka.produce_ack_lost`, and a consumer that runs as a process",
             Strike::Broker => "a Kafka broker process on this machine, or the mock cluster; a timeline entry",
             Strike::Database => "PostgreSQL; a timeline entry",
         }
@@ -1093,7 +1116,15 @@ mod tests {
         let with = |f: fn(FaultPoint) -> bool| FaultPoint::ALL.iter().copied().filter(|p| f(*p)).collect::<Vec<_>>();
         assert_eq!(
             with(FaultPoint::needs_process),
-            [ProcessKill, ProcessPause, ProcessKillPerMessage, DbKillAfterCommit, KafkaKillAfterProduceAck]
+            [
+                ProcessKill,
+                ProcessPause,
+                ProcessKillPerMessage,
+                DbKillAfterCommit,
+                KafkaKillAfterProduceAck,
+                KafkaKillAfterOffsetCommit,
+                DbHoldCommit
+            ]
         );
         assert_eq!(
             with(FaultPoint::is_service),
@@ -1101,13 +1132,25 @@ mod tests {
         );
         assert_eq!(
             with(FaultPoint::proxied),
-            [NetReset, NetBlackhole, DbCommitAckLost, DbKillAfterCommit, KafkaProduceAckLost, KafkaKillAfterProduceAck]
+            [
+                NetReset,
+                NetBlackhole,
+                DbCommitAckLost,
+                DbKillAfterCommit,
+                KafkaProduceAckLost,
+                KafkaKillAfterProduceAck,
+                KafkaKillAfterOffsetCommit,
+                DbHoldCommit
+            ]
         );
         assert_eq!(
             with(FaultPoint::schedulable),
             [NetReset, NetBlackhole, BrokerPause, BrokerKill, BrokerKillLeader, DbRestart, DbTerminateBackends]
         );
-        assert_eq!(with(FaultPoint::on_kafka_wire), [KafkaProduceAckLost, KafkaKillAfterProduceAck]);
+        assert_eq!(
+            with(FaultPoint::on_kafka_wire),
+            [KafkaProduceAckLost, KafkaKillAfterProduceAck, KafkaKillAfterOffsetCommit, DbHoldCommit]
+        );
         // The names' prefixes, which rules used to read, agree with who strikes.
         for p in FaultPoint::ALL {
             if let Some(c) = p.strike().component() {

@@ -11,7 +11,10 @@
 //! ([`Responses`]), which request it answers. A `Produce` response (API key
 //! 0) is the broker's acknowledgement that it appended the batches of its
 //! request: the moment `kafka.produce_ack_lost` withholds and
-//! `kafka.kill_after_produce_ack` follows with a kill. A `Produce` with
+//! `kafka.kill_after_produce_ack` follows with a kill. An `OffsetCommit`
+//! response (API key 8) is the coordinator's word that the group's
+//! position moved: `kafka.kill_after_offset_commit` follows it with a
+//! kill. A `Produce` with
 //! `acks=0` gets no response at all; its entry is dropped when a later
 //! response shows it was skipped.
 //!
@@ -39,6 +42,9 @@ pub const BROKER_BASE: u16 = 19200;
 
 /// The `Produce` API.
 pub const PRODUCE: i16 = 0;
+/// The `OffsetCommit` API: a consumer's committed position, answered by
+/// the group coordinator.
+pub const OFFSET_COMMIT: i16 = 8;
 
 /// Larger than any frame a broker or client sends (their limits are 100
 /// MiB for a request and 50 MiB for a fetch): a size beyond it means the

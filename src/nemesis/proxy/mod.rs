@@ -26,10 +26,12 @@
 //! resets the connection, so the transaction is durable and its client
 //! cannot know (an ambiguous commit); `kafka.produce_ack_lost` does the
 //! same to a `Produce` response, the broker's ack of an appended batch;
-//! `db.kill_after_commit` and `kafka.kill_after_produce_ack` let the
-//! acknowledgement through and then have the slot's process killed at
-//! once (for any program: a consumer killed between its transaction and
-//! its offset commit, a relay between the broker's ack and its mark).
+//! `db.kill_after_commit`, `kafka.kill_after_produce_ack` and
+//! `kafka.kill_after_offset_commit` let the acknowledgement through and
+//! then have the slot's process killed at once (for any program: a
+//! consumer killed between its transaction and its offset commit, a relay
+//! between the broker's ack and its mark, a consumer whose offsets are
+//! committed before its transaction).
 //!
 //! **Cost.** With no fault set for a slot, a read is written on at once:
 //! no copy beyond the read buffer, no timer, no subscription. The bench
@@ -93,6 +95,9 @@ pub struct Slot {
     last_id: AtomicU64,
     /// Reads held by a blackhole so far: what confirms a scheduled one.
     held: AtomicU64,
+    /// `OffsetCommit` responses the coordinator sent the slot so far: what
+    /// a held `COMMIT` (`db.hold_commit`) watches for.
+    offset_commits: watch::Sender<u64>,
 }
 
 /// An open connection: dropping the sender resets it.
@@ -159,6 +164,7 @@ impl Proxy {
                 moved: AtomicU64::new(0),
                 last_id: AtomicU64::new(0),
                 held: AtomicU64::new(0),
+                offset_commits: watch::channel(0).0,
             });
             tasks.push(tokio::spawn(accept(
                 listener,
@@ -396,13 +402,17 @@ async fn relay_connection(
     let (mut client_r, mut client_w) = client.into_split();
     let (server_r, mut server_w) = server.into_split();
     let in_flight = kafka::InFlight::default();
-    let watch_produce = [FaultPoint::KafkaProduceAckLost, FaultPoint::KafkaKillAfterProduceAck]
-        .iter()
-        .any(|p| faults.probability(*p) > 0.0);
+    let watch_produce = FaultPoint::ALL.iter().filter(|p| p.on_kafka_wire()).any(|p| faults.probability(*p) > 0.0);
     let outcome = match wire {
         Wire::Postgres => {
-            opening(&mut client_r, &mut client_w, &mut server_w).await?;
-            let up = pump_bytes(&mut client_r, server_w, slot, &faults, None);
+            let startup_left = opening(&mut client_r, &mut client_w, &mut server_w).await?;
+            let holds = faults.probability(FaultPoint::DbHoldCommit) > 0.0;
+            let up = async {
+                match holds {
+                    true => pump_client(&mut client_r, server_w, startup_left, slot, &faults).await,
+                    false => pump_bytes(&mut client_r, server_w, slot, &faults, None).await,
+                }
+            };
             let down = pump_server(server_r, &mut client_w, slot, &faults);
             tokio::select! {
                 r = up => r,
@@ -438,14 +448,23 @@ async fn relay_connection(
 }
 
 /// The client's first bytes: encryption requests answered `N` here, then
-/// the startup message passed on.
-async fn opening(client_r: &mut OwnedReadHalf, client_w: &mut OwnedWriteHalf, server_w: &mut OwnedWriteHalf) -> Ended {
+/// the startup message's first 8 bytes passed on. Gives how many bytes of
+/// the startup message are still to come, before its first typed message.
+async fn opening(
+    client_r: &mut OwnedReadHalf,
+    client_w: &mut OwnedWriteHalf,
+    server_w: &mut OwnedWriteHalf,
+) -> std::result::Result<usize, String> {
     loop {
         let mut first = [0u8; 8];
         client_r.read_exact(&mut first).await.map_err(|e| format!("reading the startup: {e}"))?;
         match pg::opening(&first) {
             pg::Opening::Encryption => client_w.write_all(b"N").await.map_err(|e| e.to_string())?,
-            pg::Opening::Startup => return server_w.write_all(&first).await.map_err(|e| e.to_string()),
+            pg::Opening::Startup => {
+                server_w.write_all(&first).await.map_err(|e| e.to_string())?;
+                let len = u32::from_be_bytes([first[0], first[1], first[2], first[3]]) as usize;
+                return Ok(len.saturating_sub(8));
+            }
         }
     }
 }
@@ -553,7 +572,9 @@ async fn pump_bytes(
 /// Broker to client, with a `kafka.*` point set: each response's header is
 /// read, and a `Produce` response (the broker's acknowledgement) may be
 /// withheld (`kafka.produce_ack_lost`) or followed by a kill
-/// (`kafka.kill_after_produce_ack`). Without one, bytes as they come.
+/// (`kafka.kill_after_produce_ack`), and an `OffsetCommit` response
+/// followed by a kill (`kafka.kill_after_offset_commit`). Without one,
+/// bytes as they come.
 async fn pump_broker(
     mut from: OwnedReadHalf,
     to: &mut OwnedWriteHalf,
@@ -594,18 +615,27 @@ async fn pump_broker(
             if kill.is_some() || kill_at_end.is_some() {
                 break;
             }
-            if in_flight.answered(f.correlation) != Some(kafka::PRODUCE) {
-                continue;
-            }
-            if faults.strike(FaultPoint::KafkaProduceAckLost, &slot.name, || "a produce's acknowledgement".into()) {
+            let (point, what) = match in_flight.answered(f.correlation) {
+                Some(kafka::PRODUCE) => (FaultPoint::KafkaKillAfterProduceAck, "its produce"),
+                Some(kafka::OFFSET_COMMIT) => {
+                    // The coordinator answered: the group's position moved,
+                    // whether or not the client reads the answer.
+                    slot.offset_commits.send_modify(|n| *n += 1);
+                    (FaultPoint::KafkaKillAfterOffsetCommit, "its offset commit")
+                }
+                _ => continue,
+            };
+            if point == FaultPoint::KafkaKillAfterProduceAck
+                && faults.strike(FaultPoint::KafkaProduceAckLost, &slot.name, || "a produce's acknowledgement".into())
+            {
                 // The broker appended the batches; the client never hears.
                 to.write_all(&buf[..f.start]).await.map_err(|e| e.to_string())?;
                 faults.confirm(FaultPoint::KafkaProduceAckLost, 1);
                 return Err("reset after withholding a produce's acknowledgement (kafka.produce_ack_lost)".into());
             }
-            let claimed = slot.process.claim_kill(faults, FaultPoint::KafkaKillAfterProduceAck, &slot.name, || {
-                "the process, once its produce was acknowledged".into()
-            });
+            let claimed = slot
+                .process
+                .claim_kill(faults, point, &slot.name, || format!("the process, once {what} was acknowledged"));
             match f.end {
                 Some(_) => kill = claimed,
                 None => kill_at_end = claimed,
@@ -615,6 +645,82 @@ async fn pump_broker(
         buf.drain(..scan.safe);
         // The acknowledgement is written: the claimed kill, now.
         drop(kill);
+    }
+}
+
+/// How long `db.hold_commit` holds a `COMMIT`: longer than the 5 s
+/// auto-commit interval of librdkafka and of the Java client, so that a
+/// consumer committing in the background does so during the hold.
+const COMMIT_HOLD: Duration = Duration::from_secs(6);
+
+/// Client to server on PostgreSQL's wire, with `db.hold_commit` set: each
+/// `BEGIN` notes how many offset commits the slot had, and each `COMMIT`
+/// of a process is an occurrence. A fired one kills the process, the
+/// `COMMIT` unsent, if an offset commit was answered since the `BEGIN`, or
+/// is answered within [`COMMIT_HOLD`]; otherwise it goes on.
+async fn pump_client(
+    from: &mut OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    startup_left: usize,
+    slot: &Slot,
+    faults: &FaultInjector,
+) -> Ended {
+    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut rng = rand::rngs::StdRng::from_entropy();
+    let mut queries = pg::Queries::after(startup_left);
+    let mut began = *slot.offset_commits.borrow();
+    loop {
+        let Some(n) = read_shaped(from, &mut chunk, &mut to, slot, &mut rng, faults).await? else { return Ok(()) };
+        buf.extend_from_slice(&chunk[..n]);
+        let scan = match queries.scan(&buf) {
+            Ok(s) => s,
+            Err(at) => {
+                warn!(slot = %slot.name, at, "the client's stream is not PostgreSQL framing; passing it on unread");
+                to.write_all(&buf).await.map_err(|e| e.to_string())?;
+                return pump_bytes(from, to, slot, faults, None).await;
+            }
+        };
+        let mut passed = 0;
+        for (at, block) in scan.blocks {
+            match block {
+                pg::Block::Begin => began = *slot.offset_commits.borrow(),
+                pg::Block::Commit => {
+                    to.write_all(&buf[passed..at]).await.map_err(|e| e.to_string())?;
+                    passed = at;
+                    if slot.process.pgid.load(Ordering::Relaxed) > 0
+                        && faults.strike(FaultPoint::DbHoldCommit, &slot.name, || "a COMMIT, held".into())
+                        && hold_commit(slot, faults, began).await
+                    {
+                        return Err("the process killed, its COMMIT held (db.hold_commit)".into());
+                    }
+                    began = *slot.offset_commits.borrow();
+                }
+            }
+        }
+        to.write_all(&buf[passed..scan.safe]).await.map_err(|e| e.to_string())?;
+        buf.drain(..scan.safe);
+    }
+}
+
+/// A fired `db.hold_commit`: true when the process was killed because the
+/// slot's offsets moved after `began`; false when the hold ended with them
+/// unmoved (confirmed here), or the process was already being killed.
+async fn hold_commit(slot: &Slot, faults: &FaultInjector, began: u64) -> bool {
+    let mut commits = slot.offset_commits.subscribe();
+    let moved = tokio::time::timeout(COMMIT_HOLD, commits.wait_for(|n| *n != began)).await.is_ok();
+    if !moved {
+        info!(slot = %slot.name, "db.hold_commit: no offset commit during the hold; the COMMIT goes on");
+        faults.confirm(FaultPoint::DbHoldCommit, 1);
+        return false;
+    }
+    match slot.process.claim(FaultPoint::DbHoldCommit) {
+        Some(kill) => {
+            info!(slot = %slot.name, "db.hold_commit: the offsets moved while the transaction was open; killing");
+            drop(kill);
+            true
+        }
+        None => false,
     }
 }
 
@@ -692,10 +798,18 @@ impl ProcessHandle {
         self.pgid.store(0, Ordering::Relaxed);
         Some(Claimed { process: self, pgid, point })
     }
+
+    /// A kill for a firing decided earlier (`db.hold_commit`): None when
+    /// the slot has no process, or another kill claimed it.
+    fn claim(&self, point: FaultPoint) -> Option<Claimed<'_>> {
+        let _one = self.deciding.lock().unwrap_or_else(|p| p.into_inner());
+        let pgid = self.pgid.swap(0, Ordering::Relaxed);
+        (pgid > 0).then_some(Claimed { process: self, pgid, point })
+    }
 }
 
 /// A fired kill after an acknowledgement (`db.kill_after_commit`,
-/// `kafka.kill_after_produce_ack`): its drop sends SIGKILL to the claimed
+/// `kafka.kill_after_produce_ack`, `kafka.kill_after_offset_commit`): its drop sends SIGKILL to the claimed
 /// process group, which the pump does the moment the acknowledgement is
 /// written, and which also happens when the pump ends first. The keeper is
 /// told first, so that it takes the end it sees for this kill, and

@@ -11,8 +11,10 @@
 //! or through the extended protocol, or wrote in autocommit with no
 //! `COMMIT` at all ([`Acks`]).
 //!
-//! The client's stream is passed through as bytes, with one exception
-//! before startup: a request to negotiate TLS (`SSLRequest`) or GSSAPI
+//! The client's stream is passed through as bytes, read only with
+//! `db.hold_commit` set: then its short simple queries are cut out whole,
+//! so that a `BEGIN` is noted and a `COMMIT` can be held from its first
+//! byte ([`Queries`]). One exception comes before startup: a request to negotiate TLS (`SSLRequest`) or GSSAPI
 //! encryption is answered `N` by the proxy itself, so that the session
 //! stays readable. A client that insists on TLS (`sslmode=require`) then
 //! fails to connect, with its own clear message.
@@ -134,6 +136,87 @@ impl Acks {
     }
 }
 
+/// A simple query that opens or ends a transaction block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Block {
+    Begin,
+    Commit,
+}
+
+/// The longest simple query held until it is whole: `COMMIT` and `BEGIN`
+/// with their options fit many times over; longer queries pass as bytes.
+const SHORT_QUERY: usize = 64;
+
+/// Larger than any message a client sends (the server's limit is 1 GiB).
+const MAX_MESSAGE: usize = 1 << 30;
+
+/// Reads the client's stream after startup, whatever the cuts between its
+/// reads: the caller passes on `buf[..safe]` of each [`Queries::scan`]
+/// and drops it, and may hold a `COMMIT` from its first byte.
+#[derive(Debug, Default)]
+pub struct Queries {
+    /// The bytes of a long message begun in an earlier buffer still to come.
+    left: usize,
+}
+
+/// What [`Queries::scan`] found.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct QueryScan {
+    /// Each `BEGIN` or `COMMIT` in the buffer, whole: its first byte.
+    pub blocks: Vec<(usize, Block)>,
+    /// `buf[..safe]` may go to the server; the rest is a message's header,
+    /// or a short simple query, cut short.
+    pub safe: usize,
+}
+
+impl Queries {
+    /// A reader whose stream starts with `startup_left` bytes of the
+    /// startup message, which has no type byte.
+    pub fn after(startup_left: usize) -> Self {
+        Self { left: startup_left }
+    }
+
+    /// `Err` with the offset of a length no client sends.
+    pub fn scan(&mut self, buf: &[u8]) -> Result<QueryScan, usize> {
+        let mut at = self.left.min(buf.len());
+        self.left -= at;
+        let mut blocks = Vec::new();
+        while self.left == 0 && buf.len() - at >= 5 {
+            let len = u32::from_be_bytes([buf[at + 1], buf[at + 2], buf[at + 3], buf[at + 4]]) as usize;
+            if !(4..=MAX_MESSAGE).contains(&len) {
+                return Err(at);
+            }
+            let end = at + 1 + len;
+            if buf[at] == b'Q' && len <= SHORT_QUERY {
+                if end > buf.len() {
+                    break;
+                }
+                if let Some(b) = block(&buf[at + 5..end]) {
+                    blocks.push((at, b));
+                }
+                at = end;
+            } else if end <= buf.len() {
+                at = end;
+            } else {
+                self.left = end - buf.len();
+                at = buf.len();
+            }
+        }
+        Ok(QueryScan { blocks, safe: at })
+    }
+}
+
+/// Whether a simple query's text (NUL-terminated) opens or ends a block.
+fn block(text: &[u8]) -> Option<Block> {
+    let text = std::str::from_utf8(text).ok()?.trim_end_matches('\0').trim().trim_end_matches(';').trim();
+    let words: Vec<String> = text.split_whitespace().map(|w| w.to_ascii_uppercase()).collect();
+    match words.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        ["BEGIN", ..] | ["START", "TRANSACTION", ..] => Some(Block::Begin),
+        ["COMMIT"] | ["END"] | ["COMMIT" | "END", "WORK" | "TRANSACTION"] => Some(Block::Commit),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,6 +226,56 @@ mod tests {
         m.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
         m.extend_from_slice(body);
         m
+    }
+
+    fn query(text: &str) -> Vec<u8> {
+        msg(b'Q', format!("{text}\0").as_bytes())
+    }
+
+    #[test]
+    fn a_commit_and_a_begin_are_found_whole_whatever_the_cuts() {
+        let long = format!("INSERT INTO t SELECT {}", "1,".repeat(100));
+        let parse = msg(b'P', b"\0COMMIT\0\0\0");
+        let stream: Vec<u8> =
+            [query("BEGIN"), query(&long), parse.clone(), query(" commit; "), query("SELECT 1")].concat();
+        let commit_at = query("BEGIN").len() + query(&long).len() + parse.len();
+        for cut in 1..stream.len() {
+            let (mut q, mut held, mut passed, mut seen) = (Queries::default(), Vec::new(), 0, Vec::new());
+            for piece in [&stream[..cut], &stream[cut..]] {
+                held.extend_from_slice(piece);
+                let s = q.scan(&held).unwrap();
+                for (at, b) in &s.blocks {
+                    // A block is whole in the buffer when it is found.
+                    assert!(at + query("BEGIN").len().min(query(" commit; ").len()) <= held.len());
+                    seen.push((passed + at, *b));
+                }
+                passed += s.safe;
+                held.drain(..s.safe);
+            }
+            assert_eq!(seen, vec![(0, Block::Begin), (commit_at, Block::Commit)], "cut at {cut}");
+            assert_eq!((passed, held.len()), (stream.len(), 0), "cut at {cut}");
+        }
+        // A short query cut short is held from its first byte.
+        let s = Queries::default().scan(&stream[..commit_at + 3]).unwrap();
+        assert_eq!(s.safe, commit_at);
+        assert_eq!(Queries::default().scan(&[b'Q', 0, 0, 0, 2, 0]), Err(0), "a length below 4");
+    }
+
+    #[test]
+    fn only_statements_that_open_or_end_a_block_are_blocks() {
+        for (text, want) in [
+            ("BEGIN", Some(Block::Begin)),
+            ("begin isolation level serializable", Some(Block::Begin)),
+            ("START TRANSACTION", Some(Block::Begin)),
+            ("COMMIT", Some(Block::Commit)),
+            ("end;", Some(Block::Commit)),
+            ("COMMIT WORK", Some(Block::Commit)),
+            ("COMMIT PREPARED 'x'", None),
+            ("ROLLBACK", None),
+            ("SELECT 'COMMIT'", None),
+        ] {
+            assert_eq!(block(format!("{text}\0").as_bytes()), want, "{text}");
+        }
     }
 
     /// A whole scan of one buffer, as the proxy does it read by read.
