@@ -90,6 +90,24 @@ PLANTS = {
         "        if high > low && p != 0 {\n            tpl.add",
         "scenarios/payments.toml",
     ),
+    # Reached only when a database transaction fails: `store.commit_refused`
+    # in smoke.toml refuses notifier commits on both backends.
+    "notifier-acks-after-a-failed-transaction": (
+        "src/pipeline/notifier.rs",
+        "            Err(e) => {\n                ctx.faults.settled(held);\n                return Step::End(Ending::Error { what: \"a batch transaction\", cause: e.to_string() });\n            }",
+        "            Err(e) => {\n                tracing::warn!(cause = %e, \"batch failed; moving on\");\n                self.commit(&next);\n                ctx.faults.settled(held);\n                return Step::Continue;\n            }",
+        "scenarios/smoke.toml",
+    ),
+    # Reached only when the second of the two commits fails: the payment
+    # stays, its event is never written.
+    "payment-and-outbox-in-two-transactions": (
+        "src/store/sqlite.rs",
+        "            q.execute(&mut *tx.tx).await.map_err(|e| Error::db(\"inserting payments\", e))?;\n        }\n        if outbox {",
+        "            q.execute(&mut *tx.tx).await.map_err(|e| Error::db(\"inserting payments\", e))?;\n        }\n"
+        "        tx.commit_through(&self.gate, \"authorize\").await?;\n"
+        "        let mut tx = self.begin_write(\"authorize's events\").await?;\n        if outbox {",
+        "scenarios/smoke.toml",
+    ),
 }
 
 

@@ -155,6 +155,13 @@ fault_points! {
     RelayAfterMark = "relay.after_mark", key relay_after_mark, per "batch", by Relay, confirm NextIncarnation,
         what "the relay crashes right after its mark committed: nothing is lost or repeated",
         confirmed by "the relay's next incarnation";
+    /// The store refuses a reference component's commit: the transaction
+    /// rolls back and the caller gets the error a refused `COMMIT` gives
+    /// (a serialization failure, a deferred constraint). In process, on
+    /// both backends, where no proxy reaches: SQLite has no wire.
+    StoreCommitRefused = "store.commit_refused", key store_commit_refused, per "commit of a reference component", by Store, confirm Seen,
+        what "the store rolls the transaction back in place of its commit and returns a database error to the caller (the payment service's authorize or capture, a relay's claim, mark or delete, a notifier's batch), on PostgreSQL and on SQLite. The correct pipeline retries or redelivers; a caller that takes the error for success loses the work",
+        confirmed by "the rollback seen done in place of the commit";
     /// The harness sends SIGKILL to a component that runs as an OS process
     /// (a program under test, `[notifier] command`), at a random instant
     /// within the second: no shutdown code runs, its open transaction dies
@@ -337,6 +344,8 @@ pub enum Strike {
     Notifier,
     /// The reference payment service, in its own code.
     Workload,
+    /// The store adapter, at any reference component's commit.
+    Store,
     /// The harness, on a component process from outside (signals).
     Process,
     /// The fault proxy on a component's PostgreSQL wire.
@@ -375,6 +384,7 @@ impl Strike {
             Strike::Relay => "the reference relay",
             Strike::Notifier => "the reference notifier",
             Strike::Workload => "the reference payment service",
+            Strike::Store => "a reference component (the payment service always is); either backend",
             Strike::Process => "a component that runs as a process",
             Strike::DbWire => "PostgreSQL (the fault proxy)",
             Strike::DbWireKill => "PostgreSQL (the fault proxy) and a component that runs as a process",
@@ -674,6 +684,9 @@ pub trait HarnessLink: Send + Sync {
     /// A notifier received a batch: its size and its (partition, first,
     /// last offset) spans.
     fn delivered(&self, component: &str, messages: u32, spans: Vec<(i32, i64, i64)>);
+    /// A firing of `point` waits for the next delivery of `first`, to any
+    /// process of the run.
+    fn awaits_delivery(&self, point: FaultPoint, first: (i32, i64));
     /// Stopped at a crash point for `fires` firings: send the last figures
     /// and ask to be killed.
     fn halt(&self, injector: &FaultInjector, point: FaultPoint, fires: u64);
@@ -898,6 +911,22 @@ impl FaultInjector {
     /// A batch received, logged at the harness's clock (a component
     /// process's report comes here).
     pub fn record_delivery(&self, component: String, messages: u32, spans: Vec<(i32, i64, i64)>) {
+        {
+            // What a process reported confirms the firings awaiting a
+            // delivery of a message in its spans (in process,
+            // [`FaultInjector::delivered`] took them already).
+            let mut a = self.awaited();
+            let covered = |k: &(i32, i64)| spans.iter().any(|s| s.0 == k.0 && s.1 <= k.1 && k.1 <= s.2);
+            let hit: Vec<(i32, i64)> =
+                a.watched.iter().filter(|(k, w)| !w.awaiting.is_empty() && covered(k)).map(|(k, _)| *k).collect();
+            for k in hit {
+                if let Some(w) = a.watched.get_mut(&k) {
+                    for (point, fires) in std::mem::take(&mut w.awaiting) {
+                        self.confirm(point, fires);
+                    }
+                }
+            }
+        }
         let at_ms = self.started.elapsed().as_millis() as u64;
         let mut log = self.deliveries.lock().unwrap_or_else(|p| p.into_inner());
         if log.len() < DELIVERY_LOG_CAP {
@@ -943,6 +972,12 @@ impl FaultInjector {
     /// `point` fired on data already settled (a replay): confirmed by the
     /// next delivery of `first`.
     pub fn await_next_delivery(&self, point: FaultPoint, first: (i32, i64)) {
+        if let Some(link) = self.link() {
+            // The harness watches every process's deliveries; this process
+            // may be killed before it reads the message again.
+            link.awaits_delivery(point, first);
+            return;
+        }
         self.awaited().watched.entry(first).or_default().awaiting.push((point, 1));
     }
 

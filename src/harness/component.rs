@@ -64,6 +64,9 @@ impl HarnessLink for Stdout {
     fn delivered(&self, component: &str, messages: u32, spans: Vec<(i32, i64, i64)>) {
         emit(&Line::Delivered { component: component.to_string(), messages, spans });
     }
+    fn awaits_delivery(&self, point: FaultPoint, first: (i32, i64)) {
+        emit(&Line::AwaitsDelivery { point, partition: first.0, offset: first.1 });
+    }
     fn halt(&self, injector: &FaultInjector, point: FaultPoint, fires: u64) {
         // The last figures first: the harness kills at once.
         emit(&Line::Snapshot { snapshot: snapshot(&self.stats, &self.coord, injector) });
@@ -129,7 +132,7 @@ pub async fn serve() -> Result<()> {
     let (trigger, shutdown) = shutdown_pair();
     let ctx = Ctx {
         scenario: Arc::new(sc),
-        store: store.clone(),
+        store: store.gated(crate::store::CommitGate::new(faults.clone(), &instance)),
         faults: faults.clone(),
         stats: stats.clone(),
         coord: coord.clone(),

@@ -16,15 +16,81 @@ pub(crate) mod truth;
 use crate::domain::events::{Decoded, EventKind};
 pub use crate::domain::handlers::{Handler, HANDLERS, HANDLER_LOYALTY, HANDLER_PROJECTION, HANDLER_RECEIPTS};
 use crate::domain::rows::TruthSink;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::faults::{FaultInjector, FaultPoint};
 use crate::scenario::{InboxMode, ProjectionMode};
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 use uuid::Uuid;
 
 /// Retention deletes at most this many rows per statement, so one purge never
 /// holds long locks.
 pub const PURGE_CHUNK: i64 = 10_000;
+
+/// Fault point `store.commit_refused` at one component's commits: each
+/// commit that writes work (an authorize, a capture, a relay's mark or
+/// delete, a notifier's batch) is an occurrence, and a firing rolls the
+/// transaction back in place of the commit and hands the caller the error a
+/// refused `COMMIT` gives. In process, on both backends: SQLite has no wire
+/// for the fault proxy, and without it no transaction of the embedded mode
+/// ever fails, so a caller's error path would never run.
+#[derive(Clone, Default)]
+pub struct CommitGate(Option<Arc<(Arc<FaultInjector>, String)>>);
+
+impl CommitGate {
+    /// The gate of `component`'s commits; open (never refusing) when the
+    /// scenario gives the point no rate.
+    pub fn new(injector: Arc<FaultInjector>, component: &str) -> Self {
+        if injector.probability(FaultPoint::StoreCommitRefused) > 0.0 {
+            Self(Some(Arc::new((injector, component.to_string()))))
+        } else {
+            Self(None)
+        }
+    }
+
+    /// Reaches the point for the commit of `what`: true when it is refused.
+    fn refuses(&self, what: &str) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|g| g.0.strike(FaultPoint::StoreCommitRefused, &g.1, || format!("commit of {what}")))
+    }
+
+    /// The refusal, once the rollback is done: confirmed, and the error
+    /// the caller gets.
+    fn refused(&self, what: &str) -> Error {
+        if let Some(g) = &self.0 {
+            g.0.confirm(FaultPoint::StoreCommitRefused, 1);
+        }
+        Error::Database {
+            context: format!("committing {what}"),
+            cause: "the store refused the commit (fault point store.commit_refused); the transaction rolled back"
+                .into(),
+        }
+    }
+
+    /// Commits `tx`, or rolls it back and fails when the point fires.
+    pub(crate) async fn commit<DB: sqlx::Database>(&self, tx: sqlx::Transaction<'_, DB>, what: &str) -> Result<()> {
+        if self.refuses(what) {
+            tx.rollback().await.map_err(|e| Error::db(format!("rolling back {what}"), e))?;
+            return Err(self.refused(what));
+        }
+        tx.commit().await.map_err(|e| Error::db(format!("committing {what}"), e))
+    }
+
+    /// The same for a transaction driven by hand (`BEGIN` … `COMMIT`).
+    pub(crate) async fn commit_by_hand(&self, conn: &mut sqlx::PgConnection, what: &str) -> Result<()> {
+        if self.refuses(what) {
+            sqlx::query("ROLLBACK")
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| Error::db(format!("rolling back {what}"), e))?;
+            return Err(self.refused(what));
+        }
+        sqlx::query("COMMIT").execute(conn).await.map_err(|e| Error::db(format!("committing {what}"), e))?;
+        Ok(())
+    }
+}
 
 /// One payment as the workload writes it.
 #[derive(Debug, Clone)]
@@ -126,7 +192,6 @@ pub trait NotifierTx {
     async fn claim(&mut self, pairs: &[(Uuid, &'static str)]) -> Result<HashSet<(Uuid, &'static str)>>;
     /// Applies a batch's effects; returns the projection events refused.
     async fn apply(&mut self, plan: &EffectPlan<'_>, projection: ProjectionMode) -> Result<u64>;
-    async fn commit(self) -> Result<()>;
 }
 
 /// A relay's statements.
@@ -176,39 +241,46 @@ pub struct BatchFaults {
     pub stall: Option<Duration>,
 }
 
-/// An open notifier transaction, whichever backend it is. Dropping it
-/// without `commit` rolls it back.
-pub enum Tx {
+/// An open notifier transaction, whichever backend it is, and its
+/// store's commit gate. Dropping it without `commit` rolls it back.
+pub struct Tx {
+    inner: TxOf,
+    gate: CommitGate,
+}
+
+enum TxOf {
     Postgres(postgres::PgTx),
     Sqlite(sqlite::SqliteTx),
 }
 
 impl Tx {
     pub(crate) async fn dead_letters(&mut self, bad: &[&Incoming]) -> Result<u64> {
-        match self {
-            Tx::Postgres(t) => NotifierTx::dead_letters(t, bad).await,
-            Tx::Sqlite(t) => NotifierTx::dead_letters(t, bad).await,
+        match &mut self.inner {
+            TxOf::Postgres(t) => NotifierTx::dead_letters(t, bad).await,
+            TxOf::Sqlite(t) => NotifierTx::dead_letters(t, bad).await,
         }
     }
 
     pub(crate) async fn claim(&mut self, pairs: &[(Uuid, &'static str)]) -> Result<HashSet<(Uuid, &'static str)>> {
-        match self {
-            Tx::Postgres(t) => NotifierTx::claim(t, pairs).await,
-            Tx::Sqlite(t) => NotifierTx::claim(t, pairs).await,
+        match &mut self.inner {
+            TxOf::Postgres(t) => NotifierTx::claim(t, pairs).await,
+            TxOf::Sqlite(t) => NotifierTx::claim(t, pairs).await,
         }
     }
 
     pub(crate) async fn apply(&mut self, plan: &EffectPlan<'_>, projection: ProjectionMode) -> Result<u64> {
-        match self {
-            Tx::Postgres(t) => NotifierTx::apply(t, plan, projection).await,
-            Tx::Sqlite(t) => NotifierTx::apply(t, plan, projection).await,
+        match &mut self.inner {
+            TxOf::Postgres(t) => NotifierTx::apply(t, plan, projection).await,
+            TxOf::Sqlite(t) => NotifierTx::apply(t, plan, projection).await,
         }
     }
 
+    /// Commits the batch, unless `store.commit_refused` refuses it.
     pub(crate) async fn commit(self) -> Result<()> {
-        match self {
-            Tx::Postgres(t) => NotifierTx::commit(t).await,
-            Tx::Sqlite(t) => NotifierTx::commit(t).await,
+        const WHAT: &str = "a notifier batch";
+        match self.inner {
+            TxOf::Postgres(t) => self.gate.commit(t, WHAT).await,
+            TxOf::Sqlite(t) => t.commit_through(&self.gate, WHAT).await,
         }
     }
 }
@@ -260,10 +332,26 @@ impl Store {
     }
 
     pub(crate) async fn begin(&self) -> Result<Tx> {
-        match self {
-            Store::Postgres(s) => s.begin().await.map(Tx::Postgres),
-            Store::Sqlite(s) => s.begin().await.map(Tx::Sqlite),
+        let inner = match self {
+            Store::Postgres(s) => s.begin().await.map(TxOf::Postgres)?,
+            Store::Sqlite(s) => s.begin().await.map(TxOf::Sqlite)?,
+        };
+        Ok(Tx { inner, gate: self.gate().clone() })
+    }
+
+    /// The same store with its commits behind `gate`: what a reference
+    /// component is handed when `store.commit_refused` has a rate.
+    pub fn gated(&self, gate: CommitGate) -> Store {
+        let mut s = self.clone();
+        match &mut s {
+            Store::Postgres(p) => p.gate = gate,
+            Store::Sqlite(q) => q.gate = gate,
         }
+        s
+    }
+
+    fn gate(&self) -> &CommitGate {
+        each!(self, s => &s.gate)
     }
 
     pub(crate) async fn unkeyed_seen(&self, pairs: &[(Uuid, &'static str)]) -> Result<HashSet<(Uuid, &'static str)>> {

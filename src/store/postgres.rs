@@ -26,6 +26,8 @@ pub struct PgStore {
     opts: PgConnectOptions,
     pub schema: String,
     pub endpoint: String,
+    /// `store.commit_refused` at this component's commits.
+    pub(super) gate: super::CommitGate,
 }
 
 impl PgStore {
@@ -53,7 +55,7 @@ impl PgStore {
     pub async fn for_component(&self, name: &str, max_connections: u32) -> Result<Self> {
         let opts = self.opts.clone().application_name(name);
         let pool = Self::pool(&opts, max_connections, &self.endpoint).await?;
-        Ok(Self { pool, opts, schema: self.schema.clone(), endpoint: self.endpoint.clone() })
+        Ok(Self { pool, opts, schema: self.schema.clone(), endpoint: self.endpoint.clone(), gate: self.gate.clone() })
     }
 
     /// The same database through a new pool: after a restart or
@@ -105,7 +107,7 @@ impl PgStore {
                 .await
                 .map_err(|e| Error::Database { context: format!("migrating schema {schema}"), cause: e.to_string() })?;
         }
-        Ok(Self { pool, opts, schema: schema.to_string(), endpoint })
+        Ok(Self { pool, opts, schema: schema.to_string(), endpoint, gate: Default::default() })
     }
 
     async fn create_schema(base: &PgConnectOptions, schema: &str, endpoint: &str) -> Result<()> {
@@ -197,7 +199,7 @@ impl super::Backend for PgStore {
                 cause: "connect timed out".into(),
             })?
             .map_err(|e| Error::db("opening a relay connection", e))?;
-        Ok(PgRelayConn { conn, held: Default::default() })
+        Ok(PgRelayConn { conn, held: Default::default(), gate: self.gate.clone() })
     }
 
     /// Transaction 1 of a payment: the payment row and its `authorized` event.
@@ -221,7 +223,7 @@ impl super::Backend for PgStore {
                 ps.iter().map(|p| (p, EventKind::Authorized, None)).collect();
             insert_outbox(&mut tx, &events).await?;
         }
-        tx.commit().await.map_err(|e| Error::db("committing authorize", e))
+        self.gate.commit(tx, "authorize").await
     }
 
     /// Transaction 2: mark captured and write `captured` (plus, where the
@@ -244,7 +246,7 @@ impl super::Backend for PgStore {
             let events = super::captured_events(&fresh);
             insert_outbox(&mut tx, &events).await?;
         }
-        tx.commit().await.map_err(|e| Error::db("committing capture", e))
+        self.gate.commit(tx, "capture").await
     }
 
     async fn begin(&self) -> Result<PgTx> {
@@ -618,6 +620,7 @@ pub struct PgRelayConn {
     /// them there until the transaction ends, so the mark reaches each row
     /// directly instead of looking its id up in the primary key.
     held: std::collections::HashMap<Uuid, String>,
+    gate: super::CommitGate,
 }
 
 impl super::RelayConnOps for PgRelayConn {
@@ -662,8 +665,12 @@ impl super::RelayConnOps for PgRelayConn {
                 .map_err(|e| Error::db("marking outbox rows published", e))?;
         }
         self.held.clear();
-        sqlx::query("COMMIT").execute(&mut self.conn).await.map_err(|e| Error::db("committing a relay batch", e))?;
-        Ok(())
+        if ids.is_empty() {
+            // An empty claim wrote nothing: not a commit the gate counts.
+            sqlx::query("COMMIT").execute(&mut self.conn).await.map_err(|e| Error::db("ending a relay claim", e))?;
+            return Ok(());
+        }
+        self.gate.commit_by_hand(&mut self.conn, "a relay batch").await
     }
 
     /// Deletes the claimed rows and commits the claim.
@@ -675,8 +682,7 @@ impl super::RelayConnOps for PgRelayConn {
             .await
             .map_err(|e| Error::db("deleting claimed outbox rows", e))?;
         self.held.clear();
-        sqlx::query("COMMIT").execute(&mut self.conn).await.map_err(|e| Error::db("committing a relay delete", e))?;
-        Ok(())
+        self.gate.commit_by_hand(&mut self.conn, "a relay delete").await
     }
 
     /// Gives the rows back after a produce error (a controlled failure, not a crash).
@@ -703,9 +709,5 @@ impl super::NotifierTx for PgTx {
 
     async fn apply(&mut self, plan: &EffectPlan<'_>, projection: ProjectionMode) -> Result<u64> {
         apply(self, plan, projection).await
-    }
-
-    async fn commit(self) -> Result<()> {
-        sqlx::Transaction::commit(self).await.map_err(|e| Error::db("committing a notifier batch", e))
     }
 }

@@ -135,6 +135,8 @@ pub struct SqliteStore {
     stop: Arc<watch::Sender<bool>>,
     /// The database file.
     pub endpoint: String,
+    /// `store.commit_refused` at this component's commits.
+    pub(super) gate: super::CommitGate,
 }
 
 impl SqliteStore {
@@ -183,7 +185,14 @@ impl SqliteStore {
         let checkpoints = opts.connect().await.map_err(|e| Error::db(format!("opening {endpoint}"), e))?;
         let (stop, stopped) = watch::channel(false);
         tokio::spawn(checkpointer(checkpoints, stopped));
-        Ok(Self { pool, write, writer: Arc::new(Mutex::new(())), stop: Arc::new(stop), endpoint })
+        Ok(Self {
+            pool,
+            write,
+            writer: Arc::new(Mutex::new(())),
+            stop: Arc::new(stop),
+            endpoint,
+            gate: Default::default(),
+        })
     }
 
     /// Waits for the writer turn, then begins a write transaction holding it.
@@ -213,7 +222,7 @@ impl super::Backend for SqliteStore {
     /// in a crash; and with a connection of its own every claim and mark
     /// would empty the writer connection's page cache.
     async fn relay_connection(&self) -> Result<SqliteRelayConn> {
-        Ok(SqliteRelayConn::new(self.write.clone(), self.writer.clone()))
+        Ok(SqliteRelayConn::new(self.write.clone(), self.writer.clone(), self.gate.clone()))
     }
 
     async fn authorize(&self, ps: &[NewPayment], outbox: bool) -> Result<()> {
@@ -233,7 +242,7 @@ impl super::Backend for SqliteStore {
             let events: Vec<_> = ps.iter().map(|p| (p, EventKind::Authorized, None)).collect();
             insert_outbox(&mut tx, &events).await?;
         }
-        tx.commit().await.map_err(|e| Error::db("committing authorize", e))
+        tx.commit_through(&self.gate, "authorize").await
     }
 
     async fn capture(&self, ps: &[(NewPayment, bool)], outbox: bool) -> Result<()> {
@@ -256,7 +265,7 @@ impl super::Backend for SqliteStore {
             let events = super::captured_events(&fresh);
             insert_outbox(&mut tx, &events).await?;
         }
-        tx.commit().await.map_err(|e| Error::db("committing capture", e))
+        tx.commit_through(&self.gate, "capture").await
     }
 
     async fn begin(&self) -> Result<SqliteTx> {
@@ -403,6 +412,13 @@ pub struct SqliteTx {
 impl SqliteTx {
     pub async fn commit(self) -> std::result::Result<(), sqlx::Error> {
         self.tx.commit().await
+    }
+
+    /// Commits through the store's gate (`store.commit_refused`), the
+    /// writer turn held until the commit or the rollback is done.
+    pub(super) async fn commit_through(self, gate: &super::CommitGate, what: &str) -> Result<()> {
+        let SqliteTx { tx, _turn } = self;
+        gate.commit(tx, what).await
     }
 }
 
@@ -555,11 +571,12 @@ pub struct SqliteRelayConn {
     owner: String,
     /// The ids it holds a lease on, to release them.
     held: Vec<Uuid>,
+    gate: super::CommitGate,
 }
 
 impl SqliteRelayConn {
-    fn new(write: SqlitePool, writer: Writer) -> Self {
-        Self { write, writer, owner: Uuid::new_v4().to_string(), held: Vec::new() }
+    fn new(write: SqlitePool, writer: Writer, gate: super::CommitGate) -> Self {
+        Self { write, writer, owner: Uuid::new_v4().to_string(), held: Vec::new(), gate }
     }
 }
 
@@ -617,7 +634,7 @@ impl super::RelayConnOps for SqliteRelayConn {
             }
             q.execute(&mut *tx).await.map_err(|e| Error::db("marking outbox rows published", e))?;
         }
-        tx.commit().await.map_err(|e| Error::db("committing a relay batch", e))?;
+        self.gate.commit(tx, "a relay batch").await?;
         self.held.clear();
         Ok(())
     }
@@ -635,7 +652,7 @@ impl super::RelayConnOps for SqliteRelayConn {
             }
             q.execute(&mut *tx).await.map_err(|e| Error::db("deleting claimed outbox rows", e))?;
         }
-        tx.commit().await.map_err(|e| Error::db("committing a relay delete", e))?;
+        self.gate.commit(tx, "a relay delete").await?;
         self.held.clear();
         Ok(())
     }
@@ -675,9 +692,5 @@ impl super::NotifierTx for SqliteTx {
 
     async fn apply(&mut self, plan: &EffectPlan<'_>, projection: ProjectionMode) -> Result<u64> {
         apply(self, plan, projection).await
-    }
-
-    async fn commit(self) -> Result<()> {
-        self.tx.commit().await.map_err(|e| Error::db("committing a notifier batch", e))
     }
 }

@@ -192,3 +192,13 @@ pub fn validate_junit(path: &Path) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A fault point fired at least once and every firing was confirmed (for a
+/// kill: the process seen ending by SIGKILL); returns how often it fired.
+pub fn assert_fired_and_confirmed(r: &serde_json::Value, point: &str) -> u64 {
+    let f = r["faults"].as_array().unwrap().iter().find(|f| f["point"] == point).unwrap();
+    let fired = f["fired"].as_u64().unwrap();
+    assert!(fired >= 1, "{point} never fired: {f}");
+    assert_eq!(f["confirmed"].as_u64().unwrap(), fired, "{point}: every firing confirmed: {f}");
+    fired
+}

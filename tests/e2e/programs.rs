@@ -43,16 +43,6 @@ fn assert_caught(scenario: &str, anomaly: &str, point: &str) {
     }
 }
 
-/// A fault point fired at least once and every firing was confirmed (for a
-/// kill: the process seen ending by SIGKILL); returns how often it fired.
-fn assert_fired_and_confirmed(r: &serde_json::Value, point: &str) -> u64 {
-    let f = r["faults"].as_array().unwrap().iter().find(|f| f["point"] == point).unwrap();
-    let fired = f["fired"].as_u64().unwrap();
-    assert!(fired >= 1, "{point} never fired: {f}");
-    assert_eq!(f["confirmed"].as_u64().unwrap(), fired, "{point}: every firing confirmed: {f}");
-    fired
-}
-
 /// The run's id is the report's; nothing it started may outlive it.
 fn assert_nothing_left(r: &serde_json::Value) {
     let id = r["run_id"].as_str().expect("run_id");

@@ -188,12 +188,6 @@ fn run_scenario(text: &str, extra: &[&str]) -> (Ran, tempfile::TempDir) {
     (run(&mut c), dir)
 }
 
-fn assert_fired_and_confirmed(r: &serde_json::Value, point: &str) {
-    let f = r["faults"].as_array().unwrap().iter().find(|f| f["point"] == point).unwrap();
-    assert!(f["fired"].as_u64().unwrap() >= 1, "{point} never fired: {f}");
-    assert_eq!(f["confirmed"], f["fired"], "{point}: every firing confirmed: {f}");
-}
-
 #[test]
 fn the_reference_pipeline_passes_behind_the_proxy_under_every_proxy_fault() {
     let (ran, _dir) = run_scenario(

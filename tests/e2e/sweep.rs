@@ -196,10 +196,10 @@ fn bad_sweep_and_override_flags_exit_2_with_one_line() {
         (&["sweep", "no/such.toml"], "cannot read the scenario file"),
         (&["run", "scenarios/smoke.toml", "--fault", "relay.nope=0.1"], "not a fault point"),
         (&["run", "scenarios/smoke.toml", "--fault", "relay.after_produce=2"], "not a probability"),
-        (&["run", "scenarios/smoke.toml", "--fault", "notifier.stall=0.1"], "leaves faults.notifier_stall at 0"),
-        (&["sweep", "scenarios/smoke.toml", "--fault", "notifier.stall=0.1"], "leaves faults.notifier_stall at 0"),
+        (&["run", "scenarios/smoke.toml", "--fault", "notifier.replay=0.1"], "leaves faults.notifier_replay at 0"),
+        (&["sweep", "scenarios/smoke.toml", "--fault", "notifier.replay=0.1"], "leaves faults.notifier_replay at 0"),
         (&["run", "scenarios/smoke.toml", "--schedule", "relay.after_produce:x"], "not an occurrence"),
-        (&["run", "scenarios/smoke.toml", "--schedule", "notifier.stall:1"], "leaves at 0"),
+        (&["run", "scenarios/smoke.toml", "--schedule", "notifier.replay:1"], "leaves at 0"),
         (
             &["run", "scenarios/smoke.toml", "--components", "process", "--schedule", "relay.after_produce:1"],
             "in this process",

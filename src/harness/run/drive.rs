@@ -10,7 +10,7 @@ use crate::pipeline::{notifier, relay, workload};
 use crate::report::progress::{Phase, Progress};
 use crate::report::{self, Sample};
 use crate::scenario::Components;
-use crate::store::Store;
+use crate::store::{CommitGate, Store};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,15 +33,18 @@ pub(super) async fn start_components(
     // A component with sessions of its own: behind the proxy, or when the
     // nemesis terminates the components' sessions (never the harness's).
     let own_sessions = ctx.scenario.timeline.iter().any(|t| t.point == FaultPoint::DbTerminateBackends);
+    // Each one's commits go through its own gate for `store.commit_refused`.
     let through = |name: String, connections: u32| async move {
-        match (lanes, &ctx.store) {
-            (Some(l), _) if l.slot(&name).is_some() => l.ctx_for(ctx, &name, connections).await,
+        let mut c = match (lanes, &ctx.store) {
+            (Some(l), _) if l.slot(&name).is_some() => l.ctx_for(ctx, &name, connections).await?,
             (_, Store::Postgres(pg)) if own_sessions => {
                 let app = format!("chaos-{}-{name}", ctx.names.run_id);
-                Ok(Ctx { store: Store::Postgres(pg.for_component(&app, connections).await?), ..ctx.clone() })
+                Ctx { store: Store::Postgres(pg.for_component(&app, connections).await?), ..ctx.clone() }
             }
-            _ => Ok(ctx.clone()),
-        }
+            _ => ctx.clone(),
+        };
+        c.store = c.store.gated(CommitGate::new(c.faults.clone(), &name));
+        Ok::<Ctx, Error>(c)
     };
     let workload_ctx = through("workload".into(), ctx.scenario.producers as u32 + 1).await?;
     let sc = &ctx.scenario;

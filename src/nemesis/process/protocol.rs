@@ -59,6 +59,14 @@ pub enum Line {
         messages: u32,
         spans: Vec<(i32, i64, i64)>,
     },
+    /// A firing of `point` is confirmed by the next delivery of the message
+    /// at (partition, offset), to whichever process gets it: a replay the
+    /// process may not live to read itself.
+    AwaitsDelivery {
+        point: FaultPoint,
+        partition: i32,
+        offset: i64,
+    },
 }
 
 /// A component's cumulative figures since it started.
