@@ -2,6 +2,15 @@
 //! its `payment.authorized` event; a second marks it captured and writes
 //! `payment.captured`. Several producers run at once, as a busy service would.
 //!
+//! The workload's shape comes from the seed, so that no fixed arithmetic
+//! of it lines up with a bug: the producers take the next group of payments
+//! as they come free (their interleaving is the scheduler's), a group's size
+//! varies around `[workload] batch`, and a producer captures a group only
+//! after authorizing 0 to 2 more. With a fixed shape (producer k taking
+//! groups k, k + producers, …, each captured at once) every captured event
+//! sat exactly `producers` outbox rows after its authorized one, and a
+//! relay choosing the partition from that position passed.
+//!
 //! The `dual-write` variant (a classic mistake) writes no outbox: it commits
 //! the payment, then produces the event itself. Fault point
 //! `workload.after_commit` crashes it between the two, and the event is lost.
@@ -15,19 +24,22 @@ use crate::pipeline::context::{Ctx, Stats};
 use crate::scenario::{PublishMode, WorkloadRetry};
 use crate::store::NewPayment;
 use rand::{Rng, SeedableRng};
+use std::sync::Arc;
 
 /// Writes `payments` payments with `producers` concurrent tasks. Amounts and
 /// accounts come from the seed; payment ids are fresh uuids.
 pub async fn run(ctx: Ctx) -> Result<()> {
     let producers = ctx.scenario.producers;
+    let shape = Arc::new(Shape::new(ctx.scenario.seed, ctx.scenario.payments, ctx.scenario.workload_batch as u64));
     let mut tasks = Vec::with_capacity(producers);
     for k in 0..producers {
         let ctx = ctx.clone();
+        let shape = shape.clone();
         tasks.push(tokio::spawn(async move {
             // What this producer committed, handed to the run's record of
             // intent when it stops, finished or not.
             let mut committed = Vec::new();
-            let r = produce(&ctx, k, &mut committed).await;
+            let r = produce(&ctx, k, &shape, &mut committed).await;
             ctx.intent.extend(committed);
             r
         }));
@@ -50,22 +62,66 @@ pub async fn run(ctx: Ctx) -> Result<()> {
     }
 }
 
-/// Producer `k`: takes payment groups k, k + producers, …; a group is
-/// `batch` consecutive payments written in one transaction each step. Each
-/// payment enters `committed` once its authorize transaction returned, and
-/// is marked captured once its capture did.
-async fn produce(ctx: &Ctx, k: usize, committed: &mut Vec<Intended>) -> Result<()> {
-    let (payments, producers) = (ctx.scenario.payments, ctx.scenario.producers);
+/// The groups of payments the producers share: the next one goes to
+/// whichever producer asks first. Group `g`'s size and the captures it waits
+/// for come from the seed and `g` alone.
+struct Shape {
+    seed: u64,
+    payments: u64,
+    batch: u64,
+    /// The next group's number and first payment.
+    next: std::sync::Mutex<(u64, u64)>,
+}
+
+/// A group the producer has authorized and not yet captured.
+struct Pending {
+    ps: Vec<NewPayment>,
+    /// Where its payments start in the producer's `committed`.
+    from: usize,
+    /// More groups to authorize before this one is captured.
+    wait: u32,
+}
+
+impl Shape {
+    fn new(seed: u64, payments: u64, batch: u64) -> Self {
+        Self { seed, payments, batch: batch.max(1), next: std::sync::Mutex::new((0, 0)) }
+    }
+
+    fn rng(&self, g: u64) -> rand::rngs::StdRng {
+        rand::rngs::StdRng::seed_from_u64(self.seed ^ 0x5a4e_0f9e_3b00 ^ g.wrapping_mul(0xbf58_476d_1ce4_e5b9))
+    }
+
+    /// The next group: its first payment and size (1 to 2 × batch − 1,
+    /// about `batch` on average), and how many groups its capture waits
+    /// for; None once every payment has a group.
+    fn take(&self) -> Option<(u64, u64, u32)> {
+        let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
+        let (g, first) = *next;
+        if first >= self.payments {
+            return None;
+        }
+        let mut rng = self.rng(g);
+        let size = rng.gen_range(1..=2 * self.batch - 1).min(self.payments - first);
+        let wait = rng.gen_range(0..=2);
+        *next = (g + 1, first + size);
+        Some((first, size, wait))
+    }
+}
+
+/// Producer `k`: takes the next group of payments (written in one
+/// transaction each step) until none is left. Each payment enters
+/// `committed` once its authorize transaction returned, and is marked
+/// captured once its capture did.
+async fn produce(ctx: &Ctx, k: usize, shape: &Shape, committed: &mut Vec<Intended>) -> Result<()> {
     let component = format!("workload-{}", k + 1);
     let outbox = ctx.scenario.publish == PublishMode::Outbox;
     let producer = if outbox { None } else { Some(ctx.broker.producer()?) };
-    let batch = ctx.scenario.workload_batch as u64;
-    let mut group = k as u64;
-    while group * batch < payments {
+    let mut pending: std::collections::VecDeque<Pending> = Default::default();
+    while let Some((first, size, wait)) = shape.take() {
         if ctx.shutdown.is_set() {
             break;
         }
-        let mut ps = payments_of_group(ctx, group * batch, batch);
+        let mut ps = payments_of_group(ctx, first, size);
         authorize(ctx, &component, &mut ps, outbox).await?;
         let from = committed.len();
         committed.extend(ps.iter().map(|p| Intended {
@@ -81,28 +137,54 @@ async fn produce(ctx: &Ctx, k: usize, committed: &mut Vec<Intended>) -> Result<(
                 dual_write(ctx, producer.as_ref(), &component, p, EventKind::Authorized).await?;
             }
         }
-        let captures: Vec<(NewPayment, bool)> = ps
-            .into_iter()
-            .map(|p| {
-                let poison =
-                    outbox && ctx.faults.strike(FaultPoint::WorkloadPoison, &component, || format!("payment {}", p.id));
-                (p, poison)
-            })
-            .collect();
-        capture(ctx, &component, &captures, outbox).await?;
-        for (entry, (_, poison)) in committed[from..].iter_mut().zip(&captures) {
-            entry.captured = true;
-            entry.poison = *poison;
+        // The groups already waiting count this one; those whose wait is
+        // over are captured, oldest first.
+        for p in pending.iter_mut() {
+            p.wait = p.wait.saturating_sub(1);
         }
-        if let Some(producer) = &producer {
-            for (p, _) in &captures {
-                dual_write(ctx, producer.as_ref(), &component, p, EventKind::Captured).await?;
-            }
+        pending.push_back(Pending { ps, from, wait });
+        while pending.front().is_some_and(|p| p.wait == 0) {
+            let p = pending.pop_front().expect("a front");
+            capture_group(ctx, &component, producer.as_deref(), p, committed, outbox).await?;
         }
-        Stats::add(&ctx.stats.payments_written, captures.len() as u64);
-        ctx.stats.mark(&ctx.stats.first_write_ms, &ctx.stats.last_write_ms);
-        group += producers as u64;
     }
+    // Every group this producer authorized is captured before it stops.
+    while let Some(p) = pending.pop_front() {
+        capture_group(ctx, &component, producer.as_deref(), p, committed, outbox).await?;
+    }
+    Ok(())
+}
+
+/// Transaction 2 for one group, then its record of intent.
+async fn capture_group(
+    ctx: &Ctx,
+    component: &str,
+    producer: Option<&dyn Producer>,
+    group: Pending,
+    committed: &mut [Intended],
+    outbox: bool,
+) -> Result<()> {
+    let captures: Vec<(NewPayment, bool)> = group
+        .ps
+        .into_iter()
+        .map(|p| {
+            let poison =
+                outbox && ctx.faults.strike(FaultPoint::WorkloadPoison, component, || format!("payment {}", p.id));
+            (p, poison)
+        })
+        .collect();
+    capture(ctx, component, &captures, outbox).await?;
+    for (entry, (_, poison)) in committed[group.from..].iter_mut().zip(&captures) {
+        entry.captured = true;
+        entry.poison = *poison;
+    }
+    if let Some(producer) = producer {
+        for (p, _) in &captures {
+            dual_write(ctx, producer, component, p, EventKind::Captured).await?;
+        }
+    }
+    Stats::add(&ctx.stats.payments_written, captures.len() as u64);
+    ctx.stats.mark(&ctx.stats.first_write_ms, &ctx.stats.last_write_ms);
     Ok(())
 }
 
@@ -202,11 +284,11 @@ async fn landed(ctx: &Ctx, ids: impl Iterator<Item = uuid::Uuid>, captured: bool
     }
 }
 
-/// The payments `first..first + batch` of the scenario (fewer at its end):
+/// The payments `first..first + size` of the scenario (fewer at its end):
 /// accounts and amounts from the seed and the payment's number, ids fresh.
-fn payments_of_group(ctx: &Ctx, first: u64, batch: u64) -> Vec<NewPayment> {
+fn payments_of_group(ctx: &Ctx, first: u64, size: u64) -> Vec<NewPayment> {
     let (seed, payments, accounts) = (ctx.scenario.seed, ctx.scenario.payments, ctx.scenario.accounts);
-    (first..(first + batch).min(payments))
+    (first..(first + size).min(payments))
         .map(|i| {
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
             NewPayment {
