@@ -5,8 +5,11 @@
 //! The workload's shape comes from the seed, so that no fixed arithmetic
 //! of it lines up with a bug: the producers take the next group of payments
 //! as they come free (their interleaving is the scheduler's), a group's size
-//! varies around `[workload] batch`, and a producer captures a group only
-//! after authorizing 0 to 2 more. With a fixed shape (producer k taking
+//! varies around `[workload] batch`, a producer captures a group only after
+//! authorizing 0 to 2 more, and before one group in eight it pauses for a
+//! millisecond, as a service's requests do not arrive in lockstep (on
+//! SQLite, whose writers take strict turns, nothing else would change the
+//! order of the producers' transactions). With a fixed shape (producer k taking
 //! groups k, k + producers, …, each captured at once) every captured event
 //! sat exactly `producers` outbox rows after its authorized one, and a
 //! relay choosing the partition from that position passed.
@@ -73,6 +76,9 @@ struct Shape {
     next: std::sync::Mutex<(u64, u64)>,
 }
 
+/// A producer's pause before one group in eight.
+const THINK: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// A group the producer has authorized and not yet captured.
 struct Pending {
     ps: Vec<NewPayment>,
@@ -92,9 +98,10 @@ impl Shape {
     }
 
     /// The next group: its first payment and size (1 to 2 × batch − 1,
-    /// about `batch` on average), and how many groups its capture waits
-    /// for; None once every payment has a group.
-    fn take(&self) -> Option<(u64, u64, u32)> {
+    /// about `batch` on average), how many groups its capture waits for,
+    /// and whether the producer pauses before it; None once every payment
+    /// has a group.
+    fn take(&self) -> Option<(u64, u64, u32, bool)> {
         let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
         let (g, first) = *next;
         if first >= self.payments {
@@ -103,8 +110,9 @@ impl Shape {
         let mut rng = self.rng(g);
         let size = rng.gen_range(1..=2 * self.batch - 1).min(self.payments - first);
         let wait = rng.gen_range(0..=2);
+        let pause = rng.gen_ratio(1, 8);
         *next = (g + 1, first + size);
-        Some((first, size, wait))
+        Some((first, size, wait, pause))
     }
 }
 
@@ -117,9 +125,12 @@ async fn produce(ctx: &Ctx, k: usize, shape: &Shape, committed: &mut Vec<Intende
     let outbox = ctx.scenario.publish == PublishMode::Outbox;
     let producer = if outbox { None } else { Some(ctx.broker.producer()?) };
     let mut pending: std::collections::VecDeque<Pending> = Default::default();
-    while let Some((first, size, wait)) = shape.take() {
+    while let Some((first, size, wait, pause)) = shape.take() {
         if ctx.shutdown.is_set() {
             break;
+        }
+        if pause {
+            tokio::time::sleep(THINK).await;
         }
         let mut ps = payments_of_group(ctx, first, size);
         authorize(ctx, &component, &mut ps, outbox).await?;
