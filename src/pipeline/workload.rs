@@ -341,3 +341,51 @@ async fn dual_write(
     Stats::add(&ctx.stats.messages_published, 1);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::pipeline::testing::harness;
+    use crate::store::{CommitGate, NewPayment};
+
+    /// With 4 producers taking fixed turns on SQLite's one writer, every
+    /// captured event sat a multiple of 4 outbox rows after its authorized
+    /// one, and a relay that chose the partition from the row's position
+    /// kept each payment on one partition by coincidence.
+    #[tokio::test]
+    async fn the_gap_between_a_payments_events_does_not_line_up_with_the_producers() {
+        let h = harness("name = \"unit\"\nseed = 3\n[workload]\npayments = 400\nproducers = 4\n").await;
+        super::run(h.ctx.clone()).await.expect("the workload");
+        let url = format!("sqlite://{}", h.ctx.store.endpoint());
+        let pool = sqlx::SqlitePool::connect(&url).await.expect("the run's SQLite file");
+        let gaps: Vec<(i64, i64)> = sqlx::query_as(
+            "SELECT (c.seq - a.seq) % 4 AS r, count(*) FROM outbox a JOIN outbox c ON a.aggregate_id = c.aggregate_id \
+             WHERE a.event_type = 'payment.authorized' AND c.event_type = 'payment.captured' GROUP BY r",
+        )
+        .fetch_all(&pool)
+        .await
+        .expect("the outbox");
+        assert_eq!(gaps.iter().map(|g| g.1).sum::<i64>(), 400, "{gaps:?}");
+        assert!(gaps.len() > 1, "every gap the same modulo the producers: {gaps:?}");
+    }
+
+    /// `store.commit_refused`: the transaction rolls back, the caller gets
+    /// a database error, and the firing is confirmed.
+    #[tokio::test]
+    async fn a_refused_commit_leaves_nothing_and_says_so() {
+        let h = harness("name = \"unit\"\nseed = 3\n[faults]\nstore_commit_refused = 1.0\n").await;
+        let store = h.ctx.store.gated(CommitGate::new(h.ctx.faults.clone(), "workload"));
+        let ps = vec![NewPayment { id: uuid::Uuid::new_v4(), account_id: 1, amount_cents: 100 }];
+        let err = store.authorize(&ps, true).await.expect_err("refused");
+        assert!(matches!(err, crate::Error::Database { .. }), "{err}");
+        assert!(err.to_string().contains("store.commit_refused"), "{err}");
+        assert_eq!(h.ctx.store.landed(&[ps[0].id], false).await.unwrap(), 0);
+        assert_eq!(h.ctx.store.unpublished().await.unwrap(), 0, "the outbox row rolled back with the payment");
+        let faults = &h.ctx.faults;
+        use crate::faults::FaultPoint::StoreCommitRefused;
+        assert_eq!((faults.fired(StoreCommitRefused), faults.confirmed(StoreCommitRefused)), (1, 1));
+        // An open gate lets the same write through.
+        let open = h.ctx.store.gated(CommitGate::default());
+        open.authorize(&ps, true).await.expect("committed");
+        assert_eq!(h.ctx.store.landed(&[ps[0].id], false).await.unwrap(), 1);
+    }
+}
