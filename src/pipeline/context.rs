@@ -47,6 +47,16 @@ pub struct Stats {
     pub processes_paused: AtomicU64,
     pub sessions_at_kill: AtomicU64,
     pub sessions_gone_after_kill: AtomicU64,
+    /// The power of the random kills and pauses (`process.kill`,
+    /// `process.kill_per_message`, `process.pause`), from pg_stat_activity
+    /// while the process stood stopped: those measured, those that found a
+    /// transaction open, and the kills that found no session at all (a
+    /// process still starting, or between connections).
+    pub random_kills_measured: AtomicU64,
+    pub random_kills_in_transaction: AtomicU64,
+    pub random_kills_without_session: AtomicU64,
+    pub pauses_measured: AtomicU64,
+    pub pauses_in_transaction: AtomicU64,
 }
 
 impl Default for Stats {
@@ -81,6 +91,11 @@ impl Default for Stats {
             processes_paused: AtomicU64::new(0),
             sessions_at_kill: AtomicU64::new(0),
             sessions_gone_after_kill: AtomicU64::new(0),
+            random_kills_measured: AtomicU64::new(0),
+            random_kills_in_transaction: AtomicU64::new(0),
+            random_kills_without_session: AtomicU64::new(0),
+            pauses_measured: AtomicU64::new(0),
+            pauses_in_transaction: AtomicU64::new(0),
         }
     }
 }

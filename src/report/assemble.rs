@@ -84,5 +84,10 @@ fn figures(s: &Stats) -> ComponentFigures {
         processes_paused: Stats::get(&s.processes_paused),
         sessions_at_kill: Stats::get(&s.sessions_at_kill),
         sessions_gone_after_kill: Stats::get(&s.sessions_gone_after_kill),
+        random_kills_measured: Stats::get(&s.random_kills_measured),
+        random_kills_in_transaction: Stats::get(&s.random_kills_in_transaction),
+        random_kills_without_session: Stats::get(&s.random_kills_without_session),
+        pauses_measured: Stats::get(&s.pauses_measured),
+        pauses_in_transaction: Stats::get(&s.pauses_in_transaction),
     }
 }

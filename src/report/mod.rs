@@ -128,6 +128,19 @@ pub struct ComponentFigures {
     pub sessions_at_kill: u64,
     #[serde(default)]
     pub sessions_gone_after_kill: u64,
+    /// The random kills and pauses, measured on PostgreSQL while the
+    /// process stood stopped: how many found a transaction open (the work
+    /// a wrong program can lose), and kills that found no session.
+    #[serde(default)]
+    pub random_kills_measured: u64,
+    #[serde(default)]
+    pub random_kills_in_transaction: u64,
+    #[serde(default)]
+    pub random_kills_without_session: u64,
+    #[serde(default)]
+    pub pauses_measured: u64,
+    #[serde(default)]
+    pub pauses_in_transaction: u64,
 }
 
 pub use crate::verifier::latency::{Latency, LatencyBucket};
@@ -382,6 +395,30 @@ fn render_faults(r: &Report, style: Style, out: &mut String) {
             k.processes_started, k.processes_killed, k.sessions_at_kill, k.sessions_gone_after_kill, k.processes_paused
         ));
     }
+    if let Some(line) = power(k) {
+        out.push_str(&format!(
+            "{line}
+"
+        ));
+    }
+}
+
+/// Where the random kills and pauses landed, when PostgreSQL could show
+/// it: "power: 9 of 23 random kills landed with a transaction open, 4
+/// before any database session; 1 of 3 pauses with a transaction open".
+/// Aimed kills (the fault proxy's) land in their window by construction.
+pub fn power(k: &ComponentFigures) -> Option<String> {
+    let mut parts = Vec::new();
+    if k.random_kills_measured > 0 {
+        parts.push(format!(
+            "{} of {} random kills landed with a transaction open, {} before any database session",
+            k.random_kills_in_transaction, k.random_kills_measured, k.random_kills_without_session
+        ));
+    }
+    if k.pauses_measured > 0 {
+        parts.push(format!("{} of {} pauses with a transaction open", k.pauses_in_transaction, k.pauses_measured));
+    }
+    (!parts.is_empty()).then(|| format!("power: {}", parts.join("; ")))
 }
 
 /// The components' crashes: a program under test does not crash at our

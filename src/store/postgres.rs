@@ -128,7 +128,13 @@ impl PgStore {
     /// process names its sessions by `PGAPPNAME`, so the harness can see
     /// them end with it.
     pub async fn sessions(&self, application_name: &str) -> Result<i64> {
-        sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1")
+        Ok(self.session_activity(application_name).await?.0)
+    }
+
+    /// A process's sessions, and how many of them are inside a transaction
+    /// (`xact_start` set: a `BEGIN` not yet ended, or a statement running).
+    pub async fn session_activity(&self, application_name: &str) -> Result<(i64, i64)> {
+        sqlx::query_as("SELECT count(*), count(xact_start) FROM pg_stat_activity WHERE application_name = $1")
             .bind(application_name)
             .fetch_one(&self.pool)
             .await

@@ -78,7 +78,31 @@ fn the_correct_python_consumer_passes_under_real_kills() {
     // A kill restarts the slot, unless the run was ending.
     let (started, killed) = (k["processes_started"].as_u64().unwrap(), k["processes_killed"].as_u64().unwrap());
     assert!(started >= 2 + killed - killed.min(2) && started <= 2 + killed, "{k}");
-    assert_fired_and_confirmed(&r, "process.pause");
+    let paused = assert_fired_and_confirmed(&r, "process.pause");
+    // Every random kill and pause was measured on PostgreSQL for the power line.
+    assert_eq!(
+        k["random_kills_measured"],
+        r["faults"].as_array().unwrap().iter().find(|f| f["point"] == "process.kill").unwrap()["fired"],
+        "{k}"
+    );
+    assert_eq!(k["pauses_measured"].as_u64().unwrap(), paused, "{k}");
+    assert_nothing_left(&r);
+}
+
+/// The power line: a correct consumer whose transactions stay open while it
+/// works is often killed inside one, and PostgreSQL shows it.
+#[test]
+fn random_kills_that_land_inside_a_transaction_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = run_program("tests/fixtures/programs/slow_transaction.toml", dir.path());
+    assert_eq!(ran.code, 0, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    let r = ran.json();
+    let kills = assert_fired_and_confirmed(&r, "process.kill");
+    let k = &r["components"];
+    let n = |f: &str| k[f].as_u64().unwrap();
+    assert_eq!(n("random_kills_measured"), kills, "{k}");
+    assert!(n("random_kills_in_transaction") >= 1, "no kill found a transaction open: {k}");
+    assert!(n("random_kills_in_transaction") + n("random_kills_without_session") <= kills, "{k}");
     assert_nothing_left(&r);
 }
 
@@ -120,6 +144,8 @@ fn the_correct_python_consumer_passes_killed_at_the_moments_that_expose_a_wrong_
     assert!(at_commit >= 3, "{at_commit}");
     assert_fired_and_confirmed(&r, "db.hold_commit");
     assert_eq!(r["components"]["processes_killed"].as_u64().unwrap(), at_commit + at_offsets, "{}", r["components"]);
+    // Aimed kills are not the random ones the power line measures.
+    assert_eq!(r["components"]["random_kills_measured"], 0, "{}", r["components"]);
     assert_nothing_left(&r);
 }
 

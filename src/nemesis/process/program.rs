@@ -639,7 +639,12 @@ impl Keeper {
                 // so it is looked at first: that end is the nemesis's, not
                 // the program's own.
                 biased;
-                Some(point) = self.kill_rx.recv() => return self.kill_for(proc, point).await,
+                Some(point) = self.kill_rx.recv() => {
+                    if point == FaultPoint::ProcessKillPerMessage {
+                        self.measure_kill(proc).await;
+                    }
+                    return self.kill_for(proc, point).await;
+                }
                 status = proc.child.wait() => {
                     return match status {
                         Ok(s) => End::Exited(s),
@@ -657,6 +662,7 @@ impl Keeper {
                         paused_until = Some(Instant::now() + self.ctx.scenario.pause);
                     }
                     if kill {
+                        self.measure_kill(proc).await;
                         return self.kill_for(proc, FaultPoint::ProcessKill).await;
                     }
                 }
@@ -808,19 +814,50 @@ impl Keeper {
     /// reference notifier's stall), confirmed once the kernel shows the
     /// process stopped. False when it was not seen stopped.
     async fn pause(&self, proc: &Proc, point: FaultPoint) -> bool {
-        signal_group(proc.pid, libc::SIGSTOP);
         Stats::add(&self.ctx.stats.processes_paused, 1);
+        if !self.stop_and_see(proc).await {
+            warn!(component = %self.name, pid = proc.pid, "a paused process was not seen stopped");
+            signal_group(proc.pid, libc::SIGCONT);
+            return false;
+        }
+        self.ctx.faults.confirm(point, 1);
+        if point == FaultPoint::ProcessPause {
+            if let Some((_, in_tx)) = activity(&self.ctx.store, &self.application_name(proc.incarnation)).await {
+                let s = &self.ctx.stats;
+                Stats::add(&s.pauses_measured, 1);
+                Stats::add(&s.pauses_in_transaction, (in_tx > 0) as u64);
+            }
+        }
+        true
+    }
+
+    /// SIGSTOP to the process group, and whether the kernel shows it stopped.
+    async fn stop_and_see(&self, proc: &Proc) -> bool {
+        signal_group(proc.pid, libc::SIGSTOP);
         let t = Instant::now();
         while t.elapsed() < SIGNAL_SEEN {
             if process_state(proc.pid) == Some('T') {
-                self.ctx.faults.confirm(point, 1);
                 return true;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        warn!(component = %self.name, pid = proc.pid, "a paused process was not seen stopped");
-        signal_group(proc.pid, libc::SIGCONT);
         false
+    }
+
+    /// Before a random kill: the process stopped, so it cannot move on,
+    /// and what PostgreSQL shows of it then, for the run's power figures
+    /// (did the kill find a transaction open, or no session at all?). The
+    /// kill that follows lands on the stopped process.
+    async fn measure_kill(&self, proc: &Proc) {
+        if !matches!(self.ctx.store, Store::Postgres(_)) || !self.stop_and_see(proc).await {
+            return;
+        }
+        if let Some((sessions, in_tx)) = activity(&self.ctx.store, &self.application_name(proc.incarnation)).await {
+            let s = &self.ctx.stats;
+            Stats::add(&s.random_kills_measured, 1);
+            Stats::add(&s.random_kills_in_transaction, (in_tx > 0) as u64);
+            Stats::add(&s.random_kills_without_session, (sessions == 0) as u64);
+        }
     }
 
     /// SIGTERM, then SIGKILL after the grace period.
@@ -852,6 +889,19 @@ pub(crate) fn process_state(pid: i32) -> Option<char> {
 
 /// Database sessions open under an application name; 0 when they cannot be
 /// counted (SQLite has no sessions).
+/// A process's sessions and those inside a transaction; None on SQLite,
+/// or when PostgreSQL did not answer.
+async fn activity(store: &Store, app: &str) -> Option<(i64, i64)> {
+    match store {
+        Store::Postgres(pg) => pg
+            .session_activity(app)
+            .await
+            .inspect_err(|e| warn!(cause = %e, "reading a process's database sessions failed"))
+            .ok(),
+        Store::Sqlite(_) => None,
+    }
+}
+
 async fn sessions(store: &Store, app: &str) -> i64 {
     match store {
         Store::Postgres(pg) => pg.sessions(app).await.unwrap_or_else(|e| {
