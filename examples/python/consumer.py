@@ -199,7 +199,10 @@ def make_consumer(**overrides):
         "group.instance.id": os.environ["CHAOS_INSTANCE"],
         "enable.auto.commit": False,  # offsets are committed after the database
         "auto.offset.reset": "earliest",
-        "session.timeout.ms": 6000,  # the broker's minimum: a dead member is noticed fast
+        # The harness's session timeout (6 s unless the scenario says):
+        # short, so a dead member is noticed fast, and the one its pauses
+        # outlast to make this process a zombie.
+        "session.timeout.ms": int(os.environ.get("CHAOS_SESSION_TIMEOUT_MS", "6000")),
         **overrides,
     })
     consumer.subscribe([os.environ["CHAOS_TOPIC"]])

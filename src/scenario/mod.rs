@@ -508,6 +508,16 @@ mod tests {
         assert!(e.contains("`nemesis.pause_secs` is 0"), "{e}");
     }
 
+    /// Unset, a pause outlasts the session timeout the program is given,
+    /// so that it makes a zombie; set, it is what the scenario says.
+    #[test]
+    fn a_pause_outlasts_the_session_timeout_unless_the_scenario_says() {
+        let p = |s: &str| parse(s, Path::new("t.toml")).unwrap();
+        assert_eq!(p("name = \"t\"\n").pause, Duration::from_secs(8));
+        assert_eq!(p("[notifier]\nsession_timeout_ms = 10000\n").pause, Duration::from_secs(12));
+        assert_eq!(p("[nemesis]\npause_secs = 3\n").pause, Duration::from_secs(3));
+    }
+
     #[test]
     fn errors_are_one_line() {
         for bad in ["seed = \"x\"", "[relay", "workload = 3", "[faults]\nworkload_poison = -0.1"] {

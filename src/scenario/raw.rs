@@ -184,7 +184,8 @@ impl Default for RawRetention {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawNemesis {
-    /// How long a `process.pause` keeps a process stopped.
+    /// How long a `process.pause` keeps a process stopped; unset, 2 s past
+    /// `[notifier] session_timeout_ms`.
     pub pause_secs: Spanned<f64>,
     /// Service faults at given times (`[[nemesis.timeline]]`).
     pub timeline: Vec<RawTimed>,

@@ -4,6 +4,10 @@
 
 use super::*;
 
+/// How much longer than the session timeout a pause lasts when the
+/// scenario does not say: the group has given the partitions away by then.
+const PAST_THE_SESSION: Duration = Duration::from_secs(2);
+
 /// Reads and validates a scenario file. Every error is one line that names
 /// the file and, where there is one, the line and column.
 pub fn load(path: &Path) -> Result<Scenario, crate::Error> {
@@ -133,6 +137,13 @@ impl Validator<'_> {
         let timeline = self.timeline(&raw, &mut faults)?;
         let (command, relay_command) = self.programs(&raw, path, &faults)?;
         let pause = self.pause(&raw.nemesis)?;
+        let notifier = self.notifier(&raw.notifier, &variants, command)?;
+        // Unset, a pause outlasts the session timeout the program is given
+        // (CHAOS_SESSION_TIMEOUT_MS), so that each one makes a zombie.
+        let pause = match raw.nemesis.pause_secs.span() == (0..0) {
+            true => notifier.session_timeout + PAST_THE_SESSION,
+            false => Duration::from_secs_f64(pause),
+        };
         let name = raw.name.clone().unwrap_or_else(|| {
             path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "scenario".into())
         });
@@ -148,9 +159,9 @@ impl Validator<'_> {
             workload_batch: self.count(&raw.workload.batch, "workload.batch", 1, 10_000)? as usize,
             partitions: self.count(&raw.topic.partitions, "topic.partitions", 1, 1024)? as i32,
             relay: self.relay(&raw.relay, &variants, relay_command)?,
-            notifier: self.notifier(&raw.notifier, &variants, command)?,
+            notifier,
             faults,
-            pause: Duration::from_secs_f64(pause),
+            pause,
             timeline,
             broker_restart: self.argv(&raw.nemesis.broker_restart, "nemesis.broker_restart")?,
             database_restart: self.argv(&raw.nemesis.database_restart, "nemesis.database_restart")?,

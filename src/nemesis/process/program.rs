@@ -45,6 +45,8 @@ const SIGNAL_SEEN: Duration = Duration::from_secs(5);
 /// How long the database may take to drop a killed process's sessions: it
 /// sees the connection close as soon as the kernel closes the socket.
 const SESSIONS_GONE: Duration = Duration::from_secs(5);
+/// How often a starting process is looked for in pg_stat_activity.
+const READY_CHECK: Duration = Duration::from_millis(100);
 /// Lines of a process's stderr quoted in an error about it.
 const TAIL_LINES: usize = 6;
 /// How often the group's membership is read while waiting for readiness.
@@ -332,6 +334,9 @@ impl Env {
         }
         if role == Role::Notifier {
             env.push(("CHAOS_GROUP", ctx.names.group.clone()));
+            // The session timeout the harness's pauses are measured
+            // against: a pause longer than it makes a zombie.
+            env.push(("CHAOS_SESSION_TIMEOUT_MS", ctx.scenario.notifier.session_timeout.as_millis().to_string()));
         }
         if reference {
             let json = serde_json::to_string(&*ctx.scenario)
@@ -631,8 +636,17 @@ impl Keeper {
         let mut paused_until: Option<Instant> = None;
         let mut second = Instant::now();
         let mut next = second + self.instant_within_second();
+        // The nemesis strikes a process only once it is ready: PostgreSQL
+        // shows a session of this incarnation (a relay about to claim, a
+        // notifier about to handle what its group gave it). Its seconds
+        // starting up are not drawn, and a per-message kill that comes
+        // before waits for it. On SQLite nothing shows it: ready at once.
+        let app = self.application_name(proc.incarnation);
+        let mut ready = !matches!(self.ctx.store, Store::Postgres(_));
+        let mut ready_check = Instant::now();
+        let mut deferred: Option<FaultPoint> = None;
         loop {
-            let acting = *self.acting.borrow() && paused_until.is_none();
+            let acting = *self.acting.borrow() && ready && paused_until.is_none();
             tokio::select! {
                 // A kill decided outside arrives before the process can end
                 // of it (the fault proxy sends the word, then the signal),
@@ -641,9 +655,27 @@ impl Keeper {
                 biased;
                 Some(point) = self.kill_rx.recv() => {
                     if point == FaultPoint::ProcessKillPerMessage {
+                        if !ready {
+                            deferred = Some(point);
+                            continue;
+                        }
                         self.measure_kill(proc).await;
                     }
                     return self.kill_for(proc, point).await;
+                }
+                _ = tokio::time::sleep_until(ready_check), if !ready => {
+                    if sessions(&self.ctx.store, &app).await == 0 {
+                        ready_check = Instant::now() + READY_CHECK;
+                        continue;
+                    }
+                    ready = true;
+                    info!(component = %self.name, pid = proc.pid, ms = proc.started.elapsed().as_millis() as u64, "process ready");
+                    if let Some(point) = deferred.take() {
+                        self.measure_kill(proc).await;
+                        return self.kill_for(proc, point).await;
+                    }
+                    second = Instant::now();
+                    next = second + self.instant_within_second();
                 }
                 status = proc.child.wait() => {
                     return match status {
