@@ -167,13 +167,13 @@ fault_points! {
     /// within the second: no shutdown code runs, its open transaction dies
     /// with its connection, the broker sees a member vanish.
     ProcessKill = "process.kill", key process_kill, per "second, per process", by Process, confirm Seen,
-        what "the harness sends `SIGKILL` to the process group at a random instant within the second, from the moment the group is ready until the pipeline has drained; a new process takes the slot 200 ms later",
+        what "the harness sends `SIGKILL` to the process group at a random instant within the second, from the moment the group is ready until the pipeline has drained, to a process PostgreSQL shows a session of (its seconds starting up are not drawn); the process is stopped first, so that the run's power line can say whether the kill found a transaction open. A new process takes the slot 200 ms later",
         confirmed by "the process seen ending by SIGKILL";
     /// The harness sends SIGSTOP to a component that runs as an OS process,
     /// and SIGCONT after `[nemesis] pause_secs`: past its session timeout it
     /// wakes up a zombie.
     ProcessPause = "process.pause", key process_pause, per "second, per process", by Process, confirm Seen,
-        what "the harness sends `SIGSTOP`, and `SIGCONT` after `[nemesis] pause_secs`; past the program's session timeout it wakes up a zombie",
+        what "the harness sends `SIGSTOP` to a process PostgreSQL shows a session of, and `SIGCONT` after `[nemesis] pause_secs` (unset: 2 s past `[notifier] session_timeout_ms`, which the program gets as `CHAOS_SESSION_TIMEOUT_MS`); past the program's session timeout it wakes up a zombie",
         confirmed by "the process seen stopped by the kernel";
     /// The harness sends SIGKILL to one process (picked from the seed) as
     /// the topic grows: kills land while messages flow, when a consumer or

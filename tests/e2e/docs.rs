@@ -101,7 +101,10 @@ fn every_planted_bug_still_finds_the_code_it_plants_in() {
         .expect("python3");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("10/10 plants find their code"), "{stdout}");
+    let line = stdout.lines().find(|l| l.ends_with("plants find their code")).unwrap_or_else(|| panic!("{stdout}"));
+    let (found, all) = line.split_whitespace().next().and_then(|n| n.split_once('/')).expect("N/M");
+    assert_eq!(found, all, "{stdout}");
+    assert!(all.parse::<u32>().unwrap() >= 13, "{stdout}");
 }
 
 #[test]
