@@ -286,6 +286,7 @@ faults.notifier_stall = 0.06
 faults.workload_poison = 0.02
 faults.relay_produce_error = 0.1
 faults.relay_after_mark = 0.1
+faults.store_commit_refused = 0.05
 "#;
 
 /// The correct pipeline under late replays, with its week-long inbox
