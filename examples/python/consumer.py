@@ -127,16 +127,47 @@ def record_dead_letter(cur, dl):
         (dl.message_id, dl.partition, dl.offset, dl.payload, dl.error))
 
 
-def handle_batch(conn, msgs):
-    """Applies a batch in one transaction. Safe to call again with the same messages."""
-    decoded = [decode(m) for m in msgs]
-    # A batch may hold two copies of one event (a relay republished it): keep
-    # the first. Offset order is kept, so authorized-then-captured stays so.
+def distinct_events(decoded):
+    """The batch's events, each once. A batch may hold two copies of one
+    event (a relay republished it): the first is kept. Offset order is kept,
+    so authorized-then-captured stays so."""
     events, seen = [], set()
     for d in decoded:
         if isinstance(d, Event) and d.event_id not in seen:
             seen.add(d.event_id)
             events.append(d)
+    return events
+
+
+def claim(cur, pairs):
+    """Inserts the (event, handler) pairs into the inbox; returns those no
+    one had claimed before."""
+    if not pairs:
+        return set()
+    cur.execute(
+        """INSERT INTO inbox (message_id, handler)
+           SELECT * FROM unnest(%s::uuid[], %s::text[])
+           ON CONFLICT DO NOTHING RETURNING message_id, handler""",
+        ([p[0] for p in pairs], [p[1] for p in pairs]))
+    return set(cur.fetchall())
+
+
+def apply_claimed(cur, events, claimed, decoded):
+    """The effects of the claimed pairs, and the batch's dead letters."""
+    for e in events:
+        for h in HANDLERS[e.event_type]:
+            if (e.event_id, h) in claimed:
+                apply(cur, e, h)
+    for d in decoded:
+        if isinstance(d, DeadLetter):
+            log.warning("dead letter %s: %s", d.message_id, d.error)
+            record_dead_letter(cur, d)
+
+
+def handle_batch(conn, msgs):
+    """Applies a batch in one transaction. Safe to call again with the same messages."""
+    decoded = [decode(m) for m in msgs]
+    events = distinct_events(decoded)
     pairs = [(e.event_id, h) for e in events for h in HANDLERS[e.event_type]]
     for attempt in range(5):
         try:
@@ -144,22 +175,8 @@ def handle_batch(conn, msgs):
                 # Claim: the rows that come back are the pairs no one applied
                 # before. A concurrent claimer (a zombie holding the same
                 # batch) makes this wait for its commit, then skip.
-                claimed = set()
-                if pairs:
-                    cur.execute(
-                        """INSERT INTO inbox (message_id, handler)
-                           SELECT * FROM unnest(%s::uuid[], %s::text[])
-                           ON CONFLICT DO NOTHING RETURNING message_id, handler""",
-                        ([p[0] for p in pairs], [p[1] for p in pairs]))
-                    claimed = set(cur.fetchall())
-                for e in events:
-                    for h in HANDLERS[e.event_type]:
-                        if (e.event_id, h) in claimed:
-                            apply(cur, e, h)
-                for d in decoded:
-                    if isinstance(d, DeadLetter):
-                        log.warning("dead letter %s: %s", d.message_id, d.error)
-                        record_dead_letter(cur, d)
+                claimed = claim(cur, pairs)
+                apply_claimed(cur, events, claimed, decoded)
             log.info("batch of %d: %d pairs claimed of %d", len(msgs), len(claimed), len(pairs))
             return
         except psycopg.errors.DeadlockDetected:
@@ -243,15 +260,22 @@ def setup(**overrides):
     return make_consumer(**overrides), connect(), int(os.environ.get("CHAOS_BATCH_SIZE", "20"))
 
 
-def main():
+def run(handle):
+    """The consumer's loop: `handle(conn, msgs)` for each batch, then the
+    offsets. The broken examples whose mistake is inside the handling reuse
+    it; those whose mistake is the loop's order write their own."""
     consumer, conn, batch_size = setup()
     try:
         for msgs in batches(consumer, batch_size):
-            handle_batch(conn, msgs)  # 1. effects and inbox, one transaction
+            handle(conn, msgs)        # 1. effects and inbox, one transaction
             commit_offsets(consumer)  # 2. only then the offsets
     finally:
         consumer.close()
         conn.close()
+
+
+def main():
+    run(handle_batch)
 
 
 if __name__ == "__main__":

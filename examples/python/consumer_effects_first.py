@@ -9,8 +9,7 @@ with no inbox row: the redelivered message passes the check and its receipt
 is sent, and its points credited, a second time. `chaos run
 effects-first.toml` reports "duplicate effect" and exits 1.
 """
-from consumer import (HANDLERS, DeadLetter, apply, batches, commit_offsets,
-                      decode, log, record_dead_letter, setup)
+from consumer import HANDLERS, DeadLetter, apply, decode, log, record_dead_letter, run
 
 
 def handle_message(conn, msg):
@@ -40,17 +39,10 @@ def handle_message(conn, msg):
                         "ON CONFLICT DO NOTHING", (event.event_id, handler))
 
 
-def main():
-    consumer, conn, batch_size = setup()
-    try:
-        for msgs in batches(consumer, batch_size):
-            for msg in msgs:
-                handle_message(conn, msg)
-            commit_offsets(consumer)  # after the database, as it should be
-    finally:
-        consumer.close()
-        conn.close()
+def handle_batch(conn, msgs):
+    for msg in msgs:
+        handle_message(conn, msg)
 
 
 if __name__ == "__main__":
-    main()
+    run(handle_batch)  # the offsets after the database, as they should be
