@@ -225,6 +225,15 @@ fault_points! {
     KafkaKillAfterOffsetCommit = "kafka.kill_after_offset_commit", key kafka_kill_after_offset_commit, per "offset commit acknowledged to a component process", by KafkaWireKill, confirm Seen,
         what "the fault proxy lets the `OffsetCommit` response through and the harness `SIGKILL`s the process at once. A consumer whose offsets run ahead of its database (committed before its transaction, or by `enable.auto.commit` while a batch is being handled) loses that work; a correct one, whose offsets follow its commit, loses nothing and gets the rest again",
         confirmed by "the process seen ending by SIGKILL";
+    /// The fault proxy lets a `Fetch` response that carries records through
+    /// and SIGKILLs the consumer's process right after: the earliest moment
+    /// of a delivery, before the program's next commit of either kind. A
+    /// correct consumer gets the records again; one that acknowledges work
+    /// it has only received (offsets stored or committed on receipt, a
+    /// queue in memory) loses it.
+    KafkaKillAfterFetch = "kafka.kill_after_fetch", key kafka_kill_after_fetch, per "fetch response carrying records to a component process", by KafkaWireKill, confirm Seen,
+        what "the fault proxy reads each `Fetch` response (API key 1, versions 4 to 17) as it passes, and when one carries records it lets it through and the harness `SIGKILL`s the process at once, before the program could commit anything for them. A correct consumer has those records delivered again; one whose offsets or acknowledgements run ahead of what it has done (committed on receipt, handed to a queue in memory) loses them",
+        confirmed by "the process seen ending by SIGKILL";
     /// The fault proxy holds a process's `COMMIT` and watches its Kafka
     /// wire: if the group's offsets move while the transaction is open
     /// (before, or during the hold), the process is killed before the
@@ -1158,6 +1167,7 @@ mod tests {
                 DbKillAfterCommit,
                 KafkaKillAfterProduceAck,
                 KafkaKillAfterOffsetCommit,
+                KafkaKillAfterFetch,
                 DbHoldCommit
             ]
         );
@@ -1175,6 +1185,7 @@ mod tests {
                 KafkaProduceAckLost,
                 KafkaKillAfterProduceAck,
                 KafkaKillAfterOffsetCommit,
+                KafkaKillAfterFetch,
                 DbHoldCommit
             ]
         );
@@ -1184,7 +1195,7 @@ mod tests {
         );
         assert_eq!(
             with(FaultPoint::on_kafka_wire),
-            [KafkaProduceAckLost, KafkaKillAfterProduceAck, KafkaKillAfterOffsetCommit, DbHoldCommit]
+            [KafkaProduceAckLost, KafkaKillAfterProduceAck, KafkaKillAfterOffsetCommit, KafkaKillAfterFetch, DbHoldCommit]
         );
         // The names' prefixes, which rules used to read, agree with who strikes.
         for p in FaultPoint::ALL {

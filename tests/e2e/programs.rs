@@ -134,9 +134,9 @@ fn effects_before_the_inbox_row_duplicate_them() {
 }
 
 /// The fault proxy's aimed kills on the correct consumer: right after its
-/// database commits and its offset commits it absorbs the redelivery, and
-/// its held COMMITs see no offset commit, so they kill nobody: every kill
-/// is one of the two others'.
+/// database commits, its offset commits and the fetches that bring it
+/// records it absorbs the redelivery, and its held COMMITs see no offset
+/// commit, so they kill nobody: every kill is one of the three others'.
 #[test]
 fn the_correct_python_consumer_passes_killed_at_the_moments_that_expose_a_wrong_one() {
     let dir = tempfile::tempdir().unwrap();
@@ -145,9 +145,12 @@ fn the_correct_python_consumer_passes_killed_at_the_moments_that_expose_a_wrong_
     let r = ran.json();
     let at_commit = assert_fired_and_confirmed(&r, "db.kill_after_commit");
     let at_offsets = assert_fired_and_confirmed(&r, "kafka.kill_after_offset_commit");
+    let at_fetch = assert_fired_and_confirmed(&r, "kafka.kill_after_fetch");
     assert!(at_commit >= 3, "{at_commit}");
+    assert!(at_fetch >= 3, "{at_fetch}");
     assert_fired_and_confirmed(&r, "db.hold_commit");
-    assert_eq!(r["components"]["processes_killed"].as_u64().unwrap(), at_commit + at_offsets, "{}", r["components"]);
+    let killed = r["components"]["processes_killed"].as_u64().unwrap();
+    assert_eq!(killed, at_commit + at_offsets + at_fetch, "{}", r["components"]);
     // Aimed kills are not the random ones the power line measures.
     assert_eq!(r["components"]["random_kills_measured"], 0, "{}", r["components"]);
     assert_nothing_left(&r);

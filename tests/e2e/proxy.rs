@@ -329,59 +329,85 @@ async fn a_withheld_produce_acknowledgement_leaves_one_appended_copy_reported_fa
     p.close();
 }
 
-/// Records both directions of a producer's sessions with the broker,
-/// through a bare TCP relay standing where the broker advertises its last
-/// slot, and checks that the framing pairs each `Produce` request with its
-/// response. The recording is also compared with the one kept in
+/// Both directions of one client session with the broker.
+type Recorded = (Vec<u8>, Vec<u8>);
+
+/// A bare TCP relay standing where the broker advertises slot `slot`, which
+/// keeps both directions of every session it carries. The recording tests
+/// each take a slot near the top: a run proxies Kafka from slot 0 up, and
+/// the tests' runs have far fewer components than slots.
+struct Recorder {
+    task: tokio::task::JoinHandle<()>,
+    sessions: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<Recorded>>>>,
+    slot: u16,
+}
+
+impl Recorder {
+    async fn start(slot: u16) -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", kafka::ADVERTISED_BASE + slot)).await.unwrap();
+        let upstream = ("127.0.0.1", kafka::BROKER_BASE + slot);
+        let sessions: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<Recorded>>>> = Default::default();
+        let accepted = sessions.clone();
+        let task = tokio::spawn(async move {
+            async fn copy(mut from: tokio::net::tcp::OwnedReadHalf, mut to: tokio::net::tcp::OwnedWriteHalf) -> Vec<u8> {
+                let (mut seen, mut buf) = (Vec::new(), vec![0u8; 4096]);
+                while let Ok(n) = from.read(&mut buf).await {
+                    if n == 0 || to.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                }
+                seen
+            }
+            while let Ok((client, _)) = listener.accept().await {
+                let server = tokio::net::TcpStream::connect(upstream).await.unwrap();
+                let ((cr, cw), (sr, sw)) = (client.into_split(), server.into_split());
+                let session = tokio::spawn(async move {
+                    let up = tokio::spawn(copy(cr, sw));
+                    let down = copy(sr, cw).await;
+                    (up.await.unwrap(), down)
+                });
+                accepted.lock().unwrap().push(session);
+            }
+        });
+        Self { task, sessions, slot }
+    }
+
+    /// The address a client bootstraps through to be recorded.
+    fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", kafka::ADVERTISED_BASE + self.slot)
+    }
+
+    /// The sessions, once their clients closed them.
+    async fn finish(self) -> Vec<Recorded> {
+        self.task.abort();
+        let handles = std::mem::take(&mut *self.sessions.lock().unwrap());
+        let mut recorded = Vec::new();
+        for h in handles {
+            recorded.push(tokio::time::timeout(Duration::from_secs(20), h).await.expect("a session ended").unwrap());
+        }
+        recorded
+    }
+}
+
+/// Records both directions of a producer's sessions with the broker and
+/// checks that the framing pairs each `Produce` request with its response.
+/// The recording is also compared with the one kept in
 /// tests/fixtures/wire/ (made by this test with CHAOS_RECORD_WIRE=1).
 #[tokio::test]
 async fn produce_acknowledgements_are_found_in_a_recorded_session() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    type Recorded = (Vec<u8>, Vec<u8>);
-    // The last slot: a run proxies Kafka from slot 0 up, and the tests'
-    // runs have far fewer components than slots.
-    let last = kafka::SLOTS - 1;
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", kafka::ADVERTISED_BASE + last)).await.unwrap();
-    let upstream = ("127.0.0.1", kafka::BROKER_BASE + last);
-    let sessions: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<Recorded>>>> = Default::default();
-    let accepted = sessions.clone();
-    let recorder = tokio::spawn(async move {
-        async fn copy(mut from: tokio::net::tcp::OwnedReadHalf, mut to: tokio::net::tcp::OwnedWriteHalf) -> Vec<u8> {
-            let (mut seen, mut buf) = (Vec::new(), vec![0u8; 4096]);
-            while let Ok(n) = from.read(&mut buf).await {
-                if n == 0 || to.write_all(&buf[..n]).await.is_err() {
-                    break;
-                }
-                seen.extend_from_slice(&buf[..n]);
-            }
-            seen
-        }
-        while let Ok((client, _)) = listener.accept().await {
-            let server = tokio::net::TcpStream::connect(upstream).await.unwrap();
-            let ((cr, cw), (sr, sw)) = (client.into_split(), server.into_split());
-            let session = tokio::spawn(async move {
-                let up = tokio::spawn(copy(cr, sw));
-                let down = copy(sr, cw).await;
-                (up.await.unwrap(), down)
-            });
-            accepted.lock().unwrap().push(session);
-        }
-    });
+    let recorder = Recorder::start(kafka::SLOTS - 1).await;
     let direct = chaos::broker::kafka::Kafka::connect(&brokers()).await.unwrap();
     let topic = fresh_topic(&direct, "wire").await;
-    let through = chaos::broker::kafka::Kafka::attach(&format!("127.0.0.1:{}", kafka::ADVERTISED_BASE + last), false);
+    let through = chaos::broker::kafka::Kafka::attach(&recorder.bootstrap(), false);
     let producer = through.producer().unwrap();
     for _ in 0..3 {
         producer.publish(&topic, &[envelope()], true).await.unwrap();
     }
     // The producer's drop closes its connections, which ends the sessions.
     tokio::task::spawn_blocking(move || drop(producer)).await.unwrap();
-    recorder.abort();
-    let handles = std::mem::take(&mut *sessions.lock().unwrap());
-    let mut recorded = Vec::new();
-    for h in handles {
-        recorded.push(tokio::time::timeout(Duration::from_secs(20), h).await.expect("a session ended").unwrap());
-    }
+    let recorded = recorder.finish().await;
     direct.delete_names(&[topic], &[]).await.unwrap();
     let producing: Vec<&Recorded> = recorded.iter().filter(|(up, _)| produce_pairs(up, &[]).0 > 0).collect();
     assert_eq!(producing.len(), 1, "one session carried the produces, of {}", recorded.len());
@@ -396,6 +422,71 @@ async fn produce_acknowledgements_are_found_in_a_recorded_session() {
     assert_eq!(produce_pairs(&up, &down), (3, 3));
     let first = kafka::Requests::default().feed(&up).unwrap()[0];
     assert_eq!(first.api_key, 18, "a session opens with ApiVersions: {first:?}");
+}
+
+/// A real consumer (librdkafka, as the Python examples use it) reads five
+/// messages through a recording relay, then long-polls an empty partition:
+/// every `Fetch` response it got is read at the version it asked for, the
+/// ones that delivered the messages carry records, and the empty polls
+/// carry none. This is what `kafka.kill_after_fetch` tells apart.
+#[tokio::test]
+async fn fetches_with_records_are_told_from_empty_polls_in_a_recorded_session() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let recorder = Recorder::start(kafka::SLOTS - 2).await;
+    let direct = chaos::broker::kafka::Kafka::connect(&brokers()).await.unwrap();
+    let topic = fresh_topic(&direct, "wire-fetch").await;
+    let producer = direct.producer().unwrap();
+    for _ in 0..5 {
+        producer.publish(&topic, &[envelope()], true).await.unwrap();
+    }
+    let (bootstrap, t) = (recorder.bootstrap(), topic.clone());
+    let received = tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .set("group.id", format!("chaos.test-fetch-{}", std::process::id()))
+            .set("auto.offset.reset", "earliest")
+            .set("enable.auto.commit", "false")
+            .set("fetch.wait.max.ms", "100")
+            .create()
+            .unwrap();
+        consumer.subscribe(&[&t]).unwrap();
+        let (mut received, deadline) = (0, Instant::now() + Duration::from_secs(30));
+        while received < 5 && Instant::now() < deadline {
+            if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+                received += m.is_ok() as usize;
+            }
+        }
+        // Empty long polls, 100 ms each.
+        let quiet = Instant::now() + Duration::from_millis(1500);
+        while Instant::now() < quiet {
+            consumer.poll(Duration::from_millis(100));
+        }
+        received
+    })
+    .await
+    .unwrap();
+    assert_eq!(received, 5);
+    let recorded = recorder.finish().await;
+    direct.delete_names(&[topic], &[]).await.unwrap();
+    let (mut with, mut without, mut versions) = (0, 0, std::collections::BTreeSet::new());
+    for (up, down) in &recorded {
+        let in_flight = kafka::InFlight::default();
+        kafka::Requests::default().feed(up).expect("Kafka framing").into_iter().for_each(|r| in_flight.sent(r));
+        let scan = kafka::Responses::default().scan(down).expect("Kafka framing");
+        for f in &scan.frames {
+            let Some(r) = in_flight.answered(f.correlation).filter(|r| r.api_key == kafka::FETCH) else { continue };
+            versions.insert(r.api_version);
+            let end = f.end.expect("a whole response: the session ended");
+            match kafka::fetch_carries_records(r.api_version, &down[f.start..end]) {
+                Some(true) => with += 1,
+                Some(false) => without += 1,
+                None => panic!("a Fetch v{} response the proxy cannot read", r.api_version),
+            }
+        }
+    }
+    assert!(with >= 1, "no fetch carried the five messages (versions {versions:?})");
+    assert!(without >= 3, "{without} empty polls in 1.5 s of 100 ms long polls (versions {versions:?})");
+    eprintln!("fetch versions {versions:?}: {with} with records, {without} empty");
 }
 
 /// How many `Produce` requests the client's stream has, and how many
@@ -415,7 +506,7 @@ fn produce_pairs(up: &[u8], down: &[u8]) -> (usize, usize) {
     for piece in down.chunks(7) {
         held.extend_from_slice(piece);
         let scan = responses.scan(&held).expect("Kafka framing");
-        answered += scan.frames.iter().filter(|f| in_flight.answered(f.correlation) == Some(kafka::PRODUCE)).count();
+        answered += scan.frames.iter().filter(|f| in_flight.answered(f.correlation).map(|r| r.api_key) == Some(kafka::PRODUCE)).count();
         held.drain(..scan.safe);
     }
     assert!(held.is_empty(), "a response cut short at the end");

@@ -14,7 +14,11 @@
 //! `kafka.kill_after_produce_ack` follows with a kill. An `OffsetCommit`
 //! response (API key 8) is the coordinator's word that the group's
 //! position moved: `kafka.kill_after_offset_commit` follows it with a
-//! kill. A `Produce` with
+//! kill. A `Fetch` response (API key 1) is read further, by the version
+//! its request asked for ([`fetch_carries_records`]): one whose record
+//! sets are all empty is a long poll that found nothing, and one that
+//! carries records is the start of a delivery, which
+//! `kafka.kill_after_fetch` follows with a kill. A `Produce` with
 //! `acks=0` gets no response at all; its entry is dropped when a later
 //! response shows it was skipped.
 //!
@@ -45,6 +49,9 @@ pub const PRODUCE: i16 = 0;
 /// The `OffsetCommit` API: a consumer's committed position, answered by
 /// the group coordinator.
 pub const OFFSET_COMMIT: i16 = 8;
+/// The `Fetch` API: a consumer's read of its partitions, answered by each
+/// partition's leader with the records it has, or none after a long poll.
+pub const FETCH: i16 = 1;
 
 /// Larger than any frame a broker or client sends (their limits are 100
 /// MiB for a request and 50 MiB for a fetch): a size beyond it means the
@@ -55,6 +62,9 @@ const MAX_FRAME: usize = 1 << 30;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Request {
     pub api_key: i16,
+    /// Which version of the API the response is written in: a `Fetch`
+    /// response is read by it.
+    pub api_version: i16,
     pub correlation: i32,
 }
 
@@ -95,6 +105,7 @@ impl Requests {
             }
             out.push(Request {
                 api_key: i16::from_be_bytes([h[4], h[5]]),
+                api_version: i16::from_be_bytes([h[6], h[7]]),
                 correlation: i32::from_be_bytes([h[8], h[9], h[10], h[11]]),
             });
             self.left = size as usize + 4 - 12;
@@ -174,16 +185,179 @@ impl InFlight {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).push_back(r);
     }
 
-    /// The API key of the request a response answers. Requests before it
-    /// got no response (a `Produce` with `acks=0`) and are dropped.
-    pub fn answered(&self, correlation: i32) -> Option<i16> {
+    /// The request a response answers. Requests before it got no response
+    /// (a `Produce` with `acks=0`) and are dropped.
+    pub fn answered(&self, correlation: i32) -> Option<Request> {
         let mut q = self.0.lock().unwrap_or_else(|p| p.into_inner());
         while let Some(r) = q.pop_front() {
             if r.correlation == correlation {
-                return Some(r.api_key);
+                return Some(r);
             }
         }
         None
+    }
+}
+
+/// The `Fetch` versions [`fetch_carries_records`] reads: 4 is the oldest a
+/// client of this decade sends (librdkafka and the Java client negotiate
+/// up), 17 the newest Kafka 4 answers. 12 and later are "flexible": compact
+/// lengths and tagged fields; 13 and later name a topic by its id.
+pub const FETCH_VERSIONS: std::ops::RangeInclusive<i16> = 4..=17;
+
+/// Whether a `Fetch` response carries records: some partition's record set
+/// is not empty. `frame` is the response from its size field, whole or its
+/// first bytes; `None` when the version is not one of [`FETCH_VERSIONS`] or
+/// the bytes end before an answer (for a whole frame: it is not what its
+/// version says).
+///
+/// Only the fields before each record set are read, so an empty long poll
+/// (every partition's record set empty or null) is told from a delivery
+/// without decoding a record.
+pub fn fetch_carries_records(version: i16, frame: &[u8]) -> Option<bool> {
+    if !FETCH_VERSIONS.contains(&version) {
+        return None;
+    }
+    let flexible = version >= 12;
+    let mut r = Reader { buf: frame, at: 8 };
+    if flexible {
+        // A flexible response's header has tagged fields after its id.
+        r.tags()?;
+    }
+    r.skip(4)?; // throttle_time_ms
+    if version >= 7 {
+        r.skip(2 + 4)?; // error_code, session_id
+    }
+    for _ in 0..r.array(flexible)? {
+        match version >= 13 {
+            true => r.skip(16)?, // topic_id
+            false => r.string(flexible)?,
+        }
+        for _ in 0..r.array(flexible)? {
+            // partition_index, error_code, high_watermark,
+            // last_stable_offset (4+), log_start_offset (5+)
+            r.skip(4 + 2 + 8 + 8 + if version >= 5 { 8 } else { 0 })?;
+            for _ in 0..r.array(flexible)? {
+                r.skip(8 + 8)?; // producer_id, first_offset
+                if flexible {
+                    r.tags()?;
+                }
+            }
+            if version >= 11 {
+                r.skip(4)?; // preferred_read_replica
+            }
+            // A record set's length is enough: the answer comes before its
+            // bytes, so a frame's first bytes often decide it.
+            if r.length(flexible)? > 0 {
+                return Some(true);
+            }
+            if flexible {
+                r.tags()?;
+            }
+        }
+        if flexible {
+            r.tags()?;
+        }
+    }
+    Some(false)
+}
+
+/// A `Fetch` response read across the proxy's reads: its first bytes are
+/// kept until they say whether it carries records. A record set's length
+/// comes before its bytes, so this keeps headers, not records.
+#[derive(Debug)]
+pub struct Fetched {
+    version: i16,
+    head: Vec<u8>,
+}
+
+/// Kept of one response at most: far more than the headers before the
+/// first record set of any fetch a consumer of one topic gets.
+const FETCH_HEAD_MAX: usize = 1 << 20;
+
+impl Fetched {
+    pub fn new(version: i16) -> Self {
+        Self { version, head: Vec::new() }
+    }
+
+    /// Reads the response's next bytes: `Some` once they decide it.
+    pub fn feed(&mut self, bytes: &[u8]) -> Option<bool> {
+        let room = FETCH_HEAD_MAX.saturating_sub(self.head.len());
+        self.head.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        fetch_carries_records(self.version, &self.head)
+    }
+}
+
+/// Kafka's primitive types, read from a frame's bytes; `None` past their end.
+struct Reader<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        let end = self.at.checked_add(n).filter(|e| *e <= self.buf.len())?;
+        let out = &self.buf[self.at..end];
+        self.at = end;
+        Some(out)
+    }
+
+    fn skip(&mut self, n: usize) -> Option<()> {
+        self.take(n).map(|_| ())
+    }
+
+    fn i16(&mut self) -> Option<i16> {
+        self.take(2).map(|b| i16::from_be_bytes([b[0], b[1]]))
+    }
+
+    fn i32(&mut self) -> Option<i32> {
+        self.take(4).map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn uvarint(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.take(1)?[0];
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    /// A length: compact ones are stored plus one, 0 meaning null; a
+    /// null (or empty) one is 0 here.
+    fn length(&mut self, compact: bool) -> Option<usize> {
+        match compact {
+            true => self.uvarint().map(|n| n.saturating_sub(1) as usize),
+            false => self.i32().map(|n| n.max(0) as usize),
+        }
+    }
+
+    /// An array's element count.
+    fn array(&mut self, compact: bool) -> Option<usize> {
+        let n = self.length(compact)?;
+        // Each element takes a byte at least: a count beyond the frame is
+        // not Kafka, and would spin the caller's loop.
+        (n <= self.buf.len() - self.at).then_some(n)
+    }
+
+    fn string(&mut self, compact: bool) -> Option<()> {
+        let n = match compact {
+            true => self.length(true)?,
+            false => self.i16()?.max(0) as usize,
+        };
+        self.skip(n)
+    }
+
+    /// A tagged-field section: a count, then tag, size and bytes each.
+    fn tags(&mut self) -> Option<()> {
+        for _ in 0..self.uvarint()? {
+            self.uvarint()?;
+            let n = self.uvarint()? as usize;
+            self.skip(n)?;
+        }
+        Some(())
     }
 }
 
@@ -211,9 +385,9 @@ mod tests {
     fn requests_are_found_whatever_the_cuts() {
         let stream: Vec<u8> = [request(18, 1, 0), request(0, 2, 300), request(3, 3, 5)].concat();
         let want = vec![
-            Request { api_key: 18, correlation: 1 },
-            Request { api_key: 0, correlation: 2 },
-            Request { api_key: 3, correlation: 3 },
+            Request { api_key: 18, api_version: 9, correlation: 1 },
+            Request { api_key: 0, api_version: 9, correlation: 2 },
+            Request { api_key: 3, api_version: 9, correlation: 3 },
         ];
         for cut in 1..stream.len() {
             let mut r = Requests::default();
@@ -254,12 +428,146 @@ mod tests {
     #[test]
     fn a_response_answers_the_oldest_request_with_its_id() {
         let f = InFlight::default();
-        f.sent(Request { api_key: 0, correlation: 7 });
-        f.sent(Request { api_key: 0, correlation: 8 });
-        f.sent(Request { api_key: 1, correlation: 9 });
+        f.sent(Request { api_key: 0, api_version: 9, correlation: 7 });
+        f.sent(Request { api_key: 0, api_version: 9, correlation: 8 });
+        f.sent(Request { api_key: 1, api_version: 13, correlation: 9 });
         // 7 was an acks=0 produce: no response; 8's response comes first.
-        assert_eq!(f.answered(8), Some(0));
-        assert_eq!(f.answered(9), Some(1));
+        assert_eq!(f.answered(8).map(|r| r.api_key), Some(0));
+        assert_eq!(f.answered(9), Some(Request { api_key: 1, api_version: 13, correlation: 9 }));
         assert_eq!(f.answered(10), None);
+    }
+
+    /// A partition of a built `Fetch` response: its aborted transactions
+    /// and its record set (`None`: null).
+    struct Part {
+        aborted: usize,
+        records: Option<usize>,
+    }
+
+    fn uvarint(v: &mut Vec<u8>, mut n: u64) {
+        while n >= 0x80 {
+            v.push((n as u8 & 0x7f) | 0x80);
+            n >>= 7;
+        }
+        v.push(n as u8);
+    }
+
+    /// A length as `version` writes it; a flexible one is stored plus one.
+    fn len(v: &mut Vec<u8>, flexible: bool, n: Option<usize>) {
+        match (flexible, n) {
+            (true, n) => uvarint(v, n.map_or(0, |n| n as u64 + 1)),
+            (false, n) => v.extend(n.map_or(-1, |n| n as i32).to_be_bytes()),
+        }
+    }
+
+    /// A tagged-field section with one field of `n` bytes, so that the
+    /// reader must skip it, not just a zero count.
+    fn tags(v: &mut Vec<u8>, n: usize) {
+        uvarint(v, 1);
+        uvarint(v, 0);
+        uvarint(v, n as u64);
+        v.extend(std::iter::repeat_n(0xEE, n));
+    }
+
+    /// A whole `Fetch` response of `version`, written from the message's
+    /// schema: one entry of `topics` per topic, with its partitions.
+    fn fetch(version: i16, topics: &[Vec<Part>]) -> Vec<u8> {
+        let flexible = version >= 12;
+        let mut v = 42i32.to_be_bytes().to_vec();
+        if flexible {
+            tags(&mut v, 3);
+        }
+        v.extend(0i32.to_be_bytes());
+        if version >= 7 {
+            v.extend(0i16.to_be_bytes());
+            v.extend(77i32.to_be_bytes());
+        }
+        len(&mut v, flexible, Some(topics.len()));
+        for parts in topics {
+            if version >= 13 {
+                v.extend([0xAA; 16]);
+            } else {
+                let name = b"chaos-payments";
+                match flexible {
+                    true => uvarint(&mut v, name.len() as u64 + 1),
+                    false => v.extend((name.len() as i16).to_be_bytes()),
+                }
+                v.extend(name);
+            }
+            len(&mut v, flexible, Some(parts.len()));
+            for (i, p) in parts.iter().enumerate() {
+                v.extend((i as i32).to_be_bytes());
+                v.extend(0i16.to_be_bytes());
+                v.extend([0x11; 16]);
+                if version >= 5 {
+                    v.extend([0x22; 8]);
+                }
+                len(&mut v, flexible, (p.aborted > 0).then_some(p.aborted));
+                for _ in 0..p.aborted {
+                    v.extend([0x33; 16]);
+                    if flexible {
+                        tags(&mut v, 2);
+                    }
+                }
+                if version >= 11 {
+                    v.extend((-1i32).to_be_bytes());
+                }
+                len(&mut v, flexible, p.records);
+                v.extend(std::iter::repeat_n(0x44, p.records.unwrap_or(0)));
+                if flexible {
+                    tags(&mut v, 5);
+                }
+            }
+            if flexible {
+                tags(&mut v, 0);
+            }
+        }
+        if flexible {
+            tags(&mut v, 7);
+        }
+        let mut frame = (v.len() as i32).to_be_bytes().to_vec();
+        frame.extend(v);
+        frame
+    }
+
+    #[test]
+    fn a_fetch_carries_records_only_when_a_record_set_is_not_empty() {
+        let empty = |aborted| Part { aborted, records: Some(0) };
+        let null = || Part { aborted: 0, records: None };
+        let full = |aborted, n| Part { aborted, records: Some(n) };
+        for version in FETCH_VERSIONS {
+            let says = |topics: &[Vec<Part>]| fetch_carries_records(version, &fetch(version, topics));
+            assert_eq!(says(&[]), Some(false), "v{version}: no topics");
+            assert_eq!(says(&[vec![empty(0), null()]]), Some(false), "v{version}: an empty long poll");
+            assert_eq!(says(&[vec![empty(2)], vec![null(), empty(1)]]), Some(false), "v{version}: aborted, no records");
+            assert_eq!(says(&[vec![empty(1), null(), full(0, 300)]]), Some(true), "v{version}: the third partition");
+            assert_eq!(says(&[vec![null()], vec![empty(0), full(2, 61)]]), Some(true), "v{version}: the second topic");
+            // A frame cut short of its answer is not what its version says.
+            let whole = fetch(version, &[vec![empty(1), full(0, 10)]]);
+            assert_eq!(fetch_carries_records(version, &whole[..30]), None, "v{version}: cut in its first topic");
+        }
+        assert_eq!(fetch_carries_records(3, &fetch(4, &[vec![full(0, 9)]])), None, "a version it does not read");
+        assert_eq!(fetch_carries_records(18, &fetch(17, &[vec![full(0, 9)]])), None, "a version it does not read");
+        // Read across the proxy's reads, whatever the cuts: decided once the
+        // first non-empty record set's length is in, never `true` for an
+        // empty poll.
+        for version in [4, 11, 12, 16] {
+            let with = fetch(version, &[vec![empty(1), full(0, 500)]]);
+            let without = fetch(version, &[vec![empty(1), null()]]);
+            for cut in 1..without.len() {
+                let mut f = Fetched::new(version);
+                assert_eq!(f.feed(&with[..cut.min(with.len())]).unwrap_or(true), true, "v{version} cut {cut}");
+                assert_eq!(f.feed(&with[cut.min(with.len())..]), Some(true), "v{version} cut {cut}");
+                let mut f = Fetched::new(version);
+                assert_ne!(f.feed(&without[..cut]), Some(true), "v{version} cut {cut}: an empty poll");
+                assert_eq!(f.feed(&without[cut..]), Some(false), "v{version} cut {cut}");
+            }
+        }
+        // A count that runs past the frame is not Kafka: None, at once, not
+        // a million turns of the loop.
+        let mut huge = fetch(4, &[]);
+        huge.truncate(huge.len() - 4);
+        huge.extend(1_000_000i32.to_be_bytes());
+        assert_eq!(fetch_carries_records(4, &huge), None);
     }
 }

@@ -26,12 +26,13 @@
 //! resets the connection, so the transaction is durable and its client
 //! cannot know (an ambiguous commit); `kafka.produce_ack_lost` does the
 //! same to a `Produce` response, the broker's ack of an appended batch;
-//! `db.kill_after_commit`, `kafka.kill_after_produce_ack` and
-//! `kafka.kill_after_offset_commit` let the acknowledgement through and
-//! then have the slot's process killed at once (for any program: a
-//! consumer killed between its transaction and its offset commit, a relay
-//! between the broker's ack and its mark, a consumer whose offsets are
-//! committed before its transaction).
+//! `db.kill_after_commit`, `kafka.kill_after_produce_ack`,
+//! `kafka.kill_after_offset_commit` and `kafka.kill_after_fetch` let the
+//! response through and then have the slot's process killed at once (for
+//! any program: a consumer killed between its transaction and its offset
+//! commit, a relay between the broker's ack and its mark, a consumer whose
+//! offsets are committed before its transaction, a consumer holding
+//! records it has only received).
 //!
 //! **Cost.** With no fault set for a slot, a read is written on at once:
 //! no copy beyond the read buffer, no timer, no subscription. The bench
@@ -572,9 +573,10 @@ async fn pump_bytes(
 /// Broker to client, with a `kafka.*` point set: each response's header is
 /// read, and a `Produce` response (the broker's acknowledgement) may be
 /// withheld (`kafka.produce_ack_lost`) or followed by a kill
-/// (`kafka.kill_after_produce_ack`), and an `OffsetCommit` response
-/// followed by a kill (`kafka.kill_after_offset_commit`). Without one,
-/// bytes as they come.
+/// (`kafka.kill_after_produce_ack`), an `OffsetCommit` response
+/// followed by a kill (`kafka.kill_after_offset_commit`), and a `Fetch`
+/// response that carries records followed by a kill
+/// (`kafka.kill_after_fetch`). Without one, bytes as they come.
 async fn pump_broker(
     mut from: OwnedReadHalf,
     to: &mut OwnedWriteHalf,
@@ -590,6 +592,11 @@ async fn pump_broker(
     // Dropped, however this pump ends, it kills: a reset or a failed write
     // must not leave a fired kill undone.
     let mut kill_at_end: Option<Claimed<'_>> = None;
+    // Fetch responses are read only when their kill is set: a consumer's
+    // reads are most of its bytes.
+    let read_fetches = faults.probability(FaultPoint::KafkaKillAfterFetch) > 0.0;
+    // A fetch response begun in an earlier read, not yet decided.
+    let mut fetching: Option<kafka::Fetched> = None;
     loop {
         let Some(n) = read_shaped(&mut from, &mut chunk, to, slot, &mut rng, faults).await? else { return Ok(()) };
         let Some(in_flight) = requests else {
@@ -607,21 +614,48 @@ async fn pump_broker(
                 continue;
             }
         };
+        // A fetch begun in an earlier read: its next bytes head this buffer.
+        if let Some(mut f) = fetching.take() {
+            let mine = left_before.min(buf.len());
+            match f.feed(&buf[..mine]) {
+                Some(true) if kill_at_end.is_none() => {
+                    kill_at_end = slot.process.claim_kill(faults, FaultPoint::KafkaKillAfterFetch, &slot.name, || {
+                        "the process, once a fetch with records reached it".into()
+                    })
+                }
+                Some(_) => {}
+                None if left_before > buf.len() => fetching = Some(f),
+                None => debug!(slot = %slot.name, "a fetch response the proxy could not read; no occurrence"),
+            }
+        }
         // An acknowledgement begun in an earlier read ends in this one.
         let mut kill = if left_before <= scan.safe { kill_at_end.take() } else { None };
         for f in &scan.frames {
             // Responses after a claimed kill go to a process about to die:
-            // no occurrence of either point.
+            // no occurrence of any point.
             if kill.is_some() || kill_at_end.is_some() {
                 break;
             }
-            let (point, what) = match in_flight.answered(f.correlation) {
-                Some(kafka::PRODUCE) => (FaultPoint::KafkaKillAfterProduceAck, "its produce"),
-                Some(kafka::OFFSET_COMMIT) => {
+            let (point, what) = match in_flight.answered(f.correlation).map(|r| (r.api_key, r.api_version)) {
+                Some((kafka::PRODUCE, _)) => (FaultPoint::KafkaKillAfterProduceAck, "its produce was acknowledged"),
+                Some((kafka::OFFSET_COMMIT, _)) => {
                     // The coordinator answered: the group's position moved,
                     // whether or not the client reads the answer.
                     slot.offset_commits.send_modify(|n| *n += 1);
-                    (FaultPoint::KafkaKillAfterOffsetCommit, "its offset commit")
+                    (FaultPoint::KafkaKillAfterOffsetCommit, "its offset commit was acknowledged")
+                }
+                Some((kafka::FETCH, version)) if read_fetches => {
+                    // Decided by the bytes in this buffer, or followed into
+                    // the next reads until its first record set's length.
+                    let mut fetched = kafka::Fetched::new(version);
+                    match (fetched.feed(&buf[f.start..f.end.unwrap_or(buf.len())]), f.end) {
+                        (Some(true), _) => (FaultPoint::KafkaKillAfterFetch, "a fetch with records reached it"),
+                        (None, None) => {
+                            fetching = Some(fetched);
+                            continue;
+                        }
+                        _ => continue,
+                    }
                 }
                 _ => continue,
             };
@@ -633,9 +667,7 @@ async fn pump_broker(
                 faults.confirm(FaultPoint::KafkaProduceAckLost, 1);
                 return Err("reset after withholding a produce's acknowledgement (kafka.produce_ack_lost)".into());
             }
-            let claimed = slot
-                .process
-                .claim_kill(faults, point, &slot.name, || format!("the process, once {what} was acknowledged"));
+            let claimed = slot.process.claim_kill(faults, point, &slot.name, || format!("the process, once {what}"));
             match f.end {
                 Some(_) => kill = claimed,
                 None => kill_at_end = claimed,
@@ -808,8 +840,9 @@ impl ProcessHandle {
     }
 }
 
-/// A fired kill after an acknowledgement (`db.kill_after_commit`,
-/// `kafka.kill_after_produce_ack`, `kafka.kill_after_offset_commit`): its drop sends SIGKILL to the claimed
+/// A fired kill after a response (`db.kill_after_commit`,
+/// `kafka.kill_after_produce_ack`, `kafka.kill_after_offset_commit`,
+/// `kafka.kill_after_fetch`): its drop sends SIGKILL to the claimed
 /// process group, which the pump does the moment the acknowledgement is
 /// written, and which also happens when the pump ends first. The keeper is
 /// told first, so that it takes the end it sees for this kill, and
