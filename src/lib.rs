@@ -12,7 +12,8 @@
 //! 2. [`faults`]: the fault point registry, seeded decisions, what fired.
 //! 3. [`scenario`]: the raw TOML and the validated [`scenario::Scenario`].
 //! 4. [`broker`], [`store`]: the services' adapters (Kafka and its mock
-//!    cluster; PostgreSQL and SQLite).
+//!    cluster; PostgreSQL and SQLite); [`provider`]: the third party's
+//!    stand-in (an HTTP email provider whose record is ground truth).
 //! 5. [`verifier`]: the checker, which reads the ground truth and never the
 //!    system under test.
 //! 6. [`pipeline`]: the reference system under test.
@@ -37,6 +38,7 @@ pub mod faults;
 pub mod harness;
 pub mod nemesis;
 pub mod pipeline;
+pub mod provider;
 pub(crate) mod report;
 pub mod scenario;
 pub mod store;

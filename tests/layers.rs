@@ -22,8 +22,8 @@ const LAYERS: &[&[&str]] = &[
     &["faults"],
     // The raw and validated scenario, which names fault points.
     &["scenario"],
-    // The services' adapters.
-    &["broker", "store"],
+    // The services' adapters and the third party's stand-in (the email provider).
+    &["broker", "store", "provider"],
     // The checker: it reads ground truth, never the system under test.
     &["verifier"],
     // The reference system under test.

@@ -3,6 +3,7 @@
 //! component crash and restart goes through.
 
 pub mod context;
+pub mod email;
 pub mod inbox;
 pub mod notifier;
 pub mod purger;
