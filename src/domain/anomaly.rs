@@ -38,5 +38,16 @@ choices! {
         DeadLetterMismatch = "dead letter mismatch",
         /// A non-idempotent counter that does not add up.
         CounterDrift = "counter drift",
+        /// More than one email sent for one payment, by the provider's record.
+        DuplicateExternalEffect = "duplicate external effect",
+        /// A captured payment for which the provider sent no email.
+        MissingExternalEffect = "missing external effect",
+        /// An email not caused by its payment's captured event, or one that
+        /// disagrees with the receipt rows (an email without its row, a row
+        /// without its email).
+        MisattributedExternalEffect = "misattributed external effect",
+        /// An idempotency key sent again with a different body: the provider
+        /// refused it, so that request's email was never sent.
+        IdempotencyKeyReused = "idempotency key reused",
     }
 }

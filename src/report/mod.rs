@@ -333,7 +333,7 @@ fn render_verification(r: &Report, style: Style, out: &mut String) {
 
 /// The verification table's rows, for the text and the HTML reports.
 pub(crate) fn verification_rows(c: &Counts) -> Vec<(&'static str, String)> {
-    vec![
+    let mut rows = vec![
         ("payments committed (the workload's own record)", c.payments_committed.to_string()),
         ("payments captured (rows)", format!("{} of {}", c.payments_captured, c.payments)),
         ("outbox events", format!("{} ({} unpublished)", c.outbox_events, c.unpublished)),
@@ -365,7 +365,25 @@ pub(crate) fn verification_rows(c: &Counts) -> Vec<(&'static str, String)> {
         ),
         ("loyalty points", format!("{} (expected {})", c.loyalty_points, c.loyalty_points_expected)),
         ("loyalty credits", c.loyalty_credits.to_string()),
-    ]
+    ];
+    // Only a run whose emails were checked has the line: others read as before.
+    if let Some(line) = emails_line(c) {
+        rows.insert(rows.iter().position(|(k, _)| *k == "payments by receipts").map_or(rows.len(), |i| i + 1), line);
+    }
+    rows
+}
+
+/// "1000 for 1000 payments (37 repeats absorbed by the provider)", with the
+/// refused requests when there were some; `None` when no emails were checked.
+fn emails_line(c: &Counts) -> Option<(&'static str, String)> {
+    let sent = c.emails_sent?;
+    let absorbed = c.emails_absorbed.unwrap_or(0);
+    let mut v = format!("{sent} for {} payments ({absorbed} repeats absorbed by the provider", c.payments_captured);
+    match c.emails_refused.unwrap_or(0) {
+        0 => v.push(')'),
+        n => v.push_str(&format!(", {n} requests refused)")),
+    }
+    Some(("emails sent", v))
 }
 
 /// Every fault point: reached, fired, confirmed; then what the components say.
@@ -577,6 +595,20 @@ mod tests {
         let partial = section(&render(&r, Style::Terminal));
         let rows = &partial[..partial.find("not judged").expect("says it was not judged")];
         assert!(!rows.contains('✔') && !rows.contains('✘'), "{rows}");
+    }
+
+    #[test]
+    fn the_emails_line_shows_only_when_emails_were_checked() {
+        let mut r: Report =
+            serde_json::from_str(include_str!("../../reports/sample-payments-postgres-kafka.json")).unwrap();
+        assert!(!render(&r, Style::Terminal).contains("emails sent"), "a run without emails reads as before");
+        r.counts.payments_captured = 1000;
+        (r.counts.emails_sent, r.counts.emails_absorbed, r.counts.emails_refused) = (Some(1000), Some(37), Some(0));
+        let text = render(&r, Style::Terminal);
+        assert!(text.contains("1000 for 1000 payments (37 repeats absorbed by the provider)"), "{text}");
+        r.counts.emails_refused = Some(2);
+        let text = render(&r, Style::Markdown);
+        assert!(text.contains("(37 repeats absorbed by the provider, 2 requests refused)"), "{text}");
     }
 
     #[test]

@@ -35,6 +35,9 @@ pub(super) mod flag {
     pub const POISON: u8 = 8;
     /// Its row in the table says captured.
     pub const TABLE_CAPTURED: u8 = 16;
+    /// It has a receipt row caused by its own captured event: the row an
+    /// email from that event must match.
+    pub const RECEIPT_CAUSED: u8 = 32;
 }
 
 /// One payment, compact: 40 bytes.
@@ -154,6 +157,10 @@ pub struct Ledger {
     pub(super) streamed: Streamed,
     /// Receipts of payments that do not exist.
     pub(super) stray_receipts: Vec<(Uuid, u64)>,
+    /// Receipt rows (payment, message) not caused by their payment's
+    /// captured event, kept whole for the email checks; a correct run has
+    /// none, so they cost nothing there.
+    pub(super) odd_receipts: Vec<(Uuid, Uuid)>,
     pub(super) inbox_rows: BTreeMap<Handler, u64>,
     pub(super) dead_letters: u64,
     /// The counter, summed over its stripes, per account.
@@ -318,7 +325,7 @@ impl Ledger {
     }
 
     /// The payment and kind of a known event: (payment index, kind).
-    fn cause(&mut self, id: Uuid) -> Option<(usize, Option<EventKind>)> {
+    pub(super) fn cause(&mut self, id: Uuid) -> Option<(usize, Option<EventKind>)> {
         let e = self.event(id)?;
         let ev = self.events[e];
         (ev.payment != NO_PAYMENT).then_some((ev.payment as usize, ev.kind))
@@ -335,14 +342,17 @@ impl Ledger {
             },
         }
         let ok = matches!(cause, Some((i, Some(EventKind::Captured))) if self.payments[i].id == payment);
-        if !ok {
+        if let (true, Some((i, _))) = (ok, cause) {
+            self.payments[i].flags |= flag::RECEIPT_CAUSED;
+        } else {
+            self.odd_receipts.push((payment, message));
             let why = self.describe_cause(cause, message);
             self.streamed.receipt_cause.hit_on(payment, || format!("receipt for payment {payment} caused by {why}"));
         }
     }
 
     /// What a cause is, for an example.
-    fn describe_cause(&self, cause: Option<(usize, Option<EventKind>)>, id: Uuid) -> String {
+    pub(super) fn describe_cause(&self, cause: Option<(usize, Option<EventKind>)>, id: Uuid) -> String {
         match cause {
             None => format!("{id}, which is no outbox event"),
             Some((i, kind)) => format!(

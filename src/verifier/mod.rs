@@ -11,6 +11,8 @@
 //!   bytes per payment, event and message, fed row by row as it streams in).
 //! - [`reconcile`]: the checks, pure functions from the ledger to counts,
 //!   invariants and anomalies; unit-tested on hand-made rows.
+//! - [`emails`]: the checks of effects outside the database, the emails in
+//!   the provider's record against the intent and the receipt rows.
 //! - [`verdict`]: anomalies and confirmed chaos to a verdict.
 //! - [`attribution`]: which faults fired just before each anomaly's
 //!   examples were last written, from their timestamps and the fault log.
@@ -18,6 +20,7 @@
 //! - [`latency`]: end-to-end latency percentiles, one computation for every backend.
 
 pub(crate) mod attribution;
+pub(crate) mod emails;
 pub mod latency;
 pub(crate) mod ledger;
 pub(crate) mod pass;

@@ -23,7 +23,9 @@ const TOPIC_READ_FLOOR: Duration = Duration::from_secs(60);
 const TOPIC_READ_PER_PAYMENT: Duration = Duration::from_micros(100);
 
 /// Reads the ground truth against the workload's record of intent,
-/// confirms the faults the topic shows, and reconciles.
+/// confirms the faults the topic shows, and reconciles. `emails` is the
+/// provider's record when the run sends emails: then the emails are checked
+/// too; `None` checks none and adds no email invariant.
 pub async fn verify(
     store: &Store,
     broker: &SharedBroker,
@@ -31,6 +33,7 @@ pub async fn verify(
     sc: &Scenario,
     intent: Vec<Intended>,
     faults: &FaultInjector,
+    emails: Option<&crate::provider::Record>,
 ) -> Result<(reconcile::Reconciliation, TopicSide)> {
     let mut ledger = Ledger::new();
     for p in intent {
@@ -45,7 +48,10 @@ pub async fn verify(
         }
     }
     let spec = reconcile::Spec { payments: sc.payments, outbox: sc.publish == crate::scenario::PublishMode::Outbox };
-    let r = ledger.check(&spec);
+    let mut r = ledger.check(&spec);
+    if let Some(emails) = emails {
+        ledger.check_emails(emails, &mut r);
+    }
     // A poison message's effect is its dead letter.
     faults.confirm(FaultPoint::WorkloadPoison, r.counts.dead_letters_matched);
     // What the stories need of the topic, while the ledger still holds it.

@@ -59,6 +59,19 @@ pub struct Counts {
     pub loyalty_points: i64,
     pub loyalty_points_expected: i64,
     pub loyalty_credits: u64,
+    /// Emails the provider's record says it sent (its `Sent*` outcomes).
+    /// The three email figures are `None` when the run sends no emails, so
+    /// its report reads as it did before emails existed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub emails_sent: Option<u64>,
+    /// Requests the provider answered as a replay of their idempotency key:
+    /// repeats it absorbed without sending.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub emails_absorbed: Option<u64>,
+    /// Requests the provider refused without sending (key reused, key in
+    /// use, bad request, unavailable).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub emails_refused: Option<u64>,
 }
 
 /// A property that must hold, with what was expected and what was found.
@@ -128,7 +141,7 @@ pub struct Spec {
 #[derive(Debug)]
 pub(super) struct AnomalyBuilder {
     kind: AnomalyKind,
-    count: u64,
+    pub(super) count: u64,
     examples: Vec<String>,
     /// Aligned with `examples`.
     subjects: Vec<Option<uuid::Uuid>>,
@@ -149,7 +162,7 @@ impl AnomalyBuilder {
         self.hit_about(Some(subject), example);
     }
 
-    fn hit_about(&mut self, subject: Option<uuid::Uuid>, example: impl FnOnce() -> String) {
+    pub(super) fn hit_about(&mut self, subject: Option<uuid::Uuid>, example: impl FnOnce() -> String) {
         self.count += 1;
         if self.examples.len() < EXAMPLES {
             self.examples.push(example());
@@ -161,15 +174,33 @@ impl AnomalyBuilder {
 /// Collects invariants and the anomalies behind them; anomalies of one kind
 /// found by several checks are reported once, their counts added.
 #[derive(Default)]
-struct Findings {
+pub(super) struct Findings {
     invariants: Vec<Invariant>,
     anomalies: Vec<Anomaly>,
 }
 
 impl Findings {
+    /// Goes on from a finished reconciliation, so that later checks (the
+    /// emails') add their invariants after its own and merge anomalies with its.
+    pub(super) fn resume(r: &mut Reconciliation) -> Self {
+        Self { invariants: std::mem::take(&mut r.invariants), anomalies: std::mem::take(&mut r.anomalies) }
+    }
+
+    /// Hands the findings back to the reconciliation they resumed.
+    pub(super) fn finish(self, r: &mut Reconciliation) {
+        r.invariants = self.invariants;
+        r.anomalies = self.anomalies;
+    }
+
     /// An invariant that holds when `expected == actual` and none of its
     /// anomalies has an example.
-    fn check<T: PartialEq + ToString>(&mut self, name: &str, expected: T, actual: T, found: Vec<AnomalyBuilder>) {
+    pub(super) fn check<T: PartialEq + ToString>(
+        &mut self,
+        name: &str,
+        expected: T,
+        actual: T,
+        found: Vec<AnomalyBuilder>,
+    ) {
         let mut inv = Invariant::eq(name, expected, actual);
         for b in found.into_iter().filter(|b| b.count > 0) {
             inv.ok = false;

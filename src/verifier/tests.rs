@@ -7,6 +7,7 @@ use super::topic::TopicRecord;
 use super::Ledger;
 use crate::domain::events::{fingerprint, EventKind, PaymentEvent};
 use crate::domain::intent::Intended;
+use crate::provider::{Body, Outcome, Record, Request};
 use uuid::Uuid;
 
 /// Hand-made ground truth, fed to a [`Ledger`] as the readers feed it.
@@ -23,6 +24,8 @@ struct World {
     credits: Vec<(Uuid, i32, i64)>,
     topic: Vec<TopicRecord>,
     scenario_payments: u64,
+    /// The provider's record, when the world sends emails.
+    emails: Option<Record>,
 }
 
 impl World {
@@ -38,7 +41,11 @@ impl World {
         self.loyalty.iter().for_each(|(a, n)| l.add_loyalty(*a, *n));
         self.credits.iter().for_each(|(e, a, n)| l.add_credit(*e, *a, *n));
         self.topic.iter().for_each(|m| l.add_message(m.clone()));
-        l.reconcile(&Spec { payments: self.scenario_payments, outbox: true })
+        let mut r = l.check(&Spec { payments: self.scenario_payments, outbox: true });
+        if let Some(emails) = &self.emails {
+            l.check_emails(emails, &mut r);
+        }
+        r
     }
 
     /// The event of payment `i` of this kind.
@@ -425,4 +432,233 @@ fn uncaptured_payment_fails() {
     w.intent[0].captured = false;
     let r = w.reconcile();
     assert!(failing(&r).contains(&"every committed payment captured".to_string()));
+}
+
+// The emails: the provider's record checked against the intent, the outbox
+// and the receipt rows.
+
+/// The four anomalies only the email checks find.
+const EMAIL_ANOMALIES: [&str; 4] =
+    ["duplicate external effect", "missing external effect", "misattributed external effect", "idempotency key reused"];
+
+/// The notifier's request for payment `i`'s receipt, caused by `message`.
+fn email(w: &World, i: usize, message: Uuid, outcome: Outcome) -> Request {
+    let p = &w.payments[i];
+    let body = serde_json::json!({
+        "to": format!("account-{}@customers.example", p.account_id),
+        "subject": "Your receipt",
+        "payment_id": p.id.to_string(),
+        "message_id": message.to_string(),
+        "amount_cents": p.amount_cents,
+    });
+    Request {
+        seq: 0,
+        at: Default::default(),
+        key: Some(format!("{message}:receipts")),
+        body: Body::Json(body),
+        outcome,
+    }
+}
+
+fn sent(n: usize) -> Outcome {
+    Outcome::Sent { id: format!("em_{n}") }
+}
+
+/// A healthy world whose notifier sent one email per captured payment.
+fn emailing(n: usize) -> World {
+    let mut w = healthy(n);
+    let requests = (0..n).map(|i| email(&w, i, w.event(i, EventKind::Captured), sent(i))).collect();
+    w.emails = Some(Record { requests });
+    renumber(&mut w);
+    w
+}
+
+/// Adds a request at the end of the world's record, numbered in arrival order.
+fn push(w: &mut World, mut q: Request) {
+    let record = w.emails.as_mut().unwrap();
+    q.seq = record.requests.len() as u64;
+    record.requests.push(q);
+}
+
+/// Renumbers the record after a request was taken out.
+fn renumber(w: &mut World) {
+    for (seq, q) in w.emails.as_mut().unwrap().requests.iter_mut().enumerate() {
+        q.seq = seq as u64;
+    }
+}
+
+fn names_of(r: &Reconciliation) -> Vec<&str> {
+    r.anomalies.iter().map(|a| a.name.as_str()).collect()
+}
+
+fn email_anomalies(r: &Reconciliation) -> Vec<&str> {
+    names_of(r).into_iter().filter(|n| EMAIL_ANOMALIES.contains(n)).collect()
+}
+
+#[test]
+fn one_email_per_captured_payment_holds_every_email_invariant() {
+    let w = emailing(6);
+    let r = fails_with(&w, &[]);
+    assert!(r.anomalies.is_empty(), "{:#?}", r.anomalies);
+    let names: Vec<&str> = r.invariants.iter().map(|i| i.name.as_str()).collect();
+    for want in [
+        "exactly one email per captured payment",
+        "each email caused by its payment's captured event",
+        "receipt rows = emails, both ways",
+        "no idempotency key reused",
+    ] {
+        assert!(names.contains(&want), "{want:?} not in {names:?}");
+    }
+    assert_eq!((r.counts.emails_sent, r.counts.emails_absorbed, r.counts.emails_refused), (Some(6), Some(0), Some(0)));
+}
+
+#[test]
+fn a_repeat_the_provider_absorbed_is_no_anomaly() {
+    let mut w = emailing(3);
+    // A retry after a lost response, and one while the first was being sent.
+    let e = w.event(1, EventKind::Captured);
+    let repeats = [
+        email(&w, 1, e, Outcome::Replayed { id: "em_1".into() }),
+        email(&w, 1, e, Outcome::InUse),
+        email(&w, 2, w.event(2, EventKind::Captured), Outcome::Unavailable),
+    ];
+    repeats.into_iter().for_each(|q| push(&mut w, q));
+    let r = fails_with(&w, &[]);
+    assert_eq!((r.counts.emails_sent, r.counts.emails_absorbed, r.counts.emails_refused), (Some(3), Some(1), Some(2)));
+}
+
+#[test]
+fn without_emails_there_is_no_email_check_nor_figure() {
+    let w = healthy(4);
+    let r = w.reconcile();
+    let mut with = emailing(4).reconcile();
+    assert_eq!(with.invariants.len(), r.invariants.len() + 4, "the email checks add four invariants");
+    with.invariants.truncate(r.invariants.len());
+    assert_eq!(with.invariants, r.invariants, "the email invariants come after the others, which stay as they were");
+    assert!(!r.invariants.iter().any(|i| i.name.contains("email") || i.name.contains("idempotency")));
+    assert_eq!((r.counts.emails_sent, r.counts.emails_absorbed, r.counts.emails_refused), (None, None, None));
+    let json = serde_json::to_string(&r.counts).unwrap();
+    assert!(!json.contains("email"), "a run without emails reports no email figure: {json}");
+}
+
+#[test]
+fn a_second_email_sent_for_one_payment_is_a_duplicate_external_effect() {
+    let mut w = emailing(4);
+    // The same receipt sent again under another key: the provider cannot absorb it.
+    let mut again = email(&w, 2, w.event(2, EventKind::Captured), sent(9));
+    again.key = Some("another-key".into());
+    push(&mut w, again);
+    let r = fails_with(&w, &["exactly one email per captured payment"]);
+    assert_eq!(names_of(&r), ["duplicate external effect"]);
+    let a = anomaly(&r, "duplicate external effect");
+    let pid = w.payments[2].id;
+    assert_eq!(a.subjects, [Some(pid)]);
+    assert!(
+        a.examples[0].contains(&pid.to_string()) && a.examples[0].contains("em_2") && a.examples[0].contains("em_9")
+    );
+    assert!(a.examples[0].contains("key another-key"), "{:?}", a.examples);
+}
+
+#[test]
+fn a_captured_payment_without_an_email_is_a_missing_external_effect() {
+    let mut w = emailing(4);
+    let pid = w.payments[1].id;
+    let refused = email(&w, 1, w.event(1, EventKind::Captured), Outcome::Unavailable);
+    let requests = &mut w.emails.as_mut().unwrap().requests;
+    requests.retain(|q| q.outcome.sent() != Some("em_1"));
+    push(&mut w, refused);
+    let r = fails_with(&w, &["exactly one email per captured payment"]);
+    assert_eq!(names_of(&r), ["missing external effect"], "its receipt row is named here, not again");
+    let a = anomaly(&r, "missing external effect");
+    assert_eq!(a.subjects, [Some(pid)]);
+    assert!(a.examples[0].contains(&pid.to_string()) && a.examples[0].contains("unavailable"), "{:?}", a.examples);
+}
+
+#[test]
+fn an_email_caused_by_another_event_is_misattributed() {
+    let mut w = emailing(4);
+    // Payment 3's email names its authorized event as its cause.
+    let wrong = w.event(3, EventKind::Authorized);
+    w.emails.as_mut().unwrap().requests[3] = email(&w, 3, wrong, sent(3));
+    renumber(&mut w);
+    let r = fails_with(&w, &["each email caused by its payment's captured event", "receipt rows = emails, both ways"]);
+    assert_eq!(names_of(&r), ["misattributed external effect"]);
+    let a = anomaly(&r, "misattributed external effect");
+    let pid = w.payments[3].id.to_string();
+    assert!(a.examples[0].contains(&pid) && a.examples[0].contains(&wrong.to_string()), "{:?}", a.examples);
+    assert!(a.examples[0].contains("authorized"), "{:?}", a.examples);
+    assert!(a.examples[1].contains("receipt row") && a.examples[1].contains(&pid), "{:?}", a.examples);
+}
+
+#[test]
+fn emails_that_name_no_payment_or_an_unknown_one_are_misattributed() {
+    let mut w = emailing(2);
+    let cause = w.event(0, EventKind::Captured);
+    let mut unknown = email(&w, 0, cause, sent(7));
+    unknown.body = Body::Json(serde_json::json!({"payment_id": Uuid::from_u128(7).to_string(), "message_id": cause}));
+    push(&mut w, unknown);
+    let mut text = email(&w, 0, cause, sent(8));
+    text.body = Body::Text("receipt".into());
+    push(&mut w, text);
+    let mut bare = email(&w, 0, cause, sent(9));
+    bare.body = Body::Json(serde_json::json!({"to": "someone"}));
+    push(&mut w, bare);
+    let r = fails_with(&w, &["each email caused by its payment's captured event"]);
+    assert_eq!(names_of(&r), ["misattributed external effect"]);
+    let a = anomaly(&r, "misattributed external effect");
+    assert_eq!(a.count, 3);
+    assert!(a.examples[0].contains("does not exist"), "{:?}", a.examples);
+    assert!(a.examples[1].contains("not JSON"), "{:?}", a.examples);
+    assert!(a.examples[2].contains("payment_id or message_id"), "{:?}", a.examples);
+}
+
+#[test]
+fn an_email_without_its_receipt_row_is_misattributed() {
+    let mut w = emailing(4);
+    let pid = w.payments[2].id;
+    // The email went out, its receipt row never committed.
+    w.receipts.retain(|(p, _)| *p != pid);
+    let r = w.reconcile();
+    assert_eq!(email_anomalies(&r), ["misattributed external effect"]);
+    assert_eq!(names_of(&r), ["missing effect", "misattributed external effect"], "the database's check sees no row");
+    assert!(failing(&r).contains(&"receipt rows = emails, both ways".to_string()), "{:?}", failing(&r));
+    let a = anomaly(&r, "misattributed external effect");
+    assert_eq!(a.subjects, [Some(pid)]);
+    let cause = w.event(2, EventKind::Captured).to_string();
+    assert!(a.examples[0].contains(&pid.to_string()) && a.examples[0].contains(&cause), "{:?}", a.examples);
+    assert!(a.examples[0].contains("no receipt row"), "{:?}", a.examples);
+}
+
+#[test]
+fn a_receipt_row_without_its_email_is_misattributed() {
+    let mut w = emailing(3);
+    let pid = w.payments[0].id;
+    // A second receipt row, from the payment's authorized event: no email matches it.
+    let other = w.event(0, EventKind::Authorized);
+    w.receipts.push((pid, other));
+    let r = w.reconcile();
+    assert_eq!(email_anomalies(&r), ["misattributed external effect"]);
+    let a = anomaly(&r, "misattributed external effect");
+    assert_eq!(a.subjects, [Some(pid)]);
+    assert!(a.examples[0].contains(&pid.to_string()) && a.examples[0].contains(&other.to_string()));
+    assert!(a.examples[0].contains("has no email"), "{:?}", a.examples);
+}
+
+#[test]
+fn a_key_sent_again_with_another_body_is_a_reused_idempotency_key() {
+    let mut w = emailing(3);
+    let mut other = email(&w, 1, w.event(1, EventKind::Captured), Outcome::Conflict);
+    if let Body::Json(v) = &mut other.body {
+        v["amount_cents"] = serde_json::json!(1);
+    }
+    let key = other.key.clone().unwrap();
+    push(&mut w, other);
+    let r = fails_with(&w, &["no idempotency key reused"]);
+    assert_eq!(names_of(&r), ["idempotency key reused"]);
+    let a = anomaly(&r, "idempotency key reused");
+    let pid = w.payments[1].id;
+    assert_eq!(a.subjects, [Some(pid)]);
+    assert!(a.examples[0].contains(&key) && a.examples[0].contains(&pid.to_string()), "{:?}", a.examples);
+    assert!(a.examples[0].contains("amount_cents") && a.examples[0].contains("request 1"), "{:?}", a.examples);
+    assert_eq!(r.counts.emails_refused, Some(1));
 }

@@ -25,7 +25,7 @@ pub(super) async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, still_runn
         None
     } else {
         tokio::select! {
-            r = pass::verify(&store, &ctx.broker, &ctx.names.topic, sc, ctx.intent.take(), &ctx.faults) => Some(r),
+            r = pass::verify(&store, &ctx.broker, &ctx.names.topic, sc, ctx.intent.take(), &ctx.faults, None) => Some(r),
             _ = crate::harness::interrupt::requested() => { ran.interrupted = true; None }
         }
     };
