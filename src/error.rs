@@ -37,6 +37,11 @@ pub enum Error {
 
     #[error("internal error: {0}")]
     Internal(String),
+
+    /// A call to the email provider that failed or timed out: the caller
+    /// rolls back and tries again with the same idempotency key.
+    #[error("the email provider: {0}")]
+    Provider(String),
 }
 
 impl Error {

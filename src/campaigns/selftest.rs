@@ -255,6 +255,19 @@ proxy.targets = ["notifier"]
 faults.db_commit_ack_lost = 0.3
 "#,
     },
+    Variant {
+        name: "email without idempotency key",
+        mistake: "the notifier calls the email provider with no idempotency key, so a retry sends the email again",
+        fault: "provider.response_lost 0.05: the email went out, its answer never came, the batch rolled back",
+        expected: AnomalyKind::DuplicateExternalEffect,
+        // ~300 receipts: ~15 answers lost, each batch retried and each of
+        // those emails sent twice.
+        needs_postgres: false,
+        scenario: r#"
+notifier.email = "no-key"
+faults.provider_response_lost = 0.05
+"#,
+    },
 ];
 
 /// On PostgreSQL the correct pipeline also runs behind the fault proxy:
@@ -287,6 +300,9 @@ faults.workload_poison = 0.02
 faults.relay_produce_error = 0.1
 faults.relay_after_mark = 0.1
 faults.store_commit_refused = 0.05
+faults.provider_response_lost = 0.02
+faults.provider_error = 0.02
+faults.provider_slow = 0.01
 "#;
 
 /// The correct pipeline under late replays, with its week-long inbox

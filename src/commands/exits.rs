@@ -27,7 +27,8 @@ pub fn of_error(e: &Error) -> Exit {
         | Error::KafkaUnreachable { .. }
         | Error::Database { .. }
         | Error::Kafka { .. }
-        | Error::Tool(_) => Exit::Infra,
+        | Error::Tool(_)
+        | Error::Provider(_) => Exit::Infra,
         Error::Write { .. } => Exit::Io,
         Error::Internal(_) => Exit::Internal,
     }

@@ -242,6 +242,21 @@ fault_points! {
     DbHoldCommit = "db.hold_commit", key db_hold_commit, per "`COMMIT` a component process sends", by BothWiresKill, confirm Seen,
         what "the fault proxy holds the `COMMIT` (a simple query `COMMIT` or `END`) for up to 6 s, longer than the 5 s auto-commit interval of librdkafka and the Java client, and watches the process's Kafka wire. If an `OffsetCommit` is answered while the transaction is open, before the `COMMIT` or during the hold, the harness `SIGKILL`s the process and the `COMMIT` never reaches the server: the offsets are ahead of a transaction that rolls back. A consumer that commits its offsets only after its database commit is never killed by it; the hold ends and the `COMMIT` goes on",
         confirmed by "the process seen ending by SIGKILL, or the hold seen ending with the offsets unmoved";
+    /// The email provider sends the email, then drops the connection with
+    /// no response: the ambiguous outcome, which only an idempotency key
+    /// makes safe to retry.
+    ProviderResponseLost = "provider.response_lost", key provider_response_lost, per "email request that would send", by Provider, confirm Seen,
+        what "the email provider that `chaos` runs sends the email, records it, and closes the connection without a byte of response: the caller cannot know whether it went out. A caller that retries with the same idempotency key gets the original answer and nothing is sent again; one without a key sends it twice",
+        confirmed by "the retry that follows: a later request with the same key (or, without a key, the same body)";
+    /// The email provider answers 503 before sending.
+    ProviderError = "provider.error", key provider_error, per "email request that would send", by Provider, confirm Seen,
+        what "the email provider answers `503` and sends nothing; the key is not kept, so a retry with it sends once. A caller that takes the 503 for success loses the email",
+        confirmed by "the retry that follows: a later request with the same key (or, without a key, the same body)";
+    /// The email provider sends, then holds its answer past the client's
+    /// timeout.
+    ProviderSlow = "provider.slow", key provider_slow, per "email request that would send", by Provider, confirm Seen,
+        what "the email provider sends the email, records it, and holds the answer for 3 s, past the reference notifier's 1 s timeout: a timeout that is no proof the email did not go out",
+        confirmed by "the hold ending, or the caller hanging up during it";
     /// The broker's process is stopped (SIGSTOP) for the timeline entry's
     /// `for`, then continued: every client's requests hang, then resume.
     BrokerPause = "broker.pause", key broker_pause, per "scheduled occurrence ([[nemesis.timeline]])", by Broker + schedulable, confirm Seen,
@@ -369,6 +384,8 @@ pub enum Strike {
     /// The fault proxy on both wires of a process: what it sees on one
     /// decides a SIGKILL on the other.
     BothWiresKill,
+    /// The email provider that `chaos` runs, at a request.
+    Provider,
     /// The nemesis timeline, on the broker.
     Broker,
     /// The nemesis timeline, on PostgreSQL.
@@ -400,6 +417,7 @@ impl Strike {
             Strike::KafkaWire => "PostgreSQL and a real Kafka broker with the slot listeners (the fault proxy)",
             Strike::KafkaWireKill => "the same as `kafka.produce_ack_lost`, and a component that runs as a process",
             Strike::BothWiresKill => "the same as `kafka.produce_ack_lost`, and a consumer that runs as a process",
+            Strike::Provider => "a notifier that sends emails (`notifier.email`, on by default for the reference notifier); either backend",
             Strike::Broker => "a Kafka broker process on this machine, or the mock cluster; a timeline entry",
             Strike::Database => "PostgreSQL; a timeline entry",
         }
@@ -1195,7 +1213,13 @@ mod tests {
         );
         assert_eq!(
             with(FaultPoint::on_kafka_wire),
-            [KafkaProduceAckLost, KafkaKillAfterProduceAck, KafkaKillAfterOffsetCommit, KafkaKillAfterFetch, DbHoldCommit]
+            [
+                KafkaProduceAckLost,
+                KafkaKillAfterProduceAck,
+                KafkaKillAfterOffsetCommit,
+                KafkaKillAfterFetch,
+                DbHoldCommit
+            ]
         );
         // The names' prefixes, which rules used to read, agree with who strikes.
         for p in FaultPoint::ALL {

@@ -144,6 +144,10 @@ pub async fn serve() -> Result<()> {
         names,
         intent: Default::default(),
         tasks: Default::default(),
+        email: match std::env::var(crate::pipeline::email::PROVIDER_ENV) {
+            Ok(url) => Some(Arc::new(crate::harness::emails::client(&url)?)),
+            Err(_) => None,
+        },
     };
     faults.link_to_harness(Arc::new(Stdout { stats: stats.clone(), coord: coord.clone() }));
     let reporter = tokio::spawn(report_every(stats.clone(), coord.clone(), faults.clone()));

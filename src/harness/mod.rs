@@ -2,6 +2,7 @@
 //! the verification pass and the report.
 
 pub(crate) mod component;
+pub(crate) mod emails;
 pub(crate) mod infra;
 pub mod interrupt;
 pub(crate) mod run;

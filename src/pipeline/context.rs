@@ -278,6 +278,9 @@ pub struct Ctx {
     pub intent: std::sync::Arc<crate::domain::intent::Intent>,
     /// Tasks the components spawn beside themselves.
     pub tasks: Tasks,
+    /// The email provider's client, when the notifier sends each receipt
+    /// as an email (`notifier.email`); None otherwise.
+    pub email: Option<std::sync::Arc<crate::pipeline::email::EmailClient>>,
 }
 
 #[cfg(test)]

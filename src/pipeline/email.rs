@@ -8,6 +8,13 @@
 use serde_json::Value;
 use std::time::Duration;
 
+/// The variable that gives a notifier process the provider's base URL.
+pub const PROVIDER_ENV: &str = "CHAOS_PROVIDER_URL";
+
+/// How long the reference notifier waits for the provider's answer: less
+/// than `provider.slow`'s hold, so that a slow answer is a timeout.
+pub const TIMEOUT: Duration = Duration::from_secs(1);
+
 /// An email the provider accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EmailSent {
@@ -43,6 +50,8 @@ pub struct EmailClient {
     http: reqwest::Client,
     /// `<base_url>/v1/emails`.
     url: String,
+    /// The provider's address, handed on to component processes.
+    base: String,
 }
 
 impl EmailClient {
@@ -56,11 +65,17 @@ impl EmailClient {
             .no_proxy()
             .build()
             .map_err(|e| EmailError::Other(e.to_string()))?;
-        Ok(EmailClient { http, url: format!("{}/v1/emails", base_url.trim_end_matches('/')) })
+        let base = base_url.trim_end_matches('/').to_string();
+        Ok(EmailClient { http, url: format!("{base}/v1/emails"), base })
     }
 
     /// Asks the provider to send one email with this body, under `key` if
     /// given (a retry must repeat both for the provider to send only once).
+    /// The provider's base URL, as given.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
     pub async fn send(&self, key: Option<&str>, body: &Value) -> Result<EmailSent, EmailError> {
         let mut request = self.http.post(&self.url).json(body);
         if let Some(key) = key {

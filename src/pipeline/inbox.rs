@@ -17,9 +17,10 @@
 
 use crate::domain::events::{Decoded, EventKind};
 use crate::domain::handlers::Handler;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::faults::{FaultInjector, FaultPoint};
-use crate::scenario::InboxMode;
+use crate::pipeline::email::EmailClient;
+use crate::scenario::{EmailMode, InboxMode};
 use crate::store::{
     BatchFaults, BatchOutcome, EffectPlan, Incoming, Modes, Store, HANDLER_LOYALTY, HANDLER_PROJECTION,
     HANDLER_RECEIPTS,
@@ -39,6 +40,7 @@ pub async fn apply_batch(
     modes: Modes,
     faults: BatchFaults,
     injector: &FaultInjector,
+    email: Option<&EmailClient>,
 ) -> Result<BatchOutcome> {
     let bad: Vec<&Incoming> = batch.iter().filter(|m| m.decoded.is_err()).collect();
     let mut events: Vec<Decoded> = batch.iter().filter_map(|m| m.decoded.as_ref().ok().cloned()).collect();
@@ -57,7 +59,7 @@ pub async fn apply_batch(
         InboxMode::MessageIdOnly => refs.iter().map(|e| (e.event_id, HANDLER_PROJECTION)).collect(),
         _ => claims(&refs),
     };
-    let b = Batch { store, refs: &refs, bad: &bad, pairs: &pairs, modes, faults, injector };
+    let b = Batch { store, refs: &refs, bad: &bad, pairs: &pairs, modes, faults, injector, email };
     match modes.inbox {
         InboxMode::On
         | InboxMode::CommitOffsetFirst
@@ -81,6 +83,42 @@ struct Batch<'a> {
     /// Where a crash or a stall point asks to be struck in a component
     /// process.
     injector: &'a FaultInjector,
+    /// The email provider's client, when receipts go out as emails.
+    email: Option<&'a EmailClient>,
+}
+
+/// Each receipt of `plan` as an email, inside the receipt's transaction and
+/// before its commit: an error or a timeout fails the batch, which rolls
+/// back and comes again, and the retry carries the same idempotency key, so
+/// the provider sends each receipt once however often it is asked.
+/// Committing first and calling after would lose the email to a crash in
+/// between; calling first is safe only because of the key.
+async fn send_receipts(b: &Batch<'_>, receipts: &[(Uuid, Uuid)]) -> Result<()> {
+    let Some(client) = b.email else { return Ok(()) };
+    if b.modes.email == EmailMode::Off {
+        return Ok(());
+    }
+    for (payment, message) in receipts {
+        let Some(e) = b.refs.iter().find(|e| e.event_id == *message) else { continue };
+        let body = serde_json::json!({
+            "to": format!("account-{}@customers.example", e.body.account_id),
+            "subject": "Your receipt",
+            "payment_id": payment,
+            "message_id": message,
+            "amount_cents": e.body.amount_cents,
+        });
+        let key = match b.modes.email {
+            // The message id and the handler: the receipt's inbox claim,
+            // which is what makes it one effect.
+            EmailMode::Keyed => Some(format!("{message}:{HANDLER_RECEIPTS}")),
+            // The mistake: nothing lets the provider tell a retry.
+            EmailMode::NoKey | EmailMode::Off => None,
+        };
+        client.send(key.as_deref(), &body).await.map_err(|err| {
+            Error::Provider(format!("sending the receipt email of payment {payment}: {err}; the batch rolls back"))
+        })?;
+    }
+    Ok(())
 }
 
 /// `notifier.stall` while holding the batch: in a component process the
@@ -116,6 +154,7 @@ async fn single_transaction(b: Batch<'_>) -> Result<BatchOutcome> {
     stall(b.injector, b.faults.stall).await;
     let plan = plan_effects(b.refs, b.modes.inbox, &claimed);
     out.stale = tx.apply(&plan, b.modes.projection).await?;
+    send_receipts(&b, &plan.receipts).await?;
     match tx.commit().await {
         Ok(()) => {}
         Err(e) if b.modes.inbox == InboxMode::ReapplyOnCommitError => {
@@ -184,6 +223,7 @@ async fn apply_alone(
     let mut tx = b.store.begin().await?;
     out.dead_lettered += tx.dead_letters(bad).await?;
     out.stale = tx.apply(&plan, b.modes.projection).await?;
+    send_receipts(b, &plan.receipts).await?;
     tx.commit().await?;
     (out.applied, out.duplicates) = (plan.applied, plan.duplicates);
     Ok(())

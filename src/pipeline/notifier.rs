@@ -25,6 +25,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 use tracing::{debug, info, warn};
 
+/// Attempts of one batch while the email provider fails it, before the
+/// incarnation gives up and restarts.
+const EMAIL_ATTEMPTS: u32 = 8;
 /// How long the first message of a batch is waited for before re-checking shutdown.
 const FIRST_WAIT: Duration = Duration::from_millis(200);
 /// How long each further message may take to arrive before the batch closes.
@@ -187,7 +190,7 @@ impl Incarnation<'_> {
             // The mistake: acknowledge first, process after.
             let _ = self.consumer.commit(&next, true);
         }
-        let modes = Modes { inbox: cfg.inbox, projection: cfg.projection };
+        let modes = Modes { inbox: cfg.inbox, projection: cfg.projection, email: cfg.email };
         if let Some(stall) = faults.stall {
             if !ctx.faults.linked() {
                 self.zombie(batch, modes, faults, stall, held);
@@ -197,7 +200,7 @@ impl Incarnation<'_> {
             // harness stops it inside the batch and resumes it after the
             // stall (see `inbox::stall`), and it carries on, late.
         }
-        let outcome = match crate::pipeline::inbox::apply_batch(&ctx.store, &batch, modes, faults, &ctx.faults).await {
+        let outcome = match self.apply(&batch, modes, faults).await {
             Ok(o) => o,
             // Nothing was committed; the batch comes back after the restart.
             Err(e) => {
@@ -220,6 +223,36 @@ impl Incarnation<'_> {
             self.replay(&batch, at);
         }
         Step::Continue
+    }
+
+    /// The batch's transaction, tried again in place while the email
+    /// provider fails it: each attempt rolled back, the next carrying the
+    /// same idempotency keys. A restart would cost a rejoin of the group
+    /// for what is the provider's hiccup, not the notifier's.
+    async fn apply(&self, batch: &[Incoming], modes: Modes, faults: BatchFaults) -> crate::error::Result<BatchOutcome> {
+        let ctx = self.ctx;
+        let mut wait = Duration::from_millis(20);
+        for _ in 1..EMAIL_ATTEMPTS {
+            match crate::pipeline::inbox::apply_batch(
+                &ctx.store,
+                batch,
+                modes,
+                faults,
+                &ctx.faults,
+                ctx.email.as_deref(),
+            )
+            .await
+            {
+                Err(crate::Error::Provider(why)) => {
+                    debug!(notifier = %self.name, cause = %why, "the email provider failed the batch; trying again");
+                    Stats::add(&ctx.stats.notifier_errors, 1);
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_millis(500));
+                }
+                other => return other,
+            }
+        }
+        crate::pipeline::inbox::apply_batch(&ctx.store, batch, modes, faults, &ctx.faults, ctx.email.as_deref()).await
     }
 
     /// Commits a batch's offsets. Asynchronous, as consumers commit in
@@ -307,6 +340,7 @@ impl Incarnation<'_> {
         let ctx = self.ctx;
         let store = ctx.store.clone();
         let (stats, who, injector) = (ctx.stats.clone(), self.name.to_string(), ctx.faults.clone());
+        let email = ctx.email.clone();
         if faults.crash_mid_batch {
             // The zombie never commits offsets: its batch comes back.
             ctx.faults.await_redelivery(FaultPoint::NotifierMidBatch, 1, held);
@@ -318,7 +352,7 @@ impl Incarnation<'_> {
         ctx.tasks.spawn(format!("{} zombie", self.name), async move {
             let _zombie = zombie;
             let hold = BatchFaults { crash_mid_batch: faults.crash_mid_batch, stall: Some(stall) };
-            match crate::pipeline::inbox::apply_batch(&store, &batch, modes, hold, &injector).await {
+            match crate::pipeline::inbox::apply_batch(&store, &batch, modes, hold, &injector, email.as_deref()).await {
                 Ok(o) => Stats::add(&stats.events_applied, o.applied),
                 Err(e) => warn!(notifier = %who, cause = %e, "zombie batch failed"),
             }

@@ -40,6 +40,7 @@ pub async fn harness(toml: &str) -> Harness {
         names,
         intent: Default::default(),
         tasks: Default::default(),
+        email: None,
     };
     Harness { ctx, broker, trigger, _dir: dir }
 }

@@ -47,6 +47,24 @@ choices! {
 }
 
 choices! {
+    /// How the notifier sends each receipt's email through the provider
+    /// that `chaos` runs: correctly, with an idempotency key, or in a
+    /// classic mistake's way.
+    EmailMode {
+        /// Inside the receipt's transaction, before its commit, with the key
+        /// `<message id>:receipts`: a redelivery calls again with the same
+        /// key and the provider absorbs it.
+        Keyed = "keyed",
+        /// No email: the receipt is a database row only (the default for a
+        /// program under test, which sends its own or none).
+        Off = "off",
+        /// The mistake: the call carries no idempotency key, so a
+        /// redelivery sends the email again.
+        NoKey = "no-key",
+    }
+}
+
+choices! {
     /// What the payment service does after a write whose outcome it cannot know.
     WorkloadRetry {
         /// Looks the payments up by their ids (the idempotency key) and
@@ -219,6 +237,9 @@ pub struct NotifierConfig {
     pub batch_size: usize,
     pub inbox: InboxMode,
     pub projection: ProjectionMode,
+    /// How each receipt's email goes out; `Off` when there is none, and
+    /// then the run starts no provider and checks no email.
+    pub email: EmailMode,
     pub session_timeout: Duration,
     pub restart_delay: Duration,
     /// The program under test in place of the reference notifier.

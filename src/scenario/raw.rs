@@ -139,6 +139,10 @@ pub struct RawNotifier {
     pub inbox: Spanned<String>,
     /// `"state-guard"` (correct) or `"last-write-wins"`.
     pub projection: Spanned<String>,
+    /// `"keyed"` (the correct email), `"off"` or a broken variant, see
+    /// [`EmailMode`]. Unset: `"keyed"` for the reference notifier, `"off"`
+    /// for a program under test.
+    pub email: Option<Spanned<String>>,
     pub session_timeout_ms: Spanned<i64>,
     pub restart_delay_ms: Spanned<i64>,
     /// A program under test run in place of the reference notifier, as an
@@ -155,6 +159,7 @@ impl Default for RawNotifier {
             batch_size: sp(50),
             inbox: sp("on".to_string()),
             projection: sp("state-guard".to_string()),
+            email: None,
             session_timeout_ms: sp(6000),
             restart_delay_ms: sp(50),
             command: None,

@@ -3,6 +3,7 @@
 //! valid values or range, and the fix.
 
 use super::*;
+use crate::faults::Strike;
 
 /// How much longer than the session timeout a pause lasts when the
 /// scenario does not say: the group has given the partitions away by then.
@@ -138,6 +139,20 @@ impl Validator<'_> {
         let (command, relay_command) = self.programs(&raw, path, &faults)?;
         let pause = self.pause(&raw.nemesis)?;
         let notifier = self.notifier(&raw.notifier, &variants, command)?;
+        if notifier.email == EmailMode::Off {
+            // The provider runs only for a notifier that sends emails: its
+            // faults would never strike.
+            let at_provider = FaultPoint::ALL.iter().find(|p| p.strike() == Strike::Provider && faults.get(**p) > 0.0);
+            if let Some(p) = at_provider {
+                return self.err(
+                    raw.faults.get(*p).span(),
+                    &format!(
+                        "`faults.{}` strikes the email provider, and this run sends no email (`notifier.email` is \"off\"); set `notifier.email = \"keyed\"` or remove it",
+                        p.key()
+                    ),
+                );
+            }
+        }
         // Unset, a pause outlasts the session timeout the program is given
         // (CHAOS_SESSION_TIMEOUT_MS), so that each one makes a zombie.
         let pause = match raw.nemesis.pause_secs.span() == (0..0) {
@@ -258,6 +273,11 @@ impl Validator<'_> {
             batch_size: self.count(&raw.batch_size, "notifier.batch_size", 1, 100_000)? as usize,
             inbox: variants.inbox,
             projection: variants.projection,
+            email: match &raw.email {
+                Some(e) => self.choice(e, "notifier.email", EmailMode::parse, EmailMode::names)?,
+                None if command.is_some() => EmailMode::Off,
+                None => EmailMode::Keyed,
+            },
             session_timeout: ms(self.count(&raw.session_timeout_ms, "notifier.session_timeout_ms", 1000, 300_000)?),
             restart_delay: ms(self.count(&raw.restart_delay_ms, "notifier.restart_delay_ms", 0, 60_000)?),
             command,

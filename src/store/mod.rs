@@ -230,6 +230,8 @@ pub enum RelayConn {
 pub struct Modes {
     pub inbox: InboxMode,
     pub projection: ProjectionMode,
+    /// How each receipt's email goes out, if at all.
+    pub email: crate::scenario::EmailMode,
 }
 
 /// What the fault injector decided for one batch.

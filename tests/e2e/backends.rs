@@ -57,11 +57,14 @@ async fn one_ground_truth(store: &Store) -> (Vec<u64>, Counts) {
         vec![event(3, A, 6), event(3, C, 7), event(4, A, 8), event(4, C, 9)],
         vec![event(3, A, 6), event(3, C, 7), event(4, A, 8), event(4, C, 9)],
     ];
-    let modes = Modes { inbox: InboxMode::On, projection: ProjectionMode::StateGuard };
+    let modes =
+        Modes { inbox: InboxMode::On, projection: ProjectionMode::StateGuard, email: chaos::scenario::EmailMode::Off };
     let mut figures = Vec::new();
     let injector = chaos::faults::FaultInjector::new(1, &chaos::faults::FaultRates::none());
     for b in &batches {
-        let o = chaos::pipeline::inbox::apply_batch(store, b, modes, BatchFaults::default(), &injector).await.unwrap();
+        let o = chaos::pipeline::inbox::apply_batch(store, b, modes, BatchFaults::default(), &injector, None)
+            .await
+            .unwrap();
         figures.extend([o.applied, o.duplicates, o.stale, o.dead_lettered]);
     }
     let mut ledger = Ledger::new();

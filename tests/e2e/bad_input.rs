@@ -208,6 +208,8 @@ const REQUIRED: &[&str] = &[
     "probability_negative_relay_after_produce.toml",
     "probability_above_one_notifier_before_offset_commit.toml",
     "probability_negative_notifier_before_offset_commit.toml",
+    "provider_fault_without_email.toml",
+    "unknown_email_mode.toml",
     "payments_zero.toml",
     "negative_count.toml",
     "relay_instances_zero.toml",

@@ -56,13 +56,15 @@ async fn outbox_to_kafka_to_inbox_round_trip() {
     let incoming_offset = incoming.offset;
     let decoded = incoming.decoded.clone().expect("a well-formed event");
     assert_eq!(decoded.event_id, rows[0].id);
-    let modes = Modes { inbox: InboxMode::On, projection: ProjectionMode::StateGuard };
+    let modes =
+        Modes { inbox: InboxMode::On, projection: ProjectionMode::StateGuard, email: chaos::scenario::EmailMode::Off };
     let injector = chaos::faults::FaultInjector::new(1, &chaos::faults::FaultRates::none());
     let apply = chaos::pipeline::inbox::apply_batch;
-    let first = apply(&store, std::slice::from_ref(&incoming), modes, BatchFaults::default(), &injector).await.unwrap();
+    let first =
+        apply(&store, std::slice::from_ref(&incoming), modes, BatchFaults::default(), &injector, None).await.unwrap();
     assert_eq!(first.applied, 1);
     // The same message again is absorbed by the inbox.
-    let again = apply(&store, &[incoming], modes, BatchFaults::default(), &injector).await.unwrap();
+    let again = apply(&store, &[incoming], modes, BatchFaults::default(), &injector, None).await.unwrap();
     assert_eq!((again.applied, again.duplicates), (0, 1));
 
     // 4. Commit the offset by hand and read it back from the broker.

@@ -151,6 +151,42 @@ fn smoke_passes(backend: Backend) {
     }
     assert!(r["counts"]["dead_letters"].as_u64().unwrap() > 0, "the poison fault must reach the dead-letter table");
     assert_eq!(r["counts"]["dead_letters"], r["counts"]["poison_events"]);
+    // Each receipt is an email through the provider chaos runs, once, its
+    // lost and refused answers retried under the same idempotency key.
+    assert_eq!(r["counts"]["emails_sent"], 200, "{}", r["counts"]);
+    assert!(r["counts"]["emails_absorbed"].as_u64().unwrap() > 0, "no retry reached the provider: {}", r["counts"]);
+    for point in ["provider.response_lost", "provider.error", "provider.slow"] {
+        assert_fired_and_confirmed(&r, point);
+    }
+}
+
+/// The mistake made visible: without an idempotency key, a retry after a
+/// lost answer sends the email again. The database is exactly once (the
+/// receipt rows roll back with the batch); only the provider's record
+/// shows the customer got two emails, and the verifier reads it.
+fn an_email_without_an_idempotency_key_is_caught(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("no-key.toml");
+    let text = "[workload]\npayments = 200\n[notifier]\nemail = \"no-key\"\n[faults]\nprovider_response_lost = 0.05\n";
+    std::fs::write(&path, text).unwrap();
+    let ran = run_scenario(backend, &path, dir.path(), &[]);
+    assert_eq!(ran.code, 1, "stderr:\n{}\nstdout:\n{}", ran.stderr, ran.stdout);
+    let r = ran.json();
+    let kinds: Vec<&str> = r["anomalies"].as_array().unwrap().iter().map(|a| a["name"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["duplicate external effect"], "only the emails doubled: {kinds:?}");
+    assert_eq!(r["counts"]["receipts"], 200, "the database stayed exactly once");
+    assert!(r["counts"]["emails_sent"].as_u64().unwrap() > 200, "{}", r["counts"]);
+    assert_fired_and_confirmed(&r, "provider.response_lost");
+}
+
+#[test]
+fn an_email_without_an_idempotency_key_is_caught_on_postgres_and_kafka() {
+    an_email_without_an_idempotency_key_is_caught(Backend::Services);
+}
+
+#[test]
+fn an_email_without_an_idempotency_key_is_caught_embedded() {
+    an_email_without_an_idempotency_key_is_caught(Backend::Embedded);
 }
 
 #[test]
@@ -174,8 +210,8 @@ fn inbox_off_fails_embedded() {
 }
 
 /// smoke.toml reaches every error path of the reference pipeline: each
-/// fault point struck inside it (in its relay, notifier, payment service or
-/// store) has a rate there, but for those named here with the reason. A new
+/// fault point struck inside it (in its relay, notifier, payment service,
+/// store or the email provider it calls) has a rate there, but for those named here with the reason. A new
 /// point left out of smoke.toml fails this test.
 #[test]
 fn smoke_toml_strikes_every_fault_point_inside_the_pipeline() {
@@ -201,7 +237,9 @@ fn smoke_toml_strikes_every_fault_point_inside_the_pipeline() {
     }
     let missing: Vec<&str> = FaultPoint::ALL
         .iter()
-        .filter(|p| matches!(p.strike(), Strike::Relay | Strike::Notifier | Strike::Workload | Strike::Store))
+        .filter(|p| {
+            matches!(p.strike(), Strike::Relay | Strike::Notifier | Strike::Workload | Strike::Store | Strike::Provider)
+        })
         .filter(|p| !LEFT_OUT.iter().any(|(n, _)| *n == p.name()))
         .filter(|p| faults.get(p.key()).and_then(|v| v.as_float()).is_none_or(|r| r <= 0.0))
         .map(|p| p.name())

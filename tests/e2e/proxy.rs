@@ -350,7 +350,10 @@ impl Recorder {
         let sessions: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<Recorded>>>> = Default::default();
         let accepted = sessions.clone();
         let task = tokio::spawn(async move {
-            async fn copy(mut from: tokio::net::tcp::OwnedReadHalf, mut to: tokio::net::tcp::OwnedWriteHalf) -> Vec<u8> {
+            async fn copy(
+                mut from: tokio::net::tcp::OwnedReadHalf,
+                mut to: tokio::net::tcp::OwnedWriteHalf,
+            ) -> Vec<u8> {
                 let (mut seen, mut buf) = (Vec::new(), vec![0u8; 4096]);
                 while let Ok(n) = from.read(&mut buf).await {
                     if n == 0 || to.write_all(&buf[..n]).await.is_err() {
@@ -506,7 +509,11 @@ fn produce_pairs(up: &[u8], down: &[u8]) -> (usize, usize) {
     for piece in down.chunks(7) {
         held.extend_from_slice(piece);
         let scan = responses.scan(&held).expect("Kafka framing");
-        answered += scan.frames.iter().filter(|f| in_flight.answered(f.correlation).map(|r| r.api_key) == Some(kafka::PRODUCE)).count();
+        answered += scan
+            .frames
+            .iter()
+            .filter(|f| in_flight.answered(f.correlation).map(|r| r.api_key) == Some(kafka::PRODUCE))
+            .count();
         held.drain(..scan.safe);
     }
     assert!(held.is_empty(), "a response cut short at the end");

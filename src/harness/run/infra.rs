@@ -40,6 +40,7 @@ pub(super) fn context(sc: &Arc<Scenario>, infra: &Infra, names: &RunNames) -> (S
         names: names.clone(),
         intent: Default::default(),
         tasks: Default::default(),
+        email: None,
     };
     (trigger, ctx)
 }

@@ -11,7 +11,14 @@ use tracing::warn;
 
 /// Verifies the run, unless it was interrupted or something may still
 /// write, and sets the report's findings and verdict.
-pub(super) async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, still_running: bool) {
+/// `emails` is the email provider's record, when the run sent emails.
+pub(super) async fn judge(
+    rep: &mut Report,
+    ctx: &Ctx,
+    ran: &mut Ran,
+    still_running: bool,
+    emails: Option<&crate::provider::Record>,
+) {
     let sc = &ctx.scenario;
     // After the nemesis restarted PostgreSQL or ended sessions, the pool's
     // connections may be dead: the verifier reads through a new one.
@@ -25,7 +32,7 @@ pub(super) async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, still_runn
         None
     } else {
         tokio::select! {
-            r = pass::verify(&store, &ctx.broker, &ctx.names.topic, sc, ctx.intent.take(), &ctx.faults, None) => Some(r),
+            r = pass::verify(&store, &ctx.broker, &ctx.names.topic, sc, ctx.intent.take(), &ctx.faults, emails) => Some(r),
             _ = crate::harness::interrupt::requested() => { ran.interrupted = true; None }
         }
     };

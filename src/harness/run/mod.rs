@@ -118,7 +118,12 @@ pub async fn execute(
     let names = RunNames::new();
     let mut infra = Infra::open(&sc, &endpoints, &names, reports_dir).await?;
     let sc = Arc::new(sc);
-    let (trigger, ctx) = infra::context(&sc, &infra, &names);
+    let (trigger, mut ctx) = infra::context(&sc, &infra, &names);
+    // The email provider stands before the components, which get its URL.
+    let provider = crate::harness::emails::start(&sc, &ctx.faults).await?;
+    if let Some(p) = &provider {
+        ctx.email = Some(Arc::new(crate::harness::emails::client(&p.base_url())?));
+    }
     // The proxy's and the timeline's faults strike from the workload's
     // start until the drain ends.
     let (acting, _) = watch::channel(false);
@@ -161,6 +166,14 @@ pub async fn execute(
     if let Some(l) = lanes {
         l.close();
     }
+    // Every component has stopped: the provider's record is final.
+    let emails = match &provider {
+        Some(p) => {
+            p.shutdown().await;
+            Some(p.record())
+        }
+        None => None,
+    };
     why_incomplete(&mut ran, programs.as_ref().and_then(|p| p.failure()), &stopped);
 
     let mut rep = assemble::skeleton(&sc, &names, &infra.info, &ctx.faults, &ctx.stats);
@@ -168,7 +181,7 @@ pub async fn execute(
     rep.timings = Timings { setup_ms, workload_ms: ran.workload_ms, drain_ms: ran.drain_ms, ..Default::default() };
     let t_verify = Instant::now();
     progress.phase(Phase::Verify);
-    judge::judge(&mut rep, &ctx, &mut ran, !stopped.stuck.is_empty()).await;
+    judge::judge(&mut rep, &ctx, &mut ran, !stopped.stuck.is_empty(), emails.as_ref()).await;
     progress.finish();
     rep.timings.verify_ms = t_verify.elapsed().as_millis() as u64;
     rep.timings.total_ms = started.elapsed().as_millis() as u64;

@@ -332,6 +332,11 @@ impl Env {
                 env.push((crate::nemesis::process::protocol::SQLITE_ENV, path.display().to_string()))
             }
         }
+        if let (Role::Notifier, Some(email)) = (role, &ctx.email) {
+            // The email provider that `chaos` runs: its record, not the
+            // program's database, is what the verifier checks emails by.
+            env.push((crate::pipeline::email::PROVIDER_ENV, email.base_url().to_string()));
+        }
         if role == Role::Notifier {
             env.push(("CHAOS_GROUP", ctx.names.group.clone()));
             // The session timeout the harness's pauses are measured
