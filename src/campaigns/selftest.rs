@@ -268,6 +268,41 @@ notifier.email = "no-key"
 faults.provider_response_lost = 0.05
 "#,
     },
+    Variant {
+        name: "email key per attempt",
+        mistake: "the notifier mints a new idempotency key for each attempt, so the provider cannot tell a retry",
+        fault: "provider.response_lost 0.05: the email went out, its answer never came, the batch rolled back",
+        expected: AnomalyKind::DuplicateExternalEffect,
+        needs_postgres: false,
+        scenario: r#"
+notifier.email = "key-per-attempt"
+faults.provider_response_lost = 0.05
+"#,
+    },
+    Variant {
+        name: "email after commit",
+        mistake: "the notifier sends the email after its transaction committed, fire-and-forget",
+        fault:
+            "notifier.before_offset_commit 0.01: a crash between the commit and the call; the redelivery is absorbed",
+        expected: AnomalyKind::MissingExternalEffect,
+        // ~600 events: ~6 crashes, each losing its batch's emails.
+        needs_postgres: false,
+        scenario: r#"
+notifier.email = "after-commit"
+faults.notifier_before_offset_commit = 0.01
+"#,
+    },
+    Variant {
+        name: "503 taken as success",
+        mistake: "the notifier reads the provider's 503 as a sent email",
+        fault: "provider.error 0.05: the provider refused and sent nothing",
+        expected: AnomalyKind::MissingExternalEffect,
+        needs_postgres: false,
+        scenario: r#"
+notifier.email = "error-as-success"
+faults.provider_error = 0.05
+"#,
+    },
 ];
 
 /// On PostgreSQL the correct pipeline also runs behind the fault proxy:
@@ -303,6 +338,7 @@ faults.store_commit_refused = 0.05
 faults.provider_response_lost = 0.02
 faults.provider_error = 0.02
 faults.provider_slow = 0.01
+faults.notifier_after_external_call = 0.05
 "#;
 
 /// The correct pipeline under late replays, with its week-long inbox

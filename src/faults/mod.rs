@@ -129,6 +129,11 @@ fault_points! {
     NotifierMidBatch = "notifier.mid_batch", key notifier_mid_batch, per "batch", by Notifier, confirm Redelivery,
         what "the notifier crashes after the inbox claim and before the effects (in the correct pipeline the transaction dies with it)",
         confirmed by "the batch's first message delivered again";
+    /// A notifier crashes after the email provider answered and before its
+    /// transaction commits: the email went out, the receipt did not.
+    NotifierAfterExternalCall = "notifier.after_external_call", key notifier_after_external_call, per "batch that sent receipt emails", by Notifier, confirm Redelivery,
+        what "the notifier crashes after the email provider answered its calls and before the receipts' transaction commits: the emails went out, the receipts and the inbox claims roll back. The redelivery calls the provider again: with the same idempotency key it sends nothing new; without one, the customer gets the email twice",
+        confirmed by "the batch's first message delivered again";
     /// A notifier stalls past its session timeout while holding a batch; the
     /// group gives its partitions away and the zombie then wakes up.
     NotifierStall = "notifier.stall", key notifier_stall, per "batch", by Notifier, confirm Seen,
@@ -445,7 +450,24 @@ pub const N: usize = FaultPoint::ALL.len();
 
 /// A probability per fault point, indexed by point.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct FaultRates([f64; N]);
+pub struct FaultRates(#[serde(with = "rates")] [f64; N]);
+
+/// The rates as a sequence: serde's arrays stop at 32 elements, and the
+/// registry has more points than that.
+mod rates {
+    use super::N;
+    use serde::{de::Error, Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[f64; N], s: S) -> Result<S::Ok, S::Error> {
+        v.as_slice().serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[f64; N], D::Error> {
+        let v = Vec::<f64>::deserialize(d)?;
+        let n = v.len();
+        v.try_into().map_err(|_| D::Error::invalid_length(n, &"one rate per fault point"))
+    }
+}
 
 impl FaultRates {
     /// No faults at all.
@@ -737,9 +759,9 @@ impl FaultInjector {
         Self {
             seed,
             rates: std::array::from_fn(|i| rates.get(FaultPoint::ALL[i])),
-            occurrences: Default::default(),
-            fired: Default::default(),
-            confirmed: Default::default(),
+            occurrences: std::array::from_fn(|_| AtomicU64::new(0)),
+            fired: std::array::from_fn(|_| AtomicU64::new(0)),
+            confirmed: std::array::from_fn(|_| AtomicU64::new(0)),
             awaited: Mutex::new(Awaited::default()),
             log: Mutex::new(Vec::new()),
             schedule: None,

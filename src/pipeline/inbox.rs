@@ -19,7 +19,7 @@ use crate::domain::events::{Decoded, EventKind};
 use crate::domain::handlers::Handler;
 use crate::error::{Error, Result};
 use crate::faults::{FaultInjector, FaultPoint};
-use crate::pipeline::email::EmailClient;
+use crate::pipeline::email::{EmailClient, EmailError};
 use crate::scenario::{EmailMode, InboxMode};
 use crate::store::{
     BatchFaults, BatchOutcome, EffectPlan, Incoming, Modes, Store, HANDLER_LOYALTY, HANDLER_PROJECTION,
@@ -41,6 +41,7 @@ pub async fn apply_batch(
     faults: BatchFaults,
     injector: &FaultInjector,
     email: Option<&EmailClient>,
+    who: &str,
 ) -> Result<BatchOutcome> {
     let bad: Vec<&Incoming> = batch.iter().filter(|m| m.decoded.is_err()).collect();
     let mut events: Vec<Decoded> = batch.iter().filter_map(|m| m.decoded.as_ref().ok().cloned()).collect();
@@ -59,7 +60,7 @@ pub async fn apply_batch(
         InboxMode::MessageIdOnly => refs.iter().map(|e| (e.event_id, HANDLER_PROJECTION)).collect(),
         _ => claims(&refs),
     };
-    let b = Batch { store, refs: &refs, bad: &bad, pairs: &pairs, modes, faults, injector, email };
+    let b = Batch { store, refs: &refs, bad: &bad, pairs: &pairs, modes, faults, injector, email, who };
     match modes.inbox {
         InboxMode::On
         | InboxMode::CommitOffsetFirst
@@ -85,6 +86,8 @@ struct Batch<'a> {
     injector: &'a FaultInjector,
     /// The email provider's client, when receipts go out as emails.
     email: Option<&'a EmailClient>,
+    /// The notifier instance, for the fault log.
+    who: &'a str,
 }
 
 /// Each receipt of `plan` as an email, inside the receipt's transaction and
@@ -93,11 +96,33 @@ struct Batch<'a> {
 /// the provider sends each receipt once however often it is asked.
 /// Committing first and calling after would lose the email to a crash in
 /// between; calling first is safe only because of the key.
-async fn send_receipts(b: &Batch<'_>, receipts: &[(Uuid, Uuid)]) -> Result<()> {
-    let Some(client) = b.email else { return Ok(()) };
-    if b.modes.email == EmailMode::Off {
-        return Ok(());
+async fn send_receipts(b: &Batch<'_>, receipts: &[(Uuid, Uuid)]) -> Result<u64> {
+    let Some(client) = b.email else { return Ok(0) };
+    if matches!(b.modes.email, EmailMode::Off | EmailMode::AfterCommit) {
+        return Ok(0);
     }
+    let mut calls = 0;
+    for (key, body) in receipt_emails(b, receipts) {
+        calls += 1;
+        match client.send(key.as_deref(), &body).await {
+            Ok(_) => {}
+            // The mistake: a refusal read as a success.
+            Err(EmailError::Status(503, _)) if b.modes.email == EmailMode::ErrorAsSuccess => {}
+            Err(err) => {
+                let payment = &body["payment_id"];
+                return Err(Error::Provider(format!(
+                    "sending the receipt email of payment {payment}: {err}; the batch rolls back"
+                )));
+            }
+        }
+    }
+    Ok(calls)
+}
+
+/// Each receipt's email: its idempotency key, as the notifier's email mode
+/// makes it, and its body.
+fn receipt_emails(b: &Batch<'_>, receipts: &[(Uuid, Uuid)]) -> Vec<(Option<String>, serde_json::Value)> {
+    let mut out = Vec::new();
     for (payment, message) in receipts {
         let Some(e) = b.refs.iter().find(|e| e.event_id == *message) else { continue };
         let body = serde_json::json!({
@@ -110,15 +135,29 @@ async fn send_receipts(b: &Batch<'_>, receipts: &[(Uuid, Uuid)]) -> Result<()> {
         let key = match b.modes.email {
             // The message id and the handler: the receipt's inbox claim,
             // which is what makes it one effect.
-            EmailMode::Keyed => Some(format!("{message}:{HANDLER_RECEIPTS}")),
+            EmailMode::Keyed | EmailMode::AfterCommit | EmailMode::ErrorAsSuccess => {
+                Some(format!("{message}:{HANDLER_RECEIPTS}"))
+            }
+            // The mistake: a key, but not one a retry would carry again.
+            EmailMode::KeyPerAttempt => Some(Uuid::new_v4().to_string()),
             // The mistake: nothing lets the provider tell a retry.
             EmailMode::NoKey | EmailMode::Off => None,
         };
-        client.send(key.as_deref(), &body).await.map_err(|err| {
-            Error::Provider(format!("sending the receipt email of payment {payment}: {err}; the batch rolls back"))
-        })?;
+        out.push((key, body));
     }
-    Ok(())
+    out
+}
+
+/// `notifier.after_external_call`: the provider answered and the
+/// transaction is still open. In a component process, stop here for the
+/// harness's SIGKILL.
+async fn crash_after_call(b: &Batch<'_>, calls: u64) -> bool {
+    let what = || format!("{calls} receipt email(s) sent, the transaction open");
+    if calls == 0 || !b.injector.strike(FaultPoint::NotifierAfterExternalCall, b.who, what) {
+        return false;
+    }
+    b.injector.halt(FaultPoint::NotifierAfterExternalCall).await;
+    true
 }
 
 /// `notifier.stall` while holding the batch: in a component process the
@@ -154,7 +193,13 @@ async fn single_transaction(b: Batch<'_>) -> Result<BatchOutcome> {
     stall(b.injector, b.faults.stall).await;
     let plan = plan_effects(b.refs, b.modes.inbox, &claimed);
     out.stale = tx.apply(&plan, b.modes.projection).await?;
-    send_receipts(&b, &plan.receipts).await?;
+    let calls = send_receipts(&b, &plan.receipts).await?;
+    if crash_after_call(&b, calls).await {
+        // The emails went out; the receipts roll back with the process.
+        drop(tx);
+        (out.crashed, out.crashed_after_call) = (true, true);
+        return Ok(out);
+    }
     match tx.commit().await {
         Ok(()) => {}
         Err(e) if b.modes.inbox == InboxMode::ReapplyOnCommitError => {
@@ -169,6 +214,9 @@ async fn single_transaction(b: Batch<'_>) -> Result<BatchOutcome> {
         Err(e) => return Err(e),
     }
     (out.applied, out.duplicates) = (plan.applied, plan.duplicates);
+    if b.email.is_some() && b.modes.email == EmailMode::AfterCommit {
+        out.emails_after_commit = receipt_emails(&b, &plan.receipts);
+    }
     Ok(out)
 }
 

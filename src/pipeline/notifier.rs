@@ -215,6 +215,7 @@ impl Incarnation<'_> {
             }
             return Step::End(Ending::Crash { confirmed_by_restart: None });
         }
+        self.send_after_commit(&outcome.emails_after_commit).await;
         if cfg.inbox != InboxMode::CommitOffsetFirst {
             self.commit(&next);
         }
@@ -240,6 +241,7 @@ impl Incarnation<'_> {
                 faults,
                 &ctx.faults,
                 ctx.email.as_deref(),
+                self.name,
             )
             .await
             {
@@ -252,7 +254,29 @@ impl Incarnation<'_> {
                 other => return other,
             }
         }
-        crate::pipeline::inbox::apply_batch(&ctx.store, batch, modes, faults, &ctx.faults, ctx.email.as_deref()).await
+        crate::pipeline::inbox::apply_batch(
+            &ctx.store,
+            batch,
+            modes,
+            faults,
+            &ctx.faults,
+            ctx.email.as_deref(),
+            self.name,
+        )
+        .await
+    }
+
+    /// The mistake `notifier.email = "after-commit"`: the batch's emails,
+    /// once its transaction committed and it survived the crash points,
+    /// their outcome ignored. A crash before this line, or a failed call,
+    /// loses them: the redelivery finds the receipts claimed.
+    async fn send_after_commit(&self, emails: &[(Option<String>, serde_json::Value)]) {
+        let Some(client) = self.ctx.email.as_deref() else { return };
+        for (key, body) in emails {
+            if let Err(e) = client.send(key.as_deref(), body).await {
+                debug!(notifier = %self.name, cause = %e, "a receipt email failed; fire-and-forget goes on");
+            }
+        }
     }
 
     /// Commits a batch's offsets. Asynchronous, as consumers commit in
@@ -309,7 +333,11 @@ impl Incarnation<'_> {
     async fn crashes_after(&self, batch: &[Incoming], outcome: &BatchOutcome, held: Held) -> bool {
         let ctx = self.ctx;
         if outcome.crashed {
-            ctx.faults.await_redelivery(FaultPoint::NotifierMidBatch, 1, held);
+            let point = match outcome.crashed_after_call {
+                true => FaultPoint::NotifierAfterExternalCall,
+                false => FaultPoint::NotifierMidBatch,
+            };
+            ctx.faults.await_redelivery(point, 1, held);
             return true;
         }
         ctx.stats.mark(&ctx.stats.first_apply_ms, &ctx.stats.last_apply_ms);
@@ -352,7 +380,9 @@ impl Incarnation<'_> {
         ctx.tasks.spawn(format!("{} zombie", self.name), async move {
             let _zombie = zombie;
             let hold = BatchFaults { crash_mid_batch: faults.crash_mid_batch, stall: Some(stall) };
-            match crate::pipeline::inbox::apply_batch(&store, &batch, modes, hold, &injector, email.as_deref()).await {
+            match crate::pipeline::inbox::apply_batch(&store, &batch, modes, hold, &injector, email.as_deref(), &who)
+                .await
+            {
                 Ok(o) => Stats::add(&stats.events_applied, o.applied),
                 Err(e) => warn!(notifier = %who, cause = %e, "zombie batch failed"),
             }

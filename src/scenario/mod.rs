@@ -61,6 +61,16 @@ choices! {
         /// The mistake: the call carries no idempotency key, so a
         /// redelivery sends the email again.
         NoKey = "no-key",
+        /// The mistake: a key, but a new one for each attempt, so the
+        /// provider cannot tell a retry from a new email.
+        KeyPerAttempt = "key-per-attempt",
+        /// The mistake: the call made after the commit, its outcome
+        /// ignored (fire-and-forget): a crash between the two, or a failed
+        /// call, loses the email for good, since the redelivery is absorbed.
+        AfterCommit = "after-commit",
+        /// The mistake: a `503` taken for success, so the email that was
+        /// never sent is never sent.
+        ErrorAsSuccess = "error-as-success",
     }
 }
 

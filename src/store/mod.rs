@@ -124,7 +124,7 @@ pub struct Incoming {
 }
 
 /// What one notifier transaction did.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct BatchOutcome {
     /// Events whose effects were applied (newly claimed, or every event with
     /// the inbox off).
@@ -136,6 +136,12 @@ pub struct BatchOutcome {
     pub dead_lettered: u64,
     /// The batch's fault crashed the notifier part way.
     pub crashed: bool,
+    /// It crashed after calling the email provider, before the commit
+    /// (`notifier.after_external_call`), not before the effects.
+    pub crashed_after_call: bool,
+    /// Emails to send once the batch is done (`notifier.email =
+    /// "after-commit"`, the mistake): idempotency key and body.
+    pub emails_after_commit: Vec<(Option<String>, serde_json::Value)>,
 }
 
 /// What a database backend must provide; the compiler checks that each one

@@ -61,10 +61,12 @@ async fn outbox_to_kafka_to_inbox_round_trip() {
     let injector = chaos::faults::FaultInjector::new(1, &chaos::faults::FaultRates::none());
     let apply = chaos::pipeline::inbox::apply_batch;
     let first =
-        apply(&store, std::slice::from_ref(&incoming), modes, BatchFaults::default(), &injector, None).await.unwrap();
+        apply(&store, std::slice::from_ref(&incoming), modes, BatchFaults::default(), &injector, None, "notifier-1")
+            .await
+            .unwrap();
     assert_eq!(first.applied, 1);
     // The same message again is absorbed by the inbox.
-    let again = apply(&store, &[incoming], modes, BatchFaults::default(), &injector, None).await.unwrap();
+    let again = apply(&store, &[incoming], modes, BatchFaults::default(), &injector, None, "notifier-1").await.unwrap();
     assert_eq!((again.applied, again.duplicates), (0, 1));
 
     // 4. Commit the offset by hand and read it back from the broker.
