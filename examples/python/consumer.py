@@ -15,6 +15,9 @@ import logging
 import os
 import signal
 import sys
+import time
+import urllib.error
+import urllib.request
 import uuid
 from dataclasses import dataclass
 
@@ -91,6 +94,53 @@ def decode(msg):
                  value["amount_cents"], msg.partition())
 
 
+class EmailFailed(Exception):
+    """The provider did not confirm the email: roll back, try again with the same key."""
+
+
+def email_key(event):
+    """The receipt email's idempotency key: the message and the handler, the
+    same as its inbox claim, so a retry or a redelivery carries it again and
+    the provider sends nothing new."""
+    return f"{event.event_id}:receipts"
+
+
+# The key each email carries; the broken example without a key replaces it.
+EMAIL_KEY = email_key
+
+# No proxy from the environment: the provider is on 127.0.0.1.
+_http = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def send_receipt_email(event):
+    """The receipt as an email, through the provider chaos runs
+    (CHAOS_PROVIDER_URL, docs/contract.md section 4a). Called inside the
+    receipt's transaction, before its commit: any failure raises, and the
+    transaction rolls back."""
+    url = os.environ.get("CHAOS_PROVIDER_URL")
+    if not url:
+        return
+    body = json.dumps({
+        "to": f"account-{event.account_id}@customers.example",
+        "subject": "Your receipt",
+        "payment_id": str(event.payment_id),
+        "message_id": str(event.event_id),
+        "amount_cents": event.amount_cents,
+    }).encode()
+    headers = {"Content-Type": "application/json"}
+    key = EMAIL_KEY(event)
+    if key:
+        headers["Idempotency-Key"] = key
+    request = urllib.request.Request(f"{url}/v1/emails", data=body, headers=headers, method="POST")
+    try:
+        with _http.open(request, timeout=2) as answer:
+            answer.read()
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        # A refusal (HTTPError is a URLError), a reset, a timeout: the email
+        # may or may not have gone out; only a retry with the same key is safe.
+        raise EmailFailed(f"receipt email of payment {event.payment_id}: {e}") from e
+
+
 def apply(cur, event, handler):
     """One handler's effect. Only called for a pair newly claimed in the inbox."""
     if handler == "projection":
@@ -107,6 +157,7 @@ def apply(cur, event, handler):
     elif handler == "receipts":
         cur.execute("INSERT INTO receipts (payment_id, message_id) VALUES (%s, %s)",
                     (event.payment_id, event.event_id))
+        send_receipt_email(event)
     elif handler == "loyalty":
         # Striped by partition: a partition has one owner at a time, so two
         # instances never queue behind each other's counter row.
@@ -169,7 +220,7 @@ def handle_batch(conn, msgs):
     decoded = [decode(m) for m in msgs]
     events = distinct_events(decoded)
     pairs = [(e.event_id, h) for e in events for h in HANDLERS[e.event_type]]
-    for attempt in range(5):
+    for attempt in range(8):
         try:
             with conn.transaction(), conn.cursor() as cur:
                 # Claim: the rows that come back are the pairs no one applied
@@ -184,7 +235,12 @@ def handle_batch(conn, msgs):
             # overlapping batches during a rebalance can lock rows in
             # different orders; trying again is safe.
             log.warning("deadlock, retrying batch (attempt %d)", attempt + 1)
-    raise RuntimeError("batch kept deadlocking")
+        except EmailFailed as e:
+            # Rolled back: receipts and claims undone, the email perhaps
+            # sent. The retry carries the same idempotency key.
+            log.warning("%s; retrying batch (attempt %d)", e, attempt + 1)
+            time.sleep(min(0.02 * 2 ** attempt, 0.5))
+    raise RuntimeError("batch kept failing")
 
 
 def is_fatal(err):

@@ -89,6 +89,13 @@ fn the_correct_python_consumer_passes_under_real_kills() {
     // A process is struck only once PostgreSQL shows its session: no kill
     // lands on one still starting.
     assert_eq!(k["random_kills_without_session"], 0, "{k}");
+    // Its receipts are emails too, sent once each through the provider's
+    // lost answers and refusals, under the same idempotency key.
+    let c = &r["counts"];
+    assert_eq!(c["emails_sent"], c["payments_captured"], "{c}");
+    assert!(c["emails_absorbed"].as_u64().unwrap() > 0, "no retry was absorbed: {c}");
+    assert_fired_and_confirmed(&r, "provider.response_lost");
+    assert_fired_and_confirmed(&r, "provider.error");
     assert_nothing_left(&r);
 }
 
@@ -108,6 +115,13 @@ fn random_kills_that_land_inside_a_transaction_are_counted() {
     assert_eq!(n("random_kills_without_session"), 0, "a kill landed on a process still starting: {k}");
     assert!(n("random_kills_in_transaction") <= kills, "{k}");
     assert_nothing_left(&r);
+}
+
+/// The same consumer with no idempotency key on its emails: its database
+/// is exactly once, and the provider's record shows the doubled emails.
+#[test]
+fn an_email_without_an_idempotency_key_doubles_the_email() {
+    assert_caught("examples/python/email-no-key.toml", "duplicate external effect", "provider.response_lost");
 }
 
 #[test]
