@@ -13,7 +13,7 @@ use crate::campaigns::{Listener, Progress};
 use crate::error::{Error, Result};
 use crate::harness::run::{execute, Quiet};
 use crate::report::{Latency, Report};
-use crate::scenario::{Components, Scenario};
+use crate::scenario::{Components, EmailMode, Scenario};
 use crate::store::postgres::PgStore;
 use crate::store::Backend;
 use crate::verifier::Verdict;
@@ -40,6 +40,10 @@ pub struct Options {
     /// Also run each timed run through the fault proxy with no fault set
     /// (`[proxy] always`), interleaved, and compare: the proxy's own cost.
     pub proxy: bool,
+    /// Also run each timed run with the notifier's emails off
+    /// (`notifier.email = "off"`), interleaved, and compare: the emails'
+    /// own cost.
+    pub emails_off: bool,
 }
 
 /// Process mode beside in-process mode, on the same yardstick.
@@ -101,6 +105,10 @@ pub struct Figures {
     /// proxied over direct).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub proxy_mode: Option<ProcessFigures>,
+    /// `--emails-off`: the same runs with no receipt email
+    /// (`ratio_to_in_process` is emails off over emails on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub emails_off_mode: Option<ProcessFigures>,
 }
 
 /// The lower median of runs by end-to-end events/s: with an even count,
@@ -262,6 +270,7 @@ struct Timed {
     in_process: Vec<(f64, Report)>,
     as_processes: Vec<(f64, Report)>,
     through_proxy: Vec<(f64, Report)>,
+    emails_off: Vec<(f64, Report)>,
 }
 
 pub async fn bench(opts: &Options, listener: &dyn Listener) -> Result<(Figures, Report)> {
@@ -317,8 +326,12 @@ async fn timed_runs(
     listener: &dyn Listener,
 ) -> Result<Timed> {
     let n_runs = opts.runs.max(1);
-    let mut timed =
-        Timed { in_process: Vec::with_capacity(n_runs as usize), as_processes: Vec::new(), through_proxy: Vec::new() };
+    let mut timed = Timed {
+        in_process: Vec::with_capacity(n_runs as usize),
+        as_processes: Vec::new(),
+        through_proxy: Vec::new(),
+        emails_off: Vec::new(),
+    };
     for i in 1..=n_runs {
         checkpoints.before_timed().await;
         listener.progress(&Progress::BenchStage {
@@ -344,6 +357,14 @@ async fn timed_runs(
             let kafka = opts.brokers.is_some() || sc.infra_kafka_brokers.is_some();
             let rep = pipeline(&sc.clone().with_proxy_always(kafka), opts, Components::InProcess).await?;
             timed.through_proxy.push((end_to_end(&rep).1, rep));
+        }
+        if opts.emails_off {
+            checkpoints.before_timed().await;
+            listener.progress(&Progress::BenchStage {
+                what: format!("run {i} of {n_runs}, no receipt emails: {} payments", opts.payments),
+            });
+            let rep = pipeline(&sc.clone().with_email(EmailMode::Off), opts, Components::InProcess).await?;
+            timed.emails_off.push((end_to_end(&rep).1, rep));
         }
     }
     Ok(timed)
@@ -372,7 +393,8 @@ fn process_figures(mut as_processes: Vec<(f64, Report)>, runs: Vec<RunSummary>, 
 fn every_run(f: &Figures) -> impl Iterator<Item = &RunSummary> {
     let process_runs = f.process_mode.iter().flat_map(|p| p.runs.iter());
     let proxy_runs = f.proxy_mode.iter().flat_map(|p| p.runs.iter());
-    f.warmup_runs.iter().chain(f.runs.iter()).chain(process_runs).chain(proxy_runs)
+    let emails_off_runs = f.emails_off_mode.iter().flat_map(|p| p.runs.iter());
+    f.warmup_runs.iter().chain(f.runs.iter()).chain(process_runs).chain(proxy_runs).chain(emails_off_runs)
 }
 
 /// The figures of the median in-process run, with every run's summary and
@@ -388,9 +410,11 @@ fn figures(
     let runs: Vec<RunSummary> = timed.in_process.iter().map(|(e2e, r)| summary(*e2e, r)).collect();
     let process_runs: Vec<RunSummary> = timed.as_processes.iter().map(|(e2e, r)| summary(*e2e, r)).collect();
     let proxy_runs: Vec<RunSummary> = timed.through_proxy.iter().map(|(e2e, r)| summary(*e2e, r)).collect();
+    let emails_off_runs: Vec<RunSummary> = timed.emails_off.iter().map(|(e2e, r)| summary(*e2e, r)).collect();
     let (e2e, rep) = median(&mut timed.in_process);
     let process_mode = process_figures(timed.as_processes, process_runs, e2e);
     let proxy_mode = process_figures(timed.through_proxy, proxy_runs, e2e);
+    let emails_off_mode = process_figures(timed.emails_off, emails_off_runs, e2e);
     let s = &rep.stages;
     let mut figures = Figures {
         run_id: rep.run_id.clone(),
@@ -418,6 +442,7 @@ fn figures(
         runs,
         warmup_runs,
         process_mode,
+        emails_off_mode,
         proxy_mode,
     };
     let verdict = every_run(&figures).find(|r| r.verdict != Verdict::Pass).map(|r| r.verdict);
@@ -553,6 +578,20 @@ fn insert_every_run(f: &Figures, rows: &mut Vec<(&'static str, String)>) {
     };
     if f.runs.len() > 1 {
         rows.insert(3, ("every run, end to end (events/s)", each(&f.runs)));
+    }
+    if let Some(p) = &f.emails_off_mode {
+        rows.insert(3, ("no receipt emails, every run (events/s)", each(&p.runs)));
+        rows.insert(
+            3,
+            (
+                "no receipt emails, median end to end",
+                format!(
+                    "{:.0} events/s; with emails {:.0}% of that, side by side",
+                    p.end_to_end_events_per_s,
+                    if p.ratio_to_in_process > 0.0 { 100.0 / p.ratio_to_in_process } else { 0.0 }
+                ),
+            ),
+        );
     }
     if let Some(p) = &f.proxy_mode {
         rows.insert(3, ("through the fault proxy, every run (events/s)", each(&p.runs)));

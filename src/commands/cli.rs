@@ -254,6 +254,9 @@ pub struct BenchArgs {
     /// After each timed run, the same run with every component's database traffic (and Kafka traffic, with a real broker) through the fault proxy, no fault set (PostgreSQL only); prints both and the ratio: the proxy's own cost.
     #[arg(long)]
     pub proxy: bool,
+    /// After each timed run, the same run with no receipt emails (`notifier.email = "off"`); prints both and the ratio: the emails' own cost.
+    #[arg(long)]
+    pub emails_off: bool,
     /// Where the runs' reports and the bench's JSON are written.
     #[arg(long, default_value = "reports")]
     pub reports_dir: PathBuf,

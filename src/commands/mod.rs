@@ -113,6 +113,7 @@ async fn bench(a: BenchArgs) -> Result<Exit> {
         warmup: a.warmup,
         processes: a.processes,
         proxy: a.proxy,
+        emails_off: a.emails_off,
     };
     let (figures, _) = crate::campaigns::bench::bench(&opts, &reporters::Campaign::new()).await?;
     let (table, exit) = (crate::campaigns::bench::render(&figures), exits::of_bench(&figures));

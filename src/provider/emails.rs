@@ -25,6 +25,9 @@ pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 pub(super) struct Shared {
     /// When the provider started: the record's `at` counts from it.
     pub started: Instant,
+    /// The same moment as Unix milliseconds, so the record can be placed on
+    /// the run's clock.
+    pub started_epoch_ms: i64,
     /// How long a send and a slow answer take.
     pub settings: ProviderSettings,
     /// Decides which requests a fault strikes.
@@ -106,7 +109,7 @@ impl Shared {
     pub fn record(&self) -> Record {
         let mut requests = self.lock().requests.clone();
         requests.sort_by_key(|r| r.seq);
-        Record { requests }
+        Record { requests, started_epoch_ms: self.started_epoch_ms }
     }
 
     /// Every fault's tally.

@@ -83,6 +83,9 @@ impl Provider {
         let (stop, stopped) = watch::channel(false);
         let shared = Arc::new(Shared {
             started: Instant::now(),
+            started_epoch_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64),
             settings,
             nemesis,
             shutdown: stopped.clone(),

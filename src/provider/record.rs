@@ -85,6 +85,10 @@ impl Outcome {
 pub struct Record {
     /// Every request received whose outcome is decided, sorted by `seq`.
     pub requests: Vec<Request>,
+    /// When the provider started, in Unix milliseconds: each request's
+    /// `at` counts from it.
+    #[serde(default)]
+    pub started_epoch_ms: i64,
 }
 
 impl Record {

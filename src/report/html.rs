@@ -505,7 +505,7 @@ fn window(s: &Story) -> Option<(i64, i64)> {
 }
 
 /// The lanes of a story, top to bottom.
-const LANES: [&str; 5] = ["payment", "outbox", "delivery", "inbox", "effect"];
+const LANES: [&str; 6] = ["payment", "outbox", "delivery", "inbox", "effect", "provider"];
 
 /// One story's dated steps, a row per lane, with the faults in its window.
 fn timeline(
@@ -577,6 +577,7 @@ fn timeline(
             "outbox" => RGBColor(44, 160, 44),
             "delivery" => RGBColor(23, 190, 207),
             "inbox" => RGBColor(148, 103, 189),
+            "provider" => RGBColor(255, 127, 14),
             _ => RGBColor(200, 30, 30),
         };
         let (dx, hpos) = if x > right { (-8, HPos::Right) } else { (8, HPos::Left) };

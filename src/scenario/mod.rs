@@ -333,6 +333,18 @@ impl Scenario {
     /// The same scenario with every component's database traffic, and its
     /// Kafka traffic when `kafka`, through the fault proxy, with no fault
     /// set (`chaos bench --proxy`).
+    /// The same scenario with the notifier's emails set another way
+    /// (`chaos bench --emails-off`); provider faults go with them when off.
+    pub fn with_email(mut self, email: EmailMode) -> Self {
+        self.0.notifier.email = email;
+        if email == EmailMode::Off {
+            for p in FaultPoint::ALL.iter().filter(|p| p.strike() == crate::faults::Strike::Provider) {
+                self.0.faults = self.0.faults.with(*p, 0.0);
+            }
+        }
+        self
+    }
+
     pub fn with_proxy_always(mut self, kafka: bool) -> Self {
         self.0.proxy.always = true;
         self.0.proxy.kafka = kafka;

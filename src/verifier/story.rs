@@ -139,6 +139,43 @@ pub fn tell(
         .collect()
 }
 
+/// Each story's calls to the email provider, from its record, as steps on
+/// the `provider` lane: the outcome the provider gave, whether it took the
+/// call as a repeat, and the key. `run_started_ms` is the run's start in
+/// epoch milliseconds.
+pub fn add_provider_calls(stories: &mut [Story], record: &crate::provider::Record, run_started_ms: i64) {
+    use crate::provider::{Body, Outcome};
+    for s in stories.iter_mut() {
+        let calls = record.requests.iter().filter(|r| match &r.body {
+            Body::Json(v) => v["payment_id"].as_str().and_then(|p| Uuid::parse_str(p).ok()) == Some(s.payment),
+            Body::Text(_) => false,
+        });
+        for r in calls.take(DELIVERIES) {
+            let outcome = match &r.outcome {
+                Outcome::Sent { id } => format!("email {id} sent"),
+                Outcome::Replayed { id } => format!("repeat absorbed, {id} replayed"),
+                Outcome::SentResponseLost { id } => format!("email {id} sent, answer lost"),
+                Outcome::SentSlow { id } => format!("email {id} sent, answer held"),
+                Outcome::Conflict => "409, key reused with another body".into(),
+                Outcome::InUse => "409, key in use".into(),
+                Outcome::BadRequest => "400, not a JSON object".into(),
+                Outcome::Unavailable => "503, nothing sent".into(),
+            };
+            let key = match &r.key {
+                Some(k) => format!("key {}…", k.get(..8).unwrap_or(k)),
+                None => "no key".into(),
+            };
+            s.steps.push(Step {
+                at_ms: record.started_epoch_ms + r.at.as_millis() as i64 - run_started_ms,
+                lane: "provider".into(),
+                what: format!("{outcome} ({key})"),
+                event: None,
+            });
+        }
+        s.steps.sort_by(|x, y| (x.at_ms, &x.lane, &x.what).cmp(&(y.at_ms, &y.lane, &y.what)));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,5 +236,46 @@ mod tests {
         // The event's example is told as its payment's story.
         assert_eq!((stories[1].example, stories[1].subject, stories[1].payment), (2, e, q));
         assert!(stories[1].messages.is_empty());
+    }
+
+    #[test]
+    fn a_storys_calls_to_the_provider_are_steps_on_its_lane_on_the_runs_clock() {
+        use crate::provider::{Body, Outcome, Record, Request};
+        let p = Uuid::from_u128(1);
+        let mut stories = vec![Story {
+            anomaly: "duplicate external effect".into(),
+            example: 0,
+            subject: p,
+            payment: p,
+            steps: vec![Step { at_ms: 300, lane: "effect".into(), what: "receipt sent".into(), event: None }],
+            messages: vec![],
+        }];
+        let call = |seq, at_ms, payment: Uuid, key: Option<&str>, outcome| Request {
+            seq,
+            at: std::time::Duration::from_millis(at_ms),
+            key: key.map(str::to_string),
+            body: Body::Json(serde_json::json!({ "payment_id": payment.to_string() })),
+            outcome,
+        };
+        let record = Record {
+            requests: vec![
+                call(1, 100, p, None, Outcome::SentResponseLost { id: "em_1".into() }),
+                call(2, 150, Uuid::from_u128(2), None, Outcome::Sent { id: "em_2".into() }),
+                call(3, 400, p, Some("abcdefgh-rest:receipts"), Outcome::Replayed { id: "em_1".into() }),
+            ],
+            started_epoch_ms: 10_050,
+        };
+        add_provider_calls(&mut stories, &record, 10_000);
+        let steps: Vec<(i64, &str, &str)> =
+            stories[0].steps.iter().map(|s| (s.at_ms, s.lane.as_str(), s.what.as_str())).collect();
+        assert_eq!(
+            steps,
+            vec![
+                (150, "provider", "email em_1 sent, answer lost (no key)"),
+                (300, "effect", "receipt sent"),
+                (450, "provider", "repeat absorbed, em_1 replayed (key abcdefgh…)"),
+            ],
+            "another payment's call is not in this story"
+        );
     }
 }

@@ -468,7 +468,7 @@ fn sent(n: usize) -> Outcome {
 fn emailing(n: usize) -> World {
     let mut w = healthy(n);
     let requests = (0..n).map(|i| email(&w, i, w.event(i, EventKind::Captured), sent(i))).collect();
-    w.emails = Some(Record { requests });
+    w.emails = Some(Record { requests, started_epoch_ms: 0 });
     renumber(&mut w);
     w
 }

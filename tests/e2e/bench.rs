@@ -20,6 +20,7 @@ fn small_bench_reports_every_figure() {
         "2",
         "--warmup",
         "1",
+        "--emails-off",
         "--json",
         "--reports-dir",
     ])
@@ -74,7 +75,14 @@ fn small_bench_reports_every_figure() {
     assert_eq!(warm.len(), 1);
     assert_eq!(warm[0]["verdict"], "pass");
     assert!(runs.iter().all(|r| r["run_id"] != warm[0]["run_id"]));
-    assert_eq!(invariants["measured"], "pass in 3 of 3 runs");
+    // `--emails-off`: each timed run followed by one without receipt
+    // emails, its invariants counted too.
+    let off = &f["emails_off_mode"];
+    let off_runs = off["runs"].as_array().unwrap();
+    assert_eq!(off_runs.len(), 2, "{off}");
+    assert!(off_runs.iter().all(|r| r["verdict"] == "pass" && r["run_id"] != f["run_id"]));
+    assert!(off["end_to_end_events_per_s"].as_f64().unwrap() > 0.0, "{off}");
+    assert_eq!(invariants["measured"], "pass in 5 of 5 runs");
     let saved = dir.path().join(format!("{}.bench.json", f["run_id"].as_str().unwrap()));
     assert!(saved.exists());
 }

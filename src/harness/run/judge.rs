@@ -58,6 +58,9 @@ pub(super) async fn judge(
             verdict::allow(&mut anomalies, &sc.allowed_anomalies);
             pass::attribute(&store, &mut anomalies, &ctx.faults, sc).await;
             rep.stories = pass::stories(&store, &anomalies, topic_side, &ctx.faults).await;
+            if let Some(record) = emails {
+                crate::verifier::add_provider_calls(&mut rep.stories, record, ctx.faults.started_epoch_ms());
+            }
             rep.faults = ctx.faults.summary();
             let chaos = verdict::chaos_checks(&rep.faults);
             let (v, why) = verdict::verdict(sc.exactly_once, &r.invariants, &anomalies, &chaos);
