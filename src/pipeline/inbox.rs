@@ -16,6 +16,7 @@
 //! while holding the batch (`notifier.stall`).
 
 use crate::domain::events::{Decoded, EventKind};
+use futures::StreamExt;
 use crate::domain::handlers::Handler;
 use crate::error::{Error, Result};
 use crate::faults::{FaultInjector, FaultPoint};
@@ -101,10 +102,17 @@ async fn send_receipts(b: &Batch<'_>, receipts: &[(Uuid, Uuid)]) -> Result<u64> 
     if matches!(b.modes.email, EmailMode::Off | EmailMode::AfterCommit) {
         return Ok(0);
     }
-    let mut calls = 0;
-    for (key, body) in receipt_emails(b, receipts) {
-        calls += 1;
-        match client.send(key.as_deref(), &body).await {
+    let emails = receipt_emails(b, receipts);
+    let calls = emails.len() as u64;
+    // A batch's emails are independent: sent side by side, a few at a time,
+    // so a batch of hundreds waits for a few round trips, not hundreds.
+    let sent: Vec<_> = futures::stream::iter(emails)
+        .map(|(key, body)| async move { (client.send(key.as_deref(), &body).await, body) })
+        .buffer_unordered(EMAILS_AT_ONCE)
+        .collect()
+        .await;
+    for (outcome, body) in sent {
+        match outcome {
             Ok(_) => {}
             // The mistake: a refusal read as a success.
             Err(EmailError::Status(503, _)) if b.modes.email == EmailMode::ErrorAsSuccess => {}
@@ -118,6 +126,9 @@ async fn send_receipts(b: &Batch<'_>, receipts: &[(Uuid, Uuid)]) -> Result<u64> 
     }
     Ok(calls)
 }
+
+/// How many of a batch's emails are in flight at once.
+const EMAILS_AT_ONCE: usize = 16;
 
 /// Each receipt's email: its idempotency key, as the notifier's email mode
 /// makes it, and its body.
