@@ -16,7 +16,6 @@
 //! while holding the batch (`notifier.stall`).
 
 use crate::domain::events::{Decoded, EventKind};
-use futures::StreamExt;
 use crate::domain::handlers::Handler;
 use crate::error::{Error, Result};
 use crate::faults::{FaultInjector, FaultPoint};
@@ -26,6 +25,7 @@ use crate::store::{
     BatchFaults, BatchOutcome, EffectPlan, Incoming, Modes, Store, HANDLER_LOYALTY, HANDLER_PROJECTION,
     HANDLER_RECEIPTS,
 };
+use futures::StreamExt;
 use std::collections::HashSet;
 use std::time::Duration;
 use uuid::Uuid;

@@ -74,9 +74,10 @@ enum KeyState {
     InProgress,
     /// Its first request sent this email; repeats with this body replay it.
     Done {
-        /// The body the email was sent with, parsed, so key order and
-        /// spacing do not matter.
-        body: Value,
+        /// A fingerprint of the body the email was sent with, taken from the
+        /// parsed JSON so that key order and spacing do not matter; a
+        /// fingerprint, not the body, so that a million keys stay small.
+        body: u64,
         /// The id of the email sent.
         id: String,
     },
@@ -175,7 +176,7 @@ impl Shared {
                     "another request with this idempotency key is in progress; retry later",
                 ),
             ),
-            Some(KeyState::Done { body: first, id }) if first == object => {
+            Some(KeyState::Done { body: first, id }) if *first == fingerprint(object) => {
                 (Outcome::Replayed { id: id.clone() }, accepted(id, true))
             }
             Some(KeyState::Done { .. }) => (
@@ -219,11 +220,41 @@ impl Shared {
             }
         }
         if let Some(k) = &key {
-            s.keys.insert(k.clone(), KeyState::Done { body: object, id: id.clone() });
+            s.keys.insert(k.clone(), KeyState::Done { body: fingerprint(&object), id: id.clone() });
         }
         Self::note(&mut s, arrival, key, body, outcome);
         id
     }
+}
+
+/// A JSON value's fingerprint: equal values, whatever their key order or
+/// spacing, give equal fingerprints (objects are hashed in key order).
+pub(super) fn fingerprint(v: &Value) -> u64 {
+    fn feed(v: &Value, h: &mut std::collections::hash_map::DefaultHasher) {
+        use std::hash::Hash;
+        match v {
+            Value::Null => 0u8.hash(h),
+            Value::Bool(b) => (1u8, b).hash(h),
+            Value::Number(n) => (2u8, n.to_string()).hash(h),
+            Value::String(s) => (3u8, s).hash(h),
+            Value::Array(a) => {
+                (4u8, a.len()).hash(h);
+                a.iter().for_each(|x| feed(x, h));
+            }
+            Value::Object(m) => {
+                let mut fields: Vec<(&String, &Value)> = m.iter().collect();
+                fields.sort_by(|a, b| a.0.cmp(b.0));
+                (5u8, fields.len()).hash(h);
+                for (k, x) in fields {
+                    k.hash(h);
+                    feed(x, h);
+                }
+            }
+        }
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    feed(v, &mut h);
+    std::hash::Hasher::finish(&h)
 }
 
 /// Confirms a `Slow` firing when dropped: when the hold ends, or when the

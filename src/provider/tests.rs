@@ -260,3 +260,26 @@ async fn it_binds_only_loopback_and_shutdown_drops_every_connection() {
     assert_eq!(nemesis.seen_confirmed(), [Fault::Slow]);
     assert_eq!(p.record().emails_sent().len(), 1, "the record outlives the server");
 }
+
+/// A repeated key is compared by fingerprint: equal JSON, whatever its key
+/// order, matches; any change of a value, a type or an order within an
+/// array does not.
+#[test]
+fn a_bodys_fingerprint_ignores_key_order_and_nothing_else() {
+    use super::emails::fingerprint;
+    let f = |s: &str| fingerprint(&serde_json::from_str(s).unwrap());
+    assert_eq!(
+        f(r#"{"a": 1, "b": [1, 2], "c": {"x": null, "y": true}}"#),
+        f(r#"{"c": {"y": true, "x": null}, "b": [1,2], "a": 1}"#)
+    );
+    let base = f(r#"{"a": 1, "b": [1, 2]}"#);
+    for other in [
+        r#"{"a": 1, "b": [2, 1]}"#,
+        r#"{"a": "1", "b": [1, 2]}"#,
+        r#"{"a": 1, "b": [1, 2], "c": 0}"#,
+        r#"{"b": [1, 2]}"#,
+        r#"{"a": 2, "b": [1, 2]}"#,
+    ] {
+        assert_ne!(f(other), base, "{other}");
+    }
+}
