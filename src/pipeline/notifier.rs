@@ -233,37 +233,23 @@ impl Incarnation<'_> {
     async fn apply(&self, batch: &[Incoming], modes: Modes, faults: BatchFaults) -> crate::error::Result<BatchOutcome> {
         let ctx = self.ctx;
         let mut wait = Duration::from_millis(20);
-        for _ in 1..EMAIL_ATTEMPTS {
-            match crate::pipeline::inbox::apply_batch(
-                &ctx.store,
-                batch,
-                modes,
-                faults,
-                &ctx.faults,
-                ctx.email.as_deref(),
-                self.name,
-            )
-            .await
-            {
-                Err(crate::Error::Provider(why)) => {
+        let mut attempt = 1;
+        loop {
+            let email = ctx.email.as_deref();
+            let outcome =
+                crate::pipeline::inbox::apply_batch(&ctx.store, batch, modes, faults, &ctx.faults, email, self.name)
+                    .await;
+            match outcome {
+                Err(crate::Error::Provider(why)) if attempt < EMAIL_ATTEMPTS => {
                     debug!(notifier = %self.name, cause = %why, "the email provider failed the batch; trying again");
                     Stats::add(&ctx.stats.notifier_errors, 1);
                     tokio::time::sleep(wait).await;
                     wait = (wait * 2).min(Duration::from_millis(500));
+                    attempt += 1;
                 }
                 other => return other,
             }
         }
-        crate::pipeline::inbox::apply_batch(
-            &ctx.store,
-            batch,
-            modes,
-            faults,
-            &ctx.faults,
-            ctx.email.as_deref(),
-            self.name,
-        )
-        .await
     }
 
     /// The mistake `notifier.email = "after-commit"`: the batch's emails,
