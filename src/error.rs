@@ -42,6 +42,11 @@ pub enum Error {
     /// rolls back and tries again with the same idempotency key.
     #[error("the email provider: {0}")]
     Provider(String),
+
+    /// A declared system's service that never became ready: its health
+    /// URL did not answer 2xx in time.
+    #[error("{0}")]
+    Service(String),
 }
 
 impl Error {

@@ -28,7 +28,8 @@ pub fn of_error(e: &Error) -> Exit {
         | Error::Database { .. }
         | Error::Kafka { .. }
         | Error::Tool(_)
-        | Error::Provider(_) => Exit::Infra,
+        | Error::Provider(_)
+        | Error::Service(_) => Exit::Infra,
         Error::Write { .. } => Exit::Io,
         Error::Internal(_) => Exit::Internal,
     }

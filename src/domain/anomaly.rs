@@ -46,6 +46,17 @@ choices! {
         /// disagrees with the receipt rows (an email without its row, a row
         /// without its email).
         MisattributedExternalEffect = "misattributed external effect",
+        /// A declared system's acknowledged operation that produced none
+        /// of its events.
+        LostOperation = "lost operation",
+        /// Events for a key the workload never asked for, or whose
+        /// request the service refused.
+        PhantomOperation = "phantom operation",
+        /// One key's messages on more than one partition (a declared
+        /// system's "split payment").
+        SplitKey = "split key",
+        /// A declared check (`[[system.checks]]`) returned rows.
+        FailedCheck = "failed check",
         /// An idempotency key sent again with a different body: the provider
         /// refused it, so that request's email was never sent.
         IdempotencyKeyReused = "idempotency key reused",

@@ -9,4 +9,5 @@ pub mod events;
 pub(crate) mod handlers;
 pub mod intent;
 pub mod names;
+pub mod operations;
 pub(crate) mod rows;

@@ -45,6 +45,7 @@ pub fn skeleton(sc: &Scenario, names: &RunNames, infra: &InfraInfo, faults: &Fau
         series: vec![],
         fault_spans_ms: crate::verifier::attribution::spans(sc),
         stories: vec![],
+        system: None,
         verdict: Verdict::Incomplete,
         reason: String::new(),
     }

@@ -62,6 +62,10 @@ pub struct Report {
     /// can be drawn again from its JSON alone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stories: Vec<crate::verifier::story::Story>,
+    /// A declared system's figures (operations by outcome, events,
+    /// messages); absent for the payments pipeline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<crate::verifier::declared::Figures>,
     pub verdict: Verdict,
     pub reason: String,
 }

@@ -7,6 +7,7 @@
 
 mod preflight;
 mod raw;
+mod system;
 mod validate;
 
 use crate::domain::anomaly::AnomalyKind;
@@ -18,6 +19,9 @@ use std::time::Duration;
 use toml::Spanned;
 
 pub use raw::*;
+pub use system::{
+    CheckDecl, EffectDecl, Once, OperationDecl, OutboxDecl, Published, ServiceDecl, Setup, System, ValueGen,
+};
 pub use validate::{load, parse, parse_duration};
 
 choices! {
@@ -217,6 +221,9 @@ pub struct Settings {
     /// What the command line changed, for the replay command.
     #[serde(default)]
     pub overrides: Overrides,
+    /// The user's own system, declared: it replaces the payments pipeline.
+    #[serde(default)]
+    pub system: Option<System>,
 }
 
 /// The command line's changes to a scenario file, in the order given:

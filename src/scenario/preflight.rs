@@ -42,6 +42,9 @@ impl Scenario {
                 t.point.name()
             ));
         }
+        if self.system.is_some() && !postgres {
+            return Err("a `[system]` scenario runs against PostgreSQL only (your schema, outbox and effect queries): pass --database-url or set DATABASE_URL".into());
+        }
         let under_test = [("notifier", &self.notifier.command), ("relay", &self.relay.command)];
         if let (Some((role, _)), false) = (under_test.iter().find(|c| c.1.is_some()), postgres) {
             return Err(format!(

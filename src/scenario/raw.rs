@@ -23,6 +23,8 @@ pub struct RawScenario {
     pub run: RawRun,
     pub expect: RawExpect,
     pub infra: RawInfra,
+    /// A declared system of the user's own (docs/contract.md section 8).
+    pub system: Option<Spanned<super::system::RawSystem>>,
 }
 
 impl Default for RawScenario {
@@ -42,6 +44,7 @@ impl Default for RawScenario {
             run: RawRun::default(),
             expect: RawExpect::default(),
             infra: RawInfra::default(),
+            system: None,
         }
     }
 }

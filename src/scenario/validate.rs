@@ -65,13 +65,13 @@ pub fn parse(text: &str, path: &Path) -> Result<Scenario, crate::Error> {
     Validator { text, shown: &shown }.validate(raw, path)
 }
 
-struct Validator<'a> {
+pub(super) struct Validator<'a> {
     text: &'a str,
-    shown: &'a str,
+    pub(super) shown: &'a str,
 }
 
 impl Validator<'_> {
-    fn err<T>(&self, span: std::ops::Range<usize>, what: &str) -> Result<T, crate::Error> {
+    pub(super) fn err<T>(&self, span: std::ops::Range<usize>, what: &str) -> Result<T, crate::Error> {
         let at = if span.start == 0 && span.end == 0 {
             String::new()
         } else {
@@ -81,7 +81,7 @@ impl Validator<'_> {
         Err(crate::Error::Scenario(format!("{}{at}: {what}", self.shown)))
     }
 
-    fn count(&self, v: &Spanned<i64>, key: &str, min: i64, max: i64) -> Result<i64, crate::Error> {
+    pub(super) fn count(&self, v: &Spanned<i64>, key: &str, min: i64, max: i64) -> Result<i64, crate::Error> {
         let x = *v.get_ref();
         if x < min || x > max {
             return self.err(v.span(), &format!("`{key}` is {x}; expected an integer from {min} to {max}"));
@@ -100,7 +100,7 @@ impl Validator<'_> {
         Ok(p)
     }
 
-    fn choice<T>(
+    pub(super) fn choice<T>(
         &self,
         v: &Spanned<String>,
         key: &str,
@@ -138,6 +138,7 @@ impl Validator<'_> {
         let timeline = self.timeline(&raw, &mut faults)?;
         let (command, relay_command) = self.programs(&raw, path, &faults)?;
         let pause = self.pause(&raw.nemesis)?;
+        let system = self.declared(&raw, path, &faults, (&command, &relay_command))?;
         let notifier = self.notifier(&raw.notifier, &variants, command)?;
         if notifier.email == EmailMode::Off {
             // The provider runs only for a notifier that sends emails: its
@@ -200,6 +201,7 @@ impl Validator<'_> {
             infra_kafka_brokers: raw.infra.kafka_brokers,
             schedule: None,
             overrides: Overrides::default(),
+            system,
         }))
     }
 
@@ -348,7 +350,7 @@ impl Validator<'_> {
     }
 
     /// A command as an argument vector, not empty.
-    fn argv(&self, v: &Spanned<Vec<String>>, key: &str) -> Result<Vec<String>, crate::Error> {
+    pub(super) fn argv(&self, v: &Spanned<Vec<String>>, key: &str) -> Result<Vec<String>, crate::Error> {
         match v.get_ref().first() {
             Some(p) if !p.trim().is_empty() => Ok(v.get_ref().clone()),
             _ => self.err(
@@ -363,6 +365,9 @@ impl Validator<'_> {
         let p = &raw.proxy;
         let relays = self.count(&raw.relay.instances, "relay.instances", 1, 64)?;
         let notifiers = self.count(&raw.notifier.instances, "notifier.instances", 1, 64)?;
+        // A declared system's service is a program too; its workload is
+        // an HTTP client, with no database session to proxy.
+        let services = raw.system.as_ref().map_or(0, |s| *s.get_ref().service.instances.get_ref()).clamp(0, 16);
         let all = |role: &'static str, n: i64| (1..=n).map(move |i| format!("{role}-{i}"));
         let mut targets: Vec<String> = Vec::new();
         for t in &p.targets {
@@ -371,7 +376,14 @@ impl Validator<'_> {
                 "workload" => vec!["workload".into()],
                 "relay" => all("relay", relays).collect(),
                 "notifier" => all("notifier", notifiers).collect(),
-                _ if all("relay", relays).chain(all("notifier", notifiers)).any(|n| n == name) => vec![name.into()],
+                "service" if services > 0 => all("service", services).collect(),
+                _ if all("relay", relays)
+                    .chain(all("notifier", notifiers))
+                    .chain(all("service", services))
+                    .any(|n| n == name) =>
+                {
+                    vec![name.into()]
+                }
                 _ => {
                     return self.err(
                         t.span(),
@@ -385,6 +397,8 @@ impl Validator<'_> {
         }
         if targets.is_empty() {
             targets = std::iter::once("workload".to_string())
+                .filter(|_| services == 0)
+                .chain(all("service", services))
                 .chain(all("relay", relays))
                 .chain(all("notifier", notifiers))
                 .collect();
@@ -430,6 +444,47 @@ fn ms(v: i64) -> Duration {
 }
 
 impl Validator<'_> {
+    /// `[system]`, with what it needs of the rest: the user's consumer and
+    /// relay as commands, and only faults that act from outside (inside
+    /// faults strike our reference components, which do not run).
+    fn declared(
+        &self,
+        raw: &RawScenario,
+        path: &Path,
+        faults: &FaultRates,
+        (consumer, relay): (&Option<ProgramCommand>, &Option<ProgramCommand>),
+    ) -> Result<Option<System>, crate::Error> {
+        let Some(sys) = &raw.system else { return Ok(None) };
+        let span = sys.span();
+        if consumer.is_none() || relay.is_none() {
+            let missing = if consumer.is_none() { "notifier.command" } else { "relay.command" };
+            return self.err(
+                span,
+                &format!("`[system]` runs your own consumer and relay, and `{missing}` is not set; set `notifier.command` (your consumer) and `relay.command` (your relay)"),
+            );
+        }
+        if raw.workload.payments.span() != (0..0) {
+            return self.err(
+                raw.workload.payments.span(),
+                "`workload.payments` drives the payments pipeline, which a `[system]` scenario does not run; set `system.operation.count`",
+            );
+        }
+        let inside = FaultPoint::ALL
+            .iter()
+            .find(|p| faults.get(**p) > 0.0 && !(p.needs_process() || p.proxied() || p.is_service()));
+        if let Some(p) = inside {
+            return self.err(
+                raw.faults.get(*p).span(),
+                &format!(
+                    "`faults.{}` strikes inside {}, which a `[system]` scenario does not run; use `process_kill`, `process_pause` or a fault of the proxy (`db_*`, `kafka_*`)",
+                    p.key(),
+                    p.strike().needs()
+                ),
+            );
+        }
+        Ok(Some(self.system(sys.get_ref(), path)?))
+    }
+
     /// `[notifier] command` and `[relay] command`, each checked against
     /// what only the reference component has (its variants and its inner
     /// fault points); and kills and pauses from outside, which need a

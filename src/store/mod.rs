@@ -9,6 +9,7 @@
 //! only differ in how they say it in SQL.
 
 pub(crate) mod effects;
+pub mod declared;
 pub mod postgres;
 pub mod sqlite;
 pub(crate) mod truth;

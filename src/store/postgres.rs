@@ -36,6 +36,25 @@ impl PgStore {
         Self::connect(url, schema, max_connections, true, None).await
     }
 
+    /// Connects and creates the run's schema, empty: a declared system
+    /// brings its own tables, which ours must not stand beside (a user's
+    /// `inbox` or `outbox` would clash).
+    pub async fn open_empty(url: &str, schema: &str, max_connections: u32) -> Result<Self> {
+        let store = Self::connect(url, schema, max_connections, false, None).await?;
+        // search_path is resolved at each statement, so the pool's sessions
+        // see the schema once it exists.
+        sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
+            .execute(&store.pool)
+            .await
+            .map_err(|e| Error::db(format!("creating schema {schema}"), e))?;
+        Ok(store)
+    }
+
+    /// The pool, for a declared system's reads ([`super::declared`]).
+    pub(super) fn conn_pool(&self) -> &PgPool {
+        &self.pool
+    }
+
     /// Connects to a run's schema that the run has already made: a
     /// component process, which may restart hundreds of times a run, skips
     /// the schema and the migrations every restart would otherwise repeat.

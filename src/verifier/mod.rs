@@ -17,9 +17,12 @@
 //! - [`attribution`]: which faults fired just before each anomaly's
 //!   examples were last written, from their timestamps and the fault log.
 //! - [`story`]: each anomaly example's payment on one line of time, for the HTML report.
+//! - [`declared`]: the generic verifier of a declared system (`[system]`):
+//!   the record of intent, the outbox log, the topic and the declared queries.
 //! - [`latency`]: end-to-end latency percentiles, one computation for every backend.
 
 pub(crate) mod attribution;
+pub mod declared;
 pub(crate) mod emails;
 pub mod latency;
 pub(crate) mod ledger;

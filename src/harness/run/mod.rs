@@ -2,6 +2,7 @@
 //! schema and topic, start relays, notifiers and the retention purger, drive
 //! the workload, wait for the pipeline to drain, verify, report.
 
+mod declared;
 mod drive;
 mod infra;
 mod judge;
@@ -113,6 +114,10 @@ pub async fn execute(
     reports_dir: &std::path::Path,
     reporter: &dyn Reporter,
 ) -> Result<Report> {
+    // A declared system replaces the payments pipeline whole.
+    if sc.system.is_some() {
+        return declared::execute(sc, database_url, brokers, reports_dir, reporter).await;
+    }
     let started = Instant::now();
     let endpoints = infra::endpoints(&sc, database_url, brokers)?;
     let names = RunNames::new();

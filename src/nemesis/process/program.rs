@@ -63,6 +63,8 @@ pub struct Programs {
     /// a keeper.
     tails: Vec<(String, Tail)>,
     pub logs: PathBuf,
+    /// Each service slot's port on 127.0.0.1, in slot order.
+    service_ports: Vec<u16>,
 }
 
 /// Which component a program stands in for.
@@ -70,6 +72,9 @@ pub struct Programs {
 pub enum Role {
     Notifier,
     Relay,
+    /// A declared system's own service (`[system.service]`), driven by
+    /// HTTP requests on its `CHAOS_PORT`.
+    Service,
 }
 
 impl Role {
@@ -77,6 +82,7 @@ impl Role {
         match self {
             Role::Notifier => sc.notifier.restart_delay,
             Role::Relay => sc.relay.restart_delay,
+            Role::Service => RESTART_FLOOR,
         }
     }
 
@@ -84,6 +90,7 @@ impl Role {
         match self {
             Role::Notifier => "notifier",
             Role::Relay => "relay",
+            Role::Service => "service",
         }
     }
 }
@@ -112,6 +119,7 @@ impl Programs {
         let mut tails = Vec::new();
         let mut notifier = None;
         let mut kills = Vec::new();
+        let mut service_ports = Vec::new();
         for (role, command, instances, batch) in roles {
             let Some((command, is_reference)) = command else { continue };
             if role == Role::Notifier && !is_reference {
@@ -130,6 +138,13 @@ impl Programs {
                 // its kill (db.kill_after_commit).
                 let proxy_slot = lanes.and_then(|l| l.slot(&name));
                 let mut env = env.clone();
+                if role == Role::Service {
+                    // The slot keeps its port across incarnations, so the
+                    // workload finds a restarted service where it was.
+                    let port = free_port()?;
+                    service_ports.push(port);
+                    env.0.push(("CHAOS_PORT", port.to_string()));
+                }
                 if let (Some(slot), Some(l)) = (&proxy_slot, lanes) {
                     env.0.retain(|(k, _)| *k != "CHAOS_DATABASE_URL");
                     env.0.push(("CHAOS_DATABASE_URL", l.url_of(slot)));
@@ -166,7 +181,7 @@ impl Programs {
             let nemesis = by_messages(ctx.clone(), acting.subscribe(), kills);
             tasks.push(("nemesis (process.kill_per_message)".into(), tokio::spawn(nemesis)));
         }
-        Ok(Some((Self { notifier, failure, acting, tails, logs }, tasks)))
+        Ok(Some((Self { notifier, failure, acting, tails, logs, service_ports }, tasks)))
     }
 
     /// The pause before a killed process's slot starts again. A program
@@ -191,7 +206,7 @@ impl Programs {
     #[allow(clippy::type_complexity)]
     fn roles(
         sc: &crate::scenario::Scenario,
-    ) -> crate::error::Result<[(Role, Option<(ProgramCommand, bool)>, usize, usize); 2]> {
+    ) -> crate::error::Result<[(Role, Option<(ProgramCommand, bool)>, usize, usize); 3]> {
         let reference = Self::reference_command()?;
         let as_process = |c: &Option<ProgramCommand>| match (c, sc.components) {
             (Some(c), _) => Some((c.clone(), false)),
@@ -201,6 +216,12 @@ impl Programs {
         Ok([
             (Role::Notifier, as_process(&sc.notifier.command), sc.notifier.instances, sc.notifier.batch_size),
             (Role::Relay, as_process(&sc.relay.command), sc.relay.instances, sc.relay.batch_size),
+            (
+                Role::Service,
+                sc.system.as_ref().map(|s| (s.service.command.clone(), false)),
+                sc.system.as_ref().map_or(0, |s| s.service.instances),
+                1,
+            ),
         ])
     }
 
@@ -218,6 +239,11 @@ impl Programs {
     /// notifier's own report of its assignments).
     pub fn has_notifier(&self) -> bool {
         self.notifier.is_some()
+    }
+
+    /// Each service slot's port on 127.0.0.1 (`CHAOS_PORT`), in slot order.
+    pub fn service_ports(&self) -> &[u16] {
+        &self.service_ports
     }
 
     /// Resolves with the first failure of any program.
@@ -299,6 +325,14 @@ impl Programs {
         }
         format!("{} (logs in {log})", parts.join("; "))
     }
+}
+
+/// A port on 127.0.0.1 that nothing listens on now: the kernel's pick,
+/// released for the service to bind.
+fn free_port() -> crate::error::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| crate::Error::Internal(format!("finding a free port for a service: {e}")))?;
+    listener.local_addr().map(|a| a.port()).map_err(|e| crate::Error::Internal(format!("finding a free port: {e}")))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -788,6 +822,8 @@ impl Keeper {
         let crashes = match self.role {
             Role::Relay => &self.ctx.stats.relay_crashes,
             Role::Notifier => &self.ctx.stats.notifier_crashes,
+            // A service under test never halts at a reference crash point.
+            Role::Service => &self.ctx.stats.relay_crashes,
         };
         Stats::add(crashes, 1);
         let Some(by_sigkill) = self.kill(proc).await else { return End::Unkillable };

@@ -1,0 +1,378 @@
+//! One run of a declared system (`[system]`, docs/contract.md section 8):
+//! the run's empty schema, the user's setup, every declaration proved on
+//! it before any traffic, the user's service, relay and consumer as
+//! processes under the nemesis, the HTTP workload and its record of
+//! intent, the drain, and the generic verifier.
+
+mod workload;
+
+use super::drive::{self, Stopped};
+use super::infra::{self, Infra};
+use super::{Event, Reporter};
+use crate::broker::{kafka::Kafka, SharedBroker};
+use crate::domain::names::RunNames;
+use crate::error::{Error, Result};
+use crate::nemesis::process::program::{Database, Programs};
+use crate::nemesis::proxy::Lanes;
+use crate::pipeline::context::Ctx;
+use crate::report::progress::{Phase, Progress};
+use crate::report::{assemble, InfraInfo, Report, Timings};
+use crate::scenario::{Published, Scenario, Setup, System};
+use crate::store::declared as rows;
+use crate::store::postgres::PgStore;
+use crate::store::Store;
+use crate::verifier::{verdict, Verdict};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+/// How long the user's migrations may run.
+const SETUP_LIMIT: Duration = Duration::from_secs(120);
+/// How often a service's health URL is asked while it starts.
+const HEALTH_POLL: Duration = Duration::from_millis(200);
+/// How often the drain condition is read.
+const DRAIN_POLL: Duration = Duration::from_millis(250);
+/// The harness's own connections: the drain's probes and the verifier.
+const CONNECTIONS: u32 = 4;
+
+/// Runs a declared system end to end.
+pub async fn execute(
+    sc: Scenario,
+    database_url: Option<String>,
+    brokers: Option<String>,
+    reports_dir: &Path,
+    reporter: &dyn Reporter,
+) -> Result<Report> {
+    let started = Instant::now();
+    let Some(sys) = sc.system.clone() else { return Err(Error::Internal("a declared run without [system]".into())) };
+    let endpoints = infra::endpoints(&sc, database_url, brokers)?;
+    let Some(url) = endpoints.database_url.clone() else {
+        return Err(Error::Usage("a `[system]` scenario runs against PostgreSQL only: pass --database-url or set DATABASE_URL".into()));
+    };
+    let names = RunNames::new();
+    let pg = PgStore::open_empty(&url, &names.schema, CONNECTIONS).await?;
+    set_up(&pg, &sys, &sc, &url, &names).await?;
+    let broker: SharedBroker = match &endpoints.brokers {
+        Some(b) => Arc::new(Kafka::connect(b).await?),
+        None => Arc::new(Kafka::embedded()?),
+    };
+    let mut infra = Infra {
+        info: InfraInfo {
+            database: "postgres".into(),
+            database_endpoint: pg.endpoint.clone(),
+            schema: pg.schema.clone(),
+            broker: broker.kind().into(),
+            brokers: broker.bootstrap().into(),
+            topic: names.topic.clone(),
+            group: names.group.clone(),
+            proxy: None,
+        },
+        store: Store::Postgres(pg.clone()),
+        broker,
+    };
+    let sc = Arc::new(sc);
+    let (trigger, ctx) = infra::context(&sc, &infra, &names);
+    let (acting, _) = watch::channel(false);
+    let lanes = match sc.proxied() {
+        true => Some(Lanes::start(&ctx, &url, acting.subscribe()).await?),
+        false => None,
+    };
+    let mut infra_line = infra.describe(&names);
+    if let Some(l) = &lanes {
+        infra_line = format!("{infra_line} · {}", l.describe());
+        infra.info.proxy = Some(l.describe());
+    }
+    reporter.event(&Event::Started { run_id: &names.run_id, scenario: &sc.name, seed: sc.seed, infra: &infra_line })?;
+    info!(run_id = %names.run_id, seed = sc.seed, "starting a declared system");
+    let progress = Progress::start(sys.operation.count, ctx.stats.clone(), ctx.faults.clone(), reporter.shows_progress());
+    infra.broker.create_topic(&names.topic, sc.partitions).await?;
+    let setup_ms = started.elapsed().as_millis() as u64;
+
+    let logs = reports_dir.join(format!("{}-processes", names.run_id));
+    let (programs, mut components) = match Programs::start(&ctx, &Database::Postgres(url.clone()), logs, lanes.as_ref())? {
+        Some(p) => p,
+        None => return Err(Error::Internal("a declared system without programs".into())),
+    };
+    let slots = lanes.as_ref().map(|l| l.slots()).unwrap_or_default();
+    components.extend(crate::nemesis::timeline::start(&ctx, acting.subscribe(), slots));
+
+    let mut ran = drive::Ran::default();
+    let t_work = Instant::now();
+    // The service must answer before anything is asked of it: one that
+    // never does is a service that cannot be reached (exit 3).
+    if let Err(e) = healthy(&programs, &sys, &ctx).await {
+        trigger.trigger();
+        let _ = drive::stop(components).await;
+        infra.close().await;
+        return Err(e);
+    }
+    tokio::select! {
+        r = programs.ready(&ctx) => if let Err(why) = r { ran.incomplete = Some(why) },
+        _ = crate::harness::interrupt::requested() => ran.interrupted = true,
+    }
+    programs.set_acting(true);
+    let _ = acting.send(true);
+    let mut ops = Vec::new();
+    if ran.incomplete.is_none() && !ran.interrupted {
+        progress.phase(Phase::Workload);
+        let work = workload::run(
+            Arc::new(sys.operation.clone()),
+            sc.seed,
+            programs.service_ports().to_vec(),
+            ctx.faults.clone(),
+            ctx.stats.clone(),
+        );
+        tokio::select! {
+            r = work => match r {
+                Ok(o) => ops = o,
+                Err(e) => ran.incomplete = Some(format!("the workload stopped: {e}")),
+            },
+            why = programs.failed() => ran.incomplete = Some(why),
+            _ = crate::harness::interrupt::requested() => ran.interrupted = true,
+        }
+    }
+    ran.workload_ms = t_work.elapsed().as_millis() as u64;
+    let t_drain = Instant::now();
+    progress.phase(Phase::Drain);
+    if ran.incomplete.is_none() && !ran.interrupted {
+        tokio::select! {
+            r = drain(&ctx, &pg, &sys) => if let Err(why) = r {
+                ran.incomplete = Some(format!("{why}; {}", programs.stderr_of_first()));
+            },
+            why = programs.failed() => ran.incomplete = Some(why),
+            _ = crate::harness::interrupt::requested() => ran.interrupted = true,
+        }
+    }
+    programs.set_acting(false);
+    let _ = acting.send(false);
+    ran.drain_ms = t_drain.elapsed().as_millis() as u64;
+    trigger.trigger();
+    components.extend(ctx.tasks.take());
+    let stopped = tokio::select! {
+        s = drive::stop(components) => s,
+        _ = crate::harness::interrupt::requested(), if !ran.interrupted => { ran.interrupted = true; Stopped::default() }
+    };
+    if let Some(l) = lanes {
+        l.close();
+    }
+    if let (None, Some(why)) = (&ran.incomplete, programs.failure()) {
+        ran.incomplete = Some(why);
+    }
+    if let Some(why) = stopped.why() {
+        warn!("{why}");
+        ran.incomplete = Some(match ran.incomplete.take() {
+            Some(before) => format!("{before}; {why}"),
+            None => why,
+        });
+    }
+
+    let mut rep = assemble::skeleton(&sc, &names, &infra.info, &ctx.faults, &ctx.stats);
+    rep.scenario.payments = sys.operation.count;
+    rep.scenario.inbox = "declared".into();
+    rep.timings = Timings { setup_ms, workload_ms: ran.workload_ms, drain_ms: ran.drain_ms, ..Default::default() };
+    let t_verify = Instant::now();
+    progress.phase(Phase::Verify);
+    judge(&mut rep, &ctx, &pg, &sys, &ops, &mut ran, !stopped.stuck.is_empty()).await;
+    progress.finish();
+    rep.timings.verify_ms = t_verify.elapsed().as_millis() as u64;
+    rep.timings.total_ms = started.elapsed().as_millis() as u64;
+    infra.close().await;
+    let saved = rep.save(reports_dir)?;
+    reporter.event(&Event::Finished { report: &rep, json: &saved.json, md: &saved.md, html: &saved.html })?;
+    Ok(rep)
+}
+
+/// The user's schema in the run's, then every declaration proved on it,
+/// then the outbox log. A bad declaration is a bad scenario (exit 2),
+/// named by its key, with the database's own message.
+async fn set_up(pg: &PgStore, sys: &System, sc: &Scenario, url: &str, names: &RunNames) -> Result<()> {
+    let shown = sc.path.display().to_string();
+    match &sys.setup {
+        Setup::Sql { path, text } => rows::apply_setup(pg, text).await.map_err(|m| {
+            Error::Scenario(format!("{shown}: `system.setup` ({}) fails on the run's schema: {m}", path.display()))
+        })?,
+        Setup::Command(cmd) => {
+            let mut c = tokio::process::Command::new(&cmd.argv[0]);
+            c.args(&cmd.argv[1..])
+                .current_dir(&cmd.dir)
+                .env("CHAOS_DATABASE_URL", url)
+                .env("CHAOS_SCHEMA", &names.schema)
+                .env("CHAOS_RUN_ID", &names.run_id)
+                .env("PGAPPNAME", format!("chaos-{}-setup", names.run_id))
+                .stdin(std::process::Stdio::null())
+                .kill_on_drop(true);
+            let out = tokio::time::timeout(SETUP_LIMIT, c.output())
+                .await
+                .map_err(|_| {
+                    Error::Scenario(format!("{shown}: `system.setup_command` did not finish within {} s", SETUP_LIMIT.as_secs()))
+                })?
+                .map_err(|e| {
+                    Error::Scenario(format!("{shown}: `system.setup_command` `{}` could not start: {e}", cmd.shown()))
+                })?;
+            if !out.status.success() {
+                let err = String::from_utf8_lossy(&out.stderr);
+                let tail: Vec<&str> = err.lines().rev().take(3).collect::<Vec<_>>().into_iter().rev().collect();
+                return Err(Error::Scenario(format!(
+                    "{shown}: `system.setup_command` `{}` failed with {}: {}",
+                    cmd.shown(),
+                    out.status,
+                    tail.join(" | ")
+                )));
+            }
+        }
+    }
+    rows::probe(pg, sys).await.map_err(|b| Error::Scenario(format!("{shown}: {}: {}", b.key, b.message)))?;
+    rows::install_outbox_log(pg, &sys.outbox).await
+}
+
+/// Waits until every service slot answers its health path with a 2xx.
+async fn healthy(programs: &Programs, sys: &System, ctx: &Ctx) -> Result<()> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(1))
+        .build()
+        .map_err(|e| Error::Internal(format!("making the health check's client: {e}")))?;
+    let limit = sys.service.ready_timeout;
+    let started = Instant::now();
+    for (slot, port) in programs.service_ports().iter().enumerate() {
+        let url = format!("http://127.0.0.1:{port}{}", sys.service.health);
+        let mut last;
+        loop {
+            if let Some(f) = programs.failure() {
+                return Err(Error::Service(format!("the service did not become ready: {f}")));
+            }
+            match client.get(&url).send().await {
+                Ok(r) if r.status().is_success() => break,
+                Ok(r) => last = format!("it answered {}", r.status()),
+                Err(e) if e.is_connect() => last = "nothing listens there".into(),
+                Err(e) => last = format!("no answer ({e})"),
+            }
+            if started.elapsed() >= limit {
+                return Err(Error::Service(format!(
+                    "the service `{}` (service-{}) did not answer GET {url} with a 2xx within {} s ({last}); check `system.service.health` and that it listens on CHAOS_PORT; {}",
+                    sys.service.command.shown(),
+                    slot + 1,
+                    limit.as_secs(),
+                    programs.stderr_of_first()
+                )));
+            }
+            if ctx.shutdown.is_set() {
+                return Err(Error::Internal("stopped while waiting for the service".into()));
+            }
+            tokio::time::sleep(HEALTH_POLL).await;
+        }
+    }
+    info!(ms = started.elapsed().as_millis() as u64, "service ready");
+    Ok(())
+}
+
+/// Waits until every outbox row is marked published (or, with no mark,
+/// the topic holds as many messages as the outbox log) and the consumer
+/// group's lag is zero, twice in a row.
+async fn drain(ctx: &Ctx, pg: &PgStore, sys: &System) -> std::result::Result<(), String> {
+    let deadline = Instant::now() + ctx.scenario.drain_timeout;
+    let mut quiet = 0;
+    let mut last = (0i64, 0i64);
+    while Instant::now() < deadline {
+        let unpublished = match rows::unpublished(pg, &sys.outbox).await {
+            Ok(Some(n)) => Ok(n),
+            // No mark: what the log holds and the topic does not yet.
+            Ok(None) => match (rows::logged(pg).await, ctx.broker.watermarks(&ctx.names.topic, ctx.scenario.partitions)) {
+                (Ok(logged), Ok(w)) => Ok((logged - w.iter().map(|(lo, hi)| hi - lo).sum::<i64>()).max(0)),
+                (Err(e), _) => Err(e),
+                (_, Err(e)) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
+        let lag = ctx.broker.group_lag(&ctx.names.group, &ctx.names.topic, ctx.scenario.partitions).await;
+        match (unpublished, lag) {
+            (Ok(0), Ok(0)) => {
+                quiet += 1;
+                if quiet >= 2 {
+                    return Ok(());
+                }
+            }
+            (Ok(u), Ok(l)) => {
+                quiet = 0;
+                last = (u, l);
+            }
+            (u, l) => {
+                quiet = 0;
+                warn!(unpublished = ?u.err(), lag = ?l.err(), "drain probe failed");
+            }
+        }
+        tokio::time::sleep(DRAIN_POLL).await;
+    }
+    let what = match sys.outbox.published {
+        Published::Column(_) | Published::Delete => "outbox rows unpublished",
+        Published::None => "outbox events not yet on the topic",
+    };
+    Err(format!(
+        "the system did not drain within {}s ({} {what}, consumer group lag {})",
+        ctx.scenario.drain_timeout.as_secs(),
+        last.0,
+        last.1
+    ))
+}
+
+/// The generic verifier's pass, unless the run was interrupted or
+/// something may still write, and the verdict.
+async fn judge(
+    rep: &mut Report,
+    ctx: &Ctx,
+    pg: &PgStore,
+    sys: &System,
+    ops: &[crate::domain::operations::Operation],
+    ran: &mut drive::Ran,
+    still_running: bool,
+) {
+    let sc = &ctx.scenario;
+    let verified = if ran.interrupted || still_running || ran.incomplete.is_some() {
+        None
+    } else {
+        // A fresh pool: the nemesis may have ended sessions.
+        let pg = pg.fresh(2).await.unwrap_or_else(|_| pg.clone());
+        let faults = ctx.faults.log();
+        let read = crate::verifier::declared::verify(
+            &pg,
+            ctx.broker.clone(),
+            &ctx.names.topic,
+            sc.partitions,
+            sys,
+            ops,
+            faults,
+            ctx.faults.started_epoch_ms(),
+        );
+        tokio::select! {
+            r = read => Some(r),
+            _ = crate::harness::interrupt::requested() => { ran.interrupted = true; None }
+        }
+    };
+    let (v, reason) = match verified {
+        _ if ran.interrupted => {
+            (Verdict::Interrupted, "interrupted by a signal before the run was verified; nothing was verified".into())
+        }
+        _ if still_running => (
+            Verdict::Incomplete,
+            format!("{}; nothing was verified, since something may still write", ran.incomplete.clone().unwrap_or_default()),
+        ),
+        None => (Verdict::Incomplete, format!("{}; nothing was verified", ran.incomplete.clone().unwrap_or_default())),
+        Some(Err(e)) => (Verdict::Incomplete, format!("verification could not read the ground truth: {e}")),
+        Some(Ok(found)) => {
+            let mut anomalies = found.anomalies;
+            verdict::allow(&mut anomalies, &sc.allowed_anomalies);
+            rep.faults = ctx.faults.summary();
+            let chaos = verdict::chaos_checks(&rep.faults);
+            let (v, why) = verdict::verdict(sc.exactly_once, &found.invariants, &anomalies, &chaos);
+            rep.invariants = found.invariants;
+            rep.anomalies = anomalies;
+            rep.chaos_checks = chaos;
+            rep.system = Some(found.figures);
+            (v, why)
+        }
+    };
+    rep.fired = ctx.faults.fired_schedule();
+    rep.verdict = v;
+    rep.reason = reason;
+}

@@ -1,0 +1,481 @@
+//! A declared system (`[system]`, docs/contract.md section 8): the user's
+//! own schema, service, outbox, effects and checks, in place of the
+//! payments pipeline. The raw tables mirror the TOML; [`System`] is what a
+//! run uses, every name checked and every default filled in.
+
+use super::validate::Validator;
+use super::*;
+use std::collections::BTreeMap;
+
+/// `[system]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSystem {
+    /// A SQL file applied in the run's schema before anything starts.
+    pub setup: Option<Spanned<String>>,
+    /// Or the user's migrations, run once.
+    pub setup_command: Option<Spanned<Vec<String>>>,
+    pub service: RawService,
+    pub operation: RawOperation,
+    pub outbox: RawOutbox,
+    #[serde(default)]
+    pub effects: Vec<RawEffect>,
+    #[serde(default)]
+    pub checks: Vec<RawCheck>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawService {
+    pub command: Spanned<Vec<String>>,
+    #[serde(default = "one")]
+    pub instances: Spanned<i64>,
+    /// The path a GET must answer 2xx on once the service is ready.
+    #[serde(default = "health")]
+    pub health: Spanned<String>,
+    #[serde(default = "thirty")]
+    pub ready_timeout_secs: Spanned<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOperation {
+    #[serde(default = "three_hundred")]
+    pub count: Spanned<i64>,
+    #[serde(default = "eight")]
+    pub concurrency: Spanned<i64>,
+    #[serde(default = "post")]
+    pub method: Spanned<String>,
+    pub path: Spanned<String>,
+    /// A JSON body template: a string that is exactly `"{name}"` becomes
+    /// the value with its type.
+    pub body: Option<toml::Value>,
+    #[serde(default = "two_seconds")]
+    pub timeout_ms: Spanned<i64>,
+    /// The outbox event types each operation must produce.
+    pub events: Spanned<Vec<String>>,
+    #[serde(default)]
+    pub values: BTreeMap<String, Spanned<RawValue>>,
+}
+
+/// How an operation's value is drawn from the seed.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawValue {
+    /// Inclusive bounds of an integer.
+    pub range: Option<[i64; 2]>,
+    /// One of these, each equally likely.
+    pub one_of: Option<Vec<toml::Value>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOutbox {
+    pub table: Spanned<String>,
+    pub id: Spanned<String>,
+    pub key: Spanned<String>,
+    #[serde(rename = "type")]
+    pub kind: Spanned<String>,
+    pub payload: Spanned<String>,
+    /// `"column"`, `"delete"` or `"none"`.
+    #[serde(default = "column")]
+    pub published: Spanned<String>,
+    pub published_column: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEffect {
+    pub name: Spanned<String>,
+    pub query: Spanned<String>,
+    /// `"per-message"`, `"per-key"` or `"none"`.
+    #[serde(default = "per_message")]
+    pub once: Spanned<String>,
+    pub types: Option<Spanned<Vec<String>>>,
+    /// The operation value the rows' `key` column holds.
+    pub key: Option<Spanned<String>>,
+    /// An integer operation value whose sum per key the amounts equal.
+    pub conserve: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCheck {
+    pub name: Spanned<String>,
+    pub query: Spanned<String>,
+}
+
+fn sp<T>(v: T) -> Spanned<T> {
+    Spanned::new(0..0, v)
+}
+fn one() -> Spanned<i64> {
+    sp(1)
+}
+fn eight() -> Spanned<i64> {
+    sp(8)
+}
+fn thirty() -> Spanned<i64> {
+    sp(30)
+}
+fn three_hundred() -> Spanned<i64> {
+    sp(300)
+}
+fn two_seconds() -> Spanned<i64> {
+    sp(2000)
+}
+fn health() -> Spanned<String> {
+    sp("/health".into())
+}
+fn post() -> Spanned<String> {
+    sp("POST".into())
+}
+fn column() -> Spanned<String> {
+    sp("column".into())
+}
+fn per_message() -> Spanned<String> {
+    sp("per-message".into())
+}
+
+/// A declared system, validated.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct System {
+    pub setup: Setup,
+    pub service: ServiceDecl,
+    pub operation: OperationDecl,
+    pub outbox: OutboxDecl,
+    pub effects: Vec<EffectDecl>,
+    pub checks: Vec<CheckDecl>,
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub enum Setup {
+    /// A SQL file's path and text, read at validation.
+    Sql { path: PathBuf, text: String },
+    Command(ProgramCommand),
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct ServiceDecl {
+    pub command: ProgramCommand,
+    pub instances: usize,
+    pub health: String,
+    pub ready_timeout: Duration,
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct OperationDecl {
+    pub count: u64,
+    pub concurrency: usize,
+    pub method: String,
+    pub path: String,
+    pub body: Option<serde_json::Value>,
+    pub timeout: Duration,
+    pub events: Vec<String>,
+    /// Each value's name and how it is drawn, in name order.
+    pub values: Vec<(String, ValueGen)>,
+}
+
+impl OperationDecl {
+    /// The index of a named value.
+    pub fn value_index(&self, name: &str) -> Option<usize> {
+        self.values.iter().position(|(n, _)| n == name)
+    }
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub enum ValueGen {
+    Range(i64, i64),
+    OneOf(Vec<serde_json::Value>),
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct OutboxDecl {
+    pub table: String,
+    pub id: String,
+    pub key: String,
+    pub kind: String,
+    pub payload: String,
+    pub published: Published,
+}
+
+/// How the user's relay marks an outbox row as published.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Published {
+    /// This column is NULL until the row is on the topic.
+    Column(String),
+    /// The relay deletes the row.
+    Delete,
+    /// No mark (a change-data-capture reader).
+    None,
+}
+
+choices! {
+    /// What exactly once means for a declared effect.
+    Once {
+        /// One row per event of the effect's types, naming that event.
+        PerMessage = "per-message",
+        /// One row per key of an operation that took effect.
+        PerKey = "per-key",
+        /// No count: the effect is only conserved.
+        Unbounded = "none",
+    }
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct EffectDecl {
+    pub name: String,
+    pub query: String,
+    pub once: Once,
+    /// The event types that cause it.
+    pub types: Vec<String>,
+    /// The operation value its `key` column holds; None for the operation's key.
+    pub key_value: Option<usize>,
+    /// The operation value conserved in its `amount` column.
+    pub conserve: Option<usize>,
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct CheckDecl {
+    pub name: String,
+    pub query: String,
+}
+
+/// A SQL identifier as the declarations accept it: unquoted PostgreSQL
+/// rules, so that the name means the same quoted or not.
+fn identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && s.len() <= 63
+}
+
+impl Validator<'_> {
+    /// `[system]`, when the scenario declares one.
+    pub(super) fn system(&self, raw: &RawSystem, path: &Path) -> Result<System, crate::Error> {
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let setup = match (&raw.setup, &raw.setup_command) {
+            (Some(_), Some(c)) => {
+                return self.err(c.span(), "`system.setup` and `system.setup_command` are both set; keep one")
+            }
+            (None, None) => {
+                return self.err(
+                    0..0,
+                    "`[system]` has no `setup`; set `setup = \"schema.sql\"` (a SQL file applied in the run's schema) or `setup_command = [...]` (your migrations)",
+                )
+            }
+            (Some(file), None) => {
+                let p = dir.join(file.get_ref());
+                match std::fs::read_to_string(&p) {
+                    Ok(text) => Setup::Sql { path: p, text },
+                    Err(e) => {
+                        return self.err(
+                            file.span(),
+                            &format!("`system.setup` is {:?}, and {} cannot be read: {e}; the path is relative to the scenario's folder", file.get_ref(), p.display()),
+                        )
+                    }
+                }
+            }
+            (None, Some(c)) => Setup::Command(ProgramCommand { argv: self.argv(c, "system.setup_command")?, dir: dir.clone() }),
+        };
+        let service = self.service(&raw.service, &dir)?;
+        let operation = self.operation(&raw.operation)?;
+        let outbox = self.outbox(&raw.outbox)?;
+        let mut effects = Vec::new();
+        for e in &raw.effects {
+            let name = e.name.get_ref().trim().to_string();
+            if name.is_empty() || effects.iter().any(|x: &EffectDecl| x.name == name) {
+                return self.err(e.name.span(), &format!("`system.effects.name` is {:?}; each effect needs a name of its own", e.name.get_ref()));
+            }
+            let once = self.choice(&e.once, "system.effects.once", Once::parse, Once::names)?;
+            let types = match &e.types {
+                Some(t) => {
+                    if let Some(bad) = t.get_ref().iter().find(|x| !operation.events.contains(x)) {
+                        return self.err(t.span(), &format!("`system.effects.types` of {name:?} names {bad:?}, which `system.operation.events` does not list ({})", operation.events.join(", ")));
+                    }
+                    t.get_ref().clone()
+                }
+                None => operation.events.clone(),
+            };
+            let value = |v: &Option<Spanned<String>>, key: &str| -> Result<Option<usize>, crate::Error> {
+                let Some(v) = v else { return Ok(None) };
+                match operation.value_index(v.get_ref()) {
+                    Some(i) => Ok(Some(i)),
+                    None => self.err(v.span(), &format!("`system.effects.{key}` of {name:?} is {:?}, which is not a value of `[system.operation.values]` ({})", v.get_ref(), operation.values.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", "))),
+                }
+            };
+            let key_value = value(&e.key, "key")?;
+            let conserve = value(&e.conserve, "conserve")?;
+            if let (Some(i), Some(c)) = (conserve, &e.conserve) {
+                if !matches!(operation.values[i].1, ValueGen::Range(..)) {
+                    return self.err(c.span(), &format!("`system.effects.conserve` of {name:?} is {:?}, which is not an integer value; give it `range = [lo, hi]`", c.get_ref()));
+                }
+            }
+            if once == Once::PerMessage && key_value.is_some() {
+                return self.err(e.key.as_ref().map(|k| k.span()).unwrap_or(0..0), &format!("`system.effects.key` of {name:?} is set with `once = \"per-message\"`, whose rows carry their event's key; remove it or use `once = \"per-key\"`"));
+            }
+            if once == Once::Unbounded && conserve.is_none() {
+                return self.err(e.once.span(), &format!("effect {name:?} has `once = \"none\"` and no `conserve`, so nothing would be checked; set `conserve` or another `once`"));
+            }
+            effects.push(EffectDecl { name, query: e.query.get_ref().clone(), once, types, key_value, conserve });
+        }
+        let mut checks = Vec::new();
+        for c in &raw.checks {
+            let name = c.name.get_ref().trim().to_string();
+            if name.is_empty() || checks.iter().any(|x: &CheckDecl| x.name == name) {
+                return self.err(c.name.span(), &format!("`system.checks.name` is {:?}; each check needs a name of its own", c.name.get_ref()));
+            }
+            checks.push(CheckDecl { name, query: c.query.get_ref().clone() });
+        }
+        Ok(System { setup, service, operation, outbox, effects, checks })
+    }
+
+    fn service(&self, raw: &RawService, dir: &Path) -> Result<ServiceDecl, crate::Error> {
+        let health = raw.health.get_ref().clone();
+        if !health.starts_with('/') {
+            return self.err(raw.health.span(), &format!("`system.service.health` is {health:?}; expected a path such as \"/health\""));
+        }
+        Ok(ServiceDecl {
+            command: ProgramCommand { argv: self.argv(&raw.command, "system.service.command")?, dir: dir.to_path_buf() },
+            instances: self.count(&raw.instances, "system.service.instances", 1, 16)? as usize,
+            health,
+            ready_timeout: Duration::from_secs(self.count(&raw.ready_timeout_secs, "system.service.ready_timeout_secs", 1, 3600)? as u64),
+        })
+    }
+
+    fn operation(&self, raw: &RawOperation) -> Result<OperationDecl, crate::Error> {
+        let method = raw.method.get_ref().to_ascii_uppercase();
+        if !["POST", "PUT", "PATCH", "GET", "DELETE"].contains(&method.as_str()) {
+            return self.err(raw.method.span(), &format!("`system.operation.method` is {:?}; expected POST, PUT, PATCH, GET or DELETE", raw.method.get_ref()));
+        }
+        if !raw.path.get_ref().starts_with('/') {
+            return self.err(raw.path.span(), &format!("`system.operation.path` is {:?}; expected a path such as \"/orders\"", raw.path.get_ref()));
+        }
+        let events = raw.events.get_ref().clone();
+        if events.is_empty() || events.iter().any(|e| e.trim().is_empty()) {
+            return self.err(raw.events.span(), "`system.operation.events` is empty; list the outbox event types each operation must produce, e.g. [\"OrderPlaced\"]");
+        }
+        let mut values = Vec::new();
+        for (name, v) in &raw.values {
+            if name == "key" || !identifier(name) {
+                return self.err(v.span(), &format!("`system.operation.values` names {name:?}; a value's name is lowercase letters, digits and _, and not \"key\" (the operation's own key)"));
+            }
+            let generator = match (&v.get_ref().range, &v.get_ref().one_of) {
+                (Some([lo, hi]), None) if lo <= hi => ValueGen::Range(*lo, *hi),
+                (None, Some(list)) if !list.is_empty() => {
+                    let json = list.iter().map(|x| serde_json::to_value(x)).collect::<Result<Vec<_>, _>>();
+                    match json {
+                        Ok(j) => ValueGen::OneOf(j),
+                        Err(e) => return self.err(v.span(), &format!("`system.operation.values.{name}`: {e}")),
+                    }
+                }
+                _ => {
+                    return self.err(v.span(), &format!("`system.operation.values.{name}` must be {{ range = [lo, hi] }} with lo <= hi, or {{ one_of = [...] }} with at least one value"))
+                }
+            };
+            values.push((name.clone(), generator));
+        }
+        let body = match &raw.body {
+            Some(b) => Some(serde_json::to_value(b).map_err(|e| crate::Error::Scenario(format!("{}: `system.operation.body`: {e}", self.shown)))?),
+            None => None,
+        };
+        // Every placeholder must name a value: a typo would otherwise be sent as is.
+        let mut texts = vec![raw.path.get_ref().clone()];
+        if let Some(b) = &body {
+            strings(b, &mut texts);
+        }
+        for t in &texts {
+            for name in placeholders(t) {
+                if name != "key" && !values.iter().any(|(n, _)| n == name) {
+                    return self.err(raw.path.span(), &format!("`system.operation` uses the placeholder {{{name}}}, which is neither {{key}} nor a value of `[system.operation.values]`"));
+                }
+            }
+        }
+        Ok(OperationDecl {
+            count: self.count(&raw.count, "system.operation.count", 1, 10_000_000)? as u64,
+            concurrency: self.count(&raw.concurrency, "system.operation.concurrency", 1, 1024)? as usize,
+            method,
+            path: raw.path.get_ref().clone(),
+            body,
+            timeout: Duration::from_millis(self.count(&raw.timeout_ms, "system.operation.timeout_ms", 10, 600_000)? as u64),
+            events,
+            values,
+        })
+    }
+
+    fn outbox(&self, raw: &RawOutbox) -> Result<OutboxDecl, crate::Error> {
+        let ident = |v: &Spanned<String>, key: &str| -> Result<String, crate::Error> {
+            match identifier(v.get_ref()) {
+                true => Ok(v.get_ref().clone()),
+                false => self.err(v.span(), &format!("`system.outbox.{key}` is {:?}; expected an unquoted lowercase SQL name (letters, digits, _)", v.get_ref())),
+            }
+        };
+        let published = match (raw.published.get_ref().as_str(), &raw.published_column) {
+            ("column", Some(c)) => Published::Column(ident(c, "published_column")?),
+            ("column", None) => return self.err(raw.published.span(), "`system.outbox.published` is \"column\" and `published_column` is not set; name the column that is NULL until a row is published"),
+            ("delete", None) => Published::Delete,
+            ("none", None) => Published::None,
+            ("delete" | "none", Some(c)) => return self.err(c.span(), "`system.outbox.published_column` is set, and `published` is not \"column\"; remove one"),
+            (other, _) => return self.err(raw.published.span(), &format!("`system.outbox.published` is {other:?}; expected \"column\", \"delete\" or \"none\"")),
+        };
+        Ok(OutboxDecl {
+            table: ident(&raw.table, "table")?,
+            id: ident(&raw.id, "id")?,
+            key: ident(&raw.key, "key")?,
+            kind: ident(&raw.kind, "type")?,
+            payload: ident(&raw.payload, "payload")?,
+            published,
+        })
+    }
+}
+
+/// Every string inside a JSON value.
+fn strings(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::String(s) => out.push(s.clone()),
+        serde_json::Value::Array(a) => a.iter().for_each(|x| strings(x, out)),
+        serde_json::Value::Object(o) => o.values().for_each(|x| strings(x, out)),
+        _ => {}
+    }
+}
+
+/// The names of the `{name}` placeholders in a text.
+pub fn placeholders(t: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = t;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        match after.find('}') {
+            Some(close) if identifier(&after[..close]) => {
+                out.push(&after[..close]);
+                rest = &after[close + 1..];
+            }
+            _ => rest = after,
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_are_names_in_braces() {
+        assert_eq!(placeholders("/orders/{key}/items/{sku}"), vec!["key", "sku"]);
+        assert_eq!(placeholders("{not a name} {a}"), vec!["a"]);
+        assert!(placeholders("no braces").is_empty());
+    }
+
+    #[test]
+    fn identifiers_follow_unquoted_sql() {
+        assert!(identifier("order_events"));
+        assert!(identifier("_x1"));
+        assert!(!identifier("Orders"));
+        assert!(!identifier("1x"));
+        assert!(!identifier("a;drop"));
+        assert!(!identifier(""));
+    }
+}
