@@ -298,11 +298,12 @@ fn render_header(r: &Report, style: Style, out: &mut String) {
         out.push_str(&format!("chaos run {}\n", r.run_id));
     }
     out.push_str(&format!(
-        "scenario {} ({}) · seed {} · {} payments · {} relays · {} notifiers · {} partitions · {}\n",
+        "scenario {} ({}) · seed {} · {} {} · {} relays · {} notifiers · {} partitions · {}\n",
         r.scenario.name,
         r.scenario.path,
         r.seed,
         r.scenario.payments,
+        if r.system.is_some() { "operations of a declared system" } else { "payments" },
         r.scenario.relays,
         r.scenario.notifiers,
         r.scenario.partitions,
@@ -326,6 +327,15 @@ fn render_header(r: &Report, style: Style, out: &mut String) {
 /// The counts read from the ground truth.
 fn render_verification(r: &Report, style: Style, out: &mut String) {
     let h = |s: &str| heading(style, s);
+    if let Some(f) = &r.system {
+        out.push_str(&h("Verification (from the record of intent, the outbox log, the full topic and your queries)"));
+        let mut t = table(style, &["measure", "value"]);
+        for (k, v) in system_rows(f) {
+            t.add_row(vec![Cell::new(k), Cell::new(v)]);
+        }
+        out.push_str(&format!("{t}\n"));
+        return;
+    }
     let c = &r.counts;
     out.push_str(&h("Verification (from the database and the full topic)"));
     let mut t = table(style, &["measure", "value"]);
@@ -333,6 +343,18 @@ fn render_verification(r: &Report, style: Style, out: &mut String) {
         t.add_row(vec![Cell::new(k), Cell::new(v)]);
     }
     out.push_str(&format!("{t}\n"));
+}
+
+/// A declared system's verification rows.
+pub(crate) fn system_rows(f: &crate::verifier::declared::Figures) -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "operations asked for",
+            format!("{} ({} acknowledged, {} refused, {} ambiguous)", f.operations, f.acknowledged, f.refused, f.ambiguous),
+        ),
+        ("outbox events written", f.outbox_events.to_string()),
+        ("messages on the topic", format!("{} ({} duplicates)", f.messages, f.duplicate_messages)),
+    ]
 }
 
 /// The verification table's rows, for the text and the HTML reports.
@@ -395,7 +417,10 @@ fn render_faults(r: &Report, style: Style, out: &mut String) {
     let h = |s: &str| heading(style, s);
     out.push_str(&h("Faults"));
     let mut t = table(style, &["fault point", "probability", "per", "reached", "fired", "confirmed"]);
-    for f in &r.faults {
+    // A declared system strikes only from outside: the reference
+    // components' points are never reached, and their rows say nothing.
+    let shown = |f: &&FaultSummary| r.system.is_none() || f.probability > 0.0 || f.fired > 0;
+    for f in r.faults.iter().filter(shown) {
         t.add_row(vec![
             Cell::new(&f.point),
             Cell::new(format!("{}", f.probability)).set_alignment(CellAlignment::Right),
@@ -407,10 +432,12 @@ fn render_faults(r: &Report, style: Style, out: &mut String) {
     }
     out.push_str(&format!("{t}\n"));
     let k = &r.components;
-    out.push_str(&format!(
+    if r.system.is_none() {
+        out.push_str(&format!(
         "components: {} relay batches, {}, {} duplicates absorbed by the inbox, {} stale events ignored by the projection, {} relay errors, {} notifier errors; purged {} outbox and {} inbox rows\n",
         k.relay_batches, crashes(r), k.duplicates_absorbed, k.stale_ignored, k.relay_errors, k.notifier_errors, k.purged_outbox_rows, k.purged_inbox_rows
     ));
+    }
     if k.processes_started > 0 {
         out.push_str(&format!(
             "processes: {} started, {} killed ({} with database sessions open, {} of them seen gone from pg_stat_activity), {} paused\n",

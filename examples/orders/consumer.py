@@ -1,0 +1,372 @@
+#!/usr/bin/env python3
+"""The orders consumer: each OrderPlaced takes stock off and books a shipment, once.
+
+Two handlers per OrderPlaced event:
+  stock     UPDATE stock SET on_hand = on_hand - quantity for the order's sku
+  shipping  INSERT one row into shipments, with the event's id
+
+The inbox (processed_messages, primary key (message_id, handler)) makes them
+happen once however often Kafka delivers the event. For each batch, in ONE
+database transaction: insert the batch's (event_id, handler) pairs with
+ON CONFLICT DO NOTHING RETURNING, apply the effects of exactly the pairs
+that came back (newly claimed), commit; only then commit the Kafka offsets.
+A kill before the database commit undoes everything; a kill after it and
+before the offset commit gets the batch delivered again, and the inbox turns
+the second delivery into a no-op.
+
+Environment (docs/contract.md section 2): CHAOS_BROKERS, CHAOS_TOPIC,
+CHAOS_GROUP, CHAOS_INSTANCE, CHAOS_SESSION_TIMEOUT_MS, CHAOS_BATCH_SIZE,
+CHAOS_DATABASE_URL, CHAOS_SCHEMA.
+
+Deliberate bugs, one flag each (see the broken-*.toml files):
+  --stock-without-inbox  the stock handler is not registered in the inbox:
+                         it runs on every delivery. A redelivery after a
+                         commit takes the stock off twice.
+  --inbox-first          the inbox rows are committed in a transaction of
+                         their own before the effects run in a second one.
+                         A kill between the two commits marks the event
+                         handled when it never was: no shipment, no stock.
+"""
+import json
+import logging
+import os
+import signal
+import sys
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+
+import psycopg
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+log = logging.getLogger("consumer")
+
+FLAGS = set(sys.argv[1:])
+KNOWN_FLAGS = {"--stock-without-inbox", "--inbox-first"}
+STOCK_WITHOUT_INBOX = "--stock-without-inbox" in FLAGS
+INBOX_FIRST = "--inbox-first" in FLAGS
+
+HANDLERS = ("stock", "shipping")
+
+
+@dataclass(frozen=True)
+class OrderPlaced:
+    event_id: uuid.UUID
+    order_id: uuid.UUID
+    sku: str
+    quantity: int
+
+
+@dataclass(frozen=True)
+class Rejected:
+    partition: int
+    offset: int
+    event_id: str
+    payload: str
+    error: str
+
+
+def decode(msg):
+    """An OrderPlaced, or a Rejected saying why the message is not one."""
+    headers = dict(msg.headers() or [])
+    raw_id = (headers.get("event_id") or b"").decode("utf-8", "replace")
+    payload = (msg.value() or b"").decode("utf-8", "replace").replace("\x00", "")
+
+    def reject(error):
+        return Rejected(msg.partition(), msg.offset(), raw_id, payload, error)
+
+    try:
+        event_id = uuid.UUID(raw_id)
+    except ValueError:
+        return reject(f"event_id header is not a UUID: {raw_id!r}")
+    event_type = (headers.get("event_type") or b"").decode("utf-8", "replace")
+    if event_type != "OrderPlaced":
+        return reject(f"unknown event_type {event_type!r}")
+    try:
+        body = json.loads(payload)
+    except ValueError as e:
+        return reject(f"value is not JSON: {e}")
+    if not isinstance(body, dict) or set(body) != {"order_id", "sku", "quantity"}:
+        return reject("value must have exactly order_id, sku and quantity")
+    quantity = body["quantity"]
+    if not isinstance(quantity, int) or isinstance(quantity, bool) or not 0 < quantity < 2**31:
+        return reject(f"quantity is not a positive integer: {quantity!r}")
+    if not isinstance(body["sku"], str) or not body["sku"]:
+        return reject(f"sku is not a non-empty string: {body['sku']!r}")
+    try:
+        order_id = uuid.UUID(body["order_id"])
+    except (ValueError, TypeError, AttributeError):
+        return reject(f"order_id is not a UUID: {body['order_id']!r}")
+    return OrderPlaced(event_id, order_id, body["sku"], quantity)
+
+
+def distinct_events(decoded):
+    """The batch's events, each once: a relay that crashed after its acks
+    publishes an event twice, and both copies can land in one batch."""
+    events, seen = [], set()
+    for d in decoded:
+        if isinstance(d, OrderPlaced) and d.event_id not in seen:
+            seen.add(d.event_id)
+            events.append(d)
+    return events
+
+
+def claim(cur, pairs):
+    """Inserts the (event_id, handler) pairs into the inbox and returns the
+    ones that were not there yet: the work this transaction now owns. A
+    concurrent claimer of the same pair (a zombie still holding the batch)
+    makes this wait for its outcome, then skip the pair if it committed."""
+    if not pairs:
+        return set()
+    cur.execute(
+        """INSERT INTO processed_messages (message_id, handler)
+           SELECT * FROM unnest(%s::uuid[], %s::text[])
+           ON CONFLICT DO NOTHING RETURNING message_id, handler""",
+        ([p[0] for p in pairs], [p[1] for p in pairs]))
+    return set(cur.fetchall())
+
+
+def take_stock(cur, events):
+    """The stock handler for these events: one UPDATE per sku, in sku order,
+    so two consumers touching the same skus lock them in the same order and
+    do not deadlock each other."""
+    per_sku = defaultdict(int)
+    for e in events:
+        per_sku[e.sku] += e.quantity
+    for sku in sorted(per_sku):
+        cur.execute("UPDATE stock SET on_hand = on_hand - %s WHERE sku = %s", (per_sku[sku], sku))
+        if cur.rowcount != 1:
+            # An sku the warehouse does not carry: a real system would park
+            # the order for a human. Logged, not fatal.
+            log.warning("no stock row for sku %r", sku)
+
+
+def ship(cur, events):
+    """The shipping handler for these events: one shipment per order."""
+    if events:
+        cur.execute(
+            """INSERT INTO shipments (order_id, message_id)
+               SELECT * FROM unnest(%s::uuid[], %s::uuid[])""",
+            ([e.order_id for e in events], [e.event_id for e in events]))
+
+
+def record_rejected(cur, decoded):
+    rejected = [d for d in decoded if isinstance(d, Rejected)]
+    for r in rejected:
+        log.warning("rejected p%d@%d: %s", r.partition, r.offset, r.error)
+        # ON CONFLICT: a redelivered bad message is recorded once.
+        cur.execute(
+            """INSERT INTO rejected_messages (topic_partition, topic_offset, event_id, payload, error)
+               VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING""",
+            (r.partition, r.offset, r.event_id, r.payload, r.error))
+
+
+def apply_claimed(cur, events, claimed):
+    take_stock(cur, [e for e in events if (e.event_id, "stock") in claimed])
+    ship(cur, [e for e in events if (e.event_id, "shipping") in claimed])
+
+
+def handle_correct(conn, events, decoded):
+    pairs = [(e.event_id, h) for e in events for h in HANDLERS]
+    with conn.transaction(), conn.cursor() as cur:
+        claimed = claim(cur, pairs)
+        apply_claimed(cur, events, claimed)
+        record_rejected(cur, decoded)
+    return len(claimed), len(pairs)
+
+
+def handle_stock_without_inbox(conn, events, decoded):
+    """THE BUG (--stock-without-inbox): only shipping is claimed in the
+    inbox; the stock is taken off for every event of every delivery, as if
+    the decrement were "obviously" harmless to run again. One transaction,
+    so nothing is half done, but a redelivered batch decrements again."""
+    pairs = [(e.event_id, "shipping") for e in events]
+    with conn.transaction(), conn.cursor() as cur:
+        claimed = claim(cur, pairs)
+        take_stock(cur, events)                       # not guarded by the claim
+        ship(cur, [e for e in events if (e.event_id, "shipping") in claimed])
+        record_rejected(cur, decoded)
+    return len(claimed), len(pairs)
+
+
+def handle_inbox_first(conn, events, decoded):
+    """THE BUG (--inbox-first): "mark the message as received" commits on
+    its own, then the handlers run in a second transaction. If the process
+    dies between the two commits, the redelivery finds the inbox rows, skips
+    the handlers, and the order is never shipped nor taken off the stock."""
+    pairs = [(e.event_id, h) for e in events for h in HANDLERS]
+    with conn.transaction(), conn.cursor() as cur:
+        claimed = claim(cur, pairs)
+    # <- the window: claimed and committed, nothing applied yet
+    with conn.transaction(), conn.cursor() as cur:
+        apply_claimed(cur, events, claimed)
+        record_rejected(cur, decoded)
+    return len(claimed), len(pairs)
+
+
+if STOCK_WITHOUT_INBOX:
+    HANDLE = handle_stock_without_inbox
+elif INBOX_FIRST:
+    HANDLE = handle_inbox_first
+else:
+    HANDLE = handle_correct
+
+
+def handle_batch(conn, msgs):
+    """Applies a batch; safe to call again with the same messages. Retries
+    what PostgreSQL asks to retry; any other error propagates."""
+    decoded = [decode(m) for m in msgs]
+    events = distinct_events(decoded)
+    for attempt in range(8):
+        try:
+            claimed, pairs = HANDLE(conn, events, decoded)
+            log.info("batch of %d: %d of %d pairs claimed", len(msgs), claimed, pairs)
+            return
+        except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure) as e:
+            # Rolled back as a whole; nothing applied. Two members holding
+            # overlapping batches during a rebalance can lock inbox rows in
+            # different orders; trying again is safe.
+            log.warning("%s; retrying the batch (attempt %d)", type(e).__name__, attempt + 1)
+            time.sleep(min(0.02 * 2 ** attempt, 0.5))
+    raise RuntimeError("batch kept deadlocking")
+
+
+def is_fatal(err):
+    # A fatal error can reach us as an error whose code is _FATAL without
+    # its fatal() flag set.
+    return err.fatal() or err.code() == KafkaError._FATAL
+
+
+def commit_offsets(consumer):
+    """Commits the consumed positions, synchronously, after the database commit."""
+    try:
+        # Without arguments: the positions of the partitions this member
+        # still owns. A zombie whose partitions moved is refused; that is
+        # fine, the new owner redelivers and the inbox absorbs it.
+        consumer.commit(asynchronous=False)
+    except KafkaException as e:
+        if is_fatal(e.args[0]):
+            raise
+        log.warning("offset commit failed, the batch will come again: %s", e)
+
+
+def make_consumer():
+    consumer = Consumer({
+        "bootstrap.servers": os.environ["CHAOS_BROKERS"],
+        "group.id": os.environ["CHAOS_GROUP"],
+        # Static membership: a restarted process in the same slot takes its
+        # predecessor's partitions at once, without waiting out a session.
+        "group.instance.id": os.environ["CHAOS_INSTANCE"],
+        # Offsets are committed by hand, after the database: never on a timer.
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": int(os.environ.get("CHAOS_SESSION_TIMEOUT_MS", "6000")),
+        "client.id": os.environ["CHAOS_INSTANCE"],
+    })
+    consumer.subscribe([os.environ["CHAOS_TOPIC"]])
+    return consumer
+
+
+def connect():
+    return psycopg.connect(os.environ["CHAOS_DATABASE_URL"], autocommit=True, connect_timeout=5,
+                           options=f"-c search_path={os.environ['CHAOS_SCHEMA']}")
+
+
+def main():
+    # SIGTERM raises a flag: the batch in hand is finished first. Installed
+    # first, so that a SIGTERM during start-up is a clean exit too.
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                        format=f"%(asctime)s {os.environ.get('CHAOS_INSTANCE', '-')} %(message)s")
+    unknown = FLAGS - KNOWN_FLAGS
+    if unknown:
+        log.error("unknown arguments: %s", " ".join(sorted(unknown)))
+        sys.exit(2)
+    log.info("start: incarnation %s%s", os.environ.get("CHAOS_INCARNATION", "?"),
+             "".join(f" ({f})" for f in sorted(FLAGS)))
+    batch_size = int(os.environ.get("CHAOS_BATCH_SIZE", "20"))
+
+    # The database first: the harness strikes a process only once its
+    # session shows, and a consumer without its database has nothing to do.
+    conn = None
+    while conn is None and not stopping:
+        try:
+            conn = connect()
+        except psycopg.Error as e:
+            log.warning("database not reachable yet: %s", e)
+            time.sleep(0.5)
+    consumer = make_consumer() if not stopping else None
+
+    while not stopping:
+        msgs = []
+        for m in consumer.consume(num_messages=batch_size, timeout=0.5):
+            if m.error() is None:
+                msgs.append(m)
+            elif is_fatal(m.error()):
+                # Fenced (another process took this static member's place)
+                # or the like: this client is done. A fresh one rejoins;
+                # exiting would end the run.
+                log.warning("fatal consumer error, starting a new consumer: %s", m.error())
+                msgs = []
+                consumer = restart_consumer(consumer)
+                break
+            elif m.error().code() != KafkaError._PARTITION_EOF:
+                log.warning("consumer: %s", m.error())
+        if not msgs:
+            continue
+        try:
+            if conn.closed or conn.broken:
+                conn = connect()
+            handle_batch(conn, msgs)      # 1. inbox and effects, committed
+            commit_offsets(consumer)      # 2. only then the offsets
+        except (psycopg.Error, RuntimeError) as e:
+            # Rolled back. Rewind to the last committed offsets, so the
+            # batch comes again rather than being skipped by the next poll.
+            log.warning("batch rolled back, it will come again: %s", e)
+            consumer = rewind(consumer, msgs)
+            time.sleep(0.2)
+        except KafkaException as e:
+            log.warning("fatal offset commit error, starting a new consumer: %s", e)
+            consumer = restart_consumer(consumer)
+    log.info("SIGTERM: stopping")
+    if consumer is not None:
+        consumer.close()
+    if conn is not None:
+        conn.close()
+
+
+def rewind(consumer, msgs):
+    """Moves back to the start of a batch that was rolled back, so that the
+    next poll hands it over again instead of the messages after it."""
+    first = {}
+    for m in msgs:
+        tp = (m.topic(), m.partition())
+        first[tp] = min(first.get(tp, m.offset()), m.offset())
+    try:
+        for (topic, partition), offset in first.items():
+            consumer.seek(TopicPartition(topic, partition, offset))
+        return consumer
+    except KafkaException as e:
+        # Not ours any more (a rebalance took it): whoever has it now reads
+        # from the committed offset anyway. A fresh client is the simple way
+        # to drop whatever this one still had in hand.
+        log.warning("rewind failed (%s), starting a new consumer", e)
+        return restart_consumer(consumer)
+
+
+def restart_consumer(consumer):
+    """A new client in place of one whose position can no longer be trusted
+    (it consumed a batch that was rolled back) or that is fenced. The new
+    one starts from the group's committed offsets."""
+    try:
+        consumer.close()
+    except Exception as e:  # a fenced client may refuse even this
+        log.warning("closing the consumer: %s", e)
+    return make_consumer()
+
+
+if __name__ == "__main__":
+    main()

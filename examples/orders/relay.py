@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""The orders relay: publishes order_events to Kafka, never losing one.
+
+In ONE database transaction: claim a batch of unpublished rows (FOR UPDATE
+SKIP LOCKED, oldest first), produce them with an idempotent producer, wait
+until the broker has acknowledged every message, and only then set
+published_at and commit. A kill anywhere before that commit leaves the rows
+unpublished (PostgreSQL rolls the claim back when the connection drops), so
+they go out again, perhaps twice; the consumer's inbox absorbs the copy. A
+row is marked only once it is on the topic.
+
+Each message: key = order_id as text (so all of an order's events share a
+partition), headers event_id and event_type, value = body::text exactly as
+PostgreSQL renders it.
+
+Environment (docs/contract.md sections 2 and 7): CHAOS_BROKERS, CHAOS_TOPIC,
+CHAOS_DATABASE_URL, CHAOS_SCHEMA, CHAOS_BATCH_SIZE, CHAOS_INSTANCE.
+"""
+import logging
+import os
+import signal
+import sys
+import time
+
+import psycopg
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+log = logging.getLogger("relay")
+
+# SKIP LOCKED: two relays run at once and never wait on each other's
+# batches. ORDER BY seq publishes the oldest first; published_at IS NULL,
+# not "seq > the last one I saw", decides what is left, because a
+# transaction that took a low seq may commit after a higher one.
+CLAIM = """SELECT event_id, order_id, event_type, body::text FROM order_events
+           WHERE published_at IS NULL ORDER BY seq LIMIT %s
+           FOR UPDATE SKIP LOCKED"""
+# clock_timestamp(), not now(): the moment of the mark, not of the claim.
+MARK = "UPDATE order_events SET published_at = clock_timestamp() WHERE event_id = ANY(%s)"
+
+IDLE_SLEEP_SECS = 0.02   # nothing to publish: look again soon
+RETRY_SLEEP_SECS = 0.2   # after a failed batch: do not spin on a sick broker
+MESSAGE_TIMEOUT_MS = 30000
+
+
+class DeliveryFailed(Exception):
+    """Some message of the batch has no ack: the batch must not be marked."""
+
+
+class Publisher:
+    def __init__(self, brokers, topic):
+        self.topic = topic
+        self.fatal = None
+        self.producer = Producer({
+            "bootstrap.servers": brokers,
+            # Idempotence: the broker drops the copies of its own retries,
+            # and a partition keeps its order across them. acks=all is
+            # implied; written out because an ack must mean "stored".
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            # A message the broker never takes is reported failed after
+            # this, so the flush below never waits much longer.
+            "message.timeout.ms": MESSAGE_TIMEOUT_MS,
+            "client.id": os.environ.get("CHAOS_INSTANCE", "orders-relay"),
+            "error_cb": self._on_error,
+            # The default partitioner hashes the key: one order, one partition.
+        })
+
+    def _note(self, err):
+        # A fatal error (the idempotent producer lost its sequence) makes
+        # this producer unusable; the loop replaces it.
+        if err.fatal() or err.code() == KafkaError._FATAL:
+            self.fatal = err
+
+    def _on_error(self, err):
+        self._note(err)
+        log.warning("producer: %s", err)
+
+    def send(self, rows):
+        """Returns once the broker has acknowledged every row, or raises."""
+        failures = []
+
+        def report(err, _msg):
+            if err is not None:
+                self._note(err)
+                failures.append(err)
+
+        try:
+            for event_id, order_id, event_type, body in rows:
+                self.producer.produce(
+                    self.topic,
+                    key=str(order_id),  # str(UUID): the 36-character lowercase form
+                    value=body.encode("utf-8"),  # as PostgreSQL rendered it, not re-serialized
+                    headers=[("event_id", str(event_id)), ("event_type", event_type)],
+                    on_delivery=report)
+        except KafkaException as e:
+            self._note(e.args[0])
+            raise DeliveryFailed(f"produce refused: {e}") from e
+        except BufferError as e:  # the local queue is full
+            raise DeliveryFailed(f"produce refused: {e}") from e
+        # flush() serves the delivery reports and returns how many messages
+        # still have none.
+        left = self.producer.flush(MESSAGE_TIMEOUT_MS / 1000 + 5)
+        if left:
+            raise DeliveryFailed(f"{left} of {len(rows)} messages without a delivery report")
+        if failures:
+            raise DeliveryFailed(f"{len(failures)} of {len(rows)} deliveries failed: {failures[0]}")
+
+
+def publish_batch(conn, publisher, batch_size):
+    """Claims, publishes and marks one batch; returns its size (0: nothing to do)."""
+    # Any exception inside the block rolls the claim back: the rows stay
+    # unpublished and are claimed again. What of them reached the broker is
+    # then published twice, which is allowed; losing one is not.
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute(CLAIM, (batch_size,))
+        rows = cur.fetchall()
+        if not rows:
+            # Nothing claimed: end the transaction with a ROLLBACK, not a
+            # COMMIT. It wrote nothing either way, and the fault proxy's
+            # kill-after-commit then only strikes commits that marked rows.
+            raise psycopg.Rollback()
+        publisher.send(rows)                             # 1. every ack...
+        cur.execute(MARK, ([row[0] for row in rows],))   # 2. ...then the mark
+    return len(rows)                                     # 3. committed here
+
+
+def connect():
+    # autocommit: transactions are opened with conn.transaction(), so the
+    # session never idles inside one between batches.
+    return psycopg.connect(os.environ["CHAOS_DATABASE_URL"], autocommit=True, connect_timeout=5,
+                           options=f"-c search_path={os.environ['CHAOS_SCHEMA']}")
+
+
+def main():
+    # SIGTERM only raises a flag: the batch in hand is finished (acked and
+    # marked) or rolled back before the loop looks at it. Installed first,
+    # so that a SIGTERM during start-up is a clean exit too.
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                        format=f"%(asctime)s {os.environ.get('CHAOS_INSTANCE', '-')} %(message)s")
+    log.info("start: incarnation %s", os.environ.get("CHAOS_INCARNATION", "?"))
+    brokers, topic = os.environ["CHAOS_BROKERS"], os.environ["CHAOS_TOPIC"]
+    batch_size = int(os.environ.get("CHAOS_BATCH_SIZE", "20"))
+    publisher, conn = Publisher(brokers, topic), None
+
+    while not stopping:
+        try:
+            if conn is None or conn.closed:
+                conn = connect()
+            n = publish_batch(conn, publisher, batch_size)
+        except DeliveryFailed as e:
+            log.warning("batch rolled back, claiming again: %s", e)
+            if publisher.fatal:
+                log.warning("producer is unusable, starting a new one")
+                publisher = Publisher(brokers, topic)
+            time.sleep(RETRY_SLEEP_SECS)
+            continue
+        except psycopg.Error as e:
+            # Rolled back as a whole. Exiting on our own would end the run,
+            # so reconnect if the connection is gone and carry on.
+            log.warning("database error, batch rolled back: %s", e)
+            if conn is not None and conn.broken:
+                conn.close()
+            time.sleep(RETRY_SLEEP_SECS)
+            continue
+        if n:
+            log.info("published a batch of %d", n)
+        else:
+            time.sleep(IDLE_SLEEP_SECS)
+    log.info("SIGTERM: stopping")
+    publisher.producer.flush(5)
+    if conn is not None:
+        conn.close()
+
+
+if __name__ == "__main__":
+    main()
