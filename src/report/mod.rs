@@ -350,7 +350,10 @@ pub(crate) fn system_rows(f: &crate::verifier::declared::Figures) -> Vec<(&'stat
     vec![
         (
             "operations asked for",
-            format!("{} ({} acknowledged, {} refused, {} ambiguous)", f.operations, f.acknowledged, f.refused, f.ambiguous),
+            format!(
+                "{} ({} acknowledged, {} refused, {} ambiguous)",
+                f.operations, f.acknowledged, f.refused, f.ambiguous
+            ),
         ),
         ("outbox events written", f.outbox_events.to_string()),
         ("messages on the topic", format!("{} ({} duplicates)", f.messages, f.duplicate_messages)),

@@ -10,6 +10,10 @@ impl Scenario {
     /// SQLite) and a real Kafka (`kafka`, else the mock cluster). The error
     /// names what needs the missing service and how to give it.
     pub fn preflight(&self, postgres: bool, kafka: bool) -> Result<(), String> {
+        // First: without PostgreSQL nothing else of a declared system matters.
+        if self.system.is_some() && !postgres {
+            return Err("a `[system]` scenario runs against PostgreSQL only (your schema, outbox and effect queries): pass --database-url or set DATABASE_URL".into());
+        }
         if self.proxied() && !postgres {
             let what = FaultPoint::ALL
                 .iter()
@@ -41,9 +45,6 @@ impl Scenario {
                 "the nemesis timeline's {} needs PostgreSQL (pass --database-url or set DATABASE_URL); SQLite has no server to restart or sessions to end",
                 t.point.name()
             ));
-        }
-        if self.system.is_some() && !postgres {
-            return Err("a `[system]` scenario runs against PostgreSQL only (your schema, outbox and effect queries): pass --database-url or set DATABASE_URL".into());
         }
         let under_test = [("notifier", &self.notifier.command), ("relay", &self.relay.command)];
         if let (Some((role, _)), false) = (under_test.iter().find(|c| c.1.is_some()), postgres) {

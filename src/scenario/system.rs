@@ -150,7 +150,10 @@ pub struct System {
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub enum Setup {
     /// A SQL file's path and text, read at validation.
-    Sql { path: PathBuf, text: String },
+    Sql {
+        path: PathBuf,
+        text: String,
+    },
     Command(ProgramCommand),
 }
 
@@ -287,7 +290,10 @@ impl Validator<'_> {
         for e in &raw.effects {
             let name = e.name.get_ref().trim().to_string();
             if name.is_empty() || effects.iter().any(|x: &EffectDecl| x.name == name) {
-                return self.err(e.name.span(), &format!("`system.effects.name` is {:?}; each effect needs a name of its own", e.name.get_ref()));
+                return self.err(
+                    e.name.span(),
+                    &format!("`system.effects.name` is {:?}; each effect needs a name of its own", e.name.get_ref()),
+                );
             }
             let once = self.choice(&e.once, "system.effects.once", Once::parse, Once::names)?;
             let types = match &e.types {
@@ -325,7 +331,10 @@ impl Validator<'_> {
         for c in &raw.checks {
             let name = c.name.get_ref().trim().to_string();
             if name.is_empty() || checks.iter().any(|x: &CheckDecl| x.name == name) {
-                return self.err(c.name.span(), &format!("`system.checks.name` is {:?}; each check needs a name of its own", c.name.get_ref()));
+                return self.err(
+                    c.name.span(),
+                    &format!("`system.checks.name` is {:?}; each check needs a name of its own", c.name.get_ref()),
+                );
             }
             checks.push(CheckDecl { name, query: c.query.get_ref().clone() });
         }
@@ -335,23 +344,43 @@ impl Validator<'_> {
     fn service(&self, raw: &RawService, dir: &Path) -> Result<ServiceDecl, crate::Error> {
         let health = raw.health.get_ref().clone();
         if !health.starts_with('/') {
-            return self.err(raw.health.span(), &format!("`system.service.health` is {health:?}; expected a path such as \"/health\""));
+            return self.err(
+                raw.health.span(),
+                &format!("`system.service.health` is {health:?}; expected a path such as \"/health\""),
+            );
         }
         Ok(ServiceDecl {
-            command: ProgramCommand { argv: self.argv(&raw.command, "system.service.command")?, dir: dir.to_path_buf() },
+            command: ProgramCommand {
+                argv: self.argv(&raw.command, "system.service.command")?,
+                dir: dir.to_path_buf(),
+            },
             instances: self.count(&raw.instances, "system.service.instances", 1, 16)? as usize,
             health,
-            ready_timeout: Duration::from_secs(self.count(&raw.ready_timeout_secs, "system.service.ready_timeout_secs", 1, 3600)? as u64),
+            ready_timeout: Duration::from_secs(self.count(
+                &raw.ready_timeout_secs,
+                "system.service.ready_timeout_secs",
+                1,
+                3600,
+            )? as u64),
         })
     }
 
     fn operation(&self, raw: &RawOperation) -> Result<OperationDecl, crate::Error> {
         let method = raw.method.get_ref().to_ascii_uppercase();
         if !["POST", "PUT", "PATCH", "GET", "DELETE"].contains(&method.as_str()) {
-            return self.err(raw.method.span(), &format!("`system.operation.method` is {:?}; expected POST, PUT, PATCH, GET or DELETE", raw.method.get_ref()));
+            return self.err(
+                raw.method.span(),
+                &format!(
+                    "`system.operation.method` is {:?}; expected POST, PUT, PATCH, GET or DELETE",
+                    raw.method.get_ref()
+                ),
+            );
         }
         if !raw.path.get_ref().starts_with('/') {
-            return self.err(raw.path.span(), &format!("`system.operation.path` is {:?}; expected a path such as \"/orders\"", raw.path.get_ref()));
+            return self.err(
+                raw.path.span(),
+                &format!("`system.operation.path` is {:?}; expected a path such as \"/orders\"", raw.path.get_ref()),
+            );
         }
         let events = raw.events.get_ref().clone();
         if events.is_empty() || events.iter().any(|e| e.trim().is_empty()) {
@@ -365,7 +394,7 @@ impl Validator<'_> {
             let generator = match (&v.get_ref().range, &v.get_ref().one_of) {
                 (Some([lo, hi]), None) if lo <= hi => ValueGen::Range(*lo, *hi),
                 (None, Some(list)) if !list.is_empty() => {
-                    let json = list.iter().map(|x| serde_json::to_value(x)).collect::<Result<Vec<_>, _>>();
+                    let json = list.iter().map(serde_json::to_value).collect::<Result<Vec<_>, _>>();
                     match json {
                         Ok(j) => ValueGen::OneOf(j),
                         Err(e) => return self.err(v.span(), &format!("`system.operation.values.{name}`: {e}")),
@@ -378,7 +407,10 @@ impl Validator<'_> {
             values.push((name.clone(), generator));
         }
         let body = match &raw.body {
-            Some(b) => Some(serde_json::to_value(b).map_err(|e| crate::Error::Scenario(format!("{}: `system.operation.body`: {e}", self.shown)))?),
+            Some(b) => Some(
+                serde_json::to_value(b)
+                    .map_err(|e| crate::Error::Scenario(format!("{}: `system.operation.body`: {e}", self.shown)))?,
+            ),
             None => None,
         };
         // Every placeholder must name a value: a typo would otherwise be sent as is.
@@ -399,7 +431,9 @@ impl Validator<'_> {
             method,
             path: raw.path.get_ref().clone(),
             body,
-            timeout: Duration::from_millis(self.count(&raw.timeout_ms, "system.operation.timeout_ms", 10, 600_000)? as u64),
+            timeout: Duration::from_millis(
+                self.count(&raw.timeout_ms, "system.operation.timeout_ms", 10, 600_000)? as u64
+            ),
             events,
             values,
         })
@@ -409,7 +443,13 @@ impl Validator<'_> {
         let ident = |v: &Spanned<String>, key: &str| -> Result<String, crate::Error> {
             match identifier(v.get_ref()) {
                 true => Ok(v.get_ref().clone()),
-                false => self.err(v.span(), &format!("`system.outbox.{key}` is {:?}; expected an unquoted lowercase SQL name (letters, digits, _)", v.get_ref())),
+                false => self.err(
+                    v.span(),
+                    &format!(
+                        "`system.outbox.{key}` is {:?}; expected an unquoted lowercase SQL name (letters, digits, _)",
+                        v.get_ref()
+                    ),
+                ),
             }
         };
         let published = match (raw.published.get_ref().as_str(), &raw.published_column) {

@@ -132,7 +132,10 @@ pub async fn probe(pg: &PgStore, sys: &System) -> std::result::Result<(), BadDec
             };
             if !fits {
                 let expected = if name == "amount" { "an integer" } else { "a uuid or text" };
-                return Err(bad(&format!("{key}: query"), format!("its column `{name}` is of type {ty}; expected {expected}")));
+                return Err(bad(
+                    &format!("{key}: query"),
+                    format!("its column `{name}` is of type {ty}; expected {expected}"),
+                ));
             }
         }
         sqlx::query(&effect_sql(e, &names, Some(0)))

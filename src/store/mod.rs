@@ -8,8 +8,8 @@
 //! What a notifier batch writes is decided once ([`effects`]); the backends
 //! only differ in how they say it in SQL.
 
-pub(crate) mod effects;
 pub mod declared;
+pub(crate) mod effects;
 pub mod postgres;
 pub mod sqlite;
 pub(crate) mod truth;

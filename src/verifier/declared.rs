@@ -156,14 +156,7 @@ impl<'a> Books<'a> {
     }
 
     /// A message read from the topic.
-    pub fn add_message(
-        &mut self,
-        partition: i32,
-        offset: i64,
-        key: &[u8],
-        id: Option<&[u8]>,
-        fp: u64,
-    ) {
+    pub fn add_message(&mut self, partition: i32, offset: i64, key: &[u8], id: Option<&[u8]>, fp: u64) {
         self.messages += 1;
         if let Ok(k) = std::str::from_utf8(key) {
             match self.partitions.get_mut(k) {
@@ -177,7 +170,8 @@ impl<'a> Books<'a> {
         let Some(i) = found else {
             self.foreign_count += 1;
             if self.foreign.len() < EXAMPLES {
-                let id = id.map(String::from_utf8_lossy).map_or("no event_id header".into(), |s| format!("event_id {s}"));
+                let id =
+                    id.map(String::from_utf8_lossy).map_or("no event_id header".into(), |s| format!("event_id {s}"));
                 self.foreign.push(format!(
                     "message p{partition}@{offset} ({id}, key {}): no outbox row has this id",
                     String::from_utf8_lossy(key)
@@ -361,9 +355,18 @@ impl<'a> Books<'a> {
                     found.figures.acknowledged += 1;
                     acked += 1;
                     if total == 0 {
-                        tally.note(AnomalyKind::LostOperation, format!("acknowledged, and none of its events ({wanted}) is in the outbox; {}", self.story(&key)));
+                        tally.note(
+                            AnomalyKind::LostOperation,
+                            format!(
+                                "acknowledged, and none of its events ({wanted}) is in the outbox; {}",
+                                self.story(&key)
+                            ),
+                        );
                     } else if counts.iter().any(|&n| n != 1) {
-                        tally.note(AnomalyKind::OutboxMismatch, format!("acknowledged with {} (expected each once); {}", shown(), self.story(&key)));
+                        tally.note(
+                            AnomalyKind::OutboxMismatch,
+                            format!("acknowledged with {} (expected each once); {}", shown(), self.story(&key)),
+                        );
                     } else {
                         acked_ok += 1;
                     }
@@ -373,7 +376,14 @@ impl<'a> Books<'a> {
                     ambiguous += 1;
                     let partial = total > 0 && counts.contains(&0);
                     if counts.iter().any(|&n| n > 1) || partial {
-                        tally.note(AnomalyKind::OutboxMismatch, format!("ambiguous, with {} (expected each once, or none at all); {}", shown(), self.story(&key)));
+                        tally.note(
+                            AnomalyKind::OutboxMismatch,
+                            format!(
+                                "ambiguous, with {} (expected each once, or none at all); {}",
+                                shown(),
+                                self.story(&key)
+                            ),
+                        );
                     } else {
                         ambiguous_ok += 1;
                     }
@@ -382,7 +392,10 @@ impl<'a> Books<'a> {
                     found.figures.refused += 1;
                     if total > 0 {
                         phantoms += 1;
-                        tally.note(AnomalyKind::PhantomOperation, format!("refused, and still {}; {}", shown(), self.story(&key)));
+                        tally.note(
+                            AnomalyKind::PhantomOperation,
+                            format!("refused, and still {}; {}", shown(), self.story(&key)),
+                        );
                     }
                 }
             }
@@ -390,21 +403,35 @@ impl<'a> Books<'a> {
         let mut never_asked: Vec<&String> = self
             .by_key
             .iter()
-            .filter(|(k, es)| !self.op_by_key.contains_key(*k) && es.iter().any(|&i| self.declared(self.events[i].kind)))
+            .filter(|(k, es)| {
+                !self.op_by_key.contains_key(*k) && es.iter().any(|&i| self.declared(self.events[i].kind))
+            })
             .map(|(k, _)| k)
             .collect();
         never_asked.sort();
         for k in never_asked {
             phantoms += 1;
-            tally.note(AnomalyKind::PhantomOperation, format!("events for a key the workload never asked for; {}", self.story(k)));
+            tally.note(
+                AnomalyKind::PhantomOperation,
+                format!("events for a key the workload never asked for; {}", self.story(k)),
+            );
         }
-        found.invariants.push(linked(Invariant::eq("every acknowledged operation produced exactly its events", acked, acked_ok), &[AnomalyKind::LostOperation, AnomalyKind::OutboxMismatch]));
-        found.invariants.push(linked(Invariant::eq(
-            "every ambiguous operation produced its events at most once, all or none",
-            ambiguous,
-            ambiguous_ok,
-        ), &[AnomalyKind::OutboxMismatch]));
-        found.invariants.push(linked(Invariant::eq("no events for a key never asked for, or refused", 0, phantoms), &[AnomalyKind::PhantomOperation]));
+        found.invariants.push(linked(
+            Invariant::eq("every acknowledged operation produced exactly its events", acked, acked_ok),
+            &[AnomalyKind::LostOperation, AnomalyKind::OutboxMismatch],
+        ));
+        found.invariants.push(linked(
+            Invariant::eq(
+                "every ambiguous operation produced its events at most once, all or none",
+                ambiguous,
+                ambiguous_ok,
+            ),
+            &[AnomalyKind::OutboxMismatch],
+        ));
+        found.invariants.push(linked(
+            Invariant::eq("no events for a key never asked for, or refused", 0, phantoms),
+            &[AnomalyKind::PhantomOperation],
+        ));
 
         // The outbox against the topic.
         let mut on_topic = 0u64;
@@ -412,40 +439,71 @@ impl<'a> Books<'a> {
         for e in &self.events {
             if e.copies.is_empty() {
                 if !self.leftovers.contains(&e.id) {
-                    tally.note(AnomalyKind::LostEvent, format!("{} {} is on no partition; {}", self.kinds[e.kind], e.id, self.story(&e.key)));
+                    tally.note(
+                        AnomalyKind::LostEvent,
+                        format!("{} {} is on no partition; {}", self.kinds[e.kind], e.id, self.story(&e.key)),
+                    );
                 }
             } else {
                 on_topic += 1;
             }
             if e.mismatched {
                 mismatched += 1;
-                tally.note(AnomalyKind::MessageMismatch, format!("a message of {} {} differs from its outbox row (key, type or value); {}", self.kinds[e.kind], e.id, self.story(&e.key)));
+                tally.note(
+                    AnomalyKind::MessageMismatch,
+                    format!(
+                        "a message of {} {} differs from its outbox row (key, type or value); {}",
+                        self.kinds[e.kind],
+                        e.id,
+                        self.story(&e.key)
+                    ),
+                );
             }
         }
-        let published = self.events.len() as u64 - self.events.iter().filter(|e| e.copies.is_empty() && self.leftovers.contains(&e.id)).count() as u64;
-        found.invariants.push(linked(Invariant::eq("every published outbox event is on the topic", published, on_topic), &[AnomalyKind::LostEvent]));
+        let published = self.events.len() as u64
+            - self.events.iter().filter(|e| e.copies.is_empty() && self.leftovers.contains(&e.id)).count() as u64;
+        found.invariants.push(linked(
+            Invariant::eq("every published outbox event is on the topic", published, on_topic),
+            &[AnomalyKind::LostEvent],
+        ));
         for example in &self.foreign {
             tally.note(AnomalyKind::ForeignEvent, example.clone());
         }
         tally.more(AnomalyKind::ForeignEvent, self.foreign_count.saturating_sub(self.foreign.len() as u64));
-        found.invariants.push(linked(Invariant::eq("every message is an outbox event", 0, self.foreign_count), &[AnomalyKind::ForeignEvent]));
-        found.invariants.push(linked(Invariant::eq("every message equals its outbox row", 0, mismatched), &[AnomalyKind::MessageMismatch]));
+        found.invariants.push(linked(
+            Invariant::eq("every message is an outbox event", 0, self.foreign_count),
+            &[AnomalyKind::ForeignEvent],
+        ));
+        found.invariants.push(linked(
+            Invariant::eq("every message equals its outbox row", 0, mismatched),
+            &[AnomalyKind::MessageMismatch],
+        ));
         let mut split: Vec<&String> = self.partitions.iter().filter(|(_, (_, s))| *s).map(|(k, _)| k).collect();
         split.sort();
         for k in &split {
-            tally.note(AnomalyKind::SplitKey, format!("its messages are on more than one partition; {}", self.story(k)));
+            tally
+                .note(AnomalyKind::SplitKey, format!("its messages are on more than one partition; {}", self.story(k)));
         }
-        found.invariants.push(linked(Invariant::eq("a key's messages are on one partition", 0, split.len() as u64), &[AnomalyKind::SplitKey]));
+        found.invariants.push(linked(
+            Invariant::eq("a key's messages are on one partition", 0, split.len() as u64),
+            &[AnomalyKind::SplitKey],
+        ));
         let mut left: Vec<&String> = self.leftovers.iter().collect();
         left.sort();
         for id in &left {
             let key = self.event_by_id.get(*id).map(|&i| self.events[i].key.clone());
             tally.note(
                 AnomalyKind::UnpublishedLeftover,
-                format!("outbox row {id} is still unpublished after the drain{}", key.map(|k| format!("; {}", self.story(&k))).unwrap_or_default()),
+                format!(
+                    "outbox row {id} is still unpublished after the drain{}",
+                    key.map(|k| format!("; {}", self.story(&k))).unwrap_or_default()
+                ),
             );
         }
-        found.invariants.push(linked(Invariant::eq("no outbox row left unpublished", 0, left.len() as u64), &[AnomalyKind::UnpublishedLeftover]));
+        found.invariants.push(linked(
+            Invariant::eq("no outbox row left unpublished", 0, left.len() as u64),
+            &[AnomalyKind::UnpublishedLeftover],
+        ));
 
         // The effects.
         for (decl, books) in self.sys.effects.iter().zip(&self.effects) {
@@ -461,12 +519,30 @@ impl<'a> Books<'a> {
                         match books.per_event.get(&i).copied().unwrap_or(0) {
                             0 => {
                                 missing += 1;
-                                tally.note(AnomalyKind::MissingEffect, format!("{}: no row for {} {}; {}", decl.name, self.kinds[e.kind], e.id, self.story(&e.key)));
+                                tally.note(
+                                    AnomalyKind::MissingEffect,
+                                    format!(
+                                        "{}: no row for {} {}; {}",
+                                        decl.name,
+                                        self.kinds[e.kind],
+                                        e.id,
+                                        self.story(&e.key)
+                                    ),
+                                );
                             }
                             1 => {}
                             n => {
                                 duplicate += 1;
-                                tally.note(AnomalyKind::DuplicateEffect, format!("{}: {n} rows for {} {}; {}", decl.name, self.kinds[e.kind], e.id, self.story(&e.key)));
+                                tally.note(
+                                    AnomalyKind::DuplicateEffect,
+                                    format!(
+                                        "{}: {n} rows for {} {}; {}",
+                                        decl.name,
+                                        self.kinds[e.kind],
+                                        e.id,
+                                        self.story(&e.key)
+                                    ),
+                                );
                             }
                         }
                     }
@@ -476,7 +552,10 @@ impl<'a> Books<'a> {
                         expected,
                         expected - missing - duplicate,
                     ));
-                    link_last(&mut found, &[AnomalyKind::MissingEffect, AnomalyKind::DuplicateEffect, AnomalyKind::MisattributedEffect]);
+                    link_last(
+                        &mut found,
+                        &[AnomalyKind::MissingEffect, AnomalyKind::DuplicateEffect, AnomalyKind::MisattributedEffect],
+                    );
                 }
                 Once::PerKey => {
                     let expected: HashSet<String> = self
@@ -491,26 +570,42 @@ impl<'a> Books<'a> {
                         match books.per_key.get(*k).copied().unwrap_or(0) {
                             0 => {
                                 missing += 1;
-                                tally.note(AnomalyKind::MissingEffect, format!("{}: no row for key {k}; {}", decl.name, self.story(k)));
+                                tally.note(
+                                    AnomalyKind::MissingEffect,
+                                    format!("{}: no row for key {k}; {}", decl.name, self.story(k)),
+                                );
                             }
                             1 => {}
                             n => {
                                 duplicate += 1;
-                                tally.note(AnomalyKind::DuplicateEffect, format!("{}: {n} rows for key {k}; {}", decl.name, self.story(k)));
+                                tally.note(
+                                    AnomalyKind::DuplicateEffect,
+                                    format!("{}: {n} rows for key {k}; {}", decl.name, self.story(k)),
+                                );
                             }
                         }
                     }
                     let mut strays: Vec<&String> = books.per_key.keys().filter(|k| !expected.contains(*k)).collect();
                     strays.sort();
                     for k in strays {
-                        tally.note(AnomalyKind::MisattributedEffect, format!("{}: a row for key {k}, which no operation that took effect has; {}", decl.name, self.story(k)));
+                        tally.note(
+                            AnomalyKind::MisattributedEffect,
+                            format!(
+                                "{}: a row for key {k}, which no operation that took effect has; {}",
+                                decl.name,
+                                self.story(k)
+                            ),
+                        );
                     }
                     found.invariants.push(Invariant::eq(
                         &format!("effect {}: exactly one per key", decl.name),
                         keys.len() as u64,
                         keys.len() as u64 - missing - duplicate,
                     ));
-                    link_last(&mut found, &[AnomalyKind::MissingEffect, AnomalyKind::DuplicateEffect, AnomalyKind::MisattributedEffect]);
+                    link_last(
+                        &mut found,
+                        &[AnomalyKind::MissingEffect, AnomalyKind::DuplicateEffect, AnomalyKind::MisattributedEffect],
+                    );
                 }
                 Once::Unbounded => {}
             }
@@ -529,11 +624,17 @@ impl<'a> Books<'a> {
                 let mut drift = 0u64;
                 let value = &self.sys.operation.values[v].0;
                 for k in &keys {
-                    let (want, got) = (expected.get(*k).copied().unwrap_or(0), books.amounts.get(*k).copied().unwrap_or(0));
+                    let (want, got) =
+                        (expected.get(*k).copied().unwrap_or(0), books.amounts.get(*k).copied().unwrap_or(0));
                     if want != got {
                         drift += 1;
-                        let by = if got > want { format!("{} too much", got - want) } else { format!("{} too little", want - got) };
-                        let story = if decl.key_value.is_none() { format!("; {}", self.story(k)) } else { String::new() };
+                        let by = if got > want {
+                            format!("{} too much", got - want)
+                        } else {
+                            format!("{} too little", want - got)
+                        };
+                        let story =
+                            if decl.key_value.is_none() { format!("; {}", self.story(k)) } else { String::new() };
                         tally.note(AnomalyKind::CounterDrift, format!("{}: key {k} adds up to {got}, and the operations that took effect asked for {want} ({value}): {by}{story}", decl.name));
                     }
                 }
@@ -709,7 +810,10 @@ pub async fn verify(
                 if s.read != s.high - s.low {
                     return Err(Error::Kafka {
                         context: format!("checking the read of topic {topic_name}"),
-                        cause: format!("partition {p} gave {} messages between its watermarks {}..{}", s.read, s.low, s.high),
+                        cause: format!(
+                            "partition {p} gave {} messages between its watermarks {}..{}",
+                            s.read, s.low, s.high
+                        ),
                     });
                 }
             }
@@ -848,7 +952,13 @@ mod tests {
         b.add_event(event(id, key, &payload));
         let k = Uuid::from_u128(key).to_string();
         let i = Uuid::from_u128(id).to_string();
-        b.add_message(partition, id as i64, k.as_bytes(), Some(i.as_bytes()), fingerprint(k.as_bytes(), b"OrderPlaced", payload.as_bytes()));
+        b.add_message(
+            partition,
+            id as i64,
+            k.as_bytes(),
+            Some(i.as_bytes()),
+            fingerprint(k.as_bytes(), b"OrderPlaced", payload.as_bytes()),
+        );
         b.add_effect_row(0, EffectRow { message_id: Some(i.clone()), key: Some(k.clone()), amount: None });
         b.add_effect_row(1, EffectRow { message_id: None, key: Some(sku.into()), amount: Some(qty) });
         b.add_effect_row(2, EffectRow { message_id: Some(i), key: Some(k), amount: None });
@@ -859,7 +969,11 @@ mod tests {
     }
 
     fn ops() -> Vec<Operation> {
-        vec![op(1, Outcome::Acknowledged, 2, "apple"), op(2, Outcome::Acknowledged, 3, "apple"), op(3, Outcome::Ambiguous, 1, "pear")]
+        vec![
+            op(1, Outcome::Acknowledged, 2, "apple"),
+            op(2, Outcome::Acknowledged, 3, "apple"),
+            op(3, Outcome::Ambiguous, 1, "pear"),
+        ]
     }
 
     #[test]
@@ -884,12 +998,24 @@ mod tests {
         let i = Uuid::from_u128(11).to_string();
         let f = world(&ops, |b| {
             b.add_event(event(11, 1, r#"{"a": 1, "b": [2, 3]}"#));
-            b.add_message(0, 0, k.as_bytes(), Some(i.as_bytes()), fingerprint(k.as_bytes(), b"OrderPlaced", br#"{"b":[2,3],"a":1}"#));
+            b.add_message(
+                0,
+                0,
+                k.as_bytes(),
+                Some(i.as_bytes()),
+                fingerprint(k.as_bytes(), b"OrderPlaced", br#"{"b":[2,3],"a":1}"#),
+            );
         });
         assert!(!names(&f).contains(&"message mismatch"), "{:?}", f.anomalies);
         let f = world(&ops, |b| {
             b.add_event(event(11, 1, r#"{"a": 1}"#));
-            b.add_message(0, 0, k.as_bytes(), Some(i.as_bytes()), fingerprint(k.as_bytes(), b"OrderPlaced", br#"{"a":2}"#));
+            b.add_message(
+                0,
+                0,
+                k.as_bytes(),
+                Some(i.as_bytes()),
+                fingerprint(k.as_bytes(), b"OrderPlaced", br#"{"a":2}"#),
+            );
         });
         assert!(names(&f).contains(&"message mismatch"), "{:?}", f.anomalies);
     }
@@ -898,7 +1024,11 @@ mod tests {
     fn operations_are_judged_by_their_outcome() {
         // Acknowledged with no event; ambiguous with two; refused with one;
         // and a key never asked for.
-        let ops = vec![op(1, Outcome::Acknowledged, 2, "apple"), op(2, Outcome::Ambiguous, 3, "apple"), op(3, Outcome::Refused, 1, "pear")];
+        let ops = vec![
+            op(1, Outcome::Acknowledged, 2, "apple"),
+            op(2, Outcome::Ambiguous, 3, "apple"),
+            op(3, Outcome::Refused, 1, "pear"),
+        ];
         let f = world(&ops, |b| {
             correct(b, 21, 2, 3, "apple", 0);
             correct(b, 22, 2, 3, "apple", 0);
@@ -961,7 +1091,11 @@ mod tests {
         assert_eq!(get("duplicate effect"), Some(2), "{:?}", f.anomalies);
         assert_eq!(get("misattributed effect"), Some(2), "{:?}", f.anomalies);
         let drift = f.anomalies.iter().find(|a| a.name == "counter drift").unwrap();
-        assert!(drift.examples[0].contains("key apple adds up to 8") && drift.examples[0].contains("asked for 5"), "{:?}", drift.examples);
+        assert!(
+            drift.examples[0].contains("key apple adds up to 8") && drift.examples[0].contains("asked for 5"),
+            "{:?}",
+            drift.examples
+        );
         assert!(f.invariants.iter().any(|i| !i.ok && i.name.starts_with("effect stock")));
     }
 

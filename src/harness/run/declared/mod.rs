@@ -49,7 +49,9 @@ pub async fn execute(
     let Some(sys) = sc.system.clone() else { return Err(Error::Internal("a declared run without [system]".into())) };
     let endpoints = infra::endpoints(&sc, database_url, brokers)?;
     let Some(url) = endpoints.database_url.clone() else {
-        return Err(Error::Usage("a `[system]` scenario runs against PostgreSQL only: pass --database-url or set DATABASE_URL".into()));
+        return Err(Error::Usage(
+            "a `[system]` scenario runs against PostgreSQL only: pass --database-url or set DATABASE_URL".into(),
+        ));
     };
     let names = RunNames::new();
     let pg = PgStore::open_empty(&url, &names.schema, CONNECTIONS).await?;
@@ -86,15 +88,17 @@ pub async fn execute(
     }
     reporter.event(&Event::Started { run_id: &names.run_id, scenario: &sc.name, seed: sc.seed, infra: &infra_line })?;
     info!(run_id = %names.run_id, seed = sc.seed, "starting a declared system");
-    let progress = Progress::start(sys.operation.count, ctx.stats.clone(), ctx.faults.clone(), reporter.shows_progress());
+    let progress =
+        Progress::start(sys.operation.count, ctx.stats.clone(), ctx.faults.clone(), reporter.shows_progress());
     infra.broker.create_topic(&names.topic, sc.partitions).await?;
     let setup_ms = started.elapsed().as_millis() as u64;
 
     let logs = reports_dir.join(format!("{}-processes", names.run_id));
-    let (programs, mut components) = match Programs::start(&ctx, &Database::Postgres(url.clone()), logs, lanes.as_ref())? {
-        Some(p) => p,
-        None => return Err(Error::Internal("a declared system without programs".into())),
-    };
+    let (programs, mut components) =
+        match Programs::start(&ctx, &Database::Postgres(url.clone()), logs, lanes.as_ref())? {
+            Some(p) => p,
+            None => return Err(Error::Internal("a declared system without programs".into())),
+        };
     let slots = lanes.as_ref().map(|l| l.slots()).unwrap_or_default();
     components.extend(crate::nemesis::timeline::start(&ctx, acting.subscribe(), slots));
 
@@ -206,7 +210,10 @@ async fn set_up(pg: &PgStore, sys: &System, sc: &Scenario, url: &str, names: &Ru
             let out = tokio::time::timeout(SETUP_LIMIT, c.output())
                 .await
                 .map_err(|_| {
-                    Error::Scenario(format!("{shown}: `system.setup_command` did not finish within {} s", SETUP_LIMIT.as_secs()))
+                    Error::Scenario(format!(
+                        "{shown}: `system.setup_command` did not finish within {} s",
+                        SETUP_LIMIT.as_secs()
+                    ))
                 })?
                 .map_err(|e| {
                     Error::Scenario(format!("{shown}: `system.setup_command` `{}` could not start: {e}", cmd.shown()))
@@ -278,11 +285,13 @@ async fn drain(ctx: &Ctx, pg: &PgStore, sys: &System) -> std::result::Result<(),
         let unpublished = match rows::unpublished(pg, &sys.outbox).await {
             Ok(Some(n)) => Ok(n),
             // No mark: what the log holds and the topic does not yet.
-            Ok(None) => match (rows::logged(pg).await, ctx.broker.watermarks(&ctx.names.topic, ctx.scenario.partitions)) {
-                (Ok(logged), Ok(w)) => Ok((logged - w.iter().map(|(lo, hi)| hi - lo).sum::<i64>()).max(0)),
-                (Err(e), _) => Err(e),
-                (_, Err(e)) => Err(e),
-            },
+            Ok(None) => {
+                match (rows::logged(pg).await, ctx.broker.watermarks(&ctx.names.topic, ctx.scenario.partitions)) {
+                    (Ok(logged), Ok(w)) => Ok((logged - w.iter().map(|(lo, hi)| hi - lo).sum::<i64>()).max(0)),
+                    (Err(e), _) => Err(e),
+                    (_, Err(e)) => Err(e),
+                }
+            }
             Err(e) => Err(e),
         };
         let lag = ctx.broker.group_lag(&ctx.names.group, &ctx.names.topic, ctx.scenario.partitions).await;
@@ -355,7 +364,10 @@ async fn judge(
         }
         _ if still_running => (
             Verdict::Incomplete,
-            format!("{}; nothing was verified, since something may still write", ran.incomplete.clone().unwrap_or_default()),
+            format!(
+                "{}; nothing was verified, since something may still write",
+                ran.incomplete.clone().unwrap_or_default()
+            ),
         ),
         None => (Verdict::Incomplete, format!("{}; nothing was verified", ran.incomplete.clone().unwrap_or_default())),
         Some(Err(e)) => (Verdict::Incomplete, format!("verification could not read the ground truth: {e}")),

@@ -42,7 +42,12 @@ pub fn plan(op: &OperationDecl, seed: u64) -> Vec<(Uuid, Vec<serde_json::Value>)
 /// A template with its placeholders filled: a string that is exactly one
 /// placeholder becomes the value with its type; one inside a longer string
 /// is replaced as text.
-pub fn fill(template: &serde_json::Value, op: &OperationDecl, key: &Uuid, values: &[serde_json::Value]) -> serde_json::Value {
+pub fn fill(
+    template: &serde_json::Value,
+    op: &OperationDecl,
+    key: &Uuid,
+    values: &[serde_json::Value],
+) -> serde_json::Value {
     use serde_json::Value;
     let lookup = |name: &str| -> Option<Value> {
         match name {
@@ -129,7 +134,8 @@ pub async fn run(
                     Stats::add(&stats.payments_written, 1);
                 }
                 let status = if let Sent::Answered(s) = status { s } else { 0 };
-                let done = Operation { key: *key, values: values.clone(), outcome, status, sent_ms, done_ms: clock.now() };
+                let done =
+                    Operation { key: *key, values: values.clone(), outcome, status, sent_ms, done_ms: clock.now() };
                 record.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(done);
             }
         }));
@@ -149,7 +155,8 @@ struct Clock {
 impl Clock {
     /// Milliseconds on the fault log's clock.
     fn now(&self) -> u64 {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
         (now - self.origin_epoch_ms).max(0) as u64
     }
 }

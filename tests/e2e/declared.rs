@@ -1,0 +1,213 @@
+//! A declared system (`[system]`, docs/contract.md section 8): the orders
+//! example, a Python service, relay and consumer with tables of their own,
+//! run as processes under real kills on PostgreSQL and Kafka. The correct
+//! one passes, each broken one fails with the anomaly its bug causes, and
+//! a bad declaration fails before any traffic with one line naming it.
+
+use crate::common::*;
+use std::path::{Path, PathBuf};
+
+const ORDERS: &str = "examples/orders/orders.toml";
+
+fn run_declared(scenario: &Path, reports: &Path, seed: Option<u64>) -> Ran {
+    let mut c = chaos();
+    Backend::Services.apply(&mut c);
+    c.env("PATH", python_path()).arg("run").arg(scenario).args(["--json", "--reports-dir"]).arg(reports);
+    if let Some(s) = seed {
+        c.args(["--seed", &s.to_string()]);
+    }
+    run(&mut c)
+}
+
+fn anomalies(r: &serde_json::Value) -> Vec<String> {
+    r["anomalies"].as_array().expect("anomalies").iter().map(|a| a["name"].as_str().unwrap().to_string()).collect()
+}
+
+fn assert_nothing_left(r: &serde_json::Value) {
+    let id = r["run_id"].as_str().expect("run_id");
+    let left = processes_of_run(id);
+    assert!(left.is_empty(), "processes of run {id} outlived it: {left:?}");
+}
+
+#[test]
+fn the_orders_system_passes_under_real_kills() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = run_declared(Path::new(ORDERS), dir.path(), None);
+    assert_eq!(ran.code, 0, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    let r = ran.json();
+    assert_nothing_left(&r);
+    assert_fired_and_confirmed(&r, "process.kill");
+    assert_fired_and_confirmed(&r, "db.kill_after_commit");
+    let s = &r["system"];
+    let n = |k: &str| s[k].as_u64().unwrap();
+    assert_eq!(n("operations"), 300, "{s}");
+    assert_eq!(n("acknowledged") + n("refused") + n("ambiguous"), 300, "{s}");
+    // Every acknowledged order has its event; ambiguous ones may or may not.
+    assert!(n("outbox_events") >= n("acknowledged"), "{s}");
+    assert!(n("outbox_events") <= n("acknowledged") + n("ambiguous"), "{s}");
+    let names: Vec<&str> = r["invariants"].as_array().unwrap().iter().map(|i| i["name"].as_str().unwrap()).collect();
+    for want in [
+        "every acknowledged operation produced exactly its events",
+        "effect shipments: exactly one per OrderPlaced message",
+        "effect stock: amounts per key equal the operations' quantity",
+        "check \"every order has its event\" returns no rows",
+    ] {
+        assert!(names.contains(&want), "{want} not checked: {names:?}");
+    }
+}
+
+/// Each broken variant, on seeds 1 and 2: its kills are aimed at the
+/// window its bug opens, so every seed must catch it.
+fn assert_caught(scenario: &str, anomaly: &str, point: &str) {
+    for seed in 1..=2 {
+        let dir = tempfile::tempdir().unwrap();
+        let ran = run_declared(Path::new(scenario), dir.path(), Some(seed));
+        let r = ran.json();
+        assert_nothing_left(&r);
+        assert_eq!(ran.code, 1, "seed {seed}: {scenario} was not caught: {}\nstderr:\n{}", r["reason"], ran.stderr);
+        let v = anomalies(&r);
+        assert!(v.iter().any(|a| a == anomaly), "seed {seed}: anomalies {v:?}, expected {anomaly:?}");
+        assert_fired_and_confirmed(&r, point);
+        // The example tells the key's story.
+        let a = r["anomalies"].as_array().unwrap().iter().find(|a| a["name"] == anomaly).unwrap();
+        assert!(!a["examples"].as_array().unwrap().is_empty(), "{a}");
+    }
+}
+
+#[test]
+fn stock_taken_outside_the_inbox_drifts() {
+    assert_caught("examples/orders/broken-stock-without-inbox.toml", "counter drift", "db.kill_after_commit");
+}
+
+#[test]
+fn an_inbox_committed_before_its_effects_loses_them() {
+    assert_caught("examples/orders/broken-inbox-first.toml", "missing effect", "db.kill_after_commit");
+}
+
+#[test]
+fn an_order_and_its_event_in_two_transactions_fail_the_users_own_check() {
+    assert_caught("examples/orders/broken-service-two-transactions.toml", "failed check", "db.kill_after_commit");
+}
+
+/// The orders declaration with `from` replaced by `to`, in a folder of its
+/// own beside a copy of the schema.
+fn variant(dir: &Path, from: &str, to: &str) -> PathBuf {
+    let text = std::fs::read_to_string(root().join(ORDERS)).unwrap();
+    assert!(text.contains(from), "{from:?} is not in {ORDERS}");
+    std::fs::copy(root().join("examples/orders/schema.sql"), dir.join("schema.sql")).unwrap();
+    let path = dir.join("orders.toml");
+    let mut text = text.replace(from, to);
+    // The programs stay where they are.
+    for program in ["service.py", "relay.py", "consumer.py"] {
+        let absolute = root().join("examples/orders").join(program);
+        text = text.replace(&format!("\"{program}\""), &format!("{:?}", absolute.display().to_string()));
+    }
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn a_bad_declaration_fails_before_any_traffic_naming_its_key_and_the_databases_words() {
+    let cases = [
+        (
+            "published_column = \"published_at\"",
+            "published_column = \"sent_at\"",
+            "system.outbox.published_column",
+            "column \"sent_at\" does not exist",
+        ),
+        (
+            "table = \"order_events\"",
+            "table = \"order_event\"",
+            "system.outbox.table",
+            "relation \"order_event\" does not exist",
+        ),
+        (
+            "1000 - on_hand AS amount",
+            "1000 - on_hnd AS amount",
+            "[[system.effects]] \"stock\": query",
+            "column \"on_hnd\" does not exist",
+        ),
+        (
+            "1000 - on_hand AS amount",
+            "sku AS amount",
+            "[[system.effects]] \"stock\": query",
+            "`amount` is of type TEXT; expected an integer",
+        ),
+        (
+            "SELECT message_id, order_id AS key FROM shipments",
+            "SELECT order_id AS key FROM shipments",
+            "[[system.effects]] \"shipments\": query",
+            "without `message_id`",
+        ),
+        (
+            "SELECT message_id, order_id AS key FROM shipments",
+            "SELECT message_id, order_id AS key, created_at FROM shipments",
+            "[[system.effects]] \"shipments\": query",
+            "returns the column `created_at`",
+        ),
+        (
+            "WHERE NOT EXISTS",
+            "WHERE NOT EXISTZ",
+            "[[system.checks]] \"every order has its event\": query",
+            "syntax error",
+        ),
+    ];
+    for (from, to, key, words) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let path = variant(dir.path(), from, to);
+        let reports = dir.path().join("reports");
+        let ran = run_declared(&path, &reports, None);
+        assert_eq!(ran.code, 2, "{to}: stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+        let err = ran.stderr.trim();
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        assert!(err.contains(key) && err.contains(words), "{to}: the error names neither {key:?} nor {words:?}: {err}");
+        // Before any traffic: no process started, no report written.
+        assert!(!reports.exists() || std::fs::read_dir(&reports).unwrap().next().is_none(), "{to}: something ran");
+    }
+}
+
+#[test]
+fn a_service_whose_health_never_answers_is_unreachable() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = variant(
+        dir.path(),
+        "command = [\"python3\", \"service.py\"]",
+        "command = [\"python3\", \"-c\", \"import time; time.sleep(600)\"]",
+    );
+    let text = std::fs::read_to_string(&path).unwrap().replace("ready_timeout_secs = 30", "ready_timeout_secs = 2");
+    std::fs::write(&path, text).unwrap();
+    let ran = run_declared(&path, &dir.path().join("reports"), None);
+    assert_eq!(ran.code, 3, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    let err = ran.stderr.trim();
+    assert!(err.contains("did not answer GET http://127.0.0.1:") && err.contains("/health"), "{err}");
+    assert!(err.contains("within 2 s"), "{err}");
+    // The sleeping service died with the run.
+    let run_id = std::fs::read_dir(dir.path().join("reports"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .find_map(|e| e.file_name().to_string_lossy().strip_suffix("-processes").map(String::from));
+    if let Some(id) = run_id {
+        assert!(processes_of_run(&id).is_empty(), "the service outlived the run");
+    }
+}
+
+#[test]
+fn a_declared_system_without_postgresql_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = chaos();
+    Backend::Embedded.apply(&mut c);
+    c.args(["run", ORDERS, "--reports-dir"]).arg(dir.path());
+    let ran = run(&mut c);
+    assert_eq!(ran.code, 2, "stderr:\n{}", ran.stderr);
+    assert!(ran.stderr.contains("PostgreSQL only"), "{}", ran.stderr);
+}
+
+#[test]
+fn faults_inside_our_reference_components_are_refused_for_a_declared_system() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = variant(dir.path(), "[faults]\n", "[faults]\nworkload_poison = 0.1\n");
+    let ran = run_declared(&path, &dir.path().join("reports"), None);
+    assert_eq!(ran.code, 2, "stderr:\n{}", ran.stderr);
+    assert!(ran.stderr.contains("faults.workload_poison") && ran.stderr.contains("process_kill"), "{}", ran.stderr);
+}
