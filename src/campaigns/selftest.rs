@@ -395,6 +395,31 @@ pub struct Row {
     /// What the last run reported: the anomaly count, or the verdict.
     pub found: String,
     pub last_run: String,
+    /// With `--declared`: the generic verifier's verdict on the same run
+    /// (the last one, or the first where the two verdicts differ).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generic: Option<Generic>,
+}
+
+/// The two verifiers on one run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Generic {
+    pub specific: String,
+    pub generic: String,
+    pub anomalies: Vec<String>,
+    pub agree: bool,
+}
+
+impl Generic {
+    fn of(rep: &Report) -> Option<Self> {
+        let c = rep.cross_check.as_ref()?;
+        Some(Self {
+            specific: rep.verdict.as_str().into(),
+            generic: c.verdict.as_str().into(),
+            anomalies: c.anomalies.clone(),
+            agree: c.verdict == rep.verdict,
+        })
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -421,6 +446,8 @@ pub struct Options {
     pub variants: bool,
     /// Where the reference components run in every run.
     pub components: crate::scenario::Components,
+    /// A declaration of the payments pipeline every run is judged by too.
+    pub declared: Option<PathBuf>,
 }
 
 fn expected_found(r: &Report, anomaly: AnomalyKind) -> Option<u64> {
@@ -473,10 +500,12 @@ async fn catch_variant(v: &Variant, opts: &Options, listener: &dyn Listener) -> 
         runs: 0,
         found: String::new(),
         last_run: String::new(),
+        generic: None,
     };
     for attempt in 0..MAX_ATTEMPTS {
         let sc = scenario_for(v.scenario, v.name, opts.seed + attempt as u64)?.with_components(opts.components);
-        let rep = run_quiet(sc, opts).await?;
+        let rep = run_quiet(judged_by(sc, opts)?, opts).await?;
+        row.generic = Generic::of(&rep);
         row.runs += 1;
         row.last_run = rep.run_id.clone();
         match expected_found(&rep, v.expected) {
@@ -506,6 +535,7 @@ async fn correct_pipeline(opts: &Options, listener: &dyn Listener) -> Result<Row
         runs: 0,
         found: String::new(),
         last_run: String::new(),
+        generic: None,
     };
     let mut inconclusive = 0;
     for i in 0..opts.clean_seeds {
@@ -517,7 +547,10 @@ async fn correct_pipeline(opts: &Options, listener: &dyn Listener) -> Result<Row
         };
         let sc =
             scenario_for(&overrides, &format!("correct pipeline, {flavour}"), seed)?.with_components(opts.components);
-        let rep = run_quiet(sc, opts).await?;
+        let rep = run_quiet(judged_by(sc, opts)?, opts).await?;
+        if clean.generic.as_ref().is_none_or(|g| g.agree) {
+            clean.generic = Generic::of(&rep);
+        }
         clean.runs += 1;
         clean.last_run = rep.run_id.clone();
         // Flagged means a violation: a run whose faults did not all fire
@@ -535,6 +568,14 @@ async fn correct_pipeline(opts: &Options, listener: &dyn Listener) -> Result<Row
         clean.found = format!("{} clean: {} pass, {inconclusive} inconclusive", clean.runs, clean.runs - inconclusive);
     }
     Ok(clean)
+}
+
+/// The scenario, judged by the generic verifier too with `--declared`.
+fn judged_by(sc: scenario::Scenario, opts: &Options) -> Result<scenario::Scenario> {
+    match &opts.declared {
+        Some(d) => sc.with_cross_check(d),
+        None => Ok(sc),
+    }
 }
 
 /// The selftest table, the mutation score, and the exit code.
@@ -567,5 +608,26 @@ pub fn render(s: &Summary) -> String {
     } else {
         "; the correct pipeline was FLAGGED\n"
     });
+    if s.rows.iter().any(|r| r.generic.is_some()) {
+        let mut t = Table::new();
+        t.load_preset(presets::UTF8_FULL_CONDENSED);
+        t.set_header(vec!["variant", "specific verifier", "generic verifier (--declared)", "agree"]);
+        let mut agree = 0;
+        for r in &s.rows {
+            let Some(g) = &r.generic else { continue };
+            agree += g.agree as usize;
+            let found = if g.anomalies.is_empty() { String::new() } else { format!(" ({})", g.anomalies.join(", ")) };
+            t.add_row(vec![
+                Cell::new(&r.variant),
+                Cell::new(&g.specific),
+                Cell::new(format!("{}{found}", g.generic)),
+                Cell::new(if g.agree { "✔" } else { "✘" }),
+            ]);
+        }
+        let judged = s.rows.iter().filter(|r| r.generic.is_some()).count();
+        out.push_str(&format!(
+            "\nThe same runs, judged by the generic verifier\n{t}\n{agree} of {judged} verdicts agree\n"
+        ));
+    }
     out
 }

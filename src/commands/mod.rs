@@ -51,6 +51,7 @@ async fn run_scenario(a: RunArgs) -> Result<Exit> {
         payments: a.changes.payments,
         faults: a.changes.faults,
         schedule: a.schedule,
+        declared: a.declared,
     };
     let reporter: &dyn run::Reporter = if a.json { &reporters::Json } else { &reporters::Terminal };
     let report = run::run(opts, reporter).await?;
@@ -158,6 +159,7 @@ async fn selftest(a: SelftestArgs) -> Result<Exit> {
         only: a.only,
         variants: !a.no_variants,
         components: a.components,
+        declared: a.declared,
     };
     let summary = crate::campaigns::selftest::selftest(&opts, &reporters::Campaign::new()).await?;
     if let Some(path) = &a.junit {
@@ -184,6 +186,7 @@ async fn sweep(a: SweepArgs) -> Result<Exit> {
             payments: a.changes.payments,
             faults: a.changes.faults,
             schedule: None,
+            declared: None,
         },
         first_seed: a.first_seed,
         seeds: a.seeds,

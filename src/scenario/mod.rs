@@ -224,6 +224,10 @@ pub struct Settings {
     /// The user's own system, declared: it replaces the payments pipeline.
     #[serde(default)]
     pub system: Option<System>,
+    /// A declaration of the payments pipeline itself (`--declared`): the
+    /// run is judged by the generic verifier too, beside the specific one.
+    #[serde(default)]
+    pub cross_check: Option<System>,
 }
 
 /// The command line's changes to a scenario file, in the order given:
@@ -320,6 +324,9 @@ pub struct Retention {
     pub purge_interval: Duration,
 }
 
+/// The values a payment's operation has, for a `--declared` cross-check.
+pub const CROSS_CHECK_VALUES: [&str; 2] = ["account_id", "amount_cents"];
+
 /// The most payments a scenario may ask for.
 pub const PAYMENTS_MAX: u64 = 10_000_000;
 
@@ -356,6 +363,38 @@ impl Scenario {
         self.0.proxy.always = true;
         self.0.proxy.kafka = kafka;
         self
+    }
+
+    /// The same run judged by the generic verifier too (`--declared`),
+    /// with `file`'s declaration of the payments pipeline: a declaration
+    /// without a service, whose operation values are the payments'.
+    pub fn with_cross_check(mut self, file: &Path) -> Result<Self, crate::Error> {
+        let shown = file.display();
+        let declared = load(file)?;
+        let Some(sys) = declared.0.system else {
+            return Err(crate::Error::Usage(format!(
+                "--declared {shown}: the file has no `[system]` table to judge the run by"
+            )));
+        };
+        if sys.service.is_some() {
+            return Err(crate::Error::Usage(format!(
+                "--declared {shown}: the file declares a service of its own; run it with `chaos run {shown}` instead"
+            )));
+        }
+        if self.0.system.is_some() {
+            return Err(crate::Error::Usage(
+                "--declared judges a run of the payments pipeline, and this scenario is a declared system already"
+                    .into(),
+            ));
+        }
+        if let Some((name, _)) = sys.operation.values.iter().find(|(n, _)| !CROSS_CHECK_VALUES.contains(&n.as_str())) {
+            return Err(crate::Error::Usage(format!(
+                "--declared {shown}: `system.operation.values.{name}` is not a value of a payment; a payment has {}",
+                CROSS_CHECK_VALUES.join(" and ")
+            )));
+        }
+        self.0.cross_check = Some(sys);
+        Ok(self)
     }
 
     /// The same scenario with another payment count (`chaos bench

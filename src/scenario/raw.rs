@@ -24,7 +24,7 @@ pub struct RawScenario {
     pub expect: RawExpect,
     pub infra: RawInfra,
     /// A declared system of the user's own (docs/contract.md section 8).
-    pub system: Option<Spanned<super::system::RawSystem>>,
+    pub system: Option<super::system::RawSystem>,
 }
 
 impl Default for RawScenario {

@@ -15,7 +15,8 @@ pub struct RawSystem {
     pub setup: Option<Spanned<String>>,
     /// Or the user's migrations, run once.
     pub setup_command: Option<Spanned<Vec<String>>>,
-    pub service: RawService,
+    /// Unset in a declaration that only judges another run (`--declared`).
+    pub service: Option<RawService>,
     pub operation: RawOperation,
     pub outbox: RawOutbox,
     #[serde(default)]
@@ -46,7 +47,8 @@ pub struct RawOperation {
     pub concurrency: Spanned<i64>,
     #[serde(default = "post")]
     pub method: Spanned<String>,
-    pub path: Spanned<String>,
+    /// Unset in a declaration that only judges another run.
+    pub path: Option<Spanned<String>>,
     /// A JSON body template: a string that is exactly `"{name}"` becomes
     /// the value with its type.
     pub body: Option<toml::Value>,
@@ -81,6 +83,9 @@ pub struct RawOutbox {
     #[serde(default = "column")]
     pub published: Spanned<String>,
     pub published_column: Option<Spanned<String>>,
+    /// A SQL condition on the outbox log's text columns (`id`, `key`,
+    /// `kind`, `payload`) true for a malformed event.
+    pub malformed: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -140,7 +145,9 @@ fn per_message() -> Spanned<String> {
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct System {
     pub setup: Setup,
-    pub service: ServiceDecl,
+    /// None in a declaration that only judges another run (`--declared`):
+    /// the payments pipeline's runs, judged by the generic verifier.
+    pub service: Option<ServiceDecl>,
     pub operation: OperationDecl,
     pub outbox: OutboxDecl,
     pub effects: Vec<EffectDecl>,
@@ -155,6 +162,8 @@ pub enum Setup {
         text: String,
     },
     Command(ProgramCommand),
+    /// A declaration that judges another run: the schema is that run's.
+    None,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -170,7 +179,7 @@ pub struct OperationDecl {
     pub count: u64,
     pub concurrency: usize,
     pub method: String,
-    pub path: String,
+    pub path: Option<String>,
     pub body: Option<serde_json::Value>,
     pub timeout: Duration,
     pub events: Vec<String>,
@@ -199,6 +208,9 @@ pub struct OutboxDecl {
     pub kind: String,
     pub payload: String,
     pub published: Published,
+    /// What makes an event malformed, as a SQL condition on the outbox
+    /// log's text columns; None when the service writes none.
+    pub malformed: Option<String>,
 }
 
 /// How the user's relay marks an outbox row as published.
@@ -217,6 +229,9 @@ choices! {
     Once {
         /// One row per event of the effect's types, naming that event.
         PerMessage = "per-message",
+        /// One row per malformed event (`system.outbox.malformed`), naming
+        /// it: a dead letter.
+        PerMalformedMessage = "per-malformed-message",
         /// One row per key of an operation that took effect.
         PerKey = "per-key",
         /// No count: the effect is only conserved.
@@ -263,7 +278,7 @@ impl Validator<'_> {
             (Some(_), Some(c)) => {
                 return self.err(c.span(), "`system.setup` and `system.setup_command` are both set; keep one")
             }
-            (None, None) => {
+            (None, None) if raw.service.is_some() => {
                 return self.err(
                     0..0,
                     "`[system]` has no `setup`; set `setup = \"schema.sql\"` (a SQL file applied in the run's schema) or `setup_command = [...]` (your migrations)",
@@ -282,8 +297,18 @@ impl Validator<'_> {
                 }
             }
             (None, Some(c)) => Setup::Command(ProgramCommand { argv: self.argv(c, "system.setup_command")?, dir: dir.clone() }),
+            (None, None) => Setup::None,
         };
-        let service = self.service(&raw.service, &dir)?;
+        let service = match &raw.service {
+            Some(s) => Some(self.service(s, &dir)?),
+            None => None,
+        };
+        if let (Some(_), None) = (&service, &raw.operation.path) {
+            return self.err(
+                0..0,
+                "`system.operation.path` is not set; name the path each operation is sent to, e.g. \"/orders\"",
+            );
+        }
         let operation = self.operation(&raw.operation)?;
         let outbox = self.outbox(&raw.outbox)?;
         let mut effects = Vec::new();
@@ -319,7 +344,7 @@ impl Validator<'_> {
                     return self.err(c.span(), &format!("`system.effects.conserve` of {name:?} is {:?}, which is not an integer value; give it `range = [lo, hi]`", c.get_ref()));
                 }
             }
-            if once == Once::PerMessage && key_value.is_some() {
+            if matches!(once, Once::PerMessage | Once::PerMalformedMessage) && key_value.is_some() {
                 return self.err(e.key.as_ref().map(|k| k.span()).unwrap_or(0..0), &format!("`system.effects.key` of {name:?} is set with `once = \"per-message\"`, whose rows carry their event's key; remove it or use `once = \"per-key\"`"));
             }
             if once == Once::Unbounded && conserve.is_none() {
@@ -376,10 +401,10 @@ impl Validator<'_> {
                 ),
             );
         }
-        if !raw.path.get_ref().starts_with('/') {
+        if let Some(p) = raw.path.as_ref().filter(|p| !p.get_ref().starts_with('/')) {
             return self.err(
-                raw.path.span(),
-                &format!("`system.operation.path` is {:?}; expected a path such as \"/orders\"", raw.path.get_ref()),
+                p.span(),
+                &format!("`system.operation.path` is {:?}; expected a path such as \"/orders\"", p.get_ref()),
             );
         }
         let events = raw.events.get_ref().clone();
@@ -414,14 +439,14 @@ impl Validator<'_> {
             None => None,
         };
         // Every placeholder must name a value: a typo would otherwise be sent as is.
-        let mut texts = vec![raw.path.get_ref().clone()];
+        let mut texts: Vec<String> = raw.path.iter().map(|p| p.get_ref().clone()).collect();
         if let Some(b) = &body {
             strings(b, &mut texts);
         }
         for t in &texts {
             for name in placeholders(t) {
                 if name != "key" && !values.iter().any(|(n, _)| n == name) {
-                    return self.err(raw.path.span(), &format!("`system.operation` uses the placeholder {{{name}}}, which is neither {{key}} nor a value of `[system.operation.values]`"));
+                    return self.err(raw.path.as_ref().map_or(0..0, |p| p.span()), &format!("`system.operation` uses the placeholder {{{name}}}, which is neither {{key}} nor a value of `[system.operation.values]`"));
                 }
             }
         }
@@ -429,7 +454,7 @@ impl Validator<'_> {
             count: self.count(&raw.count, "system.operation.count", 1, 10_000_000)? as u64,
             concurrency: self.count(&raw.concurrency, "system.operation.concurrency", 1, 1024)? as usize,
             method,
-            path: raw.path.get_ref().clone(),
+            path: raw.path.as_ref().map(|p| p.get_ref().clone()),
             body,
             timeout: Duration::from_millis(
                 self.count(&raw.timeout_ms, "system.operation.timeout_ms", 10, 600_000)? as u64
@@ -467,6 +492,7 @@ impl Validator<'_> {
             kind: ident(&raw.kind, "type")?,
             payload: ident(&raw.payload, "payload")?,
             published,
+            malformed: raw.malformed.as_ref().map(|m| m.get_ref().clone()),
         })
     }
 }

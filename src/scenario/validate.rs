@@ -202,6 +202,7 @@ impl Validator<'_> {
             schedule: None,
             overrides: Overrides::default(),
             system,
+            cross_check: None,
         }))
     }
 
@@ -367,7 +368,8 @@ impl Validator<'_> {
         let notifiers = self.count(&raw.notifier.instances, "notifier.instances", 1, 64)?;
         // A declared system's service is a program too; its workload is
         // an HTTP client, with no database session to proxy.
-        let services = raw.system.as_ref().map_or(0, |s| *s.get_ref().service.instances.get_ref()).clamp(0, 16);
+        let services =
+            raw.system.as_ref().and_then(|s| s.service.as_ref()).map_or(0, |s| *s.instances.get_ref()).clamp(0, 16);
         let all = |role: &'static str, n: i64| (1..=n).map(move |i| format!("{role}-{i}"));
         let mut targets: Vec<String> = Vec::new();
         for t in &p.targets {
@@ -455,8 +457,10 @@ impl Validator<'_> {
         (consumer, relay): (&Option<ProgramCommand>, &Option<ProgramCommand>),
     ) -> Result<Option<System>, crate::Error> {
         let Some(sys) = &raw.system else { return Ok(None) };
-        let span = sys.span();
-        if consumer.is_none() || relay.is_none() {
+        let span = 0..0;
+        // A declaration without a service only judges another run
+        // (`--declared`): it runs nothing of its own.
+        if sys.service.is_some() && (consumer.is_none() || relay.is_none()) {
             let missing = if consumer.is_none() { "notifier.command" } else { "relay.command" };
             return self.err(
                 span,
@@ -482,7 +486,7 @@ impl Validator<'_> {
                 ),
             );
         }
-        Ok(Some(self.system(sys.get_ref(), path)?))
+        Ok(Some(self.system(sys, path)?))
     }
 
     /// `[notifier] command` and `[relay] command`, each checked against

@@ -50,6 +50,8 @@ pub struct LoggedEvent {
     pub payload: String,
     /// When it was written, in ms since the epoch.
     pub at_epoch_ms: i64,
+    /// It meets `system.outbox.malformed`.
+    pub malformed: bool,
 }
 
 /// One row of a declared effect's query.
@@ -69,7 +71,7 @@ pub async fn apply_setup(pg: &PgStore, sql: &str) -> std::result::Result<(), Str
 /// and columns exist, each effect query returns the columns its `once`
 /// and `conserve` need (and no others) with usable types, each check
 /// query runs. Nothing is written.
-pub async fn probe(pg: &PgStore, sys: &System) -> std::result::Result<(), BadDeclaration> {
+pub async fn probe_outbox(pg: &PgStore, sys: &System) -> std::result::Result<(), BadDeclaration> {
     let pool = pg.conn_pool();
     let bad = |key: &str, message: String| BadDeclaration { key: key.to_string(), message };
     let o = &sys.outbox;
@@ -88,6 +90,21 @@ pub async fn probe(pg: &PgStore, sys: &System) -> std::result::Result<(), BadDec
             .await
             .map_err(|e| bad(&format!("system.outbox.{key}"), db_message(&e)))?;
     }
+    Ok(())
+}
+
+/// The rest of the declarations, once the outbox log exists (a query may
+/// read it): each effect's query returns the columns its `once` and
+/// `conserve` need, and no others, with usable types; each check runs.
+pub async fn probe_queries(pg: &PgStore, sys: &System) -> std::result::Result<(), BadDeclaration> {
+    let pool = pg.conn_pool();
+    let bad = |key: &str, message: String| BadDeclaration { key: key.to_string(), message };
+    if let Some(m) = &sys.outbox.malformed {
+        sqlx::query(&format!("SELECT COALESCE(({m}), false)::boolean FROM {OUTBOX_LOG} LIMIT 0"))
+            .execute(pool)
+            .await
+            .map_err(|e| bad("system.outbox.malformed", db_message(&e)))?;
+    }
     for e in &sys.effects {
         let key = format!("[[system.effects]] {:?}", e.name);
         let described = pool
@@ -101,7 +118,7 @@ pub async fn probe(pg: &PgStore, sys: &System) -> std::result::Result<(), BadDec
             .collect();
         let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
         let mut want = vec!["key"];
-        if e.once == Once::PerMessage {
+        if matches!(e.once, Once::PerMessage | Once::PerMalformedMessage) {
             want.push("message_id");
         }
         if e.conserve.is_some() {
@@ -218,9 +235,10 @@ pub async fn logged(pg: &PgStore) -> Result<i64> {
 }
 
 /// Streams the outbox log, in insert order.
-pub async fn outbox_log(pg: &PgStore, mut on: impl FnMut(LoggedEvent)) -> Result<()> {
+pub async fn outbox_log(pg: &PgStore, o: &OutboxDecl, mut on: impl FnMut(LoggedEvent)) -> Result<()> {
+    let malformed = o.malformed.as_deref().map_or("false".to_string(), |m| format!("COALESCE(({m}), false)"));
     let sql = format!(
-        "SELECT id, key, kind, payload, (extract(epoch FROM at) * 1000)::bigint FROM {OUTBOX_LOG} ORDER BY seq"
+        "SELECT id, key, kind, payload, (extract(epoch FROM at) * 1000)::bigint, {malformed}::boolean FROM {OUTBOX_LOG} ORDER BY seq"
     );
     let mut rows = sqlx::query(&sql).fetch(pg.conn_pool());
     while let Some(r) = rows.try_next().await.map_err(|e| Error::db("reading the outbox log", e))? {
@@ -230,6 +248,7 @@ pub async fn outbox_log(pg: &PgStore, mut on: impl FnMut(LoggedEvent)) -> Result
             kind: r.try_get::<Option<String>, _>(2).ok().flatten().unwrap_or_default(),
             payload: r.try_get::<Option<String>, _>(3).ok().flatten().unwrap_or_default(),
             at_epoch_ms: r.try_get::<i64, _>(4).unwrap_or_default(),
+            malformed: r.try_get::<bool, _>(5).map_err(|e| Error::db("reading the outbox log", e))?,
         });
     }
     Ok(())

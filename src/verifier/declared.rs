@@ -58,6 +58,9 @@ struct Event {
     /// Its messages on the topic, as (partition, offset).
     copies: Vec<(i32, i64)>,
     mismatched: bool,
+    /// It meets `system.outbox.malformed`: it belongs to no operation and
+    /// causes no effect but a `per-malformed-message` one.
+    malformed: bool,
 }
 
 /// The ground truth of a declared system, fed row by row.
@@ -152,6 +155,7 @@ impl<'a> Books<'a> {
             at_epoch_ms: e.at_epoch_ms,
             copies: Vec::new(),
             mismatched: false,
+            malformed: e.malformed,
         });
     }
 
@@ -195,7 +199,8 @@ impl<'a> Books<'a> {
         let key = row.key.clone().unwrap_or_default();
         let wanted_kind = |books: &Self, kind: usize| decl.types.iter().any(|t| books.kinds.get(kind) == Some(t));
         let mut wrong = None;
-        if decl.once == Once::PerMessage {
+        if matches!(decl.once, Once::PerMessage | Once::PerMalformedMessage) {
+            let for_malformed = decl.once == Once::PerMalformedMessage;
             let event = row.message_id.as_deref().and_then(|m| self.event_by_id.get(m).copied());
             match event {
                 None => {
@@ -204,7 +209,14 @@ impl<'a> Books<'a> {
                         row.message_id.as_deref().unwrap_or("NULL")
                     ))
                 }
-                Some(i) if !wanted_kind(self, self.events[i].kind) => {
+                Some(i) if self.events[i].malformed != for_malformed => {
+                    let what = if for_malformed { "a well-formed" } else { "a malformed" };
+                    wrong = Some(format!(
+                        "a row names message {}, {what} event, which causes no {} effect",
+                        self.events[i].id, decl.name
+                    ))
+                }
+                Some(i) if !for_malformed && !wanted_kind(self, self.events[i].kind) => {
                     wrong = Some(format!(
                         "a row names message {}, a {} event, which causes no {} effect",
                         self.events[i].id, self.kinds[self.events[i].kind], decl.name
@@ -241,7 +253,7 @@ impl<'a> Books<'a> {
     fn declared_counts(&self, key: &str) -> Vec<u32> {
         let mut counts = vec![0u32; self.sys.operation.events.len()];
         for &i in self.by_key.get(key).map(Vec::as_slice).unwrap_or_default() {
-            if self.declared(self.events[i].kind) {
+            if self.declared(self.events[i].kind) && !self.events[i].malformed {
                 counts[self.events[i].kind] += 1;
             }
         }
@@ -250,9 +262,11 @@ impl<'a> Books<'a> {
 
     /// Whether an operation took effect: its key has events of these types.
     fn took_effect(&self, op: &Operation, types: &[String]) -> bool {
-        self.by_key
-            .get(&op.key.to_string())
-            .is_some_and(|es| es.iter().any(|&i| types.iter().any(|t| self.kinds.get(self.events[i].kind) == Some(t))))
+        self.by_key.get(&op.key.to_string()).is_some_and(|es| {
+            es.iter().any(|&i| {
+                !self.events[i].malformed && types.iter().any(|t| self.kinds.get(self.events[i].kind) == Some(t))
+            })
+        })
     }
 
     /// The key an effect's rows carry for an operation.
@@ -404,7 +418,8 @@ impl<'a> Books<'a> {
             .by_key
             .iter()
             .filter(|(k, es)| {
-                !self.op_by_key.contains_key(*k) && es.iter().any(|&i| self.declared(self.events[i].kind))
+                !self.op_by_key.contains_key(*k)
+                    && es.iter().any(|&i| self.declared(self.events[i].kind) && !self.events[i].malformed)
             })
             .map(|(k, _)| k)
             .collect();
@@ -509,10 +524,15 @@ impl<'a> Books<'a> {
         for (decl, books) in self.sys.effects.iter().zip(&self.effects) {
             let (mut missing, mut duplicate) = (0u64, 0u64);
             match decl.once {
-                Once::PerMessage => {
+                Once::PerMessage | Once::PerMalformedMessage => {
+                    let for_malformed = decl.once == Once::PerMalformedMessage;
                     let mut expected = 0u64;
                     for (i, e) in self.events.iter().enumerate() {
-                        if !decl.types.iter().any(|t| self.kinds.get(e.kind) == Some(t)) {
+                        let wanted = match for_malformed {
+                            true => e.malformed,
+                            false => !e.malformed && decl.types.iter().any(|t| self.kinds.get(e.kind) == Some(t)),
+                        };
+                        if !wanted {
                             continue;
                         }
                         expected += 1;
@@ -546,7 +566,7 @@ impl<'a> Books<'a> {
                             }
                         }
                     }
-                    let types = decl.types.join(", ");
+                    let types = if for_malformed { "malformed".to_string() } else { decl.types.join(", ") };
                     found.invariants.push(Invariant::eq(
                         &format!("effect {}: exactly one per {types} message", decl.name),
                         expected,
@@ -786,7 +806,7 @@ pub async fn verify(
     started_epoch_ms: i64,
 ) -> Result<Found> {
     let mut books = Books::new(sys, ops, faults, started_epoch_ms);
-    rows::outbox_log(pg, |e| books.add_event(e)).await?;
+    rows::outbox_log(pg, &sys.outbox, |e| books.add_event(e)).await?;
     rows::leftovers(pg, &sys.outbox, |id| books.add_leftover(id)).await?;
     // The topic is read on a blocking thread; the books go with it and back.
     let topic_name = topic.to_string();
@@ -858,17 +878,17 @@ mod tests {
     fn system() -> System {
         System {
             setup: Setup::Sql { path: "schema.sql".into(), text: String::new() },
-            service: ServiceDecl {
+            service: Some(ServiceDecl {
                 command: ProgramCommand { argv: vec!["service".into()], dir: ".".into() },
                 instances: 1,
                 health: "/health".into(),
                 ready_timeout: Duration::from_secs(1),
-            },
+            }),
             operation: OperationDecl {
                 count: 3,
                 concurrency: 1,
                 method: "POST".into(),
-                path: "/orders".into(),
+                path: Some("/orders".into()),
                 body: None,
                 timeout: Duration::from_secs(1),
                 events: vec!["OrderPlaced".into()],
@@ -884,6 +904,7 @@ mod tests {
                 kind: "event_type".into(),
                 payload: "body".into(),
                 published: Published::Column("published_at".into()),
+                malformed: None,
             },
             effects: vec![
                 EffectDecl {
@@ -933,6 +954,7 @@ mod tests {
             kind: "OrderPlaced".into(),
             payload: payload.into(),
             at_epoch_ms: 0,
+            malformed: false,
         }
     }
 
@@ -1116,5 +1138,44 @@ mod tests {
         let check = get("failed check").unwrap();
         assert_eq!(check.count, 3);
         assert!(check.examples[0].contains("order_id"));
+    }
+
+    #[test]
+    fn a_malformed_event_belongs_to_no_operation_and_wants_its_dead_letter() {
+        let mut sys = system();
+        sys.outbox.malformed = Some("payload LIKE '%poison%'".into());
+        sys.effects.push(EffectDecl {
+            name: "dead letters".into(),
+            query: String::new(),
+            once: Once::PerMalformedMessage,
+            types: vec!["OrderPlaced".into()],
+            key_value: None,
+            conserve: None,
+        });
+        let sys = Box::leak(Box::new(sys));
+        let ops = vec![op(1, Outcome::Acknowledged, 2, "apple")];
+        let run = |dead_letter: bool| {
+            let mut b = Books::new(sys, &ops, vec![], 0);
+            correct(&mut b, 11, 1, 2, "apple", 0);
+            let twin = LoggedEvent { malformed: true, ..event(12, 1, r#"{"poison": true}"#) };
+            b.add_event(twin);
+            let (k, i) = (Uuid::from_u128(1).to_string(), Uuid::from_u128(12).to_string());
+            b.add_message(
+                0,
+                12,
+                k.as_bytes(),
+                Some(i.as_bytes()),
+                fingerprint(k.as_bytes(), b"OrderPlaced", br#"{"poison": true}"#),
+            );
+            if dead_letter {
+                b.add_effect_row(3, EffectRow { message_id: Some(i), key: Some(k), amount: None });
+            }
+            b.finish()
+        };
+        let f = run(true);
+        assert!(f.anomalies.is_empty(), "the twin is no second OrderPlaced and wants no shipment: {:?}", f.anomalies);
+        let f = run(false);
+        assert_eq!(names(&f), vec!["missing effect"], "{:?}", f.anomalies);
+        assert!(f.anomalies[0].examples[0].starts_with("dead letters:"), "{:?}", f.anomalies[0].examples);
     }
 }

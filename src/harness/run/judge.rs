@@ -28,11 +28,14 @@ pub(super) async fn judge(
         }
         other => other.clone(),
     };
+    let intent = ctx.intent.take();
+    // With --declared, the same record of intent, as a declared system's.
+    let ops = sc.cross_check.as_ref().map(|sys| super::declared::operations_of(sys, &intent));
     let verified = if ran.interrupted || still_running {
         None
     } else {
         tokio::select! {
-            r = pass::verify(&store, &ctx.broker, &ctx.names.topic, sc, ctx.intent.take(), &ctx.faults, emails) => Some(r),
+            r = pass::verify(&store, &ctx.broker, &ctx.names.topic, sc, intent, &ctx.faults, emails) => Some(r),
             _ = crate::harness::interrupt::requested() => { ran.interrupted = true; None }
         }
     };
@@ -72,6 +75,9 @@ pub(super) async fn judge(
                 warn!(cause = %e, "measuring the latency failed");
                 None
             });
+            if let (Some(sys), Some(ops)) = (&sc.cross_check, &ops) {
+                rep.cross_check = Some(super::declared::cross_check(ctx, &store, sys, ops).await);
+            }
             match incomplete {
                 Some(reason) => (Verdict::Incomplete, format!("{reason}; the figures above are partial")),
                 None => (v, why),

@@ -39,6 +39,8 @@ pub struct RunOptions {
     pub faults: Vec<(FaultPoint, f64)>,
     /// Pins the firings by occurrence.
     pub schedule: Option<crate::faults::Schedule>,
+    /// A declaration of the payments pipeline the run is judged by too.
+    pub declared: Option<PathBuf>,
 }
 
 impl RunOptions {
@@ -60,6 +62,9 @@ impl RunOptions {
         }
         if let Some(s) = &self.schedule {
             sc = sc.with_schedule(s.clone())?;
+        }
+        if let Some(d) = &self.declared {
+            sc = sc.with_cross_check(d)?;
         }
         Ok(sc)
     }
@@ -122,6 +127,9 @@ pub async fn execute(
     let endpoints = infra::endpoints(&sc, database_url, brokers)?;
     let names = RunNames::new();
     let mut infra = Infra::open(&sc, &endpoints, &names, reports_dir).await?;
+    if let Some(sys) = &sc.cross_check {
+        declared::prepare_cross_check(&sc, sys, &infra.store).await?;
+    }
     let sc = Arc::new(sc);
     let (trigger, mut ctx) = infra::context(&sc, &infra, &names);
     // The email provider stands before the components, which get its URL.

@@ -218,8 +218,8 @@ impl Programs {
             (Role::Relay, as_process(&sc.relay.command), sc.relay.instances, sc.relay.batch_size),
             (
                 Role::Service,
-                sc.system.as_ref().map(|s| (s.service.command.clone(), false)),
-                sc.system.as_ref().map_or(0, |s| s.service.instances),
+                sc.system.as_ref().and_then(|s| s.service.as_ref()).map(|s| (s.command.clone(), false)),
+                sc.system.as_ref().and_then(|s| s.service.as_ref()).map_or(0, |s| s.instances),
                 1,
             ),
         ])

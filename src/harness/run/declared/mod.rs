@@ -17,7 +17,7 @@ use crate::nemesis::proxy::Lanes;
 use crate::pipeline::context::Ctx;
 use crate::report::progress::{Phase, Progress};
 use crate::report::{assemble, InfraInfo, Report, Timings};
-use crate::scenario::{Published, Scenario, Setup, System};
+use crate::scenario::{Published, Scenario, ServiceDecl, Setup, System};
 use crate::store::declared as rows;
 use crate::store::postgres::PgStore;
 use crate::store::Store;
@@ -47,6 +47,12 @@ pub async fn execute(
 ) -> Result<Report> {
     let started = Instant::now();
     let Some(sys) = sc.system.clone() else { return Err(Error::Internal("a declared run without [system]".into())) };
+    let Some(service) = sys.service.clone() else {
+        return Err(Error::Scenario(format!(
+            "{}: `[system.service]` is not set, so this declaration only judges another run; pass it as `--declared` to a run of the payments pipeline, or declare your service",
+            sc.path.display()
+        )));
+    };
     let endpoints = infra::endpoints(&sc, database_url, brokers)?;
     let Some(url) = endpoints.database_url.clone() else {
         return Err(Error::Usage(
@@ -106,7 +112,7 @@ pub async fn execute(
     let t_work = Instant::now();
     // The service must answer before anything is asked of it: one that
     // never does is a service that cannot be reached (exit 3).
-    if let Err(e) = healthy(&programs, &sys, &ctx).await {
+    if let Err(e) = healthy(&programs, &service, &ctx).await {
         trigger.trigger();
         let _ = drive::stop(components).await;
         infra.close().await;
@@ -194,6 +200,7 @@ pub async fn execute(
 async fn set_up(pg: &PgStore, sys: &System, sc: &Scenario, url: &str, names: &RunNames) -> Result<()> {
     let shown = sc.path.display().to_string();
     match &sys.setup {
+        Setup::None => {}
         Setup::Sql { path, text } => rows::apply_setup(pg, text).await.map_err(|m| {
             Error::Scenario(format!("{shown}: `system.setup` ({}) fails on the run's schema: {m}", path.display()))
         })?,
@@ -230,20 +237,23 @@ async fn set_up(pg: &PgStore, sys: &System, sc: &Scenario, url: &str, names: &Ru
             }
         }
     }
-    rows::probe(pg, sys).await.map_err(|b| Error::Scenario(format!("{shown}: {}: {}", b.key, b.message)))?;
-    rows::install_outbox_log(pg, &sys.outbox).await
+    let bad = |b: rows::BadDeclaration| Error::Scenario(format!("{shown}: {}: {}", b.key, b.message));
+    rows::probe_outbox(pg, sys).await.map_err(bad)?;
+    // The log before the queries: a declared query may read it.
+    rows::install_outbox_log(pg, &sys.outbox).await?;
+    rows::probe_queries(pg, sys).await.map_err(bad)
 }
 
 /// Waits until every service slot answers its health path with a 2xx.
-async fn healthy(programs: &Programs, sys: &System, ctx: &Ctx) -> Result<()> {
+async fn healthy(programs: &Programs, service: &ServiceDecl, ctx: &Ctx) -> Result<()> {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(1))
         .build()
         .map_err(|e| Error::Internal(format!("making the health check's client: {e}")))?;
-    let limit = sys.service.ready_timeout;
+    let limit = service.ready_timeout;
     let started = Instant::now();
     for (slot, port) in programs.service_ports().iter().enumerate() {
-        let url = format!("http://127.0.0.1:{port}{}", sys.service.health);
+        let url = format!("http://127.0.0.1:{port}{}", service.health);
         let mut last;
         loop {
             if let Some(f) = programs.failure() {
@@ -258,7 +268,7 @@ async fn healthy(programs: &Programs, sys: &System, ctx: &Ctx) -> Result<()> {
             if started.elapsed() >= limit {
                 return Err(Error::Service(format!(
                     "the service `{}` (service-{}) did not answer GET {url} with a 2xx within {} s ({last}); check `system.service.health` and that it listens on CHAOS_PORT; {}",
-                    sys.service.command.shown(),
+                    service.command.shown(),
                     slot + 1,
                     limit.as_secs(),
                     programs.stderr_of_first()
@@ -387,4 +397,94 @@ async fn judge(
     rep.fired = ctx.faults.fired_schedule();
     rep.verdict = v;
     rep.reason = reason;
+}
+
+/// Before a payments run judged by a declaration too (`--declared`): the
+/// declaration proved on the run's freshly migrated schema, and the
+/// outbox log added. PostgreSQL only.
+pub(super) async fn prepare_cross_check(sc: &Scenario, sys: &System, store: &Store) -> Result<()> {
+    let Store::Postgres(pg) = store else {
+        return Err(Error::Usage(
+            "--declared reads the run with SQL of PostgreSQL's: pass --database-url or set DATABASE_URL".into(),
+        ));
+    };
+    let shown = sc.path.display();
+    let bad = |b: rows::BadDeclaration| Error::Scenario(format!("{shown}: --declared: {}: {}", b.key, b.message));
+    rows::probe_outbox(pg, sys).await.map_err(bad)?;
+    rows::install_outbox_log(pg, &sys.outbox).await?;
+    rows::probe_queries(pg, sys).await.map_err(bad)
+}
+
+/// The payments the workload committed, as a declared system's record of
+/// intent: each payment an acknowledged operation keyed by its id, with
+/// the values the declaration names.
+pub(super) fn operations_of(
+    sys: &System,
+    intent: &[crate::domain::intent::Intended],
+) -> Vec<crate::domain::operations::Operation> {
+    intent
+        .iter()
+        .map(|i| crate::domain::operations::Operation {
+            key: i.id,
+            values: sys
+                .operation
+                .values
+                .iter()
+                .map(|(name, _)| match name.as_str() {
+                    "account_id" => serde_json::Value::from(i.account_id),
+                    _ => serde_json::Value::from(i.amount_cents),
+                })
+                .collect(),
+            outcome: crate::domain::operations::Outcome::Acknowledged,
+            status: 200,
+            sent_ms: 0,
+            done_ms: 0,
+        })
+        .collect()
+}
+
+/// The generic verifier's verdict on a payments run (`--declared`).
+pub(super) async fn cross_check(
+    ctx: &Ctx,
+    store: &Store,
+    sys: &System,
+    ops: &[crate::domain::operations::Operation],
+) -> crate::report::CrossCheck {
+    let sc = &ctx.scenario;
+    let Store::Postgres(pg) = store else {
+        return crate::report::CrossCheck {
+            verdict: Verdict::Incomplete,
+            reason: "not PostgreSQL".into(),
+            anomalies: vec![],
+        };
+    };
+    let found = crate::verifier::declared::verify(
+        pg,
+        ctx.broker.clone(),
+        &ctx.names.topic,
+        sc.partitions,
+        sys,
+        ops,
+        ctx.faults.log(),
+        ctx.faults.started_epoch_ms(),
+    )
+    .await;
+    match found {
+        Err(e) => crate::report::CrossCheck {
+            verdict: Verdict::Incomplete,
+            reason: format!("the generic verifier could not read the run: {e}"),
+            anomalies: vec![],
+        },
+        Ok(found) => {
+            let mut anomalies = found.anomalies;
+            verdict::allow(&mut anomalies, &sc.allowed_anomalies);
+            let chaos = verdict::chaos_checks(&ctx.faults.summary());
+            let (v, reason) = verdict::verdict(sc.exactly_once, &found.invariants, &anomalies, &chaos);
+            crate::report::CrossCheck {
+                verdict: v,
+                reason,
+                anomalies: anomalies.iter().map(|a| format!("{} × {}", a.count, a.name)).collect(),
+            }
+        }
+    }
 }

@@ -121,7 +121,10 @@ pub async fn run(
                 let i = next.fetch_add(1, Ordering::Relaxed) as usize;
                 let Some((key, values)) = planned.get(i) else { break };
                 let port = ports[i % ports.len()];
-                let url = format!("http://127.0.0.1:{port}{}", fill_text(&op.path, &op, key, values));
+                let url = format!(
+                    "http://127.0.0.1:{port}{}",
+                    fill_text(op.path.as_deref().unwrap_or("/"), &op, key, values)
+                );
                 let body = op.body.as_ref().map(|b| fill(b, &op, key, values));
                 let sent_ms = clock.now();
                 let status = send(&client, &op.method, &url, body.as_ref()).await;
@@ -202,7 +205,7 @@ mod tests {
             count: 50,
             concurrency: 2,
             method: "POST".into(),
-            path: "/orders/{key}".into(),
+            path: Some("/orders/{key}".into()),
             body: Some(serde_json::json!({"id": "{key}", "sku": "{sku}", "qty": "{qty}", "note": "{qty} of {sku}"})),
             timeout: Duration::from_secs(1),
             events: vec!["OrderPlaced".into()],
@@ -235,7 +238,7 @@ mod tests {
         assert_eq!(body["sku"], "pear");
         assert_eq!(body["id"], key.to_string());
         assert_eq!(body["note"], "2 of pear");
-        assert_eq!(fill_text(&d.path, &d, &key, &values), format!("/orders/{key}"));
+        assert_eq!(fill_text(d.path.as_deref().unwrap(), &d, &key, &values), format!("/orders/{key}"));
     }
 
     #[test]
