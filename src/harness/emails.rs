@@ -41,7 +41,8 @@ impl Nemesis for Strikes {
 
 /// Starts the run's provider when its notifier sends emails.
 pub async fn start(sc: &Scenario, faults: &Arc<FaultInjector>) -> Result<Option<Provider>> {
-    if sc.notifier.email == EmailMode::Off {
+    let declared = sc.system.as_ref().is_some_and(|s| s.uses_provider());
+    if sc.notifier.email == EmailMode::Off && !declared {
         return Ok(None);
     }
     let p = Provider::start(ProviderSettings::default(), Arc::new(Strikes(faults.clone()))).await?;

@@ -92,7 +92,11 @@ pub struct RawOutbox {
 #[serde(deny_unknown_fields)]
 pub struct RawEffect {
     pub name: Spanned<String>,
-    pub query: Spanned<String>,
+    /// A query returning one row per effect; or `provider`.
+    pub query: Option<Spanned<String>>,
+    /// The effect is a call to the provider `chaos` runs: its record's
+    /// requests that sent something, with these body fields.
+    pub provider: Option<Spanned<RawProviderFields>>,
     /// `"per-message"`, `"per-key"` or `"none"`.
     #[serde(default = "per_message")]
     pub once: Spanned<String>,
@@ -101,6 +105,15 @@ pub struct RawEffect {
     pub key: Option<Spanned<String>>,
     /// An integer operation value whose sum per key the amounts equal.
     pub conserve: Option<Spanned<String>>,
+}
+
+/// Which fields of a provider request's JSON body an effect row takes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProviderFields {
+    pub message_id: Option<String>,
+    pub key: String,
+    pub amount: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -242,7 +255,11 @@ choices! {
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct EffectDecl {
     pub name: String,
+    /// Empty for an effect read from the provider's record.
     pub query: String,
+    /// The body fields of the provider's requests, for an effect that is a
+    /// call to the provider `chaos` runs (an email, a charge).
+    pub provider: Option<ProviderFields>,
     pub once: Once,
     /// The event types that cause it.
     pub types: Vec<String>,
@@ -250,6 +267,21 @@ pub struct EffectDecl {
     pub key_value: Option<usize>,
     /// The operation value conserved in its `amount` column.
     pub conserve: Option<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ProviderFields {
+    pub message_id: Option<String>,
+    pub key: String,
+    pub amount: Option<String>,
+}
+
+impl System {
+    /// Whether an effect is read from the provider's record: then the run
+    /// starts the provider, and its faults apply.
+    pub fn uses_provider(&self) -> bool {
+        self.effects.iter().any(|e| e.provider.is_some())
+    }
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -350,7 +382,22 @@ impl Validator<'_> {
             if once == Once::Unbounded && conserve.is_none() {
                 return self.err(e.once.span(), &format!("effect {name:?} has `once = \"none\"` and no `conserve`, so nothing would be checked; set `conserve` or another `once`"));
             }
-            effects.push(EffectDecl { name, query: e.query.get_ref().clone(), once, types, key_value, conserve });
+            let (query, provider) = match (&e.query, &e.provider) {
+                (Some(q), None) => (q.get_ref().clone(), None),
+                (None, Some(p)) => {
+                    let f = p.get_ref();
+                    let needs = |field: &Option<String>, what: &str, wanted: bool| match (field, wanted) {
+                        (None, true) => self.err(p.span(), &format!("effect {name:?} reads the provider's record and has no `provider.{what}`; name the body field that holds it")),
+                        _ => Ok(()),
+                    };
+                    needs(&f.message_id, "message_id", matches!(once, Once::PerMessage | Once::PerMalformedMessage))?;
+                    needs(&f.amount, "amount", conserve.is_some())?;
+                    (String::new(), Some(ProviderFields { message_id: f.message_id.clone(), key: f.key.clone(), amount: f.amount.clone() }))
+                }
+                (Some(q), Some(_)) => return self.err(q.span(), &format!("effect {name:?} has both `query` and `provider`; keep one")),
+                (None, None) => return self.err(e.name.span(), &format!("effect {name:?} has neither `query` (SQL returning one row per effect) nor `provider` (the provider's record)")),
+            };
+            effects.push(EffectDecl { name, query, provider, once, types, key_value, conserve });
         }
         let mut checks = Vec::new();
         for c in &raw.checks {

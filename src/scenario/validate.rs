@@ -140,7 +140,7 @@ impl Validator<'_> {
         let pause = self.pause(&raw.nemesis)?;
         let system = self.declared(&raw, path, &faults, (&command, &relay_command))?;
         let notifier = self.notifier(&raw.notifier, &variants, command)?;
-        if notifier.email == EmailMode::Off {
+        if notifier.email == EmailMode::Off && !system.as_ref().is_some_and(|s| s.uses_provider()) {
             // The provider runs only for a notifier that sends emails: its
             // faults would never strike.
             let at_provider = FaultPoint::ALL.iter().find(|p| p.strike() == Strike::Provider && faults.get(**p) > 0.0);
@@ -473,9 +473,12 @@ impl Validator<'_> {
                 "`workload.payments` drives the payments pipeline, which a `[system]` scenario does not run; set `system.operation.count`",
             );
         }
-        let inside = FaultPoint::ALL
-            .iter()
-            .find(|p| faults.get(**p) > 0.0 && !(p.needs_process() || p.proxied() || p.is_service()));
+        // The provider runs when an effect is a call to it: its faults apply.
+        let provider = sys.effects.iter().any(|e| e.provider.is_some());
+        let inside = FaultPoint::ALL.iter().find(|p| {
+            faults.get(**p) > 0.0
+                && !(p.needs_process() || p.proxied() || p.is_service() || (provider && p.strike() == Strike::Provider))
+        });
         if let Some(p) = inside {
             return self.err(
                 raw.faults.get(*p).span(),

@@ -105,7 +105,7 @@ pub async fn probe_queries(pg: &PgStore, sys: &System) -> std::result::Result<()
             .await
             .map_err(|e| bad("system.outbox.malformed", db_message(&e)))?;
     }
-    for e in &sys.effects {
+    for e in sys.effects.iter().filter(|e| e.provider.is_none()) {
         let key = format!("[[system.effects]] {:?}", e.name);
         let described = pool
             .describe(&format!("SELECT * FROM ({}) AS q LIMIT 0", e.query))

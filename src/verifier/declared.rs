@@ -85,6 +85,9 @@ pub struct Books<'a> {
     /// and the misattributed rows.
     effects: Vec<EffectBooks>,
     checks: Vec<(String, i64, Vec<String>)>,
+    /// Requests the provider refused for a key reused with another body,
+    /// when an effect is read from its record.
+    keys_reused: Option<Vec<String>>,
     faults: Vec<FaultRecord>,
     started_epoch_ms: i64,
 }
@@ -116,6 +119,7 @@ impl<'a> Books<'a> {
             leftovers: HashSet::new(),
             effects: sys.effects.iter().map(|_| EffectBooks::default()).collect(),
             checks: Vec::new(),
+            keys_reused: None,
             faults,
             started_epoch_ms,
         }
@@ -242,6 +246,38 @@ impl<'a> Books<'a> {
                 books.misattributed.push(format!("{}: {w}", decl.name));
             }
         }
+    }
+
+    /// The provider's record, for the effects read from it: each request
+    /// that sent something is a row of each such effect, its fields taken
+    /// from the body.
+    pub fn add_provider_record(&mut self, record: &crate::provider::Record) {
+        use crate::provider::{Body, Outcome};
+        let mut reused = Vec::new();
+        for r in &record.requests {
+            if r.outcome == Outcome::Conflict {
+                reused.push(format!(
+                    "key {} sent again with another body at {:.2} s",
+                    r.key.as_deref().unwrap_or("?"),
+                    r.at.as_secs_f64()
+                ));
+            }
+            if r.outcome.sent().is_none() {
+                continue;
+            }
+            let body = match &r.body {
+                Body::Json(v) => v,
+                Body::Text(_) => &serde_json::Value::Null,
+            };
+            let field = |name: &Option<String>| name.as_ref().and_then(|n| body.get(n)).map(text);
+            for n in 0..self.sys.effects.len() {
+                let Some(f) = self.sys.effects[n].provider.clone() else { continue };
+                let amount = f.amount.as_ref().and_then(|a| body.get(a)).and_then(serde_json::Value::as_i64);
+                let row = EffectRow { message_id: field(&f.message_id), key: field(&Some(f.key)), amount };
+                self.add_effect_row(n, row);
+            }
+        }
+        self.keys_reused = Some(reused);
     }
 
     /// A declared check's result.
@@ -667,6 +703,20 @@ impl<'a> Books<'a> {
             }
         }
 
+        if let Some(reused) = &self.keys_reused {
+            for r in reused {
+                tally.note(AnomalyKind::IdempotencyKeyReused, r.clone());
+            }
+            found.invariants.push(linked(
+                Invariant::eq(
+                    "no idempotency key reused with another body (the provider's 409)",
+                    0,
+                    reused.len() as u64,
+                ),
+                &[AnomalyKind::IdempotencyKeyReused],
+            ));
+        }
+
         // The user's own checks.
         for (name, n, examples) in &self.checks {
             if *n > 0 {
@@ -804,6 +854,7 @@ pub async fn verify(
     ops: &[Operation],
     faults: Vec<FaultRecord>,
     started_epoch_ms: i64,
+    provider: Option<&crate::provider::Record>,
 ) -> Result<Found> {
     let mut books = Books::new(sys, ops, faults, started_epoch_ms);
     rows::outbox_log(pg, &sys.outbox, |e| books.add_event(e)).await?;
@@ -846,8 +897,12 @@ pub async fn verify(
         }
         books
     };
-    for (n, e) in sys.effects.iter().enumerate() {
+    for (n, e) in sys.effects.iter().enumerate().filter(|(_, e)| e.provider.is_none()) {
         rows::effect_rows(pg, e, |r| books.add_effect_row(n, r)).await?;
+    }
+    if sys.uses_provider() {
+        // No record (no provider ran) reads as one with no request.
+        books.add_provider_record(provider.unwrap_or(&crate::provider::Record::default()));
     }
     for c in &sys.checks {
         let (n, examples) = rows::check_rows(pg, c).await?;

@@ -76,7 +76,7 @@ pub(super) async fn judge(
                 None
             });
             if let (Some(sys), Some(ops)) = (&sc.cross_check, &ops) {
-                rep.cross_check = Some(super::declared::cross_check(ctx, &store, sys, ops).await);
+                rep.cross_check = Some(super::declared::cross_check(ctx, &store, sys, ops, emails).await);
             }
             match incomplete {
                 Some(reason) => (Verdict::Incomplete, format!("{reason}; the figures above are partial")),

@@ -366,7 +366,10 @@ impl Env {
                 env.push((crate::nemesis::process::protocol::SQLITE_ENV, path.display().to_string()))
             }
         }
-        if let (Role::Notifier, Some(email)) = (role, &ctx.email) {
+        // A declared system's service, relay and consumer may each call the
+        // provider; ours only from the notifier.
+        let calls = role == Role::Notifier || ctx.scenario.system.is_some();
+        if let (true, Some(email)) = (calls, &ctx.email) {
             // The email provider that `chaos` runs: its record, not the
             // program's database, is what the verifier checks emails by.
             env.push((crate::pipeline::email::PROVIDER_ENV, email.base_url().to_string()));

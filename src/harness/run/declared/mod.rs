@@ -81,7 +81,12 @@ pub async fn execute(
         broker,
     };
     let sc = Arc::new(sc);
-    let (trigger, ctx) = infra::context(&sc, &infra, &names);
+    let (trigger, mut ctx) = infra::context(&sc, &infra, &names);
+    // The provider stands before the programs, which get its URL.
+    let provider = crate::harness::emails::start(&sc, &ctx.faults).await?;
+    if let Some(p) = &provider {
+        ctx.email = Some(Arc::new(crate::harness::emails::client(&p.base_url())?));
+    }
     let (acting, _) = watch::channel(false);
     let lanes = match sc.proxied() {
         true => Some(Lanes::start(&ctx, &url, acting.subscribe()).await?),
@@ -167,6 +172,14 @@ pub async fn execute(
     if let Some(l) = lanes {
         l.close();
     }
+    // Every program has stopped: the provider's record is final.
+    let record = match &provider {
+        Some(p) => {
+            p.shutdown().await;
+            Some(p.record())
+        }
+        None => None,
+    };
     if let (None, Some(why)) = (&ran.incomplete, programs.failure()) {
         ran.incomplete = Some(why);
     }
@@ -184,7 +197,7 @@ pub async fn execute(
     rep.timings = Timings { setup_ms, workload_ms: ran.workload_ms, drain_ms: ran.drain_ms, ..Default::default() };
     let t_verify = Instant::now();
     progress.phase(Phase::Verify);
-    judge(&mut rep, &ctx, &pg, &sys, &ops, &mut ran, !stopped.stuck.is_empty()).await;
+    judge(&mut rep, &ctx, &pg, &sys, &ops, &mut ran, !stopped.stuck.is_empty(), record.as_ref()).await;
     progress.finish();
     rep.timings.verify_ms = t_verify.elapsed().as_millis() as u64;
     rep.timings.total_ms = started.elapsed().as_millis() as u64;
@@ -345,6 +358,7 @@ async fn judge(
     ops: &[crate::domain::operations::Operation],
     ran: &mut drive::Ran,
     still_running: bool,
+    record: Option<&crate::provider::Record>,
 ) {
     let sc = &ctx.scenario;
     let verified = if ran.interrupted || still_running || ran.incomplete.is_some() {
@@ -362,6 +376,7 @@ async fn judge(
             ops,
             faults,
             ctx.faults.started_epoch_ms(),
+            record,
         );
         tokio::select! {
             r = read => Some(r),
@@ -449,6 +464,7 @@ pub(super) async fn cross_check(
     store: &Store,
     sys: &System,
     ops: &[crate::domain::operations::Operation],
+    emails: Option<&crate::provider::Record>,
 ) -> crate::report::CrossCheck {
     let sc = &ctx.scenario;
     let Store::Postgres(pg) = store else {
@@ -467,6 +483,7 @@ pub(super) async fn cross_check(
         ops,
         ctx.faults.log(),
         ctx.faults.started_epoch_ms(),
+        emails,
     )
     .await;
     match found {
