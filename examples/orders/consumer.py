@@ -22,12 +22,16 @@ Deliberate bugs, one flag each (see the broken-*.toml files):
   --stock-without-inbox  the stock handler is not registered in the inbox:
                          it runs on every delivery. A redelivery after a
                          commit takes the stock off twice.
+  --email-without-key    the confirmation email is sent without an
+                         idempotency key: a lost answer, retried, sends it twice.
   --inbox-first          the inbox rows are committed in a transaction of
                          their own before the effects run in a second one.
                          A kill between the two commits marks the event
                          handled when it never was: no shipment, no stock.
 """
 import json
+import urllib.error
+import urllib.request
 import logging
 import os
 import signal
@@ -43,11 +47,19 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 log = logging.getLogger("consumer")
 
 FLAGS = set(sys.argv[1:])
-KNOWN_FLAGS = {"--stock-without-inbox", "--inbox-first"}
+KNOWN_FLAGS = {"--stock-without-inbox", "--inbox-first", "--email-without-key"}
 STOCK_WITHOUT_INBOX = "--stock-without-inbox" in FLAGS
 INBOX_FIRST = "--inbox-first" in FLAGS
+# THE BUG (--email-without-key): the confirmation call carries no
+# idempotency key, so a retry after a lost answer sends a second email.
+EMAIL_WITHOUT_KEY = "--email-without-key" in FLAGS
 
-HANDLERS = ("stock", "shipping")
+# With an email provider (CHAOS_PROVIDER_URL, docs/contract.md sections 4a
+# and 8), each order also gets a confirmation email: a third handler, claimed
+# in the inbox like the others, whose call goes out inside the transaction.
+PROVIDER_URL = os.environ.get("CHAOS_PROVIDER_URL")
+HANDLERS = ("stock", "shipping") + (("confirmation",) if PROVIDER_URL else ())
+PROVIDER_TIMEOUT_SECS = 1.0
 
 
 @dataclass(frozen=True)
@@ -151,6 +163,32 @@ def ship(cur, events):
             ([e.order_id for e in events], [e.event_id for e in events]))
 
 
+class ProviderFailed(Exception):
+    """The provider did not say the email went out: the batch rolls back
+    and comes again, and the retry carries the same idempotency key."""
+
+
+def confirm(events):
+    """The confirmation handler: one email per order, keyed by the event and
+    the handler. Called inside the transaction, before its commit: a crash
+    after the call and before the commit brings the event back, and the
+    provider answers the repeated key without sending again."""
+    for e in events:
+        body = json.dumps({"to": f"order-{e.order_id}@customers.example", "subject": "Your order",
+                           "order_id": str(e.order_id), "message_id": str(e.event_id)}).encode()
+        headers = {"Content-Type": "application/json", "Idempotency-Key": f"{e.event_id}:confirmation"}
+        if EMAIL_WITHOUT_KEY:
+            del headers["Idempotency-Key"]
+        req = urllib.request.Request(f"{PROVIDER_URL}/v1/emails", data=body, method="POST", headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=PROVIDER_TIMEOUT_SECS) as resp:
+                resp.read()
+        except (urllib.error.URLError, OSError, TimeoutError) as err:
+            # A 503, a 409 for a key in use, a lost answer or a timeout: the
+            # email may or may not have gone; only a retry with the key is safe.
+            raise ProviderFailed(f"order {e.order_id}: {err}") from err
+
+
 def record_rejected(cur, decoded):
     rejected = [d for d in decoded if isinstance(d, Rejected)]
     for r in rejected:
@@ -165,6 +203,8 @@ def record_rejected(cur, decoded):
 def apply_claimed(cur, events, claimed):
     take_stock(cur, [e for e in events if (e.event_id, "stock") in claimed])
     ship(cur, [e for e in events if (e.event_id, "shipping") in claimed])
+    if PROVIDER_URL:
+        confirm([e for e in events if (e.event_id, "confirmation") in claimed])
 
 
 def handle_correct(conn, events, decoded):
@@ -238,13 +278,23 @@ def is_fatal(err):
     return err.fatal() or err.code() == KafkaError._FATAL
 
 
-def commit_offsets(consumer):
-    """Commits the consumed positions, synchronously, after the database commit."""
+def commit_offsets(consumer, msgs):
+    """Commits the batch's offsets, synchronously, after the database commit.
+
+    The batch's own offsets, never commit() without arguments: that commits
+    every offset the client has stored, and a batch that was rolled back
+    and rewound is stored as consumed. A later batch of another partition
+    would then commit past it, and a kill before it comes again would lose
+    it. (chaos found this one: tests/e2e/declared.rs.)"""
+    last = {}
+    for m in msgs:
+        tp = (m.topic(), m.partition())
+        last[tp] = max(last.get(tp, m.offset()), m.offset())
+    offsets = [TopicPartition(t, p, o + 1) for (t, p), o in last.items()]
     try:
-        # Without arguments: the positions of the partitions this member
-        # still owns. A zombie whose partitions moved is refused; that is
-        # fine, the new owner redelivers and the inbox absorbs it.
-        consumer.commit(asynchronous=False)
+        # A zombie whose partitions moved is refused; that is fine, the new
+        # owner redelivers and the inbox absorbs it.
+        consumer.commit(offsets=offsets, asynchronous=False)
     except KafkaException as e:
         if is_fatal(e.args[0]):
             raise
@@ -321,8 +371,8 @@ def main():
             if conn.closed or conn.broken:
                 conn = connect()
             handle_batch(conn, msgs)      # 1. inbox and effects, committed
-            commit_offsets(consumer)      # 2. only then the offsets
-        except (psycopg.Error, RuntimeError) as e:
+            commit_offsets(consumer, msgs)  # 2. only then the batch's offsets
+        except (psycopg.Error, RuntimeError, ProviderFailed) as e:
             # Rolled back. Rewind to the last committed offsets, so the
             # batch comes again rather than being skipped by the next poll.
             log.warning("batch rolled back, it will come again: %s", e)

@@ -38,6 +38,10 @@ fn the_orders_system_passes_under_real_kills() {
     assert_nothing_left(&r);
     assert_fired_and_confirmed(&r, "process.kill");
     assert_fired_and_confirmed(&r, "db.kill_after_commit");
+    // The confirmation emails go through the provider chaos runs, which
+    // loses answers and refuses requests.
+    assert_fired_and_confirmed(&r, "provider.response_lost");
+    assert_fired_and_confirmed(&r, "provider.error");
     let s = &r["system"];
     let n = |k: &str| s[k].as_u64().unwrap();
     assert_eq!(n("operations"), 300, "{s}");
@@ -50,6 +54,8 @@ fn the_orders_system_passes_under_real_kills() {
         "every acknowledged operation produced exactly its events",
         "effect shipments: exactly one per OrderPlaced message",
         "effect stock: amounts per key equal the operations' quantity",
+        "effect confirmation emails: exactly one per OrderPlaced message",
+        "no idempotency key reused with another body (the provider's 409)",
         "check \"every order has its event\" returns no rows",
     ] {
         assert!(names.contains(&want), "{want} not checked: {names:?}");
@@ -82,6 +88,11 @@ fn stock_taken_outside_the_inbox_drifts() {
 #[test]
 fn an_inbox_committed_before_its_effects_loses_them() {
     assert_caught("examples/orders/broken-inbox-first.toml", "missing effect", "db.kill_after_commit");
+}
+
+#[test]
+fn a_confirmation_email_without_an_idempotency_key_is_sent_twice() {
+    assert_caught("examples/orders/broken-email-without-key.toml", "duplicate effect", "provider.response_lost");
 }
 
 #[test]
