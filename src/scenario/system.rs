@@ -34,6 +34,8 @@ pub struct RawService {
     /// The path a GET must answer 2xx on once the service is ready.
     #[serde(default = "health")]
     pub health: Spanned<String>,
+    /// Or: a text the service writes on its stdout or stderr once ready.
+    pub ready_line: Option<Spanned<String>>,
     #[serde(default = "thirty")]
     pub ready_timeout_secs: Spanned<i64>,
 }
@@ -184,6 +186,9 @@ pub struct ServiceDecl {
     pub command: ProgramCommand,
     pub instances: usize,
     pub health: String,
+    /// When set, readiness is this text in the service's output, not the
+    /// health path.
+    pub ready_line: Option<String>,
     pub ready_timeout: Duration,
 }
 
@@ -415,6 +420,19 @@ impl Validator<'_> {
 
     fn service(&self, raw: &RawService, dir: &Path) -> Result<ServiceDecl, crate::Error> {
         let health = raw.health.get_ref().clone();
+        let ready_line = raw.ready_line.as_ref().map(|l| l.get_ref().clone());
+        if let (Some(l), false) = (&raw.ready_line, raw.health.span() == (0..0)) {
+            return self.err(
+                l.span(),
+                "`system.service.ready_line` and `health` are both set; the service is ready by one of them, keep one",
+            );
+        }
+        if ready_line.as_deref().is_some_and(|l| l.trim().is_empty()) {
+            return self.err(
+                raw.ready_line.as_ref().map_or(0..0, |l| l.span()),
+                "`system.service.ready_line` is empty; give the text your service prints once it listens",
+            );
+        }
         if !health.starts_with('/') {
             return self.err(
                 raw.health.span(),
@@ -428,6 +446,7 @@ impl Validator<'_> {
             },
             instances: self.count(&raw.instances, "system.service.instances", 1, 16)? as usize,
             health,
+            ready_line,
             ready_timeout: Duration::from_secs(self.count(
                 &raw.ready_timeout_secs,
                 "system.service.ready_timeout_secs",

@@ -937,6 +937,7 @@ mod tests {
                 command: ProgramCommand { argv: vec!["service".into()], dir: ".".into() },
                 instances: 1,
                 health: "/health".into(),
+                ready_line: None,
                 ready_timeout: Duration::from_secs(1),
             }),
             operation: OperationDecl {
@@ -965,6 +966,7 @@ mod tests {
                 EffectDecl {
                     name: "shipments".into(),
                     query: String::new(),
+                    provider: None,
                     once: Once::PerMessage,
                     types: vec!["OrderPlaced".into()],
                     key_value: None,
@@ -973,6 +975,7 @@ mod tests {
                 EffectDecl {
                     name: "stock".into(),
                     query: String::new(),
+                    provider: None,
                     once: Once::Unbounded,
                     types: vec!["OrderPlaced".into()],
                     key_value: Some(1),
@@ -981,6 +984,7 @@ mod tests {
                 EffectDecl {
                     name: "invoices".into(),
                     query: String::new(),
+                    provider: None,
                     once: Once::PerKey,
                     types: vec!["OrderPlaced".into()],
                     key_value: None,
@@ -1202,6 +1206,7 @@ mod tests {
         sys.effects.push(EffectDecl {
             name: "dead letters".into(),
             query: String::new(),
+            provider: None,
             once: Once::PerMalformedMessage,
             types: vec!["OrderPlaced".into()],
             key_value: None,
@@ -1232,5 +1237,67 @@ mod tests {
         let f = run(false);
         assert_eq!(names(&f), vec!["missing effect"], "{:?}", f.anomalies);
         assert!(f.anomalies[0].examples[0].starts_with("dead letters:"), "{:?}", f.anomalies[0].examples);
+    }
+
+    #[test]
+    fn calls_to_the_provider_are_counted_from_its_record() {
+        use crate::provider::{Body, Outcome as Sent, Record, Request};
+        let mut sys = system();
+        sys.effects = vec![EffectDecl {
+            name: "emails".into(),
+            query: String::new(),
+            provider: Some(crate::scenario::ProviderFields {
+                message_id: Some("message_id".into()),
+                key: "order_id".into(),
+                amount: None,
+            }),
+            once: Once::PerMessage,
+            types: vec!["OrderPlaced".into()],
+            key_value: None,
+            conserve: None,
+        }];
+        let sys = Box::leak(Box::new(sys));
+        let ops = vec![op(1, Outcome::Acknowledged, 2, "apple"), op(2, Outcome::Acknowledged, 1, "pear")];
+        let req = |seq: u64, order: u128, event: u128, outcome: Sent| Request {
+            seq,
+            at: Duration::from_millis(seq),
+            key: Some(format!("{event}")),
+            body: Body::Json(serde_json::json!({
+                "order_id": Uuid::from_u128(order).to_string(),
+                "message_id": Uuid::from_u128(event).to_string(),
+            })),
+            outcome,
+        };
+        let record = Record {
+            requests: vec![
+                // Order 1: sent, then its retry replayed: one email.
+                req(0, 1, 11, Sent::SentResponseLost { id: "em_1".into() }),
+                req(1, 1, 11, Sent::Replayed { id: "em_1".into() }),
+                // Order 2: a 503, then sent twice (no key would do that).
+                req(2, 2, 21, Sent::Unavailable),
+                req(3, 2, 21, Sent::Sent { id: "em_2".into() }),
+                req(4, 2, 21, Sent::Sent { id: "em_3".into() }),
+                req(5, 2, 21, Sent::Conflict),
+            ],
+            started_epoch_ms: 0,
+        };
+        let mut b = Books::new(sys, &ops, vec![], 0);
+        for (id, key) in [(11, 1), (21, 2)] {
+            b.add_event(event(id, key, "{}"));
+            let (k, i) = (Uuid::from_u128(key).to_string(), Uuid::from_u128(id).to_string());
+            b.add_message(
+                0,
+                id as i64,
+                k.as_bytes(),
+                Some(i.as_bytes()),
+                fingerprint(k.as_bytes(), b"OrderPlaced", b"{}"),
+            );
+        }
+        b.add_provider_record(&record);
+        let f = b.finish();
+        let dup = f.anomalies.iter().find(|a| a.name == "duplicate effect").expect("a doubled email");
+        assert_eq!(dup.count, 1, "order 1's replay is no second email: {:?}", dup.examples);
+        assert!(dup.examples[0].contains(&Uuid::from_u128(21).to_string()));
+        assert!(names(&f).contains(&"idempotency key reused"), "{:?}", f.anomalies);
     }
 }

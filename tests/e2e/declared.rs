@@ -203,6 +203,28 @@ fn a_service_whose_health_never_answers_is_unreachable() {
     }
 }
 
+/// Readiness by a line the service prints instead of a health path: the
+/// run goes on once it shows, and exits 3 when it never does.
+#[test]
+fn a_service_is_ready_once_it_prints_its_ready_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = variant(dir.path(), "health = \"/health\"", "ready_line = \"listening on 127.0.0.1\"");
+    let text = std::fs::read_to_string(&path).unwrap().replace("count = 300", "count = 60");
+    std::fs::write(&path, text).unwrap();
+    let ran = run_declared(&path, &dir.path().join("reports"), None);
+    assert_eq!(ran.code, 0, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.json()["system"]["operations"], 60);
+
+    let never = dir.path().join("never");
+    std::fs::create_dir(&never).unwrap();
+    let path = variant(&never, "health = \"/health\"", "ready_line = \"a line it never prints\"");
+    let text = std::fs::read_to_string(&path).unwrap().replace("ready_timeout_secs = 30", "ready_timeout_secs = 3");
+    std::fs::write(&path, text).unwrap();
+    let ran = run_declared(&path, &never.join("reports"), None);
+    assert_eq!(ran.code, 3, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    assert!(ran.stderr.contains("did not write \"a line it never prints\" within 3 s"), "{}", ran.stderr);
+}
+
 #[test]
 fn a_declared_system_without_postgresql_is_refused() {
     let dir = tempfile::tempdir().unwrap();

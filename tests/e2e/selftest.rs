@@ -53,7 +53,11 @@ fn selftest_runs(backend: Backend, components: &str, declared: bool) {
     // pipeline passes.
     for r in rows.iter().filter(|_| declared) {
         let g = &r["generic"];
-        assert_eq!(g["agree"], true, "{}: the specific verifier says {}, the generic one {g}", r["variant"], g["specific"]);
+        assert_eq!(
+            g["agree"], true,
+            "{}: the specific verifier says {}, the generic one {g}",
+            r["variant"], g["specific"]
+        );
     }
     // The same verdicts as JUnit XML, read back with quick-junit: a case per
     // variant run, one for the correct pipeline, a skipped one per left out.

@@ -257,8 +257,12 @@ async fn set_up(pg: &PgStore, sys: &System, sc: &Scenario, url: &str, names: &Ru
     rows::probe_queries(pg, sys).await.map_err(bad)
 }
 
-/// Waits until every service slot answers its health path with a 2xx.
+/// Waits until every service slot answers its health path with a 2xx, or
+/// has written its ready line.
 async fn healthy(programs: &Programs, service: &ServiceDecl, ctx: &Ctx) -> Result<()> {
+    if let Some(line) = &service.ready_line {
+        return ready_line(programs, service, line, ctx).await;
+    }
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(1))
         .build()
@@ -294,6 +298,41 @@ async fn healthy(programs: &Programs, service: &ServiceDecl, ctx: &Ctx) -> Resul
         }
     }
     info!(ms = started.elapsed().as_millis() as u64, "service ready");
+    Ok(())
+}
+
+/// Waits until each service slot's output (its log, where the keeper
+/// copies stdout and stderr) holds `line`.
+async fn ready_line(programs: &Programs, service: &ServiceDecl, line: &str, ctx: &Ctx) -> Result<()> {
+    let started = Instant::now();
+    for slot in 1..=programs.service_ports().len() {
+        let prefix = format!("service-{slot}.");
+        loop {
+            if let Some(f) = programs.failure() {
+                return Err(Error::Service(format!("the service did not become ready: {f}")));
+            }
+            let seen = std::fs::read_dir(&programs.logs).into_iter().flatten().flatten().any(|e| {
+                e.file_name().to_string_lossy().starts_with(&prefix)
+                    && std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains(line))
+            });
+            if seen {
+                break;
+            }
+            if started.elapsed() >= service.ready_timeout {
+                return Err(Error::Service(format!(
+                    "the service `{}` (service-{slot}) did not write {line:?} within {} s; check `system.service.ready_line`; {}",
+                    service.command.shown(),
+                    service.ready_timeout.as_secs(),
+                    programs.stderr_of_first()
+                )));
+            }
+            if ctx.shutdown.is_set() {
+                return Err(Error::Internal("stopped while waiting for the service".into()));
+            }
+            tokio::time::sleep(HEALTH_POLL).await;
+        }
+    }
+    info!(ms = started.elapsed().as_millis() as u64, "service ready (its ready line)");
     Ok(())
 }
 
@@ -350,6 +389,7 @@ async fn drain(ctx: &Ctx, pg: &PgStore, sys: &System) -> std::result::Result<(),
 
 /// The generic verifier's pass, unless the run was interrupted or
 /// something may still write, and the verdict.
+#[allow(clippy::too_many_arguments)]
 async fn judge(
     rep: &mut Report,
     ctx: &Ctx,
