@@ -15,6 +15,10 @@ PostgreSQL renders it.
 
 Environment (docs/contract.md sections 2 and 7): CHAOS_BROKERS, CHAOS_TOPIC,
 CHAOS_DATABASE_URL, CHAOS_SCHEMA, CHAOS_BATCH_SIZE, CHAOS_INSTANCE.
+
+--delete: delete the published rows instead of setting published_at (the
+outbox stays small without a cleanup job); declared with
+`published = "delete"` (orders-delete.toml).
 """
 import logging
 import os
@@ -36,6 +40,9 @@ CLAIM = """SELECT event_id, order_id, event_type, body::text FROM order_events
            FOR UPDATE SKIP LOCKED"""
 # clock_timestamp(), not now(): the moment of the mark, not of the claim.
 MARK = "UPDATE order_events SET published_at = clock_timestamp() WHERE event_id = ANY(%s)"
+# --delete: the rows go once they are on the topic.
+if "--delete" in sys.argv[1:]:
+    MARK = "DELETE FROM order_events WHERE event_id = ANY(%s)"
 
 IDLE_SLEEP_SECS = 0.02   # nothing to publish: look again soon
 RETRY_SLEEP_SECS = 0.2   # after a failed batch: do not spin on a sick broker

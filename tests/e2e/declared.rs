@@ -203,6 +203,40 @@ fn a_service_whose_health_never_answers_is_unreachable() {
     }
 }
 
+/// A relay that deletes what it published, declared `published = "delete"`:
+/// the outbox log still accounts for every row it deleted.
+#[test]
+fn a_relay_that_deletes_its_rows_is_judged_by_the_outbox_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = run_declared(Path::new("examples/orders/orders-delete.toml"), dir.path(), None);
+    assert_eq!(ran.code, 0, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    let r = ran.json();
+    assert_nothing_left(&r);
+    assert!(r["system"]["outbox_events"].as_u64().unwrap() >= r["system"]["acknowledged"].as_u64().unwrap());
+}
+
+/// The schema from the user's own migrations command, with the run's
+/// environment; a migration that fails is a bad scenario (exit 2) with its
+/// stderr, before any traffic.
+#[test]
+fn the_schema_may_come_from_a_migrations_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let migrate = root().join("examples/orders/migrate.py").display().to_string();
+    let path = variant(dir.path(), "setup = \"schema.sql\"", &format!("setup_command = [\"python3\", {migrate:?}]"));
+    let text = std::fs::read_to_string(&path).unwrap().replace("count = 300", "count = 60");
+    std::fs::write(&path, text).unwrap();
+    let ran = run_declared(&path, &dir.path().join("reports"), None);
+    assert_eq!(ran.code, 0, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+
+    let broken = dir.path().join("broken");
+    std::fs::create_dir(&broken).unwrap();
+    let path = variant(&broken, "setup = \"schema.sql\"", "setup_command = [\"python3\", \"-c\", \"import sys; print('relation orders already exists', file=sys.stderr); sys.exit(1)\"]");
+    let ran = run_declared(&path, &broken.join("reports"), None);
+    assert_eq!(ran.code, 2, "stderr:\n{}", ran.stderr);
+    assert!(ran.stderr.contains("`system.setup_command`") && ran.stderr.contains("relation orders already exists"), "{}", ran.stderr);
+    assert_eq!(ran.stderr.trim().lines().count(), 1, "{}", ran.stderr);
+}
+
 /// Readiness by a line the service prints instead of a health path: the
 /// run goes on once it shows, and exits 3 when it never does.
 #[test]
