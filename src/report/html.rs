@@ -110,12 +110,13 @@ fn header(r: &Report, out: &mut String) {
     let s = &r.scenario;
     let _ = writeln!(
         out,
-        "<p class=\"meta\">scenario <b>{}</b> ({}) · seed {} · {} payments · {} relays · {} notifiers · \
+        "<p class=\"meta\">scenario <b>{}</b> ({}) · seed {} · {} {} · {} relays · {} notifiers · \
          {} partitions · inbox {}<br>infra: {} {} {} · {} {} topic {}</p>",
         esc(&s.name),
         esc(&s.path),
         r.seed,
         s.payments,
+        report::driven(r),
         s.relays,
         s.notifiers,
         s.partitions,
@@ -131,15 +132,13 @@ fn header(r: &Report, out: &mut String) {
 
 /// The verification, fault and invariant tables.
 fn tables(r: &Report, out: &mut String) {
-    section(out, "verification", "Verification (from the database and the full topic)", |out| {
-        let rows: Vec<Vec<String>> =
-            report::verification_rows(&r.counts).into_iter().map(|(k, v)| vec![k.to_string(), v]).collect();
+    let (title, verification) = report::verification(r);
+    section(out, "verification", title, |out| {
+        let rows: Vec<Vec<String>> = verification.into_iter().map(|(k, v)| vec![k.to_string(), v]).collect();
         table(out, &["measure", "value"], &rows);
     });
     section(out, "faults", "Faults", |out| {
-        let rows: Vec<Vec<String>> = r
-            .faults
-            .iter()
+        let rows: Vec<Vec<String>> = report::shown_faults(r)
             .map(|f| {
                 vec![
                     f.point.clone(),
@@ -153,18 +152,26 @@ fn tables(r: &Report, out: &mut String) {
             .collect();
         table(out, &["fault point", "probability", "per", "reached", "fired", "confirmed"], &rows);
         let k = &r.components;
-        let _ = write!(
-            out,
-            "<p>components: {} relay batches, {} relay crashes, {} notifier crashes, {} duplicates absorbed by \
-             the inbox, {} stale events ignored by the projection, {} relay errors, {} notifier errors</p>",
-            k.relay_batches,
-            k.relay_crashes,
-            k.notifier_crashes,
-            k.duplicates_absorbed,
-            k.stale_ignored,
-            k.relay_errors,
-            k.notifier_errors
-        );
+        if r.system.is_some() {
+            let _ = write!(
+                out,
+                "<p>processes: {} started, {} killed, {} paused</p>",
+                k.processes_started, k.processes_killed, k.processes_paused
+            );
+        } else {
+            let _ = write!(
+                out,
+                "<p>components: {} relay batches, {} relay crashes, {} notifier crashes, {} duplicates absorbed by \
+                 the inbox, {} stale events ignored by the projection, {} relay errors, {} notifier errors</p>",
+                k.relay_batches,
+                k.relay_crashes,
+                k.notifier_crashes,
+                k.duplicates_absorbed,
+                k.stale_ignored,
+                k.relay_errors,
+                k.notifier_errors
+            );
+        }
         let t = &r.timings;
         let _ = write!(
             out,

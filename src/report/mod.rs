@@ -307,7 +307,7 @@ fn render_header(r: &Report, style: Style, out: &mut String) {
         r.scenario.path,
         r.seed,
         r.scenario.payments,
-        if r.system.is_some() { "operations of a declared system" } else { "payments" },
+        driven(r),
         r.scenario.relays,
         r.scenario.notifiers,
         r.scenario.partitions,
@@ -330,23 +330,41 @@ fn render_header(r: &Report, style: Style, out: &mut String) {
 
 /// The counts read from the ground truth.
 fn render_verification(r: &Report, style: Style, out: &mut String) {
-    let h = |s: &str| heading(style, s);
-    if let Some(f) = &r.system {
-        out.push_str(&h("Verification (from the record of intent, the outbox log, the full topic and your queries)"));
-        let mut t = table(style, &["measure", "value"]);
-        for (k, v) in system_rows(f) {
-            t.add_row(vec![Cell::new(k), Cell::new(v)]);
-        }
-        out.push_str(&format!("{t}\n"));
-        return;
-    }
-    let c = &r.counts;
-    out.push_str(&h("Verification (from the database and the full topic)"));
+    let (title, rows) = verification(r);
+    out.push_str(&heading(style, title));
     let mut t = table(style, &["measure", "value"]);
-    for (k, v) in verification_rows(c) {
+    for (k, v) in rows {
         t.add_row(vec![Cell::new(k), Cell::new(v)]);
     }
     out.push_str(&format!("{t}\n"));
+}
+
+/// The verification table's title and rows, for the text and HTML reports:
+/// a declared system's, or the payments pipeline's.
+pub(crate) fn verification(r: &Report) -> (&'static str, Vec<(&'static str, String)>) {
+    match &r.system {
+        Some(f) => (
+            "Verification (from the record of intent, the outbox log, the full topic and your queries)",
+            system_rows(f),
+        ),
+        None => ("Verification (from the database and the full topic)", verification_rows(&r.counts)),
+    }
+}
+
+/// The fault rows a report shows: every point for the payments pipeline;
+/// for a declared system, which strikes only from outside, the points it
+/// sets or that fired.
+pub(crate) fn shown_faults(r: &Report) -> impl Iterator<Item = &FaultSummary> {
+    r.faults.iter().filter(|f| r.system.is_none() || f.probability > 0.0 || f.fired > 0)
+}
+
+/// What a run drove: payments, or a declared system's operations.
+pub(crate) fn driven(r: &Report) -> &'static str {
+    if r.system.is_some() {
+        "operations of a declared system"
+    } else {
+        "payments"
+    }
 }
 
 /// What the generic verifier concluded of a payments run (`--declared`).
@@ -433,10 +451,7 @@ fn render_faults(r: &Report, style: Style, out: &mut String) {
     let h = |s: &str| heading(style, s);
     out.push_str(&h("Faults"));
     let mut t = table(style, &["fault point", "probability", "per", "reached", "fired", "confirmed"]);
-    // A declared system strikes only from outside: the reference
-    // components' points are never reached, and their rows say nothing.
-    let shown = |f: &&FaultSummary| r.system.is_none() || f.probability > 0.0 || f.fired > 0;
-    for f in r.faults.iter().filter(shown) {
+    for f in shown_faults(r) {
         t.add_row(vec![
             Cell::new(&f.point),
             Cell::new(format!("{}", f.probability)).set_alignment(CellAlignment::Right),

@@ -233,7 +233,11 @@ fn the_schema_may_come_from_a_migrations_command() {
     let path = variant(&broken, "setup = \"schema.sql\"", "setup_command = [\"python3\", \"-c\", \"import sys; print('relation orders already exists', file=sys.stderr); sys.exit(1)\"]");
     let ran = run_declared(&path, &broken.join("reports"), None);
     assert_eq!(ran.code, 2, "stderr:\n{}", ran.stderr);
-    assert!(ran.stderr.contains("`system.setup_command`") && ran.stderr.contains("relation orders already exists"), "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("`system.setup_command`") && ran.stderr.contains("relation orders already exists"),
+        "{}",
+        ran.stderr
+    );
     assert_eq!(ran.stderr.trim().lines().count(), 1, "{}", ran.stderr);
 }
 
