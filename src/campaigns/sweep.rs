@@ -116,7 +116,10 @@ pub fn swarm_rates(base: &FaultRates, seed: u64) -> Vec<(FaultPoint, f64)> {
         .map(|p| {
             let off = rng.gen::<f64>() < SWARM_OFF;
             let factor = SWARM_MAX_FACTOR.powf(rng.gen::<f64>());
-            (*p, if off { 0.0 } else { round4((base.get(*p) * factor).min(1.0)) })
+            // A point that interrupts work which is then tried again stays
+            // below 1, where the run would never end.
+            let cap = if p.repeats_work() { SWARM_CAP_REPEATING } else { 1.0 };
+            (*p, if off { 0.0 } else { round4((base.get(*p) * factor).min(cap)) })
         })
         .collect();
     if !out.is_empty() && out.iter().all(|(_, r)| *r == 0.0) {
@@ -125,6 +128,10 @@ pub fn swarm_rates(base: &FaultRates, seed: u64) -> Vec<(FaultPoint, f64)> {
     }
     out
 }
+
+/// The highest swarm rate of a fault point that repeats work
+/// ([`FaultPoint::repeats_work`]): at 1 every batch would fail for ever.
+const SWARM_CAP_REPEATING: f64 = 0.9;
 
 fn round4(x: f64) -> f64 {
     if x <= 0.0 {
@@ -341,7 +348,7 @@ mod tests {
                     continue;
                 }
                 let lo = b.get(*p);
-                let hi = (lo * SWARM_MAX_FACTOR).min(1.0);
+                let hi = (lo * SWARM_MAX_FACTOR).min(if p.repeats_work() { SWARM_CAP_REPEATING } else { 1.0 });
                 // Rounding to 4 significant digits may nudge past a bound.
                 assert!(*rate >= lo * 0.9995 && *rate <= hi * 1.0005, "{} {rate} outside [{lo}, {hi}]", p.name());
             }

@@ -50,7 +50,7 @@ pub enum Command {
         out: Option<PathBuf>,
     },
     /// Check that PostgreSQL and Kafka answer; exits 3 with a hint when either does not.
-    Doctor(InfraArgs),
+    Doctor(DoctorArgs),
     /// Measure throughput per stage, latency and peak memory, beside a pgbench yardstick; prints which targets are met.
     Bench(BenchArgs),
     /// Remove the schemas, topics, consumer groups and SQLite files of runs older than a duration; nothing else.
@@ -147,6 +147,18 @@ pub struct InfraArgs {
     pub brokers: Option<String>,
 }
 
+/// `chaos doctor`'s flags: the same as a run's, but an unset one is probed
+/// at its default address, since a doctor is asked about services.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// PostgreSQL url to probe. Unset: postgres://chaos:chaos@127.0.0.1:5432/chaos, the address scripts/services.sh starts (a run with it unset needs no PostgreSQL: it uses an embedded SQLite file).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Kafka bootstrap servers to probe. Unset: 127.0.0.1:9092 (a run with it unset needs no Kafka: it uses librdkafka's embedded mock cluster).
+    #[arg(long, env = "KAFKA_BROKERS", hide_env_values = true)]
+    pub brokers: Option<String>,
+}
+
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The scenario file, e.g. scenarios/payments.toml.
@@ -159,9 +171,12 @@ pub struct RunArgs {
     /// Where reports are written.
     #[arg(long, default_value = "reports")]
     pub reports_dir: PathBuf,
-    /// Print the JSON report on stdout instead of the tables.
+    /// Print the JSON report on stdout instead of the summary.
     #[arg(long)]
     pub json: bool,
+    /// Print every table (verification, faults, invariants, anomalies) instead of the summary that fits the terminal.
+    #[arg(long, conflicts_with = "json")]
+    pub tables: bool,
     /// Override the scenario's `[run] components`: in-process, or process (each relay and notifier an OS process).
     #[arg(long, value_parser = parse_components)]
     pub components: Option<crate::scenario::Components>,
@@ -185,7 +200,7 @@ pub struct ScenarioChanges {
     /// Override the scenario's `workload.payments`.
     #[arg(long, value_name = "N")]
     pub payments: Option<u64>,
-    /// Override one `[faults]` probability, e.g. --fault relay.after_produce=0.05 (repeatable). Lowers a rate, or raises one the file sets; a fault the file leaves at 0 stays off. Under sweep --swarm it is the rate the draws start from.
+    /// Override one `[faults]` probability, e.g. --fault relay.after_produce=0.05 or --fault relay_after_produce=0.05 (either spelling; repeatable). Lowers a rate, or raises one the file sets; a fault the file leaves at 0 is refused (set it in the file: what it needs is checked there). Under sweep --swarm it is the rate the draws start from.
     #[arg(long = "fault", value_name = "POINT=P", value_parser = parse_fault)]
     pub faults: Vec<(crate::faults::FaultPoint, f64)>,
 }

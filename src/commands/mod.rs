@@ -53,7 +53,8 @@ async fn run_scenario(a: RunArgs) -> Result<Exit> {
         schedule: a.schedule,
         declared: a.declared,
     };
-    let reporter: &dyn run::Reporter = if a.json { &reporters::Json } else { &reporters::Terminal };
+    let terminal = reporters::Terminal { tables: a.tables };
+    let reporter: &dyn run::Reporter = if a.json { &reporters::Json } else { &terminal };
     let report = run::run(opts, reporter).await?;
     if let Some(path) = &a.junit {
         crate::report::junit::write(&crate::report::junit::for_run(&report), path)?;

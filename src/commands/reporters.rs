@@ -7,18 +7,27 @@ use crate::error::Result;
 use crate::harness::run::{Event, Reporter};
 use crate::report;
 
-/// The banner first, the tables at the end.
-pub struct Terminal;
+/// The banner on stderr as the run starts; at the end, on stdout, the
+/// summary that fits the terminal, or every table with `--tables`.
+pub struct Terminal {
+    pub tables: bool,
+}
 
 impl Reporter for Terminal {
     fn event(&self, event: &Event<'_>) -> Result<()> {
         match event {
-            Event::Started { run_id, scenario, seed, infra } => {
+            Event::Started { run_id, scenario, seed, infra } if self.tables => {
                 println!("chaos run {run_id} · scenario {scenario} · seed {seed}\ninfra: {infra}");
             }
-            Event::Finished { report, json, md, html } => {
+            Event::Started { run_id, scenario, seed, infra } => {
+                eprintln!("chaos run {run_id} · scenario {scenario} · seed {seed}\ninfra: {infra}");
+            }
+            Event::Finished { report, json, md, html } if self.tables => {
                 print!("{}", report::render_body(report));
                 println!("report: {}, {} and {}", json.display(), md.display(), html.display());
+            }
+            Event::Finished { report, html, .. } => {
+                print!("{}", report::summary::render(report, &html.display().to_string(), report::summary::width()));
             }
         }
         Ok(())

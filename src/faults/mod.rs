@@ -298,11 +298,35 @@ impl FaultPoint {
 
     /// The point called `name`, or a message that lists the names: what a
     /// flag's value or a schedule's entry is checked with.
+    /// Either spelling: the name (`relay.after_produce`) or the scenario
+    /// key (`relay_after_produce`), so that a name copied from a report or
+    /// from a scenario file works in both places.
     pub fn named(name: &str) -> Result<FaultPoint, String> {
-        Self::from_name(name.trim()).ok_or_else(|| {
+        let name = name.trim();
+        Self::from_name(name).or_else(|| FaultPoint::ALL.iter().copied().find(|p| p.key() == name)).ok_or_else(|| {
             let names: Vec<&str> = FaultPoint::ALL.iter().map(|p| p.name()).collect();
             format!("{:?} is not a fault point; expected one of {}", name.trim(), names.join(", "))
         })
+    }
+
+    /// Whether firing at every occurrence stops all progress: the work it
+    /// interrupts is tried again and meets the point again, so a run at
+    /// probability 1 never ends.
+    pub fn repeats_work(self) -> bool {
+        use FaultPoint::*;
+        matches!(
+            self,
+            RelayAfterProduce
+                | RelayBeforeProduce
+                | RelayProduceError
+                | NotifierBeforeOffsetCommit
+                | NotifierMidBatch
+                | NotifierAfterExternalCall
+                | StoreCommitRefused
+                | ProviderError
+                | ProviderResponseLost
+                | ProviderSlow
+        )
     }
 
     /// Applied to a process from outside, whatever the program: it needs a

@@ -19,7 +19,11 @@ use std::time::Duration;
 
 /// The JUnit report of one run.
 pub fn for_run(r: &RunReport) -> Report {
-    let mut suite = TestSuite::new(format!("chaos run {} (seed {})", r.scenario.name, r.seed));
+    // Named by the scenario alone: a CI system keeps a test's history by
+    // its suite and name, and the seed changes from run to run (it is in
+    // each case's replay command and in the suite's properties).
+    let mut suite = TestSuite::new(format!("chaos run {}", r.scenario.name));
+    suite.add_property(quick_junit::Property::new("seed", r.seed.to_string()));
     suite.set_time(Duration::from_millis(r.timings.total_ms));
     let verified = matches!(r.verdict, Verdict::Pass | Verdict::Fail);
     let status = match verified {

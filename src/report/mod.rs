@@ -7,6 +7,7 @@ pub mod assemble;
 pub mod html;
 pub mod junit;
 pub mod progress;
+pub mod summary;
 
 use crate::error::{Error, Result};
 use crate::faults::{FaultRecord, FaultSummary};

@@ -426,6 +426,12 @@ impl Scenario {
                 "--fault {name}: a service fault strikes at the times of the scenario's [[nemesis.timeline]]; edit the timeline instead"
             )));
         }
+        if p >= 1.0 && point.repeats_work() {
+            return Err(crate::Error::Usage(format!(
+                "--fault {name}=1: it would fire at every {}, and the work it interrupts would meet it again and again; use a probability below 1",
+                point.unit()
+            )));
+        }
         if p > 0.0 && self.0.faults.get(point) == 0.0 {
             return Err(crate::Error::Usage(format!(
                 "--fault {name}={p}: the scenario leaves faults.{} at 0; set it in the file to turn the fault on",
@@ -546,6 +552,26 @@ mod tests {
     fn probability_out_of_range_is_located() {
         let e = p("[faults]\nrelay_after_produce = 1.5\n").unwrap_err();
         assert!(e.starts_with("t.toml:2:23: `faults.relay_after_produce` is 1.5"), "{e}");
+    }
+
+    #[test]
+    fn a_fault_point_name_works_as_its_key() {
+        let key = p("[faults]\nrelay_after_produce = 0.2\n").unwrap();
+        for text in [
+            "[faults]\nrelay.after_produce = 0.2\n",
+            "[faults]\n\"relay.after_produce\" = 0.2\n",
+            "faults.relay.after_produce = 0.2\n",
+            "[faults] # the crashes\n  relay.after_produce=0.2\n",
+        ] {
+            let named = p(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            assert_eq!(named.faults.get(FaultPoint::RelayAfterProduce), key.faults.get(FaultPoint::RelayAfterProduce));
+        }
+        // Located where it was written, in the name's spelling's place.
+        let e = p("[faults]\nrelay.after_produce = 1.5\n").unwrap_err();
+        assert!(e.starts_with("t.toml:2:23:"), "{e}");
+        // Outside [faults] nothing is rewritten.
+        let e = p("[relay]\nrelay.after_produce = 0.2\n").unwrap_err();
+        assert!(e.contains("unknown field `relay`"), "{e}");
     }
 
     #[test]

@@ -34,6 +34,12 @@ pub fn parse(text: &str, path: &Path) -> Result<Scenario, crate::Error> {
             "{shown}: the file is empty; copy scenarios/smoke.toml for a starting point"
         )));
     }
+    // A fault point's name works as its key (`relay.after_produce` for
+    // `relay_after_produce`), as on the command line. The rewrite keeps
+    // every byte where it was, so every error's line and column still
+    // point into the file as written.
+    let rewritten = fault_names_as_keys(text);
+    let text = rewritten.as_str();
     let raw: RawScenario = toml::from_str(text).map_err(|e| {
         let at = e.span().map(|s| line_col(text, s.start)).map(|(l, c)| format!(":{l}:{c}")).unwrap_or_default();
         // One line: the parser's own line breaks become "; ", and any control
@@ -229,7 +235,18 @@ impl Validator<'_> {
     fn faults(&self, raw: &RawFaults) -> Result<FaultRates, crate::Error> {
         let mut faults = FaultRates::none();
         for point in FaultPoint::ALL {
-            faults = faults.with(*point, self.prob(raw.get(*point), point.key())?);
+            let p = self.prob(raw.get(*point), point.key())?;
+            if p >= 1.0 && point.repeats_work() {
+                return self.err(
+                    raw.get(*point).span(),
+                    &format!(
+                        "`faults.{}` is 1: it would fire at every {}, and the work it interrupts is tried again and meets it again, so the run would never end; use a probability below 1 (0.5 fires on every other one)",
+                        point.key(),
+                        point.unit()
+                    ),
+                );
+            }
+            faults = faults.with(*point, p);
         }
         Ok(faults)
     }
@@ -577,6 +594,51 @@ impl Validator<'_> {
         };
         Ok(Some(ProgramCommand { argv: argv.clone(), dir }))
     }
+}
+
+/// The scenario text with each fault point name written as a key in
+/// `[faults]` (or as `faults.<name>`) replaced by the point's key: the same
+/// length, so every span stays valid. Only keys at the start of a line are
+/// touched, with or without quotes.
+pub(super) fn fault_names_as_keys(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut in_faults = false;
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with('[') {
+            in_faults = trimmed.trim_end().trim_end_matches(|c: char| c == '#' || c.is_whitespace()) == "[faults]"
+                || trimmed.starts_with("[faults]");
+            out.push_str(line);
+            continue;
+        }
+        let indent = &line[..line.len() - trimmed.len()];
+        let (prefix, rest) = match trimmed.strip_prefix("faults.") {
+            Some(r) => ("faults.", r),
+            None if in_faults => ("", trimmed),
+            None => {
+                out.push_str(line);
+                continue;
+            }
+        };
+        let quote = if rest.starts_with('"') { "\"" } else { "" };
+        let body = &rest[quote.len()..];
+        let point = FaultPoint::ALL.iter().find(|p| {
+            body.strip_prefix(p.name())
+                .and_then(|after| after.strip_prefix(quote))
+                .is_some_and(|after| after.trim_start().starts_with('='))
+        });
+        match point {
+            Some(p) => {
+                out.push_str(indent);
+                out.push_str(prefix);
+                out.push_str(quote);
+                out.push_str(p.key());
+                out.push_str(&body[p.name().len()..]);
+            }
+            None => out.push_str(line),
+        }
+    }
+    out
 }
 
 /// 1-based line and column of a byte offset, as editors count them.

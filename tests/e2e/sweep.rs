@@ -173,17 +173,28 @@ fn planted_bug_is_found_and_shrunk(backend: Backend, keep_going: bool) {
         other => panic!("the failing seed's case: {other:?}"),
     }
 
-    // The printed replay command runs as printed: the schedule fires as pinned.
-    let again = replay_run(Backend::Embedded, PLANTED, replay, dir.path());
-    assert!(matches!(again.code, 0 | 1 | 4), "{}", again.stderr);
-    let r = again.json();
-    assert_eq!(r["replay"].as_str().unwrap(), replay, "the run's own replay command is the one it was run with");
-    let fired: u64 = r["faults"].as_array().unwrap().iter().map(|f| f["fired"].as_u64().unwrap()).sum();
-    assert!(fired <= firings.len() as u64, "only the pinned firings fire: {fired}");
-    // And they fire at the pinned occurrences, nowhere else.
+    // The printed replay command runs as printed: the schedule fires as
+    // pinned, and nowhere else. An occurrence is counted as the threads
+    // reach the point, so on a loaded machine a replay may not reach it
+    // (the shrink confirms its schedule the same way, over several
+    // replays): up to three replays, at least one of which fires.
     let pinned = chaos::faults::Schedule::parse(sh["schedule"].as_str().unwrap()).unwrap().firings();
-    let seen = chaos::faults::Schedule::parse(r["fired"].as_str().unwrap()).unwrap().firings();
-    assert!(!seen.is_empty() && seen.iter().all(|f| pinned.contains(f)), "pinned {pinned:?}, fired {seen:?}");
+    let mut fired_somewhere = false;
+    for _ in 0..3 {
+        let again = replay_run(Backend::Embedded, PLANTED, replay, dir.path());
+        assert!(matches!(again.code, 0 | 1 | 4), "{}", again.stderr);
+        let r = again.json();
+        assert_eq!(r["replay"].as_str().unwrap(), replay, "the run's own replay command is the one it was run with");
+        let fired: u64 = r["faults"].as_array().unwrap().iter().map(|f| f["fired"].as_u64().unwrap()).sum();
+        assert!(fired <= firings.len() as u64, "only the pinned firings fire: {fired}");
+        let seen = chaos::faults::Schedule::parse(r["fired"].as_str().unwrap()).unwrap().firings();
+        assert!(seen.iter().all(|f| pinned.contains(f)), "pinned {pinned:?}, fired {seen:?}");
+        if !seen.is_empty() {
+            fired_somewhere = true;
+            break;
+        }
+    }
+    assert!(fired_somewhere, "the pinned firings {pinned:?} fired in none of three replays");
 }
 
 #[test]

@@ -1,0 +1,211 @@
+//! A run in a few lines that fit a terminal: the verdict first, then the
+//! harm (for a failure: each anomaly with one example), the effects, the
+//! topic, the faults that fired, the checks, where the report is and how
+//! to replay it. `chaos run` prints this; `--tables` prints every table.
+
+use super::Report;
+use crate::verifier::Verdict;
+
+/// The width a summary fits when the terminal does not say (`COLUMNS`).
+pub const DEFAULT_WIDTH: usize = 100;
+
+/// The terminal's width: `COLUMNS` when set and sane, else [`DEFAULT_WIDTH`].
+pub fn width() -> usize {
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .filter(|w| (40..=1000).contains(w))
+        .unwrap_or(DEFAULT_WIDTH)
+}
+
+/// The summary of `r`, every line at most `width` characters.
+pub fn render(r: &Report, html: &str, width: usize) -> String {
+    let mut lines: Vec<(String, String)> = Vec::new();
+    let infra = match (r.infra.database.as_str(), r.infra.broker.contains("mock")) {
+        ("sqlite", true) => "embedded",
+        ("sqlite", false) => "SQLite + Kafka",
+        (_, true) => "PostgreSQL + mock Kafka",
+        _ => "PostgreSQL + Kafka",
+    };
+    let head = format!(
+        "{:<5} {} · seed {} · {infra} · {:.1} s",
+        r.verdict.as_str().to_uppercase(),
+        r.scenario.name,
+        r.seed,
+        r.timings.total_ms as f64 / 1000.0
+    );
+    let judged = !matches!(r.verdict, Verdict::Incomplete | Verdict::Interrupted);
+    let harmful: Vec<_> = r.anomalies.iter().filter(|a| !a.allowed).collect();
+    for (i, a) in harmful.iter().take(4).enumerate() {
+        let example = a.examples.first().map(|e| format!(": e.g. {e}")).unwrap_or_default();
+        lines.push((if i == 0 { "harm" } else { "" }.into(), format!("{} × {}{example}", a.count, a.name)));
+    }
+    if harmful.len() > 4 {
+        lines.push((String::new(), format!("and {} more anomalies (--tables, or the report)", harmful.len() - 4)));
+    }
+    if judged {
+        match &r.system {
+            Some(f) => {
+                lines.push((
+                    "effects".into(),
+                    format!(
+                        "{} operations: {} acknowledged, {} refused, {} ambiguous → {} events",
+                        f.operations, f.acknowledged, f.refused, f.ambiguous, f.outbox_events
+                    ),
+                ));
+                lines.push(("topic".into(), format!("{} messages ({} duplicates)", f.messages, f.duplicate_messages)));
+            }
+            None => {
+                let c = &r.counts;
+                let mut effects = format!(
+                    "{} payments → {} receipts ({} missing, {} doubled)",
+                    c.payments_captured, c.receipts, c.payments_without_receipt, c.payments_with_many_receipts
+                );
+                if let Some(sent) = c.emails_sent {
+                    effects.push_str(&format!(" · {sent} emails"));
+                }
+                lines.push(("effects".into(), effects));
+                lines.push((
+                    "topic".into(),
+                    format!(
+                        "{} messages for {} events ({} duplicates)",
+                        c.topic_messages, c.outbox_events, c.topic_duplicates
+                    ),
+                ));
+            }
+        }
+    }
+    let fired: Vec<String> = r
+        .faults
+        .iter()
+        .filter(|f| f.fired > 0 || f.probability > 0.0)
+        .map(|f| {
+            let mark = if f.fired > 0 && f.confirmed == f.fired {
+                "✔".to_string()
+            } else {
+                format!("({} confirmed) ✘", f.confirmed)
+            };
+            format!("{} {} {mark}", f.point, f.fired)
+        })
+        .collect();
+    // Every fault that fired is shown: its items wrap onto more lines
+    // rather than being cut.
+    if fired.is_empty() {
+        lines.push(("faults".into(), "none set".into()));
+    }
+    let room = width.saturating_sub(12).max(20);
+    let mut current = String::new();
+    let mut first = true;
+    for item in fired {
+        if !current.is_empty() && current.chars().count() + 3 + item.chars().count() > room {
+            lines.push((if first { "faults" } else { "" }.into(), std::mem::take(&mut current)));
+            first = false;
+        }
+        if !current.is_empty() {
+            current.push_str(" · ");
+        }
+        current.push_str(&item);
+    }
+    if !current.is_empty() {
+        lines.push((if first { "faults" } else { "" }.into(), current));
+    }
+    if judged {
+        let held = r.invariants.iter().filter(|i| i.ok).count();
+        let chaos = r.chaos_checks.iter().filter(|i| i.ok).count();
+        let mut checks = format!(
+            "{held} of {} invariants hold · {chaos} of {} chaos checks",
+            r.invariants.len(),
+            r.chaos_checks.len()
+        );
+        if let Some(c) = &r.cross_check {
+            checks.push_str(&format!(" · generic verifier (--declared): {}", c.verdict.as_str()));
+        }
+        lines.push(("checks".into(), checks));
+    }
+    if r.verdict != Verdict::Pass {
+        lines.push(("why".into(), r.reason.clone()));
+    }
+    lines.push(("report".into(), html.to_string()));
+    lines.push(("replay".into(), r.replay.clone()));
+
+    let mut out = fit(&head, width);
+    out.push('\n');
+    for (label, text) in lines {
+        out.push_str(&fit(&format!("  {label:<9} {text}"), width));
+        out.push('\n');
+    }
+    out
+}
+
+/// A line cut to `width` characters, with "…" where it was cut.
+fn fit(line: &str, width: usize) -> String {
+    if line.chars().count() <= width {
+        return line.to_string();
+    }
+    let mut cut: String = line.chars().take(width.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verifier::{Anomaly, Invariant};
+
+    fn report() -> Report {
+        // A real run's report (scenarios/smoke.toml, embedded), trimmed.
+        let json = include_str!("../../tests/fixtures/reports/smoke.json");
+        serde_json::from_str(json).expect("the fixture report")
+    }
+
+    #[test]
+    fn a_failure_leads_with_its_harm_and_every_line_fits() {
+        let mut r = report();
+        r.verdict = Verdict::Fail;
+        r.anomalies = vec![Anomaly {
+            name: "duplicate effect".into(),
+            count: 135,
+            examples: vec!["payment 01a2… got 2 receipts ".repeat(20)],
+            allowed: false,
+            subjects: vec![],
+            followed: vec![],
+        }];
+        r.invariants = vec![Invariant::eq("exactly one receipt per captured payment", 1, 2)];
+        let s = render(&r, "reports/x.html", 80);
+        let lines: Vec<&str> = s.lines().collect();
+        assert!(lines[0].starts_with("FAIL "), "{s}");
+        assert!(lines[1].contains("harm") && lines[1].contains("135 × duplicate effect: e.g. payment 01a2"), "{s}");
+        assert!(lines.iter().all(|l| l.chars().count() <= 80), "{s}");
+        assert!(s.contains("0 of 1 invariants hold"), "{s}");
+        assert!(s.contains("  why "), "{s}");
+        assert!(lines.len() <= 14, "{s}");
+    }
+
+    #[test]
+    fn a_pass_has_no_harm_and_no_reason() {
+        let mut r = report();
+        r.verdict = Verdict::Pass;
+        r.anomalies.clear();
+        r.invariants.iter_mut().for_each(|i| i.ok = true);
+        let s = render(&r, "reports/x.html", 100);
+        assert!(s.starts_with("PASS "), "{s}");
+        assert!(!s.contains("harm") && !s.contains("  why "), "{s}");
+        assert!(s.contains("replay    chaos run"), "{s}");
+    }
+
+    #[test]
+    fn every_fault_that_fired_is_shown_within_the_width() {
+        let r = report();
+        let s = render(&r, "reports/x.html", 80);
+        for f in r.faults.iter().filter(|f| f.fired > 0) {
+            assert!(s.contains(&format!("{} {}", f.point, f.fired)), "{} missing:\n{s}", f.point);
+        }
+        assert!(s.lines().all(|l| l.chars().count() <= 80), "{s}");
+    }
+
+    #[test]
+    fn cutting_marks_the_cut() {
+        assert_eq!(fit("abcdef", 4), "abc…");
+        assert_eq!(fit("abc", 4), "abc");
+    }
+}

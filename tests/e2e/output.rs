@@ -1,0 +1,46 @@
+//! What `chaos run` prints for people: a summary that fits the terminal,
+//! the verdict first, with every table behind `--tables`; and a fault
+//! spelled either way.
+
+use crate::common::*;
+
+#[test]
+fn a_run_prints_a_summary_that_fits_the_terminal_and_every_table_on_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let junit = dir.path().join("run.junit.xml");
+    let mut c = chaos();
+    Backend::Embedded.apply(&mut c);
+    // The key's spelling on the command line, as in the file.
+    c.env("COLUMNS", "100").args([
+        "run",
+        "scenarios/smoke.toml",
+        "--fault",
+        "relay_after_produce=0.2",
+        "--reports-dir",
+    ]);
+    c.arg(dir.path()).arg("--junit").arg(&junit);
+    let ran = run(&mut c);
+    assert_eq!(ran.code, 0, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    let lines: Vec<&str> = ran.stdout.lines().collect();
+    assert!(lines[0].starts_with("PASS  smoke · seed 7 · embedded · "), "{}", ran.stdout);
+    assert!(lines.len() <= 12, "{} lines:\n{}", lines.len(), ran.stdout);
+    assert!(lines.iter().all(|l| l.chars().count() <= 100), "wider than 100 columns:\n{}", ran.stdout);
+    for label in ["effects", "topic", "faults", "checks", "report", "replay"] {
+        assert!(lines.iter().any(|l| l.trim_start().starts_with(label)), "no {label} line:\n{}", ran.stdout);
+    }
+    assert!(ran.stdout.contains("relay.after_produce"), "{}", ran.stdout);
+    assert!(ran.stdout.contains("--fault relay.after_produce=0.2"), "the replay carries the override: {}", ran.stdout);
+    // The JUnit suite keeps its name across seeds; the seed is a property.
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(xml.contains("<testsuite name=\"chaos run smoke\""), "{xml}");
+    assert!(xml.contains("name=\"seed\" value=\"7\""), "{xml}");
+
+    let mut c = chaos();
+    Backend::Embedded.apply(&mut c);
+    c.env("COLUMNS", "100").args(["run", "scenarios/smoke.toml", "--tables", "--reports-dir"]).arg(dir.path());
+    let ran = run(&mut c);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    for table in ["Verification", "Faults", "Invariants"] {
+        assert!(ran.stdout.contains(table), "--tables prints the {table} table:\n{}", ran.stdout);
+    }
+}
