@@ -30,6 +30,13 @@ fn a_run_prints_a_summary_that_fits_the_terminal_and_every_table_on_request() {
     }
     assert!(ran.stdout.contains("relay.after_produce"), "{}", ran.stdout);
     assert!(ran.stdout.contains("--fault relay.after_produce=0.2"), "the replay carries the override: {}", ran.stdout);
+    // A passing run's SQLite file is not left in the reports folder.
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(".sqlite"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
     // The JUnit suite keeps its name across seeds; the seed is a property.
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(xml.contains("<testsuite name=\"chaos run smoke\""), "{xml}");
@@ -43,4 +50,22 @@ fn a_run_prints_a_summary_that_fits_the_terminal_and_every_table_on_request() {
     for table in ["Verification", "Faults", "Invariants"] {
         assert!(ran.stdout.contains(table), "--tables prints the {table} table:\n{}", ran.stdout);
     }
+}
+
+#[test]
+fn a_failing_run_leads_with_its_harm_and_keeps_its_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = chaos();
+    Backend::Embedded.apply(&mut c);
+    c.env("COLUMNS", "100").args(["run", "scenarios/inbox-off.toml", "--reports-dir"]).arg(dir.path());
+    let ran = run(&mut c);
+    assert_eq!(ran.code, 1, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    let lines: Vec<&str> = ran.stdout.lines().collect();
+    assert!(lines[0].starts_with("FAIL  inbox-off"), "{}", ran.stdout);
+    assert!(lines[1].trim_start().starts_with("harm") && lines[1].contains("duplicate effect: e.g."), "{}", ran.stdout);
+    assert!(lines.iter().any(|l| l.trim_start().starts_with("why")), "{}", ran.stdout);
+    assert!(lines.iter().all(|l| l.chars().count() <= 100), "{}", ran.stdout);
+    // Its database stays beside its report, to be looked into.
+    let kept = std::fs::read_dir(dir.path()).unwrap().flatten().any(|e| e.file_name().to_string_lossy().ends_with(".sqlite"));
+    assert!(kept, "a failing run keeps its SQLite file");
 }

@@ -198,9 +198,21 @@ pub async fn execute(
     progress.finish();
     rep.timings.verify_ms = t_verify.elapsed().as_millis() as u64;
     rep.timings.total_ms = started.elapsed().as_millis() as u64;
+    let sqlite = match &infra.store {
+        crate::store::Store::Sqlite(s) => Some(PathBuf::from(&s.endpoint)),
+        crate::store::Store::Postgres(_) => None,
+    };
     infra.close().await;
 
     let saved = rep.save(reports_dir)?;
+    // The report holds what the run found: a passing run's SQLite file
+    // (about 1 MB) is only clutter in the reports folder. A run that did
+    // not pass keeps it, to be looked into beside its report.
+    if let (Some(db), true) = (sqlite, matches!(rep.verdict, crate::verifier::Verdict::Pass | crate::verifier::Verdict::Inconclusive)) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+        }
+    }
     reporter.event(&Event::Finished { report: &rep, json: &saved.json, md: &saved.md, html: &saved.html })?;
     Ok(rep)
 }
