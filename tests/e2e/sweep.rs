@@ -163,6 +163,12 @@ fn planted_bug_is_found_and_shrunk(backend: Backend, keep_going: bool) {
     assert_eq!(shown.code, 1, "a saved failing sweep shows with exit 1: {}", shown.stderr);
     assert!(shown.stdout.contains("shrink of seed") && shown.stdout.contains(replay), "{}", shown.stdout);
     let cases = junit_cases(&junit);
+    // Every seed asked for has its case: the one never run is skipped.
+    assert_eq!(cases.len(), 2, "{cases:?}");
+    if !keep_going {
+        assert!(matches!(cases[1].status, quick_junit::TestCaseStatus::Skipped { .. }), "{:?}", cases[1].status);
+        assert_eq!(cases[1].name.as_str(), "seed 2");
+    }
     match &cases[0].status {
         quick_junit::TestCaseStatus::NonSuccess { kind, description, .. } => {
             assert_eq!(*kind, quick_junit::NonSuccessKind::Failure);
