@@ -92,8 +92,14 @@ pub fn for_sweep(s: &crate::campaigns::sweep::Summary) -> Report {
     // The seeds asked for and never run (the sweep stopped at a failure,
     // or was interrupted) are skipped cases, so that a seed's history in
     // CI does not vanish from one sweep to the next.
-    let why = if s.interrupted { "the sweep was interrupted" } else { "the sweep stopped at the first failure (--keep-going runs every seed)" };
-    for seed in (s.first_seed..s.first_seed + s.seeds_asked as u64).filter(|seed| !s.rows.iter().any(|r| r.seed == *seed)) {
+    let why = if s.interrupted {
+        "the sweep was interrupted"
+    } else {
+        "the sweep stopped at the first failure (--keep-going runs every seed)"
+    };
+    for seed in
+        (s.first_seed..s.first_seed + s.seeds_asked as u64).filter(|seed| !s.rows.iter().any(|r| r.seed == *seed))
+    {
         let mut status = TestCaseStatus::skipped();
         status.set_message(why);
         let mut case = TestCase::new(format!("seed {seed}"), status);

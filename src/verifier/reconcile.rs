@@ -77,6 +77,11 @@ pub struct Counts {
 /// A property that must hold, with what was expected and what was found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Invariant {
+    /// A stable id, the same in every run of the scenario whatever the
+    /// seed: what a script or a CI system keys on (the name, lowercase,
+    /// with `-` for anything but letters, digits and `.`).
+    #[serde(default)]
+    pub id: String,
     pub name: String,
     pub expected: String,
     pub actual: String,
@@ -84,19 +89,37 @@ pub struct Invariant {
     /// The anomalies found against it (empty when it holds).
     #[serde(default)]
     pub anomalies: Vec<String>,
+    /// How far `actual` is from `expected` when both are counts: 0 when it
+    /// holds. One meaning on every row, where `expected` and `actual`
+    /// count good things on some rows and bad things on others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub off_by: Option<u64>,
 }
 
 impl Invariant {
     pub(crate) fn eq<T: PartialEq + ToString>(name: &str, expected: T, actual: T) -> Self {
         let ok = expected == actual;
-        Self {
-            name: name.to_string(),
-            expected: expected.to_string(),
-            actual: actual.to_string(),
-            ok,
-            anomalies: vec![],
+        let (expected, actual) = (expected.to_string(), actual.to_string());
+        let off_by = match (expected.parse::<i128>(), actual.parse::<i128>()) {
+            (Ok(e), Ok(a)) => u64::try_from((e - a).unsigned_abs()).ok(),
+            _ => None,
+        };
+        Self { id: slug(name), name: name.to_string(), expected, actual, ok, anomalies: vec![], off_by }
+    }
+}
+
+/// An invariant's id from its name: lowercase letters, digits and `.`,
+/// every other run of characters one `-`.
+pub fn slug(name: &str) -> String {
+    let mut out = String::new();
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.ends_with('-') && !out.is_empty() {
+            out.push('-');
         }
     }
+    out.trim_end_matches('-').to_string()
 }
 
 /// A named violation, with examples an engineer can look up.

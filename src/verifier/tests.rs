@@ -156,6 +156,27 @@ fn healthy_world_holds_every_invariant() {
 }
 
 #[test]
+fn every_invariant_has_an_id_of_its_own_and_counts_how_far_off_it_is() {
+    let r = healthy(10).reconcile();
+    let mut ids: Vec<&str> = r.invariants.iter().map(|i| i.id.as_str()).collect();
+    assert!(ids.iter().all(|id| !id.is_empty() && !id.contains(' ')), "{ids:?}");
+    ids.sort();
+    let n = ids.len();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "two invariants share an id");
+    // The same ids whatever the data: a seed changes counts, not names.
+    let other: Vec<String> = healthy(3).reconcile().invariants.into_iter().map(|i| i.id).collect();
+    assert_eq!(r.invariants.iter().map(|i| i.id.clone()).collect::<Vec<_>>(), other);
+    for i in &r.invariants {
+        if let Some(off) = i.off_by {
+            assert_eq!(off == 0, i.ok, "{} is off by {off} and ok = {}", i.name, i.ok);
+        }
+    }
+    let missing = crate::verifier::Invariant::eq("receipts sent", 10, 7);
+    assert_eq!((missing.off_by, missing.id.as_str()), (Some(3), "receipts-sent"));
+}
+
+#[test]
 fn replayed_batch_counts_duplicates_and_reordering_but_no_violation() {
     let mut w = healthy(3);
     // The first payment's batch (authorized, captured) is replayed whole.

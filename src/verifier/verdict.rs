@@ -43,20 +43,24 @@ pub fn chaos_checks(faults: &[FaultSummary]) -> Vec<Invariant> {
     let mut out = Vec::new();
     for f in faults.iter().filter(|f| f.probability > 0.0) {
         out.push(Invariant {
+            id: format!("fault-{}-fired", f.point),
             name: format!("fault {} fired", f.point),
             expected: "at least 1".into(),
             actual: f.fired.to_string(),
             ok: f.fired > 0,
             anomalies: vec![],
+            off_by: Some(u64::from(f.fired == 0)),
         });
         if f.fired > 0 {
             let seen = FaultPoint::from_name(&f.point).map(|p| p.confirmed_by()).unwrap_or("its effect");
             out.push(Invariant {
+                id: format!("fault-{}-confirmed", f.point),
                 name: format!("fault {} confirmed: {seen}", f.point),
                 expected: f.fired.to_string(),
                 actual: f.confirmed.to_string(),
                 ok: f.confirmed >= f.fired,
                 anomalies: vec![],
+                off_by: Some(f.fired.saturating_sub(f.confirmed)),
             });
         }
     }

@@ -66,6 +66,7 @@ fn a_failing_run_leads_with_its_harm_and_keeps_its_database() {
     assert!(lines.iter().any(|l| l.trim_start().starts_with("why")), "{}", ran.stdout);
     assert!(lines.iter().all(|l| l.chars().count() <= 100), "{}", ran.stdout);
     // Its database stays beside its report, to be looked into.
-    let kept = std::fs::read_dir(dir.path()).unwrap().flatten().any(|e| e.file_name().to_string_lossy().ends_with(".sqlite"));
+    let kept =
+        std::fs::read_dir(dir.path()).unwrap().flatten().any(|e| e.file_name().to_string_lossy().ends_with(".sqlite"));
     assert!(kept, "a failing run keeps its SQLite file");
 }

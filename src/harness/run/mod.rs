@@ -208,7 +208,9 @@ pub async fn execute(
     // The report holds what the run found: a passing run's SQLite file
     // (about 1 MB) is only clutter in the reports folder. A run that did
     // not pass keeps it, to be looked into beside its report.
-    if let (Some(db), true) = (sqlite, matches!(rep.verdict, crate::verifier::Verdict::Pass | crate::verifier::Verdict::Inconclusive)) {
+    if let (Some(db), true) =
+        (sqlite, matches!(rep.verdict, crate::verifier::Verdict::Pass | crate::verifier::Verdict::Inconclusive))
+    {
         for suffix in ["", "-wal", "-shm"] {
             let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
         }
