@@ -546,6 +546,17 @@ mod tests {
     fn unknown_key_names_line_and_column() {
         let e = p("seed = 1\n[relay]\ninstancs = 2\n").unwrap_err();
         assert!(e.starts_with("t.toml:3:1: unknown field `instancs`"), "{e}");
+        assert!(e.ends_with("; did you mean `instances`?"), "{e}");
+    }
+
+    #[test]
+    fn a_typo_gets_the_closest_name_and_a_stranger_gets_none() {
+        let e = p("[notifier]\ninbox = \"chek-then-act\"\n").unwrap_err();
+        assert!(e.ends_with("; did you mean `check-then-act`?"), "{e}");
+        let e = p("[notifier]\ninbox = \"maybe\"\n").unwrap_err();
+        assert!(!e.contains("did you mean"), "{e}");
+        let e = p("[workload]\npaymnets = 3\n").unwrap_err();
+        assert!(e.ends_with("; did you mean `payments`?"), "{e}");
     }
 
     #[test]

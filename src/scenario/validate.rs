@@ -54,6 +54,13 @@ pub fn parse(text: &str, path: &Path) -> Result<Scenario, crate::Error> {
             .chars()
             .flat_map(|c| if c.is_control() { c.escape_default().collect::<Vec<_>>() } else { vec![c] })
             .collect();
+        // A misspelt key: the closest of the keys it could be.
+        if let Some(rest) = msg.strip_prefix("unknown field `") {
+            if let Some((wrong, expected)) = rest.split_once('`') {
+                let hint = did_you_mean(wrong, expected.split('`').skip(1).step_by(2));
+                msg.push_str(&hint);
+            }
+        }
         // serde names Rust types; say what to write instead.
         msg = msg.replace("expected i64", "expected an integer").replace("expected f64", "expected a number");
         if let Some(i) = msg.find("expected struct Raw") {
@@ -115,7 +122,11 @@ impl Validator<'_> {
     ) -> Result<T, crate::Error> {
         match parse(v.get_ref()) {
             Some(t) => Ok(t),
-            None => self.err(v.span(), &format!("`{key}` is {:?}; expected {}", v.get_ref(), names())),
+            None => {
+                let listed = names();
+                let hint = did_you_mean(v.get_ref(), listed.split('"').skip(1).step_by(2));
+                self.err(v.span(), &format!("`{key}` is {:?}; expected {listed}{hint}", v.get_ref()))
+            }
         }
     }
 
@@ -594,6 +605,33 @@ impl Validator<'_> {
         };
         Ok(Some(ProgramCommand { argv: argv.clone(), dir }))
     }
+}
+
+/// "; did you mean `x`?" for the candidate closest to `wrong`, when one is
+/// close enough to be a typo (at most a third of its letters apart);
+/// otherwise nothing.
+pub(super) fn did_you_mean<'a>(wrong: &str, candidates: impl Iterator<Item = &'a str>) -> String {
+    let best = candidates.map(|c| (edit_distance(wrong, c), c)).min_by_key(|(d, _)| *d);
+    match best {
+        Some((d, c)) if d > 0 && d <= (wrong.chars().count().max(3) / 3).max(1) => format!("; did you mean `{c}`?"),
+        _ => String::new(),
+    }
+}
+
+/// Levenshtein distance, by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let here = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(here + 1);
+            prev = here;
+        }
+    }
+    row[b.len()]
 }
 
 /// The scenario text with each fault point name written as a key in
