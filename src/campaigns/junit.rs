@@ -56,6 +56,19 @@ pub fn for_selftest(s: &Summary, reports_dir: &Path) -> Report {
 pub fn for_sweep(s: &crate::campaigns::sweep::Summary) -> Report {
     let mut suite = TestSuite::new(format!("chaos sweep {}", s.scenario));
     suite.set_time(Duration::from_secs_f64(s.seconds));
+    // A merge's missing shards: their seeds were never run here.
+    if !s.missing_shards.is_empty() {
+        let owned = s.seeds_owned();
+        let count = s.merged.len() + s.missing_shards.len();
+        for seed in (s.first_seed..s.first_seed + s.seeds_asked as u64).filter(|seed| !owned.contains(seed)) {
+            let mut status = TestCaseStatus::skipped();
+            status
+                .set_message(format!("its shard's summary was not merged ({} of {count} shards were)", s.merged.len()));
+            let mut case = TestCase::new(format!("seed {seed}"), status);
+            case.set_classname("seed");
+            suite.add_test_case(case);
+        }
+    }
     for r in &s.rows {
         let status = match r.verdict {
             Verdict::Pass => TestCaseStatus::success(),
@@ -97,9 +110,7 @@ pub fn for_sweep(s: &crate::campaigns::sweep::Summary) -> Report {
     } else {
         "the sweep stopped at the first failure (--keep-going runs every seed)"
     };
-    for seed in
-        (s.first_seed..s.first_seed + s.seeds_asked as u64).filter(|seed| !s.rows.iter().any(|r| r.seed == *seed))
-    {
+    for seed in s.seeds_owned().into_iter().filter(|seed| !s.rows.iter().any(|r| r.seed == *seed)) {
         let mut status = TestCaseStatus::skipped();
         status.set_message(why);
         let mut case = TestCase::new(format!("seed {seed}"), status);

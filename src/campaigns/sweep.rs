@@ -45,6 +45,46 @@ pub struct Options {
     pub keep_going: bool,
     /// Shrink the first failure, with at most this many replays.
     pub shrink: Option<u32>,
+    /// Run only this shard's seeds (`--shard K/N`), so that N machines
+    /// share a sweep; `chaos merge` puts their summaries back together.
+    pub shard: Option<Shard>,
+}
+
+/// One of `count` shares of a sweep's seeds: the seeds whose index from
+/// the first seed is `index - 1` modulo `count` (round robin, so every
+/// shard gets early and late seeds alike).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shard {
+    /// 1-based.
+    pub index: u32,
+    pub count: u32,
+}
+
+impl Shard {
+    /// Parses "K/N", 1 <= K <= N <= 10000.
+    pub fn parse(s: &str) -> std::result::Result<Self, String> {
+        let (k, n) =
+            s.split_once('/').ok_or_else(|| format!("{s:?}: write K/N, e.g. 2/8 for the second of 8 shards"))?;
+        let (k, n): (u32, u32) = match (k.trim().parse(), n.trim().parse()) {
+            (Ok(k), Ok(n)) => (k, n),
+            _ => return Err(format!("{s:?}: K and N are whole numbers, e.g. 2/8")),
+        };
+        if n == 0 || n > 10_000 || k == 0 || k > n {
+            return Err(format!("{s:?}: expected 1 <= K <= N <= 10000"));
+        }
+        Ok(Self { index: k, count: n })
+    }
+
+    /// Whether the seed at `i` (0-based from the first seed) is this shard's.
+    pub fn owns(&self, i: u64) -> bool {
+        i % self.count as u64 == (self.index - 1) as u64
+    }
+}
+
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
 }
 
 /// One seed's run.
@@ -98,6 +138,117 @@ pub struct Summary {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shrink: Option<crate::campaigns::shrink::Shrunk>,
     pub seconds: f64,
+    /// The shard this summary covers (`--shard`); None for a whole sweep
+    /// and for a merge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<Shard>,
+    /// A merge's parts: each shard's sweep id, in shard order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub merged: Vec<String>,
+    /// A merge's shards whose summaries were not given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing_shards: Vec<u32>,
+}
+
+impl Summary {
+    /// The seeds this summary was asked to run: its shard's, or every one.
+    pub fn seeds_owned(&self) -> Vec<u64> {
+        (0..self.seeds_asked as u64)
+            .filter(|i| self.shard.is_none_or(|s| s.owns(*i)))
+            .filter(|i| {
+                // A merge misses the seeds of the shards it was not given.
+                let count = self.merged_count();
+                !self.missing_shards.iter().any(|k| Shard { index: *k, count }.owns(*i))
+            })
+            .map(|i| self.first_seed + i)
+            .collect()
+    }
+
+    fn merged_count(&self) -> u32 {
+        (self.merged.len() + self.missing_shards.len()).max(1) as u32
+    }
+}
+
+/// One summary from the shards of one sweep (`chaos merge`): the same
+/// scenario, first seed, seed count and swarm, each shard once. The rows
+/// in seed order, the totals added up, the time the longest shard took
+/// (they ran side by side), the first failure's shrink. Shards not given
+/// are named, and their seeds count as never run.
+pub fn merge(mut parts: Vec<Summary>) -> Result<Summary> {
+    let Some(first) = parts.first().cloned() else { return Err(Error::Usage("chaos merge: no summary given".into())) };
+    let first = &first;
+    let count = match first.shard {
+        Some(s) => s.count,
+        None => {
+            return Err(Error::Usage(format!(
+                "chaos merge: {} is a whole sweep, not a shard (run each part with --shard K/N)",
+                first.sweep_id
+            )))
+        }
+    };
+    let same = |a: &Summary, b: &Summary| {
+        a.scenario == b.scenario && a.first_seed == b.first_seed && a.seeds_asked == b.seeds_asked && a.swarm == b.swarm
+    };
+    for p in &parts {
+        let Some(s) = p.shard else {
+            return Err(Error::Usage(format!("chaos merge: {} is a whole sweep, not a shard", p.sweep_id)));
+        };
+        if s.count != count || !same(first, p) {
+            return Err(Error::Usage(format!(
+                "chaos merge: {} (shard {s} of {} from seed {}, {} seeds) is not a shard of the same sweep as {} (shard {} of {} from seed {}, {} seeds); merge the shards of one sweep",
+                p.sweep_id, p.scenario, p.first_seed, p.seeds_asked, first.sweep_id,
+                first.shard.map_or(String::new(), |s| s.to_string()), first.scenario, first.first_seed, first.seeds_asked
+            )));
+        }
+    }
+    parts.sort_by_key(|p| p.shard.map_or(0, |s| s.index));
+    if let Some(w) = parts.windows(2).find(|w| w[0].shard == w[1].shard) {
+        return Err(Error::Usage(format!(
+            "chaos merge: shard {} is given twice ({} and {})",
+            w[0].shard.map_or(String::new(), |s| s.to_string()),
+            w[0].sweep_id,
+            w[1].sweep_id
+        )));
+    }
+    let given: Vec<u32> = parts.iter().filter_map(|p| p.shard.map(|s| s.index)).collect();
+    let mut out = Summary {
+        sweep_id: format!("sweep-merged-{}", crate::domain::names::RunNames::new().run_id),
+        scenario: first.scenario.clone(),
+        backend: first.backend.clone(),
+        swarm: first.swarm,
+        first_seed: first.first_seed,
+        seeds_asked: first.seeds_asked,
+        rows: vec![],
+        passed: 0,
+        failed: 0,
+        inconclusive: 0,
+        incomplete: 0,
+        interrupted: false,
+        shrink: None,
+        seconds: 0.0,
+        shard: None,
+        merged: parts.iter().map(|p| p.sweep_id.clone()).collect(),
+        missing_shards: (1..=count).filter(|k| !given.contains(k)).collect(),
+    };
+    for p in parts {
+        out.passed += p.passed;
+        out.failed += p.failed;
+        out.inconclusive += p.inconclusive;
+        out.incomplete += p.incomplete;
+        out.interrupted |= p.interrupted;
+        out.seconds = out.seconds.max(p.seconds);
+        if out.backend != p.backend {
+            out.backend = format!("{} and {}", out.backend, p.backend);
+        }
+        out.rows.extend(p.rows);
+        if let Some(sh) = p.shrink {
+            if out.shrink.as_ref().is_none_or(|o| sh.seed < o.seed) {
+                out.shrink = Some(sh);
+            }
+        }
+    }
+    out.rows.sort_by_key(|r| r.seed);
+    Ok(out)
 }
 
 /// The rates a seed runs with under `--swarm`: a pure function of the
@@ -168,9 +319,15 @@ pub async fn sweep(opts: &Options, listener: &dyn Listener) -> Result<Summary> {
         interrupted: false,
         shrink: None,
         seconds: 0.0,
+        shard: opts.shard,
+        merged: vec![],
+        missing_shards: vec![],
     };
     let mut first_failure: Option<(crate::scenario::Scenario, Report)> = None;
     for i in 0..opts.seeds {
+        if opts.shard.is_some_and(|s| !s.owns(i as u64)) {
+            continue;
+        }
         let seed = opts.first_seed + i as u64;
         let mut sc = base.clone().with_seed(seed);
         let mut rates = vec![];
@@ -297,9 +454,14 @@ pub fn render(s: &Summary) -> String {
     }
     let mut out = format!("{t}\n");
     let ran = s.rows.len();
+    let owned = s.seeds_owned().len();
+    let part = match (&s.shard, s.merged.len()) {
+        (Some(sh), _) => format!(" (shard {sh} of {} seeds)", s.seeds_asked),
+        (None, n) if n > 0 => format!(" (a merge of {n} shards)"),
+        _ => String::new(),
+    };
     out.push_str(&format!(
-        "{ran} of {} seed(s) run on {}: {} pass, {} fail, {} inconclusive, {} incomplete{} in {:.0} s\n",
-        s.seeds_asked,
+        "{ran} of {owned} seed(s){part} run on {}: {} pass, {} fail, {} inconclusive, {} incomplete{} in {:.0} s\n",
         s.backend,
         s.passed,
         s.failed,
@@ -308,7 +470,11 @@ pub fn render(s: &Summary) -> String {
         if s.interrupted { ", interrupted," } else { "" },
         s.seconds
     ));
-    if (ran as u32) < s.seeds_asked && s.failed > 0 && !s.interrupted {
+    if !s.missing_shards.is_empty() {
+        let missing: Vec<String> = s.missing_shards.iter().map(|k| format!("{k}/{}", s.merged_count())).collect();
+        out.push_str(&format!("shards not merged, their seeds not run here: {}\n", missing.join(", ")));
+    }
+    if ran < owned && s.failed > 0 && !s.interrupted {
         out.push_str("stopped at the first failure (--keep-going runs every seed)\n");
     }
     for r in s.rows.iter().filter(|r| r.verdict != Verdict::Pass) {
@@ -376,5 +542,89 @@ mod tests {
         assert_eq!(round4(0.00234567), 0.002346);
         assert_eq!(round4(1.0), 1.0);
         assert_eq!(round4(0.0), 0.0);
+    }
+
+    fn shard_summary(index: u32, count: u32, seeds: u32, failed_seed: Option<u64>) -> Summary {
+        let shard = Shard { index, count };
+        let rows: Vec<SeedRow> = (0..seeds as u64)
+            .filter(|i| shard.owns(*i))
+            .map(|i| SeedRow {
+                seed: 1 + i,
+                verdict: if Some(1 + i) == failed_seed { Verdict::Fail } else { Verdict::Pass },
+                reason: String::new(),
+                topic_duplicates: 0,
+                duplicates_absorbed: 0,
+                faults_fired: 1,
+                anomalies: vec![],
+                examples: vec![],
+                seconds: 1.0 + index as f64,
+                rates: vec![],
+                replay: format!("chaos run s.toml --seed {}", 1 + i),
+                run_id: format!("run-{i}"),
+            })
+            .collect();
+        Summary {
+            sweep_id: format!("sweep-{index}"),
+            scenario: "s.toml".into(),
+            backend: "sqlite · mock".into(),
+            swarm: false,
+            first_seed: 1,
+            seeds_asked: seeds,
+            passed: rows.iter().filter(|r| r.verdict == Verdict::Pass).count(),
+            failed: rows.iter().filter(|r| r.verdict == Verdict::Fail).count(),
+            rows,
+            inconclusive: 0,
+            incomplete: 0,
+            interrupted: false,
+            shrink: None,
+            seconds: 1.0 + index as f64,
+            shard: Some(shard),
+            merged: vec![],
+            missing_shards: vec![],
+        }
+    }
+
+    #[test]
+    fn shards_share_the_seeds_each_once() {
+        assert_eq!(Shard::parse("2/8"), Ok(Shard { index: 2, count: 8 }));
+        for bad in ["0/8", "9/8", "1/0", "a/b", "3", "1/20000"] {
+            assert!(Shard::parse(bad).is_err(), "{bad}");
+        }
+        let shards: Vec<Shard> = (1..=3).map(|k| Shard { index: k, count: 3 }).collect();
+        for i in 0..100u64 {
+            assert_eq!(shards.iter().filter(|s| s.owns(i)).count(), 1, "seed index {i}");
+        }
+    }
+
+    #[test]
+    fn a_merge_is_the_whole_sweep_and_names_what_is_missing() {
+        let m = merge(vec![shard_summary(2, 2, 5, Some(4)), shard_summary(1, 2, 5, None)]).unwrap();
+        assert_eq!(m.rows.iter().map(|r| r.seed).collect::<Vec<_>>(), vec![1, 2, 3, 4, 5]);
+        assert_eq!((m.passed, m.failed), (4, 1));
+        assert_eq!(m.seconds, 3.0, "the longest shard, not the sum");
+        assert_eq!(m.merged, vec!["sweep-1", "sweep-2"]);
+        assert!(m.missing_shards.is_empty() && m.shard.is_none());
+        assert_eq!(m.seeds_owned(), vec![1, 2, 3, 4, 5]);
+
+        let part = merge(vec![shard_summary(1, 3, 9, None), shard_summary(3, 3, 9, None)]).unwrap();
+        assert_eq!(part.missing_shards, vec![2]);
+        assert_eq!(part.seeds_owned(), vec![1, 3, 4, 6, 7, 9], "shard 2/3's seeds are not owned");
+        assert!(render(&part).contains("shards not merged, their seeds not run here: 2/3"), "{}", render(&part));
+    }
+
+    #[test]
+    fn a_merge_refuses_parts_of_different_sweeps() {
+        let e = |parts| merge(parts).unwrap_err().to_string();
+        assert!(
+            e(vec![shard_summary(1, 2, 5, None), shard_summary(1, 2, 5, None)]).contains("shard 1/2 is given twice")
+        );
+        assert!(e(vec![shard_summary(1, 2, 5, None), shard_summary(2, 2, 6, None)])
+            .contains("not a shard of the same sweep"));
+        assert!(e(vec![shard_summary(1, 2, 5, None), shard_summary(2, 3, 5, None)])
+            .contains("not a shard of the same sweep"));
+        let mut whole = shard_summary(1, 1, 5, None);
+        whole.shard = None;
+        assert!(e(vec![whole]).contains("is a whole sweep, not a shard"));
+        assert!(e(vec![]).contains("no summary given"));
     }
 }

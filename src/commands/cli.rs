@@ -59,6 +59,8 @@ pub enum Command {
     Selftest(SelftestArgs),
     /// Run a scenario over many seeds, one after the other (optionally with swarm fault rates per seed); stops at the first failure and can shrink it.
     Sweep(SweepArgs),
+    /// Merge the summaries of a sweep's shards (`chaos sweep --shard K/N` on N machines) into one: a table, a summary JSON, JUnit, and the sweep's exit code.
+    Merge(MergeArgs),
     /// One relay or notifier instance as a process of its own; started by `chaos run` with components = "process".
     #[command(hide = true)]
     Component,
@@ -110,6 +112,9 @@ pub struct SweepArgs {
     /// Draw every fault rate per seed: each fault the scenario sets is off on a quarter of the seeds, and otherwise runs at 1 to 4 times its rate (log-uniform, capped at 1). Faults the scenario leaves at 0 stay off. The rates are printed, saved and part of each replay command.
     #[arg(long)]
     pub swarm: bool,
+    /// Run only shard K of N of the seeds (round robin: the seeds whose index from --first-seed is K-1 modulo N), so that N machines share one sweep; `chaos merge` puts their summaries together.
+    #[arg(long, value_name = "K/N", value_parser = crate::campaigns::sweep::Shard::parse)]
+    pub shard: Option<crate::campaigns::sweep::Shard>,
     /// Run every seed, instead of stopping at the first failure.
     #[arg(long)]
     pub keep_going: bool,
@@ -145,6 +150,22 @@ pub struct InfraArgs {
     /// Kafka bootstrap servers, e.g. 127.0.0.1:9092. Unset: librdkafka's embedded mock cluster.
     #[arg(long, env = "KAFKA_BROKERS")]
     pub brokers: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// The shards' summaries, reports/sweep-<id>.json, one per shard.
+    #[arg(required = true)]
+    pub summaries: Vec<PathBuf>,
+    /// Where the merged summary is written.
+    #[arg(long, default_value = "reports")]
+    pub reports_dir: PathBuf,
+    /// Print the merged summary as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write JUnit XML here: a test case per seed, the seeds of missing shards skipped.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
 }
 
 /// `chaos doctor`'s flags: the same as a run's, but an unset one is probed

@@ -91,6 +91,9 @@ mod tests {
             interrupted: false,
             shrink: None,
             seconds: 1.0,
+            shard: None,
+            merged: vec![],
+            missing_shards: vec![],
         };
         assert_eq!(of_sweep(&s), Exit::Pass);
         s.inconclusive = 1;

@@ -3,7 +3,7 @@
 //! with `--json`), and says which exit code it ends with. `main.rs` only
 //! parses, sets up the process and calls [`execute`].
 
-use crate::commands::cli::{BenchArgs, CleanArgs, Command, RunArgs, SelftestArgs, SweepArgs};
+use crate::commands::cli::{BenchArgs, CleanArgs, Command, MergeArgs, RunArgs, SelftestArgs, SweepArgs};
 use crate::error::{Error, Result};
 use crate::harness::run::{self, RunOptions};
 use crate::report::{self, Report, Style};
@@ -28,6 +28,7 @@ pub async fn execute(command: Command) -> Result<Exit> {
         Command::Clean(a) => clean(a).await,
         Command::Selftest(a) => selftest(a).await,
         Command::Sweep(a) => sweep(a).await,
+        Command::Merge(a) => merge(a),
         Command::Component => crate::harness::component::serve().await.map(|()| Exit::Pass),
     }
 }
@@ -175,6 +176,34 @@ async fn selftest(a: SelftestArgs) -> Result<Exit> {
     Ok(exit)
 }
 
+/// `chaos merge`: the shards' summaries as one sweep.
+fn merge(a: MergeArgs) -> Result<Exit> {
+    let mut parts = Vec::new();
+    for path in &a.summaries {
+        match crate::campaigns::sweep::Summary::load_if_sweep(path)? {
+            Some(s) => parts.push(s),
+            None => {
+                return Err(Error::ReportRead {
+                    path: path.clone(),
+                    cause: "not a sweep's summary (reports/sweep-<id>.json)".into(),
+                })
+            }
+        }
+    }
+    let summary = crate::campaigns::sweep::merge(parts)?;
+    let saved = summary.save(&a.reports_dir)?;
+    if let Some(path) = &a.junit {
+        crate::report::junit::write(&crate::campaigns::junit::for_sweep(&summary), path)?;
+    }
+    if a.json {
+        print_json(&summary)?;
+    } else {
+        print!("{}", crate::campaigns::sweep::render(&summary));
+        println!("summary: {}", saved.display());
+    }
+    Ok(exits::of_sweep(&summary))
+}
+
 async fn sweep(a: SweepArgs) -> Result<Exit> {
     let opts = crate::campaigns::sweep::Options {
         run: RunOptions {
@@ -194,6 +223,7 @@ async fn sweep(a: SweepArgs) -> Result<Exit> {
         swarm: a.swarm,
         keep_going: a.keep_going,
         shrink: a.shrink.then_some(a.shrink_runs),
+        shard: a.shard,
     };
     let summary = crate::campaigns::sweep::sweep(&opts, &reporters::Campaign::new()).await?;
     let saved = summary.save(&a.reports_dir)?;

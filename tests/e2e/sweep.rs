@@ -240,3 +240,58 @@ fn bad_sweep_and_override_flags_exit_2_with_one_line() {
         assert!(!ran.stderr.contains("panicked"), "{args:?}: {}", ran.stderr);
     }
 }
+
+/// A sweep shared by two machines: each runs its shard (`--shard K/2`),
+/// `chaos merge` puts the summaries together as one sweep, with a JUnit
+/// case per seed; a missing shard's seeds are skipped, a part of another
+/// sweep is refused.
+#[test]
+fn shards_of_a_sweep_merge_into_the_whole_sweep() {
+    let dir = tempfile::tempdir().unwrap();
+    // Small and sure to see its one fault fire, so every seed passes.
+    let scenario = dir.path().join("small.toml");
+    std::fs::write(&scenario, "[workload]\npayments = 80\n[faults]\nrelay_after_produce = 0.3\n").unwrap();
+    let scenario = scenario.to_str().unwrap();
+    let mut parts = Vec::new();
+    for shard in ["1/2", "2/2"] {
+        let ran = sweep(Backend::Embedded, scenario, dir.path(), &["--seeds", "4", "--shard", shard]);
+        assert_eq!(ran.code, 0, "shard {shard}\nstderr:\n{}", ran.stderr);
+        let s = ran.json();
+        let seeds: Vec<u64> = s["rows"].as_array().unwrap().iter().map(|r| r["seed"].as_u64().unwrap()).collect();
+        assert_eq!(seeds, if shard == "1/2" { vec![1, 3] } else { vec![2, 4] }, "round robin");
+        parts.push(dir.path().join(format!("{}.json", s["sweep_id"].as_str().unwrap())));
+    }
+    let junit = dir.path().join("merged.junit.xml");
+    let mut c = chaos();
+    c.arg("merge").args(&parts).arg("--json").arg("--reports-dir").arg(dir.path()).arg("--junit").arg(&junit);
+    let merged = run(&mut c);
+    assert_eq!(merged.code, 0, "{}", merged.stderr);
+    let m = merged.json();
+    let seeds: Vec<u64> = m["rows"].as_array().unwrap().iter().map(|r| r["seed"].as_u64().unwrap()).collect();
+    assert_eq!(seeds, vec![1, 2, 3, 4]);
+    assert_eq!(m["passed"], 4);
+    let cases = junit_cases(&junit);
+    assert_eq!(cases.len(), 4);
+    assert!(cases.iter().all(|c| matches!(c.status, quick_junit::TestCaseStatus::Success { .. })));
+
+    // One shard alone: its seeds, and the other's skipped.
+    let mut c = chaos();
+    c.arg("merge").arg(&parts[0]).arg("--reports-dir").arg(dir.path()).arg("--junit").arg(&junit);
+    let half = run(&mut c);
+    assert_eq!(half.code, 0, "{}", half.stderr);
+    assert!(half.stdout.contains("shards not merged, their seeds not run here: 2/2"), "{}", half.stdout);
+    let cases = junit_cases(&junit);
+    let skipped = cases.iter().filter(|c| matches!(c.status, quick_junit::TestCaseStatus::Skipped { .. })).count();
+    assert_eq!((cases.len(), skipped), (4, 2));
+
+    // A shard of another sweep (other seeds) is refused, naming both.
+    let other = sweep(Backend::Embedded, scenario, dir.path(), &["--seeds", "2", "--shard", "2/2"]);
+    assert_eq!(other.code, 0, "{}", other.stderr);
+    let other = dir.path().join(format!("{}.json", other.json()["sweep_id"].as_str().unwrap()));
+    let mut c = chaos();
+    c.arg("merge").arg(&parts[0]).arg(&other).arg("--reports-dir").arg(dir.path());
+    let refused = run(&mut c);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(refused.stderr.contains("is not a shard of the same sweep"), "{}", refused.stderr);
+    assert_eq!(refused.stderr.trim().lines().count(), 1, "{}", refused.stderr);
+}
