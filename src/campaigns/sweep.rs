@@ -151,6 +151,29 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// A summary with no seed run yet, under a new id `<prefix>-<run id>`.
+    fn empty(prefix: &str, scenario: &str, swarm: bool, first_seed: u64, seeds_asked: u32) -> Self {
+        Self {
+            sweep_id: format!("{prefix}-{}", crate::domain::names::RunNames::new().run_id),
+            scenario: scenario.to_string(),
+            backend: String::new(),
+            swarm,
+            first_seed,
+            seeds_asked,
+            rows: vec![],
+            passed: 0,
+            failed: 0,
+            inconclusive: 0,
+            incomplete: 0,
+            interrupted: false,
+            shrink: None,
+            seconds: 0.0,
+            shard: None,
+            merged: vec![],
+            missing_shards: vec![],
+        }
+    }
+
     /// The seeds this summary was asked to run: its shard's, or every one.
     pub fn seeds_owned(&self) -> Vec<u64> {
         (0..self.seeds_asked as u64)
@@ -212,23 +235,10 @@ pub fn merge(mut parts: Vec<Summary>) -> Result<Summary> {
     }
     let given: Vec<u32> = parts.iter().filter_map(|p| p.shard.map(|s| s.index)).collect();
     let mut out = Summary {
-        sweep_id: format!("sweep-merged-{}", crate::domain::names::RunNames::new().run_id),
-        scenario: first.scenario.clone(),
         backend: first.backend.clone(),
-        swarm: first.swarm,
-        first_seed: first.first_seed,
-        seeds_asked: first.seeds_asked,
-        rows: vec![],
-        passed: 0,
-        failed: 0,
-        inconclusive: 0,
-        incomplete: 0,
-        interrupted: false,
-        shrink: None,
-        seconds: 0.0,
-        shard: None,
         merged: parts.iter().map(|p| p.sweep_id.clone()).collect(),
         missing_shards: (1..=count).filter(|k| !given.contains(k)).collect(),
+        ..Summary::empty("sweep-merged", &first.scenario, first.swarm, first.first_seed, first.seeds_asked)
     };
     for p in parts {
         out.passed += p.passed;
@@ -302,27 +312,10 @@ pub async fn sweep(opts: &Options, listener: &dyn Listener) -> Result<Summary> {
     // before any run.
     let base = opts.run.scenario()?;
     let started = Instant::now();
-    let sweep_id = format!("sweep-{}", crate::domain::names::RunNames::new().run_id);
     listener.progress(&Progress::SweepStarted { seeds: opts.seeds });
-    let mut s = Summary {
-        sweep_id,
-        scenario: opts.run.scenario.display().to_string(),
-        backend: String::new(),
-        swarm: opts.swarm,
-        first_seed: opts.first_seed,
-        seeds_asked: opts.seeds,
-        rows: vec![],
-        passed: 0,
-        failed: 0,
-        inconclusive: 0,
-        incomplete: 0,
-        interrupted: false,
-        shrink: None,
-        seconds: 0.0,
-        shard: opts.shard,
-        merged: vec![],
-        missing_shards: vec![],
-    };
+    let scenario = opts.run.scenario.display().to_string();
+    let mut s =
+        Summary { shard: opts.shard, ..Summary::empty("sweep", &scenario, opts.swarm, opts.first_seed, opts.seeds) };
     let mut first_failure: Option<(crate::scenario::Scenario, Report)> = None;
     for i in 0..opts.seeds {
         if opts.shard.is_some_and(|s| !s.owns(i as u64)) {

@@ -176,6 +176,27 @@ async fn selftest(a: SelftestArgs) -> Result<Exit> {
     Ok(exit)
 }
 
+/// A sweep's summary (a whole one, a shard, or a merge): saved, as JUnit
+/// when asked, printed as a table or JSON; its exit code.
+fn show_sweep(
+    summary: &crate::campaigns::sweep::Summary,
+    reports_dir: &Path,
+    junit: Option<&Path>,
+    json: bool,
+) -> Result<Exit> {
+    let saved = summary.save(reports_dir)?;
+    if let Some(path) = junit {
+        crate::report::junit::write(&crate::campaigns::junit::for_sweep(summary), path)?;
+    }
+    if json {
+        print_json(summary)?;
+    } else {
+        print!("{}", crate::campaigns::sweep::render(summary));
+        println!("summary: {}", saved.display());
+    }
+    Ok(exits::of_sweep(summary))
+}
+
 /// `chaos merge`: the shards' summaries as one sweep.
 fn merge(a: MergeArgs) -> Result<Exit> {
     let mut parts = Vec::new();
@@ -191,17 +212,7 @@ fn merge(a: MergeArgs) -> Result<Exit> {
         }
     }
     let summary = crate::campaigns::sweep::merge(parts)?;
-    let saved = summary.save(&a.reports_dir)?;
-    if let Some(path) = &a.junit {
-        crate::report::junit::write(&crate::campaigns::junit::for_sweep(&summary), path)?;
-    }
-    if a.json {
-        print_json(&summary)?;
-    } else {
-        print!("{}", crate::campaigns::sweep::render(&summary));
-        println!("summary: {}", saved.display());
-    }
-    Ok(exits::of_sweep(&summary))
+    show_sweep(&summary, &a.reports_dir, a.junit.as_deref(), a.json)
 }
 
 async fn sweep(a: SweepArgs) -> Result<Exit> {
@@ -226,15 +237,5 @@ async fn sweep(a: SweepArgs) -> Result<Exit> {
         shard: a.shard,
     };
     let summary = crate::campaigns::sweep::sweep(&opts, &reporters::Campaign::new()).await?;
-    let saved = summary.save(&a.reports_dir)?;
-    if let Some(path) = &a.junit {
-        crate::report::junit::write(&crate::campaigns::junit::for_sweep(&summary), path)?;
-    }
-    if a.json {
-        print_json(&summary)?;
-    } else {
-        print!("{}", crate::campaigns::sweep::render(&summary));
-        println!("summary: {}", saved.display());
-    }
-    Ok(exits::of_sweep(&summary))
+    show_sweep(&summary, &a.reports_dir, a.junit.as_deref(), a.json)
 }

@@ -180,16 +180,7 @@ pub async fn execute(
         }
         None => None,
     };
-    if let (None, Some(why)) = (&ran.incomplete, programs.failure()) {
-        ran.incomplete = Some(why);
-    }
-    if let Some(why) = stopped.why() {
-        warn!("{why}");
-        ran.incomplete = Some(match ran.incomplete.take() {
-            Some(before) => format!("{before}; {why}"),
-            None => why,
-        });
-    }
+    super::why_incomplete(&mut ran, programs.failure(), &stopped);
 
     let mut rep = assemble::skeleton(&sc, &names, &infra.info, &ctx.faults, &ctx.stats);
     rep.scenario.payments = sys.operation.count;
