@@ -25,7 +25,7 @@
 //! 11. [`commands`]: one function per subcommand; the only place that
 //!     prints and decides exit codes.
 //!
-//! The README's Layout section lists the files of each.
+//! docs/development.md's Layout section lists the files of each.
 
 #[macro_use]
 pub mod domain;

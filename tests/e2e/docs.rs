@@ -5,8 +5,16 @@ use crate::common::*;
 use chaos::commands::exit::Exit;
 use chaos::faults::FaultPoint;
 
+/// The README and the docs it leads to: the references a user reads.
 fn readme() -> String {
-    std::fs::read_to_string(root().join("README.md")).unwrap()
+    let mut text = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let mut docs: Vec<_> = std::fs::read_dir(root().join("docs")).unwrap().flatten().map(|e| e.path()).collect();
+    docs.sort();
+    for d in docs.iter().filter(|d| d.extension().is_some_and(|e| e == "md")) {
+        text.push('\n');
+        text.push_str(&std::fs::read_to_string(d).unwrap());
+    }
+    text
 }
 
 #[test]

@@ -319,7 +319,7 @@ async fn bind_kafka(n: usize) -> Result<Vec<(TcpListener, SocketAddr)>> {
             return Err(Error::Kafka {
                 context: "putting the fault proxy in front of Kafka".into(),
                 cause: format!(
-                    "the broker has no listener SLOT{i} at {b}; `scripts/services.sh up` configures SLOT0 to SLOT{} (README, \"Infrastructure faults\")",
+                    "the broker has no listener SLOT{i} at {b}; `scripts/services.sh up` configures SLOT0 to SLOT{} (docs/running.md, \"Infrastructure faults\")",
                     kafka::SLOTS - 1
                 ),
             });
