@@ -38,6 +38,9 @@ pub struct StoryRow {
     pub what: String,
     pub event: Option<Uuid>,
     pub at_epoch_ms: i64,
+    /// The outbox row's seq, on an outbox row's steps: what a relay's
+    /// fault log names.
+    pub seq: Option<i64>,
 }
 
 /// Where the store streams the database half of the ground truth, one row

@@ -553,6 +553,81 @@ pub struct FaultRecord {
     /// process reported, whose occurrences count in that process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub occurrence: Option<u64>,
+    /// Which data it hit, when the component that struck it knows: what
+    /// matches an anomaly's example to its cause
+    /// ([`crate::verifier::attribution`]).
+    #[serde(default, skip_serializing_if = "Reach::is_empty")]
+    pub reach: Reach,
+}
+
+/// The data a firing hit: the outbox rows of a relay's batch, the topic
+/// positions of a notifier's batch. Empty when the striker cannot know
+/// (a proxy, a signal to a process).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reach {
+    /// The outbox seqs of the batch, as runs of consecutive seqs (first,
+    /// last): a relay's claim skips rows other relays hold, so its batch
+    /// need not be one range.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub seqs: Vec<(i64, i64)>,
+    /// The topic positions of the batch: per partition, its first and
+    /// last offset (a consumer reads a partition in order).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spans: Vec<(i32, i64, i64)>,
+}
+
+impl Reach {
+    pub fn is_empty(&self) -> bool {
+        self.seqs.is_empty() && self.spans.is_empty()
+    }
+
+    /// A batch of outbox rows, by their seqs in any order.
+    pub fn outbox(seqs: impl IntoIterator<Item = i64>) -> Reach {
+        let mut all: Vec<i64> = seqs.into_iter().collect();
+        all.sort_unstable();
+        all.dedup();
+        let mut runs: Vec<(i64, i64)> = Vec::new();
+        for s in all {
+            match runs.last_mut() {
+                Some(r) if r.1 + 1 == s => r.1 = s,
+                _ => runs.push((s, s)),
+            }
+        }
+        Reach { seqs: runs, spans: vec![] }
+    }
+
+    /// A batch of messages, by their (partition, offset).
+    pub fn topic(messages: impl IntoIterator<Item = (i32, i64)>) -> Reach {
+        Reach { seqs: vec![], spans: spans_of(messages).0 }
+    }
+
+    /// The run holding outbox seq `seq`, if any.
+    pub fn seq_run(&self, seq: i64) -> Option<(i64, i64)> {
+        self.seqs.iter().copied().find(|(a, b)| (*a..=*b).contains(&seq))
+    }
+
+    /// The span holding the message at `partition`:`offset`, if any.
+    pub fn span_of(&self, partition: i32, offset: i64) -> Option<(i32, i64, i64)> {
+        self.spans.iter().copied().find(|(p, a, b)| *p == partition && (*a..=*b).contains(&offset))
+    }
+}
+
+/// Messages as (partition, offset) folded into per-partition spans (first,
+/// last offset), with their count.
+fn spans_of(messages: impl IntoIterator<Item = (i32, i64)>) -> (Vec<(i32, i64, i64)>, u32) {
+    let mut spans: Vec<(i32, i64, i64)> = Vec::new();
+    let mut n = 0u32;
+    for (p, o) in messages {
+        n += 1;
+        match spans.iter_mut().find(|s| s.0 == p) {
+            Some(s) => {
+                s.1 = s.1.min(o);
+                s.2 = s.2.max(o);
+            }
+            None => spans.push((p, o, o)),
+        }
+    }
+    (spans, n)
 }
 
 /// Fault firings pinned by occurrence, in place of the seeded decisions
@@ -866,6 +941,18 @@ impl FaultInjector {
     /// Reaches a fault point once. Returns true when the fault fires; then it
     /// is counted and logged with what it hit.
     pub fn strike(&self, point: FaultPoint, component: &str, hit: impl FnOnce() -> String) -> bool {
+        self.strike_reaching(point, component, hit, Reach::default)
+    }
+
+    /// [`FaultInjector::strike`], logging the data the firing hit too: a
+    /// relay's batch of outbox rows, a notifier's batch of messages.
+    pub fn strike_reaching(
+        &self,
+        point: FaultPoint,
+        component: &str,
+        hit: impl FnOnce() -> String,
+        reach: impl FnOnce() -> Reach,
+    ) -> bool {
         let i = point.index();
         let n = self.occurrences[i].fetch_add(1, Ordering::Relaxed);
         let fires = match &self.schedule {
@@ -883,6 +970,7 @@ impl FaultInjector {
             at_ms: self.started.elapsed().as_millis() as u64,
             hit: hit(),
             occurrence: Some(n),
+            reach: reach(),
         };
         tracing::info!(point = %record.point, component = %record.component, hit = %record.hit, "fault fired");
         // A component process tells the harness, which keeps the run's count.
@@ -961,18 +1049,7 @@ impl FaultInjector {
     /// Logs a batch `component` received (its messages as (partition,
     /// offset)), for the anomalies' stories.
     pub fn log_delivery(&self, component: &str, messages: impl IntoIterator<Item = (i32, i64)>) {
-        let mut spans: Vec<(i32, i64, i64)> = Vec::new();
-        let mut n = 0u32;
-        for (p, o) in messages {
-            n += 1;
-            match spans.iter_mut().find(|s| s.0 == p) {
-                Some(s) => {
-                    s.1 = s.1.min(o);
-                    s.2 = s.2.max(o);
-                }
-                None => spans.push((p, o, o)),
-            }
-        }
+        let (spans, n) = spans_of(messages);
         if let Some(link) = self.link() {
             // A component process tells the harness, whose log the stories read.
             link.delivered(component, n, spans);
@@ -1104,6 +1181,17 @@ impl FaultInjector {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reach_keeps_a_batch_as_runs_of_seqs_and_spans_of_offsets() {
+        let r = Reach::outbox([9, 5, 6, 7, 12, 13, 6]);
+        assert_eq!(r.seqs, [(5, 7), (9, 9), (12, 13)]);
+        assert_eq!((r.seq_run(6), r.seq_run(8), r.seq_run(13)), (Some((5, 7)), None, Some((12, 13))));
+        let t = Reach::topic([(1, 20), (0, 3), (1, 18), (1, 19)]);
+        assert_eq!(t.spans, [(1, 18, 20), (0, 3, 3)]);
+        assert_eq!((t.span_of(1, 19), t.span_of(0, 4), t.span_of(2, 19)), (Some((1, 18, 20)), None, None));
+        assert!(Reach::default().is_empty() && !t.is_empty());
+    }
 
     #[test]
     fn decisions_replay_and_follow_the_rate() {

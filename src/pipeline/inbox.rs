@@ -18,7 +18,7 @@
 use crate::domain::events::{Decoded, EventKind};
 use crate::domain::handlers::Handler;
 use crate::error::{Error, Result};
-use crate::faults::{FaultInjector, FaultPoint};
+use crate::faults::{FaultInjector, FaultPoint, Reach};
 use crate::pipeline::email::{EmailClient, EmailError};
 use crate::scenario::{EmailMode, InboxMode};
 use crate::store::{
@@ -61,7 +61,8 @@ pub async fn apply_batch(
         InboxMode::MessageIdOnly => refs.iter().map(|e| (e.event_id, HANDLER_PROJECTION)).collect(),
         _ => claims(&refs),
     };
-    let b = Batch { store, refs: &refs, bad: &bad, pairs: &pairs, modes, faults, injector, email, who };
+    let reach = || Reach::topic(batch.iter().map(|m| (m.partition, m.offset)));
+    let b = Batch { store, refs: &refs, bad: &bad, pairs: &pairs, modes, faults, injector, email, who, reach: &reach };
     match modes.inbox {
         InboxMode::On
         | InboxMode::CommitOffsetFirst
@@ -89,6 +90,8 @@ struct Batch<'a> {
     email: Option<&'a EmailClient>,
     /// The notifier instance, for the fault log.
     who: &'a str,
+    /// The batch's topic positions, for the fault log.
+    reach: &'a (dyn Fn() -> Reach + Sync),
 }
 
 /// Each receipt of `plan` as an email, inside the receipt's transaction and
@@ -164,7 +167,7 @@ fn receipt_emails(b: &Batch<'_>, receipts: &[(Uuid, Uuid)]) -> Vec<(Option<Strin
 /// harness's SIGKILL.
 async fn crash_after_call(b: &Batch<'_>, calls: u64) -> bool {
     let what = || format!("{calls} receipt email(s) sent, the transaction open");
-    if calls == 0 || !b.injector.strike(FaultPoint::NotifierAfterExternalCall, b.who, what) {
+    if calls == 0 || !b.injector.strike_reaching(FaultPoint::NotifierAfterExternalCall, b.who, what, b.reach) {
         return false;
     }
     b.injector.halt(FaultPoint::NotifierAfterExternalCall).await;

@@ -16,7 +16,7 @@ use crate::broker::{Consumer, ConsumerSpec};
 use crate::domain::events;
 use crate::domain::events::Delivery;
 use crate::error::Result;
-use crate::faults::{FaultPoint, Held};
+use crate::faults::{FaultPoint, Held, Reach};
 use crate::pipeline::context::{Ctx, Stats};
 use crate::pipeline::supervise::{self, Counters, Ending};
 use crate::scenario::InboxMode;
@@ -181,9 +181,12 @@ impl Incarnation<'_> {
         let held = ctx.faults.delivered(at, batch.iter().map(|m| (m.partition, m.offset)));
         ctx.faults.log_delivery(name, batch.iter().map(|m| (m.partition, m.offset)));
         let hit = || format!("batch of {} events, partition {} offset {}", batch.len(), at.0, at.1);
+        // The batch's topic positions, logged with a firing: what ties an
+        // anomaly's message to the crash that redelivered it.
+        let reach = || Reach::topic(batch.iter().map(|m| (m.partition, m.offset)));
         let faults = BatchFaults {
-            crash_mid_batch: ctx.faults.strike(FaultPoint::NotifierMidBatch, name, hit),
-            stall: ctx.faults.strike(FaultPoint::NotifierStall, name, hit).then(|| stall_duration(ctx)),
+            crash_mid_batch: ctx.faults.strike_reaching(FaultPoint::NotifierMidBatch, name, hit, reach),
+            stall: ctx.faults.strike_reaching(FaultPoint::NotifierStall, name, hit, reach).then(|| stall_duration(ctx)),
         };
         let next = next_offsets(&batch);
         if cfg.inbox == InboxMode::CommitOffsetFirst {
@@ -220,7 +223,7 @@ impl Incarnation<'_> {
             self.commit(&next);
         }
         ctx.faults.settled(held);
-        if ctx.faults.strike(FaultPoint::NotifierReplay, name, hit) {
+        if ctx.faults.strike_reaching(FaultPoint::NotifierReplay, name, hit, reach) {
             self.replay(&batch, at);
         }
         Step::Continue
@@ -333,9 +336,14 @@ impl Incarnation<'_> {
         Stats::add(&ctx.stats.dead_lettered, outcome.dead_lettered);
         let mut fires = 0;
         for m in batch {
-            fires += ctx.faults.strike(FaultPoint::NotifierBeforeOffsetCommit, self.name, || {
-                format!("batch of {} events, partition {} offset {}", batch.len(), m.partition, m.offset)
-            }) as u64;
+            // The whole batch comes back, not only the message struck.
+            let reach = || Reach::topic(batch.iter().map(|m| (m.partition, m.offset)));
+            fires += ctx.faults.strike_reaching(
+                FaultPoint::NotifierBeforeOffsetCommit,
+                self.name,
+                || format!("batch of {} events, partition {} offset {}", batch.len(), m.partition, m.offset),
+                reach,
+            ) as u64;
         }
         if fires > 0 {
             ctx.faults.await_redelivery(FaultPoint::NotifierBeforeOffsetCommit, fires, held);

@@ -9,7 +9,7 @@
 
 use crate::broker::Producer;
 use crate::domain::events::Envelope;
-use crate::faults::{Confirm, FaultPoint};
+use crate::faults::{Confirm, FaultPoint, Reach};
 use crate::pipeline::context::{Ctx, Shutdown, Stats, RESTART_FLOOR};
 use crate::pipeline::supervise::{self, Counters, Ending};
 use crate::scenario::{RelayAcks, RelayEventId, RelayOrder};
@@ -153,24 +153,27 @@ impl<'a> Incarnation<'a> {
         }
         let span =
             || format!("batch of {} events, outbox seq {}..={}", rows.len(), rows[0].seq, rows[rows.len() - 1].seq);
+        // The batch's outbox rows, logged with a firing: what ties an
+        // anomaly's event to the crash that repeated or lost it.
+        let reach = || Reach::outbox(rows.iter().map(|r| r.seq));
         let ids: Vec<_> = rows.iter().map(|r| r.id).collect();
         if let Err(step) = self.mark_first(&ids).await {
             return step;
         }
-        if ctx.faults.strike(FaultPoint::RelayBeforeProduce, name, span) {
+        if ctx.faults.strike_reaching(FaultPoint::RelayBeforeProduce, name, span, reach) {
             // Publish-then-mark loses nothing here (the claim dies with the
             // connection); the mistakes above have already lost the batch.
             ctx.faults.halt(FaultPoint::RelayBeforeProduce).await;
             return crash(FaultPoint::RelayBeforeProduce);
         }
-        let refuse = self.shape_produce(&rows, span).await;
+        let refuse = self.shape_produce(&rows, span, reach).await;
         let how = Publish { refuse, minted: cfg.event_id == RelayEventId::Minted, acks: cfg.acks };
         if let Err(cause) = publish(self.producer.as_ref(), &ctx.names.topic, &rows, how).await {
             return self.produce_failed(cause, rows.len(), refuse.is_some(), shutdown).await;
         }
         Stats::add(&ctx.stats.messages_published, rows.len() as u64);
         ctx.stats.mark(&ctx.stats.first_publish_ms, &ctx.stats.last_publish_ms);
-        if ctx.faults.strike(FaultPoint::RelayAfterProduce, name, span) {
+        if ctx.faults.strike_reaching(FaultPoint::RelayAfterProduce, name, span, reach) {
             // The batch will be published again: its first event twice.
             ctx.faults.await_copies(FaultPoint::RelayAfterProduce, rows[0].id, 2);
             ctx.faults.halt(FaultPoint::RelayAfterProduce).await;
@@ -183,7 +186,7 @@ impl<'a> Incarnation<'a> {
                 return fail("marking published", e);
             }
         }
-        if ctx.faults.strike(FaultPoint::RelayAfterMark, name, span) {
+        if ctx.faults.strike_reaching(FaultPoint::RelayAfterMark, name, span, reach) {
             // Everything of this batch is done; the crash costs nothing.
             ctx.faults.halt(FaultPoint::RelayAfterMark).await;
             return crash(FaultPoint::RelayAfterMark);
@@ -195,15 +198,20 @@ impl<'a> Incarnation<'a> {
 
     /// The faults that shape the produce: `relay.slow_produce` holds the
     /// claim first, `relay.produce_error` has one message refused.
-    async fn shape_produce(&self, rows: &[OutboxRow], span: impl Fn() -> String) -> Option<Refuse> {
+    async fn shape_produce(
+        &self,
+        rows: &[OutboxRow],
+        span: impl Fn() -> String,
+        reach: impl Fn() -> Reach,
+    ) -> Option<Refuse> {
         let (ctx, name) = (self.ctx, self.name);
-        if ctx.faults.strike(FaultPoint::RelaySlowProduce, name, &span) {
+        if ctx.faults.strike_reaching(FaultPoint::RelaySlowProduce, name, &span, &reach) {
             // Holding the claim while others skip past it: later rows reach
             // the topic first.
             tokio::time::sleep(SLOW_PRODUCE).await;
             ctx.faults.confirm(FaultPoint::RelaySlowProduce, 1);
         }
-        ctx.faults.strike(FaultPoint::RelayProduceError, name, &span).then(|| {
+        ctx.faults.strike_reaching(FaultPoint::RelayProduceError, name, &span, &reach).then(|| {
             // Confirmed when the batch goes out again: its first event
             // twice, or once when it is the refused one.
             let copies = if rows.len() > 1 { 2 } else { 1 };

@@ -215,8 +215,12 @@ fn anomalies(r: &Report, out: &mut String) {
             })
             .collect();
         if !followed.is_empty() {
-            out.push_str("<h3>Anomalies after faults</h3>");
-            table(out, &["anomaly", "payment or event", "last trace (s into the run)", "faults around it"], &followed);
+            let _ = write!(out, "<h3>{}</h3>", super::CAUSES);
+            table(
+                out,
+                &["anomaly", "payment or event", "last trace (s into the run)", &super::cause_column()],
+                &followed,
+            );
         }
     });
 }

@@ -552,19 +552,18 @@ fn render_findings(r: &Report, style: Style, out: &mut String) {
     }
 }
 
-/// Each dated example and the faults that fired in the seconds before its
-/// last trace ([`crate::verifier::attribution`]): suspects, not proof.
+/// Each dated example and its cause ([`crate::verifier::attribution`]):
+/// the fault whose logged reach held its data, or else the faults that
+/// fired around its last trace, marked "by time": suspects, not proof.
 fn render_followed(r: &Report, style: Style, out: &mut String) {
     let dated: Vec<_> = r.anomalies.iter().flat_map(|a| a.followed.iter().map(move |f| (a, f))).collect();
     if dated.is_empty() {
         return;
     }
     let md = style == Style::Markdown;
-    use crate::verifier::attribution::{AFTER_MS, WINDOW_MS};
-    out.push_str(&heading(style, "Anomalies after faults"));
+    out.push_str(&heading(style, CAUSES));
     let last = "last trace (s into the run)";
-    let before = format!("faults from {} s before it to {} s after, nearest first", WINDOW_MS / 1000, AFTER_MS / 1000);
-    let mut t = table(style, &["anomaly", "payment or event", last, &before]);
+    let mut t = table(style, &["anomaly", "payment or event", last, &cause_column()]);
     for (a, f) in dated {
         let sep = if md { "<br>" } else { "\n" };
         let suspects = f.suspects(sep);
@@ -576,6 +575,19 @@ fn render_followed(r: &Report, style: Style, out: &mut String) {
         ]);
     }
     out.push_str(&format!("{t}\n"));
+}
+
+/// The heading of the anomalies' causes, in every report.
+pub const CAUSES: &str = "What caused each example";
+
+/// Its column of causes.
+pub fn cause_column() -> String {
+    use crate::verifier::attribution::{AFTER_MS, WINDOW_MS};
+    format!(
+        "cause (matched by data), or faults from {} s before to {} s after (by time)",
+        WINDOW_MS / 1000,
+        AFTER_MS / 1000
+    )
 }
 
 /// Timings, latency, the replay command and the verdict.

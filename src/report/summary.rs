@@ -1,5 +1,6 @@
 //! A run in a few lines that fit a terminal: the verdict first, then the
-//! harm (for a failure: each anomaly with one example), the effects, the
+//! harm (for a failure: in the user's words, each anomaly by name, one
+//! example and its cause), the effects, the
 //! topic, the faults that fired, the checks, where the report is and how
 //! to replay it. `chaos run` prints this; `--tables` prints every table.
 
@@ -36,12 +37,23 @@ pub fn render(r: &Report, html: &str, width: usize) -> String {
     );
     let judged = !matches!(r.verdict, Verdict::Incomplete | Verdict::Interrupted);
     let harmful: Vec<_> = r.anomalies.iter().filter(|a| !a.allowed).collect();
-    for (i, a) in harmful.iter().take(4).enumerate() {
-        let example = a.examples.first().map(|e| format!(": e.g. {e}")).unwrap_or_default();
-        lines.push((if i == 0 { "harm" } else { "" }.into(), format!("{} × {}{example}", a.count, a.name)));
-    }
-    if harmful.len() > 4 {
-        lines.push((String::new(), format!("and {} more anomalies (--tables, or the report)", harmful.len() - 4)));
+    if let Some(worst) = harmful.first() {
+        // The harm in the user's words first, then every anomaly by name,
+        // then one example and what caused it.
+        let named: Vec<String> = harmful.iter().map(|a| format!("{} × {}", a.count, a.name)).collect();
+        if let [only] = named.as_slice() {
+            lines.push(("harm".into(), format!("{} ({only})", harm(worst, &r.counts))));
+        } else {
+            lines.push(("harm".into(), harm(worst, &r.counts)));
+            wrap(&mut lines, "", named, width);
+        }
+        if let Some(e) = worst.examples.first() {
+            lines.push(("example".into(), e.clone()));
+        }
+        if let Some(f) = worst.followed.iter().find(|f| f.example == 0) {
+            let cause = f.faults.first().map_or_else(|| f.suspects(""), |s| s.describe());
+            lines.push(("cause".into(), cause));
+        }
     }
     if judged {
         match &r.system {
@@ -93,22 +105,7 @@ pub fn render(r: &Report, html: &str, width: usize) -> String {
     if fired.is_empty() {
         lines.push(("faults".into(), "none set".into()));
     }
-    let room = width.saturating_sub(12).max(20);
-    let mut current = String::new();
-    let mut first = true;
-    for item in fired {
-        if !current.is_empty() && current.chars().count() + 3 + item.chars().count() > room {
-            lines.push((if first { "faults" } else { "" }.into(), std::mem::take(&mut current)));
-            first = false;
-        }
-        if !current.is_empty() {
-            current.push_str(" · ");
-        }
-        current.push_str(&item);
-    }
-    if !current.is_empty() {
-        lines.push((if first { "faults" } else { "" }.into(), current));
-    }
+    wrap(&mut lines, "faults", fired, width);
     if judged {
         let held = r.invariants.iter().filter(|i| i.ok).count();
         let chaos = r.chaos_checks.iter().filter(|i| i.ok).count();
@@ -135,6 +132,57 @@ pub fn render(r: &Report, html: &str, width: usize) -> String {
         out.push('\n');
     }
     out
+}
+
+/// Items joined by " · " onto as many labelled lines as they need to fit
+/// `width`, the label on the first.
+fn wrap(lines: &mut Vec<(String, String)>, label: &str, items: Vec<String>, width: usize) {
+    let room = width.saturating_sub(12).max(20);
+    let mut current = String::new();
+    let mut first = true;
+    for item in items {
+        if !current.is_empty() && current.chars().count() + 3 + item.chars().count() > room {
+            lines.push((if first { label } else { "" }.into(), std::mem::take(&mut current)));
+            first = false;
+        }
+        if !current.is_empty() {
+            current.push_str(" · ");
+        }
+        current.push_str(&item);
+    }
+    if !current.is_empty() {
+        lines.push((if first { label } else { "" }.into(), current));
+    }
+}
+
+/// An anomaly's harm in the words of the people it happened to: "61
+/// payments got 2 or more receipts", where the counts say so; its count
+/// and name otherwise.
+fn harm(a: &crate::verifier::Anomaly, c: &crate::verifier::reconcile::Counts) -> String {
+    let n = a.count;
+    match a.name.as_str() {
+        "duplicate effect" if c.payments_with_many_receipts > 0 => {
+            format!("{} payments got 2 or more receipts", c.payments_with_many_receipts)
+        }
+        "missing effect" if c.payments_without_receipt > 0 => {
+            format!("{} captured payments got no receipt", c.payments_without_receipt)
+        }
+        "duplicate effect" => format!("{n} effects were applied more than once"),
+        "missing effect" => format!("{n} effects were never applied"),
+        "lost payment" => format!("{n} committed payments are gone"),
+        "phantom payment" => format!("{n} payments exist that no one committed"),
+        "lost event" => format!("{n} events never reached the topic"),
+        "unpublished leftover" => format!("{n} outbox rows were never published"),
+        "message mismatch" => format!("{n} messages differ from the rows they publish"),
+        "stale projection" => format!("{n} payments show a stale status"),
+        "counter drift" => format!("{n} counters do not add up"),
+        "duplicate external effect" => format!("{n} payments' emails went out more than once"),
+        "missing external effect" => format!("{n} captured payments got no email"),
+        "lost operation" => format!("{n} acknowledged operations left no event"),
+        "phantom operation" => format!("{n} events belong to no acknowledged operation"),
+        "failed check" => format!("{n} of your checks found rows"),
+        _ => format!("{n} × {}", a.name),
+    }
 }
 
 /// A line cut to `width` characters, with "…" where it was cut.
@@ -174,11 +222,55 @@ mod tests {
         let s = render(&r, "reports/x.html", 80);
         let lines: Vec<&str> = s.lines().collect();
         assert!(lines[0].starts_with("FAIL "), "{s}");
-        assert!(lines[1].contains("harm") && lines[1].contains("135 × duplicate effect: e.g. payment 01a2"), "{s}");
+        assert!(
+            lines[1].contains("harm") && lines[1].contains("135 effects were applied more than once (135 × duplicate"),
+            "{s}"
+        );
+        assert!(lines[2].contains("example") && lines[2].contains("payment 01a2"), "{s}");
         assert!(lines.iter().all(|l| l.chars().count() <= 80), "{s}");
         assert!(s.contains("0 of 1 invariants hold"), "{s}");
         assert!(s.contains("  why "), "{s}");
-        assert!(lines.len() <= 14, "{s}");
+        assert!(lines.len() <= 15, "{s}");
+    }
+
+    #[test]
+    fn a_failure_names_every_anomaly_and_its_examples_cause() {
+        use crate::verifier::attribution::{By, Followed, Suspect};
+        let mut r = report();
+        r.verdict = Verdict::Fail;
+        r.counts.payments_with_many_receipts = 61;
+        let followed = vec![Followed {
+            example: 0,
+            subject: uuid::Uuid::nil(),
+            trace_ms: 900,
+            faults: vec![Suspect {
+                point: "relay.after_produce".into(),
+                component: "relay-1".into(),
+                at_ms: 825,
+                before_ms: 75,
+                hit: "batch".into(),
+                by: By::Data,
+                matched: Some("its batch (outbox seq 1..=22) held seq 1".into()),
+            }],
+        }];
+        let anomaly = |name: &str, count, followed| Anomaly {
+            name: name.into(),
+            count,
+            examples: vec![format!("{name} example")],
+            allowed: false,
+            subjects: vec![],
+            followed,
+        };
+        r.anomalies = vec![anomaly("duplicate effect", 122, followed), anomaly("counter drift", 46, vec![])];
+        let s = render(&r, "reports/x.html", 100);
+        let lines: Vec<&str> = s.lines().map(str::trim_end).collect();
+        assert_eq!(lines[1], "  harm      61 payments got 2 or more receipts", "{s}");
+        assert_eq!(lines[2], "            122 × duplicate effect · 46 × counter drift", "{s}");
+        assert_eq!(lines[3], "  example   duplicate effect example", "{s}");
+        assert_eq!(
+            lines[4], "  cause     relay.after_produce on relay-1 at 0.825 s: its batch (outbox seq 1..=22) held seq 1",
+            "{s}"
+        );
     }
 
     #[test]

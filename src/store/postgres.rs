@@ -401,18 +401,18 @@ const DIALECT: super::truth::Dialect = super::truth::Dialect {
              UNION ALL SELECT message_id, round(extract(epoch FROM processed_at) * 1000)::bigint FROM inbox_unkeyed",
     // An inbox claim joins its outbox row for the payment: a claim under
     // an id no outbox row has (the consumer-made id) belongs to no story.
-    story: "SELECT id, 'payment', 'payment written', NULL::uuid, round(extract(epoch FROM created_at) * 1000)::bigint FROM payments \
-            UNION ALL SELECT id, 'payment', 'payment captured', NULL::uuid, round(extract(epoch FROM updated_at) * 1000)::bigint FROM payments \
+    story: "SELECT id, 'payment', 'payment written', NULL::uuid, round(extract(epoch FROM created_at) * 1000)::bigint, NULL::bigint FROM payments \
+            UNION ALL SELECT id, 'payment', 'payment captured', NULL::uuid, round(extract(epoch FROM updated_at) * 1000)::bigint, NULL::bigint FROM payments \
               WHERE status = 'captured' \
-            UNION ALL SELECT aggregate_id, 'outbox', event_type || ' row created', id, round(extract(epoch FROM created_at) * 1000)::bigint FROM outbox \
-            UNION ALL SELECT aggregate_id, 'outbox', event_type || ' row published', id, round(extract(epoch FROM published_at) * 1000)::bigint \
+            UNION ALL SELECT aggregate_id, 'outbox', event_type || ' row created', id, round(extract(epoch FROM created_at) * 1000)::bigint, seq FROM outbox \
+            UNION ALL SELECT aggregate_id, 'outbox', event_type || ' row published', id, round(extract(epoch FROM published_at) * 1000)::bigint, seq \
               FROM outbox WHERE published_at IS NOT NULL \
-            UNION ALL SELECT o.aggregate_id, 'inbox', 'inbox claim: ' || i.handler, i.message_id, round(extract(epoch FROM i.processed_at) * 1000)::bigint \
+            UNION ALL SELECT o.aggregate_id, 'inbox', 'inbox claim: ' || i.handler, i.message_id, round(extract(epoch FROM i.processed_at) * 1000)::bigint, NULL::bigint \
               FROM inbox i JOIN outbox o ON o.id = i.message_id \
-            UNION ALL SELECT o.aggregate_id, 'inbox', 'inbox record: ' || i.handler, i.message_id, round(extract(epoch FROM i.processed_at) * 1000)::bigint \
+            UNION ALL SELECT o.aggregate_id, 'inbox', 'inbox record: ' || i.handler, i.message_id, round(extract(epoch FROM i.processed_at) * 1000)::bigint, NULL::bigint \
               FROM inbox_unkeyed i JOIN outbox o ON o.id = i.message_id \
-            UNION ALL SELECT payment_id, 'effect', 'receipt sent', message_id, round(extract(epoch FROM sent_at) * 1000)::bigint FROM receipts \
-            UNION ALL SELECT payment_id, 'effect', 'projection: ' || status, event_id, round(extract(epoch FROM updated_at) * 1000)::bigint \
+            UNION ALL SELECT payment_id, 'effect', 'receipt sent', message_id, round(extract(epoch FROM sent_at) * 1000)::bigint, NULL::bigint FROM receipts \
+            UNION ALL SELECT payment_id, 'effect', 'projection: ' || status, event_id, round(extract(epoch FROM updated_at) * 1000)::bigint, NULL::bigint \
               FROM payment_projection",
 };
 

@@ -385,18 +385,18 @@ const DIALECT: super::truth::Dialect = super::truth::Dialect {
              UNION ALL SELECT message_id, processed_at FROM inbox_unkeyed",
     // An inbox claim joins its outbox row for the payment: a claim under
     // an id no outbox row has (the consumer-made id) belongs to no story.
-    story: "SELECT id, 'payment', 'payment written', NULL, created_at FROM payments \
-            UNION ALL SELECT id, 'payment', 'payment captured', NULL, updated_at FROM payments \
+    story: "SELECT id, 'payment', 'payment written', NULL, created_at, NULL FROM payments \
+            UNION ALL SELECT id, 'payment', 'payment captured', NULL, updated_at, NULL FROM payments \
               WHERE status = 'captured' \
-            UNION ALL SELECT aggregate_id, 'outbox', event_type || ' row created', id, created_at FROM outbox \
-            UNION ALL SELECT aggregate_id, 'outbox', event_type || ' row published', id, published_at \
+            UNION ALL SELECT aggregate_id, 'outbox', event_type || ' row created', id, created_at, seq FROM outbox \
+            UNION ALL SELECT aggregate_id, 'outbox', event_type || ' row published', id, published_at, seq \
               FROM outbox WHERE published_at IS NOT NULL \
-            UNION ALL SELECT o.aggregate_id, 'inbox', 'inbox claim: ' || i.handler, i.message_id, i.processed_at \
+            UNION ALL SELECT o.aggregate_id, 'inbox', 'inbox claim: ' || i.handler, i.message_id, i.processed_at, NULL \
               FROM inbox i JOIN outbox o ON o.id = i.message_id \
-            UNION ALL SELECT o.aggregate_id, 'inbox', 'inbox record: ' || i.handler, i.message_id, i.processed_at \
+            UNION ALL SELECT o.aggregate_id, 'inbox', 'inbox record: ' || i.handler, i.message_id, i.processed_at, NULL \
               FROM inbox_unkeyed i JOIN outbox o ON o.id = i.message_id \
-            UNION ALL SELECT payment_id, 'effect', 'receipt sent', message_id, sent_at FROM receipts \
-            UNION ALL SELECT payment_id, 'effect', 'projection: ' || status, event_id, updated_at \
+            UNION ALL SELECT payment_id, 'effect', 'receipt sent', message_id, sent_at, NULL FROM receipts \
+            UNION ALL SELECT payment_id, 'effect', 'projection: ' || status, event_id, updated_at, NULL \
               FROM payment_projection",
 };
 

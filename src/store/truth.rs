@@ -23,7 +23,8 @@ pub struct Dialect {
     /// milliseconds since the epoch), over every table that dates one.
     pub traces: &'static str,
     /// Every dated row of a payment's story: (payment id, lane, what, event
-    /// or message id or NULL, time in milliseconds since the epoch).
+    /// or message id or NULL, time in milliseconds since the epoch, the
+    /// outbox row's seq or NULL).
     pub story: &'static str,
 }
 
@@ -221,6 +222,7 @@ where
     for<'r> Option<Uuid>: Decode<'r, DB> + Type<DB>,
     for<'r> String: Decode<'r, DB> + Type<DB>,
     for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> Option<i64>: Decode<'r, DB> + Type<DB>,
 {
     let wanted: std::collections::HashSet<Uuid> = payments.iter().copied().collect();
     let mut rows = Vec::new();
@@ -239,6 +241,7 @@ where
                 what: r.try_get(2)?,
                 event: r.try_get(3)?,
                 at_epoch_ms: r.try_get(4)?,
+                seq: r.try_get(5)?,
             });
         }
         Ok(())

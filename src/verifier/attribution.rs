@@ -1,31 +1,44 @@
-//! Which faults came just before an anomaly: the verification's answer to
-//! "what did this", as far as time can give it.
+//! Which fault caused an anomaly: matched through the data the fault log
+//! records, and by time when the data says nothing.
 //!
 //! An example of an anomaly is about one payment or one event (its
-//! subject). Its *last trace* is the latest time the database recorded for
-//! it: the payment's row written or captured, a receipt sent, the
-//! projection set; the event marked published, or claimed in the inbox.
-//! A duplicate receipt's last trace is the second receipt; a phantom
-//! payment's, its row; a lost event's, its mark as published. The faults
-//! that fired in the [`WINDOW_MS`] before that trace, or up to [`AFTER_MS`]
-//! after it (a broker that acked a batch and died before its followers
-//! copied it loses the batch after the relay's mark), are listed, nearest
-//! first: the suspects, not a proof of cause. An example with no fault
-//! around it says so, which is a finding too (a bug that needs no fault).
+//! subject). Its *footprint* is what its story holds
+//! ([`super::story`]): its outbox rows' seqs and its messages' positions
+//! on the topic. A firing's *reach* is what the component that struck it
+//! logged ([`crate::faults::Reach`]): a relay's batch of outbox seqs, a
+//! notifier's batch of topic positions. A firing whose reach holds the
+//! example's footprint is a cause *by data*: a relay that crashed after
+//! producing the batch that held event seq 7 put the second copy of seq 7
+//! on the topic. A signal to a process carries no reach; when that
+//! process reported its deliveries, the batch it last received before the
+//! signal stands for it.
+//!
+//! Without a data match, time is the fallback, and is marked as such. The
+//! example's *last trace* is the latest time the database recorded for it:
+//! the payment's row written or captured, a receipt sent, the projection
+//! set; the event marked published, or claimed in the inbox. A duplicate
+//! receipt's last trace is the second receipt; a phantom payment's, its
+//! row; a lost event's, its mark as published. The faults that fired in
+//! the [`WINDOW_MS`] before that trace, or up to [`AFTER_MS`] after it (a
+//! broker that acked a batch and died before its followers copied it loses
+//! the batch after the relay's mark), are suspects *by time*, nearest
+//! first: not a proof of cause. An example with no fault around it says
+//! so, which is a finding too (a bug that needs no fault).
 //!
 //! The database's clock and the harness's are the same machine's, read
 //! through `clock_timestamp()` (PostgreSQL) or `unixepoch('subsec')`
 //! (SQLite): both in milliseconds since the epoch.
 
+use super::story::Story;
 use super::Anomaly;
 use crate::faults::FaultPoint;
-use crate::faults::FaultRecord;
+use crate::faults::{DeliveryRecord, FaultRecord};
 use crate::scenario::Scenario;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use uuid::Uuid;
 
-/// How far before a trace a fault counts as a suspect.
+/// How far before a trace a fault counts as a suspect by time.
 pub const WINDOW_MS: u64 = 5_000;
 /// How far after a trace a fault still counts: a loss can come after the
 /// last write (a leader that dies after its ack).
@@ -33,7 +46,7 @@ pub const AFTER_MS: u64 = 2_000;
 /// At most this many suspects per example.
 pub const SUSPECTS: usize = 3;
 
-/// One example's last trace and the faults before it.
+/// One example's last trace and the faults that caused it, or came near it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Followed {
     /// Index into the anomaly's `examples`.
@@ -41,29 +54,40 @@ pub struct Followed {
     pub subject: Uuid,
     /// The last trace, in milliseconds since the run started.
     pub trace_ms: u64,
-    /// Nearest first.
+    /// Matched by data first, then by time; nearest first within each.
     pub faults: Vec<Suspect>,
 }
 
 impl Followed {
-    /// Its suspects as text, one per `sep`: "relay.after_produce on relay-1,
-    /// 12 ms before", or a line saying none fired around it.
+    /// Its suspects as text, one per `sep`: "relay.after_produce on relay-2
+    /// at 1.097 s: its batch (outbox seq 5..=32) held seq 7", or "by time:
+    /// net.reset on relay-1, 12 ms before", or a line saying none fired
+    /// around it.
     pub fn suspects(&self, sep: &str) -> String {
         if self.faults.is_empty() {
             return "none: no fault fired around it".to_string();
         }
-        self.faults
-            .iter()
-            .map(|s| match s.before_ms {
-                b if b >= 0 => format!("{} on {}, {b} ms before", s.point, s.component),
-                a => format!("{} on {}, {} ms after", s.point, s.component, -a),
-            })
-            .collect::<Vec<_>>()
-            .join(sep)
+        self.faults.iter().map(Suspect::describe).collect::<Vec<_>>().join(sep)
+    }
+
+    /// The cause matched by data, if any.
+    pub fn cause(&self) -> Option<&Suspect> {
+        self.faults.first().filter(|s| s.by == By::Data)
     }
 }
 
-/// A fault that fired shortly before a trace.
+/// How a suspect was tied to its example.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum By {
+    /// The firing's reach held the example's event or message.
+    Data,
+    /// Only nearness in time: a suspect, not a proof.
+    #[default]
+    Time,
+}
+
+/// A fault tied to an example, by data or by time.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Suspect {
     pub point: String,
@@ -72,59 +96,160 @@ pub struct Suspect {
     /// How long before the trace it fired; negative: after it.
     pub before_ms: i64,
     pub hit: String,
+    #[serde(default)]
+    pub by: By,
+    /// For a match by data, what matched: "its batch (outbox seq 5..=32)
+    /// held seq 7".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matched: Option<String>,
 }
 
-/// Fills each anomaly's `followed` from the last traces of its examples'
-/// subjects (epoch milliseconds, per subject), the run's start (epoch
-/// milliseconds) and its fault log.
-///
-/// A fault with a length (`spans`: a pause, a blackhole, a timeline entry's
-/// `for`, by point name) covers its whole span: a zombie paused for 8 s that
-/// writes when it wakes is a suspect of what it wrote, though its firing
-/// was logged 8 s before.
-pub fn attribute(
-    anomalies: &mut [Anomaly],
-    traces: &HashMap<Uuid, i64>,
-    run_started_ms: i64,
-    log: &[FaultRecord],
-    spans: &BTreeMap<String, u64>,
-) {
+impl Suspect {
+    pub fn describe(&self) -> String {
+        match (&self.by, &self.matched) {
+            (By::Data, Some(m)) => {
+                format!("{} on {} at {:.3} s: {m}", self.point, self.component, self.at_ms as f64 / 1000.0)
+            }
+            _ => match self.before_ms {
+                b if b >= 0 => format!("by time: {} on {}, {b} ms before", self.point, self.component),
+                a => format!("by time: {} on {}, {} ms after", self.point, self.component, -a),
+            },
+        }
+    }
+}
+
+/// What the verifier knows of the faults and of the anomalies' subjects.
+pub struct Evidence<'a> {
+    /// Each subject's last trace, in epoch milliseconds.
+    pub traces: &'a HashMap<Uuid, i64>,
+    /// The run's start, in epoch milliseconds.
+    pub run_started_ms: i64,
+    pub log: &'a [FaultRecord],
+    /// A fault with a length (`spans`: a pause, a blackhole, a timeline
+    /// entry's `for`, by point name) covers its whole span: a zombie paused
+    /// for 8 s that writes when it wakes is a suspect of what it wrote,
+    /// though its firing was logged 8 s before.
+    pub spans: &'a BTreeMap<String, u64>,
+    /// The examples' stories: their footprints.
+    pub stories: &'a [Story],
+    /// The batches the notifiers reported receiving.
+    pub deliveries: &'a [DeliveryRecord],
+}
+
+/// Fills each anomaly's `followed`.
+pub fn attribute(anomalies: &mut [Anomaly], ev: &Evidence) {
     for a in anomalies.iter_mut() {
+        let name = a.name.clone();
         a.followed = a
             .subjects
             .iter()
             .enumerate()
             .filter_map(|(i, s)| s.map(|s| (i, s)))
             .filter_map(|(example, subject)| {
-                let trace_ms = u64::try_from(traces.get(&subject)? - run_started_ms).ok()?;
-                let mut faults: Vec<Suspect> = log
+                let trace_ms = u64::try_from(ev.traces.get(&subject)? - ev.run_started_ms).ok()?;
+                let story = ev.stories.iter().find(|s| s.anomaly == name && s.example == example);
+                let mut faults: Vec<Suspect> = ev
+                    .log
                     .iter()
-                    .filter(|f| {
-                        let lasts = spans.get(&f.point).copied().unwrap_or(0);
-                        f.at_ms + lasts + WINDOW_MS >= trace_ms && f.at_ms <= trace_ms + AFTER_MS
-                    })
-                    .map(|f| Suspect {
-                        point: f.point.clone(),
-                        component: f.component.clone(),
-                        at_ms: f.at_ms,
-                        before_ms: trace_ms as i64 - f.at_ms as i64,
-                        hit: f.hit.clone(),
+                    .filter_map(|f| {
+                        let suspect = |by, matched| Suspect {
+                            point: f.point.clone(),
+                            component: f.component.clone(),
+                            at_ms: f.at_ms,
+                            before_ms: trace_ms as i64 - f.at_ms as i64,
+                            hit: f.hit.clone(),
+                            by,
+                            matched,
+                        };
+                        // A cause comes before its effect, or soon after
+                        // its last trace (a loss after the mark).
+                        if let Some(m) = story.and_then(|s| matched(f, s, ev.deliveries)) {
+                            return (f.at_ms <= trace_ms + AFTER_MS).then(|| suspect(By::Data, Some(m)));
+                        }
+                        let lasts = ev.spans.get(&f.point).copied().unwrap_or(0);
+                        (f.at_ms + lasts + WINDOW_MS >= trace_ms && f.at_ms <= trace_ms + AFTER_MS)
+                            .then(|| suspect(By::Time, None))
                     })
                     .collect();
-                // Nearest first; a trace inside a fault's span is nearest of all.
-                let distance = |f: &Suspect| {
-                    let lasts = spans.get(&f.point).copied().unwrap_or(0) as i64;
-                    match f.before_ms {
-                        b if b >= 0 && b <= lasts => 0,
-                        b if b > lasts => (b - lasts) as u64,
-                        a => a.unsigned_abs(),
-                    }
-                };
-                faults.sort_by_key(distance);
+                // Time is only the fallback: with a cause matched by data,
+                // what merely came near it is left out.
+                if faults.iter().any(|f| f.by == By::Data) {
+                    faults.retain(|f| f.by == By::Data);
+                    // A firing that cannot cause this anomaly goes last;
+                    // then earliest first: a cause comes before what it
+                    // causes, and a later firing on the same data (the
+                    // batch's republish, its redelivery) is its consequence.
+                    faults.sort_by_key(|f| (!can_cause(&f.point, &name), f.at_ms));
+                } else {
+                    // Nearest first; a trace inside a fault's span is
+                    // nearest of all.
+                    faults.sort_by_key(|f| {
+                        let lasts = ev.spans.get(&f.point).copied().unwrap_or(0) as i64;
+                        match f.before_ms {
+                            b if b >= 0 && b <= lasts => 0,
+                            b if b > lasts => (b - lasts) as u64,
+                            a => a.unsigned_abs(),
+                        }
+                    });
+                }
                 faults.truncate(SUSPECTS);
                 Some(Followed { example, subject, trace_ms, faults })
             })
             .collect();
+    }
+}
+
+/// Whether a firing of `point` can cause an anomaly called `anomaly` in
+/// any program. Two relay points touch a batch without repeating or losing
+/// any of it: a crash after the mark (everything of the batch is done) and
+/// a slow produce, which only reorders (so it can cause a stale
+/// projection, and nothing else). Matched by data, they are still listed,
+/// after the firings that can.
+fn can_cause(point: &str, anomaly: &str) -> bool {
+    match FaultPoint::from_name(point) {
+        Some(FaultPoint::RelayAfterMark) => false,
+        Some(FaultPoint::RelaySlowProduce) => anomaly == crate::domain::anomaly::AnomalyKind::StaleProjection.as_str(),
+        _ => true,
+    }
+}
+
+/// What of an example's footprint a firing reached, in words; None when
+/// nothing did.
+fn matched(f: &FaultRecord, story: &Story, deliveries: &[DeliveryRecord]) -> Option<String> {
+    let r = &f.reach;
+    if let Some((seq, (a, b))) = story.seqs.iter().find_map(|s| r.seq_run(*s).map(|run| (*s, run))) {
+        return Some(format!("its batch (outbox seq {}) held seq {seq}", range(a, b)));
+    }
+    if let Some((m, (p, a, b))) = story.messages.iter().find_map(|m| r.span_of(m.partition, m.offset).map(|s| (m, s))) {
+        return Some(format!(
+            "its batch (partition {p}, offsets {}) held message {}:{}",
+            range(a, b),
+            m.partition,
+            m.offset
+        ));
+    }
+    // A signal to a process reaches what the process held: the batch it
+    // last received before the signal, when it reported its deliveries.
+    let signalled = FaultPoint::from_name(&f.point).is_some_and(|p| p.needs_process());
+    if !signalled || !r.is_empty() {
+        return None;
+    }
+    let last = deliveries.iter().rfind(|d| d.component == f.component && d.at_ms <= f.at_ms)?;
+    let m = story.messages.iter().find(|m| last.covers(m.partition, m.offset))?;
+    Some(format!(
+        "the batch it last received before it ({} messages, at {:.3} s) held message {}:{}",
+        last.messages,
+        last.at_ms as f64 / 1000.0,
+        m.partition,
+        m.offset
+    ))
+}
+
+fn range(a: i64, b: i64) -> String {
+    match (a == b, b == i64::MAX) {
+        (true, _) => a.to_string(),
+        (_, true) => format!("{a} onwards"),
+        _ => format!("{a}..={b}"),
     }
 }
 
@@ -153,9 +278,29 @@ pub fn subjects(anomalies: &[Anomaly]) -> Vec<Uuid> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::faults::Reach;
+    use crate::verifier::story::TopicMessage;
 
     fn fault(point: &str, component: &str, at_ms: u64) -> FaultRecord {
-        FaultRecord { point: point.into(), component: component.into(), at_ms, hit: "x".into(), occurrence: None }
+        FaultRecord {
+            point: point.into(),
+            component: component.into(),
+            at_ms,
+            hit: "x".into(),
+            occurrence: None,
+            reach: Reach::default(),
+        }
+    }
+
+    /// Attribution with no story and no delivery: time alone.
+    fn by_time(
+        anomalies: &mut [Anomaly],
+        traces: &HashMap<Uuid, i64>,
+        run_started_ms: i64,
+        log: &[FaultRecord],
+        spans: &BTreeMap<String, u64>,
+    ) {
+        attribute(anomalies, &Evidence { traces, run_started_ms, log, spans, stories: &[], deliveries: &[] });
     }
 
     #[test]
@@ -179,7 +324,7 @@ mod tests {
         // Run started at epoch 1,000,000 ms; p last seen at run time 10 s,
         // q at 30 s, r never (its traces were not found).
         let traces = HashMap::from([(p, 1_010_000), (q, 1_030_000)]);
-        attribute(&mut anomalies, &traces, 1_000_000, &log, &BTreeMap::new());
+        by_time(&mut anomalies, &traces, 1_000_000, &log, &BTreeMap::new());
         let f = &anomalies[0].followed;
         assert_eq!(f.len(), 2, "one per example with a subject and a trace: {f:?}");
         assert_eq!((f[0].example, f[0].trace_ms), (0, 10_000));
@@ -204,7 +349,7 @@ mod tests {
         }];
         // Marked published at 10 s; the leader killed 300 ms later.
         let log = vec![fault("broker.kill_leader", "the leader", 10_300), fault("net.reset", "relay-1", 13_000)];
-        attribute(&mut anomalies, &HashMap::from([(p, 10_000)]), 0, &log, &BTreeMap::new());
+        by_time(&mut anomalies, &HashMap::from([(p, 10_000)]), 0, &log, &BTreeMap::new());
         let s = &anomalies[0].followed[0].faults;
         assert_eq!(s.len(), 1, "{s:?}");
         assert_eq!((s[0].point.as_str(), s[0].before_ms), ("broker.kill_leader", -300));
@@ -222,11 +367,11 @@ mod tests {
             followed: vec![],
         }];
         let log: Vec<FaultRecord> = (0..10).map(|i| fault("net.reset", "workload", 4_000 + i * 100)).collect();
-        attribute(&mut anomalies, &HashMap::from([(p, 5_000)]), 0, &log, &BTreeMap::new());
+        by_time(&mut anomalies, &HashMap::from([(p, 5_000)]), 0, &log, &BTreeMap::new());
         let s = &anomalies[0].followed[0].faults;
         assert_eq!(s.iter().map(|s| s.at_ms).collect::<Vec<_>>(), vec![4_900, 4_800, 4_700]);
         // A trace from before the run started (a clock step) dates nothing.
-        attribute(&mut anomalies, &HashMap::from([(p, -5)]), 0, &log, &BTreeMap::new());
+        by_time(&mut anomalies, &HashMap::from([(p, -5)]), 0, &log, &BTreeMap::new());
         assert!(anomalies[0].followed.is_empty());
     }
 
@@ -244,12 +389,202 @@ mod tests {
         }];
         let log = [fault("process.pause", "notifier-1", 1_057), fault("relay.after_produce", "relay-1", 8_000)];
         let traces = HashMap::from([(p, 9_100)]);
-        attribute(&mut anomalies, &traces, 0, &log, &BTreeMap::new());
+        by_time(&mut anomalies, &traces, 0, &log, &BTreeMap::new());
         let seen: Vec<&str> = anomalies[0].followed[0].faults.iter().map(|f| f.point.as_str()).collect();
         assert_eq!(seen, ["relay.after_produce"], "without its length the pause is out of the window");
         let spans = BTreeMap::from([("process.pause".to_string(), 8_000)]);
-        attribute(&mut anomalies, &traces, 0, &log, &spans);
+        by_time(&mut anomalies, &traces, 0, &log, &spans);
         let seen: Vec<&str> = anomalies[0].followed[0].faults.iter().map(|f| f.point.as_str()).collect();
         assert_eq!(seen, ["process.pause", "relay.after_produce"], "the pause covers the trace, nearest of all");
+    }
+
+    fn story_of(anomaly: &str, subject: Uuid, seqs: Vec<i64>, messages: Vec<(i32, i64)>) -> Story {
+        Story {
+            anomaly: anomaly.into(),
+            example: 0,
+            subject,
+            payment: subject,
+            steps: vec![],
+            messages: messages.into_iter().map(|(p, o)| TopicMessage::new(p, o, None)).collect(),
+            seqs,
+        }
+    }
+
+    fn one(name: &str, p: Uuid) -> Vec<Anomaly> {
+        vec![Anomaly {
+            name: name.into(),
+            count: 1,
+            examples: vec!["p".into()],
+            allowed: false,
+            subjects: vec![Some(p)],
+            followed: vec![],
+        }]
+    }
+
+    #[test]
+    fn the_fault_whose_batch_held_the_event_is_named_first_over_nearer_ones() {
+        // The case a newcomer met: a duplicate receipt whose event (seq 7)
+        // sat in relay-2's batch 5..=32, crashed at 1.097 s; the faults
+        // nearest in time to the second receipt hit other batches.
+        let p = Uuid::from_u128(1);
+        let mut anomalies = one("duplicate effect", p);
+        let mut crash = fault("relay.after_produce", "relay-2", 1_097);
+        crash.reach = Reach::outbox((5..=32).filter(|s| *s != 9));
+        let mut near = fault("notifier.before_offset_commit", "notifier-1", 2_990);
+        near.reach = Reach::topic([(0, 100), (0, 101)]);
+        let mut other = fault("relay.after_produce", "relay-1", 2_950);
+        other.reach = Reach::outbox(40..=60);
+        let log = [crash, other, near];
+        let stories = [story_of("duplicate effect", p, vec![7, 8], vec![(1, 3), (1, 40)])];
+        let traces = HashMap::from([(p, 3_000)]);
+        let spans = BTreeMap::new();
+        let ev = Evidence {
+            traces: &traces,
+            run_started_ms: 0,
+            log: &log,
+            spans: &spans,
+            stories: &stories,
+            deliveries: &[],
+        };
+        attribute(&mut anomalies, &ev);
+        let f = &anomalies[0].followed[0];
+        let first = f.cause().expect("a cause matched by data");
+        assert_eq!((first.point.as_str(), first.component.as_str()), ("relay.after_produce", "relay-2"));
+        assert_eq!(first.matched.as_deref(), Some("its batch (outbox seq 5..=8) held seq 7"));
+        assert_eq!(f.faults.len(), 1, "what only came near in time is left out: {f:?}");
+        assert_eq!(
+            f.suspects("; "),
+            "relay.after_produce on relay-2 at 1.097 s: its batch (outbox seq 5..=8) held seq 7"
+        );
+        // Without the story, time is all there is: the nearest first, so
+        // marked.
+        let ev = Evidence { stories: &[], ..ev };
+        attribute(&mut anomalies, &ev);
+        let f = &anomalies[0].followed[0];
+        assert!(f.cause().is_none());
+        let by_time: Vec<(&str, By)> = f.faults.iter().map(|s| (s.component.as_str(), s.by)).collect();
+        assert_eq!(by_time, [("notifier-1", By::Time), ("relay-1", By::Time), ("relay-2", By::Time)]);
+        assert!(f.suspects("; ").starts_with("by time: notifier.before_offset_commit on notifier-1, 10 ms before"));
+    }
+
+    #[test]
+    fn among_causes_by_data_the_earliest_comes_first() {
+        // A batch crashed after its produce, then republished by a relay
+        // that crashed after its mark (harmless): the first touch is the
+        // cause, the republish its consequence.
+        let p = Uuid::from_u128(4);
+        let mut anomalies = one("duplicate effect", p);
+        let mut crash = fault("relay.after_produce", "relay-1", 1_000);
+        crash.reach = Reach::outbox(1..=10);
+        let mut republish = fault("relay.after_mark", "relay-2", 1_400);
+        republish.reach = Reach::outbox(1..=10);
+        let log = [republish, crash];
+        let stories = [story_of("duplicate effect", p, vec![3], vec![])];
+        let traces = HashMap::from([(p, 1_600)]);
+        let spans = BTreeMap::new();
+        let ev = Evidence {
+            traces: &traces,
+            run_started_ms: 0,
+            log: &log,
+            spans: &spans,
+            stories: &stories,
+            deliveries: &[],
+        };
+        attribute(&mut anomalies, &ev);
+        let seen: Vec<&str> = anomalies[0].followed[0].faults.iter().map(|f| f.point.as_str()).collect();
+        assert_eq!(seen, ["relay.after_produce", "relay.after_mark"]);
+    }
+
+    #[test]
+    fn a_firing_that_cannot_cause_the_anomaly_comes_after_one_that_can() {
+        // A payment's authorized event in a batch that crashed after its
+        // mark (harmless), its captured event in one that crashed after
+        // its produce: the second receipt is the latter's.
+        let p = Uuid::from_u128(5);
+        let mut anomalies = one("duplicate effect", p);
+        let mut harmless = fault("relay.after_mark", "relay-1", 256);
+        harmless.reach = Reach::outbox(33..=82);
+        let mut crash = fault("relay.after_produce", "relay-2", 298);
+        crash.reach = Reach::outbox(83..=132);
+        let log = [harmless, crash];
+        let stories = [story_of("duplicate effect", p, vec![65, 83], vec![])];
+        let traces = HashMap::from([(p, 392)]);
+        let spans = BTreeMap::new();
+        let ev = Evidence {
+            traces: &traces,
+            run_started_ms: 0,
+            log: &log,
+            spans: &spans,
+            stories: &stories,
+            deliveries: &[],
+        };
+        attribute(&mut anomalies, &ev);
+        let seen: Vec<&str> = anomalies[0].followed[0].faults.iter().map(|f| f.point.as_str()).collect();
+        assert_eq!(seen, ["relay.after_produce", "relay.after_mark"]);
+        assert!(
+            can_cause("relay.slow_produce", "stale projection") && !can_cause("relay.slow_produce", "duplicate effect")
+        );
+    }
+
+    #[test]
+    fn a_notifier_batch_that_held_the_message_is_its_cause_and_a_later_one_is_not() {
+        let p = Uuid::from_u128(2);
+        let mut anomalies = one("duplicate effect", p);
+        let mut early = fault("notifier.mid_batch", "notifier-2", 500);
+        early.reach = Reach::topic([(1, 10), (1, 20), (2, 4)]);
+        // The same message in a batch long after the trace: no cause.
+        let mut late = fault("notifier.mid_batch", "notifier-1", 20_000);
+        late.reach = Reach::topic([(1, 15)]);
+        let log = [late, early];
+        let stories = [story_of("duplicate effect", p, vec![], vec![(1, 15)])];
+        let traces = HashMap::from([(p, 9_000)]);
+        let spans = BTreeMap::new();
+        let ev = Evidence {
+            traces: &traces,
+            run_started_ms: 0,
+            log: &log,
+            spans: &spans,
+            stories: &stories,
+            deliveries: &[],
+        };
+        attribute(&mut anomalies, &ev);
+        let f = &anomalies[0].followed[0];
+        assert_eq!(f.faults.len(), 1, "{f:?}");
+        assert_eq!(f.cause().map(|c| c.component.as_str()), Some("notifier-2"));
+        assert_eq!(f.faults[0].matched.as_deref(), Some("its batch (partition 1, offsets 10..=20) held message 1:15"));
+    }
+
+    #[test]
+    fn a_kill_reaches_the_batch_its_process_last_received() {
+        let p = Uuid::from_u128(3);
+        let mut anomalies = one("missing effect", p);
+        let delivery =
+            |component: &str, at_ms, spans| DeliveryRecord { component: component.into(), at_ms, messages: 5, spans };
+        let deliveries = [
+            delivery("notifier-1", 1_000, vec![(0, 10, 14)]),
+            delivery("notifier-2", 1_100, vec![(1, 0, 4)]),
+            delivery("notifier-1", 1_200, vec![(0, 15, 19)]),
+            delivery("notifier-1", 1_900, vec![(0, 20, 24)]),
+        ];
+        let log = [fault("process.kill", "notifier-1", 1_500), fault("process.kill", "notifier-2", 1_400)];
+        let stories = [story_of("missing effect", p, vec![], vec![(0, 17)])];
+        let traces = HashMap::from([(p, 30_000)]);
+        let spans = BTreeMap::new();
+        let ev = Evidence {
+            traces: &traces,
+            run_started_ms: 0,
+            log: &log,
+            spans: &spans,
+            stories: &stories,
+            deliveries: &deliveries,
+        };
+        attribute(&mut anomalies, &ev);
+        let f = &anomalies[0].followed[0];
+        assert_eq!(f.faults.len(), 1, "the other kill is neither in the batch nor near in time: {f:?}");
+        assert_eq!(f.cause().map(|c| c.component.as_str()), Some("notifier-1"));
+        assert_eq!(
+            f.faults[0].matched.as_deref(),
+            Some("the batch it last received before it (5 messages, at 1.200 s) held message 0:17")
+        );
     }
 }

@@ -89,12 +89,14 @@ pub async fn stories(
     }
 }
 
-/// Dates each anomaly's examples by their last trace in the database and
-/// names the faults that fired just before ([`attribution`]). A failed
+/// Ties each anomaly's examples to their causes ([`attribution`]): by the
+/// data the fault log records, matched against the examples' stories, and
+/// by their last trace in the database when no data matches. A failed
 /// look-up leaves the anomalies undated: it never changes a verdict.
 pub async fn attribute(
     store: &Store,
     anomalies: &mut [crate::verifier::Anomaly],
+    stories: &[story::Story],
     faults: &FaultInjector,
     sc: &Scenario,
 ) {
@@ -105,10 +107,14 @@ pub async fn attribute(
     match store.traces(&ids).await {
         Ok(traces) => attribution::attribute(
             anomalies,
-            &traces,
-            faults.started_epoch_ms(),
-            &faults.log(),
-            &attribution::spans(sc),
+            &attribution::Evidence {
+                traces: &traces,
+                run_started_ms: faults.started_epoch_ms(),
+                log: &faults.log(),
+                spans: &attribution::spans(sc),
+                stories,
+                deliveries: &faults.deliveries(),
+            },
         ),
         Err(e) => warn!(cause = %e, "dating the anomalies' examples failed"),
     }

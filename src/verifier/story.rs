@@ -41,6 +41,10 @@ pub struct Story {
     pub steps: Vec<Step>,
     /// Its messages on the topic, in partition and offset order.
     pub messages: Vec<TopicMessage>,
+    /// Its outbox rows' seqs, in order: with `messages`, what its example
+    /// is matched to a fault's reach by ([`super::attribution`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub seqs: Vec<i64>,
 }
 
 /// One dated row of a payment's story.
@@ -115,10 +119,16 @@ pub fn tell(
                 .map(|r| Step {
                     at_ms: r.at_epoch_ms - run_started_ms,
                     lane: r.lane.to_string(),
-                    what: r.what.clone(),
+                    what: match r.seq {
+                        Some(seq) => format!("{} (seq {seq})", r.what),
+                        None => r.what.clone(),
+                    },
                     event: r.event,
                 })
                 .collect();
+            let mut seqs: Vec<i64> = by_payment.get(&payment).into_iter().flatten().filter_map(|r| r.seq).collect();
+            seqs.sort_unstable();
+            seqs.dedup();
             let mut msgs = messages.get(&payment).cloned().unwrap_or_default();
             msgs.sort_by_key(|m| (m.partition, m.offset));
             let delivered = deliveries.iter().flat_map(|d| {
@@ -134,7 +144,7 @@ pub fn tell(
             });
             steps.extend(delivered.take(DELIVERIES));
             steps.sort_by(|x, y| (x.at_ms, &x.lane, &x.what).cmp(&(y.at_ms, &y.lane, &y.what)));
-            Some(Story { anomaly: anomalies[a].name.clone(), example, subject, payment, steps, messages: msgs })
+            Some(Story { anomaly: anomalies[a].name.clone(), example, subject, payment, steps, messages: msgs, seqs })
         })
         .collect()
 }
@@ -197,6 +207,7 @@ mod tests {
             what: what.into(),
             event: None,
             at_epoch_ms: 1_000 + at,
+            seq: None,
         };
         let rows = vec![row(p, "second receipt", 900), row(q, "other", 5), row(p, "first receipt", 400)];
         let payments = HashMap::from([(p, p), (e, q)]);
@@ -249,6 +260,7 @@ mod tests {
             payment: p,
             steps: vec![Step { at_ms: 300, lane: "effect".into(), what: "receipt sent".into(), event: None }],
             messages: vec![],
+            seqs: vec![],
         }];
         let call = |seq, at_ms, payment: Uuid, key: Option<&str>, outcome| Request {
             seq,

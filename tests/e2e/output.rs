@@ -62,7 +62,16 @@ fn a_failing_run_leads_with_its_harm_and_keeps_its_database() {
     assert_eq!(ran.code, 1, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
     let lines: Vec<&str> = ran.stdout.lines().collect();
     assert!(lines[0].starts_with("FAIL  inbox-off"), "{}", ran.stdout);
-    assert!(lines[1].trim_start().starts_with("harm") && lines[1].contains("duplicate effect: e.g."), "{}", ran.stdout);
+    // The harm in the user's words, every anomaly by name, an example and
+    // the fault that caused it, matched by data.
+    assert!(
+        lines[1].trim_start().starts_with("harm") && lines[1].contains("payments got 2 or more receipts"),
+        "{}",
+        ran.stdout
+    );
+    assert!(lines[2].contains("× duplicate effect"), "{}", ran.stdout);
+    assert!(lines[3].trim_start().starts_with("example   payment "), "{}", ran.stdout);
+    assert!(lines[4].trim_start().starts_with("cause     ") && lines[4].contains("held"), "{}", ran.stdout);
     assert!(lines.iter().any(|l| l.trim_start().starts_with("why")), "{}", ran.stdout);
     assert!(lines.iter().all(|l| l.chars().count() <= 100), "{}", ran.stdout);
     // Its database stays beside its report, to be looked into.

@@ -59,8 +59,8 @@ pub(super) async fn judge(
         Some(Ok((r, topic_side))) => {
             let mut anomalies = r.anomalies;
             verdict::allow(&mut anomalies, &sc.allowed_anomalies);
-            pass::attribute(&store, &mut anomalies, &ctx.faults, sc).await;
             rep.stories = pass::stories(&store, &anomalies, topic_side, &ctx.faults).await;
+            pass::attribute(&store, &mut anomalies, &rep.stories, &ctx.faults, sc).await;
             if let Some(record) = emails {
                 crate::verifier::add_provider_calls(&mut rep.stories, record, ctx.faults.started_epoch_ms());
             }
