@@ -179,7 +179,9 @@ fn a_failing_run_tells_each_examples_story(backend: Backend) {
     assert!(receipts >= 2, "{example}");
     let sent = steps.iter().filter(|s| **s == "receipt sent").count();
     assert_eq!(sent, receipts, "the story's receipts against its example {example:?}: {steps:?}");
-    assert!(steps.iter().any(|s| s.ends_with("row published")), "its outbox rows: {steps:?}");
+    // Each outbox row with the seq a relay's fault log names.
+    assert!(steps.iter().any(|s| s.contains("row published (seq ")), "its outbox rows: {steps:?}");
+    assert!(!dup["seqs"].as_array().expect("the story's seqs").is_empty(), "{dup}");
     deliveries_cover_receipts(dup, receipts);
     // Its authorized and captured events at least; a copy from a relay's
     // crash adds one, a redelivery by the group (the mock cluster's slow
