@@ -61,6 +61,8 @@ pub enum Command {
     Sweep(SweepArgs),
     /// Merge the summaries of a sweep's shards (`chaos sweep --shard K/N` on N machines) into one: a table, a summary JSON, JUnit, and the sweep's exit code.
     Merge(MergeArgs),
+    /// Write a scenario file with every key at its default and one line of meaning (scenarios/reference.toml), to copy from.
+    Init(InitArgs),
     /// One relay or notifier instance as a process of its own; started by `chaos run` with components = "process".
     #[command(hide = true)]
     Component,
@@ -150,6 +152,13 @@ pub struct InfraArgs {
     /// Kafka bootstrap servers, e.g. 127.0.0.1:9092. Unset: librdkafka's embedded mock cluster.
     #[arg(long, env = "KAFKA_BROKERS")]
     pub brokers: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// The file to write; an existing file is never overwritten. `-` prints it on stdout.
+    #[arg(default_value = "scenario.toml")]
+    pub path: PathBuf,
 }
 
 #[derive(Debug, Args)]

@@ -3,7 +3,7 @@
 //! with `--json`), and says which exit code it ends with. `main.rs` only
 //! parses, sets up the process and calls [`execute`].
 
-use crate::commands::cli::{BenchArgs, CleanArgs, Command, MergeArgs, RunArgs, SelftestArgs, SweepArgs};
+use crate::commands::cli::{BenchArgs, CleanArgs, Command, InitArgs, MergeArgs, RunArgs, SelftestArgs, SweepArgs};
 use crate::error::{Error, Result};
 use crate::harness::run::{self, RunOptions};
 use crate::report::{self, Report, Style};
@@ -29,7 +29,33 @@ pub async fn execute(command: Command) -> Result<Exit> {
         Command::Selftest(a) => selftest(a).await,
         Command::Sweep(a) => sweep(a).await,
         Command::Merge(a) => merge(a),
+        Command::Init(a) => init(&a),
         Command::Component => crate::harness::component::serve().await.map(|()| Exit::Pass),
+    }
+}
+
+/// `chaos init [PATH]`: the scenario reference, every key at its default,
+/// written where the user can edit it, or printed with `-`.
+fn init(a: &InitArgs) -> Result<Exit> {
+    let text = crate::scenario::REFERENCE;
+    if a.path.as_os_str() == "-" {
+        print!("{text}");
+        return Ok(Exit::Pass);
+    }
+    let shown = a.path.display();
+    // create_new: an existing scenario is the user's work, never replaced.
+    let file = std::fs::OpenOptions::new().write(true).create_new(true).open(&a.path);
+    match file {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(Error::Usage(format!(
+            "{shown} already exists; name another file (chaos init my.toml) or print it with chaos init -"
+        ))),
+        Err(e) => Err(Error::Write { path: a.path.clone(), cause: e.to_string() }),
+        Ok(mut f) => {
+            use std::io::Write;
+            f.write_all(text.as_bytes()).map_err(|e| Error::Write { path: a.path.clone(), cause: e.to_string() })?;
+            println!("wrote {shown}: every scenario key at its default; edit it, then: chaos run {shown}");
+            Ok(Exit::Pass)
+        }
     }
 }
 

@@ -10,6 +10,10 @@ mod raw;
 mod system;
 mod validate;
 
+/// scenarios/reference.toml: every key at its default, with one line of
+/// meaning. `chaos init` writes it; a test holds it to the code.
+pub const REFERENCE: &str = include_str!("../../scenarios/reference.toml");
+
 use crate::domain::anomaly::AnomalyKind;
 use crate::faults::FaultPoint;
 pub use crate::faults::{FaultRates, RawFaults};
@@ -531,6 +535,129 @@ mod tests {
 
     fn p(text: &str) -> Result<Scenario, String> {
         parse(text, Path::new("t.toml")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_reference_runs_the_scenario_an_empty_file_would() {
+        // Every value scenarios/reference.toml writes is the code's default.
+        let json = |sc: Scenario| serde_json::to_value(sc).unwrap();
+        let reference = parse(REFERENCE, Path::new("my-scenario.toml")).expect("the reference is a valid scenario");
+        let empty = parse("name = \"my-scenario\"\n", Path::new("my-scenario.toml")).unwrap();
+        assert_eq!(json(reference), json(empty));
+    }
+
+    #[test]
+    fn the_reference_has_every_key_the_code_accepts() {
+        // Each table's keys as the code knows them: what serde lists when
+        // it refuses an unknown key there.
+        let tables = [
+            ("", "chaos_probe = 1"),
+            ("workload", "[workload]\nchaos_probe = 1"),
+            ("topic", "[topic]\nchaos_probe = 1"),
+            ("relay", "[relay]\nchaos_probe = 1"),
+            ("notifier", "[notifier]\nchaos_probe = 1"),
+            ("faults", "[faults]\nchaos_probe = 1"),
+            ("nemesis", "[nemesis]\nchaos_probe = 1"),
+            ("[nemesis.timeline]", "[[nemesis.timeline]]\nchaos_probe = 1"),
+            ("proxy", "[proxy]\nchaos_probe = 1"),
+            ("retention", "[retention]\nchaos_probe = 1"),
+            ("run", "[run]\nchaos_probe = 1"),
+            ("expect", "[expect]\nchaos_probe = 1"),
+            ("infra", "[infra]\nchaos_probe = 1"),
+            ("system", "[system]\nchaos_probe = 1"),
+            ("system.service", "[system.service]\nchaos_probe = 1"),
+            ("system.operation", "[system.operation]\nchaos_probe = 1"),
+            ("system.outbox", "[system.outbox]\nchaos_probe = 1"),
+            ("[system.effects]", "[[system.effects]]\nchaos_probe = 1"),
+            ("[system.checks]", "[[system.checks]]\nchaos_probe = 1"),
+        ];
+        let mut missing = Vec::new();
+        for (table, probe) in tables {
+            let err = toml::from_str::<RawScenario>(probe).expect_err(probe).message().to_string();
+            let expected = err.split_once("expected").unwrap_or_else(|| panic!("{probe}: {err}")).1;
+            let keys: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+            assert!(!keys.is_empty(), "{probe}: {err}");
+            let section = section_of(REFERENCE, table);
+            for key in keys {
+                let written = section.lines().any(|l| {
+                    let l = l.trim_start_matches('#').trim_start();
+                    l.strip_prefix(key).is_some_and(|rest| {
+                        let rest = rest.trim_start();
+                        rest.starts_with('=') || rest.starts_with('.')
+                    })
+                });
+                // A key that is a table of its own: its header is written.
+                let path = format!("{}.{key}", table.trim_matches(['[', ']']));
+                let is_table = section_headers(REFERENCE).iter().any(|h| h == path.trim_start_matches('.'));
+                if !written && !is_table {
+                    missing.push(format!("[{table}] {key}"));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "scenarios/reference.toml lacks {missing:?}");
+        // The provider fields of an effect, and an operation value's kinds.
+        for key in ["message_id", "key", "amount", "range", "one_of"] {
+            assert!(
+                section_of(REFERENCE, "[system.effects]").contains(key) || REFERENCE.contains(&format!("{key} =")),
+                "{key}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_references_commented_keys_are_real_keys_too() {
+        // Uncommented, every `# key = value` and `# [table]` line must still
+        // read as a scenario: a misspelt example would fail here.
+        let key = |l: &str| {
+            let (k, _) = l.split_once(" = ").unwrap_or(("", ""));
+            !k.is_empty() && k.chars().all(|c| c.is_ascii_lowercase() || c == '_' || c == '.')
+        };
+        let uncommented: String = REFERENCE
+            .lines()
+            .map(|l| match l.strip_prefix("# ") {
+                Some(rest) if rest.starts_with('[') || key(rest) => rest,
+                _ => l,
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert!(
+            uncommented.contains("\n[system.outbox]")
+                && uncommented.contains("\ncommand = [\"python3\", \"relay.py\"]")
+        );
+        let raw: Result<RawScenario, _> = toml::from_str(&uncommented);
+        assert!(raw.is_ok(), "{}", raw.err().unwrap());
+    }
+
+    /// The names of a TOML text's headers, written or commented out:
+    /// `[a]` and `[[a.b]]` are `a` and `a.b`.
+    fn section_headers(text: &str) -> Vec<String> {
+        text.lines()
+            .map(|l| l.trim_start_matches('#').trim())
+            .filter(|l| l.starts_with('['))
+            .filter_map(|l| l.split(']').next().map(|h| h.trim_matches('[').to_string()))
+            .collect()
+    }
+
+    /// The lines under `table`'s header (written or commented out) up to
+    /// the next header; "" is the top, before any header.
+    fn section_of<'a>(text: &'a str, table: &str) -> &'a str {
+        let header = |l: &str| l.trim_start_matches('#').trim().starts_with('[');
+        let mut start = if table.is_empty() { Some(0) } else { None };
+        let mut offset = 0;
+        for line in text.split_inclusive('\n') {
+            let here = offset;
+            offset += line.len();
+            if header(line) {
+                if let Some(start) = start {
+                    return &text[start..here];
+                }
+                let h = line.trim_start_matches('#').trim();
+                if h.starts_with(&format!("[{table}]")) {
+                    start = Some(offset);
+                }
+            }
+        }
+        start.map_or("", |s| &text[s..])
     }
 
     #[test]

@@ -29,3 +29,31 @@ fn payments_toml_reproduces_the_experiment() {
     assert_eq!(s.faults.get(FaultPoint::NotifierBeforeOffsetCommit), 0.002);
     assert!(s.exactly_once);
 }
+
+/// `chaos init` writes the scenario reference where asked, never over an
+/// existing file, prints it with `-`, and what it writes runs and passes.
+#[test]
+fn init_writes_the_reference_which_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("my.toml");
+    let wrote = run(chaos().arg("init").arg(&path));
+    assert_eq!(wrote.code, 0, "{}", wrote.stderr);
+    assert!(wrote.stdout.contains("chaos run"), "{}", wrote.stdout);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(text, std::fs::read_to_string(root().join("scenarios/reference.toml")).unwrap());
+    // The user's file is never replaced.
+    std::fs::write(&path, "seed = 1\n").unwrap();
+    let again = run(chaos().arg("init").arg(&path));
+    assert_eq!(again.code, 2, "{}", again.stderr);
+    assert_eq!(again.stderr.trim().lines().count(), 1, "one line: {}", again.stderr);
+    assert!(again.stderr.contains("already exists"), "{}", again.stderr);
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "seed = 1\n");
+    let printed = run(chaos().args(["init", "-"]));
+    assert_eq!((printed.code, printed.stdout.as_str()), (0, text.as_str()));
+    // As written, it runs (embedded, fewer payments) and passes.
+    let fresh = dir.path().join("fresh.toml");
+    std::fs::write(&fresh, &text).unwrap();
+    let ran = run_scenario(Backend::Embedded, &fresh, dir.path(), &["--payments", "100"]);
+    assert_eq!(ran.code, 0, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.json()["scenario"]["name"], "my-scenario");
+}
