@@ -137,3 +137,101 @@ fn only_the_kafka_adapter_names_rdkafka() {
     }
     assert!(files.len() > 30, "walked {} files", files.len());
 }
+
+/// Every relative link of the README and of docs/ leads to a file that
+/// exists.
+#[test]
+fn every_link_in_the_readme_and_the_docs_leads_somewhere() {
+    let mut pages = vec![root().join("README.md")];
+    pages.extend(
+        std::fs::read_dir(root().join("docs"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "md")),
+    );
+    let mut broken = Vec::new();
+    let mut seen = 0;
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        for (_, rest) in text.match_indices("](").map(|(i, _)| ((), &text[i + 2..])) {
+            let target = rest.split(')').next().unwrap().split('#').next().unwrap().trim();
+            if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            seen += 1;
+            if !page.parent().unwrap().join(target).exists() {
+                broken.push(format!("{}: {target}", page.display()));
+            }
+        }
+    }
+    assert!(seen >= 10, "only {seen} links found");
+    assert!(broken.is_empty(), "links to nothing: {broken:?}");
+}
+
+/// Every command the README shows runs as shown: each `chaos run` in a
+/// code block, on the backend its environment names, ends with the exit
+/// code its sample output says (PASS 0, FAIL 1); each script it names
+/// exists and knows the subcommand; each `chaos <command>` it names in the
+/// text is a command.
+#[test]
+fn every_command_in_the_readme_runs() {
+    let text = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let mut in_block = false;
+    let mut lines = text.lines().peekable();
+    let mut ran = 0;
+    while let Some(line) = lines.next() {
+        if line.starts_with("```") {
+            in_block = !in_block;
+            continue;
+        }
+        if !in_block {
+            continue;
+        }
+        let command = line.strip_prefix("$ ").unwrap_or(line).split(" #").next().unwrap().trim();
+        let words: Vec<&str> = command.split_whitespace().collect();
+        let envs: Vec<(&str, &str)> =
+            words.iter().take_while(|w| w.contains('=')).filter_map(|w| w.split_once('=')).collect();
+        let argv: Vec<&str> = words[envs.len()..].to_vec();
+        let args: &[&str] = match argv.as_slice() {
+            ["chaos", rest @ ..] => rest,
+            ["cargo", "run", "--release", "--", rest @ ..] => rest,
+            [script, rest @ ..] if script.starts_with("scripts/") => {
+                let path = root().join(script);
+                let body = std::fs::read_to_string(&path)
+                    .unwrap_or_else(|_| panic!("README names {script}, which does not exist"));
+                use std::os::unix::fs::PermissionsExt;
+                assert!(path.metadata().unwrap().permissions().mode() & 0o111 != 0, "{script} is not executable");
+                if let Some(sub) = rest.first() {
+                    assert!(
+                        body.contains(&format!("{sub})")) || body.contains(&format!("{sub}|")),
+                        "{script} has no {sub:?}"
+                    );
+                }
+                continue;
+            }
+            _ => continue,
+        };
+        // The sample output under a `$ chaos run` says how it ends.
+        let expected = match lines.peek() {
+            Some(next) if next.starts_with("FAIL") => 1,
+            _ => 0,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = chaos();
+        c.args(args).arg("--reports-dir").arg(dir.path());
+        let backend =
+            if envs.iter().any(|(k, _)| *k == "DATABASE_URL") { Backend::Services } else { Backend::Embedded };
+        backend.apply(&mut c);
+        let out = run(&mut c);
+        assert_eq!(out.code, expected, "README: {command}\nstdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+        ran += 1;
+    }
+    assert!(ran >= 3, "only {ran} chaos commands found in the README's code blocks");
+    // The commands the text names are commands.
+    for (i, _) in text.match_indices("`chaos ") {
+        let sub = text[i + 7..].split(|c: char| !c.is_ascii_alphanumeric()).next().unwrap();
+        let help = run(chaos().args([sub, "--help"]));
+        assert_eq!(help.code, 0, "README names `chaos {sub}`, which is no command: {}", help.stderr);
+    }
+}
