@@ -2,7 +2,8 @@
 //! their PostgreSQL schemas, Kafka topics and consumer groups, and SQLite
 //! files. It only touches names that carry a run id (`chaos_20261130_034000_ab12`,
 //! `chaos.20261130-034000-ab12.…`), which only the harness creates, and
-//! only when the run id's time is older than the cut-off. Reports are kept.
+//! only when the run id's time is older than the cut-off. Reports are kept,
+//! unless `--reports` asks for them too.
 
 use crate::broker::{kafka::Kafka, Broker};
 use crate::domain::names::CONNECT_TIMEOUT;
@@ -73,6 +74,7 @@ pub async fn clean(
     brokers: Option<&str>,
     reports_dir: &Path,
     dry_run: bool,
+    reports: bool,
 ) -> Result<Cleaned> {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
     let cutoff = now.saturating_sub(older_than.as_secs());
@@ -89,7 +91,11 @@ pub async fn clean(
             kafka.delete_names(&out.topics, &out.groups).await?;
         }
     }
-    out.files = sqlite_files(reports_dir, cutoff, dry_run)?;
+    let mut suffixes = vec![".sqlite", ".sqlite-wal", ".sqlite-shm"];
+    if reports {
+        suffixes.extend([".json", ".md", ".html", ".xml"]);
+    }
+    out.files = run_files(reports_dir, &suffixes, cutoff, dry_run)?;
     Ok(out)
 }
 
@@ -123,14 +129,16 @@ async fn schemas(url: &str, cutoff: u64, dry_run: bool) -> Result<Vec<String>> {
     Ok(removed)
 }
 
-/// The old runs' SQLite files in the reports folder, removed unless `dry_run`.
-fn sqlite_files(reports_dir: &Path, cutoff: u64, dry_run: bool) -> Result<Vec<String>> {
+/// The old runs' files in the reports folder with one of these suffixes,
+/// removed unless `dry_run`. Only names that start with a run id: a sweep's
+/// summary (`sweep-…`) or a file of the user's is never one.
+fn run_files(reports_dir: &Path, suffixes: &[&str], cutoff: u64, dry_run: bool) -> Result<Vec<String>> {
     let mut removed = Vec::new();
     let Ok(entries) = std::fs::read_dir(reports_dir) else { return Ok(removed) };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let is_db = [".sqlite", ".sqlite-wal", ".sqlite-shm"].iter().any(|s| name.ends_with(s));
-        if is_db && is_old(&name, cutoff) {
+        let wanted = suffixes.iter().any(|s| name.ends_with(s));
+        if wanted && is_old(&name, cutoff) {
             if !dry_run {
                 std::fs::remove_file(e.path())
                     .map_err(|err| Error::Write { path: e.path(), cause: err.to_string() })?;

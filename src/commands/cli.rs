@@ -53,7 +53,7 @@ pub enum Command {
     Doctor(DoctorArgs),
     /// Measure throughput per stage, latency and peak memory, beside a pgbench yardstick; prints which targets are met.
     Bench(BenchArgs),
-    /// Remove the schemas, topics, consumer groups and SQLite files of runs older than a duration; nothing else.
+    /// Remove the schemas, topics, consumer groups and SQLite files of runs older than a duration (and, with --reports, their reports); nothing else.
     Clean(CleanArgs),
     /// Prove the verifier can fail: run every classic mistake with the fault that exposes it, then the correct pipeline.
     Selftest(SelftestArgs),
@@ -201,6 +201,9 @@ pub struct RunArgs {
     /// Where reports are written.
     #[arg(long, default_value = "reports")]
     pub reports_dir: PathBuf,
+    /// Keep an embedded run's SQLite file beside its report even when it passes (a run that does not pass always keeps it).
+    #[arg(long)]
+    pub keep: bool,
     /// Print the JSON report on stdout instead of the summary.
     #[arg(long)]
     pub json: bool,
@@ -267,6 +270,9 @@ pub struct CleanArgs {
     /// Only list what would be removed.
     #[arg(long)]
     pub dry_run: bool,
+    /// Remove the old runs' reports too (<run-id>.json, .md, .html, .xml in the reports folder); sweeps' summaries are kept.
+    #[arg(long)]
+    pub reports: bool,
 }
 
 fn parse_age(s: &str) -> Result<std::time::Duration, String> {

@@ -79,6 +79,7 @@ async fn run_scenario(a: RunArgs) -> Result<Exit> {
         faults: a.changes.faults,
         schedule: a.schedule,
         declared: a.declared,
+        keep: a.keep,
     };
     let terminal = reporters::Terminal { tables: a.tables };
     let reporter: &dyn run::Reporter = if a.json { &reporters::Json } else { &terminal };
@@ -161,6 +162,7 @@ async fn clean(a: CleanArgs) -> Result<Exit> {
         a.infra.brokers.as_deref(),
         &a.reports_dir,
         a.dry_run,
+        a.reports,
     )
     .await?;
     let verb = if a.dry_run { "would remove" } else { "removed" };
@@ -254,6 +256,7 @@ async fn sweep(a: SweepArgs) -> Result<Exit> {
             faults: a.changes.faults,
             schedule: None,
             declared: None,
+            keep: false,
         },
         first_seed: a.first_seed,
         seeds: a.seeds,

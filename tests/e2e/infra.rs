@@ -112,6 +112,20 @@ async fn clean_removes_old_runs_and_nothing_else() {
     sqlx::query(&format!("DROP SCHEMA \"{fresh}\"")).execute(&mut c).await.unwrap();
     assert!(!reports.path().join("20200101-000000-c1ea.sqlite").exists());
     assert!(reports.path().join("20200101-000000-c1ea.json").exists(), "reports are kept");
+    // With --reports, the old runs' reports go too; a sweep's summary, a
+    // file of the user's and today's report stay.
+    let today = format!("{}.json", chaos::domain::names::RunNames::new().run_id);
+    for f in ["20200101-000000-c1ea.html", "sweep-20200101-000000-c1ea.json", "notes.md", today.as_str()] {
+        std::fs::write(reports.path().join(f), b"{}").unwrap();
+    }
+    let pruned = run(chaos().args(["clean", "--older-than", "1d", "--reports", "--reports-dir"]).arg(reports.path()));
+    assert_eq!(pruned.code, 0, "{}\n{}", pruned.stdout, pruned.stderr);
+    for gone in ["20200101-000000-c1ea.json", "20200101-000000-c1ea.html"] {
+        assert!(!reports.path().join(gone).exists(), "{gone} is an old run's report: {}", pruned.stdout);
+    }
+    for kept in ["sweep-20200101-000000-c1ea.json", "notes.md", today.as_str()] {
+        assert!(reports.path().join(kept).exists(), "{kept} must stay: {}", pruned.stdout);
+    }
     let listed = tokio::task::spawn_blocking(|| {
         use rdkafka::consumer::{BaseConsumer, Consumer};
         let c: BaseConsumer = chaos::broker::kafka::config(&brokers()).create().unwrap();

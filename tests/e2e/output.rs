@@ -37,6 +37,16 @@ fn a_run_prints_a_summary_that_fits_the_terminal_and_every_table_on_request() {
         .filter(|e| e.file_name().to_string_lossy().contains(".sqlite"))
         .collect();
     assert!(left.is_empty(), "{left:?}");
+    // Unless it is asked to stay.
+    let kept = tempfile::tempdir().unwrap();
+    let mut c = chaos();
+    Backend::Embedded.apply(&mut c);
+    c.args(["run", "scenarios/smoke.toml", "--payments", "50", "--keep", "--reports-dir"]).arg(kept.path());
+    let ran_kept = run(&mut c);
+    assert!(matches!(ran_kept.code, 0 | 4), "{}", ran_kept.stderr);
+    let sqlite =
+        std::fs::read_dir(kept.path()).unwrap().flatten().any(|e| e.file_name().to_string_lossy().ends_with(".sqlite"));
+    assert!(sqlite, "--keep keeps the SQLite file");
     // The JUnit suite keeps its name across seeds; the seed is a property.
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(xml.contains("<testsuite name=\"chaos run smoke\""), "{xml}");

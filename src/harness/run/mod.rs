@@ -41,6 +41,8 @@ pub struct RunOptions {
     pub schedule: Option<crate::faults::Schedule>,
     /// A declaration of the payments pipeline the run is judged by too.
     pub declared: Option<PathBuf>,
+    /// Keep a passing embedded run's SQLite file.
+    pub keep: bool,
 }
 
 impl RunOptions {
@@ -107,17 +109,31 @@ impl Reporter for Quiet {
 /// Runs a scenario file end to end and returns its report.
 pub async fn run(opts: RunOptions, reporter: &dyn Reporter) -> Result<Report> {
     let sc = opts.scenario()?;
-    execute(sc, opts.database_url.clone(), opts.brokers.clone(), &opts.reports_dir, reporter).await
+    let (db, brokers) = (opts.database_url.clone(), opts.brokers.clone());
+    execute_keeping(sc, db, brokers, &opts.reports_dir, reporter, opts.keep).await
 }
 
 /// Runs a validated scenario end to end: open the infrastructure, start
 /// the components, drive the workload and the drain, stop, verify, report.
+/// A passing embedded run's SQLite file is removed.
 pub async fn execute(
     sc: Scenario,
     database_url: Option<String>,
     brokers: Option<String>,
     reports_dir: &std::path::Path,
     reporter: &dyn Reporter,
+) -> Result<Report> {
+    execute_keeping(sc, database_url, brokers, reports_dir, reporter, false).await
+}
+
+/// [`execute`], keeping a passing embedded run's SQLite file when `keep`.
+async fn execute_keeping(
+    sc: Scenario,
+    database_url: Option<String>,
+    brokers: Option<String>,
+    reports_dir: &std::path::Path,
+    reporter: &dyn Reporter,
+    keep: bool,
 ) -> Result<Report> {
     // A declared system replaces the payments pipeline whole.
     if sc.system.is_some() {
@@ -208,9 +224,8 @@ pub async fn execute(
     // The report holds what the run found: a passing run's SQLite file
     // (about 1 MB) is only clutter in the reports folder. A run that did
     // not pass keeps it, to be looked into beside its report.
-    if let (Some(db), true) =
-        (sqlite, matches!(rep.verdict, crate::verifier::Verdict::Pass | crate::verifier::Verdict::Inconclusive))
-    {
+    let passed = matches!(rep.verdict, crate::verifier::Verdict::Pass | crate::verifier::Verdict::Inconclusive);
+    if let (Some(db), true) = (sqlite, passed && !keep) {
         for suffix in ["", "-wal", "-shm"] {
             let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
         }
