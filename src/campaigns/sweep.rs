@@ -18,6 +18,7 @@ use crate::harness::run::{execute, Quiet, RunOptions};
 use crate::report::Report;
 use crate::verifier::Verdict;
 use comfy_table::{presets, Cell, Table};
+use futures::StreamExt;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -48,6 +49,9 @@ pub struct Options {
     /// Run only this shard's seeds (`--shard K/N`), so that N machines
     /// share a sweep; `chaos merge` puts their summaries back together.
     pub shard: Option<Shard>,
+    /// Seeds run at once (`--jobs N`), each with its own schema, topic and
+    /// group as every run has; 1 runs them one after the other.
+    pub jobs: u32,
 }
 
 /// One of `count` shares of a sweep's seeds: the seeds whose index from
@@ -317,28 +321,46 @@ pub async fn sweep(opts: &Options, listener: &dyn Listener) -> Result<Summary> {
     let mut s =
         Summary { shard: opts.shard, ..Summary::empty("sweep", &scenario, opts.swarm, opts.first_seed, opts.seeds) };
     let mut first_failure: Option<(crate::scenario::Scenario, Report)> = None;
-    for i in 0..opts.seeds {
-        if opts.shard.is_some_and(|s| !s.owns(i as u64)) {
-            continue;
-        }
-        let seed = opts.first_seed + i as u64;
-        let mut sc = base.clone().with_seed(seed);
-        let mut rates = vec![];
-        if opts.swarm {
-            for (p, r) in swarm_rates(&sc.faults, seed) {
-                sc = sc.with_rate(p, r)?;
-                rates.push(Rate { point: p.name().into(), probability: r });
+    let jobs = opts.jobs.max(1) as usize;
+    if jobs > 1 {
+        shared_between_runs(&base)?;
+    }
+    let owned: Vec<u64> = (0..opts.seeds)
+        .filter(|i| opts.shard.is_none_or(|s| s.owns(*i as u64)))
+        .map(|i| opts.first_seed + i as u64)
+        .collect();
+    // Set once a failure (without --keep-going) or an interrupt ends the
+    // sweep: the seeds not started yet are not run; those running finish.
+    let stop = std::cell::Cell::new(false);
+    let tallied = std::cell::RefCell::new(tally(&s));
+    let run_seed = |seed: u64| {
+        let (base, stop, tallied) = (&base, &stop, &tallied);
+        async move {
+            if stop.get() {
+                return Ok(None);
             }
+            let mut sc = base.clone().with_seed(seed);
+            let mut rates = vec![];
+            if opts.swarm {
+                for (p, r) in swarm_rates(&sc.faults, seed) {
+                    sc = sc.with_rate(p, r)?;
+                    rates.push(Rate { point: p.name().into(), probability: r });
+                }
+            }
+            listener.progress(&Progress::SeedStarted { seed, tally: tallied.borrow().clone() });
+            let t = Instant::now();
+            let (db, brokers) = (opts.run.database_url.clone(), opts.run.brokers.clone());
+            let rep = execute(sc.clone(), db, brokers, &opts.run.reports_dir, &Quiet).await?;
+            Ok::<_, Error>(Some((seed, sc, rates, rep, t.elapsed().as_secs_f64())))
         }
-        listener.progress(&Progress::SeedStarted { seed, tally: tally(&s) });
-        let t = Instant::now();
-        let rep =
-            execute(sc.clone(), opts.run.database_url.clone(), opts.run.brokers.clone(), &opts.run.reports_dir, &Quiet)
-                .await?;
+    };
+    let mut runs = futures::stream::iter(owned.into_iter().map(run_seed)).buffer_unordered(jobs);
+    while let Some(done) = runs.next().await {
+        let Some((seed, sc, rates, rep, seconds)) = done? else { continue };
         if s.backend.is_empty() {
             s.backend = format!("{} · {}", rep.infra.database, rep.infra.broker);
         }
-        let row = row(seed, &rep, rates, t.elapsed().as_secs_f64());
+        let row = row(seed, &rep, rates, seconds);
         listener.progress(&Progress::SeedFinished {
             seed,
             verdict: row.verdict,
@@ -353,22 +375,45 @@ pub async fn sweep(opts: &Options, listener: &dyn Listener) -> Result<Summary> {
             Verdict::Interrupted => s.interrupted = true,
         }
         s.rows.push(row);
-        if rep.verdict == Verdict::Fail && first_failure.is_none() {
+        *tallied.borrow_mut() = tally(&s);
+        // With several seeds at once, the first failure is the lowest seed's.
+        if rep.verdict == Verdict::Fail && first_failure.as_ref().is_none_or(|(f, _)| sc.seed < f.seed) {
             first_failure = Some((sc, rep));
             if !opts.keep_going {
-                break;
+                stop.set(true);
             }
         }
         if s.interrupted {
-            break;
+            stop.set(true);
         }
     }
+    drop(runs);
+    s.rows.sort_by_key(|r| r.seed);
     listener.progress(&Progress::SweepFinished);
     if let (Some(budget), Some((sc, rep)), false) = (opts.shrink, first_failure, s.interrupted) {
         s.shrink = Some(crate::campaigns::shrink::shrink(&sc, &rep, &opts.run.reports_dir, budget, listener).await?);
     }
     s.seconds = started.elapsed().as_secs_f64();
     Ok(s)
+}
+
+/// Refuses `--jobs` above 1 for a scenario whose runs would share
+/// something beyond the services: the fault proxy's Kafka listeners are
+/// fixed ports, and a service fault on the timeline (a broker killed, the
+/// database restarted) would strike every run at once, logged in one.
+fn shared_between_runs(sc: &crate::scenario::Scenario) -> Result<()> {
+    if sc.proxies_kafka() {
+        return Err(Error::Usage(
+            "--jobs above 1 cannot run a scenario with the fault proxy in front of Kafka: its listeners are fixed ports one run at a time can use; use --jobs 1, or shards on several machines (--shard K/N)".into(),
+        ));
+    }
+    if let Some(t) = sc.timeline.iter().find(|t| t.point.is_service()) {
+        return Err(Error::Usage(format!(
+            "--jobs above 1 cannot run a scenario whose timeline has {}: it would strike every run at once; use --jobs 1, or shards on several machines (--shard K/N)",
+            t.point.name()
+        )));
+    }
+    Ok(())
 }
 
 fn tally(s: &Summary) -> String {

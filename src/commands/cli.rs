@@ -117,6 +117,9 @@ pub struct SweepArgs {
     /// Run only shard K of N of the seeds (round robin: the seeds whose index from --first-seed is K-1 modulo N), so that N machines share one sweep; `chaos merge` puts their summaries together.
     #[arg(long, value_name = "K/N", value_parser = crate::campaigns::sweep::Shard::parse)]
     pub shard: Option<crate::campaigns::sweep::Shard>,
+    /// Seeds run at once on this machine, each with its own schema, topic and group (or SQLite file and mock cluster); default 1, one after the other.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub jobs: u32,
     /// Run every seed, instead of stopping at the first failure.
     #[arg(long)]
     pub keep_going: bool,

@@ -262,6 +262,7 @@ async fn sweep(a: SweepArgs) -> Result<Exit> {
         seeds: a.seeds,
         swarm: a.swarm,
         keep_going: a.keep_going,
+        jobs: a.jobs,
         shrink: a.shrink.then_some(a.shrink_runs),
         shard: a.shard,
     };

@@ -284,6 +284,26 @@ fn shards_of_a_sweep_merge_into_the_whole_sweep() {
     let skipped = cases.iter().filter(|c| matches!(c.status, quick_junit::TestCaseStatus::Skipped { .. })).count();
     assert_eq!((cases.len(), skipped), (4, 2));
 
+    // The whole sweep on one machine, two seeds at once: the same seeds and
+    // totals as the two shards merged, and the runs overlapped in time.
+    let whole = sweep(Backend::Embedded, scenario, dir.path(), &["--seeds", "4", "--jobs", "2"]);
+    assert_eq!(whole.code, 0, "{}", whole.stderr);
+    let w = whole.json();
+    let seeds: Vec<u64> = w["rows"].as_array().unwrap().iter().map(|r| r["seed"].as_u64().unwrap()).collect();
+    assert_eq!(seeds, vec![1, 2, 3, 4]);
+    for total in ["passed", "failed", "inconclusive", "incomplete"] {
+        assert_eq!(w[total], m[total], "{total}: one sweep {w} against the merge {m}");
+    }
+    let busy: f64 = w["rows"].as_array().unwrap().iter().map(|r| r["seconds"].as_f64().unwrap()).sum();
+    let wall = w["seconds"].as_f64().unwrap();
+    assert!(wall < busy * 0.9, "--jobs 2 ran the seeds one after the other: {wall:.1} s for {busy:.1} s of runs");
+    // What runs cannot share is refused before any run.
+    let proxied = dir.path().join("proxied.toml");
+    std::fs::write(&proxied, "[workload]\npayments = 80\n[proxy]\nkafka = true\n").unwrap();
+    let refused = sweep(Backend::Embedded, proxied.to_str().unwrap(), dir.path(), &["--seeds", "2", "--jobs", "2"]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(refused.stderr.contains("--jobs above 1") && refused.stderr.contains("--shard"), "{}", refused.stderr);
+
     // A shard of another sweep (other seeds) is refused, naming both.
     let other = sweep(Backend::Embedded, scenario, dir.path(), &["--seeds", "2", "--shard", "2/2"]);
     assert_eq!(other.code, 0, "{}", other.stderr);
