@@ -152,6 +152,22 @@ pub struct Summary {
     /// A merge's shards whose summaries were not given.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing_shards: Vec<u32>,
+    /// What the seeds ran: the `chaos` version and a digest of the
+    /// validated scenario, the command line's changes included. Shards
+    /// merge only when theirs are equal: the same file path on two
+    /// machines may hold two scenarios. Empty in summaries from before it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub fingerprint: String,
+}
+
+/// The fingerprint of a sweep of `sc` ([`Summary::fingerprint`]): the
+/// version, and an FNV-1a digest of the scenario as JSON with its seed at
+/// 0 (each seed sets its own). FNV, not the standard hasher, because it is
+/// the same in every build.
+pub fn fingerprint(sc: &crate::scenario::Scenario) -> String {
+    let json = serde_json::to_string(&sc.clone().with_seed(0)).unwrap_or_default();
+    let digest = json.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
+    format!("chaos {} · scenario {digest:016x}", env!("CARGO_PKG_VERSION"))
 }
 
 impl Summary {
@@ -175,6 +191,7 @@ impl Summary {
             shard: None,
             merged: vec![],
             missing_shards: vec![],
+            fingerprint: String::new(),
         }
     }
 
@@ -220,6 +237,12 @@ pub fn merge(mut parts: Vec<Summary>) -> Result<Summary> {
         let Some(s) = p.shard else {
             return Err(Error::Usage(format!("chaos merge: {} is a whole sweep, not a shard", p.sweep_id)));
         };
+        if p.fingerprint != first.fingerprint {
+            return Err(Error::Usage(format!(
+                "chaos merge: {} ran {:?} and {} ran {:?}: another build or another scenario; run every shard with the same chaos and the same file",
+                p.sweep_id, p.fingerprint, first.sweep_id, first.fingerprint
+            )));
+        }
         if s.count != count || !same(first, p) {
             return Err(Error::Usage(format!(
                 "chaos merge: {} (shard {s} of {} from seed {}, {} seeds) is not a shard of the same sweep as {} (shard {} of {} from seed {}, {} seeds); merge the shards of one sweep",
@@ -242,6 +265,7 @@ pub fn merge(mut parts: Vec<Summary>) -> Result<Summary> {
         backend: first.backend.clone(),
         merged: parts.iter().map(|p| p.sweep_id.clone()).collect(),
         missing_shards: (1..=count).filter(|k| !given.contains(k)).collect(),
+        fingerprint: first.fingerprint.clone(),
         ..Summary::empty("sweep-merged", &first.scenario, first.swarm, first.first_seed, first.seeds_asked)
     };
     for p in parts {
@@ -318,8 +342,11 @@ pub async fn sweep(opts: &Options, listener: &dyn Listener) -> Result<Summary> {
     let started = Instant::now();
     listener.progress(&Progress::SweepStarted { seeds: opts.seeds });
     let scenario = opts.run.scenario.display().to_string();
-    let mut s =
-        Summary { shard: opts.shard, ..Summary::empty("sweep", &scenario, opts.swarm, opts.first_seed, opts.seeds) };
+    let mut s = Summary {
+        shard: opts.shard,
+        fingerprint: fingerprint(&base),
+        ..Summary::empty("sweep", &scenario, opts.swarm, opts.first_seed, opts.seeds)
+    };
     let mut first_failure: Option<(crate::scenario::Scenario, Report)> = None;
     let jobs = opts.jobs.max(1) as usize;
     if jobs > 1 {
@@ -619,6 +646,7 @@ mod tests {
             shard: Some(shard),
             merged: vec![],
             missing_shards: vec![],
+            fingerprint: "chaos 0.1.0 · scenario 00000000000000aa".into(),
         }
     }
 
@@ -660,6 +688,12 @@ mod tests {
             .contains("not a shard of the same sweep"));
         assert!(e(vec![shard_summary(1, 2, 5, None), shard_summary(2, 3, 5, None)])
             .contains("not a shard of the same sweep"));
+        // Another build or another scenario behind the same path: refused,
+        // naming both.
+        let mut other = shard_summary(2, 2, 5, None);
+        other.fingerprint = "chaos 0.2.0 · scenario 00000000000000aa".into();
+        let refused = e(vec![shard_summary(1, 2, 5, None), other]);
+        assert!(refused.contains("sweep-2 ran \"chaos 0.2.0") && refused.contains("sweep-1 ran"), "{refused}");
         let mut whole = shard_summary(1, 1, 5, None);
         whole.shard = None;
         assert!(e(vec![whole]).contains("is a whole sweep, not a shard"));

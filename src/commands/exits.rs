@@ -94,6 +94,7 @@ mod tests {
             shard: None,
             merged: vec![],
             missing_shards: vec![],
+            fingerprint: String::new(),
         };
         assert_eq!(of_sweep(&s), Exit::Pass);
         s.inconclusive = 1;

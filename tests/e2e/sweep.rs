@@ -250,7 +250,11 @@ fn shards_of_a_sweep_merge_into_the_whole_sweep() {
     let dir = tempfile::tempdir().unwrap();
     // Small and sure to see its one fault fire, so every seed passes.
     let scenario = dir.path().join("small.toml");
-    std::fs::write(&scenario, "[workload]\npayments = 80\n[faults]\nrelay_after_produce = 0.3\n").unwrap();
+    std::fs::write(
+        &scenario,
+        "[workload]\npayments = 80\n[relay]\nbatch_size = 5\n[faults]\nrelay_after_produce = 0.3\n",
+    )
+    .unwrap();
     let scenario = scenario.to_str().unwrap();
     let mut parts = Vec::new();
     for shard in ["1/2", "2/2"] {
@@ -303,6 +307,19 @@ fn shards_of_a_sweep_merge_into_the_whole_sweep() {
     let refused = sweep(Backend::Embedded, proxied.to_str().unwrap(), dir.path(), &["--seeds", "2", "--jobs", "2"]);
     assert_eq!(refused.code, 2, "{}", refused.stderr);
     assert!(refused.stderr.contains("--jobs above 1") && refused.stderr.contains("--shard"), "{}", refused.stderr);
+
+    // The same file with another change on the command line is another
+    // scenario: its shard is refused, both fingerprints named.
+    let changed =
+        sweep(Backend::Embedded, scenario, dir.path(), &["--seeds", "4", "--shard", "2/2", "--payments", "60"]);
+    assert_eq!(changed.code, 0, "{}", changed.stderr);
+    let changed = dir.path().join(format!("{}.json", changed.json()["sweep_id"].as_str().unwrap()));
+    let mut c = chaos();
+    c.arg("merge").arg(&parts[0]).arg(&changed).arg("--reports-dir").arg(dir.path());
+    let refused = run(&mut c);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(refused.stderr.contains("another build or another scenario"), "{}", refused.stderr);
+    assert_eq!(refused.stderr.matches("· scenario ").count(), 2, "{}", refused.stderr);
 
     // A shard of another sweep (other seeds) is refused, naming both.
     let other = sweep(Backend::Embedded, scenario, dir.path(), &["--seeds", "2", "--shard", "2/2"]);
