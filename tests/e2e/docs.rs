@@ -177,6 +177,13 @@ fn every_link_in_the_readme_and_the_docs_leads_somewhere() {
 #[test]
 fn every_command_in_the_readme_runs() {
     let text = std::fs::read_to_string(root().join("README.md")).unwrap();
+    // The commands run one after the other in a folder of their own, as a
+    // newcomer's would in a checkout: `chaos init my.toml` then `chaos run
+    // my.toml`, the reports in its reports/.
+    let work = tempfile::tempdir().unwrap();
+    for shared in ["scenarios", "scripts", "examples"] {
+        std::os::unix::fs::symlink(root().join(shared), work.path().join(shared)).unwrap();
+    }
     let mut in_block = false;
     let mut lines = text.lines().peekable();
     let mut ran = 0;
@@ -217,9 +224,8 @@ fn every_command_in_the_readme_runs() {
             Some(next) if next.starts_with("FAIL") => 1,
             _ => 0,
         };
-        let dir = tempfile::tempdir().unwrap();
         let mut c = chaos();
-        c.args(args).arg("--reports-dir").arg(dir.path());
+        c.current_dir(work.path()).args(args);
         let backend =
             if envs.iter().any(|(k, _)| *k == "DATABASE_URL") { Backend::Services } else { Backend::Embedded };
         backend.apply(&mut c);
