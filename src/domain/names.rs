@@ -59,6 +59,35 @@ pub fn utc_stamp(secs: u64) -> String {
     format!("{y:04}{m:02}{d:02}-{:02}{:02}{:02}", rem / 3600, (rem % 3600) / 60, rem % 60)
 }
 
+/// Seconds since the epoch of a run id `YYYYMMDD-HHMMSS-xxxx`, or None when
+/// the text is not exactly a run id.
+pub fn run_id_time(id: &str) -> Option<u64> {
+    let b = id.as_bytes();
+    if b.len() != 20 || b[8] != b'-' || b[15] != b'-' {
+        return None;
+    }
+    let digits = |r: std::ops::Range<usize>| -> Option<i64> {
+        let s = id.get(r)?;
+        s.bytes().all(|c| c.is_ascii_digit()).then(|| s.parse().ok()).flatten()
+    };
+    if !id[16..].bytes().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    let (y, m, d) = (digits(0..4)?, digits(4..6)?, digits(6..8)?);
+    let (hh, mm, ss) = (digits(9..11)?, digits(11..13)?, digits(13..15)?);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 59 {
+        return None;
+    }
+    // Days-from-civil (Howard Hinnant's algorithm), the inverse of infra::utc_stamp.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400 + hh * 3600 + mm * 60 + ss).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

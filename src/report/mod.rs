@@ -627,7 +627,19 @@ pub fn list(dir: &Path) -> Result<String> {
         .filter(|p| !p.to_string_lossy().ends_with(".bench.json"))
         .filter(|p| !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("sweep-")))
         .collect();
-    files.sort();
+    // Oldest first: by the time in the run id a report is named by, else
+    // (a report renamed or kept as a sample) by when it was written.
+    let when = |p: &std::path::PathBuf| {
+        let stem = p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        crate::domain::names::run_id_time(&stem).unwrap_or_else(|| {
+            p.metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_secs())
+        })
+    };
+    files.sort_by_cached_key(|p| (when(p), p.clone()));
     let mut t = Table::new();
     t.load_preset(presets::UTF8_FULL_CONDENSED);
     t.set_header(vec!["run", "scenario", "seed", "verdict", "why"]);
@@ -651,7 +663,7 @@ pub fn list(dir: &Path) -> Result<String> {
             }
         };
     }
-    Ok(format!("{t}\n{runs} run(s), {bad} unreadable, in {}\n", dir.display()))
+    Ok(format!("{t}\n{runs} run(s), oldest first, {bad} unreadable, in {}\n", dir.display()))
 }
 
 /// A reason cut to one table line.

@@ -362,5 +362,23 @@ fn the_reports_folder_is_listed_with_verdicts() {
     let line = ran.stdout.lines().find(|l| l.contains(&run_id)).unwrap_or_else(|| panic!("{}", ran.stdout));
     assert!(line.contains("pass") && line.contains("smoke"), "{line}");
     assert!(ran.stdout.lines().any(|l| l.contains("not-a-report") && l.contains("unreadable")), "{}", ran.stdout);
-    assert!(ran.stdout.contains("1 run(s), 1 unreadable, in"), "{}", ran.stdout);
+    assert!(ran.stdout.contains("1 run(s), oldest first, 1 unreadable, in"), "{}", ran.stdout);
+    // Oldest first: a report of an earlier run id comes before, though its
+    // file is newer and its name sorts after; a renamed one goes by when it
+    // was written.
+    let report = std::fs::read_to_string(dir.path().join(format!("{run_id}.json"))).unwrap();
+    let earlier = "20200101-000000-0abc";
+    std::fs::write(dir.path().join(format!("{earlier}.json")), report.replace(&run_id, earlier)).unwrap();
+    // A report kept under another name, written long ago: first, though
+    // its name sorts last.
+    let kept = dir.path().join("zz-kept-sample.json");
+    std::fs::write(&kept, report.replace(&run_id, "kept-sample")).unwrap();
+    let long_ago = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_500_000_000);
+    std::fs::File::options().write(true).open(&kept).unwrap().set_modified(long_ago).unwrap();
+    let ran = run(chaos().arg("report").arg(dir.path()));
+    let order: Vec<usize> = ["kept-sample", earlier, run_id.as_str(), "not-a-report"]
+        .iter()
+        .map(|id| ran.stdout.find(id).unwrap_or_else(|| panic!("{id} not listed:\n{}", ran.stdout)))
+        .collect();
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "not oldest first:\n{}", ran.stdout);
 }
