@@ -17,14 +17,21 @@ impl Reporter for Terminal {
     fn event(&self, event: &Event<'_>) -> Result<()> {
         match event {
             Event::Started { run_id, scenario, seed, infra } if self.tables => {
-                println!("chaos run {run_id} · scenario {scenario} · seed {seed}\ninfra: {infra}");
+                let banner = format!("chaos run {run_id} · scenario {scenario} · seed {seed}\ninfra: {infra}\n");
+                print!("{}", report::summary::wrap_text(&banner, report::summary::width()));
             }
             Event::Started { run_id, scenario, seed, infra } => {
                 eprintln!("chaos run {run_id} · scenario {scenario} · seed {seed}\ninfra: {infra}");
             }
             Event::Finished { report, json, md, html } if self.tables => {
-                print!("{}", report::render_body(report));
-                println!("report: {}, {} and {}", json.display(), md.display(), html.display());
+                let text = format!(
+                    "{}report: {}, {} and {}\n",
+                    report::render_body(report),
+                    json.display(),
+                    md.display(),
+                    html.display()
+                );
+                print!("{}", report::summary::wrap_text(&text, report::summary::width()));
             }
             Event::Finished { report, html, .. } => {
                 print!("{}", report::summary::render(report, &html.display().to_string(), report::summary::width()));

@@ -236,10 +236,18 @@ pub enum Style {
 fn table(style: Style, header: &[&str]) -> Table {
     let mut t = Table::new();
     match style {
-        Style::Terminal => t.load_preset(presets::UTF8_FULL_CONDENSED),
-        Style::Markdown => t.load_preset(presets::ASCII_MARKDOWN),
+        Style::Terminal => {
+            // A terminal's tables wrap their cells to its width (`COLUMNS`);
+            // Markdown rows stay whole, for the renderer to lay out.
+            t.load_preset(presets::UTF8_FULL_CONDENSED);
+            t.set_content_arrangement(ContentArrangement::Dynamic);
+            t.set_width(summary::width() as u16);
+        }
+        Style::Markdown => {
+            t.load_preset(presets::ASCII_MARKDOWN);
+            t.set_content_arrangement(ContentArrangement::Disabled);
+        }
     };
-    t.set_content_arrangement(ContentArrangement::Disabled);
     t.set_header(header.iter().map(Cell::new));
     t
 }

@@ -185,6 +185,35 @@ fn harm(a: &crate::verifier::Anomaly, c: &crate::verifier::reconcile::Counts) ->
     }
 }
 
+/// Text whose every line fits `width` characters: a longer line breaks at
+/// its spaces, its continuations indented by two; a word longer than the
+/// line is cut. Lines that fit (a table's) are left as they are.
+pub fn wrap_text(text: &str, width: usize) -> String {
+    let width = width.max(20);
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let (body, end) = line.strip_suffix('\n').map_or((line, ""), |b| (b, "\n"));
+        if body.chars().count() <= width {
+            out.push_str(line);
+            continue;
+        }
+        let mut current = String::new();
+        for word in body.split(' ').filter(|w| !w.is_empty()) {
+            if !current.trim().is_empty() && current.chars().count() + 1 + word.chars().count() > width {
+                out.push_str(&fit(&current, width));
+                out.push('\n');
+                current = "  ".to_string();
+            } else if !current.is_empty() {
+                current.push(' ');
+            }
+            current.push_str(word);
+        }
+        out.push_str(&fit(&current, width));
+        out.push_str(end);
+    }
+    out
+}
+
 /// A line cut to `width` characters, with "…" where it was cut.
 fn fit(line: &str, width: usize) -> String {
     if line.chars().count() <= width {
@@ -293,6 +322,18 @@ mod tests {
             assert!(s.contains(&format!("{} {}", f.point, f.fired)), "{} missing:\n{s}", f.point);
         }
         assert!(s.lines().all(|l| l.chars().count() <= 80), "{s}");
+    }
+
+    #[test]
+    fn long_lines_wrap_at_spaces_and_tables_stay() {
+        let text = "infra: SQLite /tmp/x/20261203-115400-5873.sqlite (embedded) · librdkafka mock cluster 127.0.0.1:35961\n│ a ┆ b │\n";
+        let w = wrap_text(text, 40);
+        assert!(w.lines().all(|l| l.chars().count() <= 40), "{w}");
+        assert_eq!(w.lines().next(), Some("infra: SQLite"), "{w}");
+        assert!(w.lines().nth(1).unwrap().starts_with("  /tmp/x/"), "{w}");
+        assert!(w.ends_with("│ a ┆ b │\n"), "{w}");
+        let joined: String = w.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert_eq!(joined, text.split_whitespace().collect::<Vec<_>>().join(" "), "nothing lost");
     }
 
     #[test]
