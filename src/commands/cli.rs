@@ -210,8 +210,8 @@ pub struct RunArgs {
     /// Print the JSON report on stdout instead of the summary.
     #[arg(long)]
     pub json: bool,
-    /// Print every table (verification, faults, invariants, anomalies and their causes) instead of the summary that fits the terminal; -v and --verbose say the same.
-    #[arg(long, short = 'v', visible_alias = "verbose", conflicts_with = "json")]
+    /// Print every table (verification, faults, invariants, anomalies and their causes), wrapped to the terminal's width, instead of the summary (-v is the log's verbosity, not this).
+    #[arg(long, conflicts_with = "json")]
     pub tables: bool,
     /// Override the scenario's `[run] components`: in-process, or process (each relay and notifier an OS process).
     #[arg(long, value_parser = parse_components)]

@@ -54,11 +54,11 @@ fn a_run_prints_a_summary_that_fits_the_terminal_and_every_table_on_request() {
 
     let mut c = chaos();
     Backend::Embedded.apply(&mut c);
-    c.env("COLUMNS", "100").args(["run", "scenarios/smoke.toml", "-v", "--reports-dir"]).arg(dir.path());
+    c.env("COLUMNS", "100").args(["run", "scenarios/smoke.toml", "--tables", "--reports-dir"]).arg(dir.path());
     let ran = run(&mut c);
     assert_eq!(ran.code, 0, "{}", ran.stderr);
     for table in ["Verification", "Faults", "Invariants"] {
-        assert!(ran.stdout.contains(table), "-v prints the {table} table:\n{}", ran.stdout);
+        assert!(ran.stdout.contains(table), "--tables prints the {table} table:\n{}", ran.stdout);
     }
     // The tables wrap to the terminal's width too.
     let wide: Vec<&str> = ran.stdout.lines().filter(|l| l.chars().count() > 100).collect();
