@@ -452,7 +452,9 @@ fn story(r: &Report, s: &Story, i: usize, out: &mut String) {
     if s.steps.is_empty() {
         out.push_str("<p>The database holds no dated row of this payment.</p>");
     } else {
-        out.push_str(&chart(|a| timeline(s, &r.fault_log, &r.fault_spans_ms, a), WIDTH, 300));
+        let layout = layout(s);
+        let h = layout.chart_height();
+        out.push_str(&chart(|a| timeline(s, &layout, &r.fault_log, &r.fault_spans_ms, a), WIDTH, h));
     }
     out.push_str("<p class=\"topic\">on the topic: ");
     if s.messages.is_empty() {
@@ -906,9 +908,87 @@ fn window(s: &Story) -> Option<(i64, i64)> {
 /// The lanes of a story, top to bottom.
 const LANES: [&str; 6] = ["payment", "outbox", "delivery", "inbox", "effect", "provider"];
 
-/// One story's dated steps, a row per lane, with the faults in its window.
+/// A story chart's margin, its lane names' width, and its time axis's
+/// height, in pixels: where its plot is on the page.
+const STORY_MARGIN: i32 = 10;
+const STORY_LEFT: i32 = 90;
+const STORY_AXIS: i32 = 44;
+/// The height of a row of step labels, and the padding of a lane.
+const STEP_ROW_PX: i32 = 18;
+const LANE_PAD_PX: i32 = 8;
+
+/// About how wide a chart label is in pixels (a sans-serif letter is
+/// about 0.6 of its height; a little more here to be safe).
+fn text_width(s: &str) -> i32 {
+    (s.chars().count() as f64 * TEXT_PX * 0.62).ceil() as i32
+}
+
+/// Where a story's steps are drawn: in its lane, in the first row where
+/// its dot and label cover no other step's, the label right of its dot
+/// unless it would leave the chart there.
+struct Layout<'a> {
+    /// Step, its lane, x in pixels, its row in the lane, its label on the left.
+    steps: Vec<(&'a crate::verifier::story::Step, usize, i32, usize, bool)>,
+    /// Each lane's top (pixels below the plot's top) and height.
+    lanes: Vec<(i32, i32)>,
+}
+
+impl Layout<'_> {
+    /// The plot's height, in pixels.
+    fn height(&self) -> i32 {
+        self.lanes.last().map_or(0, |(top, h)| top + h)
+    }
+
+    /// The whole chart's height, in pixels.
+    fn chart_height(&self) -> u32 {
+        (2 * STORY_MARGIN + STORY_AXIS + self.height()) as u32
+    }
+
+    /// The centre of row `row` of lane `lane`, in pixels below the plot's top.
+    fn row_y(&self, lane: usize, row: usize) -> i32 {
+        self.lanes[lane].0 + LANE_PAD_PX / 2 + STEP_ROW_PX / 2 + STEP_ROW_PX * row as i32
+    }
+}
+
+fn layout(s: &Story) -> Layout<'_> {
+    let (first, last) = window(s).unwrap_or((0, 1000));
+    let (left, right) = (STORY_MARGIN + STORY_LEFT, WIDTH as i32 - STORY_MARGIN);
+    let px = |at: i64| left + ((at - first) as f64 / (last - first).max(1) as f64 * (right - left) as f64) as i32;
+    let mut rows: Vec<Vec<Vec<(i32, i32)>>> = vec![Vec::new(); LANES.len()];
+    let mut steps = Vec::with_capacity(s.steps.len());
+    let mut ordered: Vec<_> = s.steps.iter().collect();
+    ordered.sort_by_key(|t| t.at_ms);
+    for t in ordered {
+        let lane = LANES.iter().position(|l| *l == t.lane).unwrap_or(LANES.len() - 1);
+        let (x, w) = (px(t.at_ms), text_width(&t.what));
+        let on_left = x + 8 + w > right && x - 8 - w >= left;
+        let span = if on_left { (x - 8 - w - 3, x + 6) } else { (x - 6, x + 8 + w + 3) };
+        let free = |row: &Vec<(i32, i32)>| row.iter().all(|(a, b)| span.1 <= *a || *b <= span.0);
+        let row = match rows[lane].iter().position(free) {
+            Some(row) => row,
+            None => {
+                rows[lane].push(Vec::new());
+                rows[lane].len() - 1
+            }
+        };
+        rows[lane][row].push(span);
+        steps.push((t, lane, x, row, on_left));
+    }
+    let mut lanes = Vec::with_capacity(LANES.len());
+    let mut top = 0;
+    for r in &rows {
+        let h = r.len().max(1) as i32 * STEP_ROW_PX + LANE_PAD_PX;
+        lanes.push((top, h));
+        top += h;
+    }
+    Layout { steps, lanes }
+}
+
+/// One story's dated steps, a lane per kind of step, with the faults in
+/// its window. A lane has as many rows as its labels need not to overlap.
 fn timeline(
     s: &Story,
+    layout: &Layout<'_>,
     log: &[FaultRecord],
     spans: &std::collections::BTreeMap<String, u64>,
     area: &DrawingArea<SVGBackend<'_>, Shift>,
@@ -917,77 +997,63 @@ fn timeline(
     area.fill(&WHITE).map_err(e)?;
     let (first, last) = window(s).unwrap_or((0, 1000));
     let (x0, x1) = (first as f64 / 1000.0, last as f64 / 1000.0);
-    let lane_y =
-        |lane: &str| (LANES.len() - 1 - LANES.iter().position(|l| *l == lane).unwrap_or(LANES.len() - 1)) as f64;
+    let h = layout.height() as f64;
     let mut c = ChartBuilder::on(area)
-        .margin(10)
-        .x_label_area_size(36)
-        .y_label_area_size(80)
-        .build_cartesian_2d(x0..x1, -0.6f64..(LANES.len() as f64 - 0.3))
+        .margin(STORY_MARGIN)
+        .x_label_area_size(STORY_AXIS)
+        .y_label_area_size(STORY_LEFT)
+        .build_cartesian_2d(x0..x1, 0f64..h)
         .map_err(e)?;
     c.configure_mesh()
         .label_style(font(TEXT_PX))
         .axis_desc_style(font(TITLE_PX))
         .disable_y_mesh()
-        .y_labels(LANES.len())
-        .y_label_formatter(&|y| {
-            let i = y.round();
-            match (y - i).abs() < 0.01 && (0.0..LANES.len() as f64).contains(&i) {
-                true => LANES[LANES.len() - 1 - i as usize].to_string(),
-                false => String::new(),
-            }
-        })
+        .disable_y_axis()
         .x_desc("seconds into the run")
         .light_line_style(WHITE)
         .draw()
         .map_err(e)?;
-    let window: Vec<FaultRecord> = log
+    // The plot's y axis counts pixels up from its bottom; the layout's, down from its top.
+    c.draw_series(layout.lanes.iter().enumerate().filter(|(i, _)| i % 2 == 0).map(|(_, (top, lh))| {
+        Rectangle::new([(x0, h - (top + lh) as f64), (x1, h - *top as f64)], BLACK.mix(0.04).filled())
+    }))
+    .map_err(e)?;
+    let window: Vec<&FaultRecord> = log
         .iter()
         .filter(|f| {
             let (a, b) = (f.at_ms as i64, f.at_ms as i64 + spans.get(&f.point).copied().unwrap_or(0) as i64);
             b >= first && a <= last
         })
-        .cloned()
         .collect();
-    let y_top = LANES.len() as f64 - 0.3;
     c.draw_series(window.iter().map(|f| {
         let (a, len) = (f.at_ms as f64 / 1000.0, spans.get(&f.point).copied().unwrap_or(0) as f64 / 1000.0);
-        Rectangle::new([(a.max(x0), -0.6), ((a + len).min(x1).max(a + (x1 - x0) / 400.0), y_top)], {
+        Rectangle::new([(a.max(x0), 0.0), ((a + len).min(x1).max(a + (x1 - x0) / 400.0), h)], {
             fault_colour(&f.point).mix(if len > 0.0 { 0.15 } else { 0.5 }).filled()
         })
     }))
     .map_err(e)?;
-    // Labels of steps close together in a lane stack downwards, and those
-    // in the right quarter of the line sit left of their points, so they
-    // stay readable and inside the chart.
-    let near = (x1 - x0) / 8.0;
-    let mut last_x = [f64::NEG_INFINITY; LANES.len()];
-    let mut level = [0i32; LANES.len()];
-    let mut placed = Vec::with_capacity(s.steps.len());
-    for t in &s.steps {
-        let (x, y) = (t.at_ms as f64 / 1000.0, lane_y(&t.lane));
-        let l = LANES.len() - 1 - y as usize;
-        level[l] = if x - last_x[l] < near { (level[l] + 1) % 3 } else { 0 };
-        last_x[l] = x;
-        placed.push((t, x, y, level[l]));
+    let plot_top = STORY_MARGIN;
+    for (i, name) in LANES.iter().enumerate() {
+        let (top, lh) = layout.lanes[i];
+        let style = TextStyle::from(font(TEXT_PX)).pos(Pos::new(HPos::Right, VPos::Center));
+        let at = (STORY_MARGIN + STORY_LEFT - 8, plot_top + top + lh / 2);
+        area.draw(&Text::new(name.to_string(), at, style)).map_err(e)?;
     }
-    let right = x0 + (x1 - x0) * 0.75;
-    c.draw_series(placed.into_iter().map(|(t, x, y, level)| {
+    for (t, lane, x, row, on_left) in &layout.steps {
         let colour = match t.lane.as_str() {
             "payment" => RGBColor(31, 119, 180),
             "outbox" => RGBColor(44, 160, 44),
-            "delivery" => RGBColor(23, 190, 207),
+            "delivery" => RGBColor(23, 150, 170),
             "inbox" => RGBColor(148, 103, 189),
             "provider" => RGBColor(255, 127, 14),
             _ => RGBColor(200, 30, 30),
         };
-        let (dx, hpos) = if x > right { (-8, HPos::Right) } else { (8, HPos::Left) };
-        let font = TextStyle::from(font(TEXT_PX)).pos(Pos::new(hpos, VPos::Center));
-        EmptyElement::at((x, y))
-            + Circle::new((0, 0), 5, colour.filled())
-            + Text::new(t.what.clone(), (dx, -10 + 12 * level), font)
-    }))
-    .map_err(e)?;
+        let y = plot_top + layout.row_y(*lane, *row);
+        let (dx, hpos) = if *on_left { (-8, HPos::Right) } else { (8, HPos::Left) };
+        let style = TextStyle::from(font(TEXT_PX)).pos(Pos::new(hpos, VPos::Center));
+        area.draw(&Circle::new((*x, y), 5, colour.filled())).map_err(e)?;
+        area.draw(&Text::new(t.what.clone(), (x + dx, y), style)).map_err(e)?;
+    }
     Ok(())
 }
 
@@ -1199,6 +1265,70 @@ mod tests {
         for (point, code) in codes {
             assert!(chart.contains(&format!("<b>{code}</b> {point} × ")), "the legend names {code}");
         }
+    }
+
+    /// Each unrotated `<text>` of an SVG as the box it covers (left, top,
+    /// right, bottom; a letter about 0.6 of the size wide) and its words.
+    fn text_boxes(svg: &str) -> Vec<([f64; 4], String)> {
+        svg.split("<text")
+            .skip(1)
+            .filter_map(|t| {
+                let tag = &t[..t.find('>')?];
+                let attr = |name: &str| tag.split(&format!(" {name}=\"")).nth(1).and_then(|v| v.split('"').next());
+                if attr("transform").is_some() {
+                    return None;
+                }
+                let num = |name: &str| attr(name).and_then(|v| v.parse::<f64>().ok());
+                let (x, y, size) = (num("x")?, num("y")?, num("font-size")?);
+                let words = t[t.find('>')? + 1..].split('<').next()?.trim().to_string();
+                let w = words.chars().count() as f64 * size * 0.6;
+                let left = match attr("text-anchor") {
+                    Some("end") => x - w,
+                    Some("middle") => x - w / 2.0,
+                    _ => x,
+                };
+                let top = match attr("dy") {
+                    Some("0.76em") => y,
+                    Some("-0.5ex") => y - size,
+                    _ => y - size / 2.0,
+                };
+                Some(([left, top, left + w, top + size], words))
+            })
+            .collect()
+    }
+
+    /// The first pair of boxes that overlap, if any.
+    fn overlap(boxes: &[([f64; 4], String)]) -> Option<(String, String)> {
+        for (i, (a, aw)) in boxes.iter().enumerate() {
+            for (b, bw) in &boxes[i + 1..] {
+                if a[0] < b[2] && b[0] < a[2] && a[1] < b[3] && b[1] < a[3] {
+                    return Some((aw.clone(), bw.clone()));
+                }
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn story_labels_do_not_overlap() {
+        let mut r = busy();
+        r.anomalies.push(crate::verifier::Anomaly {
+            name: "duplicate effect".into(),
+            count: 1,
+            examples: vec!["payment 0: 3 receipts".into()],
+            allowed: false,
+            subjects: vec![],
+            followed: vec![],
+        });
+        let page = render(&r);
+        let story = &page[page.find("<section class=\"story\"").unwrap()..];
+        let svg = &story[..story.find("</svg>").unwrap()];
+        let boxes = text_boxes(svg);
+        for step in &r.stories[0].steps {
+            assert!(boxes.iter().any(|(_, w)| *w == step.what), "no label {:?}", step.what);
+        }
+        assert_eq!(overlap(&boxes), None, "labels over each other");
+        assert!(overlap(&[([0.0, 0.0, 10.0, 10.0], "a".into()), ([5.0, 5.0, 20.0, 20.0], "b".into())]).is_some());
     }
 
     #[test]
