@@ -212,8 +212,9 @@ fn tiles(r: &Report, out: &mut String) {
     for (id, label, value, detail, class) in tiles {
         let _ = writeln!(
             out,
-            "<div class=\"tile {class}\" id=\"tile-{id}\"><div class=\"label\">{}</div>\
+            "<div class=\"tile{}\" id=\"tile-{id}\"><div class=\"label\">{}</div>\
              <div class=\"value\">{}</div><div class=\"detail\">{}</div></div>",
+            if class.is_empty() { String::new() } else { format!(" {class}") },
             esc(label),
             esc(&value),
             esc(&detail)
