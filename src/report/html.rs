@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::faults::{FaultPoint, FaultRecord};
 use crate::report::{self, Report};
 use crate::verifier::story::Story;
+use crate::verifier::Verdict;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -21,6 +22,22 @@ use std::path::Path;
 
 /// The charts' width in pixels; the page is laid out for it.
 const WIDTH: u32 = 1000;
+
+/// The size of the charts' text (tick labels, legends, step labels) and of
+/// their axis titles, in pixels on the page.
+const TEXT_PX: f64 = 13.0;
+const TITLE_PX: f64 = 14.0;
+
+/// The width of the charts' left label area: the events chart and the
+/// instances' lanes below it share their time axis, aligned.
+const LEFT_PX: u32 = 130;
+
+/// A chart font whose text is `px` pixels high on the page: plotters'
+/// SVG backend writes a font's size divided by 1.24 (its default of 12
+/// came out as 9.7 px, too small to read).
+fn font(px: f64) -> FontDesc<'static> {
+    FontDesc::new(FontFamily::SansSerif, px * 1.24, FontStyle::Normal)
+}
 
 /// Writes the page for `r` at `path`.
 pub fn write(r: &Report, path: &Path) -> Result<()> {
@@ -40,6 +57,7 @@ pub fn render(r: &Report) -> String {
         up = verdict.to_uppercase(),
         why = esc(&r.reason),
     );
+    tiles(r, &mut out);
     header(r, &mut out);
     section(&mut out, "throughput", "Events over time", |out| {
         let note = match r.fault_log.len() as u64 {
@@ -51,11 +69,24 @@ pub fn render(r: &Report) -> String {
         let _ = write!(
             out,
             "<p>Sampled every {} ms from the shared counters. Each fault is a vertical mark at its time, \
-             or a band where the scenario gives its length.{note}</p>",
+             or a band where the scenario gives its length, with its point's code above the chart.{note}</p>",
             report::SAMPLE_EVERY_MS
         );
-        out.push_str(&chart(|a| throughput(r, a), WIDTH, 380));
+        out.push_str(&chart(|a| throughput(r, a), WIDTH, 380 + CODE_ROWS as u32 * CODE_ROW_PX as u32));
+        code_legend(r, out);
     });
+    let lanes = instances(r);
+    if !lanes.is_empty() {
+        section(&mut out, "instances", "Faults by component instance", |out| {
+            out.push_str(
+                "<p>One lane per instance the scenario starts and per component a fault fired in (its firings \
+                 logged in brackets), on the time axis of the chart above: each firing a mark in its point's \
+                 colour, with its code where there is room.</p>",
+            );
+            let h = 24 + 44 + LANE_PX * lanes.len() as u32;
+            out.push_str(&chart(|a| instance_lanes(r, &lanes, a), WIDTH, h));
+        });
+    }
     if !r.anomalies.is_empty() {
         anomalies(r, &mut out);
         section(&mut out, "stories", "The anomalies' examples, each on one line of time", |out| {
@@ -92,6 +123,104 @@ pub fn render(r: &Report) -> String {
     tables(r, &mut out);
     let _ = write!(out, "<p class=\"replay\">replay: <code>{}</code></p>\n</body></html>\n", esc(&r.replay));
     out
+}
+
+/// The run at a glance, one tile per figure a reader looks for first:
+/// the verdict, what was driven, its effects, the messages, the faults
+/// and the checks, and the slowest events.
+fn tiles(r: &Report, out: &mut String) {
+    let c = &r.counts;
+    let judged = !matches!(r.verdict, Verdict::Incomplete | Verdict::Interrupted);
+    let checks: Vec<_> = r.invariants.iter().chain(r.chaos_checks.iter()).collect();
+    let held = checks.iter().filter(|i| i.ok).count();
+    let confirmed: u64 = r.faults.iter().map(|f| f.confirmed).sum();
+    let bad = |b: bool| if b { "bad" } else { "ok" };
+    let mut tiles: Vec<(&str, &str, String, String, &str)> = vec![(
+        "verdict",
+        "verdict",
+        r.verdict.as_str().to_uppercase(),
+        if r.scenario.exactly_once_expected { "exactly once expected" } else { "exactly once not expected" }.into(),
+        r.verdict.as_str(),
+    )];
+    match &r.system {
+        Some(f) => {
+            tiles.push((
+                "driven",
+                "operations",
+                f.operations.to_string(),
+                format!("{} acknowledged · {} refused · {} ambiguous", f.acknowledged, f.refused, f.ambiguous),
+                "",
+            ));
+            tiles.push(("effects", "outbox events", f.outbox_events.to_string(), String::new(), ""));
+            tiles.push((
+                "messages",
+                "messages",
+                f.messages.to_string(),
+                format!("{} duplicates", f.duplicate_messages),
+                "",
+            ));
+        }
+        None => {
+            tiles.push((
+                "driven",
+                "payments",
+                c.payments.to_string(),
+                format!("{} captured · {} committed", c.payments_captured, c.payments_committed),
+                "",
+            ));
+            tiles.push((
+                "effects",
+                "receipts",
+                c.receipts.to_string(),
+                format!(
+                    "{} payments with several · {} with none",
+                    c.payments_with_many_receipts, c.payments_without_receipt
+                ),
+                bad(judged && c.payments_with_many_receipts + c.payments_without_receipt > 0),
+            ));
+            tiles.push((
+                "messages",
+                "messages",
+                c.topic_messages.to_string(),
+                format!(
+                    "{} duplicates · {} absorbed by the inbox",
+                    c.topic_duplicates, r.components.duplicates_absorbed
+                ),
+                "",
+            ));
+        }
+    }
+    tiles.push(("faults", "faults fired", fired(r).to_string(), format!("{confirmed} confirmed"), ""));
+    tiles.push((
+        "invariants",
+        "invariants held",
+        if judged { format!("{held}/{}", checks.len()) } else { format!("–/{}", checks.len()) },
+        if judged { format!("{} broken", checks.len() - held) } else { "not judged".into() },
+        if judged { bad(held < checks.len()) } else { "" },
+    ));
+    tiles.push(match &r.latency_ms {
+        Some(l) => (
+            "latency",
+            "p99 latency",
+            format!("{:.0} ms", l.p99),
+            format!("p50 {:.0} ms · max {:.0} ms", l.p50, l.max),
+            "",
+        ),
+        None => ("latency", "p99 latency", "–".into(), "not measured".into(), ""),
+    });
+    out.push_str("<section id=\"summary\" class=\"tiles\">\n");
+    for (id, label, value, detail, class) in tiles {
+        let _ = writeln!(
+            out,
+            "<div class=\"tile{}\" id=\"tile-{id}\"><div class=\"label\">{}</div>\
+             <div class=\"value\">{}</div><div class=\"detail\">{}</div></div>",
+            if class.is_empty() { String::new() } else { format!(" {class}") },
+            esc(label),
+            esc(&value),
+            esc(&detail)
+        );
+    }
+    out.push_str("</section>\n");
 }
 
 /// Every firing the run counted, logged or not.
@@ -179,6 +308,7 @@ fn tables(r: &Report, out: &mut String) {
             t.setup_ms, t.workload_ms, t.drain_ms, t.verify_ms, t.total_ms
         );
     });
+    fault_log(r, out);
     section(out, "invariants", "Invariants", |out| {
         let rows: Vec<Vec<String>> = r
             .invariants
@@ -190,6 +320,66 @@ fn tables(r: &Report, out: &mut String) {
             .collect();
         table(out, &["", "invariant", "expected", "actual"], &rows);
     });
+}
+
+/// At most this many firings are listed in the fault log's table.
+pub const FAULT_ROWS: usize = 200;
+
+/// Every logged firing, in order: when, where, by whom, what it hit and
+/// which data it reached; on every page, passing or not.
+fn fault_log(r: &Report, out: &mut String) {
+    section(out, "fault-log", "Fault log: every firing", |out| {
+        let (logged, all) = (r.fault_log.len(), fired(r));
+        if logged == 0 {
+            match all {
+                0 => out.push_str("<p>No fault fired in this run.</p>"),
+                n => _ = write!(out, "<p>None of the run's {n} firings was logged.</p>"),
+            }
+            return;
+        }
+        let mut note = format!("{logged} firings logged");
+        if (logged as u64) < all {
+            let _ = write!(note, " (the run keeps the first {logged} of its {all} firings)");
+        }
+        if logged > FAULT_ROWS {
+            let _ = write!(note, "; the first {FAULT_ROWS} are listed, {} more are not shown", logged - FAULT_ROWS);
+        }
+        let _ = write!(
+            out,
+            "<p>{note}. <i>reach</i> is the data a firing hit, where its component knows: the outbox seqs of a \
+             relay's batch, the topic positions (<code>partition:offsets</code>) of a notifier's.</p>"
+        );
+        let rows: Vec<Vec<String>> = r
+            .fault_log
+            .iter()
+            .take(FAULT_ROWS)
+            .map(|f| {
+                vec![
+                    format!("{:.3}", f.at_ms as f64 / 1000.0),
+                    f.point.clone(),
+                    f.component.clone(),
+                    f.hit.clone(),
+                    reach(&f.reach),
+                ]
+            })
+            .collect();
+        table(out, &["s into the run", "fault point", "component", "what it hit", "reach"], &rows);
+    });
+}
+
+/// A firing's reach in a few words: "outbox seqs 3–4, 10 · topic 0:5–9".
+fn reach(r: &crate::faults::Reach) -> String {
+    let run = |a: i64, b: i64| if a == b { a.to_string() } else { format!("{a}–{b}") };
+    let mut parts = Vec::new();
+    if !r.seqs.is_empty() {
+        let seqs: Vec<String> = r.seqs.iter().map(|(a, b)| run(*a, *b)).collect();
+        parts.push(format!("outbox seqs {}", seqs.join(", ")));
+    }
+    if !r.spans.is_empty() {
+        let spans: Vec<String> = r.spans.iter().map(|(p, a, b)| format!("{p}:{}", run(*a, *b))).collect();
+        parts.push(format!("topic {}", spans.join(", ")));
+    }
+    parts.join(" · ")
 }
 
 /// The anomalies with their examples, and the faults around each example.
@@ -263,7 +453,9 @@ fn story(r: &Report, s: &Story, i: usize, out: &mut String) {
     if s.steps.is_empty() {
         out.push_str("<p>The database holds no dated row of this payment.</p>");
     } else {
-        out.push_str(&chart(|a| timeline(s, &r.fault_log, &r.fault_spans_ms, a), WIDTH, 300));
+        let layout = layout(s);
+        let h = layout.chart_height();
+        out.push_str(&chart(|a| timeline(s, &layout, &r.fault_log, &r.fault_spans_ms, a), WIDTH, h));
     }
     out.push_str("<p class=\"topic\">on the topic: ");
     if s.messages.is_empty() {
@@ -342,22 +534,19 @@ const FAULT_KINDS: [(&str, &str); 4] = [
 fn throughput(r: &Report, area: &DrawingArea<SVGBackend<'_>, Shift>) -> std::result::Result<(), String> {
     let e = |e: DrawingAreaErrorKind<_>| e.to_string();
     area.fill(&WHITE).map_err(e)?;
-    let end_ms = r
-        .series
-        .last()
-        .map(|s| s.at_ms)
-        .unwrap_or(0)
-        .max(r.fault_log.iter().map(|f| f.at_ms).max().unwrap_or(0))
-        .max(1000);
+    let x_end = time_end(r);
     let top = r.series.iter().map(|s| s.written.max(s.published).max(s.applied)).max().unwrap_or(0).max(10);
-    let (x_end, y_top) = (end_ms as f64 / 1000.0, top as f64 * 1.05);
+    let y_top = top as f64 * 1.05;
     let mut c = ChartBuilder::on(area)
         .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
+        .margin_top(12 + CODE_ROWS as i32 * CODE_ROW_PX + 6)
+        .x_label_area_size(44)
+        .y_label_area_size(LEFT_PX)
         .build_cartesian_2d(0f64..x_end, 0f64..y_top)
         .map_err(e)?;
     c.configure_mesh()
+        .label_style(font(TEXT_PX))
+        .axis_desc_style(font(TITLE_PX))
         .x_desc("seconds into the run")
         .y_desc("count")
         .y_label_formatter(&|v| format!("{v:.0}"))
@@ -365,6 +554,7 @@ fn throughput(r: &Report, area: &DrawingArea<SVGBackend<'_>, Shift>) -> std::res
         .draw()
         .map_err(e)?;
     fault_marks(&mut c, &r.fault_log, &r.fault_spans_ms, y_top).map_err(e)?;
+    code_labels(area, &c, &r.fault_log, y_top).map_err(e)?;
     let lines = [
         ("payments written", RGBColor(31, 119, 180), (|s: &report::Sample| s.written) as fn(&report::Sample) -> u64),
         ("messages published", RGBColor(44, 160, 44), |s| s.published),
@@ -387,6 +577,7 @@ fn throughput(r: &Report, area: &DrawingArea<SVGBackend<'_>, Shift>) -> std::res
         }
     }
     c.configure_series_labels()
+        .label_font(font(TEXT_PX))
         .position(SeriesLabelPosition::UpperLeft)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK.mix(0.3))
@@ -415,17 +606,208 @@ fn fault_marks<DB: DrawingBackend>(
         let (a, b) = (f.at_ms as f64 / 1000.0, (f.at_ms + len) as f64 / 1000.0);
         Rectangle::new([(a, 0.0), (b, y_top)], fault_colour(&f.point).mix(0.18).filled())
     }))?;
-    // A band is named at its top; marks are many and the legend names them.
+    // A band is named at its top as well as by its code above the chart.
     let bands = log.iter().filter_map(|f| spans.get(&f.point).map(|len| (f, *len)));
     c.draw_series(bands.map(|(f, _)| {
-        let font = ("sans-serif", 12).into_font().color(&fault_colour(&f.point));
+        let font = font(TEXT_PX).color(&fault_colour(&f.point));
         Text::new(format!(" {}", f.point), (f.at_ms as f64 / 1000.0, y_top * 0.98), font)
     }))?;
     let marks = log.iter().filter(|f| !spans.contains_key(&f.point));
     c.draw_series(marks.map(|f| {
         let x = f.at_ms as f64 / 1000.0;
-        PathElement::new(vec![(x, 0.0), (x, y_top)], fault_colour(&f.point).mix(0.55).stroke_width(1))
+        PathElement::new(vec![(x, 0.0), (x, y_top)], fault_colour(&f.point).mix(0.7).stroke_width(2))
     }))?;
+    Ok(())
+}
+
+/// Rows of fault codes above the events chart, and their height in pixels.
+const CODE_ROWS: usize = 6;
+const CODE_ROW_PX: i32 = 16;
+
+/// A short code per fault point that fired, in the order of their first
+/// firing: A, B, … Z, then A2, B2, …; the page's legend names them.
+fn fault_codes(log: &[FaultRecord]) -> Vec<(&str, String)> {
+    let mut codes: Vec<(&str, String)> = Vec::new();
+    for f in log {
+        if !codes.iter().any(|(p, _)| *p == f.point) {
+            let i = codes.len();
+            let letter = (b'A' + (i % 26) as u8) as char;
+            let code = if i < 26 { letter.to_string() } else { format!("{letter}{}", i / 26 + 1) };
+            codes.push((&f.point, code));
+        }
+    }
+    codes
+}
+
+/// The legend of the fault codes, in HTML under the events chart.
+fn code_legend(r: &Report, out: &mut String) {
+    let codes = fault_codes(&r.fault_log);
+    if codes.is_empty() {
+        return;
+    }
+    out.push_str("<p class=\"codes\">Fault marks: ");
+    for (point, code) in &codes {
+        let RGBColor(red, green, blue) = fault_colour(point);
+        let n = r.fault_log.iter().filter(|f| f.point == *point).count();
+        let _ = write!(
+            out,
+            "<span class=\"code\" style=\"color:#{red:02x}{green:02x}{blue:02x}\"><b>{code}</b> {} × {n}</span> ",
+            esc(point)
+        );
+    }
+    out.push_str("</p>\n");
+}
+
+/// Above the chart, each fault's code over its mark, staggered in rows
+/// so that codes close in time do not cover each other (when every row
+/// is taken there, the one free soonest takes it).
+fn code_labels<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    c: &ChartContext<
+        '_,
+        DB,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+    log: &[FaultRecord],
+    y_top: f64,
+) -> std::result::Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let codes = fault_codes(log);
+    let mut order: Vec<&FaultRecord> = log.iter().collect();
+    order.sort_by_key(|f| f.at_ms);
+    let mut row_end = [i32::MIN; CODE_ROWS];
+    for f in order {
+        let code = codes.iter().find(|(p, _)| *p == f.point).map_or("?", |(_, c)| c.as_str());
+        let (x, top) = c.backend_coord(&(f.at_ms as f64 / 1000.0, y_top));
+        let half = (code.chars().count() as f64 * TEXT_PX * 0.35) as i32 + 2;
+        let row = (0..CODE_ROWS)
+            .find(|k| row_end[*k] + 2 <= x - half)
+            .unwrap_or_else(|| (0..CODE_ROWS).min_by_key(|k| row_end[*k]).unwrap_or(0));
+        row_end[row] = x + half;
+        let y = top - 12 - CODE_ROW_PX * row as i32;
+        let colour = fault_colour(&f.point);
+        let style = TextStyle::from(font(TEXT_PX)).color(&colour).pos(Pos::new(HPos::Center, VPos::Center));
+        area.draw(&Text::new(code.to_string(), (x, y), style))?;
+        area.draw(&PathElement::new(vec![(x, y + 7), (x, top)], colour.mix(0.35).stroke_width(1)))?;
+    }
+    Ok(())
+}
+
+/// The height of an instance's lane, in pixels.
+const LANE_PX: u32 = 34;
+
+/// The component instances of a run: the relays and notifiers the
+/// scenario starts (unless a program under test is started in their
+/// place) and every component a fault fired in, the payment service
+/// first, then relays, notifiers and the rest, each by its number.
+fn instances(r: &Report) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    if r.system.is_none() {
+        if r.scenario.relay_command.is_none() {
+            names.extend((1..=r.scenario.relays).map(|i| format!("relay-{i}")));
+        }
+        if r.scenario.notifier_command.is_none() {
+            names.extend((1..=r.scenario.notifiers).map(|i| format!("notifier-{i}")));
+        }
+    }
+    for f in &r.fault_log {
+        if !names.contains(&f.component) {
+            names.push(f.component.clone());
+        }
+    }
+    let key = |name: &String| {
+        let (kind, n) = name
+            .rsplit_once('-')
+            .and_then(|(kind, n)| n.parse::<u64>().ok().map(|n| (kind.to_string(), n)))
+            .unwrap_or_else(|| (name.clone(), 0));
+        let rank = ["workload", "relay", "notifier"].iter().position(|k| *k == kind).unwrap_or(3);
+        (rank, kind, n)
+    };
+    names.sort_by_cached_key(key);
+    names
+}
+
+/// The end of the events chart's time axis, in seconds: its last sample
+/// or fault, at least one second.
+fn time_end(r: &Report) -> f64 {
+    let end_ms = r
+        .series
+        .last()
+        .map(|s| s.at_ms)
+        .unwrap_or(0)
+        .max(r.fault_log.iter().map(|f| f.at_ms).max().unwrap_or(0))
+        .max(1000);
+    end_ms as f64 / 1000.0
+}
+
+/// A lane per component instance, top to bottom, with its firings: a
+/// mark at each (a band where the scenario gives its length), its code
+/// above it when that does not cover the code before.
+fn instance_lanes(
+    r: &Report,
+    lanes: &[String],
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+) -> std::result::Result<(), String> {
+    let e = |e: DrawingAreaErrorKind<_>| e.to_string();
+    area.fill(&WHITE).map_err(e)?;
+    let n = lanes.len() as f64;
+    let x_end = time_end(r);
+    let mut c = ChartBuilder::on(area)
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(LEFT_PX)
+        .build_cartesian_2d(0f64..x_end, 0f64..n)
+        .map_err(e)?;
+    c.configure_mesh()
+        .label_style(font(TEXT_PX))
+        .axis_desc_style(font(TITLE_PX))
+        .disable_y_mesh()
+        .disable_y_axis()
+        .x_desc("seconds into the run")
+        .light_line_style(WHITE)
+        .draw()
+        .map_err(e)?;
+    // Lane i spans [n-1-i, n-i] on the y axis; every other one is shaded.
+    let bottom = |i: usize| n - 1.0 - i as f64;
+    c.draw_series(
+        (0..lanes.len())
+            .filter(|i| i % 2 == 0)
+            .map(|i| Rectangle::new([(0.0, bottom(i)), (x_end, bottom(i) + 1.0)], BLACK.mix(0.05).filled())),
+    )
+    .map_err(e)?;
+    let codes = fault_codes(&r.fault_log);
+    let mut last_code = vec![i32::MIN; lanes.len()];
+    for (i, name) in lanes.iter().enumerate() {
+        let fired = r.fault_log.iter().filter(|f| f.component == *name).count();
+        let (x, y) = c.backend_coord(&(0.0, bottom(i) + 0.5));
+        let style = TextStyle::from(font(TEXT_PX)).pos(Pos::new(HPos::Right, VPos::Center));
+        area.draw(&Text::new(format!("{name} ({fired})"), (x - 8, y), style)).map_err(e)?;
+    }
+    let mut log: Vec<&FaultRecord> = r.fault_log.iter().collect();
+    log.sort_by_key(|f| f.at_ms);
+    for f in log {
+        let Some(i) = lanes.iter().position(|l| *l == f.component) else { continue };
+        let (a, y) = (f.at_ms as f64 / 1000.0, bottom(i));
+        let colour = fault_colour(&f.point);
+        match r.fault_spans_ms.get(&f.point) {
+            Some(len) => c.draw_series(std::iter::once(Rectangle::new(
+                [(a, y + 0.1), (a + *len as f64 / 1000.0, y + 0.5)],
+                colour.mix(0.35).filled(),
+            ))),
+            None => c.draw_series(std::iter::once(PathElement::new(
+                vec![(a, y + 0.1), (a, y + 0.5)],
+                colour.stroke_width(3),
+            ))),
+        }
+        .map_err(e)?;
+        let code = codes.iter().find(|(p, _)| *p == f.point).map_or("?", |(_, c)| c.as_str());
+        let (x, top) = c.backend_coord(&(a, y + 0.75));
+        let half = (code.chars().count() as f64 * TEXT_PX * 0.35) as i32 + 2;
+        if last_code[i] + 2 <= x - half {
+            last_code[i] = x + half;
+            let style = TextStyle::from(font(TEXT_PX)).color(&colour).pos(Pos::new(HPos::Center, VPos::Center));
+            area.draw(&Text::new(code.to_string(), (x, top), style)).map_err(e)?;
+        }
+    }
     Ok(())
 }
 
@@ -446,6 +828,8 @@ fn latency(l: &report::Latency, area: &DrawingArea<SVGBackend<'_>, Shift>) -> st
             .build_cartesian_2d(0f64..4f64, 0f64..top)
             .map_err(e)?;
         c.configure_mesh()
+            .label_style(font(TEXT_PX))
+            .axis_desc_style(font(TITLE_PX))
             .disable_x_mesh()
             .x_labels(4)
             .x_label_formatter(&|x| ps.get(x.floor() as usize).map_or(String::new(), |p| p.0.to_string()))
@@ -476,6 +860,8 @@ fn latency(l: &report::Latency, area: &DrawingArea<SVGBackend<'_>, Shift>) -> st
         .build_cartesian_2d((lo..hi).log_scale(), 0f64..top)
         .map_err(e)?;
     c.configure_mesh()
+        .label_style(font(TEXT_PX))
+        .axis_desc_style(font(TITLE_PX))
         .x_desc("latency, ms (each bar twice as wide as the one before)")
         .y_desc("events")
         .x_label_formatter(&|v| format!("{v}"))
@@ -502,7 +888,12 @@ fn latency(l: &report::Latency, area: &DrawingArea<SVGBackend<'_>, Shift>) -> st
             .label(format!("{name} {v:.0} ms"))
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
     }
-    c.configure_series_labels().background_style(WHITE.mix(0.85)).border_style(BLACK.mix(0.3)).draw().map_err(e)?;
+    c.configure_series_labels()
+        .label_font(font(TEXT_PX))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .draw()
+        .map_err(e)?;
     Ok(())
 }
 
@@ -518,9 +909,87 @@ fn window(s: &Story) -> Option<(i64, i64)> {
 /// The lanes of a story, top to bottom.
 const LANES: [&str; 6] = ["payment", "outbox", "delivery", "inbox", "effect", "provider"];
 
-/// One story's dated steps, a row per lane, with the faults in its window.
+/// A story chart's margin, its lane names' width, and its time axis's
+/// height, in pixels: where its plot is on the page.
+const STORY_MARGIN: i32 = 10;
+const STORY_LEFT: i32 = 90;
+const STORY_AXIS: i32 = 44;
+/// The height of a row of step labels, and the padding of a lane.
+const STEP_ROW_PX: i32 = 18;
+const LANE_PAD_PX: i32 = 8;
+
+/// About how wide a chart label is in pixels (a sans-serif letter is
+/// about 0.6 of its height; a little more here to be safe).
+fn text_width(s: &str) -> i32 {
+    (s.chars().count() as f64 * TEXT_PX * 0.62).ceil() as i32
+}
+
+/// Where a story's steps are drawn: in its lane, in the first row where
+/// its dot and label cover no other step's, the label right of its dot
+/// unless it would leave the chart there.
+struct Layout<'a> {
+    /// Step, its lane, x in pixels, its row in the lane, its label on the left.
+    steps: Vec<(&'a crate::verifier::story::Step, usize, i32, usize, bool)>,
+    /// Each lane's top (pixels below the plot's top) and height.
+    lanes: Vec<(i32, i32)>,
+}
+
+impl Layout<'_> {
+    /// The plot's height, in pixels.
+    fn height(&self) -> i32 {
+        self.lanes.last().map_or(0, |(top, h)| top + h)
+    }
+
+    /// The whole chart's height, in pixels.
+    fn chart_height(&self) -> u32 {
+        (2 * STORY_MARGIN + STORY_AXIS + self.height()) as u32
+    }
+
+    /// The centre of row `row` of lane `lane`, in pixels below the plot's top.
+    fn row_y(&self, lane: usize, row: usize) -> i32 {
+        self.lanes[lane].0 + LANE_PAD_PX / 2 + STEP_ROW_PX / 2 + STEP_ROW_PX * row as i32
+    }
+}
+
+fn layout(s: &Story) -> Layout<'_> {
+    let (first, last) = window(s).unwrap_or((0, 1000));
+    let (left, right) = (STORY_MARGIN + STORY_LEFT, WIDTH as i32 - STORY_MARGIN);
+    let px = |at: i64| left + ((at - first) as f64 / (last - first).max(1) as f64 * (right - left) as f64) as i32;
+    let mut rows: Vec<Vec<Vec<(i32, i32)>>> = vec![Vec::new(); LANES.len()];
+    let mut steps = Vec::with_capacity(s.steps.len());
+    let mut ordered: Vec<_> = s.steps.iter().collect();
+    ordered.sort_by_key(|t| t.at_ms);
+    for t in ordered {
+        let lane = LANES.iter().position(|l| *l == t.lane).unwrap_or(LANES.len() - 1);
+        let (x, w) = (px(t.at_ms), text_width(&t.what));
+        let on_left = x + 8 + w > right && x - 8 - w >= left;
+        let span = if on_left { (x - 8 - w - 3, x + 6) } else { (x - 6, x + 8 + w + 3) };
+        let free = |row: &Vec<(i32, i32)>| row.iter().all(|(a, b)| span.1 <= *a || *b <= span.0);
+        let row = match rows[lane].iter().position(free) {
+            Some(row) => row,
+            None => {
+                rows[lane].push(Vec::new());
+                rows[lane].len() - 1
+            }
+        };
+        rows[lane][row].push(span);
+        steps.push((t, lane, x, row, on_left));
+    }
+    let mut lanes = Vec::with_capacity(LANES.len());
+    let mut top = 0;
+    for r in &rows {
+        let h = r.len().max(1) as i32 * STEP_ROW_PX + LANE_PAD_PX;
+        lanes.push((top, h));
+        top += h;
+    }
+    Layout { steps, lanes }
+}
+
+/// One story's dated steps, a lane per kind of step, with the faults in
+/// its window. A lane has as many rows as its labels need not to overlap.
 fn timeline(
     s: &Story,
+    layout: &Layout<'_>,
     log: &[FaultRecord],
     spans: &std::collections::BTreeMap<String, u64>,
     area: &DrawingArea<SVGBackend<'_>, Shift>,
@@ -529,75 +998,63 @@ fn timeline(
     area.fill(&WHITE).map_err(e)?;
     let (first, last) = window(s).unwrap_or((0, 1000));
     let (x0, x1) = (first as f64 / 1000.0, last as f64 / 1000.0);
-    let lane_y =
-        |lane: &str| (LANES.len() - 1 - LANES.iter().position(|l| *l == lane).unwrap_or(LANES.len() - 1)) as f64;
+    let h = layout.height() as f64;
     let mut c = ChartBuilder::on(area)
-        .margin(10)
-        .x_label_area_size(36)
-        .y_label_area_size(80)
-        .build_cartesian_2d(x0..x1, -0.6f64..(LANES.len() as f64 - 0.3))
+        .margin(STORY_MARGIN)
+        .x_label_area_size(STORY_AXIS)
+        .y_label_area_size(STORY_LEFT)
+        .build_cartesian_2d(x0..x1, 0f64..h)
         .map_err(e)?;
     c.configure_mesh()
+        .label_style(font(TEXT_PX))
+        .axis_desc_style(font(TITLE_PX))
         .disable_y_mesh()
-        .y_labels(LANES.len())
-        .y_label_formatter(&|y| {
-            let i = y.round();
-            match (y - i).abs() < 0.01 && (0.0..LANES.len() as f64).contains(&i) {
-                true => LANES[LANES.len() - 1 - i as usize].to_string(),
-                false => String::new(),
-            }
-        })
+        .disable_y_axis()
         .x_desc("seconds into the run")
         .light_line_style(WHITE)
         .draw()
         .map_err(e)?;
-    let window: Vec<FaultRecord> = log
+    // The plot's y axis counts pixels up from its bottom; the layout's, down from its top.
+    c.draw_series(layout.lanes.iter().enumerate().filter(|(i, _)| i % 2 == 0).map(|(_, (top, lh))| {
+        Rectangle::new([(x0, h - (top + lh) as f64), (x1, h - *top as f64)], BLACK.mix(0.04).filled())
+    }))
+    .map_err(e)?;
+    let window: Vec<&FaultRecord> = log
         .iter()
         .filter(|f| {
             let (a, b) = (f.at_ms as i64, f.at_ms as i64 + spans.get(&f.point).copied().unwrap_or(0) as i64);
             b >= first && a <= last
         })
-        .cloned()
         .collect();
-    let y_top = LANES.len() as f64 - 0.3;
     c.draw_series(window.iter().map(|f| {
         let (a, len) = (f.at_ms as f64 / 1000.0, spans.get(&f.point).copied().unwrap_or(0) as f64 / 1000.0);
-        Rectangle::new([(a.max(x0), -0.6), ((a + len).min(x1).max(a + (x1 - x0) / 400.0), y_top)], {
+        Rectangle::new([(a.max(x0), 0.0), ((a + len).min(x1).max(a + (x1 - x0) / 400.0), h)], {
             fault_colour(&f.point).mix(if len > 0.0 { 0.15 } else { 0.5 }).filled()
         })
     }))
     .map_err(e)?;
-    // Labels of steps close together in a lane stack downwards, and those
-    // in the right quarter of the line sit left of their points, so they
-    // stay readable and inside the chart.
-    let near = (x1 - x0) / 8.0;
-    let mut last_x = [f64::NEG_INFINITY; LANES.len()];
-    let mut level = [0i32; LANES.len()];
-    let mut placed = Vec::with_capacity(s.steps.len());
-    for t in &s.steps {
-        let (x, y) = (t.at_ms as f64 / 1000.0, lane_y(&t.lane));
-        let l = LANES.len() - 1 - y as usize;
-        level[l] = if x - last_x[l] < near { (level[l] + 1) % 3 } else { 0 };
-        last_x[l] = x;
-        placed.push((t, x, y, level[l]));
+    let plot_top = STORY_MARGIN;
+    for (i, name) in LANES.iter().enumerate() {
+        let (top, lh) = layout.lanes[i];
+        let style = TextStyle::from(font(TEXT_PX)).pos(Pos::new(HPos::Right, VPos::Center));
+        let at = (STORY_MARGIN + STORY_LEFT - 8, plot_top + top + lh / 2);
+        area.draw(&Text::new(name.to_string(), at, style)).map_err(e)?;
     }
-    let right = x0 + (x1 - x0) * 0.75;
-    c.draw_series(placed.into_iter().map(|(t, x, y, level)| {
+    for (t, lane, x, row, on_left) in &layout.steps {
         let colour = match t.lane.as_str() {
             "payment" => RGBColor(31, 119, 180),
             "outbox" => RGBColor(44, 160, 44),
-            "delivery" => RGBColor(23, 190, 207),
+            "delivery" => RGBColor(23, 150, 170),
             "inbox" => RGBColor(148, 103, 189),
             "provider" => RGBColor(255, 127, 14),
             _ => RGBColor(200, 30, 30),
         };
-        let (dx, hpos) = if x > right { (-8, HPos::Right) } else { (8, HPos::Left) };
-        let font = TextStyle::from(("sans-serif", 12).into_font()).pos(Pos::new(hpos, VPos::Center));
-        EmptyElement::at((x, y))
-            + Circle::new((0, 0), 5, colour.filled())
-            + Text::new(t.what.clone(), (dx, -10 + 12 * level), font)
-    }))
-    .map_err(e)?;
+        let y = plot_top + layout.row_y(*lane, *row);
+        let (dx, hpos) = if *on_left { (-8, HPos::Right) } else { (8, HPos::Left) };
+        let style = TextStyle::from(font(TEXT_PX)).pos(Pos::new(hpos, VPos::Center));
+        area.draw(&Circle::new((*x, y), 5, colour.filled())).map_err(e)?;
+        area.draw(&Text::new(t.what.clone(), (x + dx, y), style)).map_err(e)?;
+    }
     Ok(())
 }
 
@@ -625,7 +1082,14 @@ h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}th{background:#f3f3f3}\
 td.ok{color:#2a8a2a}td.bad,.bad{color:#c0392b}.story{border-left:4px solid #c0392b;padding-left:12px;margin:18px 0}\
 .msg{display:inline-block;background:#eef;border:1px solid #99c;border-radius:3px;padding:0 5px;margin:2px;\
-font-family:monospace;font-size:12px}code{font-size:12px}.chart svg{max-width:100%;height:auto}";
+font-family:monospace;font-size:12px}code{font-size:12px}.chart svg{max-width:100%;height:auto}\
+.tiles{display:grid;grid-template-columns:repeat(auto-fit,minmax(128px,1fr));gap:10px;margin:14px 0}\
+.tile{border:1px solid #ccc;border-top:5px solid #888;border-radius:6px;padding:8px 10px;background:#fafafa}\
+.tile .label{font-size:12px;color:#555;text-transform:uppercase;letter-spacing:.04em}\
+.tile .value{font-size:22px;font-weight:600;margin:2px 0;white-space:nowrap}.tile .detail{font-size:12px;color:#555}\
+.tile.ok,.tile.pass{border-top-color:#2a8a2a}.tile.bad,.tile.fail{border-top-color:#c0392b}\
+.tile.bad .value,.tile.fail .value{color:#c0392b}.tile.pass .value{color:#2a8a2a}\
+.codes .code{margin-right:10px;white-space:nowrap}.tile.inconclusive,.tile.incomplete,.tile.interrupted{border-top-color:#b8860b}";
 
 #[cfg(test)]
 mod tests {
@@ -639,10 +1103,233 @@ mod tests {
         let r = Report::load(&path).unwrap();
         assert!(r.series.is_empty() && r.stories.is_empty());
         let page = render(&r);
-        assert_eq!(page.matches("<svg").count(), 2, "the events chart and the percentiles");
+        assert_eq!(page.matches("<svg").count(), 3, "the events chart, the instances' lanes and the percentiles");
         assert!(page.contains(&format!("chaos run {}", r.run_id)));
         assert!(page.contains("<section id=\"invariants\">") && page.contains("</html>"));
         assert!(!page.contains("the chart could not be drawn"));
+    }
+
+    /// The sample report with what a recent run adds: samples, latency
+    /// buckets, a fault log of several instances with reach, and a story
+    /// whose steps crowd together.
+    pub(crate) fn busy() -> Report {
+        use crate::verifier::story::{Step, TopicMessage};
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/sample-payments-postgres-kafka.json");
+        let mut r = Report::load(&path).unwrap();
+        r.series = (0..40)
+            .map(|i| report::Sample { at_ms: i * 250, written: i * 25, published: i * 24, applied: i * 23 })
+            .collect();
+        if let Some(l) = &mut r.latency_ms {
+            l.buckets = (0..12).map(|i| report::LatencyBucket { up_to_ms: 1 << i, events: 10 * i }).collect();
+        }
+        for (i, f) in r.fault_log.iter_mut().enumerate() {
+            if i % 3 == 0 {
+                f.reach.seqs = vec![(3, 4), (10, 10)];
+            } else {
+                f.reach.spans = vec![(0, 5, 9), (2, 1, 1)];
+            }
+        }
+        let step = |at_ms, lane: &str, what: &str| Step { at_ms, lane: lane.into(), what: what.into(), event: None };
+        r.stories = vec![crate::verifier::story::Story {
+            anomaly: "duplicate effect".into(),
+            example: 0,
+            subject: uuid::Uuid::nil(),
+            payment: uuid::Uuid::nil(),
+            steps: vec![
+                step(100, "payment", "payment created"),
+                step(102, "payment", "payment captured"),
+                step(104, "outbox", "authorized row written"),
+                step(105, "outbox", "captured row written"),
+                step(300, "outbox", "authorized row published (seq 3)"),
+                step(301, "outbox", "captured row published (seq 4)"),
+                step(320, "delivery", "authorized 0:5 to notifier-1"),
+                step(321, "delivery", "captured 0:6 to notifier-1"),
+                step(322, "delivery", "captured 0:6 to notifier-2"),
+                step(900, "delivery", "captured 0:6 to notifier-1"),
+                step(330, "effect", "receipt sent"),
+                step(331, "effect", "receipt sent"),
+                step(905, "effect", "receipt sent"),
+            ],
+            messages: vec![TopicMessage { partition: 0, offset: 5, kind: "authorized".into() }],
+            seqs: vec![3, 4],
+        }];
+        r
+    }
+
+    /// Every `<text>` of the page's charts: its font size and its words.
+    fn chart_texts(page: &str) -> Vec<(f64, String)> {
+        page.split("<text")
+            .skip(1)
+            .map(|t| {
+                let size =
+                    t.split("font-size=\"").nth(1).and_then(|v| v.split('"').next()).and_then(|v| v.parse().ok());
+                let words = t.split('>').nth(1).and_then(|v| v.split('<').next()).unwrap_or_default();
+                (size.unwrap_or(0.0), words.trim().to_string())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn chart_text_is_at_least_12_pixels() {
+        let page = render(&busy());
+        let texts = chart_texts(&page);
+        assert!(texts.len() > 50, "the charts have text: {texts:?}");
+        for (size, words) in texts {
+            assert!(size >= 12.0, "{words:?} is {size} px");
+        }
+    }
+
+    /// The value shown on a tile of the page.
+    fn tile<'a>(page: &'a str, id: &str) -> &'a str {
+        let at = page.find(&format!("id=\"tile-{id}\"")).unwrap_or_else(|| panic!("no tile {id}"));
+        let value = &page[at..][page[at..].find("class=\"value\">").unwrap() + 14..];
+        &value[..value.find('<').unwrap()]
+    }
+
+    #[test]
+    fn the_tiles_sum_up_the_run() {
+        let mut r = busy();
+        let page = render(&r);
+        assert!(page.find("id=\"summary\"").unwrap() < page.find("id=\"throughput\"").unwrap(), "tiles first");
+        assert_eq!(tile(&page, "verdict"), "PASS");
+        assert_eq!(tile(&page, "driven"), "1000");
+        assert_eq!(tile(&page, "effects"), "1000");
+        assert_eq!(tile(&page, "messages"), "2157");
+        assert_eq!(tile(&page, "faults"), "34");
+        assert_eq!(tile(&page, "invariants"), "28/28");
+        assert_eq!(tile(&page, "latency"), "1401 ms");
+        r.invariants[3].ok = false;
+        r.verdict = Verdict::Fail;
+        r.latency_ms = None;
+        let page = render(&r);
+        assert_eq!(tile(&page, "verdict"), "FAIL");
+        assert_eq!(tile(&page, "invariants"), "27/28");
+        assert!(page.contains("class=\"tile bad\" id=\"tile-invariants\""));
+        assert_eq!(tile(&page, "latency"), "–");
+        r.verdict = Verdict::Incomplete;
+        assert_eq!(tile(&render(&r), "invariants"), "–/28", "an unjudged run holds and breaks nothing");
+    }
+
+    /// The rows of the table in `<section id="{id}">`.
+    fn rows_in(page: &str, id: &str) -> Vec<String> {
+        let at = page.find(&format!("<section id=\"{id}\"")).unwrap_or_else(|| panic!("no section {id}"));
+        let sec = &page[at..at + page[at..].find("</section>").unwrap()];
+        let body = &sec[sec.find("<tbody>").expect("a table")..];
+        body.split("<tr>").skip(1).map(|r| r.to_string()).collect()
+    }
+
+    #[test]
+    fn the_fault_log_lists_every_firing_up_to_its_cap() {
+        let mut r = busy();
+        let rows = rows_in(&render(&r), "fault-log");
+        assert_eq!(rows.len(), r.fault_log.len());
+        assert!(rows[0].contains("<td>0.133</td><td>relay.after_produce</td><td>relay-2</td>"), "{}", rows[0]);
+        assert!(rows[0].contains("<td>outbox seqs 3–4, 10</td>"), "{}", rows[0]);
+        assert!(rows[1].contains("<td>topic 0:5–9, 2:1</td>"), "{}", rows[1]);
+        let first = r.fault_log[0].clone();
+        r.fault_log = (0..FAULT_ROWS + 7).map(|_| first.clone()).collect();
+        let page = render(&r);
+        assert_eq!(rows_in(&page, "fault-log").len(), FAULT_ROWS);
+        assert!(page.contains("7 more are not shown"));
+        r.fault_log.clear();
+        r.faults.iter_mut().for_each(|f| f.fired = 0);
+        assert!(render(&r).contains("No fault fired in this run."));
+    }
+
+    /// The page from `<section id="{id}"` (or `class="{id}"`) to its end.
+    fn section_of<'a>(page: &'a str, id: &str) -> &'a str {
+        let at = page.find(&format!("<section id=\"{id}\"")).unwrap_or_else(|| panic!("no section {id}"));
+        &page[at..at + page[at..].find("</section>").unwrap()]
+    }
+
+    #[test]
+    fn each_instance_has_a_lane_and_each_fault_mark_its_code() {
+        let r = busy();
+        let page = render(&r);
+        let lanes = section_of(&page, "instances");
+        let texts: Vec<String> = chart_texts(lanes).into_iter().map(|(_, w)| w).collect();
+        let mut names: Vec<&str> = r.fault_log.iter().map(|f| f.component.as_str()).collect();
+        names.extend(["relay-1", "notifier-1"]);
+        names.sort();
+        names.dedup();
+        for name in names {
+            let n = r.fault_log.iter().filter(|f| f.component == name).count();
+            let lane = format!("{name} ({n})");
+            assert_eq!(texts.iter().filter(|t| **t == lane).count(), 1, "one lane {lane:?} in {texts:?}");
+        }
+        assert_eq!(instances(&r)[..2], ["relay-1".to_string(), "relay-2".to_string()], "{:?}", instances(&r));
+        // Each mark of the events chart has its code above it, and the legend names each code.
+        let codes = fault_codes(&r.fault_log);
+        let chart = section_of(&page, "throughput");
+        let labels = chart_texts(chart).into_iter().filter(|(_, w)| codes.iter().any(|(_, c)| c == w)).count();
+        assert_eq!(labels, r.fault_log.len());
+        for (point, code) in codes {
+            assert!(chart.contains(&format!("<b>{code}</b> {point} × ")), "the legend names {code}");
+        }
+    }
+
+    /// Each unrotated `<text>` of an SVG as the box it covers (left, top,
+    /// right, bottom; a letter about 0.6 of the size wide) and its words.
+    fn text_boxes(svg: &str) -> Vec<([f64; 4], String)> {
+        svg.split("<text")
+            .skip(1)
+            .filter_map(|t| {
+                let tag = &t[..t.find('>')?];
+                let attr = |name: &str| tag.split(&format!(" {name}=\"")).nth(1).and_then(|v| v.split('"').next());
+                if attr("transform").is_some() {
+                    return None;
+                }
+                let num = |name: &str| attr(name).and_then(|v| v.parse::<f64>().ok());
+                let (x, y, size) = (num("x")?, num("y")?, num("font-size")?);
+                let words = t[t.find('>')? + 1..].split('<').next()?.trim().to_string();
+                let w = words.chars().count() as f64 * size * 0.6;
+                let left = match attr("text-anchor") {
+                    Some("end") => x - w,
+                    Some("middle") => x - w / 2.0,
+                    _ => x,
+                };
+                let top = match attr("dy") {
+                    Some("0.76em") => y,
+                    Some("-0.5ex") => y - size,
+                    _ => y - size / 2.0,
+                };
+                Some(([left, top, left + w, top + size], words))
+            })
+            .collect()
+    }
+
+    /// The first pair of boxes that overlap, if any.
+    fn overlap(boxes: &[([f64; 4], String)]) -> Option<(String, String)> {
+        for (i, (a, aw)) in boxes.iter().enumerate() {
+            for (b, bw) in &boxes[i + 1..] {
+                if a[0] < b[2] && b[0] < a[2] && a[1] < b[3] && b[1] < a[3] {
+                    return Some((aw.clone(), bw.clone()));
+                }
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn story_labels_do_not_overlap() {
+        let mut r = busy();
+        r.anomalies.push(crate::verifier::Anomaly {
+            name: "duplicate effect".into(),
+            count: 1,
+            examples: vec!["payment 0: 3 receipts".into()],
+            allowed: false,
+            subjects: vec![],
+            followed: vec![],
+        });
+        let page = render(&r);
+        let story = &page[page.find("<section class=\"story\"").unwrap()..];
+        let svg = &story[..story.find("</svg>").unwrap()];
+        let boxes = text_boxes(svg);
+        for step in &r.stories[0].steps {
+            assert!(boxes.iter().any(|(_, w)| *w == step.what), "no label {:?}", step.what);
+        }
+        assert_eq!(overlap(&boxes), None, "labels over each other");
+        assert!(overlap(&[([0.0, 0.0, 10.0, 10.0], "a".into()), ([5.0, 5.0, 20.0, 20.0], "b".into())]).is_some());
     }
 
     #[test]

@@ -6,7 +6,12 @@
 //! anomaly example's story with its messages' `partition:offset`, and its
 //! screenshot (scripts/screenshot.sh) is a real picture, not one flat
 //! colour. `chaos report <file.json> --html` draws the same page again from
-//! the JSON alone. Each body runs on the real services and embedded.
+//! the JSON alone. Each body runs on the real services and embedded. Both
+//! pages open with tiles of the report's figures, list every logged firing
+//! in a fault log, give each fault mark its code and each component
+//! instance its lane, and draw no chart text under 12 px; a story's labels
+//! never cover each other. `CHAOS_UPDATE_SCREENSHOT=1` makes the failing
+//! run on the services take docs/report-failing.png again.
 
 use crate::common::*;
 use std::path::{Path, PathBuf};
@@ -117,6 +122,16 @@ fn run_and_check(backend: Backend, scenario: &str, dir: &Path) -> (serde_json::V
     for table in ["verification", "faults", "invariants"] {
         assert!(section(&dom, table).contains("<table"), "no {table} table");
     }
+    tiles_tell_the_run(&r, &dom);
+    fault_log_lists_the_firings(&r, &dom);
+    each_instance_has_a_lane(&r, &dom);
+    each_fault_mark_has_its_code(&r, &dom);
+    // Every text of every chart readable: at least 12 px.
+    let texts = text_boxes(&dom);
+    assert!(texts.len() > 20, "the charts have text: {texts:?}");
+    for (b, words) in &texts {
+        assert!(b[3] - b[1] >= 12.0, "chart text {words:?} is {} px high", b[3] - b[1]);
+    }
     // `chaos report --html` draws the same page from the JSON alone.
     let again = dir.join("again.html");
     let json = dir.join(format!("{id}.json"));
@@ -126,6 +141,153 @@ fn run_and_check(backend: Backend, scenario: &str, dir: &Path) -> (serde_json::V
     assert!(std::fs::read_to_string(&again).unwrap() == html, "the page drawn again from the JSON differs");
     eprintln!("{scenario} on {backend:?}: run {:.1}s, verdict {}", ran.elapsed.as_secs_f64(), r["verdict"]);
     (r, page, dom)
+}
+
+/// The value a summary tile shows.
+fn tile<'a>(dom: &'a str, id: &str) -> &'a str {
+    let at = dom.find(&format!("id=\"tile-{id}\"")).unwrap_or_else(|| panic!("no tile {id}"));
+    let value = &dom[at..][dom[at..].find("class=\"value\">").unwrap() + "class=\"value\">".len()..];
+    &value[..value.find('<').unwrap()]
+}
+
+/// The tiles at the top of the page show the report's figures.
+fn tiles_tell_the_run(r: &serde_json::Value, dom: &str) {
+    let summary = section(dom, "summary");
+    assert!(dom.find("id=\"summary\"").unwrap() < dom.find("id=\"throughput\"").unwrap(), "the tiles come first");
+    assert_eq!(summary.matches("id=\"tile-").count(), 7, "seven tiles: {summary}");
+    let c = &r["counts"];
+    assert_eq!(tile(dom, "verdict"), r["verdict"].as_str().unwrap().to_uppercase());
+    assert_eq!(tile(dom, "driven"), c["payments"].to_string());
+    assert_eq!(tile(dom, "effects"), c["receipts"].to_string());
+    assert_eq!(tile(dom, "messages"), c["topic_messages"].to_string());
+    let fired: u64 = r["faults"].as_array().unwrap().iter().map(|f| f["fired"].as_u64().unwrap()).sum();
+    assert!(fired > 0, "the run's faults fired");
+    assert_eq!(tile(dom, "faults"), fired.to_string());
+    let checks: Vec<&serde_json::Value> =
+        r["invariants"].as_array().unwrap().iter().chain(r["chaos_checks"].as_array().unwrap()).collect();
+    let held = checks.iter().filter(|i| i["ok"] == true).count();
+    assert_eq!(tile(dom, "invariants"), format!("{held}/{}", checks.len()));
+    let p99 = r["latency_ms"]["p99"].as_f64();
+    assert_eq!(tile(dom, "latency"), p99.map_or("–".to_string(), |p| format!("{p:.0} ms")));
+}
+
+/// The fault log's table has a row per logged firing (up to its cap of
+/// 200), each naming its point and component, with the reach of those
+/// that have one.
+fn fault_log_lists_the_firings(r: &serde_json::Value, dom: &str) {
+    let log = r["fault_log"].as_array().unwrap();
+    assert!(!log.is_empty(), "the run logged its firings");
+    let table = section(dom, "fault-log");
+    let body = &table[table.find("<tbody>").expect("a fault log table")..];
+    let rows: Vec<&str> = body.split("<tr>").skip(1).collect();
+    assert_eq!(rows.len(), log.len().min(200), "a row per logged firing");
+    for (row, f) in rows.iter().zip(log) {
+        let at = format!("<td>{:.3}</td>", f["at_ms"].as_u64().unwrap() as f64 / 1000.0);
+        for cell in [
+            at,
+            format!("<td>{}</td>", f["point"].as_str().unwrap()),
+            format!("<td>{}</td>", f["component"].as_str().unwrap()),
+        ] {
+            assert!(row.contains(&cell), "{cell} not in {row}");
+        }
+        if let Some(seqs) = f["reach"]["seqs"].as_array() {
+            let (a, b) = (seqs[0][0].as_i64().unwrap(), seqs[0][1].as_i64().unwrap());
+            let first = if a == b { a.to_string() } else { format!("{a}–{b}") };
+            assert!(row.contains(&format!("outbox seqs {first}")), "the reach {seqs:?} in {row}");
+        }
+    }
+    assert!(log.iter().any(|f| f["reach"]["seqs"].is_array()), "a relay's firing reaches its batch's seqs");
+}
+
+/// The lanes chart has one lane per relay and notifier the scenario
+/// starts and per component a fault fired in, labelled with its firings.
+fn each_instance_has_a_lane(r: &serde_json::Value, dom: &str) {
+    let lanes = section(dom, "instances");
+    let texts: Vec<String> = text_boxes(lanes).into_iter().map(|(_, w)| w).collect();
+    let log = r["fault_log"].as_array().unwrap();
+    let mut names: Vec<String> = log.iter().map(|f| f["component"].as_str().unwrap().to_string()).collect();
+    names.extend((1..=r["scenario"]["relays"].as_u64().unwrap()).map(|i| format!("relay-{i}")));
+    names.extend((1..=r["scenario"]["notifiers"].as_u64().unwrap()).map(|i| format!("notifier-{i}")));
+    names.sort();
+    names.dedup();
+    for name in &names {
+        let n = log.iter().filter(|f| f["component"] == name.as_str()).count();
+        let lane = format!("{name} ({n})");
+        assert_eq!(texts.iter().filter(|t| **t == lane).count(), 1, "one lane {lane:?} among {texts:?}");
+    }
+    let lane_names = texts.iter().filter(|t| t.ends_with(')') && t.contains(" (")).count();
+    assert_eq!(lane_names, names.len(), "no other lane: {texts:?}");
+}
+
+/// Each fault mark on the events chart has its point's code above it,
+/// and the legend under the chart names every code.
+fn each_fault_mark_has_its_code(r: &serde_json::Value, dom: &str) {
+    let chart = section(dom, "throughput");
+    let legend = &chart[chart.find("class=\"codes\"").expect("a legend of the fault codes")..];
+    let codes: Vec<(&str, &str)> = legend
+        .split("<b>")
+        .skip(1)
+        .map(|c| {
+            let code = &c[..c.find("</b>").unwrap()];
+            let point = c[c.find("</b>").unwrap() + 4..].trim_start().split(' ').next().unwrap();
+            (code, point)
+        })
+        .collect();
+    let log = r["fault_log"].as_array().unwrap();
+    let mut points: Vec<&str> = log.iter().map(|f| f["point"].as_str().unwrap()).collect();
+    points.sort();
+    points.dedup();
+    let mut named: Vec<&str> = codes.iter().map(|(_, p)| *p).collect();
+    named.sort();
+    assert_eq!(named, points, "the legend names each point that fired");
+    let labels = text_boxes(&chart[..chart.find("</svg>").unwrap()])
+        .into_iter()
+        .filter(|(_, w)| codes.iter().any(|(c, _)| c == w))
+        .count();
+    assert_eq!(labels, log.len(), "a code per logged firing on the chart");
+}
+
+/// Each unrotated `<text>` of the SVG in `dom` as the box it covers
+/// (left, top, right, bottom; a letter about 0.6 of its size wide),
+/// with its words.
+fn text_boxes(dom: &str) -> Vec<([f64; 4], String)> {
+    dom.split("<text")
+        .skip(1)
+        .filter_map(|t| {
+            let tag = &t[..t.find('>')?];
+            let attr = |name: &str| tag.split(&format!(" {name}=\"")).nth(1).and_then(|v| v.split('"').next());
+            if attr("transform").is_some() {
+                return None;
+            }
+            let num = |name: &str| attr(name).and_then(|v| v.parse::<f64>().ok());
+            let (x, y, size) = (num("x")?, num("y")?, num("font-size").unwrap_or(0.0));
+            let words = t[t.find('>')? + 1..].split('<').next()?.trim().to_string();
+            let w = words.chars().count() as f64 * size * 0.6;
+            let left = match attr("text-anchor") {
+                Some("end") => x - w,
+                Some("middle") => x - w / 2.0,
+                _ => x,
+            };
+            let top = match attr("dy") {
+                Some("0.76em") => y,
+                Some("-0.5ex") => y - size,
+                _ => y - size / 2.0,
+            };
+            Some(([left, top, left + w, top + size], words))
+        })
+        .collect()
+}
+
+/// The first two texts whose boxes overlap, if any.
+fn overlapping(boxes: &[([f64; 4], String)]) -> Option<(String, String)> {
+    for (i, (a, aw)) in boxes.iter().enumerate() {
+        for (b, bw) in &boxes[i + 1..] {
+            if a[0] < b[2] && b[0] < a[2] && a[1] < b[3] && b[1] < a[3] {
+                return Some((aw.clone(), bw.clone()));
+            }
+        }
+    }
+    None
 }
 
 /// Each `<polyline>` of an SVG: its stroke colour and how many points it has.
@@ -200,7 +362,22 @@ fn a_failing_run_tells_each_examples_story(backend: Backend) {
         let at = format!("{}:{} {}", m["partition"], m["offset"], m["kind"].as_str().unwrap());
         assert!(story.contains(&at), "the story lists its message {at}");
     }
+    // No two labels of a story's line of time over each other.
+    for s in dom.split("<section class=\"story\"").skip(1) {
+        let Some(end) = s.find("</svg>") else { continue };
+        let boxes = text_boxes(&s[..end]);
+        assert!(boxes.iter().any(|(_, w)| w == "receipt sent" || w.contains("row")), "step labels: {boxes:?}");
+        assert_eq!(overlapping(&boxes), None, "two labels of a story drawn over each other");
+    }
     screenshot_is_a_picture(&page, dir.path());
+    // The picture of a failing page in the docs, taken again only when asked.
+    if backend == Backend::Services && std::env::var("CHAOS_UPDATE_SCREENSHOT").is_ok_and(|v| v == "1") {
+        let png = dir.path().join("docs.png");
+        let mut c = Command::new("bash");
+        c.arg(root().join("scripts/screenshot.sh")).arg(&page).arg(&png).arg("1000x1400");
+        bounded(&mut c, Duration::from_secs(90));
+        std::fs::copy(&png, root().join("docs/report-failing.png")).expect("cannot write docs/report-failing.png");
+    }
 }
 
 /// Without an inbox every receipt comes from a delivery of its captured
