@@ -443,6 +443,17 @@ fn shared_between_runs(sc: &crate::scenario::Scenario) -> Result<()> {
     Ok(())
 }
 
+/// The sweep's verdict in one word, as its exit code has it.
+fn exit_word(s: &Summary) -> &'static str {
+    match (s.interrupted, s.failed, s.incomplete, s.inconclusive) {
+        (true, ..) => "INTERRUPTED",
+        (_, f, ..) if f > 0 => "FAIL",
+        (_, _, i, _) if i > 0 => "INCOMPLETE",
+        (_, _, _, i) if i > 0 => "INCONCLUSIVE",
+        _ => "PASS",
+    }
+}
+
 fn tally(s: &Summary) -> String {
     format!("{} pass · {} fail · {} inconclusive · {} incomplete", s.passed, s.failed, s.inconclusive, s.incomplete)
 }
@@ -481,13 +492,87 @@ impl Summary {
         serde_json::from_value(value).map(Some).map_err(|e| err(format!("not a chaos sweep summary: {e}")))
     }
 
-    /// Writes `<dir>/<sweep-id>.json`; returns its path.
+    /// Writes `<dir>/<sweep-id>.json` and its page, `<sweep-id>.html`;
+    /// returns the JSON's path.
     pub fn save(&self, dir: &std::path::Path) -> Result<PathBuf> {
         std::fs::create_dir_all(dir).map_err(|e| Error::Write { path: dir.into(), cause: e.to_string() })?;
         let path = dir.join(format!("{}.json", self.sweep_id));
         let text = serde_json::to_string_pretty(self).map_err(|e| Error::Internal(e.to_string()))?;
         std::fs::write(&path, text + "\n").map_err(|e| Error::Write { path: path.clone(), cause: e.to_string() })?;
+        let page = dir.join(format!("{}.html", self.sweep_id));
+        std::fs::write(&page, self.html()).map_err(|e| Error::Write { path: page, cause: e.to_string() })?;
         Ok(path)
+    }
+
+    /// The sweep as one self-contained HTML page: the totals, then a row
+    /// per seed asked for (a seed never run, or of a shard not merged, says
+    /// so), each run's verdict, anomalies, replay command and a link to its
+    /// own page, which sits beside it when the run wrote its reports here.
+    pub fn html(&self) -> String {
+        use crate::report::html::esc;
+        use std::fmt::Write;
+        let verdict = exit_word(self);
+        let mut out = String::new();
+        let _ = write!(
+            out,
+            "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{id}</title><style>\
+             body{{font:15px/1.45 system-ui,sans-serif;margin:1.5em;color:#222}}\
+             table{{border-collapse:collapse;margin-top:1em}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}}\
+             th{{background:#f1f1f1}}.pass{{color:#1a7f37}}.fail{{color:#c62828;font-weight:bold}}.other{{color:#b26a00}}\
+             code{{font-size:13px}}</style></head><body><h1>{id} <span class=\"{class}\">{verdict}</span></h1>\
+             <p>scenario <code>{scenario}</code> · {backend} · seeds {first}–{last}{swarm}{shards} · {secs:.0} s</p>\
+             <p class=\"totals\">{passed} pass · {failed} fail · {inconclusive} inconclusive · {incomplete} incomplete · {never} not run</p>\
+             <p>fingerprint <code>{fp}</code></p>",
+            id = esc(&self.sweep_id),
+            class = if self.failed > 0 { "fail" } else if verdict == "PASS" { "pass" } else { "other" },
+            scenario = esc(&self.scenario),
+            backend = esc(&self.backend),
+            first = self.first_seed,
+            last = self.first_seed + self.seeds_asked.max(1) as u64 - 1,
+            swarm = if self.swarm { " · swarm rates" } else { "" },
+            shards = if self.merged.is_empty() { String::new() } else { format!(" · {} shards merged", self.merged.len()) },
+            secs = self.seconds,
+            passed = self.passed,
+            failed = self.failed,
+            inconclusive = self.inconclusive,
+            incomplete = self.incomplete,
+            never = (self.seeds_asked as usize).saturating_sub(self.rows.len()),
+            fp = esc(&self.fingerprint),
+        );
+        out.push_str("<table><thead><tr><th>seed</th><th>verdict</th><th>anomalies</th><th>faults fired</th><th>duplicates on topic</th><th>time</th><th>replay</th></tr></thead><tbody>\n");
+        let owned = self.seeds_owned();
+        for seed in self.first_seed..self.first_seed + self.seeds_asked as u64 {
+            match self.rows.iter().find(|r| r.seed == seed) {
+                Some(r) => {
+                    let class = match r.verdict {
+                        Verdict::Pass => "pass",
+                        Verdict::Fail => "fail",
+                        _ => "other",
+                    };
+                    let _ = writeln!(
+                        out,
+                        "<tr class=\"seed\"><td><a href=\"{run}.html\">{seed}</a></td><td class=\"{class}\">{v}</td><td>{a}</td><td>{f}</td><td>{d}</td><td>{t:.1} s</td><td><code>{replay}</code></td></tr>",
+                        run = esc(&r.run_id),
+                        v = r.verdict.as_str(),
+                        a = esc(&r.anomalies.join(", ")),
+                        f = r.faults_fired,
+                        d = r.topic_duplicates,
+                        t = r.seconds,
+                        replay = esc(&r.replay),
+                    );
+                }
+                None => {
+                    let why = if owned.contains(&seed) {
+                        "not run: the sweep stopped first"
+                    } else {
+                        "not run here: another shard's"
+                    };
+                    let _ = writeln!(out, "<tr class=\"seed\"><td>{seed}</td><td class=\"other\">{why}</td><td></td><td></td><td></td><td></td><td></td></tr>");
+                }
+            }
+        }
+        out.push_str("</tbody></table></body></html>\n");
+        out
     }
 }
 
@@ -676,6 +761,18 @@ mod tests {
         assert_eq!(part.missing_shards, vec![2]);
         assert_eq!(part.seeds_owned(), vec![1, 3, 4, 6, 7, 9], "shard 2/3's seeds are not owned");
         assert!(render(&part).contains("shards not merged, their seeds not run here: 2/3"), "{}", render(&part));
+    }
+
+    #[test]
+    fn a_sweeps_page_has_a_row_per_seed_asked_for() {
+        let part = merge(vec![shard_summary(1, 3, 9, Some(4)), shard_summary(3, 3, 9, None)]).unwrap();
+        let page = part.html();
+        assert_eq!(page.matches("<tr class=\"seed\">").count(), 9, "{page}");
+        assert!(page.contains("<span class=\"fail\">FAIL</span>"), "{page}");
+        assert_eq!(page.matches("not run here: another shard's").count(), 3, "shard 2/3's seeds 2, 5, 8: {page}");
+        assert!(page.contains("<a href=\"run-3.html\">4</a></td><td class=\"fail\">fail"), "{page}");
+        assert!(page.contains("5 pass · 1 fail"), "{page}");
+        assert!(!page.contains("src=") && !page.contains("<script"), "the page loads nothing");
     }
 
     #[test]

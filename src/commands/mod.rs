@@ -220,7 +220,7 @@ fn show_sweep(
         print_json(summary)?;
     } else {
         print!("{}", crate::campaigns::sweep::render(summary));
-        println!("summary: {}", saved.display());
+        println!("summary: {} and {}", saved.display(), saved.with_extension("html").display());
     }
     Ok(exits::of_sweep(summary))
 }

@@ -277,6 +277,15 @@ fn shards_of_a_sweep_merge_into_the_whole_sweep() {
     let cases = junit_cases(&junit);
     assert_eq!(cases.len(), 4);
     assert!(cases.iter().all(|c| matches!(c.status, quick_junit::TestCaseStatus::Success { .. })));
+    // And one page: a row per seed, each linking to its run's own page,
+    // which the shard wrote beside it.
+    let page = std::fs::read_to_string(dir.path().join(format!("{}.html", m["sweep_id"].as_str().unwrap()))).unwrap();
+    assert_eq!(page.matches("<tr class=\"seed\">").count(), 4, "{page}");
+    for row in m["rows"].as_array().unwrap() {
+        let run_page = format!("{}.html", row["run_id"].as_str().unwrap());
+        assert!(page.contains(&format!("href=\"{run_page}\"")), "{page}");
+        assert!(dir.path().join(&run_page).exists(), "{run_page} is linked and missing");
+    }
 
     // One shard alone: its seeds, and the other's skipped.
     let mut c = chaos();
