@@ -95,7 +95,7 @@ fn swarm_is_clean_on_the_correct_pipeline(backend: Backend) {
     c.arg("report").arg(dir.path());
     let listed = run(&mut c);
     assert_eq!(listed.code, 0, "{}", listed.stderr);
-    assert!(listed.stdout.contains("4 run(s), 0 unreadable"), "{}", listed.stdout);
+    assert!(listed.stdout.contains("4 run(s), oldest first, 0 unreadable"), "{}", listed.stdout);
     // `chaos report <sweep.json>` prints the sweep's table again, with its exit code.
     let mut c = chaos();
     c.arg("report").arg(dir.path().join(format!("{}.json", s["sweep_id"].as_str().unwrap())));
