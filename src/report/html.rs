@@ -739,26 +739,6 @@ fn time_end(r: &Report) -> f64 {
     end_ms as f64 / 1000.0
 }
 
-/// The x axis of a chart drawn in lanes (the instances', a story's): the
-/// seconds into the run, no y axis, no horizontal mesh.
-fn time_axis(
-    c: &mut ChartContext<
-        '_,
-        SVGBackend<'_>,
-        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
-    >,
-) -> std::result::Result<(), String> {
-    c.configure_mesh()
-        .label_style(font(TEXT_PX))
-        .axis_desc_style(font(TITLE_PX))
-        .disable_y_mesh()
-        .disable_y_axis()
-        .x_desc("seconds into the run")
-        .light_line_style(WHITE)
-        .draw()
-        .map_err(|e| e.to_string())
-}
-
 /// A lane per component instance, top to bottom, with its firings: a
 /// mark at each (a band where the scenario gives its length), its code
 /// above it when that does not cover the code before.
@@ -777,7 +757,15 @@ fn instance_lanes(
         .y_label_area_size(LEFT_PX)
         .build_cartesian_2d(0f64..x_end, 0f64..n)
         .map_err(e)?;
-    time_axis(&mut c)?;
+    c.configure_mesh()
+        .label_style(font(TEXT_PX))
+        .axis_desc_style(font(TITLE_PX))
+        .disable_y_mesh()
+        .disable_y_axis()
+        .x_desc("seconds into the run")
+        .light_line_style(WHITE)
+        .draw()
+        .map_err(e)?;
     // Lane i spans [n-1-i, n-i] on the y axis; every other one is shaded.
     let bottom = |i: usize| n - 1.0 - i as f64;
     c.draw_series(
@@ -1017,7 +1005,15 @@ fn timeline(
         .y_label_area_size(STORY_LEFT)
         .build_cartesian_2d(x0..x1, 0f64..h)
         .map_err(e)?;
-    time_axis(&mut c)?;
+    c.configure_mesh()
+        .label_style(font(TEXT_PX))
+        .axis_desc_style(font(TITLE_PX))
+        .disable_y_mesh()
+        .disable_y_axis()
+        .x_desc("seconds into the run")
+        .light_line_style(WHITE)
+        .draw()
+        .map_err(e)?;
     // The plot's y axis counts pixels up from its bottom; the layout's, down from its top.
     c.draw_series(layout.lanes.iter().enumerate().filter(|(i, _)| i % 2 == 0).map(|(_, (top, lh))| {
         Rectangle::new([(x0, h - (top + lh) as f64), (x1, h - *top as f64)], BLACK.mix(0.04).filled())

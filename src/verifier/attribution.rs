@@ -292,18 +292,6 @@ mod tests {
         }
     }
 
-    /// Attribution with stories and deliveries, the run started at 0.
-    fn by_data(
-        anomalies: &mut [Anomaly],
-        traces: &HashMap<Uuid, i64>,
-        log: &[FaultRecord],
-        stories: &[Story],
-        deliveries: &[DeliveryRecord],
-    ) {
-        let spans = BTreeMap::new();
-        attribute(anomalies, &Evidence { traces, run_started_ms: 0, log, spans: &spans, stories, deliveries });
-    }
-
     /// Attribution with no story and no delivery: time alone.
     fn by_time(
         anomalies: &mut [Anomaly],
@@ -449,7 +437,16 @@ mod tests {
         let log = [crash, other, near];
         let stories = [story_of("duplicate effect", p, vec![7, 8], vec![(1, 3), (1, 40)])];
         let traces = HashMap::from([(p, 3_000)]);
-        by_data(&mut anomalies, &traces, &log, &stories, &[]);
+        let spans = BTreeMap::new();
+        let ev = Evidence {
+            traces: &traces,
+            run_started_ms: 0,
+            log: &log,
+            spans: &spans,
+            stories: &stories,
+            deliveries: &[],
+        };
+        attribute(&mut anomalies, &ev);
         let f = &anomalies[0].followed[0];
         let first = f.cause().expect("a cause matched by data");
         assert_eq!((first.point.as_str(), first.component.as_str()), ("relay.after_produce", "relay-2"));
@@ -461,7 +458,8 @@ mod tests {
         );
         // Without the story, time is all there is: the nearest first, so
         // marked.
-        by_data(&mut anomalies, &traces, &log, &[], &[]);
+        let ev = Evidence { stories: &[], ..ev };
+        attribute(&mut anomalies, &ev);
         let f = &anomalies[0].followed[0];
         assert!(f.cause().is_none());
         let by_time: Vec<(&str, By)> = f.faults.iter().map(|s| (s.component.as_str(), s.by)).collect();
@@ -483,7 +481,16 @@ mod tests {
         let log = [republish, crash];
         let stories = [story_of("duplicate effect", p, vec![3], vec![])];
         let traces = HashMap::from([(p, 1_600)]);
-        by_data(&mut anomalies, &traces, &log, &stories, &[]);
+        let spans = BTreeMap::new();
+        let ev = Evidence {
+            traces: &traces,
+            run_started_ms: 0,
+            log: &log,
+            spans: &spans,
+            stories: &stories,
+            deliveries: &[],
+        };
+        attribute(&mut anomalies, &ev);
         let seen: Vec<&str> = anomalies[0].followed[0].faults.iter().map(|f| f.point.as_str()).collect();
         assert_eq!(seen, ["relay.after_produce", "relay.after_mark"]);
     }
@@ -502,7 +509,16 @@ mod tests {
         let log = [harmless, crash];
         let stories = [story_of("duplicate effect", p, vec![65, 83], vec![])];
         let traces = HashMap::from([(p, 392)]);
-        by_data(&mut anomalies, &traces, &log, &stories, &[]);
+        let spans = BTreeMap::new();
+        let ev = Evidence {
+            traces: &traces,
+            run_started_ms: 0,
+            log: &log,
+            spans: &spans,
+            stories: &stories,
+            deliveries: &[],
+        };
+        attribute(&mut anomalies, &ev);
         let seen: Vec<&str> = anomalies[0].followed[0].faults.iter().map(|f| f.point.as_str()).collect();
         assert_eq!(seen, ["relay.after_produce", "relay.after_mark"]);
         assert!(
@@ -522,7 +538,16 @@ mod tests {
         let log = [late, early];
         let stories = [story_of("duplicate effect", p, vec![], vec![(1, 15)])];
         let traces = HashMap::from([(p, 9_000)]);
-        by_data(&mut anomalies, &traces, &log, &stories, &[]);
+        let spans = BTreeMap::new();
+        let ev = Evidence {
+            traces: &traces,
+            run_started_ms: 0,
+            log: &log,
+            spans: &spans,
+            stories: &stories,
+            deliveries: &[],
+        };
+        attribute(&mut anomalies, &ev);
         let f = &anomalies[0].followed[0];
         assert_eq!(f.faults.len(), 1, "{f:?}");
         assert_eq!(f.cause().map(|c| c.component.as_str()), Some("notifier-2"));
@@ -544,7 +569,16 @@ mod tests {
         let log = [fault("process.kill", "notifier-1", 1_500), fault("process.kill", "notifier-2", 1_400)];
         let stories = [story_of("missing effect", p, vec![], vec![(0, 17)])];
         let traces = HashMap::from([(p, 30_000)]);
-        by_data(&mut anomalies, &traces, &log, &stories, &deliveries);
+        let spans = BTreeMap::new();
+        let ev = Evidence {
+            traces: &traces,
+            run_started_ms: 0,
+            log: &log,
+            spans: &spans,
+            stories: &stories,
+            deliveries: &deliveries,
+        };
+        attribute(&mut anomalies, &ev);
         let f = &anomalies[0].followed[0];
         assert_eq!(f.faults.len(), 1, "the other kill is neither in the batch nor near in time: {f:?}");
         assert_eq!(f.cause().map(|c| c.component.as_str()), Some("notifier-1"));
