@@ -225,3 +225,24 @@ fn only_the_commands_print() {
     }
     assert!(printing.is_empty(), "the library prints: {printing:?}");
 }
+
+#[test]
+fn only_the_one_signalling_function_calls_kill() {
+    // Issue 41: `kill(0, …)` from a made-up pid killed chaos's own process
+    // group. Every signal goes through `nemesis::signal::send`, which
+    // refuses this process, its group and ids of 1 or less; so no other
+    // file, test code included, may call kill(2) itself.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut all = Vec::new();
+    files(&src(), &mut all);
+    files(&root.join("tests"), &mut all);
+    let one = src().join("nemesis").join("signal.rs");
+    let needle = ["libc::", "kill("].concat();
+    let callers: Vec<String> = all
+        .iter()
+        .filter(|f| **f != one && std::fs::read_to_string(f).unwrap().contains(&needle))
+        .map(|f| f.strip_prefix(root).unwrap().display().to_string())
+        .collect();
+    assert!(callers.is_empty(), "kill(2) called outside nemesis/signal.rs: {callers:?}");
+    assert!(std::fs::read_to_string(&one).unwrap().contains(&needle), "the signalling function moved");
+}

@@ -4,4 +4,5 @@
 
 pub(crate) mod process;
 pub mod proxy;
+pub mod signal;
 pub(crate) mod timeline;

@@ -150,11 +150,11 @@ async fn mock_outage(ctx: &Ctx, point: FaultPoint, lasts: Duration) -> Result<()
 
 async fn pause_broker(ctx: &Ctx, lasts: Duration) -> Result<()> {
     let pid = listener_pid(broker_port(ctx)?)?;
-    signal(pid, libc::SIGSTOP);
+    signal(pid, libc::SIGSTOP)?;
     let seen = wait_until(|| process_state(pid) == Some('T')).await;
     info!(pid, stopped = seen, "broker paused");
     tokio::time::sleep(lasts).await;
-    signal(pid, libc::SIGCONT);
+    signal(pid, libc::SIGCONT)?;
     match seen {
         true => Ok(()),
         false => Err(Error::Internal(format!("the broker (pid {pid}) was not seen stopped"))),
@@ -164,7 +164,7 @@ async fn pause_broker(ctx: &Ctx, lasts: Duration) -> Result<()> {
 async fn kill_broker(ctx: &Ctx, down: Duration) -> Result<()> {
     let port = broker_port(ctx)?;
     let pid = listener_pid(port)?;
-    signal(pid, libc::SIGKILL);
+    signal(pid, libc::SIGKILL)?;
     if !wait_until(|| process_state(pid).is_none()).await {
         return Err(Error::Internal(format!("the broker (pid {pid}) did not end after SIGKILL")));
     }
@@ -196,7 +196,7 @@ async fn kill_leader(ctx: &Ctx, down: Duration) -> Result<()> {
         .and_then(|p| p.parse::<u16>().ok())
         .ok_or_else(|| Error::Internal(format!("the leader's address {leader} has no port")))?;
     let pid = listener_pid(port)?;
-    signal(pid, libc::SIGKILL);
+    signal(pid, libc::SIGKILL)?;
     if !wait_until(|| process_state(pid).is_none()).await {
         return Err(Error::Internal(format!("the leader (pid {pid}) did not end after SIGKILL")));
     }
@@ -360,10 +360,17 @@ async fn wait_until(mut seen: impl FnMut() -> bool) -> bool {
     false
 }
 
-fn signal(pid: i32, sig: i32) {
-    // SAFETY: kill(2) on one process; no memory effects in this one.
-    unsafe {
-        libc::kill(pid, sig);
+/// A signal to the broker's process, through the harness's one signalling
+/// function: refused (an error) if the port led to `chaos` itself, as when
+/// the port is the fault proxy's.
+fn signal(pid: i32, sig: i32) -> Result<()> {
+    use crate::nemesis::signal::{send, Sent, Target};
+    match send(Target::Process(pid), sig) {
+        Sent::Delivered | Sent::Gone => Ok(()),
+        Sent::Refused => Err(Error::Internal(format!(
+            "refused to signal pid {pid}, the broker's port's listener: it is chaos itself or its launcher; point the broker fault at the broker's own port"
+        ))),
+        Sent::Failed(errno) => Err(Error::Internal(format!("signalling the broker (pid {pid}) failed: errno {errno}"))),
     }
 }
 

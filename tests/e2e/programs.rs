@@ -260,7 +260,7 @@ fn ctrl_c_kills_every_process_of_the_run() {
     c.env("PATH", python_path()).args(["-v", "run", "examples/python/consumer.toml", "--reports-dir"]).arg(dir.path());
     let (child, reader) = spawn_until(&mut c, &["notifier group settled"], Duration::from_secs(90));
     std::thread::sleep(Duration::from_millis(500));
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    chaos::nemesis::signal::send(chaos::nemesis::signal::Target::Process(child.id() as i32), libc::SIGINT);
     let out = child.wait_with_output().unwrap();
     let log = reader.join().unwrap();
     assert_eq!(out.status.code(), Some(130), "{log}");

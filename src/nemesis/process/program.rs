@@ -20,6 +20,7 @@
 
 use crate::faults::{Confirm, FaultInjector, FaultPoint};
 use crate::nemesis::process::protocol::Line;
+use crate::nemesis::signal::{Claim, Exit, Lease, Occupant, Sent, Struck};
 use crate::pipeline::context::{Ctx, Stats, RESTART_FLOOR};
 use crate::scenario::{Components, ProgramCommand};
 use crate::store::Store;
@@ -42,6 +43,9 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 /// How long a SIGKILLed or SIGSTOPped process may take to be seen so: the
 /// kernel acts at once, unless the process sits in an uninterruptible wait.
 const SIGNAL_SEEN: Duration = Duration::from_secs(5);
+/// How long a kill claimed by another striker (the fault proxy) may take
+/// to be sent before the keeper sends it itself.
+const CLAIMER_GRACE: Duration = Duration::from_secs(1);
 /// How long the database may take to drop a killed process's sessions: it
 /// sees the connection close as soon as the kernel closes the socket.
 const SESSIONS_GONE: Duration = Duration::from_secs(5);
@@ -132,11 +136,13 @@ impl Programs {
                 let tail: Tail = Default::default();
                 tails.push((name.clone(), tail.clone()));
                 let (kill, kill_rx) = tokio::sync::mpsc::unbounded_channel();
-                let kill_pending = Arc::new(std::sync::atomic::AtomicBool::new(false));
                 // Behind the fault proxy, the slot's process talks to the
                 // database through its own port, and the proxy may ask for
                 // its kill (db.kill_after_commit).
                 let proxy_slot = lanes.and_then(|l| l.slot(&name));
+                // Everything that strikes the slot claims its kills on one
+                // occupant: the keeper, the proxy, the per-message nemesis.
+                let occupant = proxy_slot.as_ref().map(|s| s.process.occupant.clone()).unwrap_or_default();
                 let mut env = env.clone();
                 if role == Role::Service {
                     // The slot keeps its port across incarnations, so the
@@ -154,11 +160,11 @@ impl Programs {
                     }
                     *lock(&slot.process.keeper) = Some(kill.clone());
                 }
-                kills.push((name.clone(), kill, kill_pending.clone()));
+                kills.push((name.clone(), kill, occupant.clone()));
                 let keeper = Keeper {
                     slot,
                     kill_rx,
-                    kill_pending,
+                    occupant,
                     ctx: ctx.clone(),
                     role,
                     reference: is_reference,
@@ -167,7 +173,6 @@ impl Programs {
                     name: name.clone(),
                     command: command.clone(),
                     env,
-                    proxy_slot,
                     logs: logs.clone(),
                     failure: failure.clone(),
                     acting: acting.subscribe(),
@@ -408,16 +413,15 @@ pub enum Database {
 const GROWTH_POLL: Duration = Duration::from_millis(50);
 
 /// A slot's kill channel (the per-message nemesis and the fault proxy send
-/// the point they kill for), and whether a kill the per-message nemesis
-/// sent is still waiting for the slot's next process.
-type KillLine = (String, tokio::sync::mpsc::UnboundedSender<FaultPoint>, Arc<std::sync::atomic::AtomicBool>);
+/// the kills they claimed), and its occupant, on which a kill is claimed.
+type KillLine = (String, tokio::sync::mpsc::UnboundedSender<Struck>, Arc<Occupant>);
 
 /// `process.kill_per_message`: while the nemesis acts, each message the
 /// topic gains is an occurrence for one slot, picked from the seed; a
-/// firing kills that slot's process. A message whose slot already has a
-/// kill on its way is not an occurrence: the topic grows in bursts between
-/// two reads, and one burst would otherwise kill each new process before
-/// it starts.
+/// firing kills that slot's process. A message whose slot has no process
+/// (between incarnations) or already has a kill on its way is not an
+/// occurrence: the topic grows in bursts between two reads, and one burst
+/// would otherwise kill each new process before it starts.
 async fn by_messages(ctx: Ctx, mut acting: watch::Receiver<bool>, kills: Vec<KillLine>) {
     let (grew, mut growth) = tokio::sync::mpsc::unbounded_channel();
     let shutdown = ctx.shutdown.clone();
@@ -444,13 +448,11 @@ async fn by_messages(ctx: Ctx, mut acting: watch::Receiver<bool>, kills: Vec<Kil
             continue;
         }
         for m in before..total {
-            let (name, kill, pending) = &kills[rng.gen_range(0..kills.len())];
-            if pending.load(std::sync::atomic::Ordering::Relaxed) {
-                continue;
-            }
-            if ctx.faults.strike(FaultPoint::ProcessKillPerMessage, name, || format!("the topic's message {}", m + 1)) {
-                pending.store(true, std::sync::atomic::Ordering::Relaxed);
-                let _ = kill.send(FaultPoint::ProcessKillPerMessage);
+            let (name, kill, occupant) = &kills[rng.gen_range(0..kills.len())];
+            let hit = || format!("the topic's message {}", m + 1);
+            if let Some(claim) = occupant.claim(|| ctx.faults.strike(FaultPoint::ProcessKillPerMessage, name, hit)) {
+                // The keeper sends it, once its process is ready.
+                let _ = kill.send((FaultPoint::ProcessKillPerMessage, claim.serial(), Some(claim)));
             }
         }
     }
@@ -462,11 +464,12 @@ struct Keeper {
     ctx: Ctx,
     /// The instance number (`notifier-2` is 2), under which its figures are kept.
     slot: usize,
-    /// Kills decided outside the keeper: the per-message nemesis's, the
-    /// fault proxy's (which has sent SIGKILL already).
-    kill_rx: tokio::sync::mpsc::UnboundedReceiver<FaultPoint>,
-    /// Set by the nemesis when it sends one; cleared when the next process starts.
-    kill_pending: Arc<std::sync::atomic::AtomicBool>,
+    /// Kills decided outside the keeper: the per-message nemesis's (for
+    /// the keeper to send), the fault proxy's (which has sent SIGKILL).
+    kill_rx: tokio::sync::mpsc::UnboundedReceiver<Struck>,
+    /// The slot's incarnation as every striker sees it: a kill is claimed
+    /// on it once, and no signal reaches a process that left it.
+    occupant: Arc<Occupant>,
     role: Role,
     /// The reference relay or notifier as `chaos component`, speaking the
     /// protocol of [`crate::harness::component`] on its stdout.
@@ -478,8 +481,6 @@ struct Keeper {
     name: String,
     command: ProgramCommand,
     env: Env,
-    /// The slot's port on the fault proxy, which is told the process group.
-    proxy_slot: Option<Arc<crate::nemesis::proxy::Slot>>,
     logs: PathBuf,
     failure: watch::Sender<Option<String>>,
     acting: watch::Receiver<bool>,
@@ -496,24 +497,21 @@ struct Proc {
     pid: i32,
     incarnation: u32,
     started: Instant,
-    /// Kills the whole process group when dropped, however the keeper ends.
-    _group: GroupGuard,
+    /// Sees the process end without reaping it.
+    exit: Exit,
+    /// Its place in the slot's occupant: left once it ended, before it is
+    /// reaped; dropped, however the keeper ends, it kills the whole group.
+    lease: Lease,
     readers: Vec<tokio::task::JoinHandle<()>>,
 }
 
-struct GroupGuard(i32);
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        signal_group(self.0, libc::SIGKILL);
-    }
-}
-
-fn signal_group(pgid: i32, sig: i32) {
-    // SAFETY: kill(2) with a negative pid signals a process group; it has
-    // no memory effects on this process.
-    unsafe {
-        libc::kill(-pgid, sig);
+impl Proc {
+    /// Waits for the process to end, empties the slot (killing what it
+    /// left in its group), then reaps it.
+    async fn end(&mut self) -> std::io::Result<ExitStatus> {
+        self.exit.wait().await;
+        self.lease.ended();
+        self.child.wait().await
     }
 }
 
@@ -538,13 +536,7 @@ impl Keeper {
                 Ok(p) => p,
                 Err(why) => return self.fail(why),
             };
-            if let Some(slot) = &self.proxy_slot {
-                slot.process.pgid.store(proc.pid, std::sync::atomic::Ordering::Relaxed);
-            }
             let end = self.watch(&mut proc).await;
-            if let Some(slot) = &self.proxy_slot {
-                slot.process.pgid.store(0, std::sync::atomic::Ordering::Relaxed);
-            }
             match end {
                 End::Killed => {}
                 End::Stopped => return,
@@ -641,8 +633,16 @@ impl Keeper {
                 self.command.dir.display()
             )
         })?;
-        let pid = child.id().map(|p| p as i32).unwrap_or(0);
-        self.kill_pending.store(false, std::sync::atomic::Ordering::Relaxed);
+        // Never a made-up id: pid 0 would be kill(0), chaos's own group.
+        let Some(pid) = child.id().map(|p| p as i32) else {
+            return Err(format!(
+                "{} started `{}` but could not read its process id (it was reaped already)",
+                self.name,
+                self.command.shown()
+            ));
+        };
+        let exit = Exit::watch(pid);
+        let lease = self.occupant.enter(pid).map_err(|why| format!("{} (pid {pid}): {why}", self.name))?;
         Stats::add(&self.ctx.stats.processes_started, 1);
         info!(component = %self.name, pid, incarnation, "process started");
         if let Some(point) = self.confirm_on_start.take() {
@@ -667,7 +667,8 @@ impl Keeper {
             pid,
             incarnation,
             started: Instant::now(),
-            _group: GroupGuard(pid),
+            exit,
+            lease,
             readers,
         })
     }
@@ -686,7 +687,7 @@ impl Keeper {
         let app = self.application_name(proc.incarnation);
         let mut ready = !matches!(self.ctx.store, Store::Postgres(_));
         let mut ready_check = Instant::now();
-        let mut deferred: Option<FaultPoint> = None;
+        let mut deferred: Option<(FaultPoint, Claim)> = None;
         loop {
             let acting = *self.acting.borrow() && ready && paused_until.is_none();
             tokio::select! {
@@ -695,15 +696,22 @@ impl Keeper {
                 // so it is looked at first: that end is the nemesis's, not
                 // the program's own.
                 biased;
-                Some(point) = self.kill_rx.recv() => {
-                    if point == FaultPoint::ProcessKillPerMessage {
-                        if !ready {
-                            deferred = Some(point);
-                            continue;
-                        }
-                        self.measure_kill(proc).await;
+                Some((point, serial, claim)) = self.kill_rx.recv() => {
+                    if serial != proc.lease.serial() {
+                        // Claimed on an incarnation that has ended since.
+                        info!(component = %self.name, point = point.name(), "a kill claimed on an earlier incarnation found it gone");
+                        continue;
                     }
-                    return self.kill_for(proc, point).await;
+                    let Some(claim) = claim else {
+                        // The fault proxy's: claimed and signalled there.
+                        return self.kill_for(proc, point, None).await;
+                    };
+                    if !ready {
+                        deferred = Some((point, claim));
+                        continue;
+                    }
+                    self.measure_kill(proc, &claim).await;
+                    return self.kill_for(proc, point, Some(claim)).await;
                 }
                 _ = tokio::time::sleep_until(ready_check), if !ready => {
                     if sessions(&self.ctx.store, &app).await == 0 {
@@ -712,15 +720,15 @@ impl Keeper {
                     }
                     ready = true;
                     info!(component = %self.name, pid = proc.pid, ms = proc.started.elapsed().as_millis() as u64, "process ready");
-                    if let Some(point) = deferred.take() {
-                        self.measure_kill(proc).await;
-                        return self.kill_for(proc, point).await;
+                    if let Some((point, claim)) = deferred.take() {
+                        self.measure_kill(proc, &claim).await;
+                        return self.kill_for(proc, point, Some(claim)).await;
                     }
                     second = Instant::now();
                     next = second + self.instant_within_second();
                 }
-                status = proc.child.wait() => {
-                    return match status {
+                _ = proc.exit.wait() => {
+                    return match proc.end().await {
                         Ok(s) => End::Exited(s),
                         Err(e) => { warn!(component = %self.name, cause = %e, "waiting for the process failed"); End::Stopped }
                     };
@@ -729,19 +737,26 @@ impl Keeper {
                     second += Duration::from_secs(1);
                     next = second + self.instant_within_second();
                     let hit = || format!("pid {} (incarnation {})", proc.pid, proc.incarnation);
-                    let (kill, pause) = draw_second(&self.ctx.faults, &self.name, hit);
+                    // Drawn on the occupant: a second whose process a kill
+                    // from elsewhere has claimed is no occurrence of either.
+                    let mut pause = false;
+                    let kill = self.occupant.claim(|| {
+                        let (kill, p) = draw_second(&self.ctx.faults, &self.name, hit);
+                        pause = p;
+                        kill
+                    });
                     // Both in one second: the pause lands, then the kill on
                     // the stopped process, so each firing has its effect.
-                    if pause && self.pause(proc, FaultPoint::ProcessPause).await {
+                    if pause && self.pause(proc, FaultPoint::ProcessPause, kill.as_ref()).await {
                         paused_until = Some(Instant::now() + self.ctx.scenario.pause);
                     }
-                    if kill {
-                        self.measure_kill(proc).await;
-                        return self.kill_for(proc, FaultPoint::ProcessKill).await;
+                    if let Some(claim) = kill {
+                        self.measure_kill(proc, &claim).await;
+                        return self.kill_for(proc, FaultPoint::ProcessKill, Some(claim)).await;
                     }
                 }
                 _ = tokio::time::sleep_until(paused_until.unwrap_or_else(Instant::now)), if paused_until.is_some() => {
-                    signal_group(proc.pid, libc::SIGCONT);
+                    self.signal(proc, None, libc::SIGCONT);
                     paused_until = None;
                     // The seconds spent stopped are not struck again.
                     second = Instant::now();
@@ -750,7 +765,7 @@ impl Keeper {
                 Some(line) = proc.lines.recv() => match line {
                     Line::Halt { point, fires } => return self.halted(proc, point, fires).await,
                     Line::Stall { point, ms } => {
-                        if self.pause(proc, point).await {
+                        if self.pause(proc, point, None).await {
                             paused_until = Some(Instant::now() + Duration::from_millis(ms));
                         }
                     }
@@ -762,7 +777,7 @@ impl Keeper {
                 }
                 _ = shutdown.wait() => {
                     if paused_until.is_some() {
-                        signal_group(proc.pid, libc::SIGCONT);
+                        self.signal(proc, None, libc::SIGCONT);
                     }
                     self.stop(proc).await;
                     return End::Stopped;
@@ -778,9 +793,10 @@ impl Keeper {
         format!("chaos-{}-{}-{incarnation}", self.ctx.names.run_id, self.name)
     }
 
-    /// The nemesis's own kill for `point`, confirmed by the kernel's word.
-    async fn kill_for(&self, proc: &mut Proc, point: FaultPoint) -> End {
-        match self.kill(proc).await {
+    /// The kill for `point`, confirmed by the kernel's word: the keeper
+    /// sends it with its claim, or (None) the striker that claimed it did.
+    async fn kill_for(&self, proc: &mut Proc, point: FaultPoint, claim: Option<Claim>) -> End {
+        match self.kill(proc, claim).await {
             Some(by_sigkill) => {
                 if by_sigkill {
                     self.ctx.faults.confirm(point, 1);
@@ -829,7 +845,9 @@ impl Keeper {
             Role::Service => &self.ctx.stats.relay_crashes,
         };
         Stats::add(crashes, 1);
-        let Some(by_sigkill) = self.kill(proc).await else { return End::Unkillable };
+        // A kill the proxy claimed first ends it all the same.
+        let claim = self.occupant.claim(|| true);
+        let Some(by_sigkill) = self.kill(proc, claim).await else { return End::Unkillable };
         match point.confirm() {
             Confirm::NextIncarnation => self.confirm_on_start = Some(point),
             // The verifier counts the copies on the topic.
@@ -840,15 +858,28 @@ impl Keeper {
         End::Killed
     }
 
-    /// SIGKILL to the process group, then what the kernel and the database
-    /// show: the process ending (true when by that signal), its sessions
-    /// gone. None when the process was not seen to end.
-    async fn kill(&self, proc: &mut Proc) -> Option<bool> {
+    /// SIGKILL to the process group, with the keeper's claim (None: the
+    /// striker that claimed it sends it), then what the kernel and the
+    /// database show: the process ending (true when by that signal), its
+    /// sessions gone. None when the process was not seen to end.
+    async fn kill(&self, proc: &mut Proc, claim: Option<Claim>) -> Option<bool> {
         let app = self.application_name(proc.incarnation);
         let before = sessions(&self.ctx.store, &app).await;
-        signal_group(proc.pid, libc::SIGKILL);
+        match &claim {
+            Some(c) => {
+                self.signal(proc, Some(c), libc::SIGKILL);
+            }
+            // A striker that claimed it and has not sent its signal within a
+            // second (its pump stuck on a full socket): the keeper sends it.
+            None => {
+                if tokio::time::timeout(CLAIMER_GRACE, proc.exit.wait()).await.is_err() {
+                    warn!(component = %self.name, pid = proc.pid, "a claimed kill was not sent within {} ms; the keeper sends it", CLAIMER_GRACE.as_millis());
+                    self.occupant.signal_held(&proc.lease, libc::SIGKILL);
+                }
+            }
+        }
         Stats::add(&self.ctx.stats.processes_killed, 1);
-        let by_sigkill = match tokio::time::timeout(SIGNAL_SEEN, proc.child.wait()).await {
+        let by_sigkill = match tokio::time::timeout(SIGNAL_SEEN, proc.end()).await {
             Ok(Ok(s)) if s.signal() == Some(libc::SIGKILL) => true,
             Ok(Ok(s)) => {
                 warn!(component = %self.name, status = %describe(s), "a killed process ended otherwise");
@@ -889,11 +920,13 @@ impl Keeper {
     /// SIGSTOP to the process group for `point` (the nemesis's pause, or a
     /// reference notifier's stall), confirmed once the kernel shows the
     /// process stopped. False when it was not seen stopped.
-    async fn pause(&self, proc: &Proc, point: FaultPoint) -> bool {
+    /// With `claim`, the pause lands on a process this second's kill has
+    /// claimed; without, only on one no kill has.
+    async fn pause(&self, proc: &Proc, point: FaultPoint, claim: Option<&Claim>) -> bool {
         Stats::add(&self.ctx.stats.processes_paused, 1);
-        if !self.stop_and_see(proc).await {
+        if !self.stop_and_see(proc, claim).await {
             warn!(component = %self.name, pid = proc.pid, "a paused process was not seen stopped");
-            signal_group(proc.pid, libc::SIGCONT);
+            self.signal(proc, claim, libc::SIGCONT);
             return false;
         }
         self.ctx.faults.confirm(point, 1);
@@ -908,8 +941,10 @@ impl Keeper {
     }
 
     /// SIGSTOP to the process group, and whether the kernel shows it stopped.
-    async fn stop_and_see(&self, proc: &Proc) -> bool {
-        signal_group(proc.pid, libc::SIGSTOP);
+    async fn stop_and_see(&self, proc: &Proc, claim: Option<&Claim>) -> bool {
+        if self.signal(proc, claim, libc::SIGSTOP) != Sent::Delivered {
+            return false;
+        }
         let t = Instant::now();
         while t.elapsed() < SIGNAL_SEEN {
             if process_state(proc.pid) == Some('T') {
@@ -924,8 +959,8 @@ impl Keeper {
     /// and what PostgreSQL shows of it then, for the run's power figures
     /// (did the kill find a transaction open, or no session at all?). The
     /// kill that follows lands on the stopped process.
-    async fn measure_kill(&self, proc: &Proc) {
-        if !matches!(self.ctx.store, Store::Postgres(_)) || !self.stop_and_see(proc).await {
+    async fn measure_kill(&self, proc: &Proc, claim: &Claim) {
+        if !matches!(self.ctx.store, Store::Postgres(_)) || !self.stop_and_see(proc, Some(claim)).await {
             return;
         }
         if let Some((sessions, in_tx)) = activity(&self.ctx.store, &self.application_name(proc.incarnation)).await {
@@ -936,14 +971,32 @@ impl Keeper {
         }
     }
 
-    /// SIGTERM, then SIGKILL after the grace period.
+    /// SIGTERM, then SIGKILL after the grace period: the run's own stop,
+    /// sent whether or not a kill has claimed the process.
     async fn stop(&self, proc: &mut Proc) {
-        signal_group(proc.pid, libc::SIGTERM);
-        if tokio::time::timeout(STOP_GRACE, proc.child.wait()).await.is_err() {
+        self.occupant.signal_held(&proc.lease, libc::SIGTERM);
+        if tokio::time::timeout(STOP_GRACE, proc.end()).await.is_err() {
             warn!(component = %self.name, pid = proc.pid, "did not exit within {} s of SIGTERM; killed", STOP_GRACE.as_secs());
-            signal_group(proc.pid, libc::SIGKILL);
-            let _ = tokio::time::timeout(SIGNAL_SEEN, proc.child.wait()).await;
+            self.occupant.signal_held(&proc.lease, libc::SIGKILL);
+            let _ = tokio::time::timeout(SIGNAL_SEEN, proc.end()).await;
         }
+    }
+
+    /// A signal to the incarnation through the occupant: with the claim of
+    /// the kill it belongs to, or (None) only while no kill has claimed it.
+    /// A refusal is a harness error and ends the run.
+    fn signal(&self, proc: &Proc, claim: Option<&Claim>, sig: i32) -> Sent {
+        let sent = match claim {
+            Some(c) => self.occupant.signal_claimed(c, sig),
+            None => self.occupant.signal_unclaimed(&proc.lease, sig),
+        };
+        if sent == Sent::Refused {
+            self.fail(format!(
+                "harness error: {} (pid {}) could not be signalled safely; see the log",
+                self.name, proc.pid
+            ));
+        }
+        sent
     }
 }
 
@@ -1069,7 +1122,7 @@ mod tests {
         // Running, sleeping, or (on a loaded machine, still loading its
         // binary) in disk sleep: anything but stopped.
         assert!(matches!(process_state(pid), Some('S') | Some('R') | Some('D')), "{:?}", process_state(pid));
-        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        crate::nemesis::signal::send(crate::nemesis::signal::Target::Process(pid), libc::SIGSTOP);
         let t = std::time::Instant::now();
         while process_state(pid) != Some('T') && t.elapsed() < Duration::from_secs(5) {
             std::thread::sleep(Duration::from_millis(5));

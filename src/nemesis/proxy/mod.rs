@@ -44,11 +44,12 @@ pub mod pg;
 
 use crate::error::{Error, Result};
 use crate::faults::{FaultInjector, FaultPoint};
+use crate::nemesis::signal::{Claim, Occupant, Struck};
 use crate::pipeline::context::Shutdown;
 pub use crate::scenario::Shaping;
 use rand::{Rng, SeedableRng};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -58,16 +59,16 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-/// A slot's process, when the component runs as one: the proxy kills it
-/// for `db.kill_after_commit`, then tells the keeper, which sees it end and
-/// confirms the fault.
+/// A slot's process, when the component runs as one: the proxy claims a
+/// kill on it (`db.kill_after_commit` and the others after an
+/// acknowledgement), tells the keeper, then sends the SIGKILL; the keeper
+/// sees it end and confirms the fault.
 #[derive(Default)]
 pub struct ProcessHandle {
-    /// The process group of the slot's current process; 0 when none.
-    pub pgid: AtomicI32,
-    pub keeper: Mutex<Option<mpsc::UnboundedSender<FaultPoint>>>,
-    /// Held while a kill is decided ([`ProcessHandle::claim_kill`]).
-    deciding: Mutex<()>,
+    /// The incarnation the slot holds now, shared with its keeper: a kill
+    /// is claimed on it once, and signalled only while it is there.
+    pub occupant: Arc<Occupant>,
+    pub keeper: Mutex<Option<mpsc::UnboundedSender<Struck>>>,
 }
 
 /// One component instance's listener and what is open through it.
@@ -720,7 +721,7 @@ async fn pump_client(
                 pg::Block::Commit => {
                     to.write_all(&buf[passed..at]).await.map_err(|e| e.to_string())?;
                     passed = at;
-                    if slot.process.pgid.load(Ordering::Relaxed) > 0
+                    if slot.process.occupant.holds()
                         && faults.strike(FaultPoint::DbHoldCommit, &slot.name, || "a COMMIT, held".into())
                         && hold_commit(slot, faults, began).await
                     {
@@ -813,8 +814,8 @@ async fn pump_server(mut from: OwnedReadHalf, to: &mut OwnedWriteHalf, slot: &Sl
 impl ProcessHandle {
     /// The decision of a kill after an acknowledgement: an occurrence only
     /// while the slot has a process no other kill has claimed. The two
-    /// wires of a slot decide under one lock, so one process is claimed
-    /// once: a second firing would wait for an end that comes once.
+    /// wires of a slot, and the keeper, decide under the occupant's lock,
+    /// so one process is claimed once.
     fn claim_kill(
         &self,
         faults: &FaultInjector,
@@ -822,46 +823,38 @@ impl ProcessHandle {
         slot: &str,
         what: impl FnOnce() -> String,
     ) -> Option<Claimed<'_>> {
-        let _one = self.deciding.lock().unwrap_or_else(|p| p.into_inner());
-        let pgid = self.pgid.load(Ordering::Relaxed);
-        if pgid <= 0 || !faults.strike(point, slot, what) {
-            return None;
-        }
-        self.pgid.store(0, Ordering::Relaxed);
-        Some(Claimed { process: self, pgid, point })
+        let claim = self.occupant.claim(|| faults.strike(point, slot, what))?;
+        Some(Claimed { process: self, claim: Some(claim), point })
     }
 
     /// A kill for a firing decided earlier (`db.hold_commit`): None when
     /// the slot has no process, or another kill claimed it.
     fn claim(&self, point: FaultPoint) -> Option<Claimed<'_>> {
-        let _one = self.deciding.lock().unwrap_or_else(|p| p.into_inner());
-        let pgid = self.pgid.swap(0, Ordering::Relaxed);
-        (pgid > 0).then_some(Claimed { process: self, pgid, point })
+        let claim = self.occupant.claim(|| true)?;
+        Some(Claimed { process: self, claim: Some(claim), point })
     }
 }
 
 /// A fired kill after a response (`db.kill_after_commit`,
 /// `kafka.kill_after_produce_ack`, `kafka.kill_after_offset_commit`,
 /// `kafka.kill_after_fetch`): its drop sends SIGKILL to the claimed
-/// process group, which the pump does the moment the acknowledgement is
+/// incarnation, which the pump does the moment the acknowledgement is
 /// written, and which also happens when the pump ends first. The keeper is
 /// told first, so that it takes the end it sees for this kill, and
 /// confirms it.
 struct Claimed<'a> {
     process: &'a ProcessHandle,
-    pgid: i32,
+    claim: Option<Claim>,
     point: FaultPoint,
 }
 
 impl Drop for Claimed<'_> {
     fn drop(&mut self) {
+        let Some(claim) = self.claim.take() else { return };
         if let Some(keeper) = &*self.process.keeper.lock().unwrap_or_else(|p| p.into_inner()) {
-            let _ = keeper.send(self.point);
+            let _ = keeper.send((self.point, claim.serial(), None));
         }
-        // SAFETY: kill(2) on a process group; no memory effects here.
-        unsafe {
-            libc::kill(-self.pgid, libc::SIGKILL);
-        }
+        self.process.occupant.signal_claimed(&claim, libc::SIGKILL);
     }
 }
 
