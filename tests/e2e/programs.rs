@@ -254,26 +254,56 @@ fn a_program_that_writes_elsewhere_than_its_schema_is_named() {
 
 #[test]
 fn ctrl_c_kills_every_process_of_the_run() {
+    let (_dir, child, reader) = a_run_with_its_processes_started();
+    chaos::nemesis::signal::send(chaos::nemesis::signal::Target::Process(child.id() as i32), libc::SIGINT);
+    let out = child.wait_with_output().unwrap();
+    let log = reader.join().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{log}");
+    assert_each_gone(&log, Duration::ZERO);
+}
+
+/// Issue 41's defence in depth: `chaos` itself killed by SIGKILL runs no
+/// cleanup at all, and still no process of its run outlives it (each is a
+/// direct child with PR_SET_PDEATHSIG, and dies with it).
+#[test]
+fn a_chaos_killed_by_sigkill_leaves_no_process_behind() {
+    let (_dir, child, reader) = a_run_with_its_processes_started();
+    chaos::nemesis::signal::send(chaos::nemesis::signal::Target::Process(child.id() as i32), libc::SIGKILL);
+    let out = child.wait_with_output().unwrap();
+    let log = reader.join().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{log}");
+    // The kernel kills them as chaos dies; their own exits take a moment.
+    assert_each_gone(&log, Duration::from_secs(10));
+}
+
+/// The Python consumer's run on the services, once its group has settled.
+fn a_run_with_its_processes_started() -> (tempfile::TempDir, std::process::Child, std::thread::JoinHandle<String>) {
     let dir = tempfile::tempdir().unwrap();
     let mut c = chaos();
     Backend::Services.apply(&mut c);
     c.env("PATH", python_path()).args(["-v", "run", "examples/python/consumer.toml", "--reports-dir"]).arg(dir.path());
     let (child, reader) = spawn_until(&mut c, &["notifier group settled"], Duration::from_secs(90));
     std::thread::sleep(Duration::from_millis(500));
-    chaos::nemesis::signal::send(chaos::nemesis::signal::Target::Process(child.id() as i32), libc::SIGINT);
-    let out = child.wait_with_output().unwrap();
-    let log = reader.join().unwrap();
-    assert_eq!(out.status.code(), Some(130), "{log}");
+    (dir, child, reader)
+}
+
+/// Every process the run's log says it started is gone within `within`.
+fn assert_each_gone(log: &str, within: Duration) {
     let pids: Vec<i32> = log
         .lines()
         .filter(|l| l.contains("process started"))
         .filter_map(|l| l.split("pid=").nth(1)?.split_whitespace().next()?.parse().ok())
         .collect();
     assert!(pids.len() >= 2, "the log names the processes it started: {log}");
-    for pid in pids {
-        let alive = std::fs::read_to_string(format!("/proc/{pid}/environ")).is_ok_and(|e| e.contains("CHAOS_RUN_ID"));
-        assert!(!alive, "process {pid} outlived the interrupted run");
+    let alive =
+        |pid: i32| std::fs::read_to_string(format!("/proc/{pid}/environ")).is_ok_and(|e| e.contains("CHAOS_RUN_ID"));
+    let t = std::time::Instant::now();
+    while pids.iter().any(|p| alive(*p)) && t.elapsed() < within {
+        std::thread::sleep(Duration::from_millis(50));
     }
+    let left: Vec<i32> = pids.into_iter().filter(|p| alive(*p)).collect();
+    assert!(left.is_empty(), "processes {left:?} outlived the run");
 }
 
 /// `--components process`: every reference relay and notifier an OS

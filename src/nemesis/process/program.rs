@@ -502,6 +502,8 @@ struct Proc {
     /// Its place in the slot's occupant: left once it ended, before it is
     /// reaped; dropped, however the keeper ends, it kills the whole group.
     lease: Lease,
+    /// How it ended, once reaped.
+    status: Option<ExitStatus>,
     readers: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -511,7 +513,9 @@ impl Proc {
     async fn end(&mut self) -> std::io::Result<ExitStatus> {
         self.exit.wait().await;
         self.lease.ended();
-        self.child.wait().await
+        let status = self.child.wait().await;
+        self.status = status.as_ref().ok().copied();
+        status
     }
 }
 
@@ -537,6 +541,7 @@ impl Keeper {
                 Err(why) => return self.fail(why),
             };
             let end = self.watch(&mut proc).await;
+            self.settle_struck(&proc);
             match end {
                 End::Killed => {}
                 End::Stopped => return,
@@ -571,6 +576,26 @@ impl Keeper {
             incarnation += 1;
             if shutdown.sleep(self.restart).await {
                 return;
+            }
+        }
+    }
+
+    /// Kills other strikers claimed on an incarnation that has ended by
+    /// another path (a crash point's halt, the run's stop, a kill of the
+    /// keeper's): the process seen ending by SIGKILL confirms them too; any
+    /// other end is logged with its reason. Every claimed kill's word is in
+    /// the channel before its signal, so before the end is seen.
+    fn settle_struck(&mut self, proc: &Proc) {
+        let by_sigkill = proc.status.is_some_and(|s| s.signal() == Some(libc::SIGKILL));
+        while let Ok((point, serial, _)) = self.kill_rx.try_recv() {
+            match (serial == proc.lease.serial(), by_sigkill) {
+                (true, true) => self.ctx.faults.confirm(point, 1),
+                (true, false) => {
+                    warn!(component = %self.name, point = point.name(), status = ?proc.status, "a claimed kill found the process ending otherwise: not confirmed")
+                }
+                (false, _) => {
+                    warn!(component = %self.name, point = point.name(), "a kill claimed on an earlier incarnation came after it ended: not confirmed")
+                }
             }
         }
     }
@@ -669,6 +694,7 @@ impl Keeper {
             started: Instant::now(),
             exit,
             lease,
+            status: None,
             readers,
         })
     }
@@ -698,8 +724,9 @@ impl Keeper {
                 biased;
                 Some((point, serial, claim)) = self.kill_rx.recv() => {
                     if serial != proc.lease.serial() {
-                        // Claimed on an incarnation that has ended since.
-                        info!(component = %self.name, point = point.name(), "a kill claimed on an earlier incarnation found it gone");
+                        // Claimed on an incarnation that ended before its
+                        // signal: pre-empted by that end.
+                        warn!(component = %self.name, point = point.name(), "a kill claimed on an earlier incarnation came after it ended: not confirmed");
                         continue;
                     }
                     let Some(claim) = claim else {

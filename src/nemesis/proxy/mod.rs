@@ -910,6 +910,33 @@ async fn nemesis(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::process::CommandExt;
+
+    /// Issue 41's cause: `(pgid > 0).then_some(Claimed { .. })` built the
+    /// kill eagerly, and on an empty or claimed slot dropped it at once:
+    /// its drop told the keeper of a kill and sent `kill(-0, SIGKILL)`,
+    /// chaos's own process group. A claim that fails must build nothing.
+    #[test]
+    fn a_claim_on_an_empty_or_claimed_slot_strikes_nothing() {
+        let h = ProcessHandle::default();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        *h.keeper.lock().unwrap() = Some(tx);
+        assert!(h.claim(FaultPoint::DbHoldCommit).is_none(), "an empty slot has no process to kill");
+        assert!(rx.try_recv().is_err(), "a failed claim told the keeper of a kill");
+        let faults = FaultInjector::new(1, &crate::faults::FaultRates::none().with(FaultPoint::DbKillAfterCommit, 1.0));
+        assert!(h.claim_kill(&faults, FaultPoint::DbKillAfterCommit, "notifier-1", || "x".into()).is_none());
+        assert_eq!(faults.reached(FaultPoint::DbKillAfterCommit), 0, "no process, no occurrence");
+        let mut child = std::process::Command::new("sleep").arg("30").process_group(0).spawn().unwrap();
+        let lease = h.occupant.enter(child.id() as i32).unwrap();
+        let first = h.claim_kill(&faults, FaultPoint::DbKillAfterCommit, "notifier-1", || "x".into()).expect("claimed");
+        assert!(h.claim(FaultPoint::DbHoldCommit).is_none(), "one kill per incarnation");
+        assert!(rx.try_recv().is_err(), "a failed claim told the keeper of a kill");
+        drop(first);
+        let (point, serial, claim) = rx.try_recv().expect("the kill is told to the keeper");
+        assert_eq!((point, serial, claim.is_none()), (FaultPoint::DbKillAfterCommit, lease.serial(), true));
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
+    }
 
     #[test]
     fn urls_point_at_the_slot_and_keep_their_credentials() {
