@@ -42,6 +42,9 @@ pub enum Command {
         /// Render as Markdown instead of terminal tables.
         #[arg(long)]
         markdown: bool,
+        /// Print the few lines `chaos run` prints (verdict, harm, example, cause, faults) instead of every table.
+        #[arg(long, conflicts_with_all = ["markdown", "html"])]
+        summary: bool,
         /// Write the HTML report (charts, tables, the anomalies' stories) and print its path.
         #[arg(long, conflicts_with = "markdown")]
         html: bool,

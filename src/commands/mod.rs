@@ -22,6 +22,7 @@ pub async fn execute(command: Command) -> Result<Exit> {
     match command {
         Command::Run(a) => run_scenario(a).await,
         Command::Report { file, html: true, out, .. } => html_report(&file, out.as_deref()),
+        Command::Report { file, summary: true, .. } => show_summary(&file),
         Command::Report { file, markdown, .. } => show_report(&file, markdown),
         Command::Doctor(a) => Ok(crate::commands::doctor::doctor(a.database_url, a.brokers).await),
         Command::Bench(a) => bench(a).await,
@@ -101,6 +102,15 @@ fn show_report(file: &Path, markdown: bool) -> Result<Exit> {
     }
     let r = Report::load(file)?;
     print!("{}", report::render(&r, if markdown { Style::Markdown } else { Style::Terminal }));
+    Ok(exits::of_verdict(r.verdict))
+}
+
+/// `chaos report <file.json> --summary`: the lines `chaos run` printed at
+/// the end of that run, drawn again from the saved report alone.
+fn show_summary(file: &Path) -> Result<Exit> {
+    let r = Report::load(file)?;
+    let html = file.with_extension("html");
+    print!("{}", report::summary::render(&r, &html.display().to_string(), report::summary::width()));
     Ok(exits::of_verdict(r.verdict))
 }
 
