@@ -283,8 +283,9 @@ fn a_run_with_its_processes_started() -> (tempfile::TempDir, std::process::Child
     let mut c = chaos();
     Backend::Services.apply(&mut c);
     c.env("PATH", python_path()).args(["-v", "run", "examples/python/consumer.toml", "--reports-dir"]).arg(dir.path());
+    // Settled: every process has started and logged its pid, and the
+    // workload phase, with the run's signal handler, has begun.
     let (child, reader) = spawn_until(&mut c, &["notifier group settled"], Duration::from_secs(90));
-    std::thread::sleep(Duration::from_millis(500));
     (dir, child, reader)
 }
 
