@@ -46,6 +46,10 @@ pub struct Stats {
     pub processes_killed: AtomicU64,
     pub processes_paused: AtomicU64,
     pub sessions_at_kill: AtomicU64,
+    /// Commits the fault proxy saw acknowledged: those whose transaction
+    /// changed rows, and the empty or read-only ones no aimed kill strikes.
+    pub commits_written: AtomicU64,
+    pub commits_empty: AtomicU64,
     pub sessions_gone_after_kill: AtomicU64,
     /// The power of the random kills and pauses (`process.kill`,
     /// `process.kill_per_message`, `process.pause`), from pg_stat_activity
@@ -90,6 +94,8 @@ impl Default for Stats {
             processes_killed: AtomicU64::new(0),
             processes_paused: AtomicU64::new(0),
             sessions_at_kill: AtomicU64::new(0),
+            commits_written: AtomicU64::new(0),
+            commits_empty: AtomicU64::new(0),
             sessions_gone_after_kill: AtomicU64::new(0),
             random_kills_measured: AtomicU64::new(0),
             random_kills_in_transaction: AtomicU64::new(0),

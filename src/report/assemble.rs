@@ -86,6 +86,8 @@ fn figures(s: &Stats) -> ComponentFigures {
         processes_paused: Stats::get(&s.processes_paused),
         sessions_at_kill: Stats::get(&s.sessions_at_kill),
         sessions_gone_after_kill: Stats::get(&s.sessions_gone_after_kill),
+        commits_written: Stats::get(&s.commits_written),
+        commits_empty: Stats::get(&s.commits_empty),
         random_kills_measured: Stats::get(&s.random_kills_measured),
         random_kills_in_transaction: Stats::get(&s.random_kills_in_transaction),
         random_kills_without_session: Stats::get(&s.random_kills_without_session),

@@ -137,6 +137,12 @@ pub struct ComponentFigures {
     pub sessions_at_kill: u64,
     #[serde(default)]
     pub sessions_gone_after_kill: u64,
+    /// Commits the fault proxy saw acknowledged: with changed rows, and
+    /// empty or read-only (never struck by an aimed kill).
+    #[serde(default)]
+    pub commits_written: u64,
+    #[serde(default)]
+    pub commits_empty: u64,
     /// The random kills and pauses, measured on PostgreSQL while the
     /// process stood stopped: how many found a transaction open (the work
     /// a wrong program can lose), and kills that found no session.
@@ -482,6 +488,12 @@ fn render_faults(r: &Report, style: Style, out: &mut String) {
         out.push_str(&format!(
             "processes: {} started, {} killed ({} with database sessions open, {} of them seen gone from pg_stat_activity), {} paused\n",
             k.processes_started, k.processes_killed, k.sessions_at_kill, k.sessions_gone_after_kill, k.processes_paused
+        ));
+    }
+    if k.commits_written + k.commits_empty > 0 {
+        out.push_str(&format!(
+            "commits through the fault proxy: {} that changed rows, {} empty or read-only (no aimed kill strikes those)\n",
+            k.commits_written, k.commits_empty
         ));
     }
     if let Some(line) = power(k) {

@@ -201,6 +201,25 @@ fn marking_before_the_broker_acked_loses_events() {
     assert_caught("examples/python/relay-mark-first.toml", "lost event", "db.kill_after_commit");
 }
 
+/// Issue 37: a consumer that commits an empty transaction on every poll
+/// gave most aimed kills to idle commits, a kill storm at a modest rate.
+/// Only commits that changed rows are occurrences of db.kill_after_commit.
+#[test]
+fn an_empty_or_read_only_commit_is_never_struck() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = run_program("tests/fixtures/programs/empty_commits.toml", dir.path());
+    assert_eq!(ran.code, 0, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    let r = ran.json();
+    let k = &r["components"];
+    let (written, empty) = (k["commits_written"].as_u64().unwrap(), k["commits_empty"].as_u64().unwrap());
+    assert!(written > 0 && empty > written, "the program commits more empty transactions than writing ones: {k}");
+    let f = r["faults"].as_array().unwrap().iter().find(|f| f["point"] == "db.kill_after_commit").unwrap();
+    let occurrences = f["occurrences"].as_u64().unwrap();
+    assert!(occurrences <= written, "{occurrences} occurrences for {written} writing commits ({empty} empty): {f}");
+    assert_fired_and_confirmed(&r, "db.kill_after_commit");
+    assert_nothing_left(&r);
+}
+
 #[test]
 fn kills_as_the_topic_grows_are_real_and_confirmed() {
     let dir = tempfile::tempdir().unwrap();

@@ -26,6 +26,7 @@ async fn proxy(
         shaping,
         blackhole: Duration::from_secs(1),
         kafka: rates.get(FaultPoint::KafkaProduceAckLost) > 0.0,
+        stats: Default::default(),
     };
     let p = Proxy::start(settings, faults.clone(), shutdown).await.unwrap();
     (p, faults, trigger)
@@ -145,6 +146,7 @@ async fn commit_acknowledgements_are_found_in_a_recorded_session() {
     // not a write the proxy counts; the COMMIT and the UPDATE are.
     let live = acks_in(&recorded);
     assert_eq!(live.len(), 2, "acknowledgements found: {live:?}");
+    assert!(live.iter().all(|a| a.2), "the INSERT's COMMIT and the UPDATE changed rows: {live:?}");
     assert_eq!(&recorded[live[0].0..live[0].0 + 12], b"C\x00\x00\x00\x0bCOMMIT\x00");
     assert_eq!(&recorded[live[1].0..live[1].0 + 5], b"C\x00\x00\x00\x0d");
     // The recording kept from PostgreSQL 15 (made by this test with
@@ -156,6 +158,7 @@ async fn commit_acknowledgements_are_found_in_a_recorded_session() {
     let kept = std::fs::read(&fixture).unwrap();
     let acks = acks_in(&kept);
     assert_eq!(acks.len(), 2, "{acks:?}");
+    assert!(acks.iter().all(|a| a.2), "{acks:?}");
     assert_eq!(&kept[acks[0].0..acks[0].1], b"C\x00\x00\x00\x0bCOMMIT\x00Z\x00\x00\x00\x05I");
     // sqlx sends the UPDATE through the extended protocol: its
     // CommandComplete, the statement's CloseComplete (`3`), then idle.
@@ -164,13 +167,13 @@ async fn commit_acknowledgements_are_found_in_a_recorded_session() {
 
 /// The acknowledgements in a recorded server stream, fed read by read in
 /// 7-byte pieces, as a slow network would cut it.
-fn acks_in(stream: &[u8]) -> Vec<(usize, usize)> {
+fn acks_in(stream: &[u8]) -> Vec<(usize, usize, bool)> {
     let mut acks = pg::Acks::default();
     let (mut buf, mut gone, mut found) = (Vec::new(), 0, Vec::new());
     for piece in stream.chunks(7) {
         buf.extend_from_slice(piece);
         let scan = acks.scan(&buf).expect("PostgreSQL framing");
-        found.extend(scan.acks.iter().map(|(s, e)| (s + gone, e + gone)));
+        found.extend(scan.acks.iter().map(|a| (a.start + gone, a.end + gone, a.wrote)));
         buf.drain(..scan.safe);
         acks.consumed(scan.safe);
         gone += scan.safe;

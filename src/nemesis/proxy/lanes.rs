@@ -26,6 +26,7 @@ impl Lanes {
             shaping: sc.proxy.shaping,
             blackhole: sc.proxy.blackhole,
             kafka: sc.proxies_kafka(),
+            stats: ctx.stats.clone(),
         };
         let mut proxy = Proxy::start(settings, ctx.faults.clone(), ctx.shutdown.clone()).await?;
         let scheduled: Vec<_> = sc.timeline.iter().map(|t| t.point).collect();

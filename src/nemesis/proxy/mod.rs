@@ -45,7 +45,7 @@ pub mod pg;
 use crate::error::{Error, Result};
 use crate::faults::{FaultInjector, FaultPoint};
 use crate::nemesis::signal::{Claim, Occupant, Struck};
-use crate::pipeline::context::Shutdown;
+use crate::pipeline::context::{Shutdown, Stats};
 pub use crate::scenario::Shaping;
 use rand::{Rng, SeedableRng};
 use std::net::SocketAddr;
@@ -100,6 +100,8 @@ pub struct Slot {
     /// `OffsetCommit` responses the coordinator sent the slot so far: what
     /// a held `COMMIT` (`db.hold_commit`) watches for.
     offset_commits: watch::Sender<u64>,
+    /// The run's counters, for the commits seen on the slot's wire.
+    stats: Arc<Stats>,
 }
 
 /// An open connection: dropping the sender resets it.
@@ -123,6 +125,8 @@ pub struct Settings<'a> {
     pub blackhole: Duration,
     /// Whether the slots stand in front of Kafka too.
     pub kafka: bool,
+    /// The run's counters: the commits the proxy saw, with writes and empty.
+    pub stats: Arc<Stats>,
 }
 
 /// Which wire a listener of a slot carries.
@@ -167,6 +171,7 @@ impl Proxy {
                 last_id: AtomicU64::new(0),
                 held: AtomicU64::new(0),
                 offset_commits: watch::channel(0).0,
+                stats: s.stats.clone(),
             });
             tasks.push(tokio::spawn(accept(
                 listener,
@@ -409,13 +414,16 @@ async fn relay_connection(
         Wire::Postgres => {
             let startup_left = opening(&mut client_r, &mut client_w, &mut server_w).await?;
             let holds = faults.probability(FaultPoint::DbHoldCommit) > 0.0;
+            // Whether the connection's open transaction has changed rows, as
+            // the server's tags show: only such a COMMIT may be held.
+            let writing = std::sync::atomic::AtomicBool::new(false);
             let up = async {
                 match holds {
-                    true => pump_client(&mut client_r, server_w, startup_left, slot, &faults).await,
+                    true => pump_client(&mut client_r, server_w, startup_left, slot, &faults, &writing).await,
                     false => pump_bytes(&mut client_r, server_w, slot, &faults, None).await,
                 }
             };
-            let down = pump_server(server_r, &mut client_w, slot, &faults);
+            let down = pump_server(server_r, &mut client_w, slot, &faults, &writing);
             tokio::select! {
                 r = up => r,
                 r = down => r,
@@ -697,6 +705,7 @@ async fn pump_client(
     startup_left: usize,
     slot: &Slot,
     faults: &FaultInjector,
+    writing: &std::sync::atomic::AtomicBool,
 ) -> Ended {
     let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut chunk = vec![0u8; 64 * 1024];
@@ -721,7 +730,10 @@ async fn pump_client(
                 pg::Block::Commit => {
                     to.write_all(&buf[passed..at]).await.map_err(|e| e.to_string())?;
                     passed = at;
-                    if slot.process.occupant.holds()
+                    // An empty or read-only transaction holds no work to
+                    // lose: its COMMIT is no occurrence.
+                    if writing.load(Ordering::Relaxed)
+                        && slot.process.occupant.holds()
                         && faults.strike(FaultPoint::DbHoldCommit, &slot.name, || "a COMMIT, held".into())
                         && hold_commit(slot, faults, began).await
                     {
@@ -760,13 +772,20 @@ async fn hold_commit(slot: &Slot, faults: &FaultInjector, began: u64) -> bool {
 /// Server to client: whole messages, so that a commit's acknowledgement
 /// can be seen, withheld or followed by a kill. A commit's
 /// `CommandComplete` waits in the buffer until its `ReadyForQuery` comes.
-async fn pump_server(mut from: OwnedReadHalf, to: &mut OwnedWriteHalf, slot: &Slot, faults: &FaultInjector) -> Ended {
+async fn pump_server(
+    mut from: OwnedReadHalf,
+    to: &mut OwnedWriteHalf,
+    slot: &Slot,
+    faults: &FaultInjector,
+    writing: &std::sync::atomic::AtomicBool,
+) -> Ended {
     let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut chunk = vec![0u8; 64 * 1024];
     let mut rng = rand::rngs::StdRng::from_entropy();
     let mut acks = pg::Acks::default();
-    let watch_commits =
-        [FaultPoint::DbCommitAckLost, FaultPoint::DbKillAfterCommit].iter().any(|p| faults.probability(*p) > 0.0);
+    let watch_commits = [FaultPoint::DbCommitAckLost, FaultPoint::DbKillAfterCommit, FaultPoint::DbHoldCommit]
+        .iter()
+        .any(|p| faults.probability(*p) > 0.0);
     loop {
         let Some(n) = read_shaped(&mut from, &mut chunk, to, slot, &mut rng, faults).await? else { return Ok(()) };
         if !watch_commits {
@@ -784,19 +803,28 @@ async fn pump_server(mut from: OwnedReadHalf, to: &mut OwnedWriteHalf, slot: &Sl
                 continue;
             }
         };
+        writing.store(acks.writing(), Ordering::Relaxed);
         let mut kill = None;
-        for (start, _) in &scan.acks {
+        for ack in &scan.acks {
             // Acknowledgements after a claimed kill go to a process about
             // to die: no occurrence of either point.
             if kill.is_some() {
                 break;
             }
+            let start = &ack.start;
+            let kind = if ack.wrote { &slot.stats.commits_written } else { &slot.stats.commits_empty };
+            Stats::add(kind, 1);
             if faults.strike(FaultPoint::DbCommitAckLost, &slot.name, || "a commit's acknowledgement".into()) {
                 // Everything before the acknowledgement goes through; the
                 // acknowledgement and what follows it never do.
                 to.write_all(&buf[..*start]).await.map_err(|e| e.to_string())?;
                 faults.confirm(FaultPoint::DbCommitAckLost, 1);
                 return Err("reset after withholding a commit's acknowledgement (db.commit_ack_lost)".into());
+            }
+            if !ack.wrote {
+                // An empty or read-only commit (an idle poll) holds no work:
+                // no occurrence of an aimed kill.
+                continue;
             }
             kill = slot.process.claim_kill(faults, FaultPoint::DbKillAfterCommit, &slot.name, || {
                 "the process, once its commit was acknowledged".into()

@@ -82,20 +82,36 @@ const WRITE_TAGS: [&[u8]; 5] = [b"INSERT ", b"UPDATE ", b"DELETE ", b"MERGE ", b
 /// withholding it leaves a durable commit its client never hears of.
 /// Writes inside a block (`ReadyForQuery` `T`) are not commits; a
 /// `ROLLBACK` clears what was pending.
+///
+/// Each commit says whether its transaction changed rows: a write's tag
+/// (`INSERT 0 3`, `UPDATE 1`) with a count above 0 since the block began.
+/// An empty or read-only commit (a poll that found nothing, then COMMIT)
+/// is one no aimed kill strikes: it holds no work to lose.
 #[derive(Debug, Default)]
 pub struct Acks {
     /// Where the `CommandComplete` of a commit not yet followed by its
     /// `ReadyForQuery` starts.
     pending: Option<usize>,
+    /// Rows changed since the session was last idle.
+    wrote: bool,
     /// How far `buf` has been read into whole messages.
     parsed: usize,
+}
+
+/// One commit's acknowledgement: its first byte, its end, and whether its
+/// transaction changed rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ack {
+    pub start: usize,
+    pub end: usize,
+    pub wrote: bool,
 }
 
 /// What [`Acks::scan`] found in the buffer.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Scan {
-    /// Each commit acknowledgement: its first byte and its end.
-    pub acks: Vec<(usize, usize)>,
+    /// Each commit acknowledgement.
+    pub acks: Vec<Ack>,
     /// The bytes `buf[..safe]` may go to the client now; the rest waits
     /// (an incomplete message, or a commit's `CommandComplete` whose
     /// `ReadyForQuery` has not come).
@@ -109,15 +125,26 @@ impl Acks {
         for m in messages(buf, self.parsed)? {
             let body = &buf[m.start + 5..m.end];
             match m.kind {
-                b'C' if body == b"COMMIT\0" || WRITE_TAGS.iter().any(|t| body.starts_with(t)) => {
+                b'C' if body == b"COMMIT\0" => {
                     self.pending.get_or_insert(m.start);
                 }
-                b'C' if body == b"ROLLBACK\0" => self.pending = None,
+                b'C' if WRITE_TAGS.iter().any(|t| body.starts_with(t)) => {
+                    self.wrote |= rows(body) > 0;
+                    self.pending.get_or_insert(m.start);
+                }
+                b'C' if body == b"ROLLBACK\0" => {
+                    self.pending = None;
+                    self.wrote = false;
+                }
                 b'Z' => {
                     // Idle: committed. In a block (`T`) or failed (`E`):
                     // nothing committed yet.
-                    if let (Some(start), Some(b'I')) = (self.pending.take(), body.first()) {
-                        acks.push((start, m.end));
+                    let idle = body.first() == Some(&b'I');
+                    if let (Some(start), true) = (self.pending.take(), idle) {
+                        acks.push(Ack { start, end: m.end, wrote: self.wrote });
+                    }
+                    if idle {
+                        self.wrote = false;
                     }
                 }
                 _ => {}
@@ -127,6 +154,14 @@ impl Acks {
         Ok(Scan { acks, safe: self.pending.unwrap_or(self.parsed) })
     }
 
+    /// Whether the transaction open now has changed rows so far: what a
+    /// `COMMIT` the client sends next would commit. (A client that sends
+    /// its `COMMIT` before the answers to its writes, pipelining, is seen
+    /// as not having written yet.)
+    pub fn writing(&self) -> bool {
+        self.wrote
+    }
+
     /// The first `n` bytes left the buffer.
     pub fn consumed(&mut self, n: usize) {
         self.parsed -= n;
@@ -134,6 +169,12 @@ impl Acks {
             *p -= n;
         }
     }
+}
+
+/// The row count a write's tag ends with (`INSERT 0 3` → 3, `UPDATE 0` → 0).
+fn rows(tag: &[u8]) -> u64 {
+    let text = std::str::from_utf8(tag).unwrap_or_default().trim_end_matches('\0');
+    text.rsplit(' ').next().and_then(|n| n.parse().ok()).unwrap_or(0)
 }
 
 /// A simple query that opens or ends a transaction block.
@@ -294,7 +335,11 @@ mod tests {
         buf.extend(msg(b'C', b"COMMIT\0"));
         buf.extend(msg(b'Z', b"I"));
         let scan = acks_of(&buf);
-        assert_eq!(scan.acks, vec![(commit_at, buf.len())], "only the COMMIT, not the INSERT inside the block");
+        assert_eq!(
+            scan.acks,
+            vec![Ack { start: commit_at, end: buf.len(), wrote: true }],
+            "only the COMMIT, not the INSERT inside the block"
+        );
         assert_eq!(scan.safe, buf.len());
     }
 
@@ -308,7 +353,53 @@ mod tests {
         let write_end = buf.len();
         buf.extend(msg(b'C', b"SELECT 1\0"));
         buf.extend(msg(b'Z', b"I"));
-        assert_eq!(acks_of(&buf).acks, vec![(write_at, write_end)]);
+        assert_eq!(acks_of(&buf).acks, vec![Ack { start: write_at, end: write_end, wrote: true }]);
+    }
+
+    /// Issue 37: a consumer that commits every empty poll gave most aimed
+    /// kills to idle commits. A commit says whether its block changed rows.
+    #[test]
+    fn a_commit_that_changed_no_rows_is_an_empty_one() {
+        let block = |tags: &[&[u8]]| {
+            let mut buf = msg(b'C', b"BEGIN\0");
+            buf.extend(msg(b'Z', b"T"));
+            for t in tags {
+                buf.extend(msg(b'C', t));
+                buf.extend(msg(b'Z', b"T"));
+            }
+            buf.extend(msg(b'C', b"COMMIT\0"));
+            buf.extend(msg(b'Z', b"I"));
+            buf
+        };
+        let wrote = |buf: &[u8]| acks_of(buf).acks.iter().map(|a| a.wrote).collect::<Vec<_>>();
+        assert_eq!(wrote(&block(&[])), vec![false], "BEGIN; COMMIT");
+        assert_eq!(wrote(&block(&[b"SELECT 0\0", b"UPDATE 0\0"])), vec![false], "a claim that found nothing");
+        assert_eq!(wrote(&block(&[b"SELECT 5\0", b"UPDATE 5\0"])), vec![true], "a claim of 5 rows");
+        assert_eq!(wrote(&block(&[b"INSERT 0 1\0"])), vec![true]);
+        // The flag ends with the block: a writing commit, then an empty one.
+        let two = [block(&[b"DELETE 2\0"]), block(&[])].concat();
+        assert_eq!(wrote(&two), vec![true, false]);
+        // A write that rolled back leaves the next block empty.
+        let mut back = msg(b'C', b"INSERT 0 1\0");
+        back.extend(msg(b'Z', b"T"));
+        back.extend(msg(b'C', b"ROLLBACK\0"));
+        back.extend(msg(b'Z', b"I"));
+        back.extend(block(&[]));
+        assert_eq!(wrote(&back), vec![false]);
+        // Autocommit: a write of no rows commits nothing.
+        let mut auto = msg(b'C', b"UPDATE 0\0");
+        auto.extend(msg(b'Z', b"I"));
+        assert_eq!(wrote(&auto), vec![false]);
+        // What a COMMIT sent now would commit.
+        let mut open = Acks::default();
+        let mut buf = msg(b'C', b"BEGIN\0");
+        buf.extend(msg(b'Z', b"T"));
+        open.scan(&buf).unwrap();
+        assert!(!open.writing());
+        buf.extend(msg(b'C', b"INSERT 0 2\0"));
+        buf.extend(msg(b'Z', b"T"));
+        open.scan(&buf).unwrap();
+        assert!(open.writing());
     }
 
     #[test]
@@ -336,9 +427,11 @@ mod tests {
             let mut buf = stream[..cut].to_vec();
             let mut sent = Vec::new();
             let mut found = Vec::new();
+            let mut found_wrote = Vec::new();
             for more in [&stream[cut..], &[][..]] {
                 let scan = acks.scan(&buf).unwrap();
-                found.extend(scan.acks.iter().map(|(s, e)| (s + sent.len(), e + sent.len())));
+                found.extend(scan.acks.iter().map(|a| (a.start + sent.len(), a.end + sent.len())));
+                found_wrote.extend(scan.acks.iter().map(|a| a.wrote));
                 sent.extend_from_slice(&buf[..scan.safe]);
                 buf.drain(..scan.safe);
                 acks.consumed(scan.safe);
@@ -346,6 +439,7 @@ mod tests {
                 buf.extend_from_slice(more);
             }
             assert_eq!(found, vec![(5, stream.len())], "cut at {cut}");
+            assert!(found_wrote.iter().all(|w| !w), "cut at {cut}: nothing was written");
             assert_eq!(sent, stream, "cut at {cut}");
         }
     }
