@@ -206,8 +206,8 @@ fault_points! {
     /// The fault proxy lets a COMMIT's acknowledgement through and SIGKILLs
     /// the component's process right after: for any consumer, a kill
     /// between its transaction and its offset commit.
-    DbKillAfterCommit = "db.kill_after_commit", key db_kill_after_commit, per "commit acknowledged to a component process", by DbWireKill, confirm Seen,
-        what "the fault proxy lets the acknowledgement through and the harness `SIGKILL`s the component's process at once: for any consumer, its own included, a kill between its transaction and its offset commit",
+    DbKillAfterCommit = "db.kill_after_commit", key db_kill_after_commit, per "commit that changed rows, acknowledged to a component process", by DbWireKill, confirm Seen,
+        what "the fault proxy lets the acknowledgement through and the harness `SIGKILL`s the component's process at once: for any consumer, its own included, a kill between its transaction and its offset commit. Only a commit whose transaction changed rows is an occurrence (the server's tags `INSERT 0 3`, `UPDATE 1` before it): an empty or read-only commit, an idle poll, holds no work to lose. The report counts both kinds",
         confirmed by "the process seen ending by SIGKILL";
     /// The broker appends a produce's batches and its acknowledgement never
     /// arrives: the fault proxy withholds the `Produce` response and resets
@@ -244,8 +244,8 @@ fault_points! {
     /// (before, or during the hold), the process is killed before the
     /// `COMMIT` reaches the server. Only a program whose offsets run ahead
     /// of its database loses anything.
-    DbHoldCommit = "db.hold_commit", key db_hold_commit, per "`COMMIT` a component process sends", by BothWiresKill, confirm Seen,
-        what "the fault proxy holds the `COMMIT` (a simple query `COMMIT` or `END`) for up to 6 s, longer than the 5 s auto-commit interval of librdkafka and the Java client, and watches the process's Kafka wire. If an `OffsetCommit` is answered while the transaction is open, before the `COMMIT` or during the hold, the harness `SIGKILL`s the process and the `COMMIT` never reaches the server: the offsets are ahead of a transaction that rolls back. A consumer that commits its offsets only after its database commit is never killed by it; the hold ends and the `COMMIT` goes on",
+    DbHoldCommit = "db.hold_commit", key db_hold_commit, per "`COMMIT` of a transaction that changed rows, from a component process", by BothWiresKill, confirm Seen,
+        what "a `COMMIT` is an occurrence only when the server's tags show its transaction changed rows (an empty or read-only one is passed on). The fault proxy holds the `COMMIT` (a simple query `COMMIT` or `END`) for up to 6 s, longer than the 5 s auto-commit interval of librdkafka and the Java client, and watches the process's Kafka wire. If an `OffsetCommit` is answered while the transaction is open, before the `COMMIT` or during the hold, the harness `SIGKILL`s the process and the `COMMIT` never reaches the server: the offsets are ahead of a transaction that rolls back. A consumer that commits its offsets only after its database commit is never killed by it; the hold ends and the `COMMIT` goes on",
         confirmed by "the process seen ending by SIGKILL, or the hold seen ending with the offsets unmoved";
     /// The email provider sends the email, then drops the connection with
     /// no response: the ambiguous outcome, which only an idempotency key
@@ -759,6 +759,13 @@ pub struct FaultSummary {
     /// Firings whose effect the harness saw ([`FaultPoint::confirmed_by`]).
     #[serde(default)]
     pub confirmed: u64,
+    /// Firings whose effect another fault pre-empted (the process killed
+    /// by another point during a hold): neither confirmed nor missed.
+    #[serde(default)]
+    pub preempted: u64,
+    /// Why each pre-empted firing had no effect of its own (the first few).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preempted_why: Vec<String>,
 }
 
 /// A watched message: who holds it, when it was last delivered, and the
@@ -799,6 +806,8 @@ pub struct FaultInjector {
     occurrences: [AtomicU64; N],
     fired: [AtomicU64; N],
     confirmed: [AtomicU64; N],
+    /// Firings another fault pre-empted, each with its point and why.
+    preempted: Mutex<Vec<(FaultPoint, String)>>,
     awaited: Mutex<Awaited>,
     log: Mutex<Vec<FaultRecord>>,
     /// Pinned firings, in place of the seeded decisions.
@@ -861,6 +870,7 @@ impl FaultInjector {
             occurrences: std::array::from_fn(|_| AtomicU64::new(0)),
             fired: std::array::from_fn(|_| AtomicU64::new(0)),
             confirmed: std::array::from_fn(|_| AtomicU64::new(0)),
+            preempted: Mutex::new(Vec::new()),
             awaited: Mutex::new(Awaited::default()),
             log: Mutex::new(Vec::new()),
             schedule: None,
@@ -1019,6 +1029,22 @@ impl FaultInjector {
         self.confirmed[point.index()].load(Ordering::Relaxed)
     }
 
+    /// A firing of `point` on `component` had no effect of its own: another
+    /// fault ended the process first (`why`). Counted apart, so a correct
+    /// run is not inconclusive for it, and said in the report.
+    pub fn preempt(&self, point: FaultPoint, component: &str, why: &str) {
+        tracing::info!(point = point.name(), component, why, "a firing was pre-empted by another fault");
+        let at = self.started.elapsed().as_millis();
+        self.preempted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((point, format!("{component} at {at} ms: {why}")));
+    }
+
+    pub fn preempted(&self, point: FaultPoint) -> u64 {
+        self.preempted.lock().unwrap_or_else(|p| p.into_inner()).iter().filter(|(p, _)| *p == point).count() as u64
+    }
+
     fn awaited(&self) -> std::sync::MutexGuard<'_, Awaited> {
         self.awaited.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -1164,6 +1190,11 @@ impl FaultInjector {
                 occurrences: self.occurrences[p.index()].load(Ordering::Relaxed),
                 fired: self.fired(*p),
                 confirmed: self.confirmed(*p),
+                preempted: self.preempted(*p),
+                preempted_why: {
+                    let all = self.preempted.lock().unwrap_or_else(|p| p.into_inner());
+                    all.iter().filter(|(q, _)| q == p).take(5).map(|(_, why)| why.clone()).collect()
+                },
             })
             .collect()
     }

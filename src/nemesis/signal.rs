@@ -163,7 +163,25 @@ impl Occupant {
 
     /// Whether the slot holds an incarnation that no kill has claimed.
     pub fn holds(&self) -> bool {
-        self.lock().as_ref().is_some_and(|l| !l.claimed)
+        self.current().is_some()
+    }
+
+    /// The serial of the incarnation the slot holds, if no kill has
+    /// claimed it: what a fault that acts later (a held COMMIT) names.
+    pub fn current(&self) -> Option<u64> {
+        self.lock().as_ref().filter(|l| !l.claimed).map(|l| l.serial)
+    }
+
+    /// [`Occupant::claim`], only while the slot still holds incarnation
+    /// `serial`: a kill decided on one incarnation never lands on the next.
+    pub fn claim_on(&self, serial: u64, decide: impl FnOnce() -> bool) -> Option<Claim> {
+        let mut now = self.lock();
+        let live = now.as_mut().filter(|l| !l.claimed && l.serial == serial)?;
+        if !decide() {
+            return None;
+        }
+        live.claimed = true;
+        Some(Claim { pgid: live.pgid, serial: live.serial })
     }
 
     /// Claims the slot's incarnation for a kill. `decide` (the fault's
@@ -171,13 +189,8 @@ impl Occupant {
     /// lock, so a draw is an occurrence only when there is something to
     /// strike, and two strikers never both claim one incarnation.
     pub fn claim(&self, decide: impl FnOnce() -> bool) -> Option<Claim> {
-        let mut now = self.lock();
-        let live = now.as_mut().filter(|l| !l.claimed)?;
-        if !decide() {
-            return None;
-        }
-        live.claimed = true;
-        Some(Claim { pgid: live.pgid, serial: live.serial })
+        let serial = self.current()?;
+        self.claim_on(serial, decide)
     }
 
     /// A claimed kill's signal, sent only while its incarnation is still

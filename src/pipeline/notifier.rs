@@ -437,7 +437,9 @@ mod tests {
         assert!(Stats::get(&h.ctx.stats.notifier_crashes) > 0);
         assert!(Stats::get(&h.ctx.stats.duplicates_absorbed) > 0, "the batch came back to the inbox");
         let r = h.reconcile().await;
-        assert_eq!(anomalies(&r), Vec::<String>::new());
+        let found: Vec<_> =
+            r.anomalies.iter().filter(|a| a.count > 0).map(|a| (&a.name, a.count, &a.examples)).collect();
+        assert_eq!(anomalies(&r), Vec::<String>::new(), "{found:?}\nfault log: {:?}", h.ctx.faults.log());
         assert_eq!(r.counts.payments_with_one_receipt, 300);
     }
 

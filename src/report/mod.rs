@@ -477,6 +477,17 @@ fn render_faults(r: &Report, style: Style, out: &mut String) {
         ]);
     }
     out.push_str(&format!("{t}\n"));
+    // A firing with no effect of its own, because another fault ended its
+    // process first: which, and why (the confirmed column leaves them out).
+    for f in r.faults.iter().filter(|f| f.preempted > 0) {
+        out.push_str(&format!(
+            "pre-empted: {} {} of {} firing(s), their process ended by another fault first: {}\n",
+            f.point,
+            f.preempted,
+            f.fired,
+            f.preempted_why.join("; ")
+        ));
+    }
     let k = &r.components;
     if r.system.is_none() {
         out.push_str(&format!(

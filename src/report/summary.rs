@@ -92,10 +92,11 @@ pub fn render(r: &Report, html: &str, width: usize) -> String {
         .iter()
         .filter(|f| f.fired > 0 || f.probability > 0.0)
         .map(|f| {
-            let mark = if f.fired > 0 && f.confirmed == f.fired {
-                "✔".to_string()
-            } else {
-                format!("({} confirmed) ✘", f.confirmed)
+            let mark = match (f.fired > 0 && f.confirmed > 0 && f.confirmed + f.preempted >= f.fired, f.preempted) {
+                (true, 0) => "✔".to_string(),
+                (true, p) => format!("({p} pre-empted) ✔"),
+                (false, 0) => format!("({} confirmed) ✘", f.confirmed),
+                (false, p) => format!("({} confirmed, {p} pre-empted) ✘", f.confirmed),
             };
             format!("{} {} {mark}", f.point, f.fired)
         })

@@ -53,14 +53,22 @@ pub fn chaos_checks(faults: &[FaultSummary]) -> Vec<Invariant> {
         });
         if f.fired > 0 {
             let seen = FaultPoint::from_name(&f.point).map(|p| p.confirmed_by()).unwrap_or("its effect");
+            // A firing another fault pre-empted (its process killed by
+            // another point first) is neither seen nor missed; but a point
+            // all of whose firings were pre-empted proved nothing.
+            let accounted = f.confirmed + f.preempted;
+            let actual = match f.preempted {
+                0 => f.confirmed.to_string(),
+                n => format!("{}; {n} pre-empted by another fault", f.confirmed),
+            };
             out.push(Invariant {
                 id: format!("fault-{}-confirmed", f.point),
                 name: format!("fault {} confirmed: {seen}", f.point),
                 expected: f.fired.to_string(),
-                actual: f.confirmed.to_string(),
-                ok: f.confirmed >= f.fired,
+                actual,
+                ok: accounted >= f.fired && f.confirmed > 0,
                 anomalies: vec![],
-                off_by: Some(f.fired.saturating_sub(f.confirmed)),
+                off_by: Some(f.fired.saturating_sub(accounted).max(u64::from(f.confirmed == 0))),
             });
         }
     }
@@ -83,7 +91,11 @@ fn not_happened(check: &Invariant) -> String {
     }
     match rest.split_once(" confirmed: ") {
         Some((point, seen)) => {
-            format!("{point} fired {} time(s), {} confirmed by {seen}", check.expected, check.actual)
+            let (confirmed, more) = match check.actual.split_once("; ") {
+                Some((n, more)) => (n, format!("; {more}")),
+                None => (check.actual.as_str(), String::new()),
+            };
+            format!("{point} fired {} time(s), {confirmed} confirmed by {seen}{more}", check.expected)
         }
         None => check.name.clone(),
     }
@@ -139,7 +151,30 @@ mod tests {
             occurrences: 10,
             fired,
             confirmed,
+            preempted: 0,
+            preempted_why: vec![],
         }
+    }
+
+    #[test]
+    fn a_firing_another_fault_pre_empted_is_neither_seen_nor_missed() {
+        let mut held = summary(FaultPoint::DbHoldCommit, 0.1, 5, 4);
+        held.preempted = 1;
+        let chaos = chaos_checks(&[held.clone()]);
+        assert!(chaos.iter().all(|i| i.ok), "{chaos:?}");
+        assert_eq!(verdict(true, &[Invariant::eq("x", 1, 1)], &[], &chaos).0, Verdict::Pass);
+        // One short even with the pre-empted one: inconclusive, and said.
+        held.confirmed = 3;
+        let (v, why) = verdict(true, &[Invariant::eq("x", 1, 1)], &[], &chaos_checks(&[held.clone()]));
+        assert_eq!(v, Verdict::Inconclusive);
+        assert!(
+            why.contains("fired 5 time(s), 3 confirmed by") && why.ends_with("; 1 pre-empted by another fault"),
+            "{why}"
+        );
+        // Every firing pre-empted: the fault proved nothing.
+        held.confirmed = 0;
+        held.preempted = 5;
+        assert_eq!(verdict(true, &[Invariant::eq("x", 1, 1)], &[], &chaos_checks(&[held])).0, Verdict::Inconclusive);
     }
 
     fn anomaly(name: AnomalyKind, allowed: bool) -> Anomaly {

@@ -591,11 +591,11 @@ impl Keeper {
             match (serial == proc.lease.serial(), by_sigkill) {
                 (true, true) => self.ctx.faults.confirm(point, 1),
                 (true, false) => {
-                    warn!(component = %self.name, point = point.name(), status = ?proc.status, "a claimed kill found the process ending otherwise: not confirmed")
+                    let how = proc.status.map_or_else(|| "unknown".into(), describe);
+                    let why = format!("the process ended otherwise ({how}) before the kill landed");
+                    self.ctx.faults.preempt(point, &self.name, &why);
                 }
-                (false, _) => {
-                    warn!(component = %self.name, point = point.name(), "a kill claimed on an earlier incarnation came after it ended: not confirmed")
-                }
+                (false, _) => self.ctx.faults.preempt(point, &self.name, "its incarnation had ended before the kill"),
             }
         }
     }
@@ -726,7 +726,7 @@ impl Keeper {
                     if serial != proc.lease.serial() {
                         // Claimed on an incarnation that ended before its
                         // signal: pre-empted by that end.
-                        warn!(component = %self.name, point = point.name(), "a kill claimed on an earlier incarnation came after it ended: not confirmed");
+                        self.ctx.faults.preempt(point, &self.name, "its incarnation had ended before the kill");
                         continue;
                     }
                     let Some(claim) = claim else {

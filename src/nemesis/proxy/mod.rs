@@ -732,12 +732,24 @@ async fn pump_client(
                     passed = at;
                     // An empty or read-only transaction holds no work to
                     // lose: its COMMIT is no occurrence.
-                    if writing.load(Ordering::Relaxed)
-                        && slot.process.occupant.holds()
-                        && faults.strike(FaultPoint::DbHoldCommit, &slot.name, || "a COMMIT, held".into())
-                        && hold_commit(slot, faults, began).await
-                    {
-                        return Err("the process killed, its COMMIT held (db.hold_commit)".into());
+                    let serial = slot.process.occupant.current().filter(|_| writing.load(Ordering::Relaxed));
+                    if let Some(serial) = serial {
+                        if faults.strike(FaultPoint::DbHoldCommit, &slot.name, || "a COMMIT, held".into()) {
+                            match hold_commit(slot, faults, began, serial).await {
+                                Held::GoOn => {}
+                                Held::Killed => {
+                                    return Err("the process killed, its COMMIT held (db.hold_commit)".into())
+                                }
+                                // A dead process's COMMIT must not reach the
+                                // server: its connection drops, and the
+                                // server rolls the transaction back.
+                                Held::Ended => {
+                                    return Err(
+                                        "the process ended during the hold; its COMMIT dropped (db.hold_commit)".into(),
+                                    )
+                                }
+                            }
+                        }
                     }
                     began = *slot.offset_commits.borrow();
                 }
@@ -748,24 +760,71 @@ async fn pump_client(
     }
 }
 
-/// A fired `db.hold_commit`: true when the process was killed because the
-/// slot's offsets moved after `began`; false when the hold ended with them
-/// unmoved (confirmed here), or the process was already being killed.
-async fn hold_commit(slot: &Slot, faults: &FaultInjector, began: u64) -> bool {
+/// How a fired `db.hold_commit` ended.
+enum Held {
+    /// The offsets did not move during the hold (confirmed): the COMMIT goes on.
+    GoOn,
+    /// The offsets moved while the transaction was open: the process killed.
+    Killed,
+    /// The incarnation the hold was struck on ended, or another kill claimed
+    /// it, first: the firing is pre-empted, and the COMMIT is dropped.
+    Ended,
+}
+
+/// A fired hold not yet resolved. Dropped so (its pump ended mid-hold: a
+/// reset, the run's stop), the firing is pre-empted: it had no effect of
+/// its own to see.
+struct Hold<'a> {
+    faults: &'a FaultInjector,
+    slot: &'a str,
+    open: bool,
+}
+
+impl Hold<'_> {
+    fn preempted(&mut self, why: &str) {
+        self.open = false;
+        self.faults.preempt(FaultPoint::DbHoldCommit, self.slot, why);
+    }
+}
+
+impl Drop for Hold<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            self.preempted("the connection ended during the hold");
+        }
+    }
+}
+
+/// A fired `db.hold_commit` on the slot's incarnation `serial`: killed
+/// because the slot's offsets moved after `began`; or the hold ended with
+/// them unmoved (confirmed here); or the incarnation ended or was claimed
+/// by another kill first (pre-empted).
+async fn hold_commit(slot: &Slot, faults: &FaultInjector, began: u64, serial: u64) -> Held {
+    let mut hold = Hold { faults, slot: &slot.name, open: true };
     let mut commits = slot.offset_commits.subscribe();
     let moved = tokio::time::timeout(COMMIT_HOLD, commits.wait_for(|n| *n != began)).await.is_ok();
+    let occupant = &slot.process.occupant;
     if !moved {
+        if occupant.current() != Some(serial) {
+            hold.preempted("the process ended during the hold, or another fault claimed its kill");
+            return Held::Ended;
+        }
+        hold.open = false;
         info!(slot = %slot.name, "db.hold_commit: no offset commit during the hold; the COMMIT goes on");
         faults.confirm(FaultPoint::DbHoldCommit, 1);
-        return false;
+        return Held::GoOn;
     }
-    match slot.process.claim(FaultPoint::DbHoldCommit) {
+    match slot.process.claim_on(serial, FaultPoint::DbHoldCommit) {
         Some(kill) => {
+            hold.open = false;
             info!(slot = %slot.name, "db.hold_commit: the offsets moved while the transaction was open; killing");
             drop(kill);
-            true
+            Held::Killed
         }
-        None => false,
+        None => {
+            hold.preempted("the offsets moved, but the process had ended or another fault had claimed its kill");
+            Held::Ended
+        }
     }
 }
 
@@ -855,10 +914,11 @@ impl ProcessHandle {
         Some(Claimed { process: self, claim: Some(claim), point })
     }
 
-    /// A kill for a firing decided earlier (`db.hold_commit`): None when
-    /// the slot has no process, or another kill claimed it.
-    fn claim(&self, point: FaultPoint) -> Option<Claimed<'_>> {
-        let claim = self.occupant.claim(|| true)?;
+    /// A kill for a firing decided earlier on incarnation `serial`
+    /// (`db.hold_commit`): None when the slot no longer holds it, or
+    /// another kill claimed it.
+    fn claim_on(&self, serial: u64, point: FaultPoint) -> Option<Claimed<'_>> {
+        let claim = self.occupant.claim_on(serial, || true)?;
         Some(Claimed { process: self, claim: Some(claim), point })
     }
 }
@@ -949,7 +1009,7 @@ mod tests {
         let h = ProcessHandle::default();
         let (tx, mut rx) = mpsc::unbounded_channel();
         *h.keeper.lock().unwrap() = Some(tx);
-        assert!(h.claim(FaultPoint::DbHoldCommit).is_none(), "an empty slot has no process to kill");
+        assert!(h.claim_on(1, FaultPoint::DbHoldCommit).is_none(), "an empty slot has no process to kill");
         assert!(rx.try_recv().is_err(), "a failed claim told the keeper of a kill");
         let faults = FaultInjector::new(1, &crate::faults::FaultRates::none().with(FaultPoint::DbKillAfterCommit, 1.0));
         assert!(h.claim_kill(&faults, FaultPoint::DbKillAfterCommit, "notifier-1", || "x".into()).is_none());
@@ -957,13 +1017,75 @@ mod tests {
         let mut child = std::process::Command::new("sleep").arg("30").process_group(0).spawn().unwrap();
         let lease = h.occupant.enter(child.id() as i32).unwrap();
         let first = h.claim_kill(&faults, FaultPoint::DbKillAfterCommit, "notifier-1", || "x".into()).expect("claimed");
-        assert!(h.claim(FaultPoint::DbHoldCommit).is_none(), "one kill per incarnation");
+        assert!(h.claim_on(lease.serial(), FaultPoint::DbHoldCommit).is_none(), "one kill per incarnation");
+        assert!(h.claim_on(lease.serial() + 1, FaultPoint::DbHoldCommit).is_none(), "never on another incarnation");
         assert!(rx.try_recv().is_err(), "a failed claim told the keeper of a kill");
         drop(first);
         let (point, serial, claim) = rx.try_recv().expect("the kill is told to the keeper");
         assert_eq!((point, serial, claim.is_none()), (FaultPoint::DbKillAfterCommit, lease.serial(), true));
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
+    }
+
+    /// A held COMMIT ends one of three ways: the offsets moved (a kill on
+    /// the incarnation it was struck on), the hold ran out with them
+    /// unmoved (confirmed), or the incarnation went first (pre-empted,
+    /// never a kill of the next one and never counted unconfirmed).
+    #[tokio::test]
+    async fn a_hold_whose_process_another_fault_ended_is_pre_empted() {
+        let faults = Arc::new(FaultInjector::new(1, &crate::faults::FaultRates::none()));
+        let (_trigger, shutdown) = crate::pipeline::context::shutdown_pair();
+        let settings = Settings {
+            upstream_url: "postgres://u:p@127.0.0.1:9/db",
+            slots: vec!["notifier-1".into()],
+            shaping: Shaping::default(),
+            blackhole: Duration::from_secs(1),
+            kafka: false,
+            stats: Default::default(),
+        };
+        let proxy = Proxy::start(settings, faults.clone(), shutdown).await.unwrap();
+        let slot = proxy.slot("notifier-1").unwrap();
+        let spawn = || std::process::Command::new("sleep").arg("30").process_group(0).spawn().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+
+        // The offsets move during the hold: the held incarnation is killed.
+        let mut child = spawn();
+        let lease = slot.process.occupant.enter(child.id() as i32).unwrap();
+        slot.offset_commits.send_modify(|n| *n += 1);
+        assert!(matches!(hold_commit(&slot, &faults, 0, lease.serial()).await, Held::Killed));
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
+        lease.ended();
+        drop(lease);
+
+        // They move, but another fault had claimed the kill: pre-empted.
+        let mut child = spawn();
+        let lease = slot.process.occupant.enter(child.id() as i32).unwrap();
+        let other = slot.process.occupant.claim(|| true).unwrap();
+        slot.offset_commits.send_modify(|n| *n += 1);
+        assert!(matches!(hold_commit(&slot, &faults, 1, lease.serial()).await, Held::Ended));
+        assert_eq!(faults.preempted(FaultPoint::DbHoldCommit), 1);
+        slot.process.occupant.signal_claimed(&other, libc::SIGKILL);
+        child.wait().unwrap();
+        lease.ended();
+        drop(lease);
+
+        // The incarnation ends during the hold, the offsets unmoved: its
+        // COMMIT is dropped and the firing pre-empted, not confirmed.
+        let mut child = spawn();
+        let lease = slot.process.occupant.enter(child.id() as i32).unwrap();
+        let serial = lease.serial();
+        let ender = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            child.kill().unwrap();
+            child.wait().unwrap();
+            lease.ended();
+        };
+        let (held, ()) = tokio::join!(hold_commit(&slot, &faults, 2, serial), ender);
+        assert!(matches!(held, Held::Ended));
+        assert_eq!(faults.preempted(FaultPoint::DbHoldCommit), 2);
+        assert_eq!(faults.confirmed(FaultPoint::DbHoldCommit), 0);
+        let why = faults.summary().into_iter().find(|f| f.point == "db.hold_commit").unwrap().preempted_why;
+        assert!(why.iter().all(|w| w.starts_with("notifier-1 at ")), "{why:?}");
     }
 
     #[test]
