@@ -362,3 +362,35 @@ fn the_reference_pipeline_runs_as_processes_embedded() {
     let r = reference_pipeline_as_processes(Backend::Embedded);
     assert_eq!(r["infra"]["database"], "sqlite");
 }
+
+/// With stdout and stderr on one terminal (one pipe here), the summary is
+/// never split by a log line: between its verdict and its replay line,
+/// only its own indented lines. A run whose processes are killed with
+/// database sessions open is the one whose warnings used to land there.
+#[test]
+fn no_log_line_splits_the_summary_with_both_streams_on_one_pipe() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = chaos();
+    Backend::Services.apply(&mut c);
+    c.env("PATH", python_path()).args(["run", "tests/fixtures/programs/empty_commits.toml", "--reports-dir"]).arg(dir.path());
+    // Both streams into one pipe, as a terminal or `2>&1 | tee` shows them.
+    let (reader, writer) = std::io::pipe().unwrap();
+    c.stdout(writer.try_clone().unwrap()).stderr(writer);
+    c.process_group(0);
+    let mut child = c.spawn().unwrap();
+    drop(c);
+    let mut all = String::new();
+    use std::io::Read;
+    let mut reader = reader;
+    reader.read_to_string(&mut all).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{all}");
+    let lines: Vec<&str> = all.lines().collect();
+    let verdict = lines.iter().position(|l| l.starts_with("PASS ")).unwrap_or_else(|| panic!("no verdict line:\n{all}"));
+    let replay = lines.iter().position(|l| l.trim_start().starts_with("replay ")).expect("a replay line");
+    assert!(verdict < replay, "{all}");
+    for l in &lines[verdict + 1..replay] {
+        assert!(l.starts_with("  "), "a line that is not the summary's splits it: {l:?}\n{all}");
+    }
+}

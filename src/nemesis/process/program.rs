@@ -938,7 +938,10 @@ impl Keeper {
                     Store::Postgres(pg) => pg.session_states(&app).await.unwrap_or_else(|e| e.to_string()),
                     Store::Sqlite(_) => String::new(),
                 };
-                warn!(component = %name, pid, sessions = %what, "a killed process's database sessions outlived it");
+                // Said once, in the report's `processes:` line (killed with
+                // sessions open, and how many of those were seen gone), not
+                // as a warning in the middle of the run's output.
+                info!(component = %name, pid, sessions = %what, "a killed process's database sessions outlived it");
             });
         }
         Some(by_sigkill)
