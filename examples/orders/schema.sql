@@ -66,3 +66,15 @@ CREATE TABLE rejected_messages (
     error           text NOT NULL,
     PRIMARY KEY (topic_partition, topic_offset)
 );
+
+-- For consumer_apply_later.py: the inbox as a durable queue (seed 000).
+-- Each message is stored on receipt, its offsets committed; a poller applies
+-- the pending rows later. The primary key makes a redelivery store nothing.
+CREATE TABLE inbox_queue (
+    message_id  uuid PRIMARY KEY,
+    order_id    uuid NOT NULL,
+    sku         text NOT NULL,
+    quantity    integer NOT NULL,
+    status      text NOT NULL DEFAULT 'pending',
+    received_at timestamptz NOT NULL DEFAULT now()
+);

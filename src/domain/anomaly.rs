@@ -57,6 +57,10 @@ choices! {
         SplitKey = "split key",
         /// A declared check (`[[system.checks]]`) returned rows.
         FailedCheck = "failed check",
+        /// A declared system's pending work (`[system] pending`) still there
+        /// when the settle ran out: accepted, never applied. Late is not
+        /// lost: its keys are left out of the missing effects.
+        StalledConsumer = "stalled consumer",
         /// An idempotency key sent again with a different body: the provider
         /// refused it, so that request's email was never sent.
         IdempotencyKeyReused = "idempotency key reused",

@@ -41,10 +41,13 @@ pub fn render(r: &Report, html: &str, width: usize) -> String {
         // The harm in the user's words first, then every anomaly by name,
         // then one example and what caused it.
         let named: Vec<String> = harmful.iter().map(|a| format!("{} × {}", a.count, a.name)).collect();
+        let said = harm(worst, &r.counts);
         if let [only] = named.as_slice() {
-            lines.push(("harm".into(), format!("{} ({only})", harm(worst, &r.counts))));
+            // The harm in other words than the anomaly's, or the name once.
+            let line = if said == *only { said } else { format!("{said} ({only})") };
+            lines.push(("harm".into(), line));
         } else {
-            lines.push(("harm".into(), harm(worst, &r.counts)));
+            lines.push(("harm".into(), said));
             wrap(&mut lines, "", named, width);
         }
         if let Some(e) = worst.examples.first() {
@@ -182,6 +185,8 @@ fn harm(a: &crate::verifier::Anomaly, c: &crate::verifier::reconcile::Counts) ->
         "lost operation" => format!("{n} acknowledged operations left no event"),
         "phantom operation" => format!("{n} events belong to no acknowledged operation"),
         "failed check" => format!("{n} of your checks found rows"),
+        "stalled consumer" => format!("{n} pieces of accepted work were still pending when the run ended"),
+        "split key" => format!("{n} keys' messages landed on more than one partition"),
         _ => format!("{n} × {}", a.name),
     }
 }

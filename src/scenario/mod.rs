@@ -213,6 +213,9 @@ pub struct Settings {
     pub proxy: ProxyConfig,
     pub retention: Retention,
     pub drain_timeout: Duration,
+    /// After the drain, how long a declared system's pending work must stay
+    /// empty and its effects unchanged before it is judged.
+    pub settle_quiet: Duration,
     pub components: Components,
     pub exactly_once: bool,
     /// Anomalies the scenario allows: reported, never a violation.

@@ -272,8 +272,12 @@ impl Default for RawProxy {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawRun {
-    /// How long the pipeline may take to drain after the workload ends.
+    /// How long the pipeline may take to drain after the workload ends,
+    /// and then to settle.
     pub drain_timeout_secs: Spanned<i64>,
+    /// How long a drained system's declared pending work must stay empty
+    /// and its effects' counts unchanged before it is judged.
+    pub settle_quiet_ms: Spanned<i64>,
     /// `"in-process"` (tasks of the `chaos` process) or `"process"` (each
     /// relay and notifier instance an OS process, killed by the harness).
     pub components: Spanned<String>,
@@ -281,7 +285,7 @@ pub struct RawRun {
 
 impl Default for RawRun {
     fn default() -> Self {
-        Self { drain_timeout_secs: sp(60), components: sp("in-process".into()) }
+        Self { drain_timeout_secs: sp(60), settle_quiet_ms: sp(2000), components: sp("in-process".into()) }
     }
 }
 

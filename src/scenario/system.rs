@@ -15,6 +15,10 @@ pub struct RawSystem {
     pub setup: Option<Spanned<String>>,
     /// Or the user's migrations, run once.
     pub setup_command: Option<Spanned<Vec<String>>>,
+    /// Work the system has accepted and not finished (inbox rows a
+    /// consumer stored and has not yet applied): one row each, with an
+    /// optional `key` column naming its key.
+    pub pending: Option<Spanned<String>>,
     /// Unset in a declaration that only judges another run (`--declared`).
     pub service: Option<RawService>,
     pub operation: RawOperation,
@@ -167,6 +171,10 @@ pub struct System {
     pub outbox: OutboxDecl,
     pub effects: Vec<EffectDecl>,
     pub checks: Vec<CheckDecl>,
+    /// The declared pending work's query: the run settles until it returns
+    /// no rows, and a key it still holds then is stalled, not missing.
+    #[serde(default)]
+    pub pending: Option<String>,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -415,7 +423,14 @@ impl Validator<'_> {
             }
             checks.push(CheckDecl { name, query: c.query.get_ref().clone() });
         }
-        Ok(System { setup, service, operation, outbox, effects, checks })
+        let pending = match &raw.pending {
+            Some(q) if q.get_ref().trim().is_empty() => {
+                return self.err(q.span(), "`system.pending` is empty; give the query whose rows are work accepted and not yet applied, or leave the key out")
+            }
+            Some(q) => Some(q.get_ref().clone()),
+            None => None,
+        };
+        Ok(System { setup, service, operation, outbox, effects, checks, pending })
     }
 
     fn service(&self, raw: &RawService, dir: &Path) -> Result<ServiceDecl, crate::Error> {

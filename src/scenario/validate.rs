@@ -206,6 +206,12 @@ impl Validator<'_> {
                 1,
                 86_400,
             )? as u64),
+            settle_quiet: Duration::from_millis(self.count(
+                &raw.run.settle_quiet_ms,
+                "run.settle_quiet_ms",
+                0,
+                600_000,
+            )? as u64),
             components: self.choice(&raw.run.components, "run.components", Components::parse, Components::names)?,
             exactly_once: raw.expect.exactly_once,
             allowed_anomalies: raw

@@ -160,6 +160,12 @@ pub async fn probe_queries(pg: &PgStore, sys: &System) -> std::result::Result<()
             .await
             .map_err(|err| bad(&format!("{key}: query"), db_message(&err)))?;
     }
+    if let Some(p) = &sys.pending {
+        sqlx::query(&pending_sql(p, Some(0)))
+            .execute(pool)
+            .await
+            .map_err(|err| bad("system.pending", db_message(&err)))?;
+    }
     for c in &sys.checks {
         sqlx::query(&format!("SELECT 1 FROM ({}) AS q LIMIT 0", c.query))
             .execute(pool)
@@ -167,6 +173,46 @@ pub async fn probe_queries(pg: &PgStore, sys: &System) -> std::result::Result<()
             .map_err(|err| bad(&format!("[[system.checks]] {:?}: query", c.name), db_message(&err)))?;
     }
     Ok(())
+}
+
+/// The most rows of pending work read at once: a backlog larger than this
+/// is counted, and its keys past this many are not named.
+const PENDING_READ: i64 = 100_000;
+
+/// The read of the declared pending work: each row's `key` as text, NULL
+/// when the query returns no such column.
+fn pending_sql(query: &str, limit: Option<i64>) -> String {
+    let limit = limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
+    format!("SELECT to_jsonb(q) ->> 'key' FROM ({query}) AS q{limit}")
+}
+
+/// The system's pending work now (`[system] pending`): the keys of its
+/// rows (an empty string for a row without one), at most [`PENDING_READ`].
+pub async fn pending(pg: &PgStore, query: &str) -> Result<Vec<String>> {
+    let rows: Vec<Option<String>> = sqlx::query_scalar(&pending_sql(query, Some(PENDING_READ)))
+        .fetch_all(pg.conn_pool())
+        .await
+        .map_err(|e| Error::db("reading the declared pending work (system.pending)", e))?;
+    Ok(rows.into_iter().map(Option::unwrap_or_default).collect())
+}
+
+/// How many rows each effect's query returns now, in declaration order
+/// (None for an effect read from the provider's record): what must stay
+/// unchanged for a drained system to count as settled.
+pub async fn effect_counts(pg: &PgStore, sys: &System) -> Result<Vec<Option<i64>>> {
+    let mut out = Vec::new();
+    for e in &sys.effects {
+        if e.provider.is_some() {
+            out.push(None);
+            continue;
+        }
+        let n: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM ({}) AS q", e.query))
+            .fetch_one(pg.conn_pool())
+            .await
+            .map_err(|err| Error::db("counting an effect's rows", err))?;
+        out.push(Some(n));
+    }
+    Ok(out)
 }
 
 /// The read of an effect: its columns cast to what the verifier compares,

@@ -282,3 +282,50 @@ fn faults_inside_our_reference_components_are_refused_for_a_declared_system() {
     assert_eq!(ran.code, 2, "stderr:\n{}", ran.stderr);
     assert!(ran.stderr.contains("faults.workload_poison") && ran.stderr.contains("process_kill"), "{}", ran.stderr);
 }
+
+/// Issue 37: a consumer that stores first and applies later (seed 000's
+/// inbox as a queue) has no lag long before its work is done. Judged at
+/// the drain it would fail for effects that arrive seconds later; it
+/// declares its pending work, and the run settles before it is judged.
+#[test]
+fn a_consumer_that_applies_later_passes_once_its_pending_work_is_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Path::new("examples/orders/orders-apply-later.toml");
+    let ran = run_declared(scenario, dir.path(), None);
+    assert_eq!(ran.code, 0, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    let r = ran.json();
+    assert_nothing_left(&r);
+    assert_fired_and_confirmed(&r, "db.kill_after_commit");
+    assert_eq!(r["system"]["acknowledged"], 300, "{}", r["system"]);
+    // The same run judged at the drain, without the settle: the work still
+    // pending then is reported missing. The settle makes the difference.
+    let mut c = chaos();
+    Backend::Services.apply(&mut c);
+    c.env("PATH", python_path()).env("CHAOS_SKIP_SETTLE", "1").arg("run").arg(scenario);
+    c.args(["--json", "--reports-dir"]).arg(dir.path());
+    let hasty = run(&mut c);
+    assert_eq!(hasty.code, 1, "judged at the drain, it must look broken:\n{}", hasty.stderr);
+    assert!(anomalies(&hasty.json()).contains(&"missing effect".to_string()), "{:?}", anomalies(&hasty.json()));
+}
+
+/// Late is not lost, and a consumer that never applies is neither: its
+/// stored work still pending when the settle runs out is a `stalled
+/// consumer` (FAIL), not `missing effect` and not INCOMPLETE.
+#[test]
+fn a_consumer_that_stops_applying_is_a_stalled_consumer() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = run_declared(Path::new("examples/orders/broken-apply-later-stalls.toml"), dir.path(), None);
+    let r = ran.json();
+    assert_nothing_left(&r);
+    assert_eq!(ran.code, 1, "{}\nstderr:\n{}", r["reason"], ran.stderr);
+    let found = anomalies(&r);
+    assert_eq!(found.first().map(String::as_str), Some("stalled consumer"), "{found:?}");
+    assert!(!found.contains(&"missing effect".to_string()), "pending work reported missing: {found:?}");
+    let stalled = &r["anomalies"][0];
+    assert!(stalled["count"].as_u64().unwrap() > 0, "{stalled}");
+    let first = stalled["examples"][0].as_str().unwrap();
+    assert!(
+        first.contains("rows of system.pending still there") && first.contains("the last fault before: "),
+        "{first}"
+    );
+}

@@ -373,7 +373,9 @@ fn no_log_line_splits_the_summary_with_both_streams_on_one_pipe() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = chaos();
     Backend::Services.apply(&mut c);
-    c.env("PATH", python_path()).args(["run", "tests/fixtures/programs/empty_commits.toml", "--reports-dir"]).arg(dir.path());
+    c.env("PATH", python_path())
+        .args(["run", "tests/fixtures/programs/empty_commits.toml", "--reports-dir"])
+        .arg(dir.path());
     // Both streams into one pipe, as a terminal or `2>&1 | tee` shows them.
     let (reader, writer) = std::io::pipe().unwrap();
     c.stdout(writer.try_clone().unwrap()).stderr(writer);
@@ -387,7 +389,8 @@ fn no_log_line_splits_the_summary_with_both_streams_on_one_pipe() {
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(0), "{all}");
     let lines: Vec<&str> = all.lines().collect();
-    let verdict = lines.iter().position(|l| l.starts_with("PASS ")).unwrap_or_else(|| panic!("no verdict line:\n{all}"));
+    let verdict =
+        lines.iter().position(|l| l.starts_with("PASS ")).unwrap_or_else(|| panic!("no verdict line:\n{all}"));
     let replay = lines.iter().position(|l| l.trim_start().starts_with("replay ")).expect("a replay line");
     assert!(verdict < replay, "{all}");
     for l in &lines[verdict + 1..replay] {

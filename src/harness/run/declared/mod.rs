@@ -162,6 +162,21 @@ pub async fn execute(
     }
     programs.set_acting(false);
     let _ = acting.send(false);
+    // Drained is not done: a consumer that stores first and applies later
+    // has work left. The system settles, its faults over, before it is judged.
+    let mut stall = None;
+    if ran.incomplete.is_none() && !ran.interrupted {
+        let deadline = t_drain + sc.drain_timeout;
+        tokio::select! {
+            r = settle(&ctx, &pg, &sys, deadline) => match r {
+                Ok(Settled::Quiet) => {}
+                Ok(Settled::Stalled(s)) => stall = Some(s),
+                Err(e) => ran.incomplete = Some(format!("the settle after the drain could not read the system: {e}")),
+            },
+            why = programs.failed() => ran.incomplete = Some(why),
+            _ = crate::harness::interrupt::requested() => ran.interrupted = true,
+        }
+    }
     ran.drain_ms = t_drain.elapsed().as_millis() as u64;
     trigger.trigger();
     components.extend(ctx.tasks.take());
@@ -188,7 +203,7 @@ pub async fn execute(
     rep.timings = Timings { setup_ms, workload_ms: ran.workload_ms, drain_ms: ran.drain_ms, ..Default::default() };
     let t_verify = Instant::now();
     progress.phase(Phase::Verify);
-    judge(&mut rep, &ctx, &pg, &sys, &ops, &mut ran, !stopped.stuck.is_empty(), record.as_ref()).await;
+    judge(&mut rep, &ctx, &pg, &sys, &ops, &mut ran, !stopped.stuck.is_empty(), record.as_ref(), stall.as_ref()).await;
     progress.finish();
     rep.timings.verify_ms = t_verify.elapsed().as_millis() as u64;
     rep.timings.total_ms = started.elapsed().as_millis() as u64;
@@ -378,6 +393,91 @@ async fn drain(ctx: &Ctx, pg: &PgStore, sys: &System) -> std::result::Result<(),
     ))
 }
 
+/// How often the settle reads the pending work and the effects' counts.
+const SETTLE_POLL: Duration = Duration::from_millis(200);
+
+/// How a drained system came to rest.
+enum Settled {
+    /// No pending work, every effect's count unchanged for the quiet period.
+    Quiet,
+    /// The time ran out with declared pending work still there.
+    Stalled(Stall),
+}
+
+/// Work the system accepted and never applied, when the settle ran out.
+struct Stall {
+    /// The pending rows' keys (an empty string for a row without one).
+    keys: Vec<String>,
+    /// How long the settle waited after the drain.
+    waited: Duration,
+}
+
+/// After the drain: waits until the declared pending work (`[system]
+/// pending`) is gone and every effect's count has stayed the same for
+/// `[run] settle_quiet_ms`, until `deadline`. Counts still moving at the
+/// deadline are judged as they are; pending work still there is a stall.
+/// `CHAOS_SKIP_SETTLE=1` judges at once (a switch for tests that show the
+/// settle is what makes the difference).
+async fn settle(ctx: &Ctx, pg: &PgStore, sys: &System, deadline: Instant) -> Result<Settled> {
+    if std::env::var_os("CHAOS_SKIP_SETTLE").is_some() {
+        warn!("CHAOS_SKIP_SETTLE: judging at once, without waiting for pending work");
+        return Ok(Settled::Quiet);
+    }
+    let quiet = ctx.scenario.settle_quiet;
+    let started = Instant::now();
+    let (mut last, mut since) = (None, Instant::now());
+    loop {
+        let pending = match &sys.pending {
+            Some(q) => rows::pending(pg, q).await?,
+            None => Vec::new(),
+        };
+        let counts = rows::effect_counts(pg, sys).await?;
+        if !pending.is_empty() || last.as_ref() != Some(&counts) {
+            since = Instant::now();
+        }
+        last = Some(counts);
+        if pending.is_empty() && since.elapsed() >= quiet {
+            info!(ms = started.elapsed().as_millis() as u64, "settled: no pending work, effects unchanged");
+            return Ok(Settled::Quiet);
+        }
+        if Instant::now() + SETTLE_POLL > deadline {
+            if pending.is_empty() {
+                warn!("the effects were still changing when the drain timeout ran out; judging them as they are");
+                return Ok(Settled::Quiet);
+            }
+            return Ok(Settled::Stalled(Stall { keys: pending, waited: started.elapsed() }));
+        }
+        tokio::time::sleep(SETTLE_POLL).await;
+    }
+}
+
+/// The `stalled consumer` anomaly of a stall: how much was left, for how
+/// long, which keys, and the last fault before it.
+fn stalled(stall: &Stall, faults: &[crate::faults::FaultRecord]) -> crate::verifier::Anomaly {
+    let mut keys: Vec<&str> = stall.keys.iter().map(String::as_str).filter(|k| !k.is_empty()).collect();
+    keys.sort();
+    keys.dedup();
+    let last = faults
+        .iter()
+        .max_by_key(|f| f.at_ms)
+        .map(|f| format!("{} on {} at {:.3} s", f.point, f.component, f.at_ms as f64 / 1000.0))
+        .unwrap_or_else(|| "none fired".into());
+    let mut examples = vec![format!(
+        "{} rows of system.pending still there {:.1} s after the drain; the last fault before: {last}",
+        stall.keys.len(),
+        stall.waited.as_secs_f64()
+    )];
+    examples.extend(keys.iter().take(4).map(|k| format!("key {k}: accepted, still pending")));
+    crate::verifier::Anomaly {
+        name: crate::domain::anomaly::AnomalyKind::StalledConsumer.as_str().into(),
+        count: stall.keys.len() as u64,
+        examples,
+        allowed: false,
+        subjects: vec![],
+        followed: vec![],
+    }
+}
+
 /// The generic verifier's pass, unless the run was interrupted or
 /// something may still write, and the verdict.
 #[allow(clippy::too_many_arguments)]
@@ -390,6 +490,7 @@ async fn judge(
     ran: &mut drive::Ran,
     still_running: bool,
     record: Option<&crate::provider::Record>,
+    stall: Option<&Stall>,
 ) {
     let sc = &ctx.scenario;
     let verified = if ran.interrupted || still_running || ran.incomplete.is_some() {
@@ -408,6 +509,7 @@ async fn judge(
             faults,
             ctx.faults.started_epoch_ms(),
             record,
+            stall.map(|s| s.keys.as_slice()).unwrap_or_default(),
         );
         tokio::select! {
             r = read => Some(r),
@@ -429,6 +531,11 @@ async fn judge(
         Some(Err(e)) => (Verdict::Incomplete, format!("verification could not read the ground truth: {e}")),
         Some(Ok(found)) => {
             let mut anomalies = found.anomalies;
+            // Late is not lost: the stall leads, and its keys are left out
+            // of the missing effects.
+            if let Some(s) = stall {
+                anomalies.insert(0, stalled(s, &ctx.faults.log()));
+            }
             verdict::allow(&mut anomalies, &sc.allowed_anomalies);
             rep.faults = ctx.faults.summary();
             let chaos = verdict::chaos_checks(&rep.faults);
@@ -515,6 +622,7 @@ pub(super) async fn cross_check(
         ctx.faults.log(),
         ctx.faults.started_epoch_ms(),
         emails,
+        &[],
     )
     .await;
     match found {
