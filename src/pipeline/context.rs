@@ -50,6 +50,9 @@ pub struct Stats {
     /// changed rows, and the empty or read-only ones no aimed kill strikes.
     pub commits_written: AtomicU64,
     pub commits_empty: AtomicU64,
+    /// How long the run waited for the fault proxy's Kafka ports, which
+    /// another run held.
+    pub waited_for_ports_ms: AtomicU64,
     pub sessions_gone_after_kill: AtomicU64,
     /// The power of the random kills and pauses (`process.kill`,
     /// `process.kill_per_message`, `process.pause`), from pg_stat_activity
@@ -96,6 +99,7 @@ impl Default for Stats {
             sessions_at_kill: AtomicU64::new(0),
             commits_written: AtomicU64::new(0),
             commits_empty: AtomicU64::new(0),
+            waited_for_ports_ms: AtomicU64::new(0),
             sessions_gone_after_kill: AtomicU64::new(0),
             random_kills_measured: AtomicU64::new(0),
             random_kills_in_transaction: AtomicU64::new(0),

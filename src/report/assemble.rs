@@ -88,6 +88,7 @@ fn figures(s: &Stats) -> ComponentFigures {
         sessions_gone_after_kill: Stats::get(&s.sessions_gone_after_kill),
         commits_written: Stats::get(&s.commits_written),
         commits_empty: Stats::get(&s.commits_empty),
+        waited_for_ports_ms: Stats::get(&s.waited_for_ports_ms),
         random_kills_measured: Stats::get(&s.random_kills_measured),
         random_kills_in_transaction: Stats::get(&s.random_kills_in_transaction),
         random_kills_without_session: Stats::get(&s.random_kills_without_session),

@@ -143,6 +143,10 @@ pub struct ComponentFigures {
     pub commits_written: u64,
     #[serde(default)]
     pub commits_empty: u64,
+    /// How long the run waited for the fault proxy's Kafka ports another
+    /// run held, before it started.
+    #[serde(default)]
+    pub waited_for_ports_ms: u64,
     /// The random kills and pauses, measured on PostgreSQL while the
     /// process stood stopped: how many found a transaction open (the work
     /// a wrong program can lose), and kills that found no session.
@@ -499,6 +503,12 @@ fn render_faults(r: &Report, style: Style, out: &mut String) {
         out.push_str(&format!(
             "processes: {} started, {} killed ({} with database sessions open, {} of them seen gone from pg_stat_activity), {} paused\n",
             k.processes_started, k.processes_killed, k.sessions_at_kill, k.sessions_gone_after_kill, k.processes_paused
+        ));
+    }
+    if k.waited_for_ports_ms > 0 {
+        out.push_str(&format!(
+            "waited {:.1} s for the fault proxy's Kafka ports, which another run held\n",
+            k.waited_for_ports_ms as f64 / 1000.0
         ));
     }
     if k.commits_written + k.commits_empty > 0 {

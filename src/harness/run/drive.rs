@@ -241,11 +241,28 @@ async fn drain(ctx: &Ctx) -> std::result::Result<(), String> {
         tokio::time::sleep(DRAIN_POLL).await;
     }
     Err(format!(
-        "the pipeline did not drain within {}s ({} outbox rows unpublished, group lag {})",
+        "the pipeline did not drain within {}s ({} outbox rows unpublished, group lag {}){}",
         ctx.scenario.drain_timeout.as_secs(),
         last.0,
-        last.1
+        last.1,
+        kill_storm(ctx, last.1)
     ))
+}
+
+/// When a run could not drain with its consumers' lag above zero while
+/// the nemesis kept killing them: how often, and the likely fix. A client
+/// without static membership rejoins its group after every kill, and the
+/// group rebalances; killed faster than it can rejoin, it never catches up.
+pub(super) fn kill_storm(ctx: &Ctx, lag: i64) -> String {
+    let (killed, started) = (Stats::get(&ctx.stats.processes_killed), Stats::get(&ctx.stats.processes_started));
+    if lag <= 0 || killed == 0 {
+        return String::new();
+    }
+    let secs = ctx.stats.origin.elapsed().as_secs_f64().max(1.0);
+    format!(
+        "; {killed} processes killed and {started} started in {secs:.0} s ({:.1} kills a second): a consumer killed faster than it rejoins its group never catches up. Give it static membership (group.instance.id = CHAOS_INSTANCE) and CHAOS_SESSION_TIMEOUT_MS, or lower the kill rates",
+        killed as f64 / secs
+    )
 }
 
 /// Samples the counters the progress line shows, for the report's chart,
@@ -337,6 +354,18 @@ pub(super) async fn stop(components: Vec<(String, tokio::task::JoinHandle<()>)>)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_drain_lost_to_a_kill_storm_says_so_and_names_the_fix() {
+        let h = crate::pipeline::testing::harness("name = \"unit\"\n").await;
+        assert_eq!(kill_storm(&h.ctx, 228), "", "no kills, no storm");
+        Stats::add(&h.ctx.stats.processes_killed, 89);
+        Stats::add(&h.ctx.stats.processes_started, 93);
+        let said = kill_storm(&h.ctx, 228);
+        assert!(said.contains("89 processes killed and 93 started"), "{said}");
+        assert!(said.contains("static membership (group.instance.id = CHAOS_INSTANCE)"), "{said}");
+        assert_eq!(kill_storm(&h.ctx, 0), "", "drained consumers: the relay's problem, not a storm");
+    }
 
     #[tokio::test(start_paused = true)]
     async fn the_stop_names_what_panicked_and_what_did_not_stop() {

@@ -144,7 +144,7 @@ impl Proxy {
     pub async fn start(s: Settings<'_>, faults: Arc<FaultInjector>, shutdown: Shutdown) -> Result<Self> {
         let upstream = upstream_of(s.upstream_url)?;
         let mut kafka = match s.kafka {
-            true => bind_kafka(s.slots.len()).await?.into_iter().map(Some).collect(),
+            true => bind_kafka(s.slots.len(), &s.stats).await?.into_iter().map(Some).collect(),
             false => Vec::new(),
         };
         kafka.resize_with(s.slots.len(), || None);
@@ -310,7 +310,7 @@ fn with_address(url: &str, addr: SocketAddr) -> String {
 /// that listener. The ports are fixed, so two runs that proxy Kafka take
 /// turns: a run waits for another's ports, all of them at once so that two
 /// waiting runs never hold half each.
-async fn bind_kafka(n: usize) -> Result<Vec<(TcpListener, SocketAddr)>> {
+async fn bind_kafka(n: usize, stats: &Stats) -> Result<Vec<(TcpListener, SocketAddr)>> {
     if n > kafka::SLOTS as usize {
         return Err(Error::Usage(format!(
             "the fault proxy has {} Kafka slots and the run puts {n} components behind it; name fewer in `proxy.targets`",
@@ -331,7 +331,8 @@ async fn bind_kafka(n: usize) -> Result<Vec<(TcpListener, SocketAddr)>> {
             });
         }
     }
-    let deadline = Instant::now() + Duration::from_secs(300);
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(300);
     let mut told = false;
     loop {
         let mut bound = Vec::new();
@@ -347,7 +348,14 @@ async fn bind_kafka(n: usize) -> Result<Vec<(TcpListener, SocketAddr)>> {
                 Err(e) => return Err(Error::Internal(format!("binding the fault proxy's Kafka port {port}: {e}"))),
             }
         }
-        let Some(port) = busy else { return Ok(bound) };
+        let Some(port) = busy else {
+            if told {
+                let ms = started.elapsed().as_millis() as u64;
+                Stats::add(&stats.waited_for_ports_ms, ms);
+                info!(ms, "the fault proxy's Kafka ports are free; the run goes on");
+            }
+            return Ok(bound);
+        };
         drop(bound);
         if Instant::now() > deadline {
             return Err(Error::Usage(format!(
@@ -355,7 +363,9 @@ async fn bind_kafka(n: usize) -> Result<Vec<(TcpListener, SocketAddr)>> {
             )));
         }
         if !told {
-            info!(port, "the fault proxy's Kafka ports are in use (another run proxies Kafka?); waiting for them");
+            // Said once, on stderr by default: a silent wait of a minute
+            // looks like a hang.
+            warn!(port, "waiting for the fault proxy's Kafka ports: another run proxies Kafka (or another program holds port {port}); up to 300 s");
             told = true;
         }
         // A second Ctrl-C ends the wait with the process.

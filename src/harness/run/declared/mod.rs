@@ -386,10 +386,11 @@ async fn drain(ctx: &Ctx, pg: &PgStore, sys: &System) -> std::result::Result<(),
         Published::None => "outbox events not yet on the topic",
     };
     Err(format!(
-        "the system did not drain within {}s ({} {what}, consumer group lag {})",
+        "the system did not drain within {}s ({} {what}, consumer group lag {}){}",
         ctx.scenario.drain_timeout.as_secs(),
         last.0,
-        last.1
+        last.1,
+        drive::kill_storm(ctx, last.1)
     ))
 }
 
