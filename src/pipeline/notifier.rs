@@ -439,7 +439,32 @@ mod tests {
         let r = h.reconcile().await;
         let found: Vec<_> =
             r.anomalies.iter().filter(|a| a.count > 0).map(|a| (&a.name, a.count, &a.examples)).collect();
-        assert_eq!(anomalies(&r), Vec::<String>::new(), "{found:?}\nfault log: {:?}", h.ctx.faults.log());
+        let fresh = match &h.ctx.store {
+            crate::store::Store::Sqlite(s) => {
+                use sqlx::Connection;
+                let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", s.endpoint)).await.unwrap();
+                let n: i64 = sqlx::query_scalar("SELECT count(*) FROM inbox").fetch_one(&mut c).await.unwrap();
+                let pooled: i64 =
+                    sqlx::query_scalar("SELECT count(*) FROM inbox").fetch_one(&s.read_pool()).await.unwrap();
+                format!("inbox rows: {n} on a fresh connection, {pooled} through the pool")
+            }
+            _ => String::new(),
+        };
+        let again = if found.is_empty() {
+            String::new()
+        } else {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            format!("a second reconcile 1 s later: {:?}", anomalies(&h.reconcile().await))
+        };
+        let fresh = format!("{fresh}; {again}");
+        let lag = h.ctx.broker.group_lag(&h.ctx.names.group, &h.ctx.names.topic, 3).await;
+        let marks = h.ctx.broker.watermarks(&h.ctx.names.topic, 3);
+        assert_eq!(
+            anomalies(&r),
+            Vec::<String>::new(),
+            "{found:?}\n{fresh}; lag now {lag:?}, marks {marks:?}\nfault log: {:?}",
+            h.ctx.faults.log()
+        );
         assert_eq!(r.counts.payments_with_one_receipt, 300);
     }
 

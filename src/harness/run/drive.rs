@@ -212,13 +212,60 @@ async fn group_ready(ctx: &Ctx) {
 /// How long a settled group must stay unchanged to count as settled.
 const STILL_SETTLED: Duration = Duration::from_millis(50);
 
+/// How many drain timeouts a drain that keeps making progress may take in
+/// all: a slow machine drains slower, not never, but a drain must end.
+pub(super) const DRAIN_CAP: u32 = 4;
+
+/// The drain's clock: its timeout counts from the last progress (a new low
+/// of the work left, unpublished rows plus lag), up to [`DRAIN_CAP`] times
+/// the timeout in all. So a busy machine makes a run slower, not red, and
+/// a pipeline that stopped moving still fails after one timeout.
+pub(super) struct DrainClock {
+    started: Instant,
+    progress: Instant,
+    least: i64,
+    limit: Duration,
+}
+
+impl DrainClock {
+    pub(super) fn new(limit: Duration) -> Self {
+        let now = Instant::now();
+        Self { started: now, progress: now, least: i64::MAX, limit }
+    }
+
+    /// Notes the work left now.
+    pub(super) fn left(&mut self, work: i64) {
+        if work < self.least {
+            self.least = work;
+            self.progress = Instant::now();
+        }
+    }
+
+    pub(super) fn running(&self) -> bool {
+        self.progress.elapsed() < self.limit && self.started.elapsed() < self.limit * DRAIN_CAP
+    }
+
+    /// How the drain ran out, for its error.
+    pub(super) fn why(&self) -> String {
+        let secs = self.limit.as_secs();
+        match self.started.elapsed() >= self.limit * DRAIN_CAP {
+            true => format!(
+                "within {}s ({DRAIN_CAP} × {secs}s), though it was still making progress",
+                secs * DRAIN_CAP as u64
+            ),
+            false => format!("within {secs}s of its last progress"),
+        }
+    }
+}
+
 /// Waits until every outbox row is published and the group's lag is zero,
-/// twice in a row. Gives up after the scenario's drain timeout.
+/// twice in a row. Gives up after the scenario's drain timeout without
+/// progress ([`DrainClock`]).
 async fn drain(ctx: &Ctx) -> std::result::Result<(), String> {
-    let deadline = Instant::now() + ctx.scenario.drain_timeout;
+    let mut clock = DrainClock::new(ctx.scenario.drain_timeout);
     let mut quiet = 0;
     let mut last = (0i64, 0i64);
-    while Instant::now() < deadline {
+    while clock.running() {
         let unpublished = ctx.store.unpublished().await;
         let lag = ctx.broker.group_lag(&ctx.names.group, &ctx.names.topic, ctx.scenario.partitions).await;
         let zombies = ctx.coord.zombies();
@@ -232,6 +279,7 @@ async fn drain(ctx: &Ctx) -> std::result::Result<(), String> {
             (Ok(u), Ok(l)) => {
                 quiet = 0;
                 last = (u, l);
+                clock.left(u + l);
             }
             (u, l) => {
                 quiet = 0;
@@ -241,8 +289,8 @@ async fn drain(ctx: &Ctx) -> std::result::Result<(), String> {
         tokio::time::sleep(DRAIN_POLL).await;
     }
     Err(format!(
-        "the pipeline did not drain within {}s ({} outbox rows unpublished, group lag {}){}",
-        ctx.scenario.drain_timeout.as_secs(),
+        "the pipeline did not drain {} ({} outbox rows unpublished, group lag {}){}",
+        clock.why(),
         last.0,
         last.1,
         kill_storm(ctx, last.1)

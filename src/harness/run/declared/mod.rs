@@ -166,7 +166,7 @@ pub async fn execute(
     // has work left. The system settles, its faults over, before it is judged.
     let mut stall = None;
     if ran.incomplete.is_none() && !ran.interrupted {
-        let deadline = t_drain + sc.drain_timeout;
+        let deadline = Instant::now() + sc.drain_timeout;
         tokio::select! {
             r = settle(&ctx, &pg, &sys, deadline) => match r {
                 Ok(Settled::Quiet) => {}
@@ -346,10 +346,10 @@ async fn ready_line(programs: &Programs, service: &ServiceDecl, line: &str, ctx:
 /// the topic holds as many messages as the outbox log) and the consumer
 /// group's lag is zero, twice in a row.
 async fn drain(ctx: &Ctx, pg: &PgStore, sys: &System) -> std::result::Result<(), String> {
-    let deadline = Instant::now() + ctx.scenario.drain_timeout;
+    let mut clock = drive::DrainClock::new(ctx.scenario.drain_timeout);
     let mut quiet = 0;
     let mut last = (0i64, 0i64);
-    while Instant::now() < deadline {
+    while clock.running() {
         let unpublished = match rows::unpublished(pg, &sys.outbox).await {
             Ok(Some(n)) => Ok(n),
             // No mark: what the log holds and the topic does not yet.
@@ -373,6 +373,7 @@ async fn drain(ctx: &Ctx, pg: &PgStore, sys: &System) -> std::result::Result<(),
             (Ok(u), Ok(l)) => {
                 quiet = 0;
                 last = (u, l);
+                clock.left(u + l);
             }
             (u, l) => {
                 quiet = 0;
@@ -386,8 +387,8 @@ async fn drain(ctx: &Ctx, pg: &PgStore, sys: &System) -> std::result::Result<(),
         Published::None => "outbox events not yet on the topic",
     };
     Err(format!(
-        "the system did not drain within {}s ({} {what}, consumer group lag {}){}",
-        ctx.scenario.drain_timeout.as_secs(),
+        "the system did not drain {} ({} {what}, consumer group lag {}){}",
+        clock.why(),
         last.0,
         last.1,
         drive::kill_storm(ctx, last.1)
