@@ -221,15 +221,17 @@ pub(super) const DRAIN_CAP: u32 = 4;
 /// the timeout in all. So a busy machine makes a run slower, not red, and
 /// a pipeline that stopped moving still fails after one timeout.
 pub(super) struct DrainClock {
-    started: Instant,
-    progress: Instant,
+    // Tokio's clock: the same as the system's in a run, and one a test can
+    // move on.
+    started: tokio::time::Instant,
+    progress: tokio::time::Instant,
     least: i64,
     limit: Duration,
 }
 
 impl DrainClock {
     pub(super) fn new(limit: Duration) -> Self {
-        let now = Instant::now();
+        let now = tokio::time::Instant::now();
         Self { started: now, progress: now, least: i64::MAX, limit }
     }
 
@@ -237,7 +239,7 @@ impl DrainClock {
     pub(super) fn left(&mut self, work: i64) {
         if work < self.least {
             self.least = work;
-            self.progress = Instant::now();
+            self.progress = tokio::time::Instant::now();
         }
     }
 
@@ -402,6 +404,38 @@ pub(super) async fn stop(components: Vec<(String, tokio::task::JoinHandle<()>)>)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A slow machine makes a drain slower, not failed: each new low of the
+    /// work left restarts the timeout; a drain that stops moving fails one
+    /// timeout later, and one that keeps moving fails at the cap.
+    #[tokio::test(start_paused = true)]
+    async fn a_drain_times_out_from_its_last_progress_up_to_its_cap() {
+        let limit = Duration::from_secs(10);
+        let mut slow = DrainClock::new(limit);
+        for left in (0..25).rev() {
+            tokio::time::advance(Duration::from_secs(1)).await;
+            slow.left(100 + left);
+            assert!(slow.running(), "still moving after {} s", 25 - left);
+        }
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert!(!slow.running(), "ten seconds without a new low");
+        assert!(slow.why().contains("within 10s of its last progress"), "{}", slow.why());
+        let mut endless = DrainClock::new(limit);
+        for left in (0..100).rev() {
+            tokio::time::advance(Duration::from_secs(1)).await;
+            endless.left(left);
+        }
+        assert!(!endless.running(), "at most {DRAIN_CAP} timeouts in all");
+        assert!(endless.why().contains("though it was still making progress"), "{}", endless.why());
+        // Lag that only goes up and down around a floor is no progress.
+        let mut storm = DrainClock::new(limit);
+        storm.left(40);
+        for i in 0..11 {
+            tokio::time::advance(Duration::from_secs(1)).await;
+            storm.left(40 + (i % 3) * 20);
+        }
+        assert!(!storm.running());
+    }
 
     #[tokio::test]
     async fn a_drain_lost_to_a_kill_storm_says_so_and_names_the_fix() {
