@@ -713,17 +713,16 @@ mod reads_after_commits {
         let dir = tempfile::tempdir().unwrap();
         let s = SqliteStore::open(&dir.path().join("p.sqlite"), 1).await.unwrap();
         sqlx::query("CREATE TABLE t (x int)").execute(&s.write).await.unwrap();
-        let mut stale = 0;
+        let mut stale = Vec::new();
         for i in 1..=50i64 {
             sqlx::query("INSERT INTO t VALUES (1)").execute(&s.write).await.unwrap();
             let n: i64 = sqlx::query_scalar("SELECT count(*) FROM t").fetch_one(&s.pool).await.unwrap();
             let all: Vec<i64> = sqlx::query_scalar("SELECT x FROM t").fetch_all(&s.pool).await.unwrap();
             if n != i || all.len() as i64 != i {
-                stale += 1;
-                eprintln!("after {i} inserts: count {n}, rows {}", all.len());
+                stale.push((i, n, all.len()));
             }
         }
-        assert_eq!(stale, 0);
+        assert!(stale.is_empty(), "(inserts, count, rows) seen: {stale:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -742,21 +741,20 @@ mod reads_after_commits {
                 }
             }));
         }
-        let mut stale = 0;
+        let mut stale = Vec::new();
         for i in 1..=2000i64 {
             let mut tx = s.write.begin_with("BEGIN IMMEDIATE").await.unwrap();
             sqlx::query("INSERT INTO t VALUES (1)").execute(&mut *tx).await.unwrap();
             tx.commit().await.unwrap();
             let n: i64 = sqlx::query_scalar("SELECT count(*) FROM t").fetch_one(&s.pool).await.unwrap();
             if n != i {
-                stale += 1;
-                eprintln!("after {i} inserts: count {n}");
+                stale.push((i, n));
             }
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         for p in pollers {
             p.await.unwrap();
         }
-        assert_eq!(stale, 0);
+        assert!(stale.is_empty(), "(inserts, count) seen: {stale:?}");
     }
 }
