@@ -106,6 +106,12 @@ pub trait Broker: Send + Sync {
     /// How many members the group has; None when the broker cannot say.
     fn group_members<'a>(&'a self, group: &'a str) -> BoxFuture<'a, Result<Option<usize>>>;
 
+    /// Whether the group is stable (its last rebalance over, every member
+    /// assigned), as the coordinator says; None when the broker cannot say.
+    fn group_stable<'a>(&'a self, _group: &'a str) -> BoxFuture<'a, Result<Option<bool>>> {
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
     /// Reads every partition from its low to its high watermark as found
     /// at the start, handing each message to `sink`, within `limit`. Says
     /// per partition what it found and how much it read, for the reader's

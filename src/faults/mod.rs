@@ -349,6 +349,23 @@ impl FaultPoint {
         )
     }
 
+    /// An aimed kill: the fault proxy kills the process at a window of
+    /// its protocol (a commit acknowledged, an offset commit answered, a
+    /// fetch with records, a produce acknowledged, a COMMIT held). Its rate
+    /// may be read per second of a process's life instead of per window
+    /// (`[nemesis] aimed`, [`Aimed`]).
+    pub fn aimed(self) -> bool {
+        use FaultPoint::*;
+        matches!(
+            self,
+            DbKillAfterCommit
+                | DbHoldCommit
+                | KafkaKillAfterOffsetCommit
+                | KafkaKillAfterFetch
+                | KafkaKillAfterProduceAck
+        )
+    }
+
     /// Struck by the proxy in front of Kafka as well.
     pub fn on_kafka_wire(self) -> bool {
         matches!(self.strike(), Strike::KafkaWire | Strike::KafkaWireKill | Strike::BothWiresKill)
@@ -364,6 +381,14 @@ pub fn reference() -> String {
          a test fails when this file and the registry differ. Keys in `[faults]` are the \
          point names with `_` for `.`. A fault counts as *fired* when the injector decides it, \
          and as *confirmed* only when the harness sees its effect.\n\n\
+         **Aimed kills** (`db.kill_after_commit`, `db.hold_commit`, `kafka.kill_after_offset_commit`, \
+         `kafka.kill_after_fetch`, `kafka.kill_after_produce_ack`) strike a process at a window of its protocol. \
+         Their rate is per window, as the table says, unless the scenario sets `[nemesis] aimed = \"per-second\"`: \
+         then each second of a process's life is a draw at the rate, a draw that fires arms the process, and its \
+         next window of the point's kind is struck. A program that commits once per message and one that commits \
+         per batch of ten then take about the same number of kills from one scenario, where per window the first \
+         takes ten times as many. Every other point keeps its rate per occurrence: a fault on each batch, each \
+         produce, each email is the point.\n\n\
          | fault point | `[faults]` key | per | needs | timeline | what happens | confirmed by |\n\
          |---|---|---|---|---|---|---|\n",
     );
@@ -469,6 +494,26 @@ pub enum Confirm {
     Seen,
 }
 
+crate::choices! {
+    /// What an aimed kill's rate counts (`[nemesis] aimed`).
+    ///
+    /// Per window, a program that commits once per message meets ten times
+    /// as many windows as one that commits per batch of ten, and so takes ten
+    /// times the kills from the same scenario: a rate sized for one is a kill
+    /// storm for the other. Per second, each process is armed at the rate
+    /// once a second of its life, and an armed process is struck at its next
+    /// window of the point's kind: the same scenario takes about the same
+    /// number of kills from either program, and every kill still lands in
+    /// the window it aims at.
+    Aimed {
+        /// Each window is an occurrence, decided at the rate.
+        PerOccurrence = "per-occurrence",
+        /// Each second of a process's life is a draw at the rate; a draw
+        /// that fires arms the process, and its next window is struck.
+        PerSecond = "per-second",
+    }
+}
+
 /// How many fault points there are.
 pub const N: usize = FaultPoint::ALL.len();
 
@@ -531,6 +576,9 @@ pub fn decide(seed: u64, point: FaultPoint, occurrence: u64, probability: f64) -
     let mut rng = rand::rngs::StdRng::seed_from_u64(splitmix(mixed));
     rng.gen::<f64>() < probability
 }
+
+/// Mixed into the seed for the arming draws of [`Aimed::PerSecond`].
+const ARMING_SALT: u64 = 0x6172_6d69_6e67_0001;
 
 fn splitmix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -766,6 +814,12 @@ pub struct FaultSummary {
     /// Why each pre-empted firing had no effect of its own (the first few).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub preempted_why: Vec<String>,
+    /// With `[nemesis] aimed = "per-second"`, an aimed kill's seconds of
+    /// process life drawn, and the draws that armed a process: `probability`
+    /// is then per second, `occurrences` counts the windows met and `fired`
+    /// the armed ones struck. None for any other point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub armed: Option<(u64, u64)>,
 }
 
 /// A watched message: who holds it, when it was last delivered, and the
@@ -812,6 +866,19 @@ pub struct FaultInjector {
     log: Mutex<Vec<FaultRecord>>,
     /// Pinned firings, in place of the seeded decisions.
     schedule: Option<Schedule>,
+    /// What an aimed kill's rate counts.
+    aimed: Aimed,
+    /// Per point, the seconds of process life drawn for arming so far: the
+    /// occurrence numbers of the arming decisions.
+    draws: [AtomicU64; N],
+    /// Per point, the draws that armed a process.
+    armings: [AtomicU64; N],
+    /// The (point, component) pairs armed and not yet struck.
+    arms: Mutex<Vec<(FaultPoint, String)>>,
+    /// The consumers' group is rebalancing, as the coordinator last said
+    /// ([`FaultInjector::set_group_stable`]).
+    rebalancing: std::sync::atomic::AtomicBool,
+
     /// Every in-process firing by occurrence, uncapped: the schedule a
     /// shrink starts from.
     fired_at: Mutex<Vec<(FaultPoint, u64)>>,
@@ -874,6 +941,11 @@ impl FaultInjector {
             awaited: Mutex::new(Awaited::default()),
             log: Mutex::new(Vec::new()),
             schedule: None,
+            aimed: Aimed::PerOccurrence,
+            draws: std::array::from_fn(|_| AtomicU64::new(0)),
+            armings: std::array::from_fn(|_| AtomicU64::new(0)),
+            arms: Mutex::new(Vec::new()),
+            rebalancing: Default::default(),
             fired_at: Mutex::new(Vec::new()),
             deliveries: Mutex::new(Vec::new()),
             started: Instant::now(),
@@ -939,6 +1011,77 @@ impl FaultInjector {
         self
     }
 
+    /// The same injector with aimed kills' rates read as `aimed` says.
+    pub fn with_aimed(mut self, aimed: Aimed) -> Self {
+        self.aimed = aimed;
+        self
+    }
+
+    /// Whether `point` fires only at a window of a process armed before
+    /// ([`Aimed::PerSecond`]). A schedule pins windows by occurrence
+    /// instead, so that a replay strikes the same ones.
+    pub fn arms(&self, point: FaultPoint) -> bool {
+        self.aimed == Aimed::PerSecond && point.aimed() && self.schedule.is_none() && self.rates[point.index()] > 0.0
+    }
+
+    /// One second of `component`'s process life, for `point`: a seeded
+    /// draw at the point's rate, which when it fires arms the process for
+    /// its next window. An armed process stays armed (once) until struck.
+    /// Returns whether this draw armed it.
+    pub fn arm(&self, point: FaultPoint, component: &str) -> bool {
+        if !self.arms(point) {
+            return false;
+        }
+        let i = point.index();
+        let n = self.draws[i].fetch_add(1, Ordering::Relaxed);
+        // Its own decision stream: the windows' stream stays the one a
+        // per-occurrence run of the same seed draws.
+        if !decide(self.seed ^ ARMING_SALT, point, n, self.rates[i]) {
+            return false;
+        }
+        self.armings[i].fetch_add(1, Ordering::Relaxed);
+        let mut arms = self.arms.lock().unwrap_or_else(|p| p.into_inner());
+        if !arms.iter().any(|(p, c)| *p == point && c == component) {
+            arms.push((point, component.to_string()));
+        }
+        true
+    }
+
+    /// What the coordinator last said of the consumers' group: stable or
+    /// not. Unknown (a broker that cannot say) is stable.
+    pub fn set_group_stable(&self, stable: bool) {
+        self.rebalancing.store(!stable, Ordering::Relaxed);
+    }
+
+    /// Whether a second of `component`'s life must pass undrawn because it
+    /// is a consumer (a notifier slot, the reference's or a program's) and
+    /// its group is rebalancing. A kill then teaches nothing a kill after
+    /// the rebalance would not, and a client without static membership
+    /// killed while its group rebalances makes the group rebalance again,
+    /// and again: a kill storm that never drains. The caller counts it
+    /// (`Stats::group_waits`).
+    pub fn waits_for_group(&self, component: &str) -> bool {
+        component.starts_with("notifier") && self.rebalancing.load(Ordering::Relaxed)
+    }
+
+    /// Takes `component`'s arm for `point`: true when it was armed.
+    fn disarm(&self, point: FaultPoint, component: &str) -> bool {
+        let mut arms = self.arms.lock().unwrap_or_else(|p| p.into_inner());
+        match arms.iter().position(|(p, c)| *p == point && c == component) {
+            Some(i) => {
+                arms.swap_remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Per point, the seconds drawn and the draws that armed a process.
+    pub fn armed(&self, point: FaultPoint) -> (u64, u64) {
+        let i = point.index();
+        (self.draws[i].load(Ordering::Relaxed), self.armings[i].load(Ordering::Relaxed))
+    }
+
     /// When the log's clock started, in milliseconds since the epoch.
     pub fn started_epoch_ms(&self) -> i64 {
         self.started_wall.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
@@ -967,6 +1110,9 @@ impl FaultInjector {
         let n = self.occurrences[i].fetch_add(1, Ordering::Relaxed);
         let fires = match &self.schedule {
             Some(s) => self.rates[i] > 0.0 && s.fires(point, n),
+            // Every window is an occurrence (what a schedule pins); only
+            // an armed process's is struck.
+            None if self.arms(point) => self.disarm(point, component),
             None => decide(self.seed, point, n, self.rates[i]),
         };
         if !fires {
@@ -1185,7 +1331,10 @@ impl FaultInjector {
             .iter()
             .map(|p| FaultSummary {
                 point: p.name().to_string(),
-                unit: p.unit().to_string(),
+                unit: match self.arms(*p) {
+                    true => format!("second, per process (armed, then struck at its next {})", p.unit()),
+                    false => p.unit().to_string(),
+                },
                 probability: self.probability(*p),
                 occurrences: self.occurrences[p.index()].load(Ordering::Relaxed),
                 fired: self.fired(*p),
@@ -1195,6 +1344,7 @@ impl FaultInjector {
                     let all = self.preempted.lock().unwrap_or_else(|p| p.into_inner());
                     all.iter().filter(|(q, _)| q == p).take(5).map(|(_, why)| why.clone()).collect()
                 },
+                armed: self.arms(*p).then(|| self.armed(*p)),
             })
             .collect()
     }
@@ -1222,6 +1372,73 @@ mod tests {
         assert_eq!(t.spans, [(1, 18, 20), (0, 3, 3)]);
         assert_eq!((t.span_of(1, 19), t.span_of(0, 4), t.span_of(2, 19)), (Some((1, 18, 20)), None, None));
         assert!(Reach::default().is_empty() && !t.is_empty());
+    }
+
+    /// Two processes over 200 seconds, one meeting 10 windows a second (a
+    /// consumer that commits per message), the other 1 (per batch of ten):
+    /// the kills each takes at one scenario's rate.
+    fn kills_per_program(aimed: Aimed, rate: f64) -> (u64, u64) {
+        let point = FaultPoint::DbKillAfterCommit;
+        let f = FaultInjector::new(7, &FaultRates::none().with(point, rate)).with_aimed(aimed);
+        let (mut per_message, mut per_batch) = (0, 0);
+        for _second in 0..200 {
+            if aimed == Aimed::PerSecond {
+                f.arm(point, "notifier-1");
+                f.arm(point, "notifier-2");
+            }
+            per_message += (0..10).filter(|_| f.strike(point, "notifier-1", String::new)).count() as u64;
+            per_batch += f.strike(point, "notifier-2", String::new) as u64;
+        }
+        (per_message, per_batch)
+    }
+
+    #[test]
+    fn per_second_an_aimed_kill_strikes_programs_alike_whatever_their_windows() {
+        let (per_message, per_batch) = kills_per_program(Aimed::PerSecond, 0.1);
+        // About 20 arms each (200 seconds at 0.1), each struck once.
+        assert!((10..=32).contains(&per_message) && (10..=32).contains(&per_batch), "{per_message} {per_batch}");
+        assert!(per_message.abs_diff(per_batch) <= 12, "{per_message} against {per_batch}");
+        // Per occurrence, the same rate strikes the per-message program
+        // about ten times as often: the kill storm this mode ends.
+        let (per_message, per_batch) = kills_per_program(Aimed::PerOccurrence, 0.1);
+        assert!(per_message > 5 * per_batch, "{per_message} against {per_batch}");
+    }
+
+    #[test]
+    fn an_arm_is_taken_once_by_its_own_process_and_a_schedule_ignores_it() {
+        let point = FaultPoint::KafkaKillAfterFetch;
+        let rates = FaultRates::none().with(point, 1.0);
+        let f = FaultInjector::new(1, &rates).with_aimed(Aimed::PerSecond);
+        assert!(!f.strike(point, "notifier-1", String::new), "unarmed: a window is no kill");
+        assert!(f.arm(point, "notifier-1") && f.arm(point, "notifier-1"), "rate 1 arms every second");
+        assert!(!f.strike(point, "notifier-2", String::new), "another process's arm is not this one's");
+        assert!(f.strike(point, "notifier-1", String::new), "the armed process's next window");
+        assert!(!f.strike(point, "notifier-1", String::new), "two arms before a strike are one");
+        assert_eq!((f.occurrences[point.index()].load(Ordering::Relaxed), f.fired(point)), (4, 1));
+        assert_eq!(f.armed(point), (2, 2));
+        let s = f.summary().into_iter().find(|s| s.point == point.name()).unwrap();
+        assert!(s.unit.starts_with("second, per process") && s.armed == Some((2, 2)), "{s:?}");
+        // Only aimed kills are armed; other points keep their rate per occurrence.
+        let other = FaultInjector::new(1, &FaultRates::none().with(FaultPoint::RelayAfterProduce, 1.0))
+            .with_aimed(Aimed::PerSecond);
+        assert!(!other.arm(FaultPoint::RelayAfterProduce, "relay-1"));
+        assert!(other.strike(FaultPoint::RelayAfterProduce, "relay-1", String::new));
+        // A schedule pins windows by occurrence, armed or not.
+        let pinned = FaultInjector::new(1, &rates)
+            .with_schedule(Some(Schedule::parse("kafka.kill_after_fetch:1").unwrap()))
+            .with_aimed(Aimed::PerSecond);
+        let fired: Vec<bool> = (0..3).map(|_| pinned.strike(point, "notifier-1", String::new)).collect();
+        assert_eq!(fired, [false, true, false]);
+    }
+
+    #[test]
+    fn only_a_consumer_waits_and_only_while_its_group_rebalances() {
+        let f = FaultInjector::new(1, &FaultRates::none());
+        assert!(!f.waits_for_group("notifier-1"), "a group never read is stable");
+        f.set_group_stable(false);
+        assert!(f.waits_for_group("notifier-2") && !f.waits_for_group("relay-1") && !f.waits_for_group("workload"));
+        f.set_group_stable(true);
+        assert!(!f.waits_for_group("notifier-2"));
     }
 
     #[test]

@@ -53,6 +53,9 @@ pub struct Stats {
     /// How long the run waited for the fault proxy's Kafka ports, which
     /// another run held.
     pub waited_for_ports_ms: AtomicU64,
+    /// Process-seconds of consumers the nemesis left undrawn (random kills
+    /// and pauses, arms of aimed kills) because their group was rebalancing.
+    pub group_waits: AtomicU64,
     pub sessions_gone_after_kill: AtomicU64,
     /// The power of the random kills and pauses (`process.kill`,
     /// `process.kill_per_message`, `process.pause`), from pg_stat_activity
@@ -100,6 +103,7 @@ impl Default for Stats {
             commits_written: AtomicU64::new(0),
             commits_empty: AtomicU64::new(0),
             waited_for_ports_ms: AtomicU64::new(0),
+            group_waits: AtomicU64::new(0),
             sessions_gone_after_kill: AtomicU64::new(0),
             random_kills_measured: AtomicU64::new(0),
             random_kills_in_transaction: AtomicU64::new(0),

@@ -89,6 +89,7 @@ fn figures(s: &Stats) -> ComponentFigures {
         commits_written: Stats::get(&s.commits_written),
         commits_empty: Stats::get(&s.commits_empty),
         waited_for_ports_ms: Stats::get(&s.waited_for_ports_ms),
+        group_waits: Stats::get(&s.group_waits),
         random_kills_measured: Stats::get(&s.random_kills_measured),
         random_kills_in_transaction: Stats::get(&s.random_kills_in_transaction),
         random_kills_without_session: Stats::get(&s.random_kills_without_session),

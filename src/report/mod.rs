@@ -147,6 +147,10 @@ pub struct ComponentFigures {
     /// run held, before it started.
     #[serde(default)]
     pub waited_for_ports_ms: u64,
+    /// Process-seconds of consumers the nemesis left undrawn because their
+    /// group was rebalancing (the coordinator said so).
+    #[serde(default)]
+    pub group_waits: u64,
     /// The random kills and pauses, measured on PostgreSQL while the
     /// process stood stopped: how many found a transaction open (the work
     /// a wrong program can lose), and kills that found no session.
@@ -492,6 +496,16 @@ fn render_faults(r: &Report, style: Style, out: &mut String) {
             f.preempted_why.join("; ")
         ));
     }
+    // Aimed kills read per second: the seconds drawn, the arms, and how
+    // many of them met a window (an arm still waiting at the end is none).
+    for f in r.faults.iter() {
+        if let Some((seconds, arms)) = f.armed {
+            out.push_str(&format!(
+                "armed: {} at {} per second: {arms} arm(s) in {seconds} process-second(s), {} struck at a window\n",
+                f.point, f.probability, f.fired
+            ));
+        }
+    }
     let k = &r.components;
     if r.system.is_none() {
         out.push_str(&format!(
@@ -503,6 +517,12 @@ fn render_faults(r: &Report, style: Style, out: &mut String) {
         out.push_str(&format!(
             "processes: {} started, {} killed ({} with database sessions open, {} of them seen gone from pg_stat_activity), {} paused\n",
             k.processes_started, k.processes_killed, k.sessions_at_kill, k.sessions_gone_after_kill, k.processes_paused
+        ));
+    }
+    if k.group_waits > 0 {
+        out.push_str(&format!(
+            "waited: {} consumer process-second(s) not struck while their group rebalanced\n",
+            k.group_waits
         ));
     }
     if k.waited_for_ports_ms > 0 {

@@ -209,6 +209,8 @@ pub struct Settings {
     /// Service faults at given times, after the workload starts.
     pub timeline: Vec<Timed>,
     pub broker_restart: Vec<String>,
+    /// What an aimed kill's rate counts (`[nemesis] aimed`).
+    pub aimed: crate::faults::Aimed,
     pub database_restart: Vec<String>,
     pub proxy: ProxyConfig,
     pub retention: Retention,
@@ -763,6 +765,15 @@ mod tests {
         assert!(e.contains("`faults.relay_after_produce` strikes inside the reference relay"), "{e}");
         let e = p("[nemesis]\npause_secs = 0\n").unwrap_err();
         assert!(e.contains("`nemesis.pause_secs` is 0"), "{e}");
+        let e = p("[nemesis]\naimed = \"per-minute\"\n").unwrap_err();
+        assert!(
+            e.starts_with(
+                "t.toml:2:9: `nemesis.aimed` is \"per-minute\"; expected \"per-occurrence\" or \"per-second\""
+            ),
+            "{e}"
+        );
+        assert_eq!(p("[nemesis]\naimed = \"per-second\"\n").unwrap().aimed, crate::faults::Aimed::PerSecond);
+        assert_eq!(p("name = \"t\"\n").unwrap().aimed, crate::faults::Aimed::PerOccurrence);
     }
 
     /// Unset, a pause outlasts the session timeout the program is given,

@@ -3,7 +3,7 @@
 //! valid values or range, and the fix.
 
 use super::*;
-use crate::faults::Strike;
+use crate::faults::{Aimed, Strike};
 
 /// How much longer than the session timeout a pause lasts when the
 /// scenario does not say: the group has given the partitions away by then.
@@ -198,6 +198,7 @@ impl Validator<'_> {
             timeline,
             broker_restart: self.argv(&raw.nemesis.broker_restart, "nemesis.broker_restart")?,
             database_restart: self.argv(&raw.nemesis.database_restart, "nemesis.database_restart")?,
+            aimed: self.choice(&raw.nemesis.aimed, "nemesis.aimed", Aimed::parse, Aimed::names)?,
             proxy: self.proxy(&raw)?,
             retention: self.retention(&raw.retention)?,
             drain_timeout: Duration::from_secs(self.count(

@@ -153,6 +153,7 @@ mod tests {
             confirmed,
             preempted: 0,
             preempted_why: vec![],
+            armed: None,
         }
     }
 

@@ -255,6 +255,26 @@ impl Broker for Kafka {
         })
     }
 
+    fn group_stable<'a>(&'a self, group: &'a str) -> BoxFuture<'a, Result<Option<bool>>> {
+        let group = group.to_string();
+        Box::pin(async move {
+            let admin = self.admin()?;
+            let listed = blocking(move || {
+                let list = admin.inner().fetch_group_list(Some(&group), CONNECT_TIMEOUT);
+                // Only "Stable" is settled: "PreparingRebalance" and
+                // "CompletingRebalance" are a rebalance under way, "Empty"
+                // a group whose every member is gone.
+                Ok(list.map(|l| l.groups().iter().any(|x| x.name() == group && x.state() == "Stable")))
+            })
+            .await?;
+            match listed {
+                Ok(stable) => Ok(Some(stable)),
+                Err(e) if e.to_string().contains("UnsupportedFeature") => Ok(None),
+                Err(e) => Err(Error::kafka("describing the consumer group", e)),
+            }
+        })
+    }
+
     fn read_topic(
         &self,
         topic: &str,

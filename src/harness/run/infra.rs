@@ -32,7 +32,9 @@ pub(super) fn context(sc: &Arc<Scenario>, infra: &Infra, names: &RunNames) -> (S
     let ctx = Ctx {
         scenario: sc.clone(),
         store: infra.store.clone(),
-        faults: Arc::new(FaultInjector::new(sc.seed, &sc.faults).with_schedule(sc.schedule.clone())),
+        faults: Arc::new(
+            FaultInjector::new(sc.seed, &sc.faults).with_schedule(sc.schedule.clone()).with_aimed(sc.aimed),
+        ),
         stats: Arc::new(Stats::default()),
         coord: Default::default(),
         shutdown,

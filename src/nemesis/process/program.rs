@@ -35,7 +35,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// How long a program gets to exit after SIGTERM before it is killed
 /// (docs/contract.md promises 10 s; the run's own stop deadline is 15 s).
@@ -55,6 +55,8 @@ const READY_CHECK: Duration = Duration::from_millis(100);
 const TAIL_LINES: usize = 6;
 /// How often the group's membership is read while waiting for readiness.
 const READY_POLL: Duration = Duration::from_millis(250);
+/// How often the consumers' group's state is read while the run acts.
+const GROUP_POLL: Duration = Duration::from_millis(200);
 
 /// The programs of one run and what they have come to.
 pub struct Programs {
@@ -292,6 +294,7 @@ impl Programs {
             match ctx.broker.group_members(&ctx.names.group).await {
                 Ok(Some(n)) if n >= *instances => {
                     info!(ms = started.elapsed().as_millis() as u64, members = n, "notifier group settled");
+                    watch_group(ctx);
                     return Ok(());
                 }
                 Ok(Some(n)) => seen = (n, String::new()),
@@ -763,6 +766,12 @@ impl Keeper {
                 _ = tokio::time::sleep_until(next), if acting => {
                     second += Duration::from_secs(1);
                     next = second + self.instant_within_second();
+                    // A consumer's second while its group rebalances is no
+                    // occurrence: struck now, it would only rebalance again.
+                    if self.strikes_seconds() && self.ctx.faults.waits_for_group(&self.name) {
+                        Stats::add(&self.ctx.stats.group_waits, 1);
+                        continue;
+                    }
                     let hit = || format!("pid {} (incarnation {})", proc.pid, proc.incarnation);
                     // Drawn on the occupant: a second whose process a kill
                     // from elsewhere has claimed is no occurrence of either.
@@ -857,6 +866,12 @@ impl Keeper {
 
     fn instant_within_second(&mut self) -> Duration {
         Duration::from_millis(self.rng.gen_range(0..1000))
+    }
+
+    /// Whether this keeper draws its seconds for a random kill or pause.
+    fn strikes_seconds(&self) -> bool {
+        let f = &self.ctx.faults;
+        f.probability(FaultPoint::ProcessKill) > 0.0 || f.probability(FaultPoint::ProcessPause) > 0.0
     }
 
     /// A reference component stopped at a crash point: the harness's
@@ -1122,6 +1137,31 @@ fn draw_second(faults: &FaultInjector, component: &str, hit: impl Fn() -> String
     let kill = faults.strike(FaultPoint::ProcessKill, component, &hit);
     let pause = faults.strike(FaultPoint::ProcessPause, component, &hit);
     (kill, pause)
+}
+
+/// Reads the consumers' group's state from the coordinator until the run
+/// stops, and tells the fault injector, so that no kill or pause of a
+/// consumer is drawn while its group rebalances
+/// ([`crate::faults::FaultInjector::waits_for_group`]).
+fn watch_group(ctx: &Ctx) {
+    let (broker, group, faults, mut shutdown) =
+        (ctx.broker.clone(), ctx.names.group.clone(), ctx.faults.clone(), ctx.shutdown.clone());
+    ctx.tasks.spawn("the consumer group's watch".into(), async move {
+        loop {
+            match broker.group_stable(&group).await {
+                Ok(Some(stable)) => faults.set_group_stable(stable),
+                // A broker that cannot say: never wait on it.
+                Ok(None) => return faults.set_group_stable(true),
+                // Unread this time (the broker paused or killed by the
+                // nemesis): the last word stands.
+                Err(e) => debug!(cause = %e, "reading the consumer group's state failed"),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(GROUP_POLL) => {}
+                _ = shutdown.wait() => return,
+            }
+        }
+    });
 }
 
 #[cfg(test)]

@@ -220,10 +220,13 @@ impl Proxy {
         scheduled: &[FaultPoint],
         shutdown: Shutdown,
     ) {
-        let struck: Vec<FaultPoint> = [FaultPoint::NetReset, FaultPoint::NetBlackhole]
+        let mut struck: Vec<FaultPoint> = [FaultPoint::NetReset, FaultPoint::NetBlackhole]
             .into_iter()
             .filter(|p| faults.probability(*p) > 0.0 && !scheduled.contains(p))
             .collect();
+        // Aimed kills read per second: each slot's process is armed here,
+        // and struck by its pump at its next window.
+        struck.extend(FaultPoint::ALL.iter().copied().filter(|p| faults.arms(*p)));
         if struck.is_empty() {
             return;
         }
@@ -960,6 +963,10 @@ impl Drop for Claimed<'_> {
 /// instant, while the run is acting and the slot has a connection open
 /// that carried bytes in the last second (an idle slot is no occurrence),
 /// a reset strikes, and the blackhole is armed for the slot's next read.
+/// With `[nemesis] aimed = "per-second"`, each aimed kill draws at the
+/// same instant for the slot's process, busy or idle, as long as it has a
+/// connection open (it lives): an armed process is struck at its next
+/// window ([`FaultInjector::arm`]).
 async fn nemesis(
     slot: Arc<Slot>,
     faults: Arc<FaultInjector>,
@@ -980,7 +987,19 @@ async fn nemesis(
         let now = slot.moved.load(Ordering::Relaxed);
         let busy = now != moved;
         moved = now;
-        if !*acting.borrow_and_update() || slot.open() == 0 || !busy {
+        let live = *acting.borrow_and_update() && slot.open() > 0;
+        // A consumer is not armed while its group rebalances: a kill then
+        // only makes it rebalance again.
+        let aimed = struck.iter().any(|p| p.aimed());
+        if live && aimed {
+            match faults.waits_for_group(&slot.name) {
+                true => Stats::add(&slot.stats.group_waits, 1),
+                false => struck.iter().filter(|p| p.aimed()).for_each(|p| {
+                    faults.arm(*p, &slot.name);
+                }),
+            }
+        }
+        if !live || !busy {
             tokio::select! {
                 _ = tokio::time::sleep_until(second) => continue,
                 _ = shutdown.wait() => return,
