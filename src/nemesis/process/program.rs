@@ -1143,7 +1143,14 @@ fn draw_second(faults: &FaultInjector, component: &str, hit: impl Fn() -> String
 /// stops, and tells the fault injector, so that no kill or pause of a
 /// consumer is drawn while its group rebalances
 /// ([`crate::faults::FaultInjector::waits_for_group`]).
+///
+/// `CHAOS_SKIP_GROUP_WAIT=1` never watches (a switch for tests and
+/// measurements that show what the wait is for).
 fn watch_group(ctx: &Ctx) {
+    if std::env::var_os("CHAOS_SKIP_GROUP_WAIT").is_some() {
+        warn!("CHAOS_SKIP_GROUP_WAIT: consumers are struck whatever their group's state");
+        return;
+    }
     let (broker, group, faults, mut shutdown) =
         (ctx.broker.clone(), ctx.names.group.clone(), ctx.faults.clone(), ctx.shutdown.clone());
     ctx.tasks.spawn("the consumer group's watch".into(), async move {
