@@ -86,6 +86,8 @@ struct Shrinker<'a> {
     runs: u32,
     budget: u32,
     listener: &'a dyn Listener,
+    /// Ctrl-C came during a replay: no more replays.
+    interrupted: bool,
 }
 
 impl Shrinker<'_> {
@@ -184,6 +186,7 @@ impl Shrinker<'_> {
         if rep.verdict == Verdict::Interrupted {
             // Stop here: no more replays after Ctrl-C.
             self.budget = self.runs;
+            self.interrupted = true;
         }
         Ok(same.then_some(rep))
     }
@@ -201,8 +204,15 @@ pub async fn shrink(
     let started = Instant::now();
     let anomalies: Vec<String> = failed.anomalies.iter().filter(|a| !a.allowed).map(|a| a.name.clone()).collect();
     let dir = reports_dir.join(format!("shrink-{}", failed.run_id));
-    let mut s =
-        Shrinker { base: sc.clone().embedded(), anomalies: &anomalies, dir: dir.clone(), runs: 0, budget, listener };
+    let mut s = Shrinker {
+        base: sc.clone().embedded(),
+        anomalies: &anomalies,
+        dir: dir.clone(),
+        runs: 0,
+        budget,
+        listener,
+        interrupted: false,
+    };
     let mut out = Shrunk::start(sc, failed, &anomalies, &dir);
     if let Some(why) = unshrinkable(sc) {
         out.note = why.into();
@@ -232,27 +242,53 @@ pub async fn shrink(
     };
     out.reproduced = true;
     best = last_rep.fired.clone();
+    // Each step's result, smallest last: a step is kept when one replay
+    // failed, and on a busy machine one failure may be luck. If the
+    // smallest never fails again, the one before it is confirmed instead.
+    let mut steps = vec![(best.clone(), payments, last_rep.clone())];
+    let mut keep = |best: &Schedule, payments: u64, rep: &Report| {
+        if steps.last().is_none_or(|(b, p, _)| b != best || *p != payments) {
+            steps.push((best.clone(), payments, rep.clone()));
+        }
+    };
 
     // Fewer payments: halve while the failure stays.
     s.fewer_payments(&mut best, &mut payments, &mut last_rep).await?;
+    keep(&best, payments, &last_rep);
 
     // Fewer firings: ddmin over the complements.
     s.fewer_firings(&mut best, payments, &mut last_rep).await?;
+    keep(&best, payments, &last_rep);
 
     // Earlier occurrences.
     s.earlier_occurrences(&mut best, payments, &mut last_rep).await?;
+    keep(&best, payments, &last_rep);
     // Early firings may need fewer payments than late ones did.
     s.fewer_payments(&mut best, &mut payments, &mut last_rep).await?;
+    keep(&best, payments, &last_rep);
     out.budget_spent = s.runs >= s.budget;
 
     // The minimal failure a few times more: how reliably does it come back?
-    // These replays are not charged to the budget.
-    s.budget = s.budget.max(s.runs + CONFIRMATIONS);
-    for _ in 0..CONFIRMATIONS {
-        out.confirmations += 1;
-        if let Some(rep) = s.trial(&best, payments).await? {
-            out.confirmed += 1;
-            last_rep = rep;
+    // When never, the step before it, and so on back to the first: the
+    // schedule given is the smallest one seen failing twice, when there is
+    // one. These replays are not charged to the budget.
+    let mut unconfirmed: Vec<String> = Vec::new();
+    while let Some((schedule, at, rep)) = steps.pop() {
+        if out.confirmations > 0 {
+            unconfirmed.push(format!("{best} with {payments} payments"));
+        }
+        (best, payments, last_rep) = (schedule, at, rep);
+        s.budget = s.budget.max(s.runs + CONFIRMATIONS);
+        (out.confirmed, out.confirmations) = (0, 0);
+        for _ in 0..CONFIRMATIONS {
+            out.confirmations += 1;
+            if let Some(rep) = s.trial(&best, payments).await? {
+                out.confirmed += 1;
+                last_rep = rep;
+            }
+        }
+        if out.confirmed > 0 || s.interrupted {
+            break;
         }
     }
     out.runs = s.runs;
@@ -263,6 +299,12 @@ pub async fn shrink(
     out.replay = last_rep.replay.clone();
     out.seconds = started.elapsed().as_secs_f64();
     out.note = note(&out, budget, best.is_empty());
+    if !unconfirmed.is_empty() {
+        out.note.push_str(&format!(
+            "; smaller, {} failed once and never in {CONFIRMATIONS} replays, so the step before is given",
+            unconfirmed.join(", then ")
+        ));
+    }
     Ok(out)
 }
 

@@ -119,6 +119,7 @@ impl Suspect {
 }
 
 /// What the verifier knows of the faults and of the anomalies' subjects.
+#[derive(Clone, Copy)]
 pub struct Evidence<'a> {
     /// Each subject's last trace, in epoch milliseconds.
     pub traces: &'a HashMap<Uuid, i64>,
@@ -228,6 +229,29 @@ fn matched(f: &FaultRecord, story: &Story, deliveries: &[DeliveryRecord]) -> Opt
             m.offset
         ));
     }
+    // A notifier that crashes gets back all it had not committed, not only
+    // the batch it crashed in: its earlier batches' offset commits are
+    // asynchronous, and on a busy machine they may not have landed. So a
+    // message it received before the crash and that was delivered again
+    // after it came back through the crash.
+    if redelivers(&f.point) {
+        let came_back = |m: &&crate::verifier::story::TopicMessage| {
+            let held = deliveries
+                .iter()
+                .rfind(|d| d.component == f.component && d.at_ms <= f.at_ms && d.covers(m.partition, m.offset));
+            let again = deliveries.iter().find(|d| d.at_ms >= f.at_ms && d.covers(m.partition, m.offset));
+            held.zip(again)
+        };
+        if let Some((m, (held, again))) = story.messages.iter().find_map(|m| came_back(&m).map(|d| (m, d))) {
+            return Some(format!(
+                "it crashed holding message {}:{} uncommitted (received at {:.3} s, delivered again at {:.3} s)",
+                m.partition,
+                m.offset,
+                held.at_ms as f64 / 1000.0,
+                again.at_ms as f64 / 1000.0
+            ));
+        }
+    }
     // A signal to a process reaches what the process held: the batch it
     // last received before the signal, when it reported its deliveries.
     let signalled = FaultPoint::from_name(&f.point).is_some_and(|p| p.needs_process());
@@ -243,6 +267,19 @@ fn matched(f: &FaultRecord, story: &Story, deliveries: &[DeliveryRecord]) -> Opt
         m.partition,
         m.offset
     ))
+}
+
+/// A reference notifier's crash points: the group delivers again whatever
+/// the crashed incarnation had not committed.
+fn redelivers(point: &str) -> bool {
+    matches!(
+        FaultPoint::from_name(point),
+        Some(
+            FaultPoint::NotifierBeforeOffsetCommit
+                | FaultPoint::NotifierMidBatch
+                | FaultPoint::NotifierAfterExternalCall
+        )
+    )
 }
 
 fn range(a: i64, b: i64) -> String {
@@ -552,6 +589,51 @@ mod tests {
         assert_eq!(f.faults.len(), 1, "{f:?}");
         assert_eq!(f.cause().map(|c| c.component.as_str()), Some("notifier-2"));
         assert_eq!(f.faults[0].matched.as_deref(), Some("its batch (partition 1, offsets 10..=20) held message 1:15"));
+    }
+
+    /// The crash's own batch did not hold the message; an earlier batch of
+    /// the same incarnation did, whose offsets were not yet committed, and
+    /// the message was delivered again after the crash.
+    #[test]
+    fn a_notifier_crash_reaches_what_it_received_and_had_not_committed() {
+        let p = Uuid::from_u128(4);
+        let mut anomalies = one("duplicate effect", p);
+        let delivery =
+            |component: &str, at_ms, spans| DeliveryRecord { component: component.into(), at_ms, messages: 5, spans };
+        let deliveries = [
+            delivery("notifier-1", 1_000, vec![(2, 10, 14)]),
+            delivery("notifier-1", 1_100, vec![(2, 15, 19)]),
+            delivery("notifier-1", 1_400, vec![(2, 10, 19)]),
+        ];
+        let mut crash = fault("notifier.before_offset_commit", "notifier-1", 1_150);
+        crash.reach = Reach::topic([(2, 15), (2, 19)]);
+        // Another notifier's crash, which never held the message.
+        let mut other = fault("notifier.before_offset_commit", "notifier-2", 1_120);
+        other.reach = Reach::topic([(1, 3)]);
+        let log = [other, crash];
+        let stories = [story_of("duplicate effect", p, vec![], vec![(2, 12)])];
+        let traces = HashMap::from([(p, 30_000)]);
+        let spans = BTreeMap::new();
+        let ev = Evidence {
+            traces: &traces,
+            run_started_ms: 0,
+            log: &log,
+            spans: &spans,
+            stories: &stories,
+            deliveries: &deliveries,
+        };
+        attribute(&mut anomalies, &ev);
+        let f = &anomalies[0].followed[0];
+        assert_eq!(f.faults.len(), 1, "{f:?}");
+        assert_eq!(f.cause().map(|c| c.component.as_str()), Some("notifier-1"));
+        assert_eq!(
+            f.faults[0].matched.as_deref(),
+            Some("it crashed holding message 2:12 uncommitted (received at 1.000 s, delivered again at 1.400 s)")
+        );
+        // Never delivered again: the crash is no cause by data.
+        let mut none = one("duplicate effect", p);
+        attribute(&mut none, &Evidence { deliveries: &deliveries[..2], ..ev });
+        assert!(none[0].followed[0].faults.iter().all(|f| f.by != By::Data), "{:?}", none[0].followed);
     }
 
     #[test]

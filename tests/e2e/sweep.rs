@@ -148,7 +148,11 @@ fn planted_bug_is_found_and_shrunk(backend: Backend, keep_going: bool) {
     let sh = &s["shrink"];
     assert_eq!(sh["reproduced"], true, "{sh}");
     let firings = sh["firings"].as_array().unwrap();
-    assert!(!firings.is_empty() && firings.len() <= 3, "{sh}");
+    // At most three firings, unless every smaller schedule failed only
+    // once and never in its replays (a busy machine): then the step before
+    // is given, and the note says so.
+    let fell_back = sh["note"].as_str().unwrap().contains("the step before is given");
+    assert!(!firings.is_empty() && (firings.len() <= 3 || fell_back), "{sh}");
     assert!(firings.iter().any(|f| f["point"] == "notifier.mid_batch"), "the bug needs a mid-batch crash: {sh}");
     assert!(sh["payments"].as_u64().unwrap() < 300, "{sh}");
     assert!(sh["from_firings"].as_u64().unwrap() > firings.len() as u64, "{sh}");
