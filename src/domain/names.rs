@@ -36,6 +36,24 @@ impl RunNames {
     }
 }
 
+impl RunNames {
+    /// The names of a run of a declared system called `system` (the
+    /// scenario's name): its topic and its consumers' group are named after
+    /// it, `chaos.<id>.orders` rather than `chaos.<id>.payments`. Characters
+    /// a Kafka name cannot hold become `-`.
+    pub fn for_system(mut self, system: &str) -> Self {
+        let slug: String = system
+            .chars()
+            .take(100)
+            .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_') { c } else { '-' })
+            .collect();
+        let slug = if slug.is_empty() { "system".to_string() } else { slug };
+        self.topic = format!("chaos.{}.{slug}", self.run_id);
+        self.group = format!("chaos.{}.{slug}-consumers", self.run_id);
+        self
+    }
+}
+
 impl Default for RunNames {
     fn default() -> Self {
         Self::new()
@@ -103,5 +121,9 @@ mod tests {
         let n = RunNames::from_id("20261130-034000-ab12");
         assert_eq!(n.schema, "chaos_20261130_034000_ab12");
         assert_eq!(n.topic, "chaos.20261130-034000-ab12.payments");
+        let orders = RunNames::from_id("20261130-034000-ab12").for_system("orders apply/later");
+        assert_eq!(orders.topic, "chaos.20261130-034000-ab12.orders-apply-later");
+        assert_eq!(orders.group, "chaos.20261130-034000-ab12.orders-apply-later-consumers");
+        assert_eq!((orders.schema, orders.run_id), (n.schema.clone(), n.run_id.clone()));
     }
 }

@@ -59,7 +59,7 @@ pub async fn execute(
             "a `[system]` scenario runs against PostgreSQL only: pass --database-url or set DATABASE_URL".into(),
         ));
     };
-    let names = RunNames::new();
+    let names = RunNames::new().for_system(&sc.name);
     let pg = PgStore::open_empty(&url, &names.schema, CONNECTIONS).await?;
     set_up(&pg, &sys, &sc, &url, &names).await?;
     let broker: SharedBroker = match &endpoints.brokers {
