@@ -494,7 +494,7 @@ pub enum Confirm {
     Seen,
 }
 
-crate::choices! {
+choices! {
     /// What an aimed kill's rate counts (`[nemesis] aimed`).
     ///
     /// Per window, a program that commits once per message meets ten times
