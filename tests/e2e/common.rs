@@ -193,12 +193,18 @@ pub fn validate_junit(path: &Path) {
     );
 }
 
-/// A fault point fired at least once and every firing was confirmed (for a
-/// kill: the process seen ending by SIGKILL); returns how often it fired.
+/// A fault point fired at least once, at least one firing was confirmed,
+/// and every firing was confirmed (for a kill: the process seen ending by
+/// SIGKILL) or pre-empted by another fault, with its reason (a held COMMIT
+/// whose process another kill ended first); returns how often it fired.
 pub fn assert_fired_and_confirmed(r: &serde_json::Value, point: &str) -> u64 {
     let f = r["faults"].as_array().unwrap().iter().find(|f| f["point"] == point).unwrap();
     let fired = f["fired"].as_u64().unwrap();
     assert!(fired >= 1, "{point} never fired: {f}");
-    assert_eq!(f["confirmed"].as_u64().unwrap(), fired, "{point}: every firing confirmed: {f}");
+    let (confirmed, preempted) = (f["confirmed"].as_u64().unwrap(), f["preempted"].as_u64().unwrap_or(0));
+    assert!(confirmed >= 1, "{point}: no firing confirmed: {f}");
+    assert_eq!(confirmed + preempted, fired, "{point}: every firing confirmed or pre-empted: {f}");
+    let why = f["preempted_why"].as_array().map_or(0, |w| w.len()) as u64;
+    assert_eq!(why, preempted.min(5), "{point}: each pre-empted firing says why: {f}");
     fired
 }
