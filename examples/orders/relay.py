@@ -19,6 +19,13 @@ CHAOS_DATABASE_URL, CHAOS_SCHEMA, CHAOS_BATCH_SIZE, CHAOS_INSTANCE.
 --delete: delete the published rows instead of setting published_at (the
 outbox stays small without a cleanup job); declared with
 `published = "delete"` (orders-delete.toml).
+
+Deliberate bug, one flag:
+  --stall-after-restart  an incarnation after the first never publishes
+                         (as a relay whose cursor got stuck would): the rows
+                         written after its restart wait forever. chaos must
+                         say `stalled relay`, not `missing effect` and not
+                         INCOMPLETE (broken-relay-stalls.toml).
 """
 import logging
 import os
@@ -41,8 +48,10 @@ CLAIM = """SELECT event_id, order_id, event_type, body::text FROM order_events
 # clock_timestamp(), not now(): the moment of the mark, not of the claim.
 MARK = "UPDATE order_events SET published_at = clock_timestamp() WHERE event_id = ANY(%s)"
 # --delete: the rows go once they are on the topic.
-if "--delete" in sys.argv[1:]:
+FLAGS = set(sys.argv[1:])
+if "--delete" in FLAGS:
     MARK = "DELETE FROM order_events WHERE event_id = ANY(%s)"
+STALL_AFTER_RESTART = "--stall-after-restart" in FLAGS
 
 IDLE_SLEEP_SECS = 0.02   # nothing to publish: look again soon
 RETRY_SLEEP_SECS = 0.2   # after a failed batch: do not spin on a sick broker
@@ -148,7 +157,13 @@ def main():
     signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format=f"%(asctime)s {os.environ.get('CHAOS_INSTANCE', '-')} %(message)s")
-    log.info("start: incarnation %s", os.environ.get("CHAOS_INCARNATION", "?"))
+    unknown = FLAGS - {"--delete", "--stall-after-restart"}
+    if unknown:
+        log.error("unknown arguments: %s", " ".join(sorted(unknown)))
+        sys.exit(2)
+    incarnation = int(os.environ.get("CHAOS_INCARNATION", "0"))
+    publishes = not (STALL_AFTER_RESTART and incarnation > 0)
+    log.info("start: incarnation %d%s", incarnation, "" if publishes else " (THE BUG: this one never publishes)")
     brokers, topic = os.environ["CHAOS_BROKERS"], os.environ["CHAOS_TOPIC"]
     batch_size = int(os.environ.get("CHAOS_BATCH_SIZE", "20"))
     publisher, conn = Publisher(brokers, topic), None
@@ -157,7 +172,7 @@ def main():
         try:
             if conn is None or conn.closed:
                 conn = connect()
-            n = publish_batch(conn, publisher, batch_size)
+            n = publish_batch(conn, publisher, batch_size) if publishes else 0
         except DeliveryFailed as e:
             log.warning("batch rolled back, claiming again: %s", e)
             if publisher.fatal:

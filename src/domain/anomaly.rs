@@ -61,6 +61,11 @@ choices! {
         /// when the settle ran out: accepted, never applied. Late is not
         /// lost: its keys are left out of the missing effects.
         StalledConsumer = "stalled consumer",
+        /// A declared system's outbox rows still unpublished when the drain
+        /// ran out, and again once the faults had stopped and its relays
+        /// had one more drain timeout: written, never published. Late is
+        /// not lost: their keys are left out of the missing effects.
+        StalledRelay = "stalled relay",
         /// An idempotency key sent again with a different body: the provider
         /// refused it, so that request's email was never sent.
         IdempotencyKeyReused = "idempotency key reused",

@@ -186,6 +186,7 @@ fn harm(a: &crate::verifier::Anomaly, c: &crate::verifier::reconcile::Counts) ->
         "phantom operation" => format!("{n} events belong to no acknowledged operation"),
         "failed check" => format!("{n} of your checks found rows"),
         "stalled consumer" => format!("{n} pieces of accepted work were still pending when the run ended"),
+        "stalled relay" => format!("{n} outbox rows were never published, even once the faults had stopped"),
         "split key" => format!("{n} keys' messages landed on more than one partition"),
         _ => format!("{n} × {}", a.name),
     }

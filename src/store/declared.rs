@@ -272,6 +272,22 @@ pub async fn unpublished(pg: &PgStore, o: &OutboxDecl) -> Result<Option<i64>> {
     Ok(Some(n))
 }
 
+/// The keys of the outbox rows not yet marked published, at most
+/// [`PENDING_READ`]; None when the relay keeps no mark.
+pub async fn unpublished_keys(pg: &PgStore, o: &OutboxDecl) -> Result<Option<Vec<String>>> {
+    let unmarked = match &o.published {
+        Published::Column(c) => format!(" WHERE {} IS NULL", q(c)),
+        Published::Delete => String::new(),
+        Published::None => return Ok(None),
+    };
+    let sql = format!("SELECT {}::text FROM {}{unmarked} LIMIT {PENDING_READ}", q(&o.key), q(&o.table));
+    let keys: Vec<Option<String>> = sqlx::query_scalar(&sql)
+        .fetch_all(pg.conn_pool())
+        .await
+        .map_err(|e| Error::db("reading the unpublished outbox rows' keys", e))?;
+    Ok(Some(keys.into_iter().map(Option::unwrap_or_default).collect()))
+}
+
 /// How many rows the outbox log holds.
 pub async fn logged(pg: &PgStore) -> Result<i64> {
     sqlx::query_scalar(&format!("SELECT count(*) FROM {OUTBOX_LOG}"))

@@ -177,6 +177,13 @@ pub fn processes_of_run(run_id: &str) -> Vec<i32> {
     found
 }
 
+/// The run's id is the report's; nothing it started may outlive it.
+pub fn assert_nothing_left(r: &serde_json::Value) {
+    let id = r["run_id"].as_str().expect("run_id");
+    let left = processes_of_run(id);
+    assert!(left.is_empty(), "processes of run {id} outlived it: {left:?}");
+}
+
 /// Checks a JUnit file against the schema CI systems read (junit-10.xsd,
 /// fetched by scripts/junit-schema.sh) with xmllint; panics with
 /// xmllint's complaint when it does not validate.

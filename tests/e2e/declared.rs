@@ -23,12 +23,6 @@ fn anomalies(r: &serde_json::Value) -> Vec<String> {
     r["anomalies"].as_array().expect("anomalies").iter().map(|a| a["name"].as_str().unwrap().to_string()).collect()
 }
 
-fn assert_nothing_left(r: &serde_json::Value) {
-    let id = r["run_id"].as_str().expect("run_id");
-    let left = processes_of_run(id);
-    assert!(left.is_empty(), "processes of run {id} outlived it: {left:?}");
-}
-
 #[test]
 fn the_orders_system_passes_under_real_kills() {
     let dir = tempfile::tempdir().unwrap();
@@ -306,6 +300,30 @@ fn a_consumer_that_applies_later_passes_once_its_pending_work_is_done() {
     let hasty = run(&mut c);
     assert_eq!(hasty.code, 1, "judged at the drain, it must look broken:\n{}", hasty.stderr);
     assert!(anomalies(&hasty.json()).contains(&"missing effect".to_string()), "{:?}", anomalies(&hasty.json()));
+}
+
+/// Late is not lost, upstream too: a relay that stops publishing after a
+/// restart leaves outbox rows that no fault-free drain timeout publishes.
+/// That is a `stalled relay` (FAIL, exit 1), not INCOMPLETE (the harness
+/// did its part), and its keys are no `missing effect`.
+#[test]
+fn a_relay_that_stops_publishing_is_a_stalled_relay() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = run_declared(Path::new("examples/orders/broken-relay-stalls.toml"), dir.path(), None);
+    let r = ran.json();
+    assert_nothing_left(&r);
+    assert_eq!(ran.code, 1, "{}\nstderr:\n{}", r["reason"], ran.stderr);
+    let found = anomalies(&r);
+    assert_eq!(found.first().map(String::as_str), Some("stalled relay"), "{found:?}");
+    assert!(!found.contains(&"missing effect".to_string()), "unpublished work reported missing: {found:?}");
+    let stalled = &r["anomalies"][0];
+    let left = stalled["count"].as_u64().unwrap();
+    assert!(left > 0, "{stalled}");
+    let first = stalled["examples"][0].as_str().unwrap();
+    assert!(first.contains("fault-free") && first.contains("last fault before: process.kill on relay-"), "{first}");
+    // Its rows are the leftovers, and the keys come with it.
+    assert!(found.contains(&"unpublished leftover".to_string()), "{found:?}");
+    assert!(stalled["examples"][1].as_str().unwrap().contains("never published"), "{stalled}");
 }
 
 /// Late is not lost, and a consumer that never applies is neither: its

@@ -43,13 +43,6 @@ fn assert_caught(scenario: &str, anomaly: &str, point: &str) {
     }
 }
 
-/// The run's id is the report's; nothing it started may outlive it.
-fn assert_nothing_left(r: &serde_json::Value) {
-    let id = r["run_id"].as_str().expect("run_id");
-    let left = processes_of_run(id);
-    assert!(left.is_empty(), "processes of run {id} outlived it: {left:?}");
-}
-
 fn assert_incomplete_naming(ran: &Ran, words: &[&str]) -> serde_json::Value {
     assert_eq!(ran.code, 5, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
     let r = ran.json();

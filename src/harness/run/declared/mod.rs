@@ -151,10 +151,30 @@ pub async fn execute(
     ran.workload_ms = t_work.elapsed().as_millis() as u64;
     let t_drain = Instant::now();
     progress.phase(Phase::Drain);
-    if ran.incomplete.is_none() && !ran.interrupted {
+    // Undrained with outbox rows left, the faults stop and the relays get
+    // one more drain timeout: a relay the faults only slowed publishes
+    // then, and one that still does not has stalled (a `stalled relay`,
+    // judged, not an INCOMPLETE run).
+    let mut relay_stall = None;
+    let mut faults_off: Option<Instant> = None;
+    while ran.incomplete.is_none() && !ran.interrupted {
         tokio::select! {
-            r = drain(&ctx, &pg, &sys) => if let Err(why) = r {
-                ran.incomplete = Some(format!("{why}; {}", programs.stderr_of_first()));
+            r = drain(&ctx, &pg, &sys) => match r {
+                Ok(()) => break,
+                Err(u) if u.unpublished > 0 && faults_off.is_none() => {
+                    info!(left = u.unpublished, "outbox rows still unpublished at the drain timeout: the faults stop, the relays get one more");
+                    faults_off = Some(Instant::now());
+                    programs.set_acting(false);
+                    let _ = acting.send(false);
+                }
+                Err(u) if u.unpublished > 0 => {
+                    let fault_free = faults_off.map(|t| t.elapsed()).unwrap_or_default();
+                    relay_stall = Some(RelayStall::read(&pg, &sys, u.unpublished, t_drain.elapsed(), fault_free).await);
+                    break;
+                }
+                Err(u) => {
+                    ran.incomplete = Some(format!("{}; {}", u.why, programs.stderr_of_first()));
+                }
             },
             why = programs.failed() => ran.incomplete = Some(why),
             _ = crate::harness::interrupt::requested() => ran.interrupted = true,
@@ -203,7 +223,8 @@ pub async fn execute(
     rep.timings = Timings { setup_ms, workload_ms: ran.workload_ms, drain_ms: ran.drain_ms, ..Default::default() };
     let t_verify = Instant::now();
     progress.phase(Phase::Verify);
-    judge(&mut rep, &ctx, &pg, &sys, &ops, &mut ran, !stopped.stuck.is_empty(), record.as_ref(), stall.as_ref()).await;
+    let stalls = Stalls { consumer: stall, relay: relay_stall };
+    judge(&mut rep, &ctx, &pg, &sys, &ops, &mut ran, !stopped.stuck.is_empty(), record.as_ref(), &stalls).await;
     progress.finish();
     rep.timings.verify_ms = t_verify.elapsed().as_millis() as u64;
     rep.timings.total_ms = started.elapsed().as_millis() as u64;
@@ -342,10 +363,16 @@ async fn ready_line(programs: &Programs, service: &ServiceDecl, line: &str, ctx:
     Ok(())
 }
 
+/// A drain that ran out: why, and the work left at its last reading.
+struct Undrained {
+    why: String,
+    unpublished: i64,
+}
+
 /// Waits until every outbox row is marked published (or, with no mark,
 /// the topic holds as many messages as the outbox log) and the consumer
 /// group's lag is zero, twice in a row.
-async fn drain(ctx: &Ctx, pg: &PgStore, sys: &System) -> std::result::Result<(), String> {
+async fn drain(ctx: &Ctx, pg: &PgStore, sys: &System) -> std::result::Result<(), Undrained> {
     let mut clock = drive::DrainClock::new(ctx.scenario.drain_timeout);
     let mut quiet = 0;
     let mut last = (0i64, 0i64);
@@ -386,13 +413,58 @@ async fn drain(ctx: &Ctx, pg: &PgStore, sys: &System) -> std::result::Result<(),
         Published::Column(_) | Published::Delete => "outbox rows unpublished",
         Published::None => "outbox events not yet on the topic",
     };
-    Err(format!(
-        "the system did not drain {} ({} {what}, consumer group lag {}){}",
-        clock.why(),
-        last.0,
-        last.1,
-        drive::kill_storm(ctx, last.1)
-    ))
+    Err(Undrained {
+        why: format!(
+            "the system did not drain {} ({} {what}, consumer group lag {}){}",
+            clock.why(),
+            last.0,
+            last.1,
+            drive::kill_storm(ctx, last.1)
+        ),
+        unpublished: last.0,
+    })
+}
+
+/// Outbox rows the relays never published, not even once the faults had
+/// stopped and they had one more drain timeout.
+struct RelayStall {
+    /// How many rows were left at the drain's last reading.
+    left: i64,
+    /// Their keys, when the relay keeps a mark (a column or a delete).
+    keys: Vec<String>,
+    /// How long the drain had waited, faults and fault-free together.
+    waited: Duration,
+    /// How much of it was without faults.
+    fault_free: Duration,
+}
+
+impl RelayStall {
+    async fn read(pg: &PgStore, sys: &System, left: i64, waited: Duration, fault_free: Duration) -> Self {
+        let keys = match rows::unpublished_keys(pg, &sys.outbox).await {
+            Ok(k) => k.unwrap_or_default(),
+            Err(e) => {
+                warn!(error = %e, "could not read the unpublished rows' keys");
+                Vec::new()
+            }
+        };
+        Self { left, keys, waited, fault_free }
+    }
+}
+
+/// What never finished: work a consumer accepted, outbox rows no relay
+/// published. Their keys are late, not lost.
+struct Stalls {
+    consumer: Option<Stall>,
+    relay: Option<RelayStall>,
+}
+
+impl Stalls {
+    /// The keys whose effects are not expected yet.
+    fn keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.consumer.iter().flat_map(|s| s.keys.iter().cloned()).collect();
+        keys.extend(self.relay.iter().flat_map(|r| r.keys.iter().cloned()));
+        keys
+    }
 }
 
 /// How often the settle reads the pending work and the effects' counts.
@@ -453,32 +525,87 @@ async fn settle(ctx: &Ctx, pg: &PgStore, sys: &System, deadline: Instant) -> Res
     }
 }
 
-/// The `stalled consumer` anomaly of a stall: how much was left, for how
-/// long, which keys, and the last fault before it.
-fn stalled(stall: &Stall, faults: &[crate::faults::FaultRecord]) -> crate::verifier::Anomaly {
-    let mut keys: Vec<&str> = stall.keys.iter().map(String::as_str).filter(|k| !k.is_empty()).collect();
+/// The last fault that struck a component whose name starts with
+/// `prefix`, or else the last of all, as the stall's last fault before.
+fn last_fault(faults: &[crate::faults::FaultRecord], prefix: &str) -> String {
+    let on = faults.iter().filter(|f| f.component.starts_with(prefix)).max_by_key(|f| f.at_ms);
+    on.or_else(|| faults.iter().max_by_key(|f| f.at_ms))
+        .map(|f| format!("{} on {} at {:.3} s", f.point, f.component, f.at_ms as f64 / 1000.0))
+        .unwrap_or_else(|| "none fired".into())
+}
+
+/// A liveness anomaly: its headline example, then up to four keys.
+fn stall_anomaly(
+    kind: crate::domain::anomaly::AnomalyKind,
+    count: u64,
+    headline: String,
+    keys: &[String],
+    each: &str,
+) -> crate::verifier::Anomaly {
+    let mut keys: Vec<&str> = keys.iter().map(String::as_str).filter(|k| !k.is_empty()).collect();
     keys.sort();
     keys.dedup();
-    let last = faults
-        .iter()
-        .max_by_key(|f| f.at_ms)
-        .map(|f| format!("{} on {} at {:.3} s", f.point, f.component, f.at_ms as f64 / 1000.0))
-        .unwrap_or_else(|| "none fired".into());
-    let mut examples = vec![format!(
-        "{} rows of system.pending still there {:.1} s after the drain; the last fault before: {last}",
-        stall.keys.len(),
-        stall.waited.as_secs_f64()
-    )];
-    examples.extend(keys.iter().take(4).map(|k| format!("key {k}: accepted, still pending")));
+    let mut examples = vec![headline];
+    examples.extend(keys.iter().take(4).map(|k| format!("key {k}: {each}")));
     crate::verifier::Anomaly {
-        name: crate::domain::anomaly::AnomalyKind::StalledConsumer.as_str().into(),
-        count: stall.keys.len() as u64,
+        name: kind.as_str().into(),
+        count,
         examples,
         allowed: false,
         subjects: vec![],
         followed: vec![],
     }
 }
+
+/// The `stalled consumer` anomaly of a stall: how much was left, for how
+/// long, which keys, and the last fault before it.
+fn stalled(stall: &Stall, faults: &[crate::faults::FaultRecord]) -> crate::verifier::Anomaly {
+    let headline = format!(
+        "{} rows of system.pending still there {:.1} s after the drain; the last fault before: {}",
+        stall.keys.len(),
+        stall.waited.as_secs_f64(),
+        last_fault(faults, "notifier")
+    );
+    let kind = crate::domain::anomaly::AnomalyKind::StalledConsumer;
+    stall_anomaly(kind, stall.keys.len() as u64, headline, &stall.keys, "accepted, still pending")
+}
+
+/// The `stalled relay` anomaly: how many outbox rows were left, for how
+/// long the drain waited, which keys, and the last fault before (a
+/// relay's, when one was struck).
+fn stalled_relay(stall: &RelayStall, faults: &[crate::faults::FaultRecord]) -> crate::verifier::Anomaly {
+    let headline = format!(
+        "{} outbox rows unpublished {:.1} s into the drain ({:.1} s of it fault-free); last fault before: {}",
+        stall.left,
+        stall.waited.as_secs_f64(),
+        stall.fault_free.as_secs_f64(),
+        last_fault(faults, "relay")
+    );
+    let kind = crate::domain::anomaly::AnomalyKind::StalledRelay;
+    stall_anomaly(kind, stall.left.max(0) as u64, headline, &stall.keys, "written to the outbox, never published")
+}
+
+/// The two liveness invariants beside the verifier's: a stalled relay
+/// breaks "no outbox row left unpublished" (its rows are the leftovers),
+/// and a system that declares `pending` promises its accepted work is
+/// applied before the run ends.
+fn liveness(invariants: &mut Vec<crate::verifier::Invariant>, sys: &System, stalls: &Stalls) {
+    use crate::domain::anomaly::AnomalyKind;
+    if stalls.relay.is_some() {
+        if let Some(i) = invariants.iter_mut().find(|i| i.name == crate::verifier::declared::UNPUBLISHED_INVARIANT) {
+            i.anomalies.push(AnomalyKind::StalledRelay.as_str().into());
+        }
+    }
+    if sys.pending.is_some() {
+        let left = stalls.consumer.as_ref().map_or(0, |s| s.keys.len() as u64);
+        let mut i = crate::verifier::Invariant::eq(PENDING_INVARIANT, 0, left);
+        i.anomalies = vec![AnomalyKind::StalledConsumer.as_str().into()];
+        invariants.push(i);
+    }
+}
+
+/// The invariant of a system that declares its pending work.
+const PENDING_INVARIANT: &str = "the accepted work (system.pending) is applied before the run ends";
 
 /// The generic verifier's pass, unless the run was interrupted or
 /// something may still write, and the verdict.
@@ -492,7 +619,7 @@ async fn judge(
     ran: &mut drive::Ran,
     still_running: bool,
     record: Option<&crate::provider::Record>,
-    stall: Option<&Stall>,
+    stalls: &Stalls,
 ) {
     let sc = &ctx.scenario;
     let verified = if ran.interrupted || still_running || ran.incomplete.is_some() {
@@ -501,6 +628,7 @@ async fn judge(
         // A fresh pool: the nemesis may have ended sessions.
         let pg = pg.fresh(2).await.unwrap_or_else(|_| pg.clone());
         let faults = ctx.faults.log();
+        let late = stalls.keys();
         let read = crate::verifier::declared::verify(
             &pg,
             ctx.broker.clone(),
@@ -511,7 +639,7 @@ async fn judge(
             faults,
             ctx.faults.started_epoch_ms(),
             record,
-            stall.map(|s| s.keys.as_slice()).unwrap_or_default(),
+            &late,
         );
         tokio::select! {
             r = read => Some(r),
@@ -535,14 +663,19 @@ async fn judge(
             let mut anomalies = found.anomalies;
             // Late is not lost: the stall leads, and its keys are left out
             // of the missing effects.
-            if let Some(s) = stall {
+            if let Some(s) = &stalls.consumer {
                 anomalies.insert(0, stalled(s, &ctx.faults.log()));
             }
+            if let Some(s) = &stalls.relay {
+                anomalies.insert(0, stalled_relay(s, &ctx.faults.log()));
+            }
+            let mut invariants = found.invariants;
+            liveness(&mut invariants, sys, stalls);
             verdict::allow(&mut anomalies, &sc.allowed_anomalies);
             rep.faults = ctx.faults.summary();
             let chaos = verdict::chaos_checks(&rep.faults);
-            let (v, why) = verdict::verdict(sc.exactly_once, &found.invariants, &anomalies, &chaos);
-            rep.invariants = found.invariants;
+            let (v, why) = verdict::verdict(sc.exactly_once, &invariants, &anomalies, &chaos);
+            rep.invariants = invariants;
             rep.anomalies = anomalies;
             rep.chaos_checks = chaos;
             rep.system = Some(found.figures);
