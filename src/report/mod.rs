@@ -630,7 +630,7 @@ fn render_followed(r: &Report, style: Style, out: &mut String) {
         let suspects = f.suspects(sep);
         t.add_row(vec![
             Cell::new(&a.name),
-            Cell::new(f.subject),
+            Cell::new(&f.subject),
             Cell::new(format!("{:.3}", f.trace_ms as f64 / 1000.0)),
             Cell::new(suspects),
         ]);

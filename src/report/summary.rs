@@ -277,7 +277,7 @@ mod tests {
         r.counts.payments_with_many_receipts = 61;
         let followed = vec![Followed {
             example: 0,
-            subject: uuid::Uuid::nil(),
+            subject: uuid::Uuid::nil().to_string(),
             trace_ms: 900,
             faults: vec![Suspect {
                 point: "relay.after_produce".into(),

@@ -51,7 +51,9 @@ pub const SUSPECTS: usize = 3;
 pub struct Followed {
     /// Index into the anomaly's `examples`.
     pub example: usize,
-    pub subject: Uuid,
+    /// What the example is about: a payment's or an event's id, or a
+    /// declared system's key.
+    pub subject: String,
     /// The last trace, in milliseconds since the run started.
     pub trace_ms: u64,
     /// Matched by data first, then by time; nearest first within each.
@@ -194,7 +196,7 @@ pub fn attribute(anomalies: &mut [Anomaly], ev: &Evidence) {
                     });
                 }
                 faults.truncate(SUSPECTS);
-                Some(Followed { example, subject, trace_ms, faults })
+                Some(Followed { example, subject: subject.to_string(), trace_ms, faults })
             })
             .collect();
     }
@@ -204,11 +206,15 @@ pub fn attribute(anomalies: &mut [Anomaly], ev: &Evidence) {
 /// any program. Two relay points touch a batch without repeating or losing
 /// any of it: a crash after the mark (everything of the batch is done) and
 /// a slow produce, which only reorders (so it can cause a stale
-/// projection, and nothing else). Matched by data, they are still listed,
-/// after the firings that can.
-fn can_cause(point: &str, anomaly: &str) -> bool {
+/// projection, and nothing else); a kill after an offset commit cannot
+/// make what it covered happen twice. Matched by data, they are still
+/// listed, after the firings that can.
+pub fn can_cause(point: &str, anomaly: &str) -> bool {
     match FaultPoint::from_name(point) {
         Some(FaultPoint::RelayAfterMark) => false,
+        // What a commit covered was done, or lost if it came first: never
+        // done twice.
+        Some(FaultPoint::KafkaKillAfterOffsetCommit) => !anomaly.starts_with("duplicate"),
         Some(FaultPoint::RelaySlowProduce) => anomaly == crate::domain::anomaly::AnomalyKind::StaleProjection.as_str(),
         _ => true,
     }
@@ -221,13 +227,9 @@ fn matched(f: &FaultRecord, story: &Story, deliveries: &[DeliveryRecord]) -> Opt
     if let Some((seq, (a, b))) = story.seqs.iter().find_map(|s| r.seq_run(*s).map(|run| (*s, run))) {
         return Some(format!("its batch (outbox seq {}) held seq {seq}", range(a, b)));
     }
-    if let Some((m, (p, a, b))) = story.messages.iter().find_map(|m| r.span_of(m.partition, m.offset).map(|s| (m, s))) {
-        return Some(format!(
-            "its batch (partition {p}, offsets {}) held message {}:{}",
-            range(a, b),
-            m.partition,
-            m.offset
-        ));
+    let positions: Vec<(i32, i64)> = story.messages.iter().map(|m| (m.partition, m.offset)).collect();
+    if let Some(m) = reached(f, &positions) {
+        return Some(m);
     }
     // A notifier that crashes gets back all it had not committed, not only
     // the batch it crashed in: its earlier batches' offset commits are
@@ -267,6 +269,19 @@ fn matched(f: &FaultRecord, story: &Story, deliveries: &[DeliveryRecord]) -> Opt
         m.partition,
         m.offset
     ))
+}
+
+/// What of `messages` (partition, offset) a firing's reach holds, in
+/// words; None when none of them. An offset commit's reach is what it
+/// covered; any other's, the batch it struck.
+pub fn reached(f: &FaultRecord, messages: &[(i32, i64)]) -> Option<String> {
+    let (m, (p, a, b)) = messages.iter().find_map(|&(p, o)| f.reach.span_of(p, o).map(|s| ((p, o), s)))?;
+    Some(match FaultPoint::from_name(&f.point) {
+        Some(FaultPoint::KafkaKillAfterOffsetCommit) => {
+            format!("its offset commit (partition {p}, offsets {}) covered message {}:{}", range(a, b), m.0, m.1)
+        }
+        _ => format!("its batch (partition {p}, offsets {}) held message {}:{}", range(a, b), m.0, m.1),
+    })
 }
 
 /// A reference notifier's crash points: the group delivers again whatever
@@ -561,6 +576,11 @@ mod tests {
         assert!(
             can_cause("relay.slow_produce", "stale projection") && !can_cause("relay.slow_produce", "duplicate effect")
         );
+        // A kill after an offset commit loses what it covered, when the
+        // commit came first; it never makes it happen twice.
+        let commit = "kafka.kill_after_offset_commit";
+        assert!(can_cause(commit, "missing effect") && !can_cause(commit, "duplicate effect"));
+        assert!(!can_cause(commit, "duplicate receipt") && !can_cause(commit, "duplicate external effect"));
     }
 
     #[test]

@@ -18,6 +18,7 @@ use crate::faults::FaultRecord;
 use crate::scenario::{EffectDecl, Once, System};
 use crate::store::declared::{self as rows, EffectRow, LoggedEvent};
 use crate::store::postgres::PgStore;
+use crate::verifier::attribution::{self, By, Followed, Suspect};
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
@@ -324,9 +325,10 @@ impl<'a> Books<'a> {
         }
     }
 
-    /// A key's story, on one line: its operation, its outbox events, its
-    /// messages, its effects, and the faults around its operation.
-    fn story(&self, key: &str) -> String {
+    /// A key's story, on one line, as an example of `anomaly`: its
+    /// operation, the cause of the anomaly by data or the faults around the
+    /// operation by time, its outbox events, its messages, its effects.
+    fn story(&self, key: &str, anomaly: AnomalyKind) -> String {
         let mut parts = Vec::new();
         match self.op_by_key.get(key).map(|&i| &self.ops[i]) {
             Some(op) => {
@@ -337,15 +339,24 @@ impl<'a> Books<'a> {
                     op.outcome.as_str(),
                     op.done_ms as f64 / 1000.0
                 ));
-                let near: Vec<String> = self
-                    .faults
-                    .iter()
-                    .filter(|f| f.at_ms + AROUND_MS >= op.sent_ms && f.at_ms <= op.done_ms + AROUND_MS)
-                    .take(3)
-                    .map(|f| format!("{} on {} at {:.2} s", f.point, f.component, f.at_ms as f64 / 1000.0))
-                    .collect();
-                if !near.is_empty() {
-                    parts.push(format!("faults around it: {}", near.join(", ")));
+                // Its cause by data when a firing reached its messages,
+                // else the faults around it, said to be near in time only.
+                match self.followed(key, 0, anomaly.as_str()) {
+                    Some(f) if f.cause().is_some_and(|c| attribution::can_cause(&c.point, anomaly.as_str())) => {
+                        parts.push(format!("cause: {}", f.suspects(", ")))
+                    }
+                    _ => {
+                        let near: Vec<String> = self
+                            .faults
+                            .iter()
+                            .filter(|f| f.at_ms + AROUND_MS >= op.sent_ms && f.at_ms <= op.done_ms + AROUND_MS)
+                            .take(3)
+                            .map(|f| format!("{} on {} at {:.2} s", f.point, f.component, f.at_ms as f64 / 1000.0))
+                            .collect();
+                        if !near.is_empty() {
+                            parts.push(format!("faults around it, by time: {}", near.join(", ")));
+                        }
+                    }
                 }
             }
             None => parts.push("never asked for".into()),
@@ -416,17 +427,23 @@ impl<'a> Books<'a> {
                     found.figures.acknowledged += 1;
                     acked += 1;
                     if total == 0 {
-                        tally.note(
+                        tally.note_on(
                             AnomalyKind::LostOperation,
+                            Some(key.as_str()),
                             format!(
                                 "acknowledged, and none of its events ({wanted}) is in the outbox; {}",
-                                self.story(&key)
+                                self.story(&key, AnomalyKind::LostOperation)
                             ),
                         );
                     } else if counts.iter().any(|&n| n != 1) {
-                        tally.note(
+                        tally.note_on(
                             AnomalyKind::OutboxMismatch,
-                            format!("acknowledged with {} (expected each once); {}", shown(), self.story(&key)),
+                            Some(key.as_str()),
+                            format!(
+                                "acknowledged with {} (expected each once); {}",
+                                shown(),
+                                self.story(&key, AnomalyKind::OutboxMismatch)
+                            ),
                         );
                     } else {
                         acked_ok += 1;
@@ -437,12 +454,13 @@ impl<'a> Books<'a> {
                     ambiguous += 1;
                     let partial = total > 0 && counts.contains(&0);
                     if counts.iter().any(|&n| n > 1) || partial {
-                        tally.note(
+                        tally.note_on(
                             AnomalyKind::OutboxMismatch,
+                            Some(key.as_str()),
                             format!(
                                 "ambiguous, with {} (expected each once, or none at all); {}",
                                 shown(),
-                                self.story(&key)
+                                self.story(&key, AnomalyKind::OutboxMismatch)
                             ),
                         );
                     } else {
@@ -453,9 +471,14 @@ impl<'a> Books<'a> {
                     found.figures.refused += 1;
                     if total > 0 {
                         phantoms += 1;
-                        tally.note(
+                        tally.note_on(
                             AnomalyKind::PhantomOperation,
-                            format!("refused, and still {}; {}", shown(), self.story(&key)),
+                            Some(key.as_str()),
+                            format!(
+                                "refused, and still {}; {}",
+                                shown(),
+                                self.story(&key, AnomalyKind::PhantomOperation)
+                            ),
                         );
                     }
                 }
@@ -473,9 +496,13 @@ impl<'a> Books<'a> {
         never_asked.sort();
         for k in never_asked {
             phantoms += 1;
-            tally.note(
+            tally.note_on(
                 AnomalyKind::PhantomOperation,
-                format!("events for a key the workload never asked for; {}", self.story(k)),
+                Some(k.as_str()),
+                format!(
+                    "events for a key the workload never asked for; {}",
+                    self.story(k, AnomalyKind::PhantomOperation)
+                ),
             );
         }
         found.invariants.push(linked(
@@ -501,9 +528,15 @@ impl<'a> Books<'a> {
         for e in &self.events {
             if e.copies.is_empty() {
                 if !self.leftovers.contains(&e.id) {
-                    tally.note(
+                    tally.note_on(
                         AnomalyKind::LostEvent,
-                        format!("{} {} is on no partition; {}", self.kinds[e.kind], e.id, self.story(&e.key)),
+                        Some(e.key.as_str()),
+                        format!(
+                            "{} {} is on no partition; {}",
+                            self.kinds[e.kind],
+                            e.id,
+                            self.story(&e.key, AnomalyKind::LostEvent)
+                        ),
                     );
                 }
             } else {
@@ -511,13 +544,14 @@ impl<'a> Books<'a> {
             }
             if e.mismatched {
                 mismatched += 1;
-                tally.note(
+                tally.note_on(
                     AnomalyKind::MessageMismatch,
+                    Some(e.key.as_str()),
                     format!(
                         "a message of {} {} differs from its outbox row (key, type or value); {}",
                         self.kinds[e.kind],
                         e.id,
-                        self.story(&e.key)
+                        self.story(&e.key, AnomalyKind::MessageMismatch)
                     ),
                 );
             }
@@ -543,8 +577,11 @@ impl<'a> Books<'a> {
         let mut split: Vec<&String> = self.partitions.iter().filter(|(_, (_, s))| *s).map(|(k, _)| k).collect();
         split.sort();
         for k in &split {
-            tally
-                .note(AnomalyKind::SplitKey, format!("its messages are on more than one partition; {}", self.story(k)));
+            tally.note_on(
+                AnomalyKind::SplitKey,
+                Some(k.as_str()),
+                format!("its messages are on more than one partition; {}", self.story(k, AnomalyKind::SplitKey)),
+            );
         }
         found.invariants.push(linked(
             Invariant::eq("a key's messages are on one partition", 0, split.len() as u64),
@@ -554,11 +591,14 @@ impl<'a> Books<'a> {
         left.sort();
         for id in &left {
             let key = self.event_by_id.get(*id).map(|&i| self.events[i].key.clone());
-            tally.note(
+            tally.note_on(
                 AnomalyKind::UnpublishedLeftover,
+                key.as_deref(),
                 format!(
                     "outbox row {id} is still unpublished after the drain{}",
-                    key.map(|k| format!("; {}", self.story(&k))).unwrap_or_default()
+                    key.as_ref()
+                        .map(|k| format!("; {}", self.story(k, AnomalyKind::UnpublishedLeftover)))
+                        .unwrap_or_default()
                 ),
             );
         }
@@ -587,28 +627,30 @@ impl<'a> Books<'a> {
                             0 if self.pending.contains(&e.key) => expected -= 1,
                             0 => {
                                 missing += 1;
-                                tally.note(
+                                tally.note_on(
                                     AnomalyKind::MissingEffect,
+                                    Some(e.key.as_str()),
                                     format!(
                                         "{}: no row for {} {}; {}",
                                         decl.name,
                                         self.kinds[e.kind],
                                         e.id,
-                                        self.story(&e.key)
+                                        self.story(&e.key, AnomalyKind::MissingEffect)
                                     ),
                                 );
                             }
                             1 => {}
                             n => {
                                 duplicate += 1;
-                                tally.note(
+                                tally.note_on(
                                     AnomalyKind::DuplicateEffect,
+                                    Some(e.key.as_str()),
                                     format!(
                                         "{}: {n} rows for {} {}; {}",
                                         decl.name,
                                         self.kinds[e.kind],
                                         e.id,
-                                        self.story(&e.key)
+                                        self.story(&e.key, AnomalyKind::DuplicateEffect)
                                     ),
                                 );
                             }
@@ -640,17 +682,27 @@ impl<'a> Books<'a> {
                         match books.per_key.get(*k).copied().unwrap_or(0) {
                             0 => {
                                 missing += 1;
-                                tally.note(
+                                tally.note_on(
                                     AnomalyKind::MissingEffect,
-                                    format!("{}: no row for key {k}; {}", decl.name, self.story(k)),
+                                    Some(k.as_str()),
+                                    format!(
+                                        "{}: no row for key {k}; {}",
+                                        decl.name,
+                                        self.story(k, AnomalyKind::MissingEffect)
+                                    ),
                                 );
                             }
                             1 => {}
                             n => {
                                 duplicate += 1;
-                                tally.note(
+                                tally.note_on(
                                     AnomalyKind::DuplicateEffect,
-                                    format!("{}: {n} rows for key {k}; {}", decl.name, self.story(k)),
+                                    Some(k.as_str()),
+                                    format!(
+                                        "{}: {n} rows for key {k}; {}",
+                                        decl.name,
+                                        self.story(k, AnomalyKind::DuplicateEffect)
+                                    ),
                                 );
                             }
                         }
@@ -658,12 +710,13 @@ impl<'a> Books<'a> {
                     let mut strays: Vec<&String> = books.per_key.keys().filter(|k| !expected.contains(*k)).collect();
                     strays.sort();
                     for k in strays {
-                        tally.note(
+                        tally.note_on(
                             AnomalyKind::MisattributedEffect,
+                            Some(k.as_str()),
                             format!(
                                 "{}: a row for key {k}, which no operation that took effect has; {}",
                                 decl.name,
-                                self.story(k)
+                                self.story(k, AnomalyKind::MisattributedEffect)
                             ),
                         );
                     }
@@ -705,9 +758,13 @@ impl<'a> Books<'a> {
                         } else {
                             format!("{} too little", want - got)
                         };
-                        let story =
-                            if decl.key_value.is_none() { format!("; {}", self.story(k)) } else { String::new() };
-                        tally.note(AnomalyKind::CounterDrift, format!("{}: key {k} adds up to {got}, and the operations that took effect asked for {want} ({value}): {by}{story}", decl.name));
+                        let story = if decl.key_value.is_none() {
+                            format!("; {}", self.story(k, AnomalyKind::CounterDrift))
+                        } else {
+                            String::new()
+                        };
+                        let about = decl.key_value.is_none().then_some(k.as_str());
+                        tally.note_on(AnomalyKind::CounterDrift, about, format!("{}: key {k} adds up to {got}, and the operations that took effect asked for {want} ({value}): {by}{story}", decl.name));
                     }
                 }
                 found.invariants.push(Invariant::eq(
@@ -751,25 +808,84 @@ impl<'a> Books<'a> {
         found.anomalies = tally
             .0
             .into_iter()
-            .map(|(kind, count, examples)| Anomaly {
+            .map(|Noted { kind, count, examples, keys }| Anomaly {
                 name: kind.as_str().to_string(),
                 count,
                 examples,
                 allowed: false,
                 subjects: vec![],
-                followed: vec![],
+                followed: keys
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, k)| k.as_deref().and_then(|k| self.followed(k, i, kind.as_str())))
+                    .collect(),
             })
             .collect();
         found
     }
+
+    /// When a key's story ends, in milliseconds since the run started: the
+    /// latest of its operation's answer and its outbox events.
+    fn trace_ms(&self, key: &str) -> Option<u64> {
+        let op = self.op_by_key.get(key).map(|&i| self.ops[i].done_ms);
+        let events = self.by_key.get(key).map(Vec::as_slice).unwrap_or_default();
+        let last_event = events
+            .iter()
+            .map(|&i| u64::try_from(self.events[i].at_epoch_ms - self.started_epoch_ms).unwrap_or(0))
+            .max();
+        op.into_iter().chain(last_event).max()
+    }
+
+    /// The faults tied to a key's example: by data first (a firing whose
+    /// reach holds one of its messages: an offset commit that covered it),
+    /// else by time (fired in the window before its last trace, or soon
+    /// after), nearest first, each marked so.
+    fn followed(&self, key: &str, example: usize, anomaly: &str) -> Option<Followed> {
+        let trace_ms = self.trace_ms(key)?;
+        let messages: Vec<(i32, i64)> = self
+            .by_key
+            .get(key)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .flat_map(|&i| self.events[i].copies.iter().copied())
+            .collect();
+        let suspect = |f: &FaultRecord, by, matched| Suspect {
+            point: f.point.clone(),
+            component: f.component.clone(),
+            at_ms: f.at_ms,
+            before_ms: trace_ms as i64 - f.at_ms as i64,
+            hit: f.hit.clone(),
+            by,
+            matched,
+        };
+        let mut faults: Vec<Suspect> = self
+            .faults
+            .iter()
+            .filter_map(|f| attribution::reached(f, &messages).map(|m| suspect(f, By::Data, Some(m))))
+            .collect();
+        // One that cannot cause this anomaly goes last; then the earliest.
+        faults.sort_by_key(|f| (!attribution::can_cause(&f.point, anomaly), f.at_ms));
+        if faults.is_empty() {
+            faults = self
+                .faults
+                .iter()
+                .filter(|f| f.at_ms + attribution::WINDOW_MS >= trace_ms && f.at_ms <= trace_ms + attribution::AFTER_MS)
+                .map(|f| suspect(f, By::Time, None))
+                .collect();
+            faults.sort_by_key(|f| f.before_ms.unsigned_abs());
+        }
+        faults.truncate(attribution::SUSPECTS);
+        Some(Followed { example, subject: key.to_string(), trace_ms, faults })
+    }
 }
 
-/// An invariant with the anomalies that break it, so that the verdict
-/// names each violation once.
 /// The invariant an outbox row still unpublished after the drain breaks
 /// (the run adds a `stalled relay` to it when the relays stalled).
 pub const UNPUBLISHED_INVARIANT: &str = "no outbox row left unpublished";
 
+/// An invariant with the anomalies that break it, so that the verdict
+/// names each violation once.
 fn linked(mut inv: Invariant, kinds: &[AnomalyKind]) -> Invariant {
     inv.anomalies = kinds.iter().map(|k| k.as_str().to_string()).collect();
     inv
@@ -781,27 +897,43 @@ fn link_last(found: &mut Found, kinds: &[AnomalyKind]) {
     }
 }
 
-/// Anomalies as they are found: a count and the first examples of each.
+/// Anomalies as they are found.
 #[derive(Default)]
-struct Tally(Vec<(AnomalyKind, u64, Vec<String>)>);
+struct Tally(Vec<Noted>);
+
+/// One anomaly as found so far: a count, the first examples, and the key
+/// each example is about (for its cause).
+struct Noted {
+    kind: AnomalyKind,
+    count: u64,
+    examples: Vec<String>,
+    keys: Vec<Option<String>>,
+}
 
 impl Tally {
     fn note(&mut self, kind: AnomalyKind, example: String) {
-        match self.0.iter_mut().find(|a| a.0 == kind) {
+        self.note_on(kind, None, example)
+    }
+
+    /// [`Tally::note`] of an example about `key`.
+    fn note_on(&mut self, kind: AnomalyKind, key: Option<&str>, example: String) {
+        let key = key.map(str::to_string);
+        match self.0.iter_mut().find(|a| a.kind == kind) {
             Some(a) => {
-                a.1 += 1;
-                if a.2.len() < EXAMPLES {
-                    a.2.push(example);
+                a.count += 1;
+                if a.examples.len() < EXAMPLES {
+                    a.examples.push(example);
+                    a.keys.push(key);
                 }
             }
-            None => self.0.push((kind, 1, vec![example])),
+            None => self.0.push(Noted { kind, count: 1, examples: vec![example], keys: vec![key] }),
         }
     }
 
     /// Counts `n` more of an anomaly already noted, beyond its examples.
     fn more(&mut self, kind: AnomalyKind, n: u64) {
-        if let Some(a) = self.0.iter_mut().find(|a| a.0 == kind) {
-            a.1 += n;
+        if let Some(a) = self.0.iter_mut().find(|a| a.kind == kind) {
+            a.count += n;
         }
     }
 }
@@ -1251,6 +1383,62 @@ mod tests {
         let both = run(vec![Uuid::from_u128(1).to_string(), Uuid::from_u128(2).to_string()]);
         assert_eq!(missing(&both), 0, "{:?}", both.anomalies);
         assert!(!drift(&both), "pending orders are not expected in the sums yet: {:?}", both.anomalies);
+    }
+
+    /// A declared system's missing effect names its cause by data when a
+    /// firing's reach held its message (a kill right after an offset
+    /// commit that covered it), and only by time, said so, when none did.
+    #[test]
+    fn a_missing_effect_names_the_offset_commit_that_covered_its_message() {
+        let ops = vec![op(1, Outcome::Acknowledged, 2, "apple"), op(2, Outcome::Acknowledged, 3, "pear")];
+        let sys = Box::leak(Box::new(system()));
+        let fault = |point: &str, at_ms, reach| crate::faults::FaultRecord {
+            point: point.into(),
+            component: "notifier-1".into(),
+            at_ms,
+            hit: "the process".into(),
+            occurrence: Some(0),
+            reach,
+        };
+        let run = |faults| {
+            let mut b = Books::new(sys, &ops, faults, 0);
+            for (id, key, offset) in [(11, 1, 4), (12, 2, 5)] {
+                let payload = format!(r#"{{"order_id": "{}", "quantity": 1}}"#, Uuid::from_u128(key));
+                b.add_event(event(id, key, &payload));
+                let (k, i) = (Uuid::from_u128(key).to_string(), Uuid::from_u128(id).to_string());
+                let print = fingerprint(k.as_bytes(), b"OrderPlaced", payload.as_bytes());
+                b.add_message(1, offset, k.as_bytes(), Some(i.as_bytes()), print);
+            }
+            b.finish()
+        };
+        let covered = crate::faults::Reach { seqs: vec![], spans: vec![(1, 3, 4)] };
+        // A random kill nearer in time, with no reach, and the commit that
+        // covered order 1's message (1:4) but not order 2's (1:5).
+        let found = run(vec![
+            fault("process.kill", 19, Default::default()),
+            fault("kafka.kill_after_offset_commit", 15, covered),
+        ]);
+        let missing = found.anomalies.iter().find(|a| a.name == "missing effect").expect("missing effect");
+        let of = |key: u128| missing.followed.iter().find(|f| f.subject == Uuid::from_u128(key).to_string()).unwrap();
+        let first = of(1);
+        assert_eq!(first.faults.len(), 1, "{first:?}");
+        assert_eq!(first.cause().map(|c| c.point.as_str()), Some("kafka.kill_after_offset_commit"));
+        assert!(
+            first.suspects("").contains("its offset commit (partition 1, offsets 3..=4) covered message 1:4"),
+            "{first:?}"
+        );
+        let i = first.example;
+        assert!(missing.examples[i].contains("cause: kafka.kill_after_offset_commit"), "{}", missing.examples[i]);
+        // Nothing reached order 2's message: both faults, by time, nearest first.
+        let second = of(2);
+        assert!(second.cause().is_none() && second.faults.iter().all(|f| f.by == By::Time), "{second:?}");
+        assert_eq!(second.faults[0].point, "process.kill");
+        assert!(second.suspects(", ").starts_with("by time: process.kill"), "{}", second.suspects(", "));
+        assert!(
+            missing.examples[second.example].contains("faults around it, by time: "),
+            "{}",
+            missing.examples[second.example]
+        );
     }
 
     #[test]

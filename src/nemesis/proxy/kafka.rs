@@ -77,6 +77,12 @@ pub struct Requests {
     head: Vec<u8>,
     /// The bytes of the current request after its header still to come.
     left: usize,
+    /// An `OffsetCommit` being read whole (its version, correlation id and
+    /// the bytes after its fixed header so far): the positions it commits
+    /// are what a kill after its answer reaches.
+    commit: Option<(i16, i32, Vec<u8>)>,
+    /// Read `OffsetCommit`s not yet taken: correlation id and positions.
+    commits: Vec<(i32, Positions)>,
 }
 
 impl Requests {
@@ -88,8 +94,14 @@ impl Requests {
         while at < bytes.len() {
             if self.left > 0 {
                 let n = self.left.min(bytes.len() - at);
+                if let Some((_, _, body)) = &mut self.commit {
+                    body.extend_from_slice(&bytes[at..at + n]);
+                }
                 self.left -= n;
                 at += n;
+                if self.left == 0 {
+                    self.commit_read();
+                }
                 continue;
             }
             let n = (12 - self.head.len()).min(bytes.len() - at);
@@ -103,16 +115,100 @@ impl Requests {
             if size < 8 || size as usize > MAX_FRAME {
                 return Err(at - 12);
             }
-            out.push(Request {
+            let r = Request {
                 api_key: i16::from_be_bytes([h[4], h[5]]),
                 api_version: i16::from_be_bytes([h[6], h[7]]),
                 correlation: i32::from_be_bytes([h[8], h[9], h[10], h[11]]),
-            });
+            };
+            out.push(r);
             self.left = size as usize + 4 - 12;
             self.head.clear();
+            if r.api_key == OFFSET_COMMIT && self.left <= COMMIT_MAX {
+                self.commit = Some((r.api_version, r.correlation, Vec::with_capacity(self.left)));
+                if self.left == 0 {
+                    self.commit_read();
+                }
+            }
         }
         Ok(out)
     }
+
+    /// The `OffsetCommit`s read whole since the last call: each one's
+    /// correlation id and the positions it commits, (partition, offset).
+    pub fn commits(&mut self) -> Vec<(i32, Positions)> {
+        std::mem::take(&mut self.commits)
+    }
+
+    fn commit_read(&mut self) {
+        if let Some((version, correlation, body)) = self.commit.take() {
+            match offset_commit_positions(version, &body) {
+                Some(p) => self.commits.push((correlation, p)),
+                None => tracing::debug!(version, "an OffsetCommit request the proxy could not read; no reach"),
+            }
+        }
+    }
+}
+
+/// The positions an `OffsetCommit` commits: (partition, offset) each.
+pub type Positions = Vec<(i32, i64)>;
+
+/// The largest `OffsetCommit` request kept to be read: one topic's
+/// partitions take a few dozen bytes each.
+const COMMIT_MAX: usize = 64 * 1024;
+
+/// The `OffsetCommit` versions [`offset_commit_positions`] reads: 2 to 9
+/// (librdkafka, kafkajs and the Java client of Kafka 3 send these); 8 and
+/// later are flexible. Version 10 names a topic by its id, and is not read.
+pub const OFFSET_COMMIT_VERSIONS: std::ops::RangeInclusive<i16> = 2..=9;
+
+/// The positions an `OffsetCommit` request commits, (partition, offset),
+/// from its bytes after the fixed header (size, api key, version,
+/// correlation id): the client id, then the body. None for a version not
+/// in [`OFFSET_COMMIT_VERSIONS`], or bytes that are not what it says.
+pub fn offset_commit_positions(version: i16, after_header: &[u8]) -> Option<Positions> {
+    if !OFFSET_COMMIT_VERSIONS.contains(&version) {
+        return None;
+    }
+    let flexible = version >= 8;
+    let mut r = Reader { buf: after_header, at: 0 };
+    // The client id is a plain nullable string even in a flexible header,
+    // which then has tagged fields.
+    r.string(false)?;
+    if flexible {
+        r.tags()?;
+    }
+    r.string(flexible)?; // group_id
+    r.skip(4)?; // generation_id
+    r.string(flexible)?; // member_id
+    if version >= 7 {
+        r.string(flexible)?; // group_instance_id
+    }
+    if version <= 4 {
+        r.skip(8)?; // retention_time_ms
+    }
+    let mut out = Vec::new();
+    for _ in 0..r.array(flexible)? {
+        r.string(flexible)?; // the topic's name: a run's consumers read one topic
+        for _ in 0..r.array(flexible)? {
+            let partition = r.i32()?;
+            let offset = r.i64()?;
+            if version >= 6 {
+                r.skip(4)?; // committed_leader_epoch
+            }
+            r.string(flexible)?; // committed_metadata
+            if flexible {
+                r.tags()?;
+            }
+            out.push((partition, offset));
+        }
+        if flexible {
+            r.tags()?;
+        }
+    }
+    if flexible {
+        r.tags()?;
+    }
+    Some(out)
 }
 
 /// A response whose header is in the buffer.
@@ -176,13 +272,32 @@ impl Responses {
     }
 }
 
-/// The requests of one connection still waiting for their response.
+/// The requests of one connection still waiting for their response, and
+/// the positions of the `OffsetCommit`s among them.
 #[derive(Debug, Default)]
-pub struct InFlight(Mutex<VecDeque<Request>>);
+pub struct InFlight(Mutex<VecDeque<Request>>, Mutex<Vec<(i32, Positions)>>);
 
 impl InFlight {
     pub fn sent(&self, r: Request) {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).push_back(r);
+    }
+
+    /// The positions an `OffsetCommit` request commits, once read whole.
+    pub fn commits(&self, correlation: i32, positions: Positions) {
+        let mut c = self.1.lock().unwrap_or_else(|p| p.into_inner());
+        // A connection's answered commits are taken; a few unanswered ones
+        // at most wait here.
+        if c.len() >= 64 {
+            c.remove(0);
+        }
+        c.push((correlation, positions));
+    }
+
+    /// The positions of the `OffsetCommit` request `correlation`, taken.
+    pub fn positions(&self, correlation: i32) -> Option<Positions> {
+        let mut c = self.1.lock().unwrap_or_else(|p| p.into_inner());
+        let i = c.iter().position(|(id, _)| *id == correlation)?;
+        Some(c.remove(i).1)
     }
 
     /// The request a response answers. Requests before it got no response
@@ -311,6 +426,10 @@ impl Reader<'_> {
 
     fn i32(&mut self) -> Option<i32> {
         self.take(4).map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn i64(&mut self) -> Option<i64> {
+        self.take(8).map(|b| i64::from_be_bytes(b.try_into().unwrap_or([0; 8])))
     }
 
     fn uvarint(&mut self) -> Option<u64> {
@@ -569,5 +688,90 @@ mod tests {
         huge.truncate(huge.len() - 4);
         huge.extend(1_000_000i32.to_be_bytes());
         assert_eq!(fetch_carries_records(4, &huge), None);
+    }
+
+    /// An `OffsetCommit` request as a client writes it, at `version`:
+    /// group "g", one topic, these (partition, offset) positions.
+    fn offset_commit(version: i16, correlation: i32, positions: &[(i32, i64)]) -> Vec<u8> {
+        let flexible = version >= 8;
+        let string = |v: &mut Vec<u8>, text: &str| match flexible {
+            true => {
+                v.push(text.len() as u8 + 1);
+                v.extend(text.as_bytes());
+            }
+            false => {
+                v.extend((text.len() as i16).to_be_bytes());
+                v.extend(text.as_bytes());
+            }
+        };
+        let count = |v: &mut Vec<u8>, n: usize| match flexible {
+            true => v.push(n as u8 + 1),
+            false => v.extend((n as i32).to_be_bytes()),
+        };
+        let mut b = Vec::new();
+        b.extend(8i16.to_be_bytes());
+        b.extend(version.to_be_bytes());
+        b.extend(correlation.to_be_bytes());
+        b.extend(6i16.to_be_bytes());
+        b.extend(b"rdkafk");
+        if flexible {
+            b.push(0); // the header's tagged fields
+        }
+        string(&mut b, "g");
+        b.extend(7i32.to_be_bytes()); // generation_id
+        string(&mut b, "member-1");
+        if version >= 7 {
+            string(&mut b, "notifier-1");
+        }
+        if version <= 4 {
+            b.extend((-1i64).to_be_bytes());
+        }
+        count(&mut b, 1);
+        string(&mut b, "chaos.run.orders");
+        count(&mut b, positions.len());
+        for (p, o) in positions {
+            b.extend(p.to_be_bytes());
+            b.extend(o.to_be_bytes());
+            if version >= 6 {
+                b.extend(3i32.to_be_bytes());
+            }
+            string(&mut b, "");
+            if flexible {
+                b.push(0);
+            }
+        }
+        if flexible {
+            b.push(0);
+            b.push(0);
+        }
+        let mut v = (b.len() as i32).to_be_bytes().to_vec();
+        v.extend(b);
+        v
+    }
+
+    /// A kill right after an offset commit reaches the messages it covered:
+    /// so the proxy reads the positions of every `OffsetCommit` it passes,
+    /// at every version clients send, whatever the cuts in the stream.
+    #[test]
+    fn an_offset_commits_positions_are_read_at_every_version_and_cut() {
+        let positions = [(0, 42), (2, 7)];
+        for version in OFFSET_COMMIT_VERSIONS {
+            let frame = offset_commit(version, 5, &positions);
+            assert_eq!(offset_commit_positions(version, &frame[12..]), Some(positions.to_vec()), "v{version}");
+            assert_eq!(offset_commit_positions(version, &frame[12..frame.len() - 3]), None, "v{version}: cut short");
+            let stream = [request(3, 4, 10), frame, request(1, 6, 30)].concat();
+            for cut in 1..stream.len() {
+                let mut r = Requests::default();
+                let mut seen = r.feed(&stream[..cut]).unwrap();
+                seen.extend(r.feed(&stream[cut..]).unwrap());
+                assert_eq!(seen.iter().map(|q| q.correlation).collect::<Vec<_>>(), [4, 5, 6], "v{version} cut {cut}");
+                assert_eq!(r.commits(), vec![(5, positions.to_vec())], "v{version} cut {cut}");
+            }
+        }
+        // A version it does not read gives no positions, and no error.
+        assert_eq!(offset_commit_positions(10, &offset_commit(9, 1, &positions)[12..]), None);
+        let mut r = Requests::default();
+        r.feed(&offset_commit(1, 1, &positions)).unwrap();
+        assert!(r.commits().is_empty());
     }
 }

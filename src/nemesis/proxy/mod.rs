@@ -43,7 +43,7 @@ pub mod lanes;
 pub mod pg;
 
 use crate::error::{Error, Result};
-use crate::faults::{FaultInjector, FaultPoint};
+use crate::faults::{FaultInjector, FaultPoint, Reach};
 use crate::nemesis::signal::{Claim, Occupant, Struck};
 use crate::pipeline::context::{Shutdown, Stats};
 pub use crate::scenario::Shaping;
@@ -102,6 +102,10 @@ pub struct Slot {
     offset_commits: watch::Sender<u64>,
     /// The run's counters, for the commits seen on the slot's wire.
     stats: Arc<Stats>,
+    /// The group's committed position per partition, as the last answered
+    /// `OffsetCommit` of any slot set it: an offset commit covers the
+    /// messages from there to its own position.
+    committed: Arc<Mutex<std::collections::HashMap<i32, i64>>>,
 }
 
 /// An open connection: dropping the sender resets it.
@@ -150,6 +154,7 @@ impl Proxy {
         kafka.resize_with(s.slots.len(), || None);
         let mut slots = Vec::new();
         let mut tasks = Vec::new();
+        let committed = Arc::new(Mutex::new(std::collections::HashMap::new()));
         for (name, kafka) in s.slots.into_iter().zip(kafka) {
             let listener = TcpListener::bind("127.0.0.1:0")
                 .await
@@ -172,6 +177,7 @@ impl Proxy {
                 held: AtomicU64::new(0),
                 offset_commits: watch::channel(0).0,
                 stats: s.stats.clone(),
+                committed: committed.clone(),
             });
             tasks.push(tokio::spawn(accept(
                 listener,
@@ -249,6 +255,23 @@ impl Proxy {
 }
 
 impl Slot {
+    /// Notes the positions of an answered `OffsetCommit`; returns the
+    /// messages it covered: per partition, from the group's position before
+    /// it to the message before its own.
+    fn committing(&self, positions: Vec<(i32, i64)>) -> Reach {
+        let mut committed = self.committed.lock().unwrap_or_else(|p| p.into_inner());
+        let mut reach = Reach::default();
+        for (partition, offset) in positions {
+            // A group's first commit covers its partition from the start:
+            // a run's topic is new.
+            let before = committed.insert(partition, offset).unwrap_or(0);
+            if offset > before {
+                reach.spans.push((partition, before, offset - 1));
+            }
+        }
+        reach
+    }
+
     /// Resets every connection open through the slot; returns how many.
     pub fn reset_all(&self) -> usize {
         let conns = std::mem::take(&mut *self.conns.lock().unwrap_or_else(|p| p.into_inner()));
@@ -581,7 +604,10 @@ async fn pump_bytes(
         let Some(n) = read_shaped(from, &mut buf, &mut to, slot, &mut rng, faults).await? else { return Ok(()) };
         if let Some(in_flight) = requests {
             match framing.feed(&buf[..n]) {
-                Ok(seen) => seen.into_iter().for_each(|r| in_flight.sent(r)),
+                Ok(seen) => {
+                    seen.into_iter().for_each(|r| in_flight.sent(r));
+                    framing.commits().into_iter().for_each(|(c, p)| in_flight.commits(c, p));
+                }
                 Err(at) => {
                     warn!(slot = %slot.name, at, "the client's stream is not Kafka framing; passing it on unread");
                     requests = None;
@@ -658,12 +684,14 @@ async fn pump_broker(
             if kill.is_some() || kill_at_end.is_some() {
                 break;
             }
+            let mut reach = Reach::default();
             let (point, what) = match in_flight.answered(f.correlation).map(|r| (r.api_key, r.api_version)) {
                 Some((kafka::PRODUCE, _)) => (FaultPoint::KafkaKillAfterProduceAck, "its produce was acknowledged"),
                 Some((kafka::OFFSET_COMMIT, _)) => {
                     // The coordinator answered: the group's position moved,
                     // whether or not the client reads the answer.
                     slot.offset_commits.send_modify(|n| *n += 1);
+                    reach = slot.committing(in_flight.positions(f.correlation).unwrap_or_default());
                     (FaultPoint::KafkaKillAfterOffsetCommit, "its offset commit was acknowledged")
                 }
                 Some((kafka::FETCH, version)) if read_fetches => {
@@ -689,7 +717,13 @@ async fn pump_broker(
                 faults.confirm(FaultPoint::KafkaProduceAckLost, 1);
                 return Err("reset after withholding a produce's acknowledgement (kafka.produce_ack_lost)".into());
             }
-            let claimed = slot.process.claim_kill(faults, point, &slot.name, || format!("the process, once {what}"));
+            let claimed = slot.process.claim_kill_reaching(
+                faults,
+                point,
+                &slot.name,
+                || format!("the process, once {what}"),
+                reach,
+            );
             match f.end {
                 Some(_) => kill = claimed,
                 None => kill_at_end = claimed,
@@ -923,7 +957,20 @@ impl ProcessHandle {
         slot: &str,
         what: impl FnOnce() -> String,
     ) -> Option<Claimed<'_>> {
-        let claim = self.occupant.claim(|| faults.strike(point, slot, what))?;
+        self.claim_kill_reaching(faults, point, slot, what, Reach::default())
+    }
+
+    /// [`ProcessHandle::claim_kill`], logging what the window reached: an
+    /// offset commit's messages.
+    fn claim_kill_reaching(
+        &self,
+        faults: &FaultInjector,
+        point: FaultPoint,
+        slot: &str,
+        what: impl FnOnce() -> String,
+        reach: Reach,
+    ) -> Option<Claimed<'_>> {
+        let claim = self.occupant.claim(|| faults.strike_reaching(point, slot, what, || reach))?;
         Some(Claimed { process: self, claim: Some(claim), point })
     }
 
