@@ -57,6 +57,9 @@ bash scripts/services.sh status || true
 log "making the Python examples' virtual environment (scripts/python-env.sh)"
 bash scripts/python-env.sh >/dev/null
 
+log "installing the Node.js example's packages (scripts/node-env.sh)"
+bash scripts/node-env.sh >/dev/null
+
 log "fetching the JUnit schema and xmllint (scripts/junit-schema.sh)"
 bash scripts/junit-schema.sh >/dev/null
 

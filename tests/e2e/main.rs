@@ -13,6 +13,7 @@ mod docs;
 mod foundation;
 mod html;
 mod infra;
+mod node;
 mod output;
 mod payments;
 mod programs;
