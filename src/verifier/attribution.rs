@@ -107,6 +107,20 @@ pub struct Suspect {
 }
 
 impl Suspect {
+    /// A firing as a suspect of an example whose last trace was at
+    /// `trace_ms` (since the run started).
+    pub fn of(f: &FaultRecord, trace_ms: u64, by: By, matched: Option<String>) -> Self {
+        Suspect {
+            point: f.point.clone(),
+            component: f.component.clone(),
+            at_ms: f.at_ms,
+            before_ms: trace_ms as i64 - f.at_ms as i64,
+            hit: f.hit.clone(),
+            by,
+            matched,
+        }
+    }
+
     pub fn describe(&self) -> String {
         match (&self.by, &self.matched) {
             (By::Data, Some(m)) => {
@@ -155,15 +169,7 @@ pub fn attribute(anomalies: &mut [Anomaly], ev: &Evidence) {
                     .log
                     .iter()
                     .filter_map(|f| {
-                        let suspect = |by, matched| Suspect {
-                            point: f.point.clone(),
-                            component: f.component.clone(),
-                            at_ms: f.at_ms,
-                            before_ms: trace_ms as i64 - f.at_ms as i64,
-                            hit: f.hit.clone(),
-                            by,
-                            matched,
-                        };
+                        let suspect = |by, matched| Suspect::of(f, trace_ms, by, matched);
                         // A cause comes before its effect, or soon after
                         // its last trace (a loss after the mark).
                         if let Some(m) = story.and_then(|s| matched(f, s, ev.deliveries)) {

@@ -850,15 +850,7 @@ impl<'a> Books<'a> {
             .iter()
             .flat_map(|&i| self.events[i].copies.iter().copied())
             .collect();
-        let suspect = |f: &FaultRecord, by, matched| Suspect {
-            point: f.point.clone(),
-            component: f.component.clone(),
-            at_ms: f.at_ms,
-            before_ms: trace_ms as i64 - f.at_ms as i64,
-            hit: f.hit.clone(),
-            by,
-            matched,
-        };
+        let suspect = |f: &FaultRecord, by, matched| Suspect::of(f, trace_ms, by, matched);
         let mut faults: Vec<Suspect> = self
             .faults
             .iter()

@@ -151,15 +151,24 @@ pub fn spawn_until(
 /// fresh machine. Made once per test binary.
 pub fn python_path() -> String {
     static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let bin = BIN.get_or_init(|| {
-        let out = Command::new("bash")
-            .arg(root().join("scripts/python-env.sh"))
-            .output()
-            .expect("cannot run scripts/python-env.sh");
-        assert!(out.status.success(), "scripts/python-env.sh failed: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    });
+    let bin = BIN.get_or_init(|| made_by("scripts/python-env.sh"));
     format!("{bin}:{}", std::env::var("PATH").unwrap_or_default())
+}
+
+/// The folder with kafkajs and pg for NODE_PATH, made (or found) by
+/// scripts/node-env.sh, which installs the locked packages outside the
+/// repository on a fresh machine. Made once per test binary.
+pub fn node_path() -> String {
+    static DIR: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| made_by("scripts/node-env.sh")).clone()
+}
+
+/// What an environment script prints: the folder it made or found.
+fn made_by(script: &str) -> String {
+    let out =
+        Command::new("bash").arg(root().join(script)).output().unwrap_or_else(|e| panic!("cannot run {script}: {e}"));
+    assert!(out.status.success(), "{script} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// Processes alive now whose environment holds `CHAOS_RUN_ID=<run_id>`:

@@ -8,23 +8,6 @@
 
 use crate::common::*;
 use std::path::Path;
-use std::process::Command;
-
-/// The folder with kafkajs and pg for NODE_PATH, made (or found) by
-/// scripts/node-env.sh, which installs the locked packages outside the
-/// repository on a fresh machine. Made once per test binary.
-fn node_path() -> String {
-    static DIR: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| {
-        let out = Command::new("bash")
-            .arg(root().join("scripts/node-env.sh"))
-            .output()
-            .expect("cannot run scripts/node-env.sh");
-        assert!(out.status.success(), "scripts/node-env.sh failed: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    })
-    .clone()
-}
 
 fn run_node(scenario: &str, reports: &Path) -> Ran {
     let mut c = chaos();

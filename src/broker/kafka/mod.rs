@@ -114,6 +114,28 @@ impl Kafka {
         }
     }
 
+    /// `read` of the consumer group's entries in the coordinator's group
+    /// list; None on the mock cluster, which cannot list groups.
+    async fn read_group<T: Send + 'static>(
+        &self,
+        group: &str,
+        read: impl FnOnce(&[&rdkafka::groups::GroupInfo]) -> T + Send + 'static,
+    ) -> Result<Option<T>> {
+        let admin = self.admin()?;
+        let group = group.to_string();
+        let listed = blocking(move || {
+            let list = admin.inner().fetch_group_list(Some(&group), CONNECT_TIMEOUT);
+            // Dropped here, off the async threads: its drop blocks.
+            Ok(list.map(|l| read(&l.groups().iter().filter(|g| g.name() == group).collect::<Vec<_>>())))
+        })
+        .await?;
+        match listed {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if e.to_string().contains("UnsupportedFeature") => Ok(None),
+            Err(e) => Err(Error::kafka("describing the consumer group", e)),
+        }
+    }
+
     /// The run's cluster as a component process of the run sees it.
     pub fn for_component(bootstrap: &str, embedded: bool) -> Self {
         let mut kafka = Self::attach(bootstrap, embedded);
@@ -237,42 +259,14 @@ impl Broker for Kafka {
     }
 
     fn group_members<'a>(&'a self, group: &'a str) -> BoxFuture<'a, Result<Option<usize>>> {
-        let group = group.to_string();
-        Box::pin(async move {
-            let admin = self.admin()?;
-            let listed = blocking(move || {
-                let list = admin.inner().fetch_group_list(Some(&group), CONNECT_TIMEOUT);
-                // Dropped here, off the async threads: its drop blocks.
-                Ok(list.map(|l| l.groups().iter().filter(|x| x.name() == group).map(|x| x.members().len()).sum()))
-            })
-            .await?;
-            match listed {
-                Ok(n) => Ok(Some(n)),
-                // The mock cluster cannot list groups.
-                Err(e) if e.to_string().contains("UnsupportedFeature") => Ok(None),
-                Err(e) => Err(Error::kafka("describing the consumer group", e)),
-            }
-        })
+        Box::pin(self.read_group(group, |mine| mine.iter().map(|g| g.members().len()).sum()))
     }
 
     fn group_stable<'a>(&'a self, group: &'a str) -> BoxFuture<'a, Result<Option<bool>>> {
-        let group = group.to_string();
-        Box::pin(async move {
-            let admin = self.admin()?;
-            let listed = blocking(move || {
-                let list = admin.inner().fetch_group_list(Some(&group), CONNECT_TIMEOUT);
-                // Only "Stable" is settled: "PreparingRebalance" and
-                // "CompletingRebalance" are a rebalance under way, "Empty"
-                // a group whose every member is gone.
-                Ok(list.map(|l| l.groups().iter().any(|x| x.name() == group && x.state() == "Stable")))
-            })
-            .await?;
-            match listed {
-                Ok(stable) => Ok(Some(stable)),
-                Err(e) if e.to_string().contains("UnsupportedFeature") => Ok(None),
-                Err(e) => Err(Error::kafka("describing the consumer group", e)),
-            }
-        })
+        // Only "Stable" is settled: "PreparingRebalance" and
+        // "CompletingRebalance" are a rebalance under way, "Empty" a group
+        // whose every member is gone.
+        Box::pin(self.read_group(group, |mine| mine.iter().any(|g| g.state() == "Stable")))
     }
 
     fn read_topic(
