@@ -636,8 +636,14 @@ main() {
     restart-immediate)
       [[ "${2:-}" == postgres || "${2:-}" == pg ]] || usage
       # Every backend is killed without a checkpoint; the server recovers
-      # from its WAL on the way up, as after a crash.
-      pg_ctlcluster "$PG_VERSION" "$PG_CLUSTER" restart -m immediate >&2
+      # from its WAL on the way up, as after a crash. On a busy machine that
+      # recovery outlasted pg_ctl's 60 s wait ("server did not start in
+      # time") while the server was still coming up: pg_ctl waits longer,
+      # and a server still starting is waited for, not reported failed.
+      if ! PGCTLTIMEOUT=300 pg_ctlcluster "$PG_VERSION" "$PG_CLUSTER" restart -m immediate >&2; then
+        pg_online || die "postgres did not come back after restart -m immediate"
+        pg_wait_ready || die "postgres did not become ready after restart -m immediate"
+      fi
       ;;
     -h|--help|help) usage ;;
     *) usage ;;
