@@ -173,7 +173,13 @@ pub fn attribute(anomalies: &mut [Anomaly], ev: &Evidence) {
                         // A cause comes before its effect, or soon after
                         // its last trace (a loss after the mark).
                         if let Some(m) = story.and_then(|s| matched(f, s, ev.deliveries)) {
-                            return (f.at_ms <= trace_ms + AFTER_MS).then(|| suspect(By::Data, Some(m)));
+                            // A kill that makes a message come back comes
+                            // before the effect it repeats, never after.
+                            let after = match FaultPoint::from_name(&f.point) {
+                                Some(FaultPoint::DbKillAfterCommit) => 0,
+                                _ => AFTER_MS,
+                            };
+                            return (f.at_ms <= trace_ms + after).then(|| suspect(By::Data, Some(m)));
                         }
                         let lasts = ev.spans.get(&f.point).copied().unwrap_or(0);
                         (f.at_ms + lasts + WINDOW_MS >= trace_ms && f.at_ms <= trace_ms + AFTER_MS)
@@ -184,6 +190,7 @@ pub fn attribute(anomalies: &mut [Anomaly], ev: &Evidence) {
                 // what merely came near it is left out.
                 if faults.iter().any(|f| f.by == By::Data) {
                     faults.retain(|f| f.by == By::Data);
+                    latest_redelivery(&mut faults);
                     // A firing that cannot cause this anomaly goes last;
                     // then earliest first: a cause comes before what it
                     // causes, and a later firing on the same data (the
@@ -234,7 +241,7 @@ fn matched(f: &FaultRecord, story: &Story, deliveries: &[DeliveryRecord]) -> Opt
         return Some(format!("its batch (outbox seq {}) held seq {seq}", range(a, b)));
     }
     let positions: Vec<(i32, i64)> = story.messages.iter().map(|m| (m.partition, m.offset)).collect();
-    if let Some(m) = reached(f, &positions) {
+    if let Some(m) = reached(f, &positions, &story.anomaly) {
         return Some(m);
     }
     // A notifier that crashes gets back all it had not committed, not only
@@ -278,16 +285,42 @@ fn matched(f: &FaultRecord, story: &Story, deliveries: &[DeliveryRecord]) -> Opt
 }
 
 /// What of `messages` (partition, offset) a firing's reach holds, in
-/// words; None when none of them. An offset commit's reach is what it
-/// covered; any other's, the batch it struck.
-pub fn reached(f: &FaultRecord, messages: &[(i32, i64)]) -> Option<String> {
+/// words, when that can explain `anomaly`; None otherwise. An offset
+/// commit's reach is what it covered (never delivered again, so lost if
+/// not done: no duplicate); a kill after a database commit's, what its
+/// process had fetched past the group's position (delivered again after
+/// the kill, so done twice if it was done: a duplicate, never a loss); any
+/// other's, the batch it struck.
+pub fn reached(f: &FaultRecord, messages: &[(i32, i64)], anomaly: &str) -> Option<String> {
+    let point = FaultPoint::from_name(&f.point);
+    if point == Some(FaultPoint::DbKillAfterCommit) && !anomaly.starts_with("duplicate") {
+        return None;
+    }
     let (m, (p, a, b)) = messages.iter().find_map(|&(p, o)| f.reach.span_of(p, o).map(|s| ((p, o), s)))?;
-    Some(match FaultPoint::from_name(&f.point) {
+    let (offsets, message) = (range(a, b), format!("{}:{}", m.0, m.1));
+    Some(match point {
         Some(FaultPoint::KafkaKillAfterOffsetCommit) => {
-            format!("its offset commit (partition {p}, offsets {}) covered message {}:{}", range(a, b), m.0, m.1)
+            format!("its offset commit (partition {p}, offsets {offsets}) covered message {message}")
         }
-        _ => format!("its batch (partition {p}, offsets {}) held message {}:{}", range(a, b), m.0, m.1),
+        Some(FaultPoint::DbKillAfterCommit) => format!(
+            "its process had fetched partition {p}, offsets {offsets}, past the group's committed position: \
+             message {message} was delivered again"
+        ),
+        _ => format!("its batch (partition {p}, offsets {offsets}) held message {message}"),
     })
+}
+
+/// Of the kills after a database commit matched by data (each reached a
+/// message its process had fetched and the group had not committed), only
+/// the latest is kept. A message is fetched ahead of its processing, so a
+/// kill before it was first applied also reaches it; the kill that made it
+/// come back once it had been applied is the last one to reach it: any
+/// later one would find it committed.
+pub fn latest_redelivery(suspects: &mut Vec<Suspect>) {
+    let redelivers = |s: &Suspect| FaultPoint::from_name(&s.point) == Some(FaultPoint::DbKillAfterCommit);
+    if let Some(latest) = suspects.iter().filter(|s| redelivers(s)).map(|s| s.at_ms).max() {
+        suspects.retain(|s| !redelivers(s) || s.at_ms == latest);
+    }
 }
 
 /// A reference notifier's crash points: the group delivers again whatever
@@ -694,5 +727,46 @@ mod tests {
             f.faults[0].matched.as_deref(),
             Some("the batch it last received before it (5 messages, at 1.200 s) held message 0:17")
         );
+    }
+
+    /// A kill after a database commit reaches what its process fetched
+    /// past the group's position: delivered again, so it explains a
+    /// duplicate and never a loss. An offset commit's reach is the other
+    /// way round, read by `can_cause`.
+    #[test]
+    fn a_kill_after_a_commit_explains_a_duplicate_by_data_never_a_loss() {
+        let mut kill = fault("db.kill_after_commit", "consumer-1", 4_000);
+        kill.reach = Reach { seqs: vec![], spans: vec![(2, 10, 14)] };
+        assert_eq!(
+            reached(&kill, &[(1, 12), (2, 12)], "duplicate effect").as_deref(),
+            Some(
+                "its process had fetched partition 2, offsets 10..=14, past the group's committed position: \
+                 message 2:12 was delivered again"
+            )
+        );
+        assert_eq!(reached(&kill, &[(2, 9), (2, 15)], "duplicate effect"), None, "outside its span");
+        assert_eq!(reached(&kill, &[(2, 12)], "missing effect"), None, "delivered again, so not lost by it");
+        let mut commit = fault("kafka.kill_after_offset_commit", "consumer-1", 4_000);
+        commit.reach = kill.reach.clone();
+        assert!(reached(&commit, &[(2, 12)], "missing effect").is_some());
+    }
+
+    /// A message is fetched ahead: a kill before its first processing
+    /// reaches it too. The duplicate names the last kill that reached it,
+    /// and keeps every other kind of suspect.
+    #[test]
+    fn of_the_kills_that_reached_a_duplicate_the_latest_is_kept() {
+        let suspect = |point: &str, at_ms| {
+            Suspect::of(&fault(point, "consumer-1", at_ms), 10_000, By::Data, Some("m".into()))
+        };
+        let mut s = vec![
+            suspect("db.kill_after_commit", 2_000),
+            suspect("relay.after_produce", 1_000),
+            suspect("db.kill_after_commit", 6_000),
+            suspect("db.kill_after_commit", 4_000),
+        ];
+        latest_redelivery(&mut s);
+        let kept: Vec<(&str, u64)> = s.iter().map(|s| (s.point.as_str(), s.at_ms)).collect();
+        assert_eq!(kept, vec![("relay.after_produce", 1_000), ("db.kill_after_commit", 6_000)]);
     }
 }

@@ -427,24 +427,20 @@ impl<'a> Books<'a> {
                     found.figures.acknowledged += 1;
                     acked += 1;
                     if total == 0 {
-                        tally.note_on(
-                            AnomalyKind::LostOperation,
-                            Some(key.as_str()),
+                        tally.note_on(AnomalyKind::LostOperation, Some(key.as_str()), || {
                             format!(
                                 "acknowledged, and none of its events ({wanted}) is in the outbox; {}",
                                 self.story(&key, AnomalyKind::LostOperation)
-                            ),
-                        );
+                            )
+                        });
                     } else if counts.iter().any(|&n| n != 1) {
-                        tally.note_on(
-                            AnomalyKind::OutboxMismatch,
-                            Some(key.as_str()),
+                        tally.note_on(AnomalyKind::OutboxMismatch, Some(key.as_str()), || {
                             format!(
                                 "acknowledged with {} (expected each once); {}",
                                 shown(),
                                 self.story(&key, AnomalyKind::OutboxMismatch)
-                            ),
-                        );
+                            )
+                        });
                     } else {
                         acked_ok += 1;
                     }
@@ -454,15 +450,13 @@ impl<'a> Books<'a> {
                     ambiguous += 1;
                     let partial = total > 0 && counts.contains(&0);
                     if counts.iter().any(|&n| n > 1) || partial {
-                        tally.note_on(
-                            AnomalyKind::OutboxMismatch,
-                            Some(key.as_str()),
+                        tally.note_on(AnomalyKind::OutboxMismatch, Some(key.as_str()), || {
                             format!(
                                 "ambiguous, with {} (expected each once, or none at all); {}",
                                 shown(),
                                 self.story(&key, AnomalyKind::OutboxMismatch)
-                            ),
-                        );
+                            )
+                        });
                     } else {
                         ambiguous_ok += 1;
                     }
@@ -471,15 +465,13 @@ impl<'a> Books<'a> {
                     found.figures.refused += 1;
                     if total > 0 {
                         phantoms += 1;
-                        tally.note_on(
-                            AnomalyKind::PhantomOperation,
-                            Some(key.as_str()),
+                        tally.note_on(AnomalyKind::PhantomOperation, Some(key.as_str()), || {
                             format!(
                                 "refused, and still {}; {}",
                                 shown(),
                                 self.story(&key, AnomalyKind::PhantomOperation)
-                            ),
-                        );
+                            )
+                        });
                     }
                 }
             }
@@ -496,14 +488,12 @@ impl<'a> Books<'a> {
         never_asked.sort();
         for k in never_asked {
             phantoms += 1;
-            tally.note_on(
-                AnomalyKind::PhantomOperation,
-                Some(k.as_str()),
+            tally.note_on(AnomalyKind::PhantomOperation, Some(k.as_str()), || {
                 format!(
                     "events for a key the workload never asked for; {}",
                     self.story(k, AnomalyKind::PhantomOperation)
-                ),
-            );
+                )
+            });
         }
         found.invariants.push(linked(
             Invariant::eq("every acknowledged operation produced exactly its events", acked, acked_ok),
@@ -528,32 +518,28 @@ impl<'a> Books<'a> {
         for e in &self.events {
             if e.copies.is_empty() {
                 if !self.leftovers.contains(&e.id) {
-                    tally.note_on(
-                        AnomalyKind::LostEvent,
-                        Some(e.key.as_str()),
+                    tally.note_on(AnomalyKind::LostEvent, Some(e.key.as_str()), || {
                         format!(
                             "{} {} is on no partition; {}",
                             self.kinds[e.kind],
                             e.id,
                             self.story(&e.key, AnomalyKind::LostEvent)
-                        ),
-                    );
+                        )
+                    });
                 }
             } else {
                 on_topic += 1;
             }
             if e.mismatched {
                 mismatched += 1;
-                tally.note_on(
-                    AnomalyKind::MessageMismatch,
-                    Some(e.key.as_str()),
+                tally.note_on(AnomalyKind::MessageMismatch, Some(e.key.as_str()), || {
                     format!(
                         "a message of {} {} differs from its outbox row (key, type or value); {}",
                         self.kinds[e.kind],
                         e.id,
                         self.story(&e.key, AnomalyKind::MessageMismatch)
-                    ),
-                );
+                    )
+                });
             }
         }
         let published = self.events.len() as u64
@@ -577,11 +563,9 @@ impl<'a> Books<'a> {
         let mut split: Vec<&String> = self.partitions.iter().filter(|(_, (_, s))| *s).map(|(k, _)| k).collect();
         split.sort();
         for k in &split {
-            tally.note_on(
-                AnomalyKind::SplitKey,
-                Some(k.as_str()),
-                format!("its messages are on more than one partition; {}", self.story(k, AnomalyKind::SplitKey)),
-            );
+            tally.note_on(AnomalyKind::SplitKey, Some(k.as_str()), || {
+                format!("its messages are on more than one partition; {}", self.story(k, AnomalyKind::SplitKey))
+            });
         }
         found.invariants.push(linked(
             Invariant::eq("a key's messages are on one partition", 0, split.len() as u64),
@@ -591,16 +575,14 @@ impl<'a> Books<'a> {
         left.sort();
         for id in &left {
             let key = self.event_by_id.get(*id).map(|&i| self.events[i].key.clone());
-            tally.note_on(
-                AnomalyKind::UnpublishedLeftover,
-                key.as_deref(),
+            tally.note_on(AnomalyKind::UnpublishedLeftover, key.as_deref(), || {
                 format!(
                     "outbox row {id} is still unpublished after the drain{}",
                     key.as_ref()
                         .map(|k| format!("; {}", self.story(k, AnomalyKind::UnpublishedLeftover)))
                         .unwrap_or_default()
-                ),
-            );
+                )
+            });
         }
         found.invariants.push(linked(
             Invariant::eq(UNPUBLISHED_INVARIANT, 0, left.len() as u64),
@@ -627,32 +609,28 @@ impl<'a> Books<'a> {
                             0 if self.pending.contains(&e.key) => expected -= 1,
                             0 => {
                                 missing += 1;
-                                tally.note_on(
-                                    AnomalyKind::MissingEffect,
-                                    Some(e.key.as_str()),
+                                tally.note_on(AnomalyKind::MissingEffect, Some(e.key.as_str()), || {
                                     format!(
                                         "{}: no row for {} {}; {}",
                                         decl.name,
                                         self.kinds[e.kind],
                                         e.id,
                                         self.story(&e.key, AnomalyKind::MissingEffect)
-                                    ),
-                                );
+                                    )
+                                });
                             }
                             1 => {}
                             n => {
                                 duplicate += 1;
-                                tally.note_on(
-                                    AnomalyKind::DuplicateEffect,
-                                    Some(e.key.as_str()),
+                                tally.note_on(AnomalyKind::DuplicateEffect, Some(e.key.as_str()), || {
                                     format!(
                                         "{}: {n} rows for {} {}; {}",
                                         decl.name,
                                         self.kinds[e.kind],
                                         e.id,
                                         self.story(&e.key, AnomalyKind::DuplicateEffect)
-                                    ),
-                                );
+                                    )
+                                });
                             }
                         }
                     }
@@ -682,43 +660,37 @@ impl<'a> Books<'a> {
                         match books.per_key.get(*k).copied().unwrap_or(0) {
                             0 => {
                                 missing += 1;
-                                tally.note_on(
-                                    AnomalyKind::MissingEffect,
-                                    Some(k.as_str()),
+                                tally.note_on(AnomalyKind::MissingEffect, Some(k.as_str()), || {
                                     format!(
                                         "{}: no row for key {k}; {}",
                                         decl.name,
                                         self.story(k, AnomalyKind::MissingEffect)
-                                    ),
-                                );
+                                    )
+                                });
                             }
                             1 => {}
                             n => {
                                 duplicate += 1;
-                                tally.note_on(
-                                    AnomalyKind::DuplicateEffect,
-                                    Some(k.as_str()),
+                                tally.note_on(AnomalyKind::DuplicateEffect, Some(k.as_str()), || {
                                     format!(
                                         "{}: {n} rows for key {k}; {}",
                                         decl.name,
                                         self.story(k, AnomalyKind::DuplicateEffect)
-                                    ),
-                                );
+                                    )
+                                });
                             }
                         }
                     }
                     let mut strays: Vec<&String> = books.per_key.keys().filter(|k| !expected.contains(*k)).collect();
                     strays.sort();
                     for k in strays {
-                        tally.note_on(
-                            AnomalyKind::MisattributedEffect,
-                            Some(k.as_str()),
+                        tally.note_on(AnomalyKind::MisattributedEffect, Some(k.as_str()), || {
                             format!(
                                 "{}: a row for key {k}, which no operation that took effect has; {}",
                                 decl.name,
                                 self.story(k, AnomalyKind::MisattributedEffect)
-                            ),
-                        );
+                            )
+                        });
                     }
                     found.invariants.push(Invariant::eq(
                         &format!("effect {}: exactly one per key", decl.name),
@@ -758,13 +730,17 @@ impl<'a> Books<'a> {
                         } else {
                             format!("{} too little", want - got)
                         };
-                        let story = if decl.key_value.is_none() {
-                            format!("; {}", self.story(k, AnomalyKind::CounterDrift))
-                        } else {
-                            String::new()
-                        };
                         let about = decl.key_value.is_none().then_some(k.as_str());
-                        tally.note_on(AnomalyKind::CounterDrift, about, format!("{}: key {k} adds up to {got}, and the operations that took effect asked for {want} ({value}): {by}{story}", decl.name));
+                        tally.note_on(AnomalyKind::CounterDrift, about, || {
+                            let story = match about {
+                                Some(k) => format!("; {}", self.story(k, AnomalyKind::CounterDrift)),
+                                None => String::new(),
+                            };
+                            format!(
+                                "{}: key {k} adds up to {got}, and the operations that took effect asked for {want} ({value}): {by}{story}",
+                                decl.name
+                            )
+                        });
                     }
                 }
                 found.invariants.push(Invariant::eq(
@@ -854,8 +830,9 @@ impl<'a> Books<'a> {
         let mut faults: Vec<Suspect> = self
             .faults
             .iter()
-            .filter_map(|f| attribution::reached(f, &messages).map(|m| suspect(f, By::Data, Some(m))))
+            .filter_map(|f| attribution::reached(f, &messages, anomaly).map(|m| suspect(f, By::Data, Some(m))))
             .collect();
+        attribution::latest_redelivery(&mut faults);
         // One that cannot cause this anomaly goes last; then the earliest.
         faults.sort_by_key(|f| (!attribution::can_cause(&f.point, anomaly), f.at_ms));
         if faults.is_empty() {
@@ -904,21 +881,23 @@ struct Noted {
 
 impl Tally {
     fn note(&mut self, kind: AnomalyKind, example: String) {
-        self.note_on(kind, None, example)
+        self.note_on(kind, None, || example)
     }
 
-    /// [`Tally::note`] of an example about `key`.
-    fn note_on(&mut self, kind: AnomalyKind, key: Option<&str>, example: String) {
+    /// [`Tally::note`] of an example about `key`. The example is written
+    /// only when it is kept: its story looks for its cause in the fault
+    /// log, and a run may find thousands of one anomaly.
+    fn note_on(&mut self, kind: AnomalyKind, key: Option<&str>, example: impl FnOnce() -> String) {
         let key = key.map(str::to_string);
         match self.0.iter_mut().find(|a| a.kind == kind) {
             Some(a) => {
                 a.count += 1;
                 if a.examples.len() < EXAMPLES {
-                    a.examples.push(example);
+                    a.examples.push(example());
                     a.keys.push(key);
                 }
             }
-            None => self.0.push(Noted { kind, count: 1, examples: vec![example], keys: vec![key] }),
+            None => self.0.push(Noted { kind, count: 1, examples: vec![example()], keys: vec![key] }),
         }
     }
 

@@ -30,7 +30,10 @@ fn anomalies(r: &serde_json::Value) -> Vec<String> {
 /// examples' scenarios aim their kills at those windows (the fault proxy's
 /// `*.kill_after_*` and `db.hold_commit`), so every seed must catch it:
 /// seeds 1 and 2, each naming `anomaly`, with `point` fired and confirmed.
-fn assert_caught(scenario: &str, anomaly: &str, point: &str) {
+/// Runs `scenario` on seeds 1 and 2, each caught with `anomaly` and its
+/// `point` fired and confirmed; returns their reports.
+fn assert_caught(scenario: &str, anomaly: &str, point: &str) -> Vec<serde_json::Value> {
+    let mut reports = Vec::new();
     for seed in 1..=2 {
         let dir = tempfile::tempdir().unwrap();
         let ran = run_program_seeded(scenario, dir.path(), Some(seed));
@@ -40,7 +43,9 @@ fn assert_caught(scenario: &str, anomaly: &str, point: &str) {
         let v = anomalies(&r);
         assert!(v.iter().any(|a| a == anomaly), "seed {seed}: anomalies {v:?}, expected {anomaly:?}");
         assert_fired_and_confirmed(&r, point);
+        reports.push(r);
     }
+    reports
 }
 
 fn assert_incomplete_naming(ran: &Ran, words: &[&str]) -> serde_json::Value {
@@ -142,7 +147,18 @@ fn claiming_the_inbox_and_applying_the_effects_in_two_transactions_loses_effects
 
 #[test]
 fn effects_before_the_inbox_row_duplicate_them() {
-    assert_caught("examples/python/effects-first.toml", "duplicate effect", "db.kill_after_commit");
+    for r in assert_caught("examples/python/effects-first.toml", "duplicate effect", "db.kill_after_commit") {
+        // Its cause by data: the kill after the commit that applied it,
+        // whose process had fetched the message past the group's position
+        // (the proxy reads the fetches), so the group delivered it again.
+        let a = r["anomalies"].as_array().unwrap().iter().find(|a| a["name"] == "duplicate effect").unwrap();
+        let by_data = a["followed"].as_array().unwrap().iter().flat_map(|f| f["faults"].as_array().unwrap()).any(|s| {
+            s["by"] == "data"
+                && s["point"] == "db.kill_after_commit"
+                && s["matched"].as_str().unwrap_or_default().contains("past the group's committed position")
+        });
+        assert!(by_data, "no duplicate effect was tied by data to a kill after a commit: {}", a["followed"]);
+    }
 }
 
 /// The fault proxy's aimed kills on the correct consumer: right after its

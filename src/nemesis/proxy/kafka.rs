@@ -211,6 +211,44 @@ pub fn offset_commit_positions(version: i16, after_header: &[u8]) -> Option<Posi
     Some(out)
 }
 
+/// The partitions an `OffsetCommit` response refused (a nonzero error
+/// code, as a fenced zombie's commit gets): their positions did not move.
+/// `frame` is the response whole, from its size field; None for a version
+/// not in [`OFFSET_COMMIT_VERSIONS`], or bytes that are not what it says.
+pub fn offset_commit_refused(version: i16, frame: &[u8]) -> Option<Vec<i32>> {
+    if !OFFSET_COMMIT_VERSIONS.contains(&version) {
+        return None;
+    }
+    let flexible = version >= 8;
+    let mut r = Reader { buf: frame, at: 8 };
+    if flexible {
+        r.tags()?;
+    }
+    if version >= 3 {
+        r.skip(4)?; // throttle_time_ms
+    }
+    let mut refused = Vec::new();
+    for _ in 0..r.array(flexible)? {
+        r.string(flexible)?; // the topic's name
+        for _ in 0..r.array(flexible)? {
+            let partition = r.i32()?;
+            if r.i16()? != 0 {
+                refused.push(partition);
+            }
+            if flexible {
+                r.tags()?;
+            }
+        }
+        if flexible {
+            r.tags()?;
+        }
+    }
+    if flexible {
+        r.tags()?;
+    }
+    Some(refused)
+}
+
 /// A response whose header is in the buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Frame {
@@ -376,29 +414,146 @@ pub fn fetch_carries_records(version: i16, frame: &[u8]) -> Option<bool> {
     Some(false)
 }
 
-/// A `Fetch` response read across the proxy's reads: its first bytes are
-/// kept until they say whether it carries records. A record set's length
-/// comes before its bytes, so this keeps headers, not records.
+/// The last message a `Fetch` response delivers of each partition, as
+/// (partition, offset): the last offset of the last whole batch of its
+/// record set that is not a control batch (a broker may cut a set's last
+/// batch short, and a transaction's marker is never delivered). `frame` is
+/// the response whole, from its size field; None when the version is not
+/// one of [`FETCH_VERSIONS`] or the bytes are not what it says.
+pub fn fetch_delivered(version: i16, frame: &[u8]) -> Option<Vec<(i32, i64)>> {
+    if !FETCH_VERSIONS.contains(&version) {
+        return None;
+    }
+    let flexible = version >= 12;
+    let mut r = Reader { buf: frame, at: 8 };
+    if flexible {
+        r.tags()?;
+    }
+    r.skip(4)?; // throttle_time_ms
+    if version >= 7 {
+        r.skip(2 + 4)?; // error_code, session_id
+    }
+    let mut out = Vec::new();
+    for _ in 0..r.array(flexible)? {
+        match version >= 13 {
+            true => r.skip(16)?, // topic_id
+            false => r.string(flexible)?,
+        }
+        for _ in 0..r.array(flexible)? {
+            let partition = r.i32()?;
+            // error_code, high_watermark, last_stable_offset,
+            // log_start_offset (5+)
+            r.skip(2 + 8 + 8 + if version >= 5 { 8 } else { 0 })?;
+            for _ in 0..r.array(flexible)? {
+                r.skip(8 + 8)?; // producer_id, first_offset
+                if flexible {
+                    r.tags()?;
+                }
+            }
+            if version >= 11 {
+                r.skip(4)?; // preferred_read_replica
+            }
+            let n = r.length(flexible)?;
+            if let Some(last) = last_delivered(r.take(n)?) {
+                out.push((partition, last));
+            }
+            if flexible {
+                r.tags()?;
+            }
+        }
+        if flexible {
+            r.tags()?;
+        }
+    }
+    if flexible {
+        r.tags()?;
+    }
+    Some(out)
+}
+
+/// The last offset of a record set's last whole data batch; None when it
+/// holds none. A batch is its base offset, its length, then (magic 2)
+/// partition_leader_epoch, magic, crc, attributes and last_offset_delta;
+/// an older message set's entry is its own offset.
+fn last_delivered(records: &[u8]) -> Option<i64> {
+    let mut r = Reader { buf: records, at: 0 };
+    let mut last = None;
+    while let (Some(base), Some(length)) = (r.i64(), r.i32()) {
+        let Some(batch) = usize::try_from(length).ok().and_then(|n| r.take(n)) else { break };
+        match batch.get(4) {
+            Some(2) if batch.len() >= 15 => {
+                let attributes = i16::from_be_bytes([batch[9], batch[10]]);
+                // A control batch: a commit or abort marker.
+                if attributes & 0x20 == 0 {
+                    last = Some(base + i64::from(i32::from_be_bytes([batch[11], batch[12], batch[13], batch[14]])));
+                }
+            }
+            Some(_) => last = Some(base),
+            None => break,
+        }
+    }
+    last
+}
+
+/// A `Fetch` response read across the proxy's reads. Its first bytes are
+/// kept until they say whether it carries records: a record set's length
+/// comes before its bytes, so that keeps headers, not records. Kept
+/// `whole`, all its bytes are, up to [`FETCH_WHOLE_MAX`], to read what it
+/// delivered once it ends ([`Fetched::delivered`]).
 #[derive(Debug)]
 pub struct Fetched {
     version: i16,
-    head: Vec<u8>,
+    bytes: Vec<u8>,
+    whole: bool,
+    /// More bytes came than were kept.
+    over: bool,
+    decided: Option<bool>,
 }
 
-/// Kept of one response at most: far more than the headers before the
-/// first record set of any fetch a consumer of one topic gets.
+/// Kept of one response at most to decide it: far more than the headers
+/// before the first record set of any fetch a consumer of one topic gets.
 const FETCH_HEAD_MAX: usize = 1 << 20;
 
+/// Kept of one response at most to read what it delivered: a fetch of a
+/// run's topic is a few MiB at most (librdkafka's and the Java client's
+/// default is 1 MiB a partition). A larger one reaches nothing.
+const FETCH_WHOLE_MAX: usize = 16 << 20;
+
 impl Fetched {
-    pub fn new(version: i16) -> Self {
-        Self { version, head: Vec::new() }
+    pub fn new(version: i16, whole: bool) -> Self {
+        Self { version, bytes: Vec::new(), whole, over: false, decided: None }
     }
 
-    /// Reads the response's next bytes: `Some` once they decide it.
+    /// Reads the response's next bytes: `Some` once the bytes so far
+    /// decide whether it carries records.
     pub fn feed(&mut self, bytes: &[u8]) -> Option<bool> {
-        let room = FETCH_HEAD_MAX.saturating_sub(self.head.len());
-        self.head.extend_from_slice(&bytes[..bytes.len().min(room)]);
-        fetch_carries_records(self.version, &self.head)
+        if self.decided.is_some() && !self.whole {
+            return self.decided;
+        }
+        let cap = if self.whole { FETCH_WHOLE_MAX } else { FETCH_HEAD_MAX };
+        let room = cap.saturating_sub(self.bytes.len());
+        self.over |= bytes.len() > room;
+        self.bytes.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        if self.decided.is_none() {
+            self.decided = fetch_carries_records(self.version, &self.bytes);
+        }
+        self.decided
+    }
+
+    /// Whether its bytes so far said whether it carries records.
+    pub fn decided(&self) -> bool {
+        self.decided.is_some()
+    }
+
+    /// Whether its next bytes are still wanted: to decide it, or kept whole.
+    pub fn wants_more(&self) -> bool {
+        self.whole || self.decided.is_none()
+    }
+
+    /// What it delivered, read once its last byte was fed: None unless
+    /// kept whole, and within [`FETCH_WHOLE_MAX`].
+    pub fn delivered(&self) -> Option<Vec<(i32, i64)>> {
+        (self.whole && !self.over).then(|| fetch_delivered(self.version, &self.bytes)).flatten()
     }
 }
 
@@ -561,6 +716,8 @@ mod tests {
     struct Part {
         aborted: usize,
         records: Option<usize>,
+        /// Record batches to send instead of `records` filler bytes.
+        set: Option<Vec<u8>>,
     }
 
     fn uvarint(v: &mut Vec<u8>, mut n: u64) {
@@ -631,8 +788,16 @@ mod tests {
                 if version >= 11 {
                     v.extend((-1i32).to_be_bytes());
                 }
-                len(&mut v, flexible, p.records);
-                v.extend(std::iter::repeat_n(0x44, p.records.unwrap_or(0)));
+                match &p.set {
+                    Some(set) => {
+                        len(&mut v, flexible, Some(set.len()));
+                        v.extend(set);
+                    }
+                    None => {
+                        len(&mut v, flexible, p.records);
+                        v.extend(std::iter::repeat_n(0x44, p.records.unwrap_or(0)));
+                    }
+                }
                 if flexible {
                     tags(&mut v, 5);
                 }
@@ -651,9 +816,9 @@ mod tests {
 
     #[test]
     fn a_fetch_carries_records_only_when_a_record_set_is_not_empty() {
-        let empty = |aborted| Part { aborted, records: Some(0) };
-        let null = || Part { aborted: 0, records: None };
-        let full = |aborted, n| Part { aborted, records: Some(n) };
+        let empty = |aborted| Part { aborted, records: Some(0), set: None };
+        let null = || Part { aborted: 0, records: None, set: None };
+        let full = |aborted, n| Part { aborted, records: Some(n), set: None };
         for version in FETCH_VERSIONS {
             let says = |topics: &[Vec<Part>]| fetch_carries_records(version, &fetch(version, topics));
             assert_eq!(says(&[]), Some(false), "v{version}: no topics");
@@ -674,10 +839,10 @@ mod tests {
             let with = fetch(version, &[vec![empty(1), full(0, 500)]]);
             let without = fetch(version, &[vec![empty(1), null()]]);
             for cut in 1..without.len() {
-                let mut f = Fetched::new(version);
+                let mut f = Fetched::new(version, false);
                 assert!(f.feed(&with[..cut.min(with.len())]).unwrap_or(true), "v{version} cut {cut}");
                 assert_eq!(f.feed(&with[cut.min(with.len())..]), Some(true), "v{version} cut {cut}");
-                let mut f = Fetched::new(version);
+                let mut f = Fetched::new(version, false);
                 assert_ne!(f.feed(&without[..cut]), Some(true), "v{version} cut {cut}: an empty poll");
                 assert_eq!(f.feed(&without[cut..]), Some(false), "v{version} cut {cut}");
             }
@@ -688,6 +853,117 @@ mod tests {
         huge.truncate(huge.len() - 4);
         huge.extend(1_000_000i32.to_be_bytes());
         assert_eq!(fetch_carries_records(4, &huge), None);
+    }
+
+    /// Record batches of magic 2, (base offset, last offset delta,
+    /// control) each, 20 bytes of records after each header.
+    fn batches(spec: &[(i64, i32, bool)]) -> Vec<u8> {
+        let mut v = Vec::new();
+        for &(base, delta, control) in spec {
+            v.extend(base.to_be_bytes());
+            let body: i32 = 4 + 1 + 4 + 2 + 4 + 20;
+            v.extend(body.to_be_bytes());
+            v.extend(0i32.to_be_bytes()); // partition_leader_epoch
+            v.push(2); // magic
+            v.extend([0x55; 4]); // crc
+            v.extend((if control { 0x20i16 } else { 0 }).to_be_bytes());
+            v.extend(delta.to_be_bytes());
+            v.extend([0x66; 20]);
+        }
+        v
+    }
+
+    #[test]
+    fn a_fetch_delivers_the_last_offset_of_its_last_whole_data_batch() {
+        let set = |spec: &[(i64, i32, bool)]| Part { aborted: 0, records: None, set: Some(batches(spec)) };
+        let cut = |spec: &[(i64, i32, bool)], less: usize| {
+            let mut b = batches(spec);
+            b.truncate(b.len() - less);
+            Part { aborted: 0, records: None, set: Some(b) }
+        };
+        let null = || Part { aborted: 0, records: None, set: None };
+        for version in FETCH_VERSIONS {
+            let says = |topics: &[Vec<Part>]| fetch_delivered(version, &fetch(version, topics));
+            assert_eq!(says(&[vec![null(), null()]]), Some(vec![]), "v{version}: an empty long poll");
+            assert_eq!(
+                says(&[vec![set(&[(0, 9, false), (10, 4, false)]), null(), set(&[(40, 0, false)])]]),
+                Some(vec![(0, 14), (2, 40)]),
+                "v{version}: two partitions with records"
+            );
+            // A last batch cut short is not delivered; a control batch never is.
+            assert_eq!(
+                says(&[vec![cut(&[(5, 2, false), (8, 3, false)], 7)]]),
+                Some(vec![(0, 7)]),
+                "v{version}: the last batch cut short"
+            );
+            assert_eq!(says(&[vec![set(&[(5, 2, false), (8, 0, true)])]]), Some(vec![(0, 7)]), "v{version}: a marker");
+            assert_eq!(says(&[vec![cut(&[(5, 2, false)], 1)]]), Some(vec![]), "v{version}: no whole batch");
+            let whole = fetch(version, &[vec![set(&[(0, 3, false)])]]);
+            assert_eq!(fetch_delivered(version, &whole[..whole.len() - 30]), None, "v{version}: the frame cut short");
+            if version >= 12 {
+                assert_eq!(fetch_delivered(version, &whole[..whole.len() - 3]), None, "v{version}: its last tags cut");
+            }
+            // Kept whole across the proxy's reads, whatever the cuts.
+            for at in [1, 9, 20, whole.len() - 1] {
+                let mut f = Fetched::new(version, true);
+                f.feed(&whole[..at]);
+                assert!(f.wants_more(), "v{version} cut {at}: kept whole");
+                assert_eq!(f.feed(&whole[at..]), Some(true), "v{version} cut {at}");
+                assert_eq!(f.delivered(), Some(vec![(0, 3)]), "v{version} cut {at}");
+            }
+            // Not kept whole, it reads no delivery, and wants nothing once decided.
+            let mut f = Fetched::new(version, false);
+            assert_eq!(f.feed(&whole), Some(true));
+            assert!(!f.wants_more());
+            assert_eq!(f.delivered(), None);
+        }
+    }
+
+    /// An `OffsetCommit` response at `version`: one topic, these
+    /// (partition, error code) answers.
+    fn offset_commit_answer(version: i16, answers: &[(i32, i16)]) -> Vec<u8> {
+        let flexible = version >= 8;
+        let mut v = 7i32.to_be_bytes().to_vec();
+        if flexible {
+            tags(&mut v, 2);
+        }
+        if version >= 3 {
+            v.extend(0i32.to_be_bytes());
+        }
+        len(&mut v, flexible, Some(1));
+        let name = b"chaos.orders";
+        match flexible {
+            true => uvarint(&mut v, name.len() as u64 + 1),
+            false => v.extend((name.len() as i16).to_be_bytes()),
+        }
+        v.extend(name);
+        len(&mut v, flexible, Some(answers.len()));
+        for &(partition, error) in answers {
+            v.extend(partition.to_be_bytes());
+            v.extend(error.to_be_bytes());
+            if flexible {
+                tags(&mut v, 1);
+            }
+        }
+        if flexible {
+            tags(&mut v, 0);
+            tags(&mut v, 4);
+        }
+        let mut frame = (v.len() as i32).to_be_bytes().to_vec();
+        frame.extend(v);
+        frame
+    }
+
+    #[test]
+    fn an_offset_commits_refused_partitions_are_read_at_every_version() {
+        for version in OFFSET_COMMIT_VERSIONS {
+            let answer = offset_commit_answer(version, &[(0, 0), (1, 22), (2, 0), (3, 25)]);
+            // 22 (ILLEGAL_GENERATION) and 25 (UNKNOWN_MEMBER_ID): a zombie's commit.
+            assert_eq!(offset_commit_refused(version, &answer), Some(vec![1, 3]), "v{version}");
+            assert_eq!(offset_commit_refused(version, &offset_commit_answer(version, &[(0, 0)])), Some(vec![]));
+            assert_eq!(offset_commit_refused(version, &answer[..answer.len() - 5]), None, "v{version}: cut short");
+        }
+        assert_eq!(offset_commit_refused(10, &offset_commit_answer(9, &[(0, 0)])), None, "a version it does not read");
     }
 
     /// An `OffsetCommit` request as a client writes it, at `version`:

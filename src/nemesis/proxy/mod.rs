@@ -106,6 +106,11 @@ pub struct Slot {
     /// `OffsetCommit` of any slot set it: an offset commit covers the
     /// messages from there to its own position.
     committed: Arc<Mutex<std::collections::HashMap<i32, i64>>>,
+    /// The last offset per partition that fetches delivered to the slot's
+    /// process, and which incarnation that is (read only with
+    /// `db.kill_after_commit` set): what its kill makes the group deliver
+    /// again, past `committed`.
+    fetched: Mutex<(u64, std::collections::HashMap<i32, i64>)>,
 }
 
 /// An open connection: dropping the sender resets it.
@@ -178,6 +183,7 @@ impl Proxy {
                 offset_commits: watch::channel(0).0,
                 stats: s.stats.clone(),
                 committed: committed.clone(),
+                fetched: Default::default(),
             });
             tasks.push(tokio::spawn(accept(
                 listener,
@@ -258,10 +264,10 @@ impl Slot {
     /// Notes the positions of an answered `OffsetCommit`; returns the
     /// messages it covered: per partition, from the group's position before
     /// it to the message before its own.
-    fn committing(&self, positions: Vec<(i32, i64)>) -> Reach {
+    fn committing(&self, positions: Vec<(i32, i64)>, refused: &[i32]) -> Reach {
         let mut committed = self.committed.lock().unwrap_or_else(|p| p.into_inner());
         let mut reach = Reach::default();
-        for (partition, offset) in positions {
+        for (partition, offset) in positions.into_iter().filter(|(p, _)| !refused.contains(p)) {
             // A group's first commit covers its partition from the start:
             // a run's topic is new.
             let before = committed.insert(partition, offset).unwrap_or(0);
@@ -269,6 +275,40 @@ impl Slot {
                 reach.spans.push((partition, before, offset - 1));
             }
         }
+        reach
+    }
+
+    /// Notes what a fetch delivered to the slot's process now, (partition,
+    /// last offset) each; a new incarnation starts with nothing fetched.
+    fn delivered(&self, last: Option<Vec<(i32, i64)>>) {
+        let (Some(last), Some(serial)) = (last, self.process.occupant.current()) else { return };
+        let mut fetched = self.fetched.lock().unwrap_or_else(|p| p.into_inner());
+        if fetched.0 != serial {
+            *fetched = (serial, Default::default());
+        }
+        for (partition, offset) in last {
+            let at = fetched.1.entry(partition).or_insert(offset);
+            *at = (*at).max(offset);
+        }
+    }
+
+    /// The messages incarnation `serial` fetched past the group's committed
+    /// position, per partition: killed now, the group delivers them again.
+    /// A partition another member committed past since is not among them.
+    fn uncommitted(&self, serial: Option<u64>) -> Reach {
+        let fetched = self.fetched.lock().unwrap_or_else(|p| p.into_inner());
+        let mut reach = Reach::default();
+        if serial.is_none() || Some(fetched.0) != serial {
+            return reach;
+        }
+        let committed = self.committed.lock().unwrap_or_else(|p| p.into_inner());
+        for (&partition, &last) in &fetched.1 {
+            let from = committed.get(&partition).copied().unwrap_or(0);
+            if last >= from {
+                reach.spans.push((partition, from, last));
+            }
+        }
+        reach.spans.sort_unstable();
         reach
     }
 
@@ -445,7 +485,12 @@ async fn relay_connection(
     let (mut client_r, mut client_w) = client.into_split();
     let (server_r, mut server_w) = server.into_split();
     let in_flight = kafka::InFlight::default();
-    let watch_produce = FaultPoint::ALL.iter().filter(|p| p.on_kafka_wire()).any(|p| faults.probability(*p) > 0.0);
+    // The Kafka wire is read for its own points, and for what a kill after
+    // a database commit reaches: the messages its process fetched.
+    let watch_produce = FaultPoint::ALL
+        .iter()
+        .filter(|p| p.on_kafka_wire() || **p == FaultPoint::DbKillAfterCommit)
+        .any(|p| faults.probability(*p) > 0.0);
     let outcome = match wire {
         Wire::Postgres => {
             let startup_left = opening(&mut client_r, &mut client_w, &mut server_w).await?;
@@ -640,9 +685,12 @@ async fn pump_broker(
     // Dropped, however this pump ends, it kills: a reset or a failed write
     // must not leave a fired kill undone.
     let mut kill_at_end: Option<Claimed<'_>> = None;
-    // Fetch responses are read only when their kill is set: a consumer's
-    // reads are most of its bytes.
-    let read_fetches = faults.probability(FaultPoint::KafkaKillAfterFetch) > 0.0;
+    // Fetch responses are read only when a point needs them: a consumer's
+    // reads are most of its bytes. Their kill needs their first bytes; a
+    // kill after a database commit, what each one delivered (read whole).
+    let strike_fetches = faults.probability(FaultPoint::KafkaKillAfterFetch) > 0.0;
+    let whole = faults.probability(FaultPoint::DbKillAfterCommit) > 0.0;
+    let read_fetches = strike_fetches || whole;
     // A fetch response begun in an earlier read, not yet decided.
     let mut fetching: Option<kafka::Fetched> = None;
     loop {
@@ -665,15 +713,21 @@ async fn pump_broker(
         // A fetch begun in an earlier read: its next bytes head this buffer.
         if let Some(mut f) = fetching.take() {
             let mine = left_before.min(buf.len());
+            let undecided = !f.decided();
             match f.feed(&buf[..mine]) {
-                Some(true) if kill_at_end.is_none() => {
+                Some(true) if undecided && strike_fetches && kill_at_end.is_none() => {
                     kill_at_end = slot.process.claim_kill(faults, FaultPoint::KafkaKillAfterFetch, &slot.name, || {
                         "the process, once a fetch with records reached it".into()
                     })
                 }
                 Some(_) => {}
-                None if left_before > buf.len() => fetching = Some(f),
+                None if left_before > buf.len() => {}
                 None => debug!(slot = %slot.name, "a fetch response the proxy could not read; no occurrence"),
+            }
+            match left_before > buf.len() {
+                true if f.wants_more() => fetching = Some(f),
+                true => {}
+                false => slot.delivered(f.delivered()),
             }
         }
         // An acknowledgement begun in an earlier read ends in this one.
@@ -687,22 +741,32 @@ async fn pump_broker(
             let mut reach = Reach::default();
             let (point, what) = match in_flight.answered(f.correlation).map(|r| (r.api_key, r.api_version)) {
                 Some((kafka::PRODUCE, _)) => (FaultPoint::KafkaKillAfterProduceAck, "its produce was acknowledged"),
-                Some((kafka::OFFSET_COMMIT, _)) => {
+                Some((kafka::OFFSET_COMMIT, version)) => {
                     // The coordinator answered: the group's position moved,
-                    // whether or not the client reads the answer.
+                    // whether or not the client reads the answer, except
+                    // for the partitions it refused (a fenced zombie's).
                     slot.offset_commits.send_modify(|n| *n += 1);
-                    reach = slot.committing(in_flight.positions(f.correlation).unwrap_or_default());
+                    let refused = f
+                        .end
+                        .and_then(|end| kafka::offset_commit_refused(version, &buf[f.start..end]))
+                        .unwrap_or_default();
+                    reach = slot.committing(in_flight.positions(f.correlation).unwrap_or_default(), &refused);
                     (FaultPoint::KafkaKillAfterOffsetCommit, "its offset commit was acknowledged")
                 }
                 Some((kafka::FETCH, version)) if read_fetches => {
                     // Decided by the bytes in this buffer, or followed into
-                    // the next reads until its first record set's length.
-                    let mut fetched = kafka::Fetched::new(version);
-                    match (fetched.feed(&buf[f.start..f.end.unwrap_or(buf.len())]), f.end) {
-                        (Some(true), _) => (FaultPoint::KafkaKillAfterFetch, "a fetch with records reached it"),
-                        (None, None) => {
-                            fetching = Some(fetched);
-                            continue;
+                    // the next reads until its first record set's length
+                    // (or its end, when it is read whole).
+                    let mut fetched = kafka::Fetched::new(version, whole);
+                    let decided = fetched.feed(&buf[f.start..f.end.unwrap_or(buf.len())]);
+                    match f.end {
+                        Some(_) => slot.delivered(fetched.delivered()),
+                        None if fetched.wants_more() => fetching = Some(fetched),
+                        None => {}
+                    }
+                    match decided {
+                        Some(true) if strike_fetches => {
+                            (FaultPoint::KafkaKillAfterFetch, "a fetch with records reached it")
                         }
                         _ => continue,
                     }
@@ -722,7 +786,7 @@ async fn pump_broker(
                 point,
                 &slot.name,
                 || format!("the process, once {what}"),
-                reach,
+                move || reach,
             );
             match f.end {
                 Some(_) => kill = claimed,
@@ -932,9 +996,16 @@ async fn pump_server(
                 // no occurrence of an aimed kill.
                 continue;
             }
-            kill = slot.process.claim_kill(faults, FaultPoint::DbKillAfterCommit, &slot.name, || {
-                "the process, once its commit was acknowledged".into()
-            });
+            // What it reaches: the messages its process fetched past the
+            // group's position, which the group delivers again.
+            let serial = slot.process.occupant.current();
+            kill = slot.process.claim_kill_reaching(
+                faults,
+                FaultPoint::DbKillAfterCommit,
+                &slot.name,
+                || "the process, once its commit was acknowledged".into(),
+                || slot.uncommitted(serial),
+            );
         }
         to.write_all(&buf[..scan.safe]).await.map_err(|e| e.to_string())?;
         buf.drain(..scan.safe);
@@ -957,20 +1028,22 @@ impl ProcessHandle {
         slot: &str,
         what: impl FnOnce() -> String,
     ) -> Option<Claimed<'_>> {
-        self.claim_kill_reaching(faults, point, slot, what, Reach::default())
+        self.claim_kill_reaching(faults, point, slot, what, Reach::default)
     }
 
     /// [`ProcessHandle::claim_kill`], logging what the window reached: an
-    /// offset commit's messages.
+    /// offset commit's messages, or those a killed process had fetched
+    /// and the group had not committed. `reach` runs under the occupant's
+    /// lock, only for a firing: it must not take that lock again.
     fn claim_kill_reaching(
         &self,
         faults: &FaultInjector,
         point: FaultPoint,
         slot: &str,
         what: impl FnOnce() -> String,
-        reach: Reach,
+        reach: impl FnOnce() -> Reach,
     ) -> Option<Claimed<'_>> {
-        let claim = self.occupant.claim(|| faults.strike_reaching(point, slot, what, || reach))?;
+        let claim = self.occupant.claim(|| faults.strike_reaching(point, slot, what, reach))?;
         Some(Claimed { process: self, claim: Some(claim), point })
     }
 
@@ -1162,6 +1235,45 @@ mod tests {
         assert_eq!(faults.confirmed(FaultPoint::DbHoldCommit), 0);
         let why = faults.summary().into_iter().find(|f| f.point == "db.hold_commit").unwrap().preempted_why;
         assert!(why.iter().all(|w| w.starts_with("notifier-1 at ")), "{why:?}");
+    }
+
+    /// What a kill after a database commit reaches: the messages the
+    /// incarnation fetched past the group's committed position. A refused
+    /// offset commit (a zombie's) does not move that position, and another
+    /// incarnation's fetches are not this one's.
+    #[tokio::test]
+    async fn a_kill_reaches_what_its_process_fetched_past_the_groups_position() {
+        let faults = Arc::new(FaultInjector::new(1, &crate::faults::FaultRates::none()));
+        let (_trigger, shutdown) = crate::pipeline::context::shutdown_pair();
+        let settings = Settings {
+            upstream_url: "postgres://u:p@127.0.0.1:9/db",
+            slots: vec!["consumer-1".into(), "consumer-2".into()],
+            shaping: Shaping::default(),
+            blackhole: Duration::from_secs(1),
+            kafka: false,
+            stats: Default::default(),
+        };
+        let proxy = Proxy::start(settings, faults, shutdown).await.unwrap();
+        let (one, two) = (proxy.slot("consumer-1").unwrap(), proxy.slot("consumer-2").unwrap());
+        let mut child = std::process::Command::new("sleep").arg("30").process_group(0).spawn().unwrap();
+        let lease = one.process.occupant.enter(child.id() as i32).unwrap();
+        let serial = Some(lease.serial());
+        assert_eq!(one.uncommitted(serial), Reach::default(), "nothing fetched yet");
+        one.delivered(Some(vec![(0, 14), (1, 3)]));
+        one.delivered(Some(vec![(0, 9), (2, 40)]));
+        // The group committed partition 0 up to 10 and partition 1 past
+        // what this process fetched of it, through the other slot.
+        assert_eq!(two.committing(vec![(0, 10), (1, 5)], &[]).spans, vec![(0, 0, 9), (1, 0, 4)]);
+        assert_eq!(one.uncommitted(serial).spans, vec![(0, 10, 14), (2, 0, 40)]);
+        // A refused commit moves nothing and covers nothing.
+        assert!(two.committing(vec![(0, 15), (2, 41)], &[0, 2]).spans.is_empty());
+        assert_eq!(one.uncommitted(serial).spans, vec![(0, 10, 14), (2, 0, 40)]);
+        assert_eq!(two.committing(vec![(0, 15), (2, 41)], &[2]).spans, vec![(0, 10, 14)]);
+        assert_eq!(one.uncommitted(serial).spans, vec![(2, 0, 40)]);
+        assert!(one.uncommitted(Some(lease.serial() + 1)).spans.is_empty(), "another incarnation fetched nothing");
+        assert!(one.uncommitted(None).spans.is_empty());
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 
     #[test]
