@@ -44,6 +44,9 @@ pub struct Options {
     /// (`notifier.email = "off"`), interleaved, and compare: the emails'
     /// own cost.
     pub emails_off: bool,
+    /// A peak RSS budget judged at any size (`--max-rss-mb`), beside the
+    /// 500 MB one at 1,000,000 payments.
+    pub max_rss_mb: Option<f64>,
 }
 
 /// Process mode beside in-process mode, on the same yardstick.
@@ -92,6 +95,9 @@ pub struct Figures {
     /// Pass only when every run passed.
     pub verdict: Verdict,
     pub targets: Vec<Target>,
+    /// The targets this run missed, as the table words them: what makes
+    /// `chaos bench` exit 6 (unless `--no-targets`).
+    pub targets_missed: Vec<String>,
     /// Every run in order; the figures above are the median run's.
     pub runs: Vec<RunSummary>,
     /// The untimed warm-up runs before them (`--warmup`): their invariants
@@ -439,6 +445,7 @@ fn figures(
         // Both judged below, on every run's summary.
         verdict: Verdict::Pass,
         targets: Vec::new(),
+        targets_missed: Vec::new(),
         runs,
         warmup_runs,
         process_mode,
@@ -447,27 +454,28 @@ fn figures(
     };
     let verdict = every_run(&figures).find(|r| r.verdict != Verdict::Pass).map(|r| r.verdict);
     figures.verdict = verdict.unwrap_or(Verdict::Pass);
-    figures.targets = targets(&figures, &rep);
+    figures.targets = targets(&figures, &rep, opts.max_rss_mb);
+    figures.targets_missed =
+        figures.targets.iter().filter(|t| t.met == Some(false)).map(|t| t.target.clone()).collect();
     (figures, rep)
 }
 
-/// The throughput issue's targets, judged on the figures and on `rep`, the
-/// median run's report.
-fn targets(f: &Figures, rep: &Report) -> Vec<Target> {
+/// The size the ratio targets are judged at: below it a run is too short
+/// for its ratios to mean much on a shared machine.
+const RATIO_SIZE: u64 = 100_000;
+
+/// The benchmark's targets, judged on the figures and on `rep`, the median
+/// run's report. Ratios taken side by side in one invocation, not absolute
+/// rates: these machines are shared. `max_rss_mb` is a budget asked for
+/// on the command line, judged at any size.
+fn targets(f: &Figures, rep: &Report, max_rss_mb: Option<f64>) -> Vec<Target> {
     let (e2e, tps, rss, n) = (f.end_to_end_events_per_s, f.pgbench_tps, f.peak_rss_mb, f.payments);
     let embedded = rep.infra.database == "sqlite" && rep.infra.broker != "kafka";
-    let real = rep.infra.database == "postgresql" && rep.infra.broker == "kafka";
     let mut targets = vec![
         Target {
-            target: "≥ 20,000 events/s end to end at 100,000 payments (PostgreSQL + Kafka)".into(),
-            measured: format!("{e2e:.0} events/s"),
-            // Both 100,000-payment targets are judged at that size only.
-            met: (real && n == 100_000).then_some(e2e >= 20_000.0),
-        },
-        Target {
-            target: "end-to-end events/s ≥ 2 × pgbench tps".into(),
+            target: "end-to-end events/s ≥ 2.5 × pgbench tps at 100,000 payments or more".into(),
             measured: tps.map(|t| format!("{:.2} ×", e2e / t)).unwrap_or_else(|| "no pgbench (no PostgreSQL)".into()),
-            met: tps.map(|t| e2e >= 2.0 * t),
+            met: tps.filter(|_| n >= RATIO_SIZE).map(|t| e2e >= 2.5 * t),
         },
         Target {
             target: "1,000,000 payments complete and verified in ≤ 5 min".into(),
@@ -485,6 +493,13 @@ fn targets(f: &Figures, rep: &Report) -> Vec<Target> {
             met: (embedded && n == 100_000).then_some(rep.timings.total_ms <= 30_000),
         },
     ];
+    if let Some(max) = max_rss_mb {
+        targets.push(Target {
+            target: format!("peak RSS ≤ {max:.0} MB (--max-rss-mb)"),
+            measured: format!("{rss:.0} MB"),
+            met: Some(rss <= max),
+        });
+    }
     if let Some(p) = &f.process_mode {
         targets.push(Target {
             target: "process mode ≥ 80% of in-process events/s, side by side".into(),
@@ -494,6 +509,15 @@ fn targets(f: &Figures, rep: &Report) -> Vec<Target> {
                 100.0 * p.ratio_to_in_process
             ),
             met: Some(p.ratio_to_in_process >= 0.8),
+        });
+    }
+    if let Some(off) = &f.emails_off_mode {
+        // `ratio_to_in_process` is emails off over emails on.
+        let on_share = if off.ratio_to_in_process > 0.0 { 1.0 / off.ratio_to_in_process } else { 0.0 };
+        targets.push(Target {
+            target: "emails on ≥ 90% of emails off, side by side, at 100,000 payments or more".into(),
+            measured: format!("{e2e:.0} vs {:.0} events/s: {:.0}%", off.end_to_end_events_per_s, 100.0 * on_share),
+            met: (n >= RATIO_SIZE).then_some(on_share >= 0.9),
         });
     }
     targets.push(invariants_target(f));

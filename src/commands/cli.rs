@@ -16,7 +16,7 @@ With `[notifier] command = [...]` in the scenario, your own consumer runs in pla
 that the harness kills (SIGKILL) and pauses (SIGSTOP) for real; its contract is docs/contract.md.\n\n\
 Exit codes: 0 pass, 1 invariant violated or anomaly found, 2 bad input, 3 PostgreSQL/Kafka (or pgbench) unreachable or unusable, \
 4 inconclusive (a fault never fired or its effect was never seen), 5 incomplete (did not drain, a component panicked or hung, \
-a short topic read, a program under test that could not start, exited or never joined), 70 internal error, 74 cannot write a report or file, 130 interrupted.",
+a short topic read, a program under test that could not start, exited or never joined), 6 a benchmark target missed, 70 internal error, 74 cannot write a report or file, 130 interrupted.",
     after_help = "First run (embedded, nothing installed): chaos run scenarios/payments.toml\n\
 On the real services: scripts/services.sh up, then DATABASE_URL=postgres://chaos:chaos@127.0.0.1:5432/chaos KAFKA_BROKERS=127.0.0.1:9092 chaos run scenarios/payments.toml\n\
 Prove the verifier can fail: chaos selftest\n\
@@ -320,6 +320,12 @@ pub struct BenchArgs {
     /// After each timed run, the same run with no receipt emails (`notifier.email = "off"`); prints both and the ratio: the emails' own cost.
     #[arg(long)]
     pub emails_off: bool,
+    /// A peak RSS budget in MB, judged at any size (beside the 500 MB one at 1,000,000 payments): a missed budget exits 6.
+    #[arg(long, value_name = "MB", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_rss_mb: Option<u64>,
+    /// Print the targets, but do not exit 6 when one is missed.
+    #[arg(long)]
+    pub no_targets: bool,
     /// Where the runs' reports and the bench's JSON are written.
     #[arg(long, default_value = "reports")]
     pub reports_dir: PathBuf,

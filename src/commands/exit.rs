@@ -22,6 +22,9 @@ pub enum Exit {
     /// The pipeline did not drain in time (or a service died mid-run); the
     /// partial report is marked incomplete and no verdict is green.
     Incomplete = 5,
+    /// `chaos bench`: every run's invariants held, but a target of its
+    /// table was missed (`✘`); `--no-targets` makes it 0.
+    TargetMissed = 6,
     /// A bug in `chaos` itself.
     Internal = 70,
     /// A report or another file could not be written (a full disk, an
@@ -32,13 +35,14 @@ pub enum Exit {
 }
 
 impl Exit {
-    pub const ALL: [Exit; 9] = [
+    pub const ALL: [Exit; 10] = [
         Exit::Pass,
         Exit::Fail,
         Exit::BadInput,
         Exit::Infra,
         Exit::Inconclusive,
         Exit::Incomplete,
+        Exit::TargetMissed,
         Exit::Internal,
         Exit::Io,
         Exit::Interrupted,

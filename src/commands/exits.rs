@@ -61,18 +61,61 @@ pub fn of_selftest(s: &selftest::Summary) -> Exit {
     }
 }
 
-/// A benchmark passes when its runs' verdicts did.
-pub fn of_bench(f: &bench::Figures) -> Exit {
-    if f.verdict == Verdict::Pass {
-        Exit::Pass
-    } else {
+/// A benchmark passes when its runs' verdicts did and, unless its targets
+/// are not judged (`--no-targets`), when it missed none of them: a CI job
+/// that runs the bench then sees a regression, not a green job.
+pub fn of_bench(f: &bench::Figures, judge_targets: bool) -> Exit {
+    if f.verdict != Verdict::Pass {
         Exit::Fail
+    } else if judge_targets && !f.targets_missed.is_empty() {
+        Exit::TargetMissed
+    } else {
+        Exit::Pass
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bench_that_missed_a_target_exits_6_unless_targets_are_not_judged() {
+        let mut f = bench::Figures {
+            run_id: "r".into(),
+            backends: "embedded".into(),
+            payments: 1,
+            events: 1,
+            end_to_end_ms: 1,
+            end_to_end_events_per_s: 1.0,
+            workload_events_per_s: 1.0,
+            relay_messages_per_s: 1.0,
+            notifier_events_per_s: 1.0,
+            verify_ms: 1,
+            total_ms: 1,
+            latency_ms: None,
+            peak_rss_mb: 1.0,
+            pgbench_tps: None,
+            ratio_to_pgbench: None,
+            checkpoint_before_each_run: None,
+            verdict: Verdict::Pass,
+            targets: vec![],
+            targets_missed: vec![],
+            runs: vec![],
+            warmup_runs: vec![],
+            process_mode: None,
+            proxy_mode: None,
+            emails_off_mode: None,
+        };
+        assert_eq!(of_bench(&f, true), Exit::Pass);
+        f.targets_missed = vec!["peak RSS ≤ 1 MB (--max-rss-mb)".into()];
+        assert_eq!(of_bench(&f, true), Exit::TargetMissed);
+        assert_eq!(Exit::TargetMissed.code(), 6);
+        assert_eq!(of_bench(&f, false), Exit::Pass, "--no-targets");
+        // A broken invariant outranks a missed target, judged or not.
+        f.verdict = Verdict::Fail;
+        assert_eq!(of_bench(&f, true), Exit::Fail);
+        assert_eq!(of_bench(&f, false), Exit::Fail);
+    }
 
     #[test]
     fn the_worst_verdict_decides_the_exit() {

@@ -154,9 +154,10 @@ async fn bench(a: BenchArgs) -> Result<Exit> {
         processes: a.processes,
         proxy: a.proxy,
         emails_off: a.emails_off,
+        max_rss_mb: a.max_rss_mb.map(|m| m as f64),
     };
     let (figures, _) = crate::campaigns::bench::bench(&opts, &reporters::Campaign::new()).await?;
-    let (table, exit) = (crate::campaigns::bench::render(&figures), exits::of_bench(&figures));
+    let (table, exit) = (crate::campaigns::bench::render(&figures), exits::of_bench(&figures, !a.no_targets));
     if a.json {
         print_json(&figures)?;
     } else {

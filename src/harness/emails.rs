@@ -45,7 +45,15 @@ pub async fn start(sc: &Scenario, faults: &Arc<FaultInjector>) -> Result<Option<
     if sc.notifier.email == EmailMode::Off && !declared {
         return Ok(None);
     }
-    let p = Provider::start(ProviderSettings::default(), Arc::new(Strikes(faults.clone()))).await?;
+    // The record keeps the fields the verifier reads: the receipts' and
+    // those a declared system's effects name.
+    let mut settings = ProviderSettings::default();
+    for field in sc.system.as_ref().map(|s| s.provider_fields()).unwrap_or_default() {
+        if !settings.keep.contains(&field) {
+            settings.keep.push(field);
+        }
+    }
+    let p = Provider::start(settings, Arc::new(Strikes(faults.clone()))).await?;
     tracing::info!(url = %p.base_url(), "email provider listening");
     Ok(Some(p))
 }

@@ -176,7 +176,7 @@ mod tests {
             Err(EmailError::ConnectionLost(_)) => {}
             other => panic!("expected ConnectionLost, got {other:?}"),
         }
-        assert_eq!(p.record().outcomes(), [&Outcome::SentResponseLost { id: "em_1".into() }]);
+        assert_eq!(p.record().outcomes(), [&Outcome::SentResponseLost { id: crate::provider::EmailId(1) }]);
         let retry = client.send(Some("pay-1"), &receipt("p1")).await.unwrap();
         assert_eq!(retry, EmailSent { id: "em_1".into(), replayed: true });
         assert_eq!(p.record().emails_sent().len(), 1, "one email in all");
@@ -193,7 +193,7 @@ mod tests {
         let began = Instant::now();
         assert_eq!(client.send(Some("pay-1"), &receipt("p1")).await, Err(EmailError::Timeout));
         assert!(began.elapsed() < slow_for, "the client gave up before the hold ended");
-        assert_eq!(p.record().outcomes(), [&Outcome::SentSlow { id: "em_1".into() }]);
+        assert_eq!(p.record().outcomes(), [&Outcome::SentSlow { id: crate::provider::EmailId(1) }]);
         let retry = client.send(Some("pay-1"), &receipt("p1")).await.unwrap();
         assert_eq!(retry, EmailSent { id: "em_1".into(), replayed: true });
         assert_eq!(p.record().emails_sent().len(), 1);

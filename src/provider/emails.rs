@@ -2,14 +2,14 @@
 //! Stripe has them, the record of every request, and the faults it strikes.
 
 use super::faults::{empty_tallies, Awaiting, Fault, Nemesis, Tallies};
-use super::record::{Body, Outcome, Record, Request};
+use super::record::{Body, EmailId, Outcome, Record, Request};
 use super::ProviderSettings;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -79,7 +79,7 @@ enum KeyState {
         /// fingerprint, not the body, so that a million keys stay small.
         body: u64,
         /// The id of the email sent.
-        id: String,
+        id: EmailId,
     },
 }
 
@@ -110,7 +110,21 @@ impl Shared {
     pub fn record(&self) -> Record {
         let mut requests = self.lock().requests.clone();
         requests.sort_by_key(|r| r.seq);
-        Record { requests, started_epoch_ms: self.started_epoch_ms }
+        Record { requests, started_epoch_ms: self.started_epoch_ms, keep: self.settings.keep.clone() }
+    }
+
+    /// The record, moved out, in arrival order: for the verifier once the
+    /// run is over, with no copy of a million requests. The provider's
+    /// record is empty after it.
+    pub fn take_record(&self) -> Record {
+        let mut requests = std::mem::take(&mut self.lock().requests);
+        requests.sort_by_key(|r| r.seq);
+        Record { requests, started_epoch_ms: self.started_epoch_ms, keep: self.settings.keep.clone() }
+    }
+
+    /// How many emails it sent so far.
+    pub fn emails(&self) -> u64 {
+        self.lock().emails
     }
 
     /// Every fault's tally.
@@ -161,7 +175,7 @@ impl Shared {
 
     /// Checks a repeated idempotency key and returns its answer, or claims a
     /// new one for this request and returns `None`.
-    fn claim(&self, arrival: Arrival, key: &str, body: &Body, object: &Value) -> Option<Response> {
+    fn claim(&self, arrival: Arrival, key: &str, body: &Body) -> Option<Response> {
         let mut s = self.lock();
         let (outcome, answer) = match s.keys.get(key) {
             None => {
@@ -176,8 +190,8 @@ impl Shared {
                     "another request with this idempotency key is in progress; retry later",
                 ),
             ),
-            Some(KeyState::Done { body: first, id }) if *first == fingerprint(object) => {
-                (Outcome::Replayed { id: id.clone() }, accepted(id, true))
+            Some(KeyState::Done { body: first, id }) if *first == body.fingerprint => {
+                (Outcome::Replayed { id: *id }, accepted(*id, true))
             }
             Some(KeyState::Done { .. }) => (
                 Outcome::Conflict,
@@ -204,14 +218,14 @@ impl Shared {
     }
 
     /// Sends the email: numbers it, records it, and stores the key's answer.
-    fn send(&self, arrival: Arrival, key: Option<String>, body: Body, object: Value, fault: Option<Fault>) -> String {
+    fn send(&self, arrival: Arrival, key: Option<String>, body: Body, fault: Option<Fault>) -> EmailId {
         let mut s = self.lock();
         s.emails += 1;
-        let id = format!("em_{}", s.emails);
+        let id = EmailId(s.emails);
         let outcome = match fault {
-            Some(Fault::ResponseLost) => Outcome::SentResponseLost { id: id.clone() },
-            Some(Fault::Slow) => Outcome::SentSlow { id: id.clone() },
-            _ => Outcome::Sent { id: id.clone() },
+            Some(Fault::ResponseLost) => Outcome::SentResponseLost { id },
+            Some(Fault::Slow) => Outcome::SentSlow { id },
+            _ => Outcome::Sent { id },
         };
         if let Some(f) = fault {
             s.tallies.entry(f).or_default().fired += 1;
@@ -220,41 +234,11 @@ impl Shared {
             }
         }
         if let Some(k) = &key {
-            s.keys.insert(k.clone(), KeyState::Done { body: fingerprint(&object), id: id.clone() });
+            s.keys.insert(k.clone(), KeyState::Done { body: body.fingerprint, id });
         }
         Self::note(&mut s, arrival, key, body, outcome);
         id
     }
-}
-
-/// A JSON value's fingerprint: equal values, whatever their key order or
-/// spacing, give equal fingerprints (objects are hashed in key order).
-pub(super) fn fingerprint(v: &Value) -> u64 {
-    fn feed(v: &Value, h: &mut std::collections::hash_map::DefaultHasher) {
-        use std::hash::Hash;
-        match v {
-            Value::Null => 0u8.hash(h),
-            Value::Bool(b) => (1u8, b).hash(h),
-            Value::Number(n) => (2u8, n.to_string()).hash(h),
-            Value::String(s) => (3u8, s).hash(h),
-            Value::Array(a) => {
-                (4u8, a.len()).hash(h);
-                a.iter().for_each(|x| feed(x, h));
-            }
-            Value::Object(m) => {
-                let mut fields: Vec<(&String, &Value)> = m.iter().collect();
-                fields.sort_by(|a, b| a.0.cmp(b.0));
-                (5u8, fields.len()).hash(h);
-                for (k, x) in fields {
-                    k.hash(h);
-                    feed(x, h);
-                }
-            }
-        }
-    }
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    feed(v, &mut h);
-    std::hash::Hasher::finish(&h)
 }
 
 /// Confirms a `Slow` firing when dropped: when the hold ends, or when the
@@ -268,8 +252,8 @@ impl Drop for Hold {
 }
 
 /// `200 {"id": id}`, marked replayed when it repeats a first answer.
-fn accepted(id: &str, replayed: bool) -> Response {
-    let mut answer = (StatusCode::OK, Json(json!({ "id": id }))).into_response();
+fn accepted(id: EmailId, replayed: bool) -> Response {
+    let mut answer = (StatusCode::OK, Json(json!({ "id": id.to_string() }))).into_response();
     if replayed {
         answer.headers_mut().insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
     }
@@ -291,14 +275,13 @@ pub(super) async fn post_email(
     let header = headers.get(IDEMPOTENCY_KEY);
     let key = header.map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let key_is_text = header.is_none_or(|v| v.to_str().is_ok());
-    let body = match serde_json::from_slice::<Value>(&bytes) {
-        Ok(v) => Body::Json(v),
-        Err(_) => Body::Text(String::from_utf8_lossy(&bytes).into_owned()),
-    };
+    // The record keeps a fingerprint and the fields a verifier reads; the
+    // parsed body lives only as long as this request.
+    let (body, parsed) = Body::read(&bytes, &shared.settings.keep);
     let arrival = shared.arrive(key.as_deref(), &body);
 
-    let object = match &body {
-        Body::Json(v) if v.is_object() && key_is_text => v.clone(),
+    match parsed {
+        Some(v) if v.is_object() && key_is_text => {}
         _ => {
             shared.refused(arrival, key, body, Outcome::BadRequest);
             return refuse(
@@ -309,7 +292,7 @@ pub(super) async fn post_email(
         }
     };
     if let Some(k) = &key {
-        if let Some(answer) = shared.claim(arrival, k, &body, &object) {
+        if let Some(answer) = shared.claim(arrival, k, &body) {
             return answer;
         }
     }
@@ -338,7 +321,7 @@ pub(super) async fn post_email(
                     _ = shutdown.wait_for(|down| *down) => return None,
                 }
             }
-            Some(shared.send(arrival, key, body, object, fault))
+            Some(shared.send(arrival, key, body, fault))
         })
     };
     let Ok(Some(id)) = task.await else {
@@ -347,18 +330,18 @@ pub(super) async fn post_email(
 
     match fault {
         Some(Fault::ResponseLost) => {
-            debug!(seq = arrival.seq, id, "provider fault: sent, dropping the connection with no response");
+            debug!(seq = arrival.seq, id = %id, "provider fault: sent, dropping the connection with no response");
             conn.drop.notify_one();
             // The connection is dropped before this answer could be written.
             std::future::pending().await
         }
         Some(Fault::Slow) => {
             let hold = Hold(shared.clone());
-            debug!(seq = arrival.seq, id, hold = ?shared.settings.slow_for, "provider fault: sent, holding the answer");
+            debug!(seq = arrival.seq, id = %id, hold = ?shared.settings.slow_for, "provider fault: sent, holding the answer");
             tokio::time::sleep(shared.settings.slow_for).await;
             drop(hold);
-            accepted(&id, false)
+            accepted(id, false)
         }
-        _ => accepted(&id, false),
+        _ => accepted(id, false),
     }
 }

@@ -23,7 +23,7 @@ pub(crate) mod testing;
 
 pub use emails::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 pub use faults::{Fault, Nemesis, NoFaults, Tallies, Tally};
-pub use record::{Body, Outcome, Record, Request};
+pub use record::{fingerprint, Body, EmailId, Form, Outcome, Record, Request, Scalar};
 
 use crate::error::{Error, Result};
 use axum::routing::post;
@@ -49,11 +49,21 @@ pub struct ProviderSettings {
     /// How long sending one email takes. While it lasts the idempotency key
     /// is in progress and a concurrent duplicate gets `409`.
     pub send_takes: Duration,
+    /// The top-level body fields the record keeps of each request (the
+    /// rest is only fingerprinted): those a verifier reads.
+    pub keep: Vec<String>,
 }
+
+/// The fields the reference notifier's receipts name their cause by.
+pub const RECEIPT_FIELDS: [&str; 2] = ["payment_id", "message_id"];
 
 impl Default for ProviderSettings {
     fn default() -> Self {
-        ProviderSettings { slow_for: Duration::from_secs(3), send_takes: Duration::ZERO }
+        ProviderSettings {
+            slow_for: Duration::from_secs(3),
+            send_takes: Duration::ZERO,
+            keep: RECEIPT_FIELDS.map(String::from).to_vec(),
+        }
     }
 }
 
@@ -113,6 +123,12 @@ impl Provider {
         self.shared.record()
     }
 
+    /// The record, moved out (no copy): for the verifier, once every
+    /// client has stopped. Later snapshots hold only later requests.
+    pub fn take_record(&self) -> Record {
+        self.shared.take_record()
+    }
+
     /// How often each fault fired and was confirmed.
     pub fn faults(&self) -> Tallies {
         self.shared.tallies()
@@ -125,7 +141,7 @@ impl Provider {
         let server = self.server.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(server) = server {
             let _ = server.await;
-            info!(addr = %self.addr, emails = self.record().emails_sent().len(), "email provider stopped");
+            info!(addr = %self.addr, emails = self.shared.emails(), "email provider stopped");
         }
     }
 }

@@ -2,9 +2,15 @@
 //! each. It is the harness's ground truth for emails, held outside the
 //! system under test, so a verifier can count emails without trusting the
 //! database of the pipeline that sent them.
+//!
+//! A request is kept small: its arrival, its key, a fingerprint of its body,
+//! the few body fields a verifier reads and its outcome, about a hundred
+//! bytes, not the body itself. A million emails then fit in a run's memory
+//! (the parsed bodies took 2.6 KB each).
 
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
+use uuid::Uuid;
 
 /// One request to `POST /v1/emails`, as the provider saw and answered it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -15,37 +21,185 @@ pub struct Request {
     pub at: Duration,
     /// Its `Idempotency-Key` header, if it had one.
     pub key: Option<String>,
-    /// What it asked to send.
+    /// What the record keeps of what it asked to send.
     pub body: Body,
     /// What the provider did with it.
     pub outcome: Outcome,
 }
 
-/// A request's body: parsed JSON when it parses, the raw text otherwise.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// What the record keeps of a request's body: how it parsed, a fingerprint
+/// of all of it, and the top-level fields a verifier reads (the record's
+/// [`Record::keep`], in that order).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Body {
+    pub form: Form,
+    /// Equal for equal bodies: of the parsed JSON when it parses (key order
+    /// and spacing do not matter), of the bytes otherwise. Two requests with
+    /// one key and different fingerprints asked for different emails.
+    pub fingerprint: u64,
+    /// The kept fields' values, None where the body has no such field.
+    pub kept: Box<[Option<Scalar>]>,
+}
+
+/// How a body parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Body {
-    /// The body parsed as JSON (an object unless the outcome is `BadRequest`).
-    Json(serde_json::Value),
-    /// A body that is not JSON, kept as (lossy UTF-8) text.
-    Text(String),
+pub enum Form {
+    /// A JSON object: what the provider sends.
+    Object,
+    /// JSON, but not an object (an array, a number): a `400`.
+    OtherJson,
+    /// Not JSON at all: a `400`.
+    NotJson,
+}
+
+/// A kept field's value, compact: a UUID or an integer inline, anything else
+/// as its text (a string bare, other JSON as JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scalar {
+    /// A string that is a UUID in its canonical form (lower case, hyphens).
+    Uuid(Uuid),
+    /// An integer that fits 64 bits.
+    Int(i64),
+    /// Any other string.
+    Text(Box<str>),
+    /// Any other JSON value, as JSON text.
+    Json(Box<str>),
+}
+
+impl Scalar {
+    pub fn of(v: &serde_json::Value) -> Scalar {
+        match v {
+            serde_json::Value::String(s) => match Uuid::parse_str(s) {
+                // Only the canonical form: its text must read back the same.
+                Ok(u) if u.hyphenated().to_string() == *s => Scalar::Uuid(u),
+                _ => Scalar::Text(s.as_str().into()),
+            },
+            serde_json::Value::Number(n) if n.as_i64().is_some() => Scalar::Int(n.as_i64().unwrap_or_default()),
+            other => Scalar::Json(other.to_string().into()),
+        }
+    }
+
+    /// The value as the effect rows show it as text: a string bare,
+    /// anything else as JSON.
+    pub fn text(&self) -> String {
+        match self {
+            Scalar::Uuid(u) => u.to_string(),
+            Scalar::Int(n) => n.to_string(),
+            Scalar::Text(s) | Scalar::Json(s) => s.to_string(),
+        }
+    }
+
+    /// The value as a UUID, when it is a string that parses as one.
+    pub fn uuid(&self) -> Option<Uuid> {
+        match self {
+            Scalar::Uuid(u) => Some(*u),
+            Scalar::Text(s) => Uuid::parse_str(s).ok(),
+            _ => None,
+        }
+    }
+
+    /// The value as an integer, when it is a JSON number that is one.
+    pub fn int(&self) -> Option<i64> {
+        match self {
+            Scalar::Int(n) => Some(*n),
+            _ => None,
+        }
+    }
+}
+
+impl Body {
+    /// Reads a request's bytes, keeping the fields named in `keep`; also
+    /// gives the parsed JSON, which the provider needs no longer than the
+    /// request.
+    pub fn read(bytes: &[u8], keep: &[String]) -> (Body, Option<serde_json::Value>) {
+        match serde_json::from_slice::<serde_json::Value>(bytes) {
+            Ok(v) => (Body::of_json(&v, keep), Some(v)),
+            Err(_) => {
+                let fingerprint = fingerprint_bytes(bytes);
+                (Body { form: Form::NotJson, fingerprint, kept: vec![None; keep.len()].into() }, None)
+            }
+        }
+    }
+
+    /// A parsed body, keeping the fields named in `keep`.
+    pub fn of_json(v: &serde_json::Value, keep: &[String]) -> Body {
+        let form = if v.is_object() { Form::Object } else { Form::OtherJson };
+        let kept = keep.iter().map(|k| v.as_object().and_then(|o| o.get(k)).map(Scalar::of)).collect();
+        Body { form, fingerprint: fingerprint(v), kept }
+    }
+
+    /// A body that is not JSON.
+    pub fn not_json(text: &str, keep: &[String]) -> Body {
+        Body::read(text.as_bytes(), keep).0
+    }
+}
+
+/// A JSON value's fingerprint: equal values, whatever their key order or
+/// spacing, give equal fingerprints (objects are hashed in key order).
+pub fn fingerprint(v: &serde_json::Value) -> u64 {
+    use serde_json::Value;
+    fn feed(v: &Value, h: &mut std::collections::hash_map::DefaultHasher) {
+        use std::hash::Hash;
+        match v {
+            Value::Null => 0u8.hash(h),
+            Value::Bool(b) => (1u8, b).hash(h),
+            Value::Number(n) => (2u8, n.to_string()).hash(h),
+            Value::String(s) => (3u8, s).hash(h),
+            Value::Array(a) => {
+                (4u8, a.len()).hash(h);
+                a.iter().for_each(|x| feed(x, h));
+            }
+            Value::Object(m) => {
+                let mut fields: Vec<(&String, &Value)> = m.iter().collect();
+                fields.sort_by(|a, b| a.0.cmp(b.0));
+                (5u8, fields.len()).hash(h);
+                for (k, x) in fields {
+                    k.hash(h);
+                    feed(x, h);
+                }
+            }
+        }
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    feed(v, &mut h);
+    std::hash::Hasher::finish(&h)
+}
+
+fn fingerprint_bytes(bytes: &[u8]) -> u64 {
+    use std::hash::Hash;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (6u8, bytes).hash(&mut h);
+    std::hash::Hasher::finish(&h)
+}
+
+/// An email's id: `em_<n>`, the n-th email the provider sent, from 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct EmailId(pub u64);
+
+impl std::fmt::Display for EmailId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "em_{}", self.0)
+    }
 }
 
 /// What the provider did with one request. Only the `Sent*` outcomes sent
 /// an email; every other one sent nothing.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum Outcome {
     /// Sent an email and answered `200 {"id": id}`.
     Sent {
         /// The email's id, `em_<n>`.
-        id: String,
+        id: EmailId,
     },
     /// A repeated idempotency key with the same body: answered with the
     /// first answer again, sent nothing.
     Replayed {
         /// The id of the email the first request sent.
-        id: String,
+        id: EmailId,
     },
     /// A repeated idempotency key with a different body: `409`, sent nothing.
     Conflict,
@@ -61,20 +215,20 @@ pub enum Outcome {
     /// without a byte of response.
     SentResponseLost {
         /// The id of the email sent; a retry with the key replays it.
-        id: String,
+        id: EmailId,
     },
     /// The `Slow` fault: sent, and the answer held back for `slow_for`.
     SentSlow {
         /// The id of the email sent.
-        id: String,
+        id: EmailId,
     },
 }
 
 impl Outcome {
     /// The id of the email this request sent, if it sent one.
-    pub fn sent(&self) -> Option<&str> {
+    pub fn sent(&self) -> Option<EmailId> {
         match self {
-            Outcome::Sent { id } | Outcome::SentResponseLost { id } | Outcome::SentSlow { id } => Some(id),
+            Outcome::Sent { id } | Outcome::SentResponseLost { id } | Outcome::SentSlow { id } => Some(*id),
             _ => None,
         }
     }
@@ -89,6 +243,10 @@ pub struct Record {
     /// `at` counts from it.
     #[serde(default)]
     pub started_epoch_ms: i64,
+    /// The body fields each request keeps, in the order of its
+    /// [`Body::kept`].
+    #[serde(default)]
+    pub keep: Vec<String>,
 }
 
 impl Record {
@@ -100,5 +258,71 @@ impl Record {
     /// The outcomes alone, in arrival order (for tests and reports).
     pub fn outcomes(&self) -> Vec<&Outcome> {
         self.requests.iter().map(|r| &r.outcome).collect()
+    }
+
+    /// A kept field of a request's body: None when the record does not keep
+    /// it, or the body has no such field.
+    pub fn field<'a>(&self, q: &'a Request, name: &str) -> Option<&'a Scalar> {
+        let i = self.keep.iter().position(|k| k == name)?;
+        q.body.kept.get(i)?.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_keeps_its_fingerprint_and_the_fields_asked_for_compactly() {
+        let keep: Vec<String> = ["payment_id", "n", "name", "gone", "flag"].map(String::from).to_vec();
+        let id = Uuid::from_u128(7);
+        let a = br#"{"payment_id": "00000000-0000-0000-0000-000000000007", "n": 5, "name": "x", "flag": true, "to": "a@b"}"#;
+        let (body, parsed) = Body::read(a, &keep);
+        assert!(parsed.is_some());
+        assert_eq!(body.form, Form::Object);
+        let kept: Vec<Option<Scalar>> = body.kept.to_vec();
+        assert_eq!(
+            kept,
+            vec![
+                Some(Scalar::Uuid(id)),
+                Some(Scalar::Int(5)),
+                Some(Scalar::Text("x".into())),
+                None,
+                Some(Scalar::Json("true".into()))
+            ]
+        );
+        // Key order and spacing do not matter; any other change does.
+        let b = br#"{"to":"a@b","flag":true,"name":"x","n":5,"payment_id":"00000000-0000-0000-0000-000000000007"}"#;
+        assert_eq!(Body::read(b, &keep).0, body);
+        let c = br#"{"to":"a@c","flag":true,"name":"x","n":5,"payment_id":"00000000-0000-0000-0000-000000000007"}"#;
+        assert_ne!(Body::read(c, &keep).0.fingerprint, body.fingerprint, "a field not kept still counts");
+        // A UUID in another case stays text, so that it reads back as sent.
+        let upper = Scalar::of(&serde_json::json!("00000000-0000-0000-0000-00000000000A"));
+        assert_eq!(upper.text(), "00000000-0000-0000-0000-00000000000A");
+        assert_eq!(upper.uuid(), Some(Uuid::from_u128(10)));
+        assert_eq!(Scalar::of(&serde_json::json!(1.5)).int(), None);
+        assert_eq!(Scalar::of(&serde_json::json!(null)).text(), "null");
+        // Not JSON, and JSON that is no object.
+        let (text, parsed) = Body::read(b"receipt", &keep);
+        assert_eq!((text.form, parsed, text.kept.len()), (Form::NotJson, None, 5));
+        assert!(text.kept.iter().all(Option::is_none));
+        assert_eq!(Body::read(b"receipt", &keep).0, text);
+        assert_ne!(Body::read(b"receipts", &keep).0, text);
+        assert_eq!(Body::read(b"[1, 2]", &keep).0.form, Form::OtherJson);
+        // Small: the request with two kept UUIDs is about a hundred bytes.
+        assert!(std::mem::size_of::<Request>() <= 112, "{}", std::mem::size_of::<Request>());
+        assert_eq!(std::mem::size_of::<Option<Scalar>>(), 24);
+    }
+
+    #[test]
+    fn a_record_finds_a_kept_field_by_its_name() {
+        let keep = vec!["payment_id".to_string(), "message_id".to_string()];
+        let body = Body::of_json(&serde_json::json!({"message_id": "m"}), &keep);
+        let q = Request { seq: 0, at: Duration::ZERO, key: None, body, outcome: Outcome::Sent { id: EmailId(1) } };
+        let record = Record { requests: vec![], started_epoch_ms: 0, keep };
+        assert_eq!(record.field(&q, "message_id"), Some(&Scalar::Text("m".into())));
+        assert_eq!(record.field(&q, "payment_id"), None);
+        assert_eq!(record.field(&q, "to"), None, "not kept");
+        assert_eq!(EmailId(12).to_string(), "em_12");
     }
 }

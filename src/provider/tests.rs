@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn quick() -> ProviderSettings {
-    ProviderSettings { slow_for: Duration::from_secs(30), send_takes: Duration::ZERO }
+    ProviderSettings { slow_for: Duration::from_secs(30), ..ProviderSettings::default() }
 }
 
 async fn start(settings: ProviderSettings, nemesis: Arc<dyn Nemesis>) -> Provider {
@@ -64,7 +64,7 @@ async fn a_repeated_key_and_body_replays_the_first_answer_and_sends_once() {
     assert_eq!((first.status, first.replayed, first.id()), (200, false, "em_1"));
     assert_eq!((again.status, again.replayed, again.id()), (200, true, "em_1"));
     assert_eq!(sent_ids(&p), ["em_1"]);
-    assert_eq!(p.record().outcomes(), [&Outcome::Sent { id: "em_1".into() }, &Outcome::Replayed { id: "em_1".into() }]);
+    assert_eq!(p.record().outcomes(), [&Outcome::Sent { id: EmailId(1) }, &Outcome::Replayed { id: EmailId(1) }]);
 }
 
 #[tokio::test]
@@ -95,8 +95,11 @@ async fn a_body_that_is_not_a_json_object_is_refused_and_its_key_not_kept() {
     // The refused request did not claim its key: a good body under it sends.
     assert_eq!(post(&p, Some("k1"), r#"{"payment_id":"p1"}"#).await.id(), "em_1");
     let record = p.record();
-    assert_eq!(record.requests[0].body, Body::Json(json!([1, 2])));
-    assert_eq!(record.requests[1].body, Body::Text("not json".into()));
+    let keep = &ProviderSettings::default().keep;
+    assert_eq!(record.requests[0].body, Body::of_json(&json!([1, 2]), keep));
+    assert_eq!(record.requests[0].body.form, Form::OtherJson);
+    assert_eq!(record.requests[1].body, Body::not_json("not json", keep));
+    assert_eq!(record.requests[1].body.form, Form::NotJson);
     assert_eq!(record.outcomes()[..2], [&Outcome::BadRequest, &Outcome::BadRequest]);
     assert_eq!(sent_ids(&p), ["em_1"]);
 }
@@ -148,7 +151,7 @@ async fn the_error_fault_refuses_before_sending_and_its_retry_sends_and_confirms
     assert_eq!(sent_ids(&p), ["em_1"]);
     assert_eq!(tally(&p, Fault::Error), (1, 1));
     assert_eq!(nemesis.seen_confirmed(), [Fault::Error]);
-    assert_eq!(p.record().outcomes(), [&Outcome::Unavailable, &Outcome::Sent { id: "em_1".into() }]);
+    assert_eq!(p.record().outcomes(), [&Outcome::Unavailable, &Outcome::Sent { id: EmailId(1) }]);
 }
 
 #[tokio::test]
@@ -183,7 +186,7 @@ async fn response_lost_sends_then_closes_the_connection_without_a_byte() {
     let p = start(quick(), nemesis.clone()).await;
     let got = raw_post(p.addr(), "k1", r#"{"payment_id":"p1"}"#).await.expect("EOF, not an error");
     assert!(got.is_empty(), "no response bytes at all, got {:?}", String::from_utf8_lossy(&got));
-    assert_eq!(p.record().outcomes(), [&Outcome::SentResponseLost { id: "em_1".into() }]);
+    assert_eq!(p.record().outcomes(), [&Outcome::SentResponseLost { id: EmailId(1) }]);
     assert_eq!(tally(&p, Fault::ResponseLost), (1, 0));
     // The retry gets the stored answer: one email in all.
     let retry = post(&p, Some("k1"), r#"{"payment_id":"p1"}"#).await;
@@ -212,20 +215,25 @@ async fn the_record_keeps_arrival_order_and_every_outcome() {
     assert_eq!(
         record.outcomes(),
         [
-            &Outcome::Sent { id: "em_1".into() },
-            &Outcome::Replayed { id: "em_1".into() },
+            &Outcome::Sent { id: EmailId(1) },
+            &Outcome::Replayed { id: EmailId(1) },
             &Outcome::Conflict,
             &Outcome::Unavailable,
-            &Outcome::Sent { id: "em_2".into() },
+            &Outcome::Sent { id: EmailId(2) },
             &Outcome::BadRequest,
         ]
     );
     let sent: Vec<u64> = record.emails_sent().iter().map(|r| r.seq).collect();
     assert_eq!(sent, [0, 4]);
-    assert_eq!(record.requests[0].body, Body::Json(json!({"payment_id": "p1"})));
+    assert_eq!(record.requests[0].body, Body::of_json(&json!({"payment_id": "p1"}), &record.keep));
+    assert_eq!(record.field(&record.requests[0], "payment_id"), Some(&Scalar::Text("p1".into())));
     // The record is a document a verifier can read back.
     let text = serde_json::to_string(&record).unwrap();
     assert_eq!(serde_json::from_str::<Record>(&text).unwrap(), record);
+    // Taken for the verifier: the same record, moved out, not copied.
+    assert_eq!(p.take_record(), record);
+    assert!(p.record().requests.is_empty());
+    assert_eq!(p.faults()[&Fault::Error].fired, 1, "the tallies stay");
 }
 
 #[tokio::test]
@@ -250,7 +258,7 @@ async fn it_binds_only_loopback_and_shutdown_drops_every_connection() {
     while p.record().requests.is_empty() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(p.record().outcomes(), [&Outcome::SentSlow { id: "em_1".into() }]);
+    assert_eq!(p.record().outcomes(), [&Outcome::SentSlow { id: EmailId(1) }]);
     tokio::time::timeout(Duration::from_secs(5), p.shutdown()).await.expect("shutdown does not wait for the hold");
     let cut = tokio::time::timeout(Duration::from_secs(5), held).await.expect("the held request ends").unwrap();
     assert!(cut.is_err(), "no answer after shutdown: {cut:?}");
@@ -266,7 +274,6 @@ async fn it_binds_only_loopback_and_shutdown_drops_every_connection() {
 /// array does not.
 #[test]
 fn a_bodys_fingerprint_ignores_key_order_and_nothing_else() {
-    use super::emails::fingerprint;
     let f = |s: &str| fingerprint(&serde_json::from_str(s).unwrap());
     assert_eq!(
         f(r#"{"a": 1, "b": [1, 2], "c": {"x": null, "y": true}}"#),

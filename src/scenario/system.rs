@@ -295,6 +295,20 @@ impl System {
     pub fn uses_provider(&self) -> bool {
         self.effects.iter().any(|e| e.provider.is_some())
     }
+
+    /// The body fields the effects read from the provider's record: what
+    /// the record keeps of each request.
+    pub fn provider_fields(&self) -> Vec<String> {
+        let mut fields: Vec<String> = Vec::new();
+        for f in self.effects.iter().filter_map(|e| e.provider.as_ref()) {
+            for name in f.message_id.iter().chain([&f.key]).chain(f.amount.iter()) {
+                if !fields.contains(name) {
+                    fields.push(name.clone());
+                }
+            }
+        }
+        fields
+    }
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

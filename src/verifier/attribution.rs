@@ -756,9 +756,8 @@ mod tests {
     /// and keeps every other kind of suspect.
     #[test]
     fn of_the_kills_that_reached_a_duplicate_the_latest_is_kept() {
-        let suspect = |point: &str, at_ms| {
-            Suspect::of(&fault(point, "consumer-1", at_ms), 10_000, By::Data, Some("m".into()))
-        };
+        let suspect =
+            |point: &str, at_ms| Suspect::of(&fault(point, "consumer-1", at_ms), 10_000, By::Data, Some("m".into()));
         let mut s = vec![
             suspect("db.kill_after_commit", 2_000),
             suspect("relay.after_produce", 1_000),

@@ -264,7 +264,7 @@ impl<'a> Books<'a> {
     /// that sent something is a row of each such effect, its fields taken
     /// from the body.
     pub fn add_provider_record(&mut self, record: &crate::provider::Record) {
-        use crate::provider::{Body, Outcome};
+        use crate::provider::Outcome;
         let mut reused = Vec::new();
         for r in &record.requests {
             if r.outcome == Outcome::Conflict {
@@ -277,14 +277,10 @@ impl<'a> Books<'a> {
             if r.outcome.sent().is_none() {
                 continue;
             }
-            let body = match &r.body {
-                Body::Json(v) => v,
-                Body::Text(_) => &serde_json::Value::Null,
-            };
-            let field = |name: &Option<String>| name.as_ref().and_then(|n| body.get(n)).map(text);
+            let field = |name: &Option<String>| name.as_ref().and_then(|n| record.field(r, n)).map(|v| v.text());
             for n in 0..self.sys.effects.len() {
                 let Some(f) = self.sys.effects[n].provider.clone() else { continue };
-                let amount = f.amount.as_ref().and_then(|a| body.get(a)).and_then(serde_json::Value::as_i64);
+                let amount = f.amount.as_ref().and_then(|a| record.field(r, a)).and_then(|v| v.int());
                 let row = EffectRow { message_id: field(&f.message_id), key: field(&Some(f.key)), amount };
                 self.add_effect_row(n, row);
             }
@@ -1454,7 +1450,8 @@ mod tests {
 
     #[test]
     fn calls_to_the_provider_are_counted_from_its_record() {
-        use crate::provider::{Body, Outcome as Sent, Record, Request};
+        use crate::provider::{Body, EmailId, Outcome as Sent, Record, Request};
+        let keep: Vec<String> = vec!["message_id".into(), "order_id".into()];
         let mut sys = system();
         sys.effects = vec![EffectDecl {
             name: "emails".into(),
@@ -1475,24 +1472,28 @@ mod tests {
             seq,
             at: Duration::from_millis(seq),
             key: Some(format!("{event}")),
-            body: Body::Json(serde_json::json!({
-                "order_id": Uuid::from_u128(order).to_string(),
-                "message_id": Uuid::from_u128(event).to_string(),
-            })),
+            body: Body::of_json(
+                &serde_json::json!({
+                    "order_id": Uuid::from_u128(order).to_string(),
+                    "message_id": Uuid::from_u128(event).to_string(),
+                }),
+                &keep,
+            ),
             outcome,
         };
         let record = Record {
             requests: vec![
                 // Order 1: sent, then its retry replayed: one email.
-                req(0, 1, 11, Sent::SentResponseLost { id: "em_1".into() }),
-                req(1, 1, 11, Sent::Replayed { id: "em_1".into() }),
+                req(0, 1, 11, Sent::SentResponseLost { id: EmailId(1) }),
+                req(1, 1, 11, Sent::Replayed { id: EmailId(1) }),
                 // Order 2: a 503, then sent twice (no key would do that).
                 req(2, 2, 21, Sent::Unavailable),
-                req(3, 2, 21, Sent::Sent { id: "em_2".into() }),
-                req(4, 2, 21, Sent::Sent { id: "em_3".into() }),
+                req(3, 2, 21, Sent::Sent { id: EmailId(2) }),
+                req(4, 2, 21, Sent::Sent { id: EmailId(3) }),
                 req(5, 2, 21, Sent::Conflict),
             ],
             started_epoch_ms: 0,
+            keep: keep.clone(),
         };
         let mut b = Books::new(sys, &ops, vec![], 0);
         for (id, key) in [(11, 1), (21, 2)] {

@@ -15,7 +15,7 @@
 use super::ledger::{flag, Ledger};
 use super::reconcile::{AnomalyBuilder, AnomalyKind, Findings, Reconciliation};
 use crate::domain::events::EventKind;
-use crate::provider::{Body, Outcome, Record, Request};
+use crate::provider::{Form, Outcome, Record, Request};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use uuid::Uuid;
 
@@ -30,21 +30,16 @@ struct Said {
     message: Option<Uuid>,
 }
 
-fn said(body: &Body) -> Said {
-    match body {
-        Body::Json(v) => {
-            let id = |k: &str| v.get(k).and_then(|x| x.as_str()).and_then(|s| Uuid::parse_str(s).ok());
-            Said { payment: id("payment_id"), message: id("message_id") }
-        }
-        Body::Text(_) => Said::default(),
-    }
+fn said(record: &Record, q: &Request) -> Said {
+    let id = |k: &str| record.field(q, k).and_then(|x| x.uuid());
+    Said { payment: id("payment_id"), message: id("message_id") }
 }
 
 /// What is wrong with a body that does not name its payment and message.
-fn unnamed(body: &Body, s: Said) -> String {
-    match body {
-        Body::Text(_) => "a body that is not JSON".into(),
-        Body::Json(_) => {
+fn unnamed(q: &Request, s: Said) -> String {
+    match q.body.form {
+        Form::NotJson => "a body that is not JSON".into(),
+        Form::Object | Form::OtherJson => {
             let missing: Vec<&str> = [("payment_id", s.payment.is_none()), ("message_id", s.message.is_none())]
                 .into_iter()
                 .filter_map(|(k, m)| m.then_some(k))
@@ -85,20 +80,17 @@ fn names(qs: &[&Request]) -> String {
     out.join(", ")
 }
 
-/// The top-level fields in which two bodies differ.
-fn differing(a: &Body, b: &Body) -> String {
-    match (a, b) {
-        (Body::Json(serde_json::Value::Object(a)), Body::Json(serde_json::Value::Object(b))) => {
-            let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
-            let diff: Vec<&str> = keys.into_iter().filter(|k| a.get(*k) != b.get(*k)).map(|k| k.as_str()).collect();
-            if diff.is_empty() {
-                "the same fields".into()
-            } else {
-                diff.join(", ")
-            }
-        }
-        _ => "the whole body".into(),
-    }
+/// What the email pass keeps per payment of the ledger (by its index):
+/// a few bytes, not the requests, so that a million emails add megabytes,
+/// not hundreds of them. Examples find their requests again in the record.
+#[derive(Default, Clone, Copy)]
+struct PerPayment {
+    /// Requests that named the payment.
+    asked: u32,
+    /// Emails sent for it.
+    sent: u32,
+    /// One of them was caused by its captured event.
+    well_caused: bool,
 }
 
 impl Ledger {
@@ -117,9 +109,10 @@ impl Ledger {
         }));
 
         let mut f = Findings::resume(r);
-        let (by_payment, caused, sent_pairs, cause) = self.email_causes(emails);
-        let (captured, one, dup, missing) = self.emails_per_payment(&by_payment);
-        let unmatched = self.receipts_against_emails(&caused, &sent_pairs);
+        let mut unmatched = AnomalyBuilder::new(AnomalyKind::MisattributedExternalEffect);
+        let (per, odd_sent, cause) = self.email_causes(emails, &mut unmatched);
+        let (captured, one, dup, missing) = self.emails_per_payment(emails, &per);
+        self.receipts_against_emails(&per, &odd_sent, &mut unmatched);
         let reused = key_reuses(emails);
         f.check("exactly one email per captured payment", captured, one, vec![dup, missing]);
         f.check("each email caused by its payment's captured event", 0, cause.count, vec![cause]);
@@ -129,33 +122,54 @@ impl Ledger {
     }
 
     /// Each email sent must name a payment that exists and, as the message
-    /// that caused it, that payment's captured event. Returns every request
-    /// by the payment it names (index, sorted), the well-caused emails, the
-    /// (payment, message) of every email sent, and the misattributions.
-    #[allow(clippy::type_complexity)]
-    fn email_causes<'a>(
+    /// that caused it, that payment's captured event. Returns what each
+    /// payment got, which of the odd receipt rows an email matched (and the
+    /// payments of odd rows that got an email), and the misattributions. A
+    /// well-caused email whose payment has no receipt row from that event
+    /// goes into `unmatched`.
+    fn email_causes(
         &mut self,
-        emails: &'a Record,
-    ) -> (Vec<(usize, &'a Request)>, Vec<(usize, Uuid, &'a Request)>, HashSet<(Uuid, Uuid)>, AnomalyBuilder) {
+        emails: &Record,
+        unmatched: &mut AnomalyBuilder,
+    ) -> (Vec<PerPayment>, OddSent, AnomalyBuilder) {
         let mut cause = AnomalyBuilder::new(AnomalyKind::MisattributedExternalEffect);
-        let mut by_payment = Vec::new();
-        let mut caused = Vec::new();
-        let mut sent_pairs = HashSet::new();
+        let mut per = vec![PerPayment::default(); self.payments.len()];
+        // The odd receipt rows are few: only their pairs and payments are
+        // looked for among the emails.
+        let odd_pairs: HashSet<(Uuid, Uuid)> = self.odd_receipts.iter().copied().collect();
+        let odd_payments: HashSet<Uuid> = self.odd_receipts.iter().map(|(p, _)| *p).collect();
+        let mut odd_sent = OddSent::default();
+        let mut seen = HashSet::new();
         for q in &emails.requests {
-            let s = said(&q.body);
+            let s = said(emails, q);
             let at = s.payment.and_then(|p| self.payment(p));
             if let Some(i) = at {
-                by_payment.push((i, q));
+                per[i].asked += 1;
             }
             if q.outcome.sent().is_none() {
                 continue;
             }
+            if let Some(i) = at {
+                per[i].sent += 1;
+            }
             match (s.payment, s.message, at) {
                 (Some(p), Some(m), Some(i)) => {
-                    sent_pairs.insert((p, m));
+                    if odd_pairs.contains(&(p, m)) {
+                        odd_sent.pairs.insert((p, m));
+                    }
+                    if odd_payments.contains(&p) {
+                        odd_sent.payments.insert(p);
+                    }
                     let was = self.cause(m);
                     if matches!(was, Some((j, Some(EventKind::Captured))) if j == i) {
-                        caused.push((i, m, q));
+                        per[i].well_caused = true;
+                        // Its receipt row is the one its payment's captured event caused.
+                        let pay = &self.payments[i];
+                        if !pay.has(flag::RECEIPT_CAUSED) && seen.insert((i, m)) {
+                            let id = pay.id;
+                            unmatched
+                                .hit_on(id, || format!("{} for payment {id}, message {m}: no receipt row", name(q)));
+                        }
                     } else {
                         let why = self.describe_cause(was, m);
                         cause.hit_on(p, || format!("{} for payment {p} caused by {why}", name(q)));
@@ -164,69 +178,54 @@ impl Ledger {
                 (Some(p), Some(_), None) => {
                     cause.hit_on(p, || format!("{} for payment {p}, which does not exist", name(q)))
                 }
-                _ => cause.hit_about(s.payment, || format!("{} with {}", name(q), unnamed(&q.body, s))),
+                _ => cause.hit_about(s.payment, || format!("{} with {}", name(q), unnamed(q, s))),
             }
         }
-        // Payment by payment, in arrival order: examples come out in id order.
-        by_payment.sort_by_key(|(i, q)| (*i, q.seq));
-        (by_payment, caused, sent_pairs, cause)
+        (per, odd_sent, cause)
     }
 
     /// Exactly one email sent per captured payment. Returns the captured
     /// payments, those with one email, and the duplicates and the missing.
-    fn emails_per_payment(&self, by_payment: &[(usize, &Request)]) -> (u64, u64, AnomalyBuilder, AnomalyBuilder) {
+    fn emails_per_payment(&self, emails: &Record, per: &[PerPayment]) -> (u64, u64, AnomalyBuilder, AnomalyBuilder) {
         let mut dup = AnomalyBuilder::new(AnomalyKind::DuplicateExternalEffect);
         let mut missing = AnomalyBuilder::new(AnomalyKind::MissingExternalEffect);
         let (mut captured, mut one) = (0u64, 0u64);
-        let mut at = 0;
-        for (i, p) in self.payments.iter().enumerate() {
-            let start = at;
-            while at < by_payment.len() && by_payment[at].0 == i {
-                at += 1;
-            }
-            let asked: Vec<&Request> = by_payment[start..at].iter().map(|(_, q)| *q).collect();
-            let sent: Vec<&Request> = asked.iter().copied().filter(|q| q.outcome.sent().is_some()).collect();
+        // An example's requests, found again in the record in arrival order:
+        // only examples need them.
+        let requests_of = |id: Uuid, sent_only: bool| -> Vec<&Request> {
+            let of = |q: &&Request| said(emails, q).payment == Some(id) && (!sent_only || q.outcome.sent().is_some());
+            emails.requests.iter().filter(of).collect()
+        };
+        for (p, got) in self.payments.iter().zip(per) {
             if p.captured() {
                 captured += 1;
-                match sent.len() {
+                match got.sent {
                     0 => missing.hit_on(p.id, || {
-                        let asked =
-                            if asked.is_empty() { "no request reached the provider".into() } else { names(&asked) };
+                        let asked = match got.asked {
+                            0 => "no request reached the provider".into(),
+                            _ => names(&requests_of(p.id, false)),
+                        };
                         format!("payment {}: no email sent ({asked}); receipt rows: {}", p.id, p.receipts)
                     }),
                     1 => one += 1,
                     _ => {}
                 }
             }
-            if sent.len() > 1 {
-                dup.hit_on(p.id, || format!("payment {}: {} emails sent: {}", p.id, sent.len(), names(&sent)));
+            if got.sent > 1 {
+                dup.hit_on(p.id, || {
+                    format!("payment {}: {} emails sent: {}", p.id, got.sent, names(&requests_of(p.id, true)))
+                });
             }
         }
         (captured, one, dup, missing)
     }
 
-    /// Receipt rows and emails, matched by (payment, message) both ways. An
-    /// email the cause check already named is not named again, nor a
-    /// receipt row of a payment with no email at all (`missing external
-    /// effect` names it).
-    fn receipts_against_emails(
-        &self,
-        caused: &[(usize, Uuid, &Request)],
-        sent_pairs: &HashSet<(Uuid, Uuid)>,
-    ) -> AnomalyBuilder {
-        let mut unmatched = AnomalyBuilder::new(AnomalyKind::MisattributedExternalEffect);
-        // A well-caused email's receipt row is the one its payment's captured event caused.
-        let mut seen = HashSet::new();
-        for &(i, m, q) in caused {
-            let p = &self.payments[i];
-            if !p.has(flag::RECEIPT_CAUSED) && seen.insert((i, m)) {
-                unmatched.hit_on(p.id, || format!("{} for payment {}, message {m}: no receipt row", name(q), p.id));
-            }
-        }
-        let emailed: HashSet<Uuid> = sent_pairs.iter().map(|(p, _)| *p).collect();
-        let caused_email: HashSet<usize> = caused.iter().map(|(i, _, _)| *i).collect();
-        for (i, p) in self.payments.iter().enumerate() {
-            if p.has(flag::RECEIPT_CAUSED) && emailed.contains(&p.id) && !caused_email.contains(&i) {
+    /// Receipt rows against emails, the other way: a receipt row without an
+    /// email of its (payment, message). A receipt row of a payment with no
+    /// email at all is not named here (`missing external effect` names it).
+    fn receipts_against_emails(&self, per: &[PerPayment], odd_sent: &OddSent, unmatched: &mut AnomalyBuilder) {
+        for (i, (p, got)) in self.payments.iter().zip(per).enumerate() {
+            if p.has(flag::RECEIPT_CAUSED) && got.sent > 0 && !got.well_caused {
                 unmatched.hit_on(p.id, || {
                     let m = self.captured_event(i).map(|e| e.to_string()).unwrap_or_else(|| "?".into());
                     format!("receipt row (payment {}, message {m}) has no email; its emails name other messages", p.id)
@@ -235,11 +234,10 @@ impl Ledger {
         }
         let odd: BTreeSet<(Uuid, Uuid)> = self.odd_receipts.iter().copied().collect();
         for (p, m) in odd {
-            if emailed.contains(&p) && !sent_pairs.contains(&(p, m)) {
+            if odd_sent.payments.contains(&p) && !odd_sent.pairs.contains(&(p, m)) {
                 unmatched.hit_on(p, || format!("receipt row (payment {p}, message {m}) has no email"));
             }
         }
-        unmatched
     }
 
     /// The captured event of payment `i`, for an example (a linear search:
@@ -249,25 +247,44 @@ impl Ledger {
     }
 }
 
+/// Of the odd receipt rows (those not from their payment's captured
+/// event): the (payment, message) pairs an email was sent for, and their
+/// payments that got any email.
+#[derive(Default)]
+struct OddSent {
+    pairs: HashSet<(Uuid, Uuid)>,
+    payments: HashSet<Uuid>,
+}
+
 /// Every request the provider refused because its idempotency key came
-/// before with another body: the key was reused for a different email.
+/// before with another body: the key was reused for a different email. Two
+/// passes: the reused keys first (few), then their first requests, so that
+/// no map of every key is built.
 fn key_reuses(emails: &Record) -> AnomalyBuilder {
     let mut reused = AnomalyBuilder::new(AnomalyKind::IdempotencyKeyReused);
+    let conflicts: HashSet<&str> =
+        emails.requests.iter().filter(|q| q.outcome == Outcome::Conflict).filter_map(|q| q.key.as_deref()).collect();
+    if conflicts.is_empty() {
+        return reused;
+    }
     let mut first: HashMap<&str, &Request> = HashMap::new();
     for q in &emails.requests {
-        let Some(key) = q.key.as_deref() else { continue };
+        let Some(key) = q.key.as_deref().filter(|k| conflicts.contains(k)) else { continue };
         let was = *first.entry(key).or_insert(q);
         if q.outcome != Outcome::Conflict {
             continue;
         }
-        let s = said(&q.body);
+        let s = said(emails, q);
         let about = s.payment.map(|p| format!(" for payment {p}")).unwrap_or_default();
         reused.hit_about(s.payment, || {
             if was.seq == q.seq {
                 format!("key {key}: request {}{about} refused as reused, with no earlier request", q.seq)
             } else {
-                let diff = differing(&was.body, &q.body);
-                format!("key {key}: request {}{about} differs from request {} in {diff}", q.seq, was.seq)
+                // The record keeps a fingerprint of each body, not the body.
+                format!(
+                    "key {key}: request {}{about} differs from request {} (body fingerprints {:016x} and {:016x})",
+                    q.seq, was.seq, q.body.fingerprint, was.body.fingerprint
+                )
             }
         });
     }

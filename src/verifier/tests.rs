@@ -7,7 +7,7 @@ use super::topic::TopicRecord;
 use super::Ledger;
 use crate::domain::events::{fingerprint, EventKind, PaymentEvent};
 use crate::domain::intent::Intended;
-use crate::provider::{Body, Outcome, Record, Request};
+use crate::provider::{Body, EmailId, Outcome, Record, Request};
 use uuid::Uuid;
 
 /// Hand-made ground truth, fed to a [`Ledger`] as the readers feed it.
@@ -476,20 +476,25 @@ fn email(w: &World, i: usize, message: Uuid, outcome: Outcome) -> Request {
         seq: 0,
         at: Default::default(),
         key: Some(format!("{message}:receipts")),
-        body: Body::Json(body),
+        body: Body::of_json(&body, &keep()),
         outcome,
     }
 }
 
 fn sent(n: usize) -> Outcome {
-    Outcome::Sent { id: format!("em_{n}") }
+    Outcome::Sent { id: EmailId(n as u64) }
+}
+
+/// The fields the provider's record keeps for the reference notifier.
+fn keep() -> Vec<String> {
+    crate::provider::RECEIPT_FIELDS.map(String::from).to_vec()
 }
 
 /// A healthy world whose notifier sent one email per captured payment.
 fn emailing(n: usize) -> World {
     let mut w = healthy(n);
     let requests = (0..n).map(|i| email(&w, i, w.event(i, EventKind::Captured), sent(i))).collect();
-    w.emails = Some(Record { requests, started_epoch_ms: 0 });
+    w.emails = Some(Record { requests, started_epoch_ms: 0, keep: keep() });
     renumber(&mut w);
     w
 }
@@ -539,7 +544,7 @@ fn a_repeat_the_provider_absorbed_is_no_anomaly() {
     // A retry after a lost response, and one while the first was being sent.
     let e = w.event(1, EventKind::Captured);
     let repeats = [
-        email(&w, 1, e, Outcome::Replayed { id: "em_1".into() }),
+        email(&w, 1, e, Outcome::Replayed { id: EmailId(1) }),
         email(&w, 1, e, Outcome::InUse),
         email(&w, 2, w.event(2, EventKind::Captured), Outcome::Unavailable),
     ];
@@ -586,7 +591,7 @@ fn a_captured_payment_without_an_email_is_a_missing_external_effect() {
     let pid = w.payments[1].id;
     let refused = email(&w, 1, w.event(1, EventKind::Captured), Outcome::Unavailable);
     let requests = &mut w.emails.as_mut().unwrap().requests;
-    requests.retain(|q| q.outcome.sent() != Some("em_1"));
+    requests.retain(|q| q.outcome.sent() != Some(EmailId(1)));
     push(&mut w, refused);
     let r = fails_with(&w, &["exactly one email per captured payment"]);
     assert_eq!(names_of(&r), ["missing external effect"], "its receipt row is named here, not again");
@@ -616,13 +621,14 @@ fn emails_that_name_no_payment_or_an_unknown_one_are_misattributed() {
     let mut w = emailing(2);
     let cause = w.event(0, EventKind::Captured);
     let mut unknown = email(&w, 0, cause, sent(7));
-    unknown.body = Body::Json(serde_json::json!({"payment_id": Uuid::from_u128(7).to_string(), "message_id": cause}));
+    unknown.body =
+        Body::of_json(&serde_json::json!({"payment_id": Uuid::from_u128(7).to_string(), "message_id": cause}), &keep());
     push(&mut w, unknown);
     let mut text = email(&w, 0, cause, sent(8));
-    text.body = Body::Text("receipt".into());
+    text.body = Body::not_json("receipt", &keep());
     push(&mut w, text);
     let mut bare = email(&w, 0, cause, sent(9));
-    bare.body = Body::Json(serde_json::json!({"to": "someone"}));
+    bare.body = Body::of_json(&serde_json::json!({"to": "someone"}), &keep());
     push(&mut w, bare);
     let r = fails_with(&w, &["each email caused by its payment's captured event"]);
     assert_eq!(names_of(&r), ["misattributed external effect"]);
@@ -669,9 +675,15 @@ fn a_receipt_row_without_its_email_is_misattributed() {
 fn a_key_sent_again_with_another_body_is_a_reused_idempotency_key() {
     let mut w = emailing(3);
     let mut other = email(&w, 1, w.event(1, EventKind::Captured), Outcome::Conflict);
-    if let Body::Json(v) = &mut other.body {
-        v["amount_cents"] = serde_json::json!(1);
-    }
+    // Another amount: another body under the same key.
+    let mut asked = serde_json::json!({
+        "payment_id": w.payments[1].id.to_string(),
+        "message_id": w.event(1, EventKind::Captured).to_string(),
+        "amount_cents": 1,
+    });
+    other.body = Body::of_json(&asked, &keep());
+    asked["amount_cents"] = serde_json::json!(2);
+    assert_ne!(Body::of_json(&asked, &keep()).fingerprint, other.body.fingerprint);
     let key = other.key.clone().unwrap();
     push(&mut w, other);
     let r = fails_with(&w, &["no idempotency key reused"]);
@@ -680,6 +692,6 @@ fn a_key_sent_again_with_another_body_is_a_reused_idempotency_key() {
     let pid = w.payments[1].id;
     assert_eq!(a.subjects, [Some(pid)]);
     assert!(a.examples[0].contains(&key) && a.examples[0].contains(&pid.to_string()), "{:?}", a.examples);
-    assert!(a.examples[0].contains("amount_cents") && a.examples[0].contains("request 1"), "{:?}", a.examples);
+    assert!(a.examples[0].contains("fingerprints") && a.examples[0].contains("request 1"), "{:?}", a.examples);
     assert_eq!(r.counts.emails_refused, Some(1));
 }

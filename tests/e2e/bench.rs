@@ -59,8 +59,10 @@ fn small_bench_reports_every_figure() {
             .find(|t| t["target"].as_str().unwrap().starts_with(starts))
             .unwrap_or_else(|| panic!("no target starting {starts:?}: {targets:?}"))
     };
-    // A 2,000-payment run is not the size the throughput targets speak of.
-    assert!(target("≥ 20,000 events/s")["met"].is_null());
+    // A 2,000-payment run is not the size the ratio targets speak of.
+    assert!(target("end-to-end events/s ≥ 2.5 × pgbench")["met"].is_null());
+    assert!(target("emails on ≥ 90% of emails off")["met"].is_null());
+    assert_eq!(f["targets_missed"], serde_json::json!([]), "none judged is none missed");
     let invariants = target("every invariant holds");
     assert_eq!(invariants["met"], true, "the run's invariants held");
     // Two pipeline runs: both listed, and the figures are one of them.
@@ -85,6 +87,26 @@ fn small_bench_reports_every_figure() {
     assert_eq!(invariants["measured"], "pass in 5 of 5 runs");
     let saved = dir.path().join(format!("{}.bench.json", f["run_id"].as_str().unwrap()));
     assert!(saved.exists());
+}
+
+/// A bench that misses a target exits 6 and says which: here a peak RSS
+/// budget no run can meet. Its invariants held, so without the budget it
+/// would exit 0.
+#[test]
+fn a_missed_target_exits_6_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = chaos();
+    c.args(["bench", "--payments", "2000", "--pgbench-seconds", "1", "--pgbench-clients", "2", "--max-rss-mb", "1"])
+        .args(["--json", "--reports-dir"])
+        .arg(dir.path());
+    Backend::Services.apply(&mut c);
+    let ran = run(&mut c);
+    assert_eq!(ran.code, 6, "{}\n{}", ran.stdout, ran.stderr);
+    let f = ran.json();
+    assert_eq!(f["verdict"], "pass", "the invariants held: only the target was missed");
+    assert_eq!(f["targets_missed"], serde_json::json!(["peak RSS ≤ 1 MB (--max-rss-mb)"]));
+    let budget = f["targets"].as_array().unwrap().iter().find(|t| t["target"] == "peak RSS ≤ 1 MB (--max-rss-mb)");
+    assert_eq!(budget.expect("the budget is a target")["met"], false);
 }
 
 #[test]

@@ -199,7 +199,7 @@ async fn execute_keeping(
     let emails = match &provider {
         Some(p) => {
             p.shutdown().await;
-            Some(p.record())
+            Some(p.take_record())
         }
         None => None,
     };

@@ -211,7 +211,7 @@ pub async fn execute(
     let record = match &provider {
         Some(p) => {
             p.shutdown().await;
-            Some(p.record())
+            Some(p.take_record())
         }
         None => None,
     };
