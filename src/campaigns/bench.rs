@@ -460,8 +460,9 @@ fn figures(
     (figures, rep)
 }
 
-/// The size the ratio targets are judged at: below it a run is too short
-/// for its ratios to mean much on a shared machine.
+/// The size the ratio targets are judged at, as the issue that set them
+/// says: a smaller run is too short for its ratios to mean much on a
+/// shared machine, and at 1,000,000 the ratio is only reported.
 const RATIO_SIZE: u64 = 100_000;
 
 /// The benchmark's targets, judged on the figures and on `rep`, the median
@@ -473,9 +474,9 @@ fn targets(f: &Figures, rep: &Report, max_rss_mb: Option<f64>) -> Vec<Target> {
     let embedded = rep.infra.database == "sqlite" && rep.infra.broker != "kafka";
     let mut targets = vec![
         Target {
-            target: "end-to-end events/s ≥ 2.5 × pgbench tps at 100,000 payments or more".into(),
+            target: "end-to-end events/s ≥ 2.5 × pgbench tps at 100,000 payments".into(),
             measured: tps.map(|t| format!("{:.2} ×", e2e / t)).unwrap_or_else(|| "no pgbench (no PostgreSQL)".into()),
-            met: tps.filter(|_| n >= RATIO_SIZE).map(|t| e2e >= 2.5 * t),
+            met: tps.filter(|_| n == RATIO_SIZE).map(|t| e2e >= 2.5 * t),
         },
         Target {
             target: "1,000,000 payments complete and verified in ≤ 5 min".into(),
@@ -515,9 +516,9 @@ fn targets(f: &Figures, rep: &Report, max_rss_mb: Option<f64>) -> Vec<Target> {
         // `ratio_to_in_process` is emails off over emails on.
         let on_share = if off.ratio_to_in_process > 0.0 { 1.0 / off.ratio_to_in_process } else { 0.0 };
         targets.push(Target {
-            target: "emails on ≥ 90% of emails off, side by side, at 100,000 payments or more".into(),
+            target: "emails on ≥ 90% of emails off, side by side, at 100,000 payments".into(),
             measured: format!("{e2e:.0} vs {:.0} events/s: {:.0}%", off.end_to_end_events_per_s, 100.0 * on_share),
-            met: (n >= RATIO_SIZE).then_some(on_share >= 0.9),
+            met: (n == RATIO_SIZE).then_some(on_share >= 0.9),
         });
     }
     targets.push(invariants_target(f));

@@ -45,8 +45,10 @@ pub(super) struct Inner {
     next_seq: u64,
     /// Emails sent so far; the next one's id is `em_<emails + 1>`.
     emails: u64,
-    /// Every idempotency key seen with a request that was sent or is being sent.
-    keys: HashMap<String, KeyState>,
+    /// Every idempotency key seen with a request that was sent or is being
+    /// sent, by [`key_id`]: a million keys then take tens of megabytes
+    /// (their text, and an email id as text, took over two hundred).
+    keys: HashMap<u128, KeyState>,
     /// The record, in the order outcomes were decided (sorted by `seq` on read).
     requests: Vec<Request>,
     /// Firings of `Error` and `ResponseLost` still waiting for their retry.
@@ -69,6 +71,7 @@ impl Default for Inner {
 }
 
 /// Where an idempotency key stands.
+#[derive(Clone, Copy)]
 enum KeyState {
     /// Its first request is being sent; a concurrent duplicate gets `409`.
     InProgress,
@@ -81,6 +84,19 @@ enum KeyState {
         /// The id of the email sent.
         id: EmailId,
     },
+}
+
+/// An idempotency key as the provider's table holds it: 128 bits of two
+/// SipHashes of its text. Two of a million keys share one with odds of
+/// about 1 in 10^26, and a run's keys are not chosen to collide.
+fn key_id(key: &str) -> u128 {
+    use std::hash::{Hash, Hasher};
+    let half = |salt: u8| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (salt, key).hash(&mut h);
+        h.finish()
+    };
+    (u128::from(half(0)) << 64) | u128::from(half(1))
 }
 
 /// A request's place in the record, fixed when it arrives.
@@ -115,9 +131,15 @@ impl Shared {
 
     /// The record, moved out, in arrival order: for the verifier once the
     /// run is over, with no copy of a million requests. The provider's
-    /// record is empty after it.
+    /// record and its keys are empty after it: call it once every client
+    /// has stopped.
     pub fn take_record(&self) -> Record {
-        let mut requests = std::mem::take(&mut self.lock().requests);
+        let mut s = self.lock();
+        // The keys serve requests only; a stopped provider frees them
+        // before the verifier's peak (about 90 MB at a million keys).
+        s.keys = HashMap::new();
+        let mut requests = std::mem::take(&mut s.requests);
+        drop(s);
         requests.sort_by_key(|r| r.seq);
         Record { requests, started_epoch_ms: self.started_epoch_ms, keep: self.settings.keep.clone() }
     }
@@ -177,9 +199,10 @@ impl Shared {
     /// new one for this request and returns `None`.
     fn claim(&self, arrival: Arrival, key: &str, body: &Body) -> Option<Response> {
         let mut s = self.lock();
-        let (outcome, answer) = match s.keys.get(key) {
+        let id = key_id(key);
+        let (outcome, answer) = match s.keys.get(&id).copied() {
             None => {
-                s.keys.insert(key.to_string(), KeyState::InProgress);
+                s.keys.insert(id, KeyState::InProgress);
                 return None;
             }
             Some(KeyState::InProgress) => (
@@ -190,8 +213,8 @@ impl Shared {
                     "another request with this idempotency key is in progress; retry later",
                 ),
             ),
-            Some(KeyState::Done { body: first, id }) if *first == body.fingerprint => {
-                (Outcome::Replayed { id: *id }, accepted(*id, true))
+            Some(KeyState::Done { body: first, id }) if first == body.fingerprint => {
+                (Outcome::Replayed { id }, accepted(id, true))
             }
             Some(KeyState::Done { .. }) => (
                 Outcome::Conflict,
@@ -210,7 +233,7 @@ impl Shared {
     fn unavailable(&self, arrival: Arrival, key: Option<String>, body: Body) {
         let mut s = self.lock();
         if let Some(k) = &key {
-            s.keys.remove(k);
+            s.keys.remove(&key_id(k));
         }
         s.tallies.entry(Fault::Error).or_default().fired += 1;
         s.awaiting.push(Awaiting { fault: Fault::Error, key: key.clone(), body: body.clone() });
@@ -234,7 +257,7 @@ impl Shared {
             }
         }
         if let Some(k) = &key {
-            s.keys.insert(k.clone(), KeyState::Done { body: body.fingerprint, id });
+            s.keys.insert(key_id(k), KeyState::Done { body: body.fingerprint, id });
         }
         Self::note(&mut s, arrival, key, body, outcome);
         id
