@@ -367,6 +367,33 @@ pub const FETCH_VERSIONS: std::ops::RangeInclusive<i16> = 4..=17;
 /// (every partition's record set empty or null) is told from a delivery
 /// without decoding a record.
 pub fn fetch_carries_records(version: i16, frame: &[u8]) -> Option<bool> {
+    let flexible = version >= 12;
+    // A record set's length is enough: the answer comes before its bytes,
+    // so a frame's first bytes often decide it.
+    let carries = walk_fetch(version, frame, |_, r| match r.length(flexible)? {
+        0 => Some(Step::Go),
+        _ => Some(Step::Stop(())),
+    })?;
+    Some(carries.is_some())
+}
+
+/// What [`walk_fetch`]'s visitor says after a record set.
+enum Step<T> {
+    Go,
+    Stop(T),
+}
+
+/// Walks a `Fetch` response as its version writes it, partition by
+/// partition: `at_set` gets each partition's index and the reader at its
+/// record set's length, reads (or only looks at) the set, and goes on or
+/// stops the walk with a value. None when the version is not one of
+/// [`FETCH_VERSIONS`] or the bytes end first; Some(None) when the walk went
+/// through the whole response.
+fn walk_fetch<T>(
+    version: i16,
+    frame: &[u8],
+    mut at_set: impl FnMut(i32, &mut Reader<'_>) -> Option<Step<T>>,
+) -> Option<Option<T>> {
     if !FETCH_VERSIONS.contains(&version) {
         return None;
     }
@@ -386,60 +413,6 @@ pub fn fetch_carries_records(version: i16, frame: &[u8]) -> Option<bool> {
             false => r.string(flexible)?,
         }
         for _ in 0..r.array(flexible)? {
-            // partition_index, error_code, high_watermark,
-            // last_stable_offset (4+), log_start_offset (5+)
-            r.skip(4 + 2 + 8 + 8 + if version >= 5 { 8 } else { 0 })?;
-            for _ in 0..r.array(flexible)? {
-                r.skip(8 + 8)?; // producer_id, first_offset
-                if flexible {
-                    r.tags()?;
-                }
-            }
-            if version >= 11 {
-                r.skip(4)?; // preferred_read_replica
-            }
-            // A record set's length is enough: the answer comes before its
-            // bytes, so a frame's first bytes often decide it.
-            if r.length(flexible)? > 0 {
-                return Some(true);
-            }
-            if flexible {
-                r.tags()?;
-            }
-        }
-        if flexible {
-            r.tags()?;
-        }
-    }
-    Some(false)
-}
-
-/// The last message a `Fetch` response delivers of each partition, as
-/// (partition, offset): the last offset of the last whole batch of its
-/// record set that is not a control batch (a broker may cut a set's last
-/// batch short, and a transaction's marker is never delivered). `frame` is
-/// the response whole, from its size field; None when the version is not
-/// one of [`FETCH_VERSIONS`] or the bytes are not what it says.
-pub fn fetch_delivered(version: i16, frame: &[u8]) -> Option<Vec<(i32, i64)>> {
-    if !FETCH_VERSIONS.contains(&version) {
-        return None;
-    }
-    let flexible = version >= 12;
-    let mut r = Reader { buf: frame, at: 8 };
-    if flexible {
-        r.tags()?;
-    }
-    r.skip(4)?; // throttle_time_ms
-    if version >= 7 {
-        r.skip(2 + 4)?; // error_code, session_id
-    }
-    let mut out = Vec::new();
-    for _ in 0..r.array(flexible)? {
-        match version >= 13 {
-            true => r.skip(16)?, // topic_id
-            false => r.string(flexible)?,
-        }
-        for _ in 0..r.array(flexible)? {
             let partition = r.i32()?;
             // error_code, high_watermark, last_stable_offset,
             // log_start_offset (5+)
@@ -453,9 +426,8 @@ pub fn fetch_delivered(version: i16, frame: &[u8]) -> Option<Vec<(i32, i64)>> {
             if version >= 11 {
                 r.skip(4)?; // preferred_read_replica
             }
-            let n = r.length(flexible)?;
-            if let Some(last) = last_delivered(r.take(n)?) {
-                out.push((partition, last));
+            if let Step::Stop(t) = at_set(partition, &mut r)? {
+                return Some(Some(t));
             }
             if flexible {
                 r.tags()?;
@@ -468,6 +440,25 @@ pub fn fetch_delivered(version: i16, frame: &[u8]) -> Option<Vec<(i32, i64)>> {
     if flexible {
         r.tags()?;
     }
+    Some(None)
+}
+
+/// The last message a `Fetch` response delivers of each partition, as
+/// (partition, offset): the last offset of the last whole batch of its
+/// record set that is not a control batch (a broker may cut a set's last
+/// batch short, and a transaction's marker is never delivered). `frame` is
+/// the response whole, from its size field; None when the version is not
+/// one of [`FETCH_VERSIONS`] or the bytes are not what it says.
+pub fn fetch_delivered(version: i16, frame: &[u8]) -> Option<Vec<(i32, i64)>> {
+    let flexible = version >= 12;
+    let mut out = Vec::new();
+    walk_fetch::<()>(version, frame, |partition, r| {
+        let n = r.length(flexible)?;
+        if let Some(last) = last_delivered(r.take(n)?) {
+            out.push((partition, last));
+        }
+        Some(Step::Go)
+    })?;
     Some(out)
 }
 
