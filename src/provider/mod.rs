@@ -23,7 +23,7 @@ pub(crate) mod testing;
 
 pub use emails::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 pub use faults::{Fault, Nemesis, NoFaults, Tallies, Tally};
-pub use record::{fingerprint, Body, EmailId, Form, Outcome, Record, Request, Scalar};
+pub use record::{fingerprint, Body, EmailId, Form, IdempotencyKey, Outcome, Record, Request, Scalar};
 
 use crate::error::{Error, Result};
 use axum::routing::post;

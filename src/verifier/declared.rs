@@ -270,7 +270,7 @@ impl<'a> Books<'a> {
             if r.outcome == Outcome::Conflict {
                 reused.push(format!(
                     "key {} sent again with another body at {:.2} s",
-                    r.key.as_deref().unwrap_or("?"),
+                    r.key.as_ref().map_or("?".into(), |k| k.text()),
                     r.at.as_secs_f64()
                 ));
             }
@@ -1471,7 +1471,7 @@ mod tests {
         let req = |seq: u64, order: u128, event: u128, outcome: Sent| Request {
             seq,
             at: Duration::from_millis(seq),
-            key: Some(format!("{event}")),
+            key: Some(format!("{event}").as_str().into()),
             body: Body::of_json(
                 &serde_json::json!({
                     "order_id": Uuid::from_u128(order).to_string(),

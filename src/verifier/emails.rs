@@ -15,7 +15,7 @@
 use super::ledger::{flag, Ledger};
 use super::reconcile::{AnomalyBuilder, AnomalyKind, Findings, Reconciliation};
 use crate::domain::events::EventKind;
-use crate::provider::{Form, Outcome, Record, Request};
+use crate::provider::{Form, IdempotencyKey, Outcome, Record, Request};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use uuid::Uuid;
 
@@ -52,7 +52,7 @@ fn unnamed(q: &Request, s: Said) -> String {
 /// A request as an example names it: the email it sent (or its outcome),
 /// its place in arrival order and its idempotency key.
 fn name(q: &Request) -> String {
-    let key = q.key.as_deref().map(|k| format!("key {k}")).unwrap_or_else(|| "no key".into());
+    let key = q.key.as_ref().map(|k| format!("key {k}")).unwrap_or_else(|| "no key".into());
     match q.outcome.sent() {
         Some(id) => format!("email {id} (request {}, {key})", q.seq),
         None => format!("request {} ({}, {key})", q.seq, outcome(&q.outcome)),
@@ -262,14 +262,14 @@ struct OddSent {
 /// no map of every key is built.
 fn key_reuses(emails: &Record) -> AnomalyBuilder {
     let mut reused = AnomalyBuilder::new(AnomalyKind::IdempotencyKeyReused);
-    let conflicts: HashSet<&str> =
-        emails.requests.iter().filter(|q| q.outcome == Outcome::Conflict).filter_map(|q| q.key.as_deref()).collect();
+    let conflicts: HashSet<&IdempotencyKey> =
+        emails.requests.iter().filter(|q| q.outcome == Outcome::Conflict).filter_map(|q| q.key.as_ref()).collect();
     if conflicts.is_empty() {
         return reused;
     }
-    let mut first: HashMap<&str, &Request> = HashMap::new();
+    let mut first: HashMap<&IdempotencyKey, &Request> = HashMap::new();
     for q in &emails.requests {
-        let Some(key) = q.key.as_deref().filter(|k| conflicts.contains(k)) else { continue };
+        let Some(key) = q.key.as_ref().filter(|k| conflicts.contains(k)) else { continue };
         let was = *first.entry(key).or_insert(q);
         if q.outcome != Outcome::Conflict {
             continue;

@@ -170,7 +170,10 @@ pub fn add_provider_calls(stories: &mut [Story], record: &crate::provider::Recor
                 Outcome::Unavailable => "503, nothing sent".into(),
             };
             let key = match &r.key {
-                Some(k) => format!("key {}…", k.get(..8).unwrap_or(k)),
+                Some(k) => {
+                    let k = k.text();
+                    format!("key {}…", k.get(..8).unwrap_or(&k))
+                }
                 None => "no key".into(),
             };
             s.steps.push(Step {
@@ -264,7 +267,7 @@ mod tests {
         let call = |seq, at_ms, payment: Uuid, key: Option<&str>, outcome| Request {
             seq,
             at: std::time::Duration::from_millis(at_ms),
-            key: key.map(str::to_string),
+            key: key.map(Into::into),
             body: Body::of_json(&serde_json::json!({ "payment_id": payment.to_string() }), &keep),
             outcome,
         };

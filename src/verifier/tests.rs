@@ -7,7 +7,7 @@ use super::topic::TopicRecord;
 use super::Ledger;
 use crate::domain::events::{fingerprint, EventKind, PaymentEvent};
 use crate::domain::intent::Intended;
-use crate::provider::{Body, EmailId, Outcome, Record, Request};
+use crate::provider::{Body, EmailId, IdempotencyKey, Outcome, Record, Request};
 use uuid::Uuid;
 
 /// Hand-made ground truth, fed to a [`Ledger`] as the readers feed it.
@@ -475,7 +475,7 @@ fn email(w: &World, i: usize, message: Uuid, outcome: Outcome) -> Request {
     Request {
         seq: 0,
         at: Default::default(),
-        key: Some(format!("{message}:receipts")),
+        key: Some(IdempotencyKey::new(&format!("{message}:receipts"))),
         body: Body::of_json(&body, &keep()),
         outcome,
     }
@@ -684,7 +684,7 @@ fn a_key_sent_again_with_another_body_is_a_reused_idempotency_key() {
     other.body = Body::of_json(&asked, &keep());
     asked["amount_cents"] = serde_json::json!(2);
     assert_ne!(Body::of_json(&asked, &keep()).fingerprint, other.body.fingerprint);
-    let key = other.key.clone().unwrap();
+    let key = other.key.clone().unwrap().to_string();
     push(&mut w, other);
     let r = fails_with(&w, &["no idempotency key reused"]);
     assert_eq!(names_of(&r), ["idempotency key reused"]);
