@@ -383,12 +383,13 @@ pub fn reference() -> String {
          and as *confirmed* only when the harness sees its effect.\n\n\
          **Aimed kills** (`db.kill_after_commit`, `db.hold_commit`, `kafka.kill_after_offset_commit`, \
          `kafka.kill_after_fetch`, `kafka.kill_after_produce_ack`) strike a process at a window of its protocol. \
-         Their rate is per window, as the table says, unless the scenario sets `[nemesis] aimed = \"per-second\"`: \
-         then each second of a process's life is a draw at the rate, a draw that fires arms the process, and its \
-         next window of the point's kind is struck. A program that commits once per message and one that commits \
-         per batch of ten then take about the same number of kills from one scenario, where per window the first \
-         takes ten times as many. Every other point keeps its rate per occurrence: a fault on each batch, each \
-         produce, each email is the point.\n\n\
+         Their rate is per second of a process's life: each second is a draw at the rate, a draw that fires \
+         arms the process, and its next window of the point's kind (the table's *per*) is struck. A program that \
+         commits once per message and one that commits per batch of ten then take about the same number of kills \
+         from one scenario, where per window the first takes ten times as many. `[nemesis] aimed = \
+         \"per-occurrence\"` reads the rate per window instead (the shipped scenarios sized that way say so); \
+         a replay's `--schedule` names windows either way. Every other point keeps its rate per occurrence: a \
+         fault on each batch, each produce, each email is the point.\n\n\
          | fault point | `[faults]` key | per | needs | timeline | what happens | confirmed by |\n\
          |---|---|---|---|---|---|---|\n",
     );

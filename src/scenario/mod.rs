@@ -773,7 +773,9 @@ mod tests {
             "{e}"
         );
         assert_eq!(p("[nemesis]\naimed = \"per-second\"\n").unwrap().aimed, crate::faults::Aimed::PerSecond);
-        assert_eq!(p("name = \"t\"\n").unwrap().aimed, crate::faults::Aimed::PerOccurrence);
+        assert_eq!(p("name = \"t\"\n").unwrap().aimed, crate::faults::Aimed::PerSecond, "the default");
+        let pinned = p("[nemesis]\naimed = \"per-occurrence\"\n").unwrap();
+        assert_eq!(pinned.aimed, crate::faults::Aimed::PerOccurrence);
     }
 
     /// Unset, a pause outlasts the session timeout the program is given,

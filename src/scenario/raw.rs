@@ -201,9 +201,10 @@ pub struct RawNemesis {
     pub broker_restart: Spanned<Vec<String>>,
     /// How `db.restart` restarts PostgreSQL in immediate mode.
     pub database_restart: Spanned<Vec<String>>,
-    /// What an aimed kill's rate counts: `"per-occurrence"` (each window)
-    /// or `"per-second"` (each second of a process's life arms it for its
-    /// next window).
+    /// What an aimed kill's rate counts: `"per-second"` (each second of a
+    /// process's life arms it for its next window: the default, so that one
+    /// scenario strikes every program alike) or `"per-occurrence"` (each
+    /// window).
     pub aimed: Spanned<String>,
 }
 
@@ -215,7 +216,7 @@ impl Default for RawNemesis {
             timeline: Vec::new(),
             broker_restart: argv(&["scripts/services.sh", "up", "kafka"]),
             database_restart: argv(&["scripts/services.sh", "restart-immediate", "postgres"]),
-            aimed: sp("per-occurrence".into()),
+            aimed: sp("per-second".into()),
         }
     }
 }

@@ -232,6 +232,8 @@ batch_size = 10
 [faults]
 db_kill_after_commit = 0.03
 kafka_kill_after_produce_ack = 0.05
+[nemesis]
+aimed = "per-occurrence"
 [run]
 components = "process"
 "#,
