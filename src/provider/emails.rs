@@ -163,8 +163,7 @@ impl Shared {
             s.next_seq += 1;
             // Most requests find nothing awaiting: no lists built for them.
             if !s.awaiting.is_empty() {
-                let (retried, waiting): (Vec<_>, Vec<_>) =
-                    s.awaiting.drain(..).partition(|a| a.retried_by(key, body));
+                let (retried, waiting): (Vec<_>, Vec<_>) = s.awaiting.drain(..).partition(|a| a.retried_by(key, body));
                 s.awaiting = waiting;
                 for a in retried {
                     s.tallies.entry(a.fault).or_default().confirmed += 1;
@@ -284,8 +283,8 @@ fn accepted(id: EmailId, replayed: bool) -> Response {
     // Written directly: `em_<n>` needs no escaping, and no JSON tree is
     // built for each of a million answers.
     let json = HeaderValue::from_static("application/json");
-    let mut answer = (StatusCode::OK, [(axum::http::header::CONTENT_TYPE, json)], format!(r#"{{"id":"{id}"}}"#))
-        .into_response();
+    let mut answer =
+        (StatusCode::OK, [(axum::http::header::CONTENT_TYPE, json)], format!(r#"{{"id":"{id}"}}"#)).into_response();
     if replayed {
         answer.headers_mut().insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
     }

@@ -50,14 +50,13 @@ enum KeyRepr {
 impl IdempotencyKey {
     pub fn new(text: &str) -> IdempotencyKey {
         const UUID_TEXT: usize = 36;
-        let inline = text.split_at_checked(UUID_TEXT).filter(|(_, rest)| rest.len() <= KEY_TAIL).and_then(
-            |(head, rest)| {
+        let inline =
+            text.split_at_checked(UUID_TEXT).filter(|(_, rest)| rest.len() <= KEY_TAIL).and_then(|(head, rest)| {
                 let uuid = Uuid::parse_str(head).ok()?;
                 // Only the canonical form, so that the text reads back the same.
                 let mut canonical = Uuid::encode_buffer();
                 (*uuid.hyphenated().encode_lower(&mut canonical) == *head).then_some((uuid, rest))
-            },
-        );
+            });
         match inline {
             Some((uuid, rest)) => {
                 let mut tail = [0u8; KEY_TAIL];

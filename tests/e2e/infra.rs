@@ -154,10 +154,12 @@ async fn a_password_never_reaches_output_logs_or_reports() {
     .unwrap();
     // On the database DATABASE_URL names, whatever it is called (the test
     // command gives the suite a database of its own).
-    sqlx::query("DO $$ BEGIN EXECUTE format('GRANT CREATE ON DATABASE %I TO chaos_secret', current_database()); END $$")
-        .execute(&mut c)
-        .await
-        .unwrap();
+    sqlx::query(
+        "DO $$ BEGIN EXECUTE format('GRANT CREATE ON DATABASE %I TO chaos_secret', current_database()); END $$",
+    )
+    .execute(&mut c)
+    .await
+    .unwrap();
     let url = database_url().replacen("chaos:chaos@", &format!("chaos_secret:{secret}@"), 1);
     assert!(url.contains(secret), "DATABASE_URL is expected in the form postgres://chaos:chaos@host/db");
 
