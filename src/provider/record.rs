@@ -47,16 +47,22 @@ enum KeyRepr {
     Text(Box<str>),
 }
 
+/// `s` as a UUID when it is one in its canonical form (lower case,
+/// hyphens): only then does the UUID's text read back as `s`.
+fn canonical_uuid(s: &str) -> Option<Uuid> {
+    let uuid = Uuid::parse_str(s).ok()?;
+    let mut canonical = Uuid::encode_buffer();
+    (*uuid.hyphenated().encode_lower(&mut canonical) == *s).then_some(uuid)
+}
+
 impl IdempotencyKey {
+    /// The key whose text is `text`, inline when it has the notifier's shape.
     pub fn new(text: &str) -> IdempotencyKey {
         const UUID_TEXT: usize = 36;
-        let inline =
-            text.split_at_checked(UUID_TEXT).filter(|(_, rest)| rest.len() <= KEY_TAIL).and_then(|(head, rest)| {
-                let uuid = Uuid::parse_str(head).ok()?;
-                // Only the canonical form, so that the text reads back the same.
-                let mut canonical = Uuid::encode_buffer();
-                (*uuid.hyphenated().encode_lower(&mut canonical) == *head).then_some((uuid, rest))
-            });
+        let inline = text
+            .split_at_checked(UUID_TEXT)
+            .filter(|(_, rest)| rest.len() <= KEY_TAIL)
+            .and_then(|(head, rest)| Some((canonical_uuid(head)?, rest)));
         match inline {
             Some((uuid, rest)) => {
                 let mut tail = [0u8; KEY_TAIL];
@@ -157,10 +163,9 @@ pub enum Scalar {
 impl Scalar {
     pub fn of(v: &serde_json::Value) -> Scalar {
         match v {
-            serde_json::Value::String(s) => match Uuid::parse_str(s) {
-                // Only the canonical form: its text must read back the same.
-                Ok(u) if u.hyphenated().to_string() == *s => Scalar::Uuid(u),
-                _ => Scalar::Text(s.as_str().into()),
+            serde_json::Value::String(s) => match canonical_uuid(s) {
+                Some(u) => Scalar::Uuid(u),
+                None => Scalar::Text(s.as_str().into()),
             },
             serde_json::Value::Number(n) if n.as_i64().is_some() => Scalar::Int(n.as_i64().unwrap_or_default()),
             other => Scalar::Json(other.to_string().into()),
