@@ -807,7 +807,9 @@ impl Keeper {
                     }
                     other => self.count(proc, other),
                 },
-                _ = self.acting.changed() => {
+                // A switch gone (its run ending) is no change: the branch
+                // then waits no more, rather than firing without end.
+                Ok(()) = self.acting.changed() => {
                     second = Instant::now();
                     next = second + self.instant_within_second();
                 }
@@ -1209,5 +1211,138 @@ mod tests {
         let status = child.wait().unwrap();
         assert_eq!(status.signal(), Some(libc::SIGKILL));
         assert_eq!(describe(status), "signal 9");
+    }
+}
+
+/// The keeper's accounting of a kill that another striker claimed while
+/// the keeper was busy ending the incarnation by another path (here the
+/// run's stop): seen ending by SIGKILL, the kill is confirmed; ended
+/// otherwise, it is pre-empted with its reason. Never left fired and
+/// unaccounted, which under load failed a run's every-firing check.
+#[cfg(test)]
+mod settling {
+    use super::*;
+
+    const POINT: FaultPoint = FaultPoint::DbKillAfterCommit;
+
+    /// A keeper over `script` (run by sh in `dir`), its kill channel and
+    /// its occupant, on a unit context whose kills after commit all fire.
+    /// The nemesis's switch is dropped at once, as at a run's end: the
+    /// keeper must still hear the stop (it once saw a gone switch change
+    /// without end, and never reached the stop's branch).
+    async fn keeper(
+        script: &str,
+        dir: &std::path::Path,
+    ) -> (crate::pipeline::testing::Harness, Keeper, tokio::sync::mpsc::UnboundedSender<Struck>, Arc<Occupant>) {
+        let h = crate::pipeline::testing::harness(
+            "name = \"unit\"\n[run]\ncomponents = \"process\"\n[faults]\ndb_kill_after_commit = 1.0\n",
+        )
+        .await;
+        let (kill, kill_rx) = tokio::sync::mpsc::unbounded_channel();
+        let occupant = Arc::new(Occupant::default());
+        let (failure, _) = watch::channel(None);
+        let (_, acting) = watch::channel(false);
+        let keeper = Keeper {
+            ctx: h.ctx.clone(),
+            slot: 1,
+            kill_rx,
+            occupant: occupant.clone(),
+            role: Role::Relay,
+            reference: false,
+            restart: RESTART_FLOOR,
+            confirm_on_start: None,
+            name: "relay-1".into(),
+            command: ProgramCommand { argv: vec!["sh".into(), "-c".into(), script.into()], dir: dir.to_path_buf() },
+            env: Env(Vec::new()),
+            logs: dir.to_path_buf(),
+            failure,
+            acting,
+            tail: Default::default(),
+            rng: rand::rngs::StdRng::seed_from_u64(1),
+        };
+        (h, keeper, kill, occupant)
+    }
+
+    /// Waits (bounded) for `file` to appear: the program's word that the
+    /// run's SIGTERM reached it, so the keeper is inside its stop.
+    async fn seen(file: &std::path::Path) {
+        let t = Instant::now();
+        while !file.exists() {
+            assert!(t.elapsed() < Duration::from_secs(30), "{} never appeared", file.display());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// The striker's side, as the fault proxy does it: the kill claimed on
+    /// the occupant, its word sent, then (if `signal`) SIGKILL.
+    fn strike(
+        h: &crate::pipeline::testing::Harness,
+        kill: &tokio::sync::mpsc::UnboundedSender<Struck>,
+        occupant: &Occupant,
+        signal: bool,
+    ) {
+        let claim = occupant
+            .claim(|| h.ctx.faults.strike(POINT, "relay-1", || "a commit".into()))
+            .expect("the live incarnation is claimed");
+        let serial = claim.serial();
+        kill.send((POINT, serial, None)).expect("the keeper listens");
+        if signal {
+            assert_eq!(occupant.signal_claimed(&claim, libc::SIGKILL), Sent::Delivered);
+        }
+    }
+
+    async fn started(occupant: &Occupant) {
+        let t = Instant::now();
+        while occupant.current().is_none() {
+            assert!(t.elapsed() < Duration::from_secs(30), "the program never started");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_kill_claimed_during_the_stop_and_seen_by_sigkill_is_confirmed() {
+        let dir = tempfile::tempdir().unwrap();
+        let term = dir.path().join("term");
+        // SIGTERM is noted and outlived: only the striker's SIGKILL ends it.
+        let script = format!("trap 'touch {}' TERM; while :; do sleep 0.05; done", term.display());
+        let (h, keeper, kill, occupant) = keeper(&script, dir.path()).await;
+        let task = tokio::spawn(keeper.keep());
+        started(&occupant).await;
+        let striker = async {
+            seen(&term).await;
+            strike(&h, &kill, &occupant, true);
+        };
+        tokio::join!(h.stop(vec![task]), striker);
+        assert_eq!(h.ctx.faults.fired(POINT), 1);
+        assert_eq!((h.ctx.faults.confirmed(POINT), h.ctx.faults.preempted(POINT)), (1, 0), "confirmed, not pre-empted");
+    }
+
+    #[tokio::test]
+    async fn a_kill_claimed_on_a_process_that_then_exits_is_preempted_with_its_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let (term, go) = (dir.path().join("term"), dir.path().join("go"));
+        // SIGTERM is noted; the program exits by itself once told to.
+        let script = format!(
+            "trap 'touch {}' TERM; while [ ! -e {} ]; do sleep 0.05; done; exit 3",
+            term.display(),
+            go.display()
+        );
+        let (h, keeper, kill, occupant) = keeper(&script, dir.path()).await;
+        let task = tokio::spawn(keeper.keep());
+        started(&occupant).await;
+        let striker = async {
+            seen(&term).await;
+            strike(&h, &kill, &occupant, false);
+            std::fs::write(&go, b"").unwrap();
+        };
+        tokio::join!(h.stop(vec![task]), striker);
+        assert_eq!(h.ctx.faults.fired(POINT), 1);
+        assert_eq!((h.ctx.faults.confirmed(POINT), h.ctx.faults.preempted(POINT)), (0, 1), "pre-empted, not confirmed");
+        let summary = h.ctx.faults.summary();
+        let why = &summary.iter().find(|s| s.point == POINT.name()).expect("the point's summary").preempted_why;
+        assert!(
+            why.len() == 1 && why[0].contains("ended otherwise (status 3)"),
+            "the reason names how it ended: {why:?}"
+        );
     }
 }
