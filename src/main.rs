@@ -10,14 +10,6 @@ use std::process::ExitCode;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
-    // Die quietly on a closed pipe (`chaos report x.json | head`), as CLIs
-    // do, instead of panicking in println!.
-    #[cfg(unix)]
-    // SAFETY: restoring the default disposition of one signal before any
-    // thread starts.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
     // librdkafka's threads each take a glibc malloc arena of their own, and
     // memory freed in one arena is not reused by the others: measured on the
     // 100,000-payment bench, peak RSS was 316 MB with the default arenas and

@@ -106,7 +106,7 @@ pub async fn doctor(database_url: Option<String>, brokers: Option<String>) -> Ex
             Cell::new(&c.detail),
         ]);
     }
-    println!("{t}");
+    outln!("{t}");
     if pg.ok && k.ok {
         Exit::Pass
     } else {

@@ -10,6 +10,32 @@ use crate::report::{self, Report, Style};
 use exit::Exit;
 use std::path::Path;
 
+/// Writes to stdout, where tables and JSON go. A reader that went away
+/// (`chaos report x.json | head`) is no error: the rest has nowhere to go,
+/// and the command still ends with its own exit code. SIGPIPE stays
+/// ignored, as Rust leaves it: at its default, a peer hanging up on any
+/// socket of the run (a client leaving the email provider while an answer
+/// was held) killed the whole run with it.
+pub(crate) fn out(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_fmt(args).and_then(|()| stdout.flush()) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        Err(e) => tracing::error!("cannot write to stdout: {e}"),
+    }
+}
+
+/// `print!` through [`out`].
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::commands::out(format_args!($($arg)*)) };
+}
+
+/// `println!` through [`out`].
+macro_rules! outln {
+    ($($arg:tt)*) => { $crate::commands::out(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
 pub(crate) mod clean;
 pub mod cli;
 pub(crate) mod doctor;
@@ -40,7 +66,7 @@ pub async fn execute(command: Command) -> Result<Exit> {
 fn init(a: &InitArgs) -> Result<Exit> {
     let text = crate::scenario::REFERENCE;
     if a.path.as_os_str() == "-" {
-        print!("{text}");
+        out!("{text}");
         return Ok(Exit::Pass);
     }
     let shown = a.path.display();
@@ -54,7 +80,7 @@ fn init(a: &InitArgs) -> Result<Exit> {
         Ok(mut f) => {
             use std::io::Write;
             f.write_all(text.as_bytes()).map_err(|e| Error::Write { path: a.path.clone(), cause: e.to_string() })?;
-            println!("wrote {shown}: every scenario key at its default; edit it, then: chaos run {shown}");
+            outln!("wrote {shown}: every scenario key at its default; edit it, then: chaos run {shown}");
             Ok(Exit::Pass)
         }
     }
@@ -64,7 +90,7 @@ fn init(a: &InitArgs) -> Result<Exit> {
 /// never an empty line.
 fn print_json(value: &impl serde::Serialize) -> Result<()> {
     let text = serde_json::to_string_pretty(value).map_err(|e| Error::Internal(format!("encoding JSON: {e}")))?;
-    println!("{text}");
+    outln!("{text}");
     Ok(())
 }
 
@@ -93,15 +119,15 @@ async fn run_scenario(a: RunArgs) -> Result<Exit> {
 
 fn show_report(file: &Path, markdown: bool) -> Result<Exit> {
     if file.is_dir() {
-        print!("{}", report::list(file)?);
+        out!("{}", report::list(file)?);
         return Ok(Exit::Pass);
     }
     if let Some(s) = crate::campaigns::sweep::Summary::load_if_sweep(file)? {
-        print!("{}", crate::campaigns::sweep::render(&s));
+        out!("{}", crate::campaigns::sweep::render(&s));
         return Ok(exits::of_sweep(&s));
     }
     let r = Report::load(file)?;
-    print!("{}", report::render(&r, if markdown { Style::Markdown } else { Style::Terminal }));
+    out!("{}", report::render(&r, if markdown { Style::Markdown } else { Style::Terminal }));
     Ok(exits::of_verdict(r.verdict))
 }
 
@@ -110,7 +136,7 @@ fn show_report(file: &Path, markdown: bool) -> Result<Exit> {
 fn show_summary(file: &Path) -> Result<Exit> {
     let r = Report::load(file)?;
     let html = file.with_extension("html");
-    print!("{}", report::summary::render(&r, &html.display().to_string(), report::summary::width()));
+    out!("{}", report::summary::render(&r, &html.display().to_string(), report::summary::width()));
     Ok(exits::of_verdict(r.verdict))
 }
 
@@ -136,7 +162,7 @@ fn html_report(file: &Path, out: Option<&Path>) -> Result<Exit> {
         None => file.with_file_name(format!("{}.html", r.run_id)),
     };
     crate::report::html::write(&r, &path)?;
-    println!("{}", path.display());
+    outln!("{}", path.display());
     Ok(exits::of_verdict(r.verdict))
 }
 
@@ -161,7 +187,7 @@ async fn bench(a: BenchArgs) -> Result<Exit> {
     if a.json {
         print_json(&figures)?;
     } else {
-        print!("{table}");
+        out!("{table}");
     }
     Ok(exit)
 }
@@ -177,7 +203,7 @@ async fn clean(a: CleanArgs) -> Result<Exit> {
     )
     .await?;
     let verb = if a.dry_run { "would remove" } else { "removed" };
-    println!(
+    outln!(
         "{verb}: {} schemas, {} topics, {} consumer groups, {} files",
         c.schemas.len(),
         c.topics.len(),
@@ -185,7 +211,7 @@ async fn clean(a: CleanArgs) -> Result<Exit> {
         c.files.len()
     );
     for n in c.schemas.iter().chain(&c.topics).chain(&c.groups).chain(&c.files) {
-        println!("  {n}");
+        outln!("  {n}");
     }
     Ok(Exit::Pass)
 }
@@ -210,7 +236,7 @@ async fn selftest(a: SelftestArgs) -> Result<Exit> {
     if a.json {
         print_json(&summary)?;
     } else {
-        print!("{table}");
+        out!("{table}");
     }
     Ok(exit)
 }
@@ -230,8 +256,8 @@ fn show_sweep(
     if json {
         print_json(summary)?;
     } else {
-        print!("{}", crate::campaigns::sweep::render(summary));
-        println!("summary: {} and {}", saved.display(), saved.with_extension("html").display());
+        out!("{}", crate::campaigns::sweep::render(summary));
+        outln!("summary: {} and {}", saved.display(), saved.with_extension("html").display());
     }
     Ok(exits::of_sweep(summary))
 }

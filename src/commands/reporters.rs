@@ -18,7 +18,7 @@ impl Reporter for Terminal {
         match event {
             Event::Started { run_id, scenario, seed, infra } if self.tables => {
                 let banner = format!("chaos run {run_id} · scenario {scenario} · seed {seed}\ninfra: {infra}\n");
-                print!("{}", report::summary::wrap_text(&banner, report::summary::width()));
+                out!("{}", report::summary::wrap_text(&banner, report::summary::width()));
             }
             Event::Started { run_id, scenario, seed, infra } => {
                 eprintln!("chaos run {run_id} · scenario {scenario} · seed {seed}\ninfra: {infra}");
@@ -31,10 +31,10 @@ impl Reporter for Terminal {
                     md.display(),
                     html.display()
                 );
-                print!("{}", report::summary::wrap_text(&text, report::summary::width()));
+                out!("{}", report::summary::wrap_text(&text, report::summary::width()));
             }
             Event::Finished { report, html, .. } => {
-                print!("{}", report::summary::render(report, &html.display().to_string(), report::summary::width()));
+                out!("{}", report::summary::render(report, &html.display().to_string(), report::summary::width()));
             }
         }
         Ok(())

@@ -92,3 +92,24 @@ fn a_failing_run_leads_with_its_harm_and_keeps_its_database() {
         std::fs::read_dir(dir.path()).unwrap().flatten().any(|e| e.file_name().to_string_lossy().ends_with(".sqlite"));
     assert!(kept, "a failing run keeps its SQLite file");
 }
+
+/// A reader that went away (`chaos init - | head -1`) ends nothing badly:
+/// no panic, the command's own exit code. stdout here is a pipe whose
+/// reading end is closed before `chaos` starts, so every write finds it
+/// broken, whatever the timing.
+#[test]
+fn a_closed_stdout_is_no_error() {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: pipe fills two descriptors we then own; the reading end is
+    // closed at once, the writing end handed to the child as its stdout.
+    let closed = unsafe {
+        assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+        libc::close(fds[0]);
+        std::process::Stdio::from_raw_fd(fds[1])
+    };
+    let out = chaos().args(["init", "-"]).stdout(closed).output().expect("chaos runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "stderr:\n{stderr}");
+    assert!(!stderr.contains("panicked"), "stderr:\n{stderr}");
+}
