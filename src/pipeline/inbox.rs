@@ -215,8 +215,13 @@ async fn single_transaction(b: Batch<'_>) -> Result<BatchOutcome> {
     }
     stall(b.injector, b.faults.stall).await;
     let plan = plan_effects(b.refs, b.modes.inbox, &claimed);
-    out.stale = tx.apply(&plan, b.modes.projection).await?;
-    let calls = send_receipts(&b, &plan.receipts).await?;
+    // The receipts' emails go out while the effects are written: both
+    // before the commit, which is all their order needs (a failure of
+    // either rolls the batch back, and the retry's keys absorb the emails
+    // that went out). One after the other, a batch waited for both.
+    let (stale, calls) = tokio::join!(tx.apply(&plan, b.modes.projection), send_receipts(&b, &plan.receipts));
+    out.stale = stale?;
+    let calls = calls?;
     if crash_after_call(&b, calls).await {
         // The emails went out; the receipts roll back with the process.
         drop(tx);
