@@ -246,3 +246,22 @@ fn only_the_one_signalling_function_calls_kill() {
     assert!(callers.is_empty(), "kill(2) called outside nemesis/signal.rs: {callers:?}");
     assert!(std::fs::read_to_string(&one).unwrap().contains(&needle), "the signalling function moved");
 }
+
+#[test]
+fn the_checkers_never_hold_the_injector() {
+    // Issue 38: the verifier reads the faults' history, a value the harness
+    // takes once the run is over; the firings it finds confirmed it returns,
+    // and the harness writes them into the injector. Holding the injector,
+    // a checker could write into the nemesis's state, as the verifier once
+    // did (it confirmed firings there itself).
+    let mut all = Vec::new();
+    files(&src().join("verifier"), &mut all);
+    let skip = test_only_files(&all);
+    let holding: Vec<String> = all
+        .iter()
+        .filter(|f| !skip.contains(*f) && code(&std::fs::read_to_string(f).unwrap()).contains("FaultInjector"))
+        .map(|f| f.strip_prefix(src()).unwrap().display().to_string())
+        .collect();
+    assert!(all.len() > 5, "the verifier's files were not found");
+    assert!(holding.is_empty(), "checkers that name the fault injector: {holding:?}");
+}

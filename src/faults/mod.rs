@@ -1358,6 +1358,32 @@ impl FaultInjector {
     pub fn log(&self) -> Vec<FaultRecord> {
         self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
+
+    /// The faults' side of the run's history, for the checkers: taken once
+    /// the run is over (the firings that wait for copies on the topic are
+    /// taken with it).
+    pub fn history(&self) -> FaultHistory {
+        FaultHistory {
+            started_epoch_ms: self.started_epoch_ms(),
+            log: self.log(),
+            deliveries: self.deliveries(),
+            awaited_copies: self.take_awaited_copies(),
+        }
+    }
+}
+
+/// What the run's faults left for the checkers to read: when the run
+/// started, every firing with its reach, what the notifiers received, and
+/// the firings confirmed only by copies of an event on the topic. The
+/// checkers read this value, never the injector: what they find confirmed
+/// they return, and the harness writes it into the injector.
+#[derive(Debug, Clone, Default)]
+pub struct FaultHistory {
+    pub started_epoch_ms: i64,
+    pub log: Vec<FaultRecord>,
+    pub deliveries: Vec<DeliveryRecord>,
+    /// Each firing whose effect is `copies` copies of `event` on the topic.
+    pub awaited_copies: Vec<(FaultPoint, uuid::Uuid, u8)>,
 }
 
 #[cfg(test)]

@@ -1,13 +1,13 @@
 //! The verifier's pass over one run: the ground truth read (the database
 //! streamed into the ledger, then every message on the topic), the faults
 //! the topic confirms, the reconciliation, and the anomalies dated and
-//! told as stories. It reads the store and the broker, never the system
-//! under test.
+//! told as stories. It reads the store, the broker and the faults' history,
+//! never the system under test, and writes into nothing of the run's.
 
 use crate::broker::SharedBroker;
 use crate::domain::intent::Intended;
 use crate::error::Result;
-use crate::faults::{FaultInjector, FaultPoint};
+use crate::faults::{FaultHistory, FaultPoint};
 use crate::scenario::Scenario;
 use crate::store::Store;
 use crate::verifier::{attribution, latency::Latency, latency::LatencyRecorder, reconcile, story, topic, Ledger};
@@ -22,19 +22,28 @@ use uuid::Uuid;
 const TOPIC_READ_FLOOR: Duration = Duration::from_secs(60);
 const TOPIC_READ_PER_PAYMENT: Duration = Duration::from_micros(100);
 
-/// Reads the ground truth against the workload's record of intent,
-/// confirms the faults the topic shows, and reconciles. `emails` is the
-/// provider's record when the run sends emails: then the emails are checked
-/// too; `None` checks none and adds no email invariant.
+/// What the verifier's pass found: the reconciliation, the topic's side of
+/// the stories, and the firings whose effect the ground truth shows (for
+/// the harness to confirm: the verifier never writes into the injector).
+pub struct Verified {
+    pub reconciliation: reconcile::Reconciliation,
+    pub topic_side: TopicSide,
+    pub confirmed: Vec<(FaultPoint, u64)>,
+}
+
+/// Reads the ground truth against the workload's record of intent, finds
+/// the firings the topic and the dead letters confirm, and reconciles.
+/// `emails` is the provider's record when the run sends emails: then the
+/// emails are checked too; `None` checks none and adds no email invariant.
 pub async fn verify(
     store: &Store,
     broker: &SharedBroker,
     topic_name: &str,
     sc: &Scenario,
     intent: Vec<Intended>,
-    faults: &FaultInjector,
+    faults: &FaultHistory,
     emails: Option<&crate::provider::Record>,
-) -> Result<(reconcile::Reconciliation, TopicSide)> {
+) -> Result<Verified> {
     let mut ledger = Ledger::new();
     for p in intent {
         ledger.add_intended(p);
@@ -42,22 +51,23 @@ pub async fn verify(
     store.ground_truth(&mut ledger).await?;
     let limit = TOPIC_READ_FLOOR.max(TOPIC_READ_PER_PAYMENT * sc.payments.min(u32::MAX as u64) as u32);
     let mut ledger = topic::read_all(broker.clone(), topic_name, sc.partitions, limit, ledger).await?;
-    for (point, event, copies) in faults.take_awaited_copies() {
-        if ledger.copies(event) >= copies {
-            faults.confirm(point, 1);
-        }
-    }
+    let mut confirmed: Vec<(FaultPoint, u64)> = faults
+        .awaited_copies
+        .iter()
+        .filter(|(_, event, copies)| ledger.copies(*event) >= *copies)
+        .map(|(point, _, _)| (*point, 1))
+        .collect();
     let spec = reconcile::Spec { payments: sc.payments, outbox: sc.publish == crate::scenario::PublishMode::Outbox };
     let mut r = ledger.check(&spec);
     if let Some(emails) = emails {
         ledger.check_emails(emails, &mut r);
     }
     // A poison message's effect is its dead letter.
-    faults.confirm(FaultPoint::WorkloadPoison, r.counts.dead_letters_matched);
+    confirmed.push((FaultPoint::WorkloadPoison, r.counts.dead_letters_matched));
     // What the stories need of the topic, while the ledger still holds it.
     let subjects: Vec<_> = story::wanted(&r.anomalies).into_iter().map(|(_, _, s)| s).collect();
     let topic_side = if subjects.is_empty() { TopicSide::default() } else { ledger.messages_of(&subjects) };
-    Ok((r, topic_side))
+    Ok(Verified { reconciliation: r, topic_side, confirmed })
 }
 
 /// For the stories: each subject's payment, and each payment's messages.
@@ -70,7 +80,7 @@ pub async fn stories(
     store: &Store,
     anomalies: &[crate::verifier::Anomaly],
     (payment_of, messages): TopicSide,
-    faults: &FaultInjector,
+    faults: &FaultHistory,
 ) -> Vec<story::Story> {
     let mut payments: Vec<Uuid> = payment_of.values().copied().collect();
     if payments.is_empty() {
@@ -79,9 +89,7 @@ pub async fn stories(
     payments.sort_unstable();
     payments.dedup();
     match store.story(&payments).await {
-        Ok(rows) => {
-            story::tell(anomalies, &payment_of, &messages, &rows, &faults.deliveries(), faults.started_epoch_ms())
-        }
+        Ok(rows) => story::tell(anomalies, &payment_of, &messages, &rows, &faults.deliveries, faults.started_epoch_ms),
         Err(e) => {
             warn!(cause = %e, "reading the anomalies' stories failed");
             vec![]
@@ -97,7 +105,7 @@ pub async fn attribute(
     store: &Store,
     anomalies: &mut [crate::verifier::Anomaly],
     stories: &[story::Story],
-    faults: &FaultInjector,
+    faults: &FaultHistory,
     sc: &Scenario,
 ) {
     let ids = attribution::subjects(anomalies);
@@ -109,11 +117,11 @@ pub async fn attribute(
             anomalies,
             &attribution::Evidence {
                 traces: &traces,
-                run_started_ms: faults.started_epoch_ms(),
-                log: &faults.log(),
+                run_started_ms: faults.started_epoch_ms,
+                log: &faults.log,
                 spans: &attribution::spans(sc),
                 stories,
-                deliveries: &faults.deliveries(),
+                deliveries: &faults.deliveries,
             },
         ),
         Err(e) => warn!(cause = %e, "dating the anomalies' examples failed"),

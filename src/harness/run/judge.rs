@@ -31,11 +31,14 @@ pub(super) async fn judge(
     let intent = ctx.intent.take();
     // With --declared, the same record of intent, as a declared system's.
     let ops = sc.cross_check.as_ref().map(|sys| super::declared::operations_of(sys, &intent));
+    // The faults' history, taken once: the checkers read it, and what they
+    // find confirmed the harness writes into the injector.
+    let history = ctx.faults.history();
     let verified = if ran.interrupted || still_running {
         None
     } else {
         tokio::select! {
-            r = pass::verify(&store, &ctx.broker, &ctx.names.topic, sc, intent, &ctx.faults, emails) => Some(r),
+            r = pass::verify(&store, &ctx.broker, &ctx.names.topic, sc, intent, &history, emails) => Some(r),
             _ = crate::harness::interrupt::requested() => { ran.interrupted = true; None }
         }
     };
@@ -56,13 +59,16 @@ pub(super) async fn judge(
                 None => format!("verification could not read the ground truth: {e}"),
             },
         ),
-        Some(Ok((r, topic_side))) => {
+        Some(Ok(pass::Verified { reconciliation: r, topic_side, confirmed })) => {
+            for (point, n) in confirmed {
+                ctx.faults.confirm(point, n);
+            }
             let mut anomalies = r.anomalies;
             verdict::allow(&mut anomalies, &sc.allowed_anomalies);
-            rep.stories = pass::stories(&store, &anomalies, topic_side, &ctx.faults).await;
-            pass::attribute(&store, &mut anomalies, &rep.stories, &ctx.faults, sc).await;
+            rep.stories = pass::stories(&store, &anomalies, topic_side, &history).await;
+            pass::attribute(&store, &mut anomalies, &rep.stories, &history, sc).await;
             if let Some(record) = emails {
-                crate::verifier::add_provider_calls(&mut rep.stories, record, ctx.faults.started_epoch_ms());
+                crate::verifier::add_provider_calls(&mut rep.stories, record, history.started_epoch_ms);
             }
             rep.faults = ctx.faults.summary();
             let chaos = verdict::chaos_checks(&rep.faults);
