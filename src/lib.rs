@@ -33,6 +33,7 @@ pub mod domain;
 pub mod broker;
 pub mod campaigns;
 pub mod commands;
+pub mod context;
 pub mod error;
 pub mod faults;
 pub mod harness;

@@ -24,6 +24,10 @@ const LAYERS: &[&[&str]] = &[
     &["scenario"],
     // The services' adapters and the third party's stand-in (the email provider).
     &["broker", "store", "provider"],
+    // What every part of one run shares: its scenario, store, broker,
+    // injector, counters and shutdown signal. Not the reference system's:
+    // the nemesis, the report and the harness hold it too.
+    &["context"],
     // The checker: it reads ground truth, never the system under test.
     &["verifier"],
     // The reference system under test.
@@ -264,4 +268,25 @@ fn the_checkers_never_hold_the_injector() {
         .collect();
     assert!(all.len() > 5, "the verifier's files were not found");
     assert!(holding.is_empty(), "checkers that name the fault injector: {holding:?}");
+}
+
+#[test]
+fn the_run_context_is_not_the_pipelines() {
+    // Issue 38: the run's context lived in `pipeline/`, the reference
+    // system's folder, and the nemesis and the report imported it from
+    // there. It is `src/context.rs` now; no file of the pipeline defines it.
+    let mut all = Vec::new();
+    files(&src().join("pipeline"), &mut all);
+    assert!(all.len() > 5, "the pipeline's files were not found");
+    let defining: Vec<String> = all
+        .iter()
+        .filter(|f| {
+            let text = code(&std::fs::read_to_string(f).unwrap());
+            ["pub struct Ctx", "pub struct Stats", "pub struct Shutdown"].iter().any(|d| text.contains(d))
+        })
+        .map(|f| f.strip_prefix(src()).unwrap().display().to_string())
+        .collect();
+    assert!(defining.is_empty(), "the run's context defined in the pipeline: {defining:?}");
+    let context = std::fs::read_to_string(src().join("context.rs")).expect("src/context.rs");
+    assert!(context.contains("pub struct Ctx"), "the run's context moved again: update this test");
 }

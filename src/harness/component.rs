@@ -19,10 +19,10 @@
 //! stderr.
 
 use crate::broker::kafka::Kafka;
+use crate::context::{shutdown_pair, Coordination, Ctx, Stats};
 use crate::domain::names::RunNames;
 use crate::error::{Error, Result};
 use crate::faults::{FaultInjector, FaultPoint, FaultRecord, HarnessLink};
-use crate::pipeline::context::{shutdown_pair, Coordination, Ctx, Stats};
 use crate::scenario::Scenario;
 use crate::store::{postgres::PgStore, sqlite::SqliteStore, Store};
 use std::io::Write;
@@ -144,7 +144,7 @@ pub async fn serve() -> Result<()> {
         names,
         intent: Default::default(),
         tasks: Default::default(),
-        email: match std::env::var(crate::pipeline::email::PROVIDER_ENV) {
+        email: match std::env::var(crate::provider::client::PROVIDER_ENV) {
             Ok(url) => Some(Arc::new(crate::harness::emails::client(&url)?)),
             Err(_) => None,
         },

@@ -5,7 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::faults::{FaultInjector, FaultPoint};
-use crate::pipeline::email::{EmailClient, TIMEOUT};
+use crate::provider::client::{EmailClient, TIMEOUT};
 use crate::provider::{Fault, Nemesis, Provider, ProviderSettings};
 use crate::scenario::{EmailMode, Scenario};
 use std::sync::Arc;

@@ -13,10 +13,10 @@
 //! and its port open again, the postmaster's start time moved, sessions
 //! terminated, connections reset, reads held by the partition.
 
+use crate::context::Ctx;
 use crate::error::{Error, Result};
 use crate::faults::FaultPoint;
 use crate::nemesis::proxy::Slot;
-use crate::pipeline::context::Ctx;
 use crate::scenario::Timed;
 use crate::store::Store;
 use std::sync::Arc;
@@ -33,7 +33,7 @@ const SEEN: Duration = Duration::from_secs(5);
 /// Starts one task per timeline entry; each waits for `acting` (the
 /// workload's start), then strikes on its schedule while acting lasts.
 /// `slots` are the fault proxy's, which the `net.*` entries strike.
-pub fn start(ctx: &Ctx, acting: watch::Receiver<bool>, slots: Vec<Arc<Slot>>) -> Vec<crate::pipeline::context::Named> {
+pub fn start(ctx: &Ctx, acting: watch::Receiver<bool>, slots: Vec<Arc<Slot>>) -> Vec<crate::context::Named> {
     ctx.scenario
         .timeline
         .iter()

@@ -19,7 +19,7 @@ use crate::domain::events::{Decoded, EventKind};
 use crate::domain::handlers::Handler;
 use crate::error::{Error, Result};
 use crate::faults::{FaultInjector, FaultPoint, Reach};
-use crate::pipeline::email::{EmailClient, EmailError};
+use crate::provider::client::{EmailClient, EmailError};
 use crate::scenario::{EmailMode, InboxMode};
 use crate::store::{
     BatchFaults, BatchOutcome, EffectPlan, Incoming, Modes, Store, HANDLER_LOYALTY, HANDLER_PROJECTION,
@@ -132,7 +132,7 @@ async fn send_receipts(b: &Batch<'_>, receipts: &[(Uuid, Uuid)]) -> Result<u64> 
 async fn send_chunk<'a>(
     client: &EmailClient,
     chunk: &'a [(Option<String>, serde_json::Value)],
-) -> Vec<(std::result::Result<crate::pipeline::email::EmailSent, EmailError>, &'a serde_json::Value)> {
+) -> Vec<(std::result::Result<crate::provider::client::EmailSent, EmailError>, &'a serde_json::Value)> {
     let refs: Vec<_> = chunk.iter().map(|(key, body)| (key.as_deref(), body)).collect();
     client.send_all(&refs).await.into_iter().zip(chunk.iter().map(|(_, body)| body)).collect()
 }

@@ -2,8 +2,6 @@
 //! outbox relays, the notifier and its inbox, and the supervisor every
 //! component crash and restart goes through.
 
-pub mod context;
-pub mod email;
 pub mod inbox;
 pub mod notifier;
 pub mod purger;

@@ -13,11 +13,11 @@
 //! works (`Spare`), as a supervisor keeps a replacement process warm.
 
 use crate::broker::{Consumer, ConsumerSpec};
+use crate::context::{Ctx, Stats};
 use crate::domain::events;
 use crate::domain::events::Delivery;
 use crate::error::Result;
 use crate::faults::{FaultPoint, Held, Reach};
-use crate::pipeline::context::{Ctx, Stats};
 use crate::pipeline::supervise::{self, Counters, Ending};
 use crate::scenario::InboxMode;
 use crate::store::{BatchFaults, BatchOutcome, Incoming, Modes};
@@ -156,7 +156,7 @@ enum Step {
 }
 
 impl Incarnation<'_> {
-    async fn run(&mut self, shutdown: &mut crate::pipeline::context::Shutdown) -> Ending {
+    async fn run(&mut self, shutdown: &mut crate::context::Shutdown) -> Ending {
         loop {
             match self.step(shutdown).await {
                 Step::Continue => {}
@@ -167,7 +167,7 @@ impl Incarnation<'_> {
 
     /// consume → `notifier.mid_batch` / `notifier.stall` → one transaction →
     /// `notifier.before_offset_commit` → commit offsets → `notifier.replay`.
-    async fn step(&mut self, shutdown: &mut crate::pipeline::context::Shutdown) -> Step {
+    async fn step(&mut self, shutdown: &mut crate::context::Shutdown) -> Step {
         let (ctx, name) = (self.ctx, self.name);
         let cfg = &ctx.scenario.notifier;
         let batch = match self.gather(shutdown).await {
@@ -283,10 +283,7 @@ impl Incarnation<'_> {
     /// A micro-batch: the first message waited for (re-checking shutdown
     /// every [`FIRST_WAIT`]), then whatever follows within [`GATHER_WAIT`].
     /// `Ok(None)`: nothing this time.
-    async fn gather(
-        &mut self,
-        shutdown: &mut crate::pipeline::context::Shutdown,
-    ) -> Result<Option<Vec<Incoming>>, Ending> {
+    async fn gather(&mut self, shutdown: &mut crate::context::Shutdown) -> Result<Option<Vec<Incoming>>, Ending> {
         let ctx = self.ctx;
         let mut batch = Vec::new();
         let mut each = |m: Delivery<'_>| batch.push(incoming(&m));
@@ -410,8 +407,8 @@ fn next_offsets(batch: &[Incoming]) -> Vec<(i32, i64)> {
 mod tests {
     //! The notifier's crash semantics, on the in-memory broker and SQLite:
     //! the whole pipeline runs, and the verifier reconciles what it left.
+    use crate::context::Stats;
     use crate::faults::FaultPoint;
-    use crate::pipeline::context::Stats;
     use crate::pipeline::testing::{anomalies, harness, Harness};
     use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Retention: the purger deletes old published outbox rows and old inbox
 //! rows, as the scenario's `[retention]` says.
 
-use crate::pipeline::context::{Ctx, Stats};
+use crate::context::{Ctx, Stats};
 use tracing::warn;
 
 /// Retention: purges old published outbox rows and old inbox rows.

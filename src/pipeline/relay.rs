@@ -8,9 +8,9 @@
 //! which is where the topic's duplicates come from.
 
 use crate::broker::Producer;
+use crate::context::{Ctx, Shutdown, Stats, RESTART_FLOOR};
 use crate::domain::events::Envelope;
 use crate::faults::{Confirm, FaultPoint, Reach};
-use crate::pipeline::context::{Ctx, Shutdown, Stats, RESTART_FLOOR};
 use crate::pipeline::supervise::{self, Counters, Ending};
 use crate::scenario::{RelayAcks, RelayEventId, RelayOrder};
 use crate::store::{OutboxRow, RelayConn};
@@ -293,8 +293,8 @@ fn acks_of(producer: crate::scenario::RelayProducer) -> crate::broker::ProducerA
 #[cfg(test)]
 mod tests {
     //! The relay's crash semantics, on the in-memory broker and SQLite.
+    use crate::context::Stats;
     use crate::faults::FaultPoint;
-    use crate::pipeline::context::Stats;
     use crate::pipeline::testing::{anomalies, harness, Harness};
     use std::time::Duration;
 

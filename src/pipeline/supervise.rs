@@ -4,8 +4,8 @@
 //! costs: it counts the crash or the error, logs the error, and says how
 //! long to pause before the next incarnation, or that the run is stopping.
 
+use crate::context::{Shutdown, RESTART_FLOOR};
 use crate::faults::FaultPoint;
-use crate::pipeline::context::{Shutdown, RESTART_FLOOR};
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 use tracing::warn;
@@ -46,12 +46,12 @@ pub async fn after(
         Ending::Shutdown => return false,
         Ending::Again => return !shutdown.is_set(),
         Ending::Crash { .. } => {
-            crate::pipeline::context::Stats::add(counters.crashes, 1);
+            crate::context::Stats::add(counters.crashes, 1);
             restart_delay
         }
         Ending::Error { what, cause } => {
             warn!(%component, %cause, "{what} failed; restarting");
-            crate::pipeline::context::Stats::add(counters.errors, 1);
+            crate::context::Stats::add(counters.errors, 1);
             restart_delay.max(RESTART_FLOOR)
         }
     };

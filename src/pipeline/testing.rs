@@ -4,9 +4,9 @@
 
 use crate::broker::memory::Memory;
 use crate::broker::Broker;
+use crate::context::{shutdown_pair, Ctx, ShutdownTrigger, Stats};
 use crate::domain::names::RunNames;
 use crate::faults::FaultInjector;
-use crate::pipeline::context::{shutdown_pair, Ctx, ShutdownTrigger, Stats};
 use crate::store::{sqlite::SqliteStore, Store};
 use crate::verifier::{reconcile, topic, Ledger};
 use std::sync::Arc;

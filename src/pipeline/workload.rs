@@ -19,11 +19,11 @@
 //! `workload.after_commit` crashes it between the two, and the event is lost.
 
 use crate::broker::Producer;
+use crate::context::{Ctx, Stats};
 use crate::domain::events::{Envelope, EventKind, PaymentEvent};
 use crate::domain::intent::Intended;
 use crate::error::Result;
 use crate::faults::FaultPoint;
-use crate::pipeline::context::{Ctx, Stats};
 use crate::scenario::{PublishMode, WorkloadRetry};
 use crate::store::NewPayment;
 use rand::{Rng, SeedableRng};

@@ -15,6 +15,7 @@
 //!   idempotency_key_in_use`;
 //! - no key sends every time; a body that is not a JSON object is a `400`.
 
+pub mod client;
 mod emails;
 mod faults;
 mod record;

@@ -1,9 +1,9 @@
 //! The report of one run, assembled before verification: what ran, what
 //! the components counted, no verdict yet.
 
+use crate::context::Stats;
 use crate::domain::names::RunNames;
 use crate::faults::FaultInjector;
-use crate::pipeline::context::Stats;
 use crate::report::{self, ComponentFigures, InfraInfo, Report, ScenarioInfo, Stages, Timings};
 use crate::scenario::Scenario;
 use crate::verifier::Verdict;

@@ -2,8 +2,8 @@
 //! counters. It only reads them (the run tells it the phase), and indicatif
 //! hides it when stderr is not a terminal (CI logs stay clean).
 
+use crate::context::Stats;
 use crate::faults::FaultInjector;
-use crate::pipeline::context::Stats;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::sync::Arc;
 use std::time::Duration;

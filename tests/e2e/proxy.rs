@@ -14,12 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A proxy with one slot, `test`, in front of the test command's PostgreSQL.
-async fn proxy(
-    rates: FaultRates,
-    shaping: Shaping,
-) -> (Proxy, Arc<FaultInjector>, chaos::pipeline::context::ShutdownTrigger) {
+async fn proxy(rates: FaultRates, shaping: Shaping) -> (Proxy, Arc<FaultInjector>, chaos::context::ShutdownTrigger) {
     let faults = Arc::new(FaultInjector::new(1, &rates));
-    let (trigger, shutdown) = chaos::pipeline::context::shutdown_pair();
+    let (trigger, shutdown) = chaos::context::shutdown_pair();
     let settings = Settings {
         upstream_url: &database_url(),
         slots: vec!["test".into()],

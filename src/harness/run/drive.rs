@@ -1,11 +1,11 @@
 //! Driving a run: its components started, the workload, the drain, the
 //! stop, and the counters sampled for the chart.
 
+use crate::context::{settled, Ctx, Stats};
 use crate::error::{Error, Result};
 use crate::faults::FaultPoint;
 use crate::nemesis::process::program::{Database, Programs};
 use crate::nemesis::proxy::Lanes;
-use crate::pipeline::context::{settled, Ctx, Stats};
 use crate::pipeline::{notifier, relay, workload};
 use crate::report::progress::{Phase, Progress};
 use crate::report::{self, Sample};
@@ -29,7 +29,7 @@ pub(super) async fn start_components(
     database_url: Option<&str>,
     reports_dir: &Path,
     lanes: Option<&Lanes>,
-) -> Result<(Option<Programs>, Vec<crate::pipeline::context::Named>, Ctx)> {
+) -> Result<(Option<Programs>, Vec<crate::context::Named>, Ctx)> {
     // A component with sessions of its own: behind the proxy, or when the
     // nemesis terminates the components' sessions (never the harness's).
     let own_sessions = ctx.scenario.timeline.iter().any(|t| t.point == FaultPoint::DbTerminateBackends);

@@ -2,11 +2,11 @@
 //! share.
 
 use crate::broker::{kafka::Kafka, SharedBroker};
+use crate::context::{shutdown_pair, Ctx, ShutdownTrigger, Stats};
 use crate::domain::names::RunNames;
 use crate::error::{Error, Result};
 use crate::faults::FaultInjector;
 use crate::harness::infra::Endpoints;
-use crate::pipeline::context::{shutdown_pair, Ctx, ShutdownTrigger, Stats};
 use crate::report::InfraInfo;
 use crate::scenario::Scenario;
 use crate::store::{postgres::PgStore, sqlite::SqliteStore, Store};

@@ -2,8 +2,8 @@
 //! run was interrupted or something may still write, and the verdict.
 
 use super::drive::Ran;
+use crate::context::Ctx;
 use crate::faults::Strike;
-use crate::pipeline::context::Ctx;
 use crate::report::Report;
 use crate::store::Store;
 use crate::verifier::{pass, verdict, Verdict};

@@ -18,10 +18,10 @@
 //! keepers started is killed: on stop, on drop, and (for the direct child)
 //! by the kernel if `chaos` itself dies (`PR_SET_PDEATHSIG`).
 
+use crate::context::{Ctx, Stats, RESTART_FLOOR};
 use crate::faults::{Confirm, FaultInjector, FaultPoint};
 use crate::nemesis::process::protocol::Line;
 use crate::nemesis::signal::{Claim, Exit, Lease, Occupant, Sent, Struck};
-use crate::pipeline::context::{Ctx, Stats, RESTART_FLOOR};
 use crate::scenario::{Components, ProgramCommand};
 use crate::store::Store;
 use rand::{Rng, SeedableRng};
@@ -112,7 +112,7 @@ impl Programs {
         database: &Database,
         logs: PathBuf,
         lanes: Option<&crate::nemesis::proxy::Lanes>,
-    ) -> crate::error::Result<Option<(Self, Vec<crate::pipeline::context::Named>)>> {
+    ) -> crate::error::Result<Option<(Self, Vec<crate::context::Named>)>> {
         let sc = &ctx.scenario;
         let roles = Self::roles(sc)?;
         if roles.iter().all(|r| r.1.is_none()) {
@@ -380,7 +380,7 @@ impl Env {
         if let (true, Some(email)) = (calls, &ctx.email) {
             // The email provider that `chaos` runs: its record, not the
             // program's database, is what the verifier checks emails by.
-            env.push((crate::pipeline::email::PROVIDER_ENV, email.base_url().to_string()));
+            env.push((crate::provider::client::PROVIDER_ENV, email.base_url().to_string()));
         }
         if role == Role::Notifier {
             env.push(("CHAOS_GROUP", ctx.names.group.clone()));
@@ -1263,8 +1263,9 @@ mod settling {
         (h, keeper, kill, occupant)
     }
 
-    /// Waits (bounded) for `file` to appear: the program's word that the
-    /// run's SIGTERM reached it, so the keeper is inside its stop.
+    /// Waits (bounded) for `file` to appear: the program's word that its
+    /// trap is set, or that the run's SIGTERM reached it (the keeper is
+    /// then inside its stop).
     async fn seen(file: &std::path::Path) {
         let t = Instant::now();
         while !file.exists() {
@@ -1302,12 +1303,15 @@ mod settling {
     #[tokio::test]
     async fn a_kill_claimed_during_the_stop_and_seen_by_sigkill_is_confirmed() {
         let dir = tempfile::tempdir().unwrap();
-        let term = dir.path().join("term");
+        let (term, ready) = (dir.path().join("term"), dir.path().join("ready"));
         // SIGTERM is noted and outlived: only the striker's SIGKILL ends it.
-        let script = format!("trap 'touch {}' TERM; while :; do sleep 0.05; done", term.display());
+        let script =
+            format!("trap 'touch {}' TERM; touch {}; while :; do sleep 0.05; done", term.display(), ready.display());
         let (h, keeper, kill, occupant) = keeper(&script, dir.path()).await;
         let task = tokio::spawn(keeper.keep());
         started(&occupant).await;
+        // Stopped before its trap is set, the shell would die of SIGTERM.
+        seen(&ready).await;
         let striker = async {
             seen(&term).await;
             strike(&h, &kill, &occupant, true);
@@ -1320,16 +1324,18 @@ mod settling {
     #[tokio::test]
     async fn a_kill_claimed_on_a_process_that_then_exits_is_preempted_with_its_reason() {
         let dir = tempfile::tempdir().unwrap();
-        let (term, go) = (dir.path().join("term"), dir.path().join("go"));
+        let (term, ready, go) = (dir.path().join("term"), dir.path().join("ready"), dir.path().join("go"));
         // SIGTERM is noted; the program exits by itself once told to.
         let script = format!(
-            "trap 'touch {}' TERM; while [ ! -e {} ]; do sleep 0.05; done; exit 3",
+            "trap 'touch {}' TERM; touch {}; while [ ! -e {} ]; do sleep 0.05; done; exit 3",
             term.display(),
+            ready.display(),
             go.display()
         );
         let (h, keeper, kill, occupant) = keeper(&script, dir.path()).await;
         let task = tokio::spawn(keeper.keep());
         started(&occupant).await;
+        seen(&ready).await;
         let striker = async {
             seen(&term).await;
             strike(&h, &kill, &occupant, false);

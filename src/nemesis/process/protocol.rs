@@ -7,8 +7,8 @@
 //! ([`crate::harness::component`]); the harness's side is the keeper
 //! ([`super::program`]), which folds the snapshots into the run's counters.
 
+use crate::context::{Coordination, Stats};
 use crate::faults::{FaultInjector, FaultPoint, FaultRecord};
-use crate::pipeline::context::{Coordination, Stats};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -3,8 +3,8 @@
 //! window in which its nemesis acts.
 
 use super::{Proxy, Settings, Slot};
+use crate::context::Ctx;
 use crate::error::Result;
-use crate::pipeline::context::Ctx;
 use crate::store::{postgres::PgStore, Store};
 use std::sync::Arc;
 use tokio::sync::watch;

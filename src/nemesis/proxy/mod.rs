@@ -42,10 +42,10 @@ pub mod kafka;
 pub mod lanes;
 pub mod pg;
 
+use crate::context::{Shutdown, Stats};
 use crate::error::{Error, Result};
 use crate::faults::{FaultInjector, FaultPoint, Reach};
 use crate::nemesis::signal::{Claim, Occupant, Struck};
-use crate::pipeline::context::{Shutdown, Stats};
 pub use crate::scenario::Shaping;
 use rand::{Rng, SeedableRng};
 use std::net::SocketAddr;
@@ -1183,7 +1183,7 @@ mod tests {
     #[tokio::test]
     async fn a_hold_whose_process_another_fault_ended_is_pre_empted() {
         let faults = Arc::new(FaultInjector::new(1, &crate::faults::FaultRates::none()));
-        let (_trigger, shutdown) = crate::pipeline::context::shutdown_pair();
+        let (_trigger, shutdown) = crate::context::shutdown_pair();
         let settings = Settings {
             upstream_url: "postgres://u:p@127.0.0.1:9/db",
             slots: vec!["notifier-1".into()],
@@ -1244,7 +1244,7 @@ mod tests {
     #[tokio::test]
     async fn a_kill_reaches_what_its_process_fetched_past_the_groups_position() {
         let faults = Arc::new(FaultInjector::new(1, &crate::faults::FaultRates::none()));
-        let (_trigger, shutdown) = crate::pipeline::context::shutdown_pair();
+        let (_trigger, shutdown) = crate::context::shutdown_pair();
         let settings = Settings {
             upstream_url: "postgres://u:p@127.0.0.1:9/db",
             slots: vec!["consumer-1".into(), "consumer-2".into()],

@@ -3,9 +3,9 @@
 //! values drawn from the seed, and each recorded with how it ended. That
 //! record of intent is what the verifier judges the system against.
 
+use crate::context::Stats;
 use crate::domain::operations::{Operation, Outcome};
 use crate::faults::FaultInjector;
-use crate::pipeline::context::Stats;
 use crate::scenario::{OperationDecl, ValueGen};
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicU64, Ordering};

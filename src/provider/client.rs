@@ -1,4 +1,5 @@
-//! The pipeline's client for the email provider: one `POST /v1/emails` per
+//! The email provider's client, as the reference notifier sends its
+//! receipts through it: one `POST /v1/emails` per
 //! email, with an optional idempotency key, a call's emails pipelined on
 //! one connection, every wait bounded by a timeout.
 //!

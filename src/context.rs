@@ -294,7 +294,7 @@ pub struct Ctx {
     pub tasks: Tasks,
     /// The email provider's client, when the notifier sends each receipt
     /// as an email (`notifier.email`); None otherwise.
-    pub email: Option<std::sync::Arc<crate::pipeline::email::EmailClient>>,
+    pub email: Option<std::sync::Arc<crate::provider::client::EmailClient>>,
 }
 
 #[cfg(test)]
