@@ -110,54 +110,40 @@ impl EmailClient {
     /// leaves them all `Timeout` (retry each with its key).
     pub async fn send_all(&self, emails: &[(Option<&str>, &Value)]) -> Vec<Result<EmailSent, EmailError>> {
         let mut out = Vec::with_capacity(emails.len());
-        let requests = match self.requests(emails) {
-            Ok(r) => r,
-            Err(e) => {
-                out.resize(emails.len(), Err(e));
-                return out;
-            }
-        };
-        let mut stream = match tokio::time::timeout(self.timeout, TcpStream::connect(&self.authority)).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
-                let why = format!("cannot connect to the email provider at {}: {e}", self.authority);
-                out.resize(emails.len(), Err(EmailError::Other(why)));
-                return out;
-            }
-            Err(_) => {
-                out.resize(emails.len(), Err(EmailError::Timeout));
-                return out;
-            }
-        };
-        // Small requests, answered at once: Nagle's wait would only delay.
-        let _ = stream.set_nodelay(true);
-        match tokio::time::timeout(self.timeout, stream.write_all(&requests)).await {
-            Ok(Ok(())) => {}
-            // Some requests may have gone out before the failure.
-            Ok(Err(e)) => {
-                out.resize(emails.len(), Err(EmailError::ConnectionLost(format!("writing the requests: {e}"))));
-                return out;
-            }
-            Err(_) => {
-                out.resize(emails.len(), Err(EmailError::Timeout));
-                return out;
-            }
-        }
-        let mut answers = Answers { stream, buf: Vec::with_capacity(4096), start: 0 };
-        while out.len() < emails.len() {
-            match tokio::time::timeout(self.timeout, answers.next()).await {
-                Ok(Ok(answer)) => out.push(answer.outcome()),
-                Ok(Err(lost)) => {
-                    out.resize(emails.len(), Err(lost));
-                    break;
-                }
-                Err(_) => {
-                    out.resize(emails.len(), Err(EmailError::Timeout));
-                    break;
-                }
-            }
+        if let Err(unanswered) = self.exchange(emails, &mut out).await {
+            out.resize(emails.len(), Err(unanswered));
         }
         out
+    }
+
+    /// One connection's exchange: each answer's outcome pushed to `out` in
+    /// order, until all came or one could not (why is the error).
+    async fn exchange(
+        &self,
+        emails: &[(Option<&str>, &Value)],
+        out: &mut Vec<Result<EmailSent, EmailError>>,
+    ) -> Result<(), EmailError> {
+        let requests = self.requests(emails)?;
+        let mut stream = tokio::time::timeout(self.timeout, TcpStream::connect(&self.authority))
+            .await
+            .map_err(|_| EmailError::Timeout)?
+            .map_err(|e| {
+                EmailError::Other(format!("cannot connect to the email provider at {}: {e}", self.authority))
+            })?;
+        // Small requests, answered at once: Nagle's wait would only delay.
+        let _ = stream.set_nodelay(true);
+        // Some requests may have gone out before a failure: lost, not refused.
+        tokio::time::timeout(self.timeout, stream.write_all(&requests))
+            .await
+            .map_err(|_| EmailError::Timeout)?
+            .map_err(|e| EmailError::ConnectionLost(format!("writing the requests: {e}")))?;
+        let mut answers = Answers { stream, buf: Vec::with_capacity(4096), start: 0 };
+        while out.len() < emails.len() {
+            let answer =
+                tokio::time::timeout(self.timeout, answers.next()).await.map_err(|_| EmailError::Timeout)??;
+            out.push(answer.outcome());
+        }
+        Ok(())
     }
 
     /// The requests of `emails`, one after another, as they go on the wire.

@@ -1225,7 +1225,9 @@ mod settling {
 
     const POINT: FaultPoint = FaultPoint::DbKillAfterCommit;
 
-    /// A keeper over `script` (run by sh in `dir`), its kill channel and
+    /// A keeper over `script` (run by sh in `dir`, after a trap that notes
+    /// SIGTERM in the file `term` and the file `ready` that says it is set),
+    /// its kill channel and
     /// its occupant, on a unit context whose kills after commit all fire.
     /// The nemesis's switch is dropped at once, as at a run's end: the
     /// keeper must still hear the stop (it once saw a gone switch change
@@ -1252,7 +1254,10 @@ mod settling {
             restart: RESTART_FLOOR,
             confirm_on_start: None,
             name: "relay-1".into(),
-            command: ProgramCommand { argv: vec!["sh".into(), "-c".into(), script.into()], dir: dir.to_path_buf() },
+            command: ProgramCommand {
+                argv: vec!["sh".into(), "-c".into(), format!("trap 'touch term' TERM; touch ready; {script}")],
+                dir: dir.to_path_buf(),
+            },
             env: Env(Vec::new()),
             logs: dir.to_path_buf(),
             failure,
@@ -1292,26 +1297,25 @@ mod settling {
         }
     }
 
-    async fn started(occupant: &Occupant) {
+    /// Waits for the program to enter its slot and set its trap: stopped
+    /// before the trap is set, the shell would die of SIGTERM.
+    async fn started(occupant: &Occupant, dir: &std::path::Path) {
         let t = Instant::now();
         while occupant.current().is_none() {
             assert!(t.elapsed() < Duration::from_secs(30), "the program never started");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        seen(&dir.join("ready")).await;
     }
 
     #[tokio::test]
     async fn a_kill_claimed_during_the_stop_and_seen_by_sigkill_is_confirmed() {
         let dir = tempfile::tempdir().unwrap();
-        let (term, ready) = (dir.path().join("term"), dir.path().join("ready"));
         // SIGTERM is noted and outlived: only the striker's SIGKILL ends it.
-        let script =
-            format!("trap 'touch {}' TERM; touch {}; while :; do sleep 0.05; done", term.display(), ready.display());
-        let (h, keeper, kill, occupant) = keeper(&script, dir.path()).await;
+        let (h, keeper, kill, occupant) = keeper("while :; do sleep 0.05; done", dir.path()).await;
         let task = tokio::spawn(keeper.keep());
-        started(&occupant).await;
-        // Stopped before its trap is set, the shell would die of SIGTERM.
-        seen(&ready).await;
+        started(&occupant, dir.path()).await;
+        let term = dir.path().join("term");
         let striker = async {
             seen(&term).await;
             strike(&h, &kill, &occupant, true);
@@ -1324,18 +1328,11 @@ mod settling {
     #[tokio::test]
     async fn a_kill_claimed_on_a_process_that_then_exits_is_preempted_with_its_reason() {
         let dir = tempfile::tempdir().unwrap();
-        let (term, ready, go) = (dir.path().join("term"), dir.path().join("ready"), dir.path().join("go"));
         // SIGTERM is noted; the program exits by itself once told to.
-        let script = format!(
-            "trap 'touch {}' TERM; touch {}; while [ ! -e {} ]; do sleep 0.05; done; exit 3",
-            term.display(),
-            ready.display(),
-            go.display()
-        );
-        let (h, keeper, kill, occupant) = keeper(&script, dir.path()).await;
+        let (h, keeper, kill, occupant) = keeper("while [ ! -e go ]; do sleep 0.05; done; exit 3", dir.path()).await;
         let task = tokio::spawn(keeper.keep());
-        started(&occupant).await;
-        seen(&ready).await;
+        started(&occupant, dir.path()).await;
+        let (term, go) = (dir.path().join("term"), dir.path().join("go"));
         let striker = async {
             seen(&term).await;
             strike(&h, &kill, &occupant, false);
