@@ -87,6 +87,31 @@ pub struct PaymentEvent {
     pub amount_cents: i64,
 }
 
+/// A receipt email's body, as the reference notifier asks the provider to
+/// send it. A struct, not a `serde_json::Value`: serialized straight onto
+/// the wire, with no tree built and dropped per email.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReceiptEmail {
+    pub to: String,
+    pub subject: &'static str,
+    pub payment_id: Uuid,
+    pub message_id: Uuid,
+    pub amount_cents: i64,
+}
+
+impl ReceiptEmail {
+    /// The receipt of `payment`'s event, delivered as message `message`.
+    pub fn of(payment: Uuid, message: Uuid, event: &PaymentEvent) -> ReceiptEmail {
+        ReceiptEmail {
+            to: format!("account-{}@customers.example", event.account_id),
+            subject: "Your receipt",
+            payment_id: payment,
+            message_id: message,
+            amount_cents: event.amount_cents,
+        }
+    }
+}
+
 /// The payload the `workload.poison` fault writes instead: valid JSON, but not
 /// a payment event, exactly what a buggy producer emits.
 pub fn poison_payload() -> serde_json::Value {

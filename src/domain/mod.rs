@@ -5,6 +5,7 @@
 pub mod choices;
 
 pub(crate) mod anomaly;
+pub mod canonical;
 pub mod events;
 pub(crate) mod handlers;
 pub mod intent;

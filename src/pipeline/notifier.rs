@@ -259,7 +259,7 @@ impl Incarnation<'_> {
     /// once its transaction committed and it survived the crash points,
     /// their outcome ignored. A crash before this line, or a failed call,
     /// loses them: the redelivery finds the receipts claimed.
-    async fn send_after_commit(&self, emails: &[(Option<String>, serde_json::Value)]) {
+    async fn send_after_commit(&self, emails: &[(Option<String>, crate::domain::events::ReceiptEmail)]) {
         let Some(client) = self.ctx.email.as_deref() else { return };
         for (key, body) in emails {
             if let Err(e) = client.send(key.as_deref(), body).await {

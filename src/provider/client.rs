@@ -7,7 +7,7 @@
 //! a lost connection leaves it unknown whether the email went out (retry
 //! with the same idempotency key), an error status says it did not.
 
-use serde_json::Value;
+use serde::Serialize;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -98,7 +98,7 @@ impl EmailClient {
 
     /// Asks the provider to send one email with this body, under `key` if
     /// given (a retry must repeat both for the provider to send only once).
-    pub async fn send(&self, key: Option<&str>, body: &Value) -> Result<EmailSent, EmailError> {
+    pub async fn send<B: Serialize>(&self, key: Option<&str>, body: &B) -> Result<EmailSent, EmailError> {
         let mut all = self.send_all(&[(key, body)]).await;
         all.pop().unwrap_or_else(|| Err(EmailError::Other("no answer".into())))
     }
@@ -108,7 +108,7 @@ impl EmailClient {
     /// requests, so once one is missing, the ones after it are unknown too:
     /// a dropped connection leaves them all `ConnectionLost`, a held answer
     /// leaves them all `Timeout` (retry each with its key).
-    pub async fn send_all(&self, emails: &[(Option<&str>, &Value)]) -> Vec<Result<EmailSent, EmailError>> {
+    pub async fn send_all<B: Serialize>(&self, emails: &[(Option<&str>, &B)]) -> Vec<Result<EmailSent, EmailError>> {
         let mut out = Vec::with_capacity(emails.len());
         if let Err(unanswered) = self.exchange(emails, &mut out).await {
             out.resize(emails.len(), Err(unanswered));
@@ -118,9 +118,9 @@ impl EmailClient {
 
     /// One connection's exchange: each answer's outcome pushed to `out` in
     /// order, until all came or one could not (why is the error).
-    async fn exchange(
+    async fn exchange<B: Serialize>(
         &self,
-        emails: &[(Option<&str>, &Value)],
+        emails: &[(Option<&str>, &B)],
         out: &mut Vec<Result<EmailSent, EmailError>>,
     ) -> Result<(), EmailError> {
         let requests = self.requests(emails)?;
@@ -147,11 +147,14 @@ impl EmailClient {
     }
 
     /// The requests of `emails`, one after another, as they go on the wire.
-    fn requests(&self, emails: &[(Option<&str>, &Value)]) -> Result<Vec<u8>, EmailError> {
+    fn requests<B: Serialize>(&self, emails: &[(Option<&str>, &B)]) -> Result<Vec<u8>, EmailError> {
         use std::io::Write;
         let mut wire = Vec::with_capacity(emails.len() * 384);
+        // One buffer for every body: its length goes in the head before it.
+        let mut json = Vec::with_capacity(256);
         for (key, body) in emails {
-            let json = serde_json::to_vec(body).map_err(|e| EmailError::Other(format!("encoding an email: {e}")))?;
+            json.clear();
+            serde_json::to_writer(&mut json, body).map_err(|e| EmailError::Other(format!("encoding an email: {e}")))?;
             let _ = write!(
                 wire,
                 "POST {} HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
@@ -277,7 +280,7 @@ mod tests {
     use super::*;
     use crate::provider::testing::Scripted;
     use crate::provider::{Fault, Nemesis, NoFaults, Outcome, Provider, ProviderSettings};
-    use serde_json::json;
+    use serde_json::{json, Value};
     use std::sync::Arc;
     use std::time::Instant;
 

@@ -2,7 +2,7 @@
 //! Stripe has them, the record of every request, and the faults it strikes.
 
 use super::faults::{empty_tallies, Awaiting, Fault, Nemesis, Tallies};
-use super::record::{Body, EmailId, IdempotencyKey, Outcome, Record, Request};
+use super::record::{Body, EmailId, Form, IdempotencyKey, Outcome, Record, Request};
 use super::ProviderSettings;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -306,13 +306,13 @@ pub(super) async fn post_email(
     let header = headers.get(IDEMPOTENCY_KEY);
     let key = header.map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let key_is_text = header.is_none_or(|v| v.to_str().is_ok());
-    // The record keeps a fingerprint and the fields a verifier reads; the
-    // parsed body lives only as long as this request.
-    let (body, parsed) = Body::read(&bytes, &shared.settings.keep);
+    // The record keeps a fingerprint and the fields a verifier reads, not
+    // the body.
+    let body = Body::read(&bytes, &shared.settings.keep);
     let arrival = shared.arrive(key.as_deref(), &body);
 
-    match parsed {
-        Some(v) if v.is_object() && key_is_text => {}
+    match body.form {
+        Form::Object if key_is_text => {}
         _ => {
             shared.refused(arrival, key, body, Outcome::BadRequest);
             return refuse(

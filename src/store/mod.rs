@@ -142,7 +142,7 @@ pub struct BatchOutcome {
     pub crashed_after_call: bool,
     /// Emails to send once the batch is done (`notifier.email =
     /// "after-commit"`, the mistake): idempotency key and body.
-    pub emails_after_commit: Vec<(Option<String>, serde_json::Value)>,
+    pub emails_after_commit: Vec<(Option<String>, crate::domain::events::ReceiptEmail)>,
 }
 
 /// What a database backend must provide; the compiler checks that each one

@@ -924,41 +924,11 @@ pub fn fingerprint(key: &[u8], kind: &[u8], value: &[u8]) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     key.hash(&mut h);
     kind.hash(&mut h);
-    match serde_json::from_slice::<serde_json::Value>(value) {
-        Ok(v) => {
-            0u8.hash(&mut h);
-            canonical(&v, &mut h);
-        }
-        Err(_) => {
-            1u8.hash(&mut h);
-            value.hash(&mut h);
-        }
+    match crate::domain::canonical::of_bytes(value) {
+        Some(json) => (0u8, json).hash(&mut h),
+        None => (1u8, value).hash(&mut h),
     }
     h.finish()
-}
-
-/// Hashes a JSON value with its object keys sorted.
-fn canonical(v: &serde_json::Value, h: &mut impl Hasher) {
-    use serde_json::Value::*;
-    match v {
-        Null => 0u8.hash(h),
-        Bool(b) => (1u8, b).hash(h),
-        Number(n) => (2u8, n.to_string()).hash(h),
-        String(s) => (3u8, s).hash(h),
-        Array(a) => {
-            (4u8, a.len()).hash(h);
-            a.iter().for_each(|x| canonical(x, h));
-        }
-        Object(o) => {
-            (5u8, o.len()).hash(h);
-            let mut keys: Vec<&std::string::String> = o.keys().collect();
-            keys.sort();
-            for k in keys {
-                k.hash(h);
-                canonical(&o[k], h);
-            }
-        }
-    }
 }
 
 /// Reads the outbox log, the leftovers, the whole topic, every declared

@@ -84,6 +84,17 @@ fn small_bench_reports_every_figure() {
     assert_eq!(off_runs.len(), 2, "{off}");
     assert!(off_runs.iter().all(|r| r["verdict"] == "pass" && r["run_id"] != f["run_id"]));
     assert!(off["end_to_end_events_per_s"].as_f64().unwrap() > 0.0, "{off}");
+    // Its ratio is taken pair by pair: each off run over the in-process run
+    // of its round, and the median of those (of two, their mean).
+    let rate = |r: &serde_json::Value| r["end_to_end_events_per_s"].as_f64().unwrap();
+    let pairs: Vec<f64> = off["pair_ratios"].as_array().unwrap().iter().map(|r| r.as_f64().unwrap()).collect();
+    let expected: Vec<f64> = off_runs.iter().zip(runs).map(|(o, i)| rate(o) / rate(i)).collect();
+    assert_eq!(pairs.len(), 2, "{off}");
+    for (got, want) in pairs.iter().zip(&expected) {
+        assert!((got - want).abs() < 1e-9, "pair ratio {got} is not off over on, {want}");
+    }
+    let median = off["ratio_to_in_process"].as_f64().unwrap();
+    assert!((median - (expected[0] + expected[1]) / 2.0).abs() < 1e-9, "{off}");
     assert_eq!(invariants["measured"], "pass in 5 of 5 runs");
     let saved = dir.path().join(format!("{}.bench.json", f["run_id"].as_str().unwrap()));
     assert!(saved.exists());
