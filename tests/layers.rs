@@ -290,3 +290,25 @@ fn the_run_context_is_not_the_pipelines() {
     let context = std::fs::read_to_string(src().join("context.rs")).expect("src/context.rs");
     assert!(context.contains("pub struct Ctx"), "the run's context moved again: update this test");
 }
+
+#[test]
+fn only_the_broker_folder_names_a_broker_kind() {
+    // Issue 38: Kafka was built by path in six files outside `src/broker/`
+    // (the run, the declared run, the component process, the fault proxy's
+    // lanes, `chaos clean`, `chaos doctor`). They go through
+    // `broker::open`, `broker::attach` and `broker::ping` now, so a second
+    // kind of broker is one folder and those three functions.
+    let mut all = Vec::new();
+    files(&src(), &mut all);
+    let naming: Vec<String> = all
+        .iter()
+        .filter(|f| !f.starts_with(src().join("broker")))
+        .filter(|f| {
+            let text = code(&std::fs::read_to_string(f).unwrap());
+            text.contains("broker::kafka") || text.contains("broker::{kafka")
+        })
+        .map(|f| f.strip_prefix(src()).unwrap().display().to_string())
+        .collect();
+    assert!(all.len() > 50, "the source files were not found");
+    assert!(naming.is_empty(), "files outside src/broker/ that name the Kafka adapter: {naming:?}");
+}

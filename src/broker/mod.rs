@@ -11,7 +11,9 @@
 //!   relay's and the notifier's crash semantics can be unit-tested.
 //!
 //! A new broker is a new folder here implementing [`Broker`], [`Producer`]
-//! and [`Consumer`], and one line where `run.rs` opens the run's broker.
+//! and [`Consumer`], and the lines of [`open`], [`attach`] and [`ping`]
+//! that reach it: nothing outside this folder names a broker's kind
+//! (tests/layers.rs checks it).
 //! The message envelope is built and parsed in [`crate::domain::events`].
 
 pub mod kafka;
@@ -26,6 +28,40 @@ use std::time::Duration;
 
 /// A run's broker, shared by every component of the run.
 pub type SharedBroker = Arc<dyn Broker>;
+
+/// The run's broker: a running one at `bootstrap`, checked to answer, or
+/// without one, the embedded mode's, started in this process for the run.
+pub async fn open(bootstrap: Option<&str>) -> Result<SharedBroker> {
+    Ok(match bootstrap {
+        Some(b) => Arc::new(kafka::Kafka::connect(b).await?),
+        None => Arc::new(kafka::Kafka::embedded()?),
+    })
+}
+
+/// Who attaches to a broker another process runs, which sets how long a
+/// consumer's group may take to form on the embedded one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attacher {
+    /// A component process of the run (a relay, a notifier).
+    Component,
+    /// The harness itself: the fault proxy's lanes, `chaos clean`.
+    Harness,
+}
+
+/// A broker another process runs, at `bootstrap`; `embedded` when it is the
+/// embedded mode's, started by the run's harness.
+pub fn attach(bootstrap: &str, embedded: bool, who: Attacher) -> SharedBroker {
+    match who {
+        Attacher::Component => Arc::new(kafka::Kafka::for_component(bootstrap, embedded)),
+        Attacher::Harness => Arc::new(kafka::Kafka::attach(bootstrap, embedded)),
+    }
+}
+
+/// Checks that the broker at `bootstrap` answers within `timeout`: the id
+/// and address of each of its nodes.
+pub async fn ping(bootstrap: &str, timeout: Duration) -> Result<Vec<(i32, String)>> {
+    kafka::ping(bootstrap, timeout).await
+}
 
 /// What a producer waits for before the broker acks a send. The broker
 /// takes it as a value, so it knows nothing of the scenario that chose it.

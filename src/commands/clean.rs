@@ -5,7 +5,6 @@
 //! only when the run id's time is older than the cut-off. Reports are kept,
 //! unless `--reports` asks for them too.
 
-use crate::broker::{kafka::Kafka, Broker};
 use crate::domain::names::CONNECT_TIMEOUT;
 use crate::error::{db_endpoint, redact};
 use crate::error::{Error, Result};
@@ -56,7 +55,7 @@ pub async fn clean(
         out.schemas = schemas(url, cutoff, dry_run).await?;
     }
     if let Some(brokers) = brokers {
-        let kafka = Kafka::attach(brokers, false);
+        let kafka = crate::broker::attach(brokers, false, crate::broker::Attacher::Harness);
         let (topics, groups) = kafka.list_names().await?;
         out.topics = topics.into_iter().filter(|t| t.starts_with("chaos.") && is_old(t, cutoff)).collect();
         out.groups = groups.into_iter().filter(|g| g.starts_with("chaos.") && is_old(g, cutoff)).collect();

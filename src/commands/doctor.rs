@@ -3,7 +3,7 @@
 //! It also says whether the broker has the fault proxy's slot listeners,
 //! which only `[proxy] kafka` needs: their absence never fails the check.
 
-use crate::broker::kafka::ping as kafka_ping;
+use crate::broker::ping as kafka_ping;
 use crate::commands::exit::Exit;
 use crate::error::{db_endpoint, redact};
 use comfy_table::{presets, Cell, Table};

@@ -18,7 +18,6 @@
 //! component's counters and of the fault points it reached. Logs go to
 //! stderr.
 
-use crate::broker::kafka::Kafka;
 use crate::context::{shutdown_pair, Coordination, Ctx, Stats};
 use crate::domain::names::RunNames;
 use crate::error::{Error, Result};
@@ -137,10 +136,11 @@ pub async fn serve() -> Result<()> {
         stats: stats.clone(),
         coord: coord.clone(),
         shutdown,
-        broker: Arc::new(Kafka::for_component(
+        broker: crate::broker::attach(
             &var("CHAOS_BROKERS")?,
             std::env::var(EMBEDDED_ENV).as_deref() == Ok("1"),
-        )),
+            crate::broker::Attacher::Component,
+        ),
         names,
         intent: Default::default(),
         tasks: Default::default(),

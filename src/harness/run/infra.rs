@@ -1,7 +1,7 @@
 //! A run's database and broker, opened, and the context its components
 //! share.
 
-use crate::broker::{kafka::Kafka, SharedBroker};
+use crate::broker::SharedBroker;
 use crate::context::{shutdown_pair, Ctx, ShutdownTrigger, Stats};
 use crate::domain::names::RunNames;
 use crate::error::{Error, Result};
@@ -66,10 +66,7 @@ impl Infra {
                 Store::Sqlite(SqliteStore::open(&path, max_conns).await?)
             }
         };
-        let broker: SharedBroker = match &endpoints.brokers {
-            Some(b) => Arc::new(Kafka::connect(b).await?),
-            None => Arc::new(Kafka::embedded()?),
-        };
+        let broker: SharedBroker = crate::broker::open(endpoints.brokers.as_deref()).await?;
         let info = InfraInfo {
             database: store.backend().into(),
             database_endpoint: store.endpoint(),

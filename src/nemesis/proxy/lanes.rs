@@ -42,7 +42,7 @@ impl Lanes {
         let app = format!("chaos-{}-{name}", ctx.names.run_id);
         let store = PgStore::attach_as(&self.proxy.url_for(slot, &self.url), &pg.schema, connections, &app).await?;
         let broker: Arc<dyn crate::broker::Broker> = match slot.kafka {
-            Some(addr) => Arc::new(crate::broker::kafka::Kafka::attach(&addr.to_string(), false)),
+            Some(addr) => crate::broker::attach(&addr.to_string(), false, crate::broker::Attacher::Harness),
             None => ctx.broker.clone(),
         };
         Ok(Ctx { store: Store::Postgres(store), broker, ..ctx.clone() })

@@ -9,7 +9,7 @@ mod workload;
 use super::drive::{self, Stopped};
 use super::infra::{self, Infra};
 use super::{Event, Reporter};
-use crate::broker::{kafka::Kafka, SharedBroker};
+use crate::broker::SharedBroker;
 use crate::context::Ctx;
 use crate::domain::names::RunNames;
 use crate::error::{Error, Result};
@@ -62,10 +62,7 @@ pub async fn execute(
     let names = RunNames::new().for_system(&sc.name);
     let pg = PgStore::open_empty(&url, &names.schema, CONNECTIONS).await?;
     set_up(&pg, &sys, &sc, &url, &names).await?;
-    let broker: SharedBroker = match &endpoints.brokers {
-        Some(b) => Arc::new(Kafka::connect(b).await?),
-        None => Arc::new(Kafka::embedded()?),
-    };
+    let broker: SharedBroker = crate::broker::open(endpoints.brokers.as_deref()).await?;
     let mut infra = Infra {
         info: InfraInfo {
             database: "postgres".into(),
