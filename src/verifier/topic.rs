@@ -7,7 +7,7 @@
 //! fetched again after the read. A short (or long) read is an error, so the
 //! run is incomplete, never passed or failed on a partial topic.
 
-use crate::broker::{SharedBroker, Span};
+use crate::broker::{Broker, SharedBroker, Span};
 use crate::domain::events::{self, Delivery, EventKind};
 use crate::error::{Error, Result};
 use crate::verifier::Ledger;
@@ -62,23 +62,37 @@ pub async fn read_all(
 ) -> Result<Ledger> {
     let topic = topic.to_string();
     tokio::task::spawn_blocking(move || {
-        // Counted here, per partition, as the messages are handed over.
-        let mut received = vec![0i64; partitions.max(0) as usize];
-        let spans = broker.read_topic(&topic, partitions, limit, &mut |m| {
-            if let Some(n) = received.get_mut(m.partition as usize) {
-                *n += 1;
-            }
-            ledger.add_message(TopicRecord::of(&m))
-        })?;
-        check_read(&topic, &spans)?;
-        // Against a source the read did not use: the watermarks fetched
-        // again, now that nothing writes, and the messages counted above.
-        let again = broker.watermarks(&topic, partitions)?;
-        check_against(&topic, &again, &received)?;
+        read_checked(&*broker, &topic, partitions, limit, &mut |m| ledger.add_message(TopicRecord::of(&m)))?;
         Ok(ledger)
     })
     .await
     .map_err(|e| Error::Internal(e.to_string()))?
+}
+
+/// Hands every message of the topic to `sink`, then checks the read twice:
+/// the reader's own account, and the messages counted here against the
+/// watermarks fetched again, now that nothing writes. Every verifier reads
+/// the topic through this, so none of them judges a partial topic.
+/// Blocking.
+pub fn read_checked(
+    broker: &dyn Broker,
+    topic: &str,
+    partitions: i32,
+    limit: Duration,
+    sink: &mut dyn FnMut(Delivery<'_>),
+) -> Result<()> {
+    // Counted here, per partition, as the messages are handed over.
+    let mut received = vec![0i64; partitions.max(0) as usize];
+    let spans = broker.read_topic(topic, partitions, limit, &mut |m| {
+        if let Some(n) = received.get_mut(m.partition as usize) {
+            *n += 1;
+        }
+        sink(m)
+    })?;
+    check_read(topic, &spans)?;
+    // Against a source the read did not use.
+    let again = broker.watermarks(topic, partitions)?;
+    check_against(topic, &again, &received)
 }
 
 /// The reader's check of its own read: each partition gave exactly the
