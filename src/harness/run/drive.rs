@@ -256,25 +256,49 @@ impl DrainClock {
     }
 }
 
-/// Waits until every outbox row is published and the group's lag is zero,
-/// twice in a row. Gives up after the scenario's drain timeout without
-/// progress ([`DrainClock`]).
-async fn drain(ctx: &Ctx) -> std::result::Result<(), String> {
+/// What a drain asks the system under test on each turn: how much of its
+/// outbox is not yet on the topic, and whether a consumer is still busy
+/// outside the group's view (a zombie that woke from a stall).
+pub(super) struct Left {
+    pub unpublished: i64,
+    pub busy: bool,
+}
+
+/// A drain that ran out: why, and the outbox events left at its last reading.
+pub(super) struct Undrained {
+    pub why: String,
+    pub unpublished: i64,
+}
+
+/// Waits until the system under test has nothing left (`left`: nothing
+/// unpublished, nothing busy) and its consumer group's lag is zero, twice
+/// in a row. Gives up after the scenario's drain timeout without progress
+/// ([`DrainClock`]). One drain for every system: only `left` and the words
+/// of its error (`system`, `unpublished_what`) are the system's own.
+pub(super) async fn drain_until_done<F, Fut>(
+    ctx: &Ctx,
+    system: &str,
+    unpublished_what: &str,
+    mut left: F,
+) -> std::result::Result<(), Undrained>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Left>>,
+{
     let mut clock = DrainClock::new(ctx.scenario.drain_timeout);
     let mut quiet = 0;
     let mut last = (0i64, 0i64);
     while clock.running() {
-        let unpublished = ctx.store.unpublished().await;
+        let now = left().await;
         let lag = ctx.broker.group_lag(&ctx.names.group, &ctx.names.topic, ctx.scenario.partitions).await;
-        let zombies = ctx.coord.zombies();
-        match (unpublished, lag) {
-            (Ok(0), Ok(0)) if zombies == 0 => {
+        match (now, lag) {
+            (Ok(Left { unpublished: 0, busy: false }), Ok(0)) => {
                 quiet += 1;
                 if quiet >= 2 {
                     return Ok(());
                 }
             }
-            (Ok(u), Ok(l)) => {
+            (Ok(Left { unpublished: u, .. }), Ok(l)) => {
                 quiet = 0;
                 last = (u, l);
                 clock.left(u + l);
@@ -286,13 +310,23 @@ async fn drain(ctx: &Ctx) -> std::result::Result<(), String> {
         }
         tokio::time::sleep(DRAIN_POLL).await;
     }
-    Err(format!(
-        "the pipeline did not drain {} ({} outbox rows unpublished, group lag {}){}",
-        clock.why(),
-        last.0,
-        last.1,
-        kill_storm(ctx, last.1)
-    ))
+    Err(Undrained {
+        why: format!(
+            "{system} did not drain {} ({} {unpublished_what}, consumer group lag {}){}",
+            clock.why(),
+            last.0,
+            last.1,
+            kill_storm(ctx, last.1)
+        ),
+        unpublished: last.0,
+    })
+}
+
+/// The reference pipeline's drain: its outbox rows unpublished, its
+/// notifiers' zombies.
+async fn drain(ctx: &Ctx) -> std::result::Result<(), String> {
+    let left = || async { Ok(Left { unpublished: ctx.store.unpublished().await?, busy: ctx.coord.zombies() > 0 }) };
+    drain_until_done(ctx, "the pipeline", "outbox rows unpublished", left).await.map_err(|u| u.why)
 }
 
 /// When a run could not drain with its consumers' lag above zero while
@@ -460,6 +494,31 @@ mod tests {
         assert!(said.contains("89 processes killed and 93 started"), "{said}");
         assert!(said.contains("static membership (group.instance.id = CHAOS_INSTANCE)"), "{said}");
         assert_eq!(kill_storm(&h.ctx, 0), "", "drained consumers: the relay's problem, not a storm");
+    }
+
+    /// One drain for every system: it ends when the system says nothing is
+    /// left twice in a row, and not while a consumer is busy or a probe
+    /// fails, however long the outbox has been empty.
+    #[tokio::test]
+    async fn the_drain_asks_the_system_and_waits_for_its_word() {
+        let h = crate::pipeline::testing::harness("name = \"unit\"\n[run]\ndrain_timeout_secs = 1\n").await;
+        let turns = std::sync::atomic::AtomicI64::new(3);
+        let counting_down = || async {
+            let n = turns.fetch_sub(1, std::sync::atomic::Ordering::SeqCst).max(0);
+            Ok(Left { unpublished: n, busy: false })
+        };
+        let done = drain_until_done(&h.ctx, "the system", "rows", counting_down).await;
+        assert!(done.is_ok(), "{:?}", done.err().map(|u| u.why));
+        assert!(turns.load(std::sync::atomic::Ordering::SeqCst) <= -1, "it read the system's word twice at zero");
+        let busy = || async { Ok(Left { unpublished: 0, busy: true }) };
+        let held =
+            drain_until_done(&h.ctx, "the system", "rows", busy).await.err().expect("a busy consumer holds the drain");
+        assert!(held.why.starts_with("the system did not drain within 1s"), "{}", held.why);
+        assert_eq!(held.unpublished, 0);
+        let failing = || async { Err(crate::Error::Internal("planted".into())) };
+        let unread =
+            drain_until_done(&h.ctx, "the system", "rows", failing).await.err().expect("an unread system never drains");
+        assert!(unread.why.contains("(0 rows, consumer group lag 0)"), "{}", unread.why);
     }
 
     #[tokio::test(start_paused = true)]

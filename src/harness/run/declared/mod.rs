@@ -6,7 +6,7 @@
 
 mod workload;
 
-use super::drive::{self, Stopped};
+use super::drive::{self, Left, Stopped, Undrained};
 use super::infra::{self, Infra};
 use super::{Event, Reporter};
 use crate::broker::SharedBroker;
@@ -32,8 +32,6 @@ use tracing::{info, warn};
 const SETUP_LIMIT: Duration = Duration::from_secs(120);
 /// How often a service's health URL is asked while it starts.
 const HEALTH_POLL: Duration = Duration::from_millis(200);
-/// How often the drain condition is read.
-const DRAIN_POLL: Duration = Duration::from_millis(250);
 /// The harness's own connections: the drain's probes and the verifier.
 const CONNECTIONS: u32 = 4;
 
@@ -360,66 +358,31 @@ async fn ready_line(programs: &Programs, service: &ServiceDecl, line: &str, ctx:
     Ok(())
 }
 
-/// A drain that ran out: why, and the work left at its last reading.
-struct Undrained {
-    why: String,
-    unpublished: i64,
-}
-
 /// Waits until every outbox row is marked published (or, with no mark,
 /// the topic holds as many messages as the outbox log) and the consumer
 /// group's lag is zero, twice in a row.
 async fn drain(ctx: &Ctx, pg: &PgStore, sys: &System) -> std::result::Result<(), Undrained> {
-    let mut clock = drive::DrainClock::new(ctx.scenario.drain_timeout);
-    let mut quiet = 0;
-    let mut last = (0i64, 0i64);
-    while clock.running() {
-        let unpublished = match rows::unpublished(pg, &sys.outbox).await {
-            Ok(Some(n)) => Ok(n),
+    let left = || async {
+        let unpublished = match rows::unpublished(pg, &sys.outbox).await? {
+            Some(n) => n,
             // No mark: what the log holds and the topic does not yet.
-            Ok(None) => {
-                match (rows::logged(pg).await, ctx.broker.watermarks(&ctx.names.topic, ctx.scenario.partitions)) {
-                    (Ok(logged), Ok(w)) => Ok((logged - w.iter().map(|(lo, hi)| hi - lo).sum::<i64>()).max(0)),
-                    (Err(e), _) => Err(e),
-                    (_, Err(e)) => Err(e),
-                }
+            None => {
+                let on_topic: i64 = ctx
+                    .broker
+                    .watermarks(&ctx.names.topic, ctx.scenario.partitions)?
+                    .iter()
+                    .map(|(lo, hi)| hi - lo)
+                    .sum();
+                (rows::logged(pg).await? - on_topic).max(0)
             }
-            Err(e) => Err(e),
         };
-        let lag = ctx.broker.group_lag(&ctx.names.group, &ctx.names.topic, ctx.scenario.partitions).await;
-        match (unpublished, lag) {
-            (Ok(0), Ok(0)) => {
-                quiet += 1;
-                if quiet >= 2 {
-                    return Ok(());
-                }
-            }
-            (Ok(u), Ok(l)) => {
-                quiet = 0;
-                last = (u, l);
-                clock.left(u + l);
-            }
-            (u, l) => {
-                quiet = 0;
-                warn!(unpublished = ?u.err(), lag = ?l.err(), "drain probe failed");
-            }
-        }
-        tokio::time::sleep(DRAIN_POLL).await;
-    }
+        Ok(Left { unpublished, busy: false })
+    };
     let what = match sys.outbox.published {
         Published::Column(_) | Published::Delete => "outbox rows unpublished",
         Published::None => "outbox events not yet on the topic",
     };
-    Err(Undrained {
-        why: format!(
-            "the system did not drain {} ({} {what}, consumer group lag {}){}",
-            clock.why(),
-            last.0,
-            last.1,
-            drive::kill_storm(ctx, last.1)
-        ),
-        unpublished: last.0,
-    })
+    drive::drain_until_done(ctx, "the system", what, left).await
 }
 
 /// Outbox rows the relays never published, not even once the faults had
