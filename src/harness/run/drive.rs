@@ -512,12 +512,12 @@ mod tests {
         assert!(turns.load(std::sync::atomic::Ordering::SeqCst) <= -1, "it read the system's word twice at zero");
         let busy = || async { Ok(Left { unpublished: 0, busy: true }) };
         let held =
-            drain_until_done(&h.ctx, "the system", "rows", busy).await.err().expect("a busy consumer holds the drain");
+            drain_until_done(&h.ctx, "the system", "rows", busy).await.expect_err("a busy consumer holds the drain");
         assert!(held.why.starts_with("the system did not drain within 1s"), "{}", held.why);
         assert_eq!(held.unpublished, 0);
         let failing = || async { Err(crate::Error::Internal("planted".into())) };
         let unread =
-            drain_until_done(&h.ctx, "the system", "rows", failing).await.err().expect("an unread system never drains");
+            drain_until_done(&h.ctx, "the system", "rows", failing).await.expect_err("an unread system never drains");
         assert!(unread.why.contains("(0 rows, consumer group lag 0)"), "{}", unread.why);
     }
 
