@@ -165,41 +165,48 @@ pub fn attribute(anomalies: &mut [Anomaly], ev: &Evidence) {
             .filter_map(|(example, subject)| {
                 let trace_ms = u64::try_from(ev.traces.get(&subject)? - ev.run_started_ms).ok()?;
                 let story = ev.stories.iter().find(|s| s.anomaly == name && s.example == example);
-                let mut faults: Vec<Suspect> = ev
+                // A cause comes before its effect, or soon after its last
+                // trace (a loss after the mark); a kill that makes a
+                // message come back comes before the effect it repeats,
+                // never after.
+                let data: Vec<Suspect> = ev
                     .log
                     .iter()
                     .filter_map(|f| {
-                        let suspect = |by, matched| Suspect::of(f, trace_ms, by, matched);
-                        // A cause comes before its effect, or soon after
-                        // its last trace (a loss after the mark).
-                        if let Some(m) = story.and_then(|s| matched(f, s, ev.deliveries)) {
-                            // A kill that makes a message come back comes
-                            // before the effect it repeats, never after.
-                            let after = match FaultPoint::from_name(&f.point) {
-                                Some(FaultPoint::DbKillAfterCommit) => 0,
-                                _ => AFTER_MS,
-                            };
-                            return (f.at_ms <= trace_ms + after).then(|| suspect(By::Data, Some(m)));
-                        }
-                        let lasts = ev.spans.get(&f.point).copied().unwrap_or(0);
-                        (f.at_ms + lasts + WINDOW_MS >= trace_ms && f.at_ms <= trace_ms + AFTER_MS)
-                            .then(|| suspect(By::Time, None))
+                        let m = story.and_then(|s| matched(f, s, ev.deliveries))?;
+                        let after = match FaultPoint::from_name(&f.point) {
+                            Some(FaultPoint::DbKillAfterCommit) => 0,
+                            _ => AFTER_MS,
+                        };
+                        (f.at_ms <= trace_ms + after).then(|| Suspect::of(f, trace_ms, By::Data, Some(m)))
                     })
                     .collect();
                 // Time is only the fallback: with a cause matched by data,
-                // what merely came near it is left out.
-                if faults.iter().any(|f| f.by == By::Data) {
-                    faults.retain(|f| f.by == By::Data);
-                    latest_redelivery(&mut faults);
-                    // A firing that cannot cause this anomaly goes last;
-                    // then earliest first: a cause comes before what it
-                    // causes, and a later firing on the same data (the
-                    // batch's republish, its redelivery) is its consequence.
-                    faults.sort_by_key(|f| (!can_cause(&f.point, &name), f.at_ms));
+                // what merely came near it is left out. A firing that
+                // reached the data but cannot cause this anomaly is no
+                // cause: alone, it is judged by time like any other.
+                let mut faults = if data.iter().any(|f| can_cause(&f.point, &name)) {
+                    let mut data = data;
+                    latest_redelivery(&mut data);
+                    // One that cannot cause it goes last; then earliest
+                    // first: a cause comes before what it causes, and a
+                    // later firing on the same data (the batch's
+                    // republish, its redelivery) is its consequence.
+                    data.sort_by_key(|f| (!can_cause(&f.point, &name), f.at_ms));
+                    data
                 } else {
+                    let mut near: Vec<Suspect> = ev
+                        .log
+                        .iter()
+                        .filter(|f| {
+                            let lasts = ev.spans.get(&f.point).copied().unwrap_or(0);
+                            f.at_ms + lasts + WINDOW_MS >= trace_ms && f.at_ms <= trace_ms + AFTER_MS
+                        })
+                        .map(|f| Suspect::of(f, trace_ms, By::Time, None))
+                        .collect();
                     // Nearest first; a trace inside a fault's span is
                     // nearest of all.
-                    faults.sort_by_key(|f| {
+                    near.sort_by_key(|f| {
                         let lasts = ev.spans.get(&f.point).copied().unwrap_or(0) as i64;
                         match f.before_ms {
                             b if b >= 0 && b <= lasts => 0,
@@ -207,7 +214,8 @@ pub fn attribute(anomalies: &mut [Anomaly], ev: &Evidence) {
                             a => a.unsigned_abs(),
                         }
                     });
-                }
+                    near
+                };
                 faults.truncate(SUSPECTS);
                 Some(Followed { example, subject: subject.to_string(), trace_ms, faults })
             })
@@ -223,8 +231,22 @@ pub fn attribute(anomalies: &mut [Anomaly], ev: &Evidence) {
 /// make what it covered happen twice. Matched by data, they are still
 /// listed, after the firings that can.
 pub fn can_cause(point: &str, anomaly: &str) -> bool {
+    use crate::domain::anomaly::AnomalyKind;
     match FaultPoint::from_name(point) {
         Some(FaultPoint::RelayAfterMark) => false,
+        // A batch published again: a message twice, never one less. A
+        // loss downstream of it is some other fault's, or the program's
+        // own (an email client that drops one was blamed on it).
+        Some(FaultPoint::RelayAfterProduce) => !matches!(
+            AnomalyKind::parse(anomaly),
+            Some(
+                AnomalyKind::LostPayment
+                    | AnomalyKind::LostEvent
+                    | AnomalyKind::MissingEffect
+                    | AnomalyKind::MissingExternalEffect
+                    | AnomalyKind::LostOperation
+            )
+        ),
         // What a commit covered was done, or lost if it came first: never
         // done twice.
         Some(FaultPoint::KafkaKillAfterOffsetCommit) => !anomaly.starts_with("duplicate"),
@@ -584,6 +606,43 @@ mod tests {
         attribute(&mut anomalies, &ev);
         let seen: Vec<&str> = anomalies[0].followed[0].faults.iter().map(|f| f.point.as_str()).collect();
         assert_eq!(seen, ["relay.after_produce", "relay.after_mark"]);
+    }
+
+    /// A batch published again reaches the seq of a payment whose email
+    /// went missing: it reached the data, but a republish adds a message,
+    /// it never takes one away. Alone, it is no cause: the example is
+    /// judged by time, and the same firing still causes a duplicate.
+    #[test]
+    fn a_republish_is_never_the_cause_of_a_loss() {
+        let p = Uuid::from_u128(6);
+        let mut crash = fault("relay.after_produce", "relay-1", 1_000);
+        crash.reach = Reach::outbox(1..=10);
+        let log = [crash];
+        let traces = HashMap::from([(p, 1_600)]);
+        let spans = BTreeMap::new();
+        let judged = |anomaly: &str| {
+            let mut anomalies = one(anomaly, p);
+            let stories = [story_of(anomaly, p, vec![3], vec![])];
+            let ev = Evidence {
+                traces: &traces,
+                run_started_ms: 0,
+                log: &log,
+                spans: &spans,
+                stories: &stories,
+                deliveries: &[],
+            };
+            attribute(&mut anomalies, &ev);
+            anomalies[0].followed[0].clone()
+        };
+        let lost = judged("missing external effect");
+        assert!(lost.cause().is_none(), "{lost:?}");
+        assert_eq!(lost.faults.len(), 1, "still a suspect by time: {lost:?}");
+        assert_eq!((lost.faults[0].by, lost.faults[0].matched.as_deref()), (By::Time, None));
+        let twice = judged("duplicate effect");
+        assert_eq!(twice.cause().map(|c| c.point.as_str()), Some("relay.after_produce"));
+        for loss in ["missing effect", "lost event", "lost payment", "lost operation"] {
+            assert!(!can_cause("relay.after_produce", loss), "{loss}");
+        }
     }
 
     #[test]

@@ -849,7 +849,8 @@ impl<'a> Books<'a> {
         attribution::latest_redelivery(&mut faults);
         // One that cannot cause this anomaly goes last; then the earliest.
         faults.sort_by_key(|f| (!attribution::can_cause(&f.point, anomaly), f.at_ms));
-        if faults.is_empty() {
+        // Reached by firings none of which can cause it: no cause by data.
+        if !faults.iter().any(|f| attribution::can_cause(&f.point, anomaly)) {
             faults = self
                 .faults
                 .iter()
