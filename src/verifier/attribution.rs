@@ -391,6 +391,16 @@ pub fn subjects(anomalies: &[Anomaly]) -> Vec<Uuid> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The evidence of a run that started at 0 and reported no deliveries.
+    fn evidence<'a>(
+        traces: &'a HashMap<Uuid, i64>,
+        log: &'a [FaultRecord],
+        spans: &'a BTreeMap<String, u64>,
+        stories: &'a [Story],
+    ) -> Evidence<'a> {
+        Evidence { traces, run_started_ms: 0, log, spans, stories, deliveries: &[] }
+    }
     use crate::faults::Reach;
     use crate::verifier::story::TopicMessage;
 
@@ -551,14 +561,7 @@ mod tests {
         let stories = [story_of("duplicate effect", p, vec![7, 8], vec![(1, 3), (1, 40)])];
         let traces = HashMap::from([(p, 3_000)]);
         let spans = BTreeMap::new();
-        let ev = Evidence {
-            traces: &traces,
-            run_started_ms: 0,
-            log: &log,
-            spans: &spans,
-            stories: &stories,
-            deliveries: &[],
-        };
+        let ev = evidence(&traces, &log, &spans, &stories);
         attribute(&mut anomalies, &ev);
         let f = &anomalies[0].followed[0];
         let first = f.cause().expect("a cause matched by data");
@@ -595,14 +598,7 @@ mod tests {
         let stories = [story_of("duplicate effect", p, vec![3], vec![])];
         let traces = HashMap::from([(p, 1_600)]);
         let spans = BTreeMap::new();
-        let ev = Evidence {
-            traces: &traces,
-            run_started_ms: 0,
-            log: &log,
-            spans: &spans,
-            stories: &stories,
-            deliveries: &[],
-        };
+        let ev = evidence(&traces, &log, &spans, &stories);
         attribute(&mut anomalies, &ev);
         let seen: Vec<&str> = anomalies[0].followed[0].faults.iter().map(|f| f.point.as_str()).collect();
         assert_eq!(seen, ["relay.after_produce", "relay.after_mark"]);
@@ -623,14 +619,7 @@ mod tests {
         let judged = |anomaly: &str| {
             let mut anomalies = one(anomaly, p);
             let stories = [story_of(anomaly, p, vec![3], vec![])];
-            let ev = Evidence {
-                traces: &traces,
-                run_started_ms: 0,
-                log: &log,
-                spans: &spans,
-                stories: &stories,
-                deliveries: &[],
-            };
+            let ev = evidence(&traces, &log, &spans, &stories);
             attribute(&mut anomalies, &ev);
             anomalies[0].followed[0].clone()
         };
@@ -660,14 +649,7 @@ mod tests {
         let stories = [story_of("duplicate effect", p, vec![65, 83], vec![])];
         let traces = HashMap::from([(p, 392)]);
         let spans = BTreeMap::new();
-        let ev = Evidence {
-            traces: &traces,
-            run_started_ms: 0,
-            log: &log,
-            spans: &spans,
-            stories: &stories,
-            deliveries: &[],
-        };
+        let ev = evidence(&traces, &log, &spans, &stories);
         attribute(&mut anomalies, &ev);
         let seen: Vec<&str> = anomalies[0].followed[0].faults.iter().map(|f| f.point.as_str()).collect();
         assert_eq!(seen, ["relay.after_produce", "relay.after_mark"]);
@@ -694,14 +676,7 @@ mod tests {
         let stories = [story_of("duplicate effect", p, vec![], vec![(1, 15)])];
         let traces = HashMap::from([(p, 9_000)]);
         let spans = BTreeMap::new();
-        let ev = Evidence {
-            traces: &traces,
-            run_started_ms: 0,
-            log: &log,
-            spans: &spans,
-            stories: &stories,
-            deliveries: &[],
-        };
+        let ev = evidence(&traces, &log, &spans, &stories);
         attribute(&mut anomalies, &ev);
         let f = &anomalies[0].followed[0];
         assert_eq!(f.faults.len(), 1, "{f:?}");

@@ -656,34 +656,15 @@ impl<'a> Books<'a> {
                 continue;
             }
             expected += 1;
-            match books.per_event.get(&i).copied().unwrap_or(0) {
-                0 if self.pending.contains(&e.key) => expected -= 1,
-                0 => {
-                    missing += 1;
-                    tally.note_on(AnomalyKind::MissingEffect, Some(e.key.as_str()), || {
-                        format!(
-                            "{}: no row for {} {}; {}",
-                            decl.name,
-                            self.kinds[e.kind],
-                            e.id,
-                            self.story(&e.key, AnomalyKind::MissingEffect)
-                        )
-                    });
-                }
-                1 => {}
-                n => {
-                    duplicate += 1;
-                    tally.note_on(AnomalyKind::DuplicateEffect, Some(e.key.as_str()), || {
-                        format!(
-                            "{}: {n} rows for {} {}; {}",
-                            decl.name,
-                            self.kinds[e.kind],
-                            e.id,
-                            self.story(&e.key, AnomalyKind::DuplicateEffect)
-                        )
-                    });
-                }
+            let n = u64::from(books.per_event.get(&i).copied().unwrap_or(0));
+            if n == 0 && self.pending.contains(&e.key) {
+                expected -= 1;
+                continue;
             }
+            let Some((kind, rows)) = not_once(n, &mut missing, &mut duplicate) else { continue };
+            tally.note_on(kind, Some(e.key.as_str()), || {
+                format!("{}: {rows} for {} {}; {}", decl.name, self.kinds[e.kind], e.id, self.story(&e.key, kind))
+            });
         }
         let types = if for_malformed { "malformed".to_string() } else { decl.types.join(", ") };
         found.invariants.push(Invariant::eq(
@@ -709,21 +690,11 @@ impl<'a> Books<'a> {
         // Still pending: not expected yet.
         keys.retain(|k| !(self.pending.contains(*k) && !books.per_key.contains_key(*k)));
         for k in &keys {
-            match books.per_key.get(*k).copied().unwrap_or(0) {
-                0 => {
-                    missing += 1;
-                    tally.note_on(AnomalyKind::MissingEffect, Some(k.as_str()), || {
-                        format!("{}: no row for key {k}; {}", decl.name, self.story(k, AnomalyKind::MissingEffect))
-                    });
-                }
-                1 => {}
-                n => {
-                    duplicate += 1;
-                    tally.note_on(AnomalyKind::DuplicateEffect, Some(k.as_str()), || {
-                        format!("{}: {n} rows for key {k}; {}", decl.name, self.story(k, AnomalyKind::DuplicateEffect))
-                    });
-                }
-            }
+            let n = books.per_key.get(*k).copied().unwrap_or(0);
+            let Some((kind, rows)) = not_once(n, &mut missing, &mut duplicate) else { continue };
+            tally.note_on(kind, Some(k.as_str()), || {
+                format!("{}: {rows} for key {k}; {}", decl.name, self.story(k, kind))
+            });
         }
         let mut strays: Vec<&String> = books.per_key.keys().filter(|k| !expected.contains(*k)).collect();
         strays.sort();
@@ -861,6 +832,22 @@ impl<'a> Books<'a> {
         }
         faults.truncate(attribution::SUSPECTS);
         Some(Followed { example, subject: key.to_string(), trace_ms, faults })
+    }
+}
+
+/// An effect's rows where there should be one: None when there is, else
+/// the anomaly and how many rows, counted as missing or duplicate.
+fn not_once(rows: u64, missing: &mut u64, duplicate: &mut u64) -> Option<(AnomalyKind, String)> {
+    match rows {
+        1 => None,
+        0 => {
+            *missing += 1;
+            Some((AnomalyKind::MissingEffect, "no row".into()))
+        }
+        n => {
+            *duplicate += 1;
+            Some((AnomalyKind::DuplicateEffect, format!("{n} rows")))
+        }
     }
 }
 
