@@ -72,6 +72,11 @@ pub struct ProcessFigures {
 #[derive(Debug, Clone, Serialize)]
 pub struct RunSummary {
     pub run_id: String,
+    /// CPU this process spent on the run, user and system, in seconds
+    /// (timed runs only): the pipeline, the provider and the verifier, not
+    /// PostgreSQL's or Kafka's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_s: Option<f64>,
     pub end_to_end_events_per_s: f64,
     pub verdict: Verdict,
 }
@@ -122,6 +127,13 @@ pub struct Figures {
     /// (`ratio_to_in_process` is emails off over emails on).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub emails_off_mode: Option<ProcessFigures>,
+    /// `--emails-off`: the receipt emails' own CPU in this process (client
+    /// and provider), per payment's email, in µs: the median over the
+    /// rounds of the CPU with emails less the CPU without, over the
+    /// payments. Steadier than the throughput ratio, which the machine's
+    /// other work swings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub emails_cpu_us: Option<f64>,
 }
 
 /// The lower median of runs by end-to-end events/s: with an even count,
@@ -154,6 +166,20 @@ fn per_s(n: u64, ms: u64) -> f64 {
 fn end_to_end(rep: &Report) -> (u64, f64) {
     let ms = rep.stages.last_apply_ms.saturating_sub(rep.stages.first_write_ms);
     (ms, per_s(rep.counts.topic_distinct_events, ms))
+}
+
+/// CPU this process has used so far, user and system, in seconds.
+fn cpu_seconds() -> Option<f64> {
+    #[cfg(unix)]
+    {
+        // SAFETY: getrusage fills the struct we own.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } == 0 {
+            let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+            return Some(secs(u.ru_utime) + secs(u.ru_stime));
+        }
+    }
+    None
 }
 
 /// Peak resident set size of this process, in MB.
@@ -281,6 +307,8 @@ impl Checkpoints {
 /// The pipeline runs a bench times, each with its end-to-end events/s.
 struct Timed {
     in_process: Vec<(f64, Report)>,
+    /// Each run's CPU in this process, by run id.
+    cpu_s: std::collections::HashMap<String, f64>,
     as_processes: Vec<(f64, Report)>,
     through_proxy: Vec<(f64, Report)>,
     emails_off: Vec<(f64, Report)>,
@@ -352,6 +380,7 @@ async fn timed_runs(
     let n_runs = opts.runs.max(1);
     let mut timed = Timed {
         in_process: Vec::with_capacity(n_runs as usize),
+        cpu_s: Default::default(),
         as_processes: Vec::new(),
         through_proxy: Vec::new(),
         emails_off: Vec::new(),
@@ -387,7 +416,11 @@ async fn timed_runs(
             listener.progress(&Progress::BenchStage {
                 what: format!("run {i} of {n_runs}, {what}: {} payments", opts.payments),
             });
+            let before = cpu_seconds();
             let rep = pipeline(&sc, opts, components).await?;
+            if let (Some(b), Some(a)) = (before, cpu_seconds()) {
+                timed.cpu_s.insert(rep.run_id.clone(), a - b);
+            }
             into.push((end_to_end(&rep).1, rep));
         }
     }
@@ -395,7 +428,7 @@ async fn timed_runs(
 }
 
 fn summary(e2e: f64, r: &Report) -> RunSummary {
-    RunSummary { run_id: r.run_id.clone(), end_to_end_events_per_s: e2e, verdict: r.verdict }
+    RunSummary { run_id: r.run_id.clone(), cpu_s: None, end_to_end_events_per_s: e2e, verdict: r.verdict }
 }
 
 /// A mode's runs against the in-process runs they were paired with
@@ -423,6 +456,18 @@ fn process_figures(mut paired: Vec<(f64, Report)>, in_process: &[RunSummary]) ->
             total_ms: prep.timings.total_ms,
         }
     })
+}
+
+/// The emails' CPU per email, µs: each round's CPU with emails less its
+/// CPU without, over the payments (one receipt email each), the median.
+fn emails_cpu_us(on: &[RunSummary], off: Option<&ProcessFigures>, payments: u64) -> Option<f64> {
+    let off = off?;
+    let per_email: Vec<f64> = on
+        .iter()
+        .zip(&off.runs)
+        .filter_map(|(a, b)| Some((a.cpu_s? - b.cpu_s?) * 1e6 / payments.max(1) as f64))
+        .collect();
+    (!per_email.is_empty()).then(|| median_of(&per_email))
 }
 
 /// The median of figures; of an even count, the mean of the middle two.
@@ -454,12 +499,21 @@ fn figures(
     tps: Option<f64>,
     checkpoints: &Checkpoints,
 ) -> (Figures, Report) {
+    let cpu = std::mem::take(&mut timed.cpu_s);
+    let with_cpu = |mut r: RunSummary| {
+        r.cpu_s = cpu.get(&r.run_id).copied();
+        r
+    };
     // Summaries before the medians: taking a median reorders the runs.
-    let runs: Vec<RunSummary> = timed.in_process.iter().map(|(e2e, r)| summary(*e2e, r)).collect();
+    let runs: Vec<RunSummary> = timed.in_process.iter().map(|(e2e, r)| with_cpu(summary(*e2e, r))).collect();
     let (e2e, rep) = median(&mut timed.in_process);
     let process_mode = process_figures(timed.as_processes, &runs);
     let proxy_mode = process_figures(timed.through_proxy, &runs);
-    let emails_off_mode = process_figures(timed.emails_off, &runs);
+    let mut emails_off_mode = process_figures(timed.emails_off, &runs);
+    if let Some(off) = &mut emails_off_mode {
+        off.runs = off.runs.drain(..).map(with_cpu).collect();
+    }
+    let emails_cpu_us = emails_cpu_us(&runs, emails_off_mode.as_ref(), opts.payments);
     let s = &rep.stages;
     let mut figures = Figures {
         run_id: rep.run_id.clone(),
@@ -489,6 +543,7 @@ fn figures(
         warmup_runs,
         process_mode,
         emails_off_mode,
+        emails_cpu_us,
         proxy_mode,
     };
     let verdict = every_run(&figures).find(|r| r.verdict != Verdict::Pass).map(|r| r.verdict);
@@ -687,6 +742,10 @@ fn insert_every_run(f: &Figures, rows: &mut Vec<(&'static str, String)>) {
         let share = share.replace("{}", &format!("{pct:.1}"));
         let text = format!("{:.0} events/s; {share}, median of back-to-back pairs", p.end_to_end_events_per_s);
         rows.insert(3, (median_row, text));
+    }
+    if let Some(us) = f.emails_cpu_us {
+        let text = format!("{us:.1} µs of this process's CPU per email, median of back-to-back pairs");
+        rows.insert(3, ("receipt emails' own CPU", text));
     }
     if !f.warmup_runs.is_empty() {
         rows.insert(3, ("warm-up runs, not counted (events/s)", each(&f.warmup_runs)));

@@ -105,6 +105,7 @@ mod tests {
             process_mode: None,
             proxy_mode: None,
             emails_off_mode: None,
+            emails_cpu_us: None,
         };
         assert_eq!(of_bench(&f, true), Exit::Pass);
         f.targets_missed = vec!["peak RSS ≤ 1 MB (--max-rss-mb)".into()];

@@ -93,6 +93,13 @@ fn small_bench_reports_every_figure() {
     for (got, want) in pairs.iter().zip(&expected) {
         assert!((got - want).abs() < 1e-9, "pair ratio {got} is not off over on, {want}");
     }
+    // The emails' own CPU: each round's CPU with them less without, per
+    // payment, the median; every timed run says its CPU.
+    let cpu = |r: &serde_json::Value| r["cpu_s"].as_f64().unwrap_or_else(|| panic!("no cpu_s in {r}"));
+    let per_email: Vec<f64> = runs.iter().zip(off_runs).map(|(on, off)| (cpu(on) - cpu(off)) * 1e6 / 2_000.0).collect();
+    let us = f["emails_cpu_us"].as_f64().expect("emails_cpu_us");
+    assert!((us - (per_email[0] + per_email[1]) / 2.0).abs() < 1e-6, "{us} from {per_email:?}");
+    assert!(runs.iter().chain(off_runs).all(|r| cpu(r) > 0.0));
     let median = off["ratio_to_in_process"].as_f64().unwrap();
     assert!((median - (expected[0] + expected[1]) / 2.0).abs() < 1e-9, "{off}");
     assert_eq!(invariants["measured"], "pass in 5 of 5 runs");
