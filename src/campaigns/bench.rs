@@ -19,6 +19,7 @@ use crate::store::Backend;
 use crate::verifier::Verdict;
 use comfy_table::{presets, Cell, CellAlignment, Table};
 use serde::Serialize;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -308,7 +309,7 @@ impl Checkpoints {
 struct Timed {
     in_process: Vec<(f64, Report)>,
     /// Each run's CPU in this process, by run id.
-    cpu_s: std::collections::HashMap<String, f64>,
+    cpu_s: HashMap<String, f64>,
     as_processes: Vec<(f64, Report)>,
     through_proxy: Vec<(f64, Report)>,
     emails_off: Vec<(f64, Report)>,
@@ -352,7 +353,7 @@ async fn warm_up(sc: &Scenario, opts: &Options, listener: &dyn Listener) -> Resu
             what: format!("warm-up run {i} of {}: {} payments, not timed", opts.warmup, opts.payments),
         });
         let rep = pipeline(sc, opts, Components::InProcess).await?;
-        warmup_runs.push(summary(end_to_end(&rep).1, &rep));
+        warmup_runs.push(summary(end_to_end(&rep).1, &rep, &HashMap::new()));
     }
     Ok(warmup_runs)
 }
@@ -427,15 +428,21 @@ async fn timed_runs(
     Ok(timed)
 }
 
-fn summary(e2e: f64, r: &Report) -> RunSummary {
-    RunSummary { run_id: r.run_id.clone(), cpu_s: None, end_to_end_events_per_s: e2e, verdict: r.verdict }
+/// A run's summary, with its CPU when it was timed (`cpu`, by run id).
+fn summary(e2e: f64, r: &Report, cpu: &HashMap<String, f64>) -> RunSummary {
+    let cpu_s = cpu.get(&r.run_id).copied();
+    RunSummary { run_id: r.run_id.clone(), cpu_s, end_to_end_events_per_s: e2e, verdict: r.verdict }
 }
 
 /// A mode's runs against the in-process runs they were paired with
 /// (`paired[i]` beside `in_process[i]`); None when the bench ran none.
-fn process_figures(mut paired: Vec<(f64, Report)>, in_process: &[RunSummary]) -> Option<ProcessFigures> {
+fn process_figures(
+    mut paired: Vec<(f64, Report)>,
+    in_process: &[RunSummary],
+    cpu: &HashMap<String, f64>,
+) -> Option<ProcessFigures> {
     (!paired.is_empty()).then(|| {
-        let runs: Vec<RunSummary> = paired.iter().map(|(e2e, r)| summary(*e2e, r)).collect();
+        let runs: Vec<RunSummary> = paired.iter().map(|(e2e, r)| summary(*e2e, r, cpu)).collect();
         let pair_ratios: Vec<f64> = runs
             .iter()
             .zip(in_process)
@@ -500,19 +507,12 @@ fn figures(
     checkpoints: &Checkpoints,
 ) -> (Figures, Report) {
     let cpu = std::mem::take(&mut timed.cpu_s);
-    let with_cpu = |mut r: RunSummary| {
-        r.cpu_s = cpu.get(&r.run_id).copied();
-        r
-    };
     // Summaries before the medians: taking a median reorders the runs.
-    let runs: Vec<RunSummary> = timed.in_process.iter().map(|(e2e, r)| with_cpu(summary(*e2e, r))).collect();
+    let runs: Vec<RunSummary> = timed.in_process.iter().map(|(e2e, r)| summary(*e2e, r, &cpu)).collect();
     let (e2e, rep) = median(&mut timed.in_process);
-    let process_mode = process_figures(timed.as_processes, &runs);
-    let proxy_mode = process_figures(timed.through_proxy, &runs);
-    let mut emails_off_mode = process_figures(timed.emails_off, &runs);
-    if let Some(off) = &mut emails_off_mode {
-        off.runs = off.runs.drain(..).map(with_cpu).collect();
-    }
+    let process_mode = process_figures(timed.as_processes, &runs, &cpu);
+    let proxy_mode = process_figures(timed.through_proxy, &runs, &cpu);
+    let emails_off_mode = process_figures(timed.emails_off, &runs, &cpu);
     let emails_cpu_us = emails_cpu_us(&runs, emails_off_mode.as_ref(), opts.payments);
     let s = &rep.stages;
     let mut figures = Figures {
