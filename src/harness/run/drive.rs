@@ -1,91 +1,15 @@
-//! Driving a run: its components started, the workload, the drain, the
-//! stop, and the counters sampled for the chart.
+//! What every run's drive shares: how it went, the drain's clock and
+//! loop, the stop, and the counters sampled for the chart.
 
-use crate::context::{settled, Ctx, Stats};
-use crate::error::{Error, Result};
-use crate::faults::FaultPoint;
-use crate::nemesis::process::program::{Database, Programs};
-use crate::nemesis::proxy::Lanes;
-use crate::pipeline::{notifier, relay, workload};
-use crate::report::progress::{Phase, Progress};
+use crate::context::{Ctx, Stats};
+use crate::error::Result;
 use crate::report::{self, Sample};
-use crate::scenario::Components;
-use crate::store::{CommitGate, Store};
-use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-use tokio::sync::watch;
-use tracing::{info, warn};
+use std::time::Duration;
+use tracing::warn;
 
 /// How often the drain condition is polled.
 const DRAIN_POLL: Duration = Duration::from_millis(250);
-
-/// Relays, notifiers (the reference one, or the program under test as
-/// processes) and the retention purger, each a named task; and the
-/// context the workload runs with. A component behind the fault proxy
-/// talks to the database through its slot.
-pub(super) async fn start_components(
-    ctx: &Ctx,
-    database_url: Option<&str>,
-    reports_dir: &Path,
-    lanes: Option<&Lanes>,
-) -> Result<(Option<Programs>, Vec<crate::context::Named>, Ctx)> {
-    // A component with sessions of its own: behind the proxy, or when the
-    // nemesis terminates the components' sessions (never the harness's).
-    let own_sessions = ctx.scenario.timeline.iter().any(|t| t.point == FaultPoint::DbTerminateBackends);
-    // Each one's commits go through its own gate for `store.commit_refused`.
-    let through = |name: String, connections: u32| async move {
-        let mut c = match (lanes, &ctx.store) {
-            (Some(l), _) if l.slot(&name).is_some() => l.ctx_for(ctx, &name, connections).await?,
-            (_, Store::Postgres(pg)) if own_sessions => {
-                let app = format!("chaos-{}-{name}", ctx.names.run_id);
-                Ctx { store: Store::Postgres(pg.for_component(&app, connections).await?), ..ctx.clone() }
-            }
-            _ => ctx.clone(),
-        };
-        c.store = c.store.gated(CommitGate::new(c.faults.clone(), &name));
-        Ok::<Ctx, Error>(c)
-    };
-    let workload_ctx = through("workload".into(), ctx.scenario.producers as u32 + 1).await?;
-    let sc = &ctx.scenario;
-    let mut components = Vec::new();
-    let logs = reports_dir.join(format!("{}-processes", ctx.names.run_id));
-    let database = match (&ctx.store, database_url) {
-        (Store::Postgres(_), Some(url)) => Database::Postgres(url.to_string()),
-        (Store::Sqlite(s), _) => {
-            Database::Sqlite(std::path::absolute(&s.endpoint).unwrap_or_else(|_| s.endpoint.clone().into()))
-        }
-        (Store::Postgres(_), None) => return Err(Error::Internal("a PostgreSQL store without its URL".into())),
-    };
-    let programs = Programs::start(ctx, &database, logs, lanes)?.map(|(programs, keepers)| {
-        components.extend(keepers);
-        programs
-    });
-    let in_process = sc.components == Components::InProcess;
-    if sc.notifier.command.is_none() && in_process {
-        for i in 1..=sc.notifier.instances {
-            let ctx = through(format!("notifier-{i}"), 3).await?;
-            components.push((format!("notifier-{i}"), tokio::spawn(notifier::run(ctx, i))));
-        }
-    }
-    if sc.relay.command.is_none() && in_process {
-        for i in 1..=sc.relay.instances {
-            let ctx = through(format!("relay-{i}"), 1).await?;
-            components.push((format!("relay-{i}"), tokio::spawn(relay::run(ctx, i))));
-        }
-    }
-    components.push(("retention purger".to_string(), tokio::spawn(crate::pipeline::purger::run(ctx.clone()))));
-    Ok((programs, components, workload_ctx))
-}
-
-/// Resolves with the first failure of a program under test; never, when
-/// the notifier is the reference one.
-async fn program_failure(programs: Option<&Programs>) -> String {
-    match programs {
-        Some(p) => p.failed().await,
-        None => std::future::pending().await,
-    }
-}
 
 /// How the workload and the drain went.
 #[derive(Debug, Default)]
@@ -96,117 +20,6 @@ pub(super) struct Ran {
     pub workload_ms: u64,
     pub drain_ms: u64,
 }
-
-/// The workload (after the group wait, until it writes no payment for
-/// [`WORKLOAD_STALL`]),
-/// then the drain; either may be cut short by a signal, or by a program
-/// under test that failed. After a signal, a second one exits at once.
-pub(super) async fn drive(
-    ctx: &Ctx,
-    workload_ctx: &Ctx,
-    programs: Option<&Programs>,
-    acting: &watch::Sender<bool>,
-    progress: &Progress,
-) -> Ran {
-    let mut ran = Ran::default();
-    let mut failed = std::pin::pin!(program_failure(programs));
-    let t_work = Instant::now();
-    if let Some(p) = programs {
-        tokio::select! {
-            r = p.ready(ctx) => if let Err(why) = r { ran.incomplete = Some(why) },
-            _ = crate::harness::interrupt::requested() => ran.interrupted = true,
-        }
-        // The nemesis acts from here until the pipeline has drained: a
-        // consumer does most of its work while it catches up, after the
-        // payment service has stopped writing.
-        p.set_acting(true);
-    }
-    let _ = acting.send(true);
-    if ran.incomplete.is_none() && !ran.interrupted {
-        let workload = async {
-            if !programs.is_some_and(|p| p.has_notifier()) {
-                progress.phase(Phase::Group);
-                group_ready(ctx).await;
-            }
-            progress.phase(Phase::Workload);
-            workload::run(workload_ctx.clone()).await
-        };
-        tokio::select! {
-            r = workload => if let Err(e) = r {
-                ran.incomplete = Some(format!("the workload stopped: {e}"))
-            },
-            why = workload_stalled(&workload_ctx.stats, ctx.scenario.payments) => ran.incomplete = Some(why),
-            why = &mut failed => ran.incomplete = Some(why),
-            _ = crate::harness::interrupt::requested() => ran.interrupted = true,
-        }
-    }
-    ran.workload_ms = t_work.elapsed().as_millis() as u64;
-    let t_drain = Instant::now();
-    progress.phase(Phase::Drain);
-    if ran.incomplete.is_none() && !ran.interrupted {
-        tokio::select! {
-            r = drain(ctx) => if let Err(why) = r {
-                ran.incomplete = Some(match programs {
-                    Some(p) => format!("{why}; {}", p.stderr_of_first()),
-                    None => why,
-                })
-            },
-            why = &mut failed => ran.incomplete = Some(why),
-            _ = crate::harness::interrupt::requested() => ran.interrupted = true,
-        }
-    }
-    if let Some(p) = programs {
-        p.set_acting(false);
-    }
-    let _ = acting.send(false);
-    ran.drain_ms = t_drain.elapsed().as_millis() as u64;
-    ran
-}
-
-/// How long the workload waits for the notifiers' group to settle: on a
-/// real broker (measured: 0.6-2.1 s), and on the mock cluster, where a group
-/// settles in about 1.1 s, or 3.1 s when a notifier had to join again
-/// (see `MOCK_JOIN_WAIT` in `broker/kafka/consumer.rs`).
-const GROUP_READY: Duration = Duration::from_secs(15);
-const GROUP_READY_MOCK: Duration = Duration::from_secs(5);
-
-/// Waits until the notifiers' group holds every partition, with every
-/// notifier that can have one holding at least one: a payment service's
-/// consumers are up before its traffic, and without this the first seconds
-/// of a run measure the group's initial rebalances, not the pipeline.
-/// Gives up after [`GROUP_READY`] (the run goes on; partitions are then
-/// picked up as the group settles).
-async fn group_ready(ctx: &Ctx) {
-    let (instances, partitions) = (ctx.scenario.notifier.instances, ctx.scenario.partitions as usize);
-    let limit = if ctx.broker.embedded() { GROUP_READY_MOCK } else { GROUP_READY };
-    let deadline = tokio::time::Instant::now() + limit;
-    let started = Instant::now();
-    let mut assigned = ctx.coord.watch_assigned();
-    loop {
-        let ready = settled(&assigned.borrow_and_update(), instances, partitions);
-        // Settled, and still so 50 ms on: a rebalance still under way is
-        // not taken for the settled group.
-        let wait = if ready { tokio::time::Instant::now() + STILL_SETTLED } else { deadline };
-        match tokio::time::timeout_at(wait.min(deadline), assigned.changed()).await {
-            Err(_) if ready => {
-                info!(ms = started.elapsed().as_millis() as u64, "notifier group settled");
-                return;
-            }
-            Err(_) => break,
-            Ok(Ok(())) => {}
-            // Nobody can change the assignments any more.
-            Ok(Err(_)) => break,
-        }
-        if tokio::time::Instant::now() >= deadline {
-            break;
-        }
-    }
-    let held = format!("{:?}", ctx.coord.assigned());
-    warn!(%held, "the notifier group did not settle within {}s; starting the workload anyway", limit.as_secs());
-}
-
-/// How long a settled group must stay unchanged to count as settled.
-const STILL_SETTLED: Duration = Duration::from_millis(50);
 
 /// How many drain timeouts a drain that keeps making progress may take in
 /// all: a slow machine drains slower, not never, but a drain must end.
@@ -322,13 +135,6 @@ where
     })
 }
 
-/// The reference pipeline's drain: its outbox rows unpublished, its
-/// notifiers' zombies.
-async fn drain(ctx: &Ctx) -> std::result::Result<(), String> {
-    let left = || async { Ok(Left { unpublished: ctx.store.unpublished().await?, busy: ctx.coord.zombies() > 0 }) };
-    drain_until_done(ctx, "the pipeline", "outbox rows unpublished", left).await.map_err(|u| u.why)
-}
-
 /// When a run could not drain with its consumers' lag above zero while
 /// the nemesis kept killing them: how often, and the likely fix. A client
 /// without static membership rejoins its group after every kill, and the
@@ -374,33 +180,6 @@ pub(super) fn sample(stats: Arc<Stats>) -> (tokio::task::JoinHandle<Vec<Sample>>
         series
     });
     (task, stop)
-}
-
-/// How long the workload may go without writing a payment, group wait
-/// included. A bound on progress, not on the whole: a busy machine, or a
-/// PostgreSQL recovering from `db.restart` beside it, makes the workload
-/// slower, and only one that is stuck stops writing for this long. (A
-/// bound of 120 s on the whole of 1,000 payments ended the infrastructure
-/// faults' run INCOMPLETE beside two busy loops.)
-const WORKLOAD_STALL: Duration = Duration::from_secs(120);
-
-/// Returns, with the reason, once the workload has written no payment for
-/// [`WORKLOAD_STALL`]; never while it writes.
-async fn workload_stalled(stats: &Stats, payments: u64) -> String {
-    let mut last = Stats::get(&stats.payments_written);
-    let mut since = tokio::time::Instant::now();
-    loop {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let now = Stats::get(&stats.payments_written);
-        if now != last {
-            (last, since) = (now, tokio::time::Instant::now());
-        } else if since.elapsed() >= WORKLOAD_STALL {
-            return format!(
-                "the workload wrote no payment for {} s ({last} of {payments} written); a component or service may be stuck",
-                WORKLOAD_STALL.as_secs()
-            );
-        }
-    }
 }
 
 /// How long the components get to stop once told to: a component stuck on
@@ -549,29 +328,5 @@ mod tests {
         assert!(series.len() <= report::SERIES_MAX, "{} samples", series.len());
         assert!(series.len() >= report::SERIES_MAX / 2, "thinned too far: {} samples", series.len());
         assert!(series.iter().all(|s| s.written == 7));
-    }
-
-    /// The workload's bound is on progress: a slow workload that keeps
-    /// writing is never cut, one that stops is, 120 s after its last write.
-    #[tokio::test(start_paused = true)]
-    async fn a_workload_is_cut_only_when_it_stops_writing() {
-        let stats = Arc::new(Stats::default());
-        let writer = {
-            let stats = stats.clone();
-            tokio::spawn(async move {
-                // One payment a minute for five minutes: slower than any
-                // whole-run bound of 120 s would allow.
-                for _ in 0..5 {
-                    tokio::time::sleep(Duration::from_secs(60)).await;
-                    Stats::add(&stats.payments_written, 1);
-                }
-            })
-        };
-        let started = tokio::time::Instant::now();
-        let why = workload_stalled(&stats, 9).await;
-        writer.await.unwrap();
-        let took = started.elapsed();
-        assert!(took >= Duration::from_secs(300 + 120) && took <= Duration::from_secs(300 + 122), "{took:?}");
-        assert!(why.contains("no payment for 120 s (5 of 9 written)"), "{why}");
     }
 }

@@ -57,6 +57,8 @@ pub(super) struct Infra {
 }
 
 impl Infra {
+    /// The reference pipeline's: its schema migrated (or its SQLite file
+    /// made), pooled for its producers and notifiers.
     pub async fn open(sc: &Scenario, endpoints: &Endpoints, names: &RunNames, reports_dir: &Path) -> Result<Self> {
         let max_conns = (sc.producers + sc.notifier.instances + SPARE_CONNECTIONS) as u32;
         let store = match &endpoints.database_url {
@@ -66,6 +68,11 @@ impl Infra {
                 Store::Sqlite(SqliteStore::open(&path, max_conns).await?)
             }
         };
+        Self::with_store(store, endpoints, names).await
+    }
+
+    /// A run's store, opened by its system under test, and the broker.
+    pub async fn with_store(store: Store, endpoints: &Endpoints, names: &RunNames) -> Result<Self> {
         let broker: SharedBroker = crate::broker::open(endpoints.brokers.as_deref()).await?;
         let info = InfraInfo {
             database: store.backend().into(),

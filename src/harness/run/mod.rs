@@ -5,10 +5,11 @@
 mod declared;
 mod drive;
 mod infra;
-mod judge;
+mod reference;
+mod system;
 
-use crate::domain::names::RunNames;
-use crate::error::Result;
+use crate::context::{Named, ShutdownTrigger};
+use crate::error::{Error, Result};
 use crate::faults::FaultPoint;
 use crate::nemesis::proxy::Lanes;
 use crate::report::progress::{Phase, Progress};
@@ -20,6 +21,7 @@ use infra::Infra;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
+use system::SystemUnderTest;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -127,6 +129,9 @@ pub async fn execute(
 }
 
 /// [`execute`], keeping a passing embedded run's SQLite file when `keep`.
+/// The one skeleton of every run, whichever the system under test:
+/// infrastructure → system → workload under the nemesis → drain → stop →
+/// checkers → report.
 async fn execute_keeping(
     sc: Scenario,
     database_url: Option<String>,
@@ -135,17 +140,10 @@ async fn execute_keeping(
     reporter: &dyn Reporter,
     keep: bool,
 ) -> Result<Report> {
-    // A declared system replaces the payments pipeline whole.
-    if sc.system.is_some() {
-        return declared::execute(sc, database_url, brokers, reports_dir, reporter).await;
-    }
     let started = Instant::now();
     let endpoints = infra::endpoints(&sc, database_url, brokers)?;
-    let names = RunNames::new();
-    let mut infra = Infra::open(&sc, &endpoints, &names, reports_dir).await?;
-    if let Some(sys) = &sc.cross_check {
-        declared::prepare_cross_check(&sc, sys, &infra.store).await?;
-    }
+    let names = SystemUnderTest::names(&sc);
+    let (mut sut, mut infra) = SystemUnderTest::open(&sc, &endpoints, &names, reports_dir).await?;
     let sc = Arc::new(sc);
     let (trigger, mut ctx) = infra::context(&sc, &infra, &names);
     // The email provider stands before the components, which get its URL.
@@ -167,23 +165,22 @@ async fn execute_keeping(
     }
     reporter.event(&Event::Started { run_id: &names.run_id, scenario: &sc.name, seed: sc.seed, infra: &infra_line })?;
     info!(run_id = %names.run_id, seed = sc.seed, "starting");
-    let progress = Progress::start(sc.payments, ctx.stats.clone(), ctx.faults.clone(), reporter.shows_progress());
+    let progress =
+        Progress::start(sut.operations(&sc), ctx.stats.clone(), ctx.faults.clone(), reporter.shows_progress());
     infra.broker.create_topic(&names.topic, sc.partitions).await?;
     let setup_ms = started.elapsed().as_millis() as u64;
 
-    let started_components =
-        drive::start_components(&ctx, endpoints.database_url.as_deref(), reports_dir, lanes.as_ref()).await;
-    let (programs, mut components, workload_ctx) = match started_components {
-        Ok(s) => s,
-        Err(e) => {
-            trigger.trigger();
-            return Err(e);
-        }
+    let mut components = match sut.start(&ctx, &endpoints, reports_dir, lanes.as_ref()).await {
+        Ok(c) => c,
+        Err(e) => return Err(abandon(trigger, Vec::new(), infra, e).await),
     };
     let slots = lanes.as_ref().map(|l| l.slots()).unwrap_or_default();
     components.extend(crate::nemesis::timeline::start(&ctx, acting.subscribe(), slots));
     let (series, stop_series) = drive::sample(ctx.stats.clone());
-    let mut ran = drive::drive(&ctx, &workload_ctx, programs.as_ref(), &acting, &progress).await;
+    let mut ran = match sut.drive(&ctx, &acting, &progress).await {
+        Ok(ran) => ran,
+        Err(e) => return Err(abandon(trigger, components, infra, e).await),
+    };
     trigger.trigger();
     components.extend(ctx.tasks.take());
     let stopped = tokio::select! {
@@ -203,27 +200,41 @@ async fn execute_keeping(
         }
         None => None,
     };
-    why_incomplete(&mut ran, programs.as_ref().and_then(|p| p.failure()), &stopped);
+    why_incomplete(&mut ran, sut.failure(), &stopped);
 
     let mut rep = assemble::skeleton(&sc, &names, &infra.info, &ctx.faults, &ctx.stats);
+    sut.shape(&mut rep);
     rep.series = series;
     rep.timings = Timings { setup_ms, workload_ms: ran.workload_ms, drain_ms: ran.drain_ms, ..Default::default() };
     let t_verify = Instant::now();
     progress.phase(Phase::Verify);
-    judge::judge(&mut rep, &ctx, &mut ran, !stopped.stuck.is_empty(), emails.as_ref()).await;
+    sut.judge(&mut rep, &ctx, &mut ran, !stopped.stuck.is_empty(), emails.as_ref()).await;
     progress.finish();
     rep.timings.verify_ms = t_verify.elapsed().as_millis() as u64;
     rep.timings.total_ms = started.elapsed().as_millis() as u64;
+    finish(rep, infra, reports_dir, reporter, keep).await
+}
+
+/// A run that could not go on: its components stopped, its infrastructure
+/// closed, and the error it ends with.
+async fn abandon(trigger: ShutdownTrigger, components: Vec<Named>, infra: Infra, e: Error) -> Error {
+    trigger.trigger();
+    let _ = drive::stop(components).await;
+    infra.close().await;
+    e
+}
+
+/// Closes the infrastructure, saves the report and tells the reporter.
+/// The report holds what the run found: a passing run's SQLite file
+/// (about 1 MB) is only clutter in the reports folder. A run that did not
+/// pass keeps it, to be looked into beside its report.
+async fn finish(rep: Report, infra: Infra, reports_dir: &Path, reporter: &dyn Reporter, keep: bool) -> Result<Report> {
     let sqlite = match &infra.store {
         crate::store::Store::Sqlite(s) => Some(PathBuf::from(&s.endpoint)),
         crate::store::Store::Postgres(_) => None,
     };
     infra.close().await;
-
     let saved = rep.save(reports_dir)?;
-    // The report holds what the run found: a passing run's SQLite file
-    // (about 1 MB) is only clutter in the reports folder. A run that did
-    // not pass keeps it, to be looked into beside its report.
     let passed = matches!(rep.verdict, crate::verifier::Verdict::Pass | crate::verifier::Verdict::Inconclusive);
     if let (Some(db), true) = (sqlite, passed && !keep) {
         for suffix in ["", "-wal", "-shm"] {

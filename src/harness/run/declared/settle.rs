@@ -1,0 +1,282 @@
+//! A declared system coming to rest: the drain, the settle after it, and
+//! the liveness anomalies of what never finished (late, not lost).
+
+use crate::context::Ctx;
+use crate::error::Result;
+use crate::harness::run::drive::{self, Left, Ran, Undrained};
+use crate::nemesis::process::program::Programs;
+use crate::scenario::{Published, System};
+use crate::store::declared as rows;
+use crate::store::postgres::PgStore;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+/// The drain, then the settle, each cut short by a program that failed or
+/// a signal. Undrained with outbox rows left, the faults stop and the
+/// relays get one more drain timeout: a relay the faults only slowed
+/// publishes then, and one that still does not has stalled (a `stalled
+/// relay`, judged, not an INCOMPLETE run). Drained is not done: a consumer
+/// that stores first and applies later has work left, so the system
+/// settles, its faults over, before it is judged.
+pub(super) async fn come_to_rest(
+    ctx: &Ctx,
+    pg: &PgStore,
+    sys: &System,
+    programs: &Programs,
+    acting: &watch::Sender<bool>,
+    ran: &mut Ran,
+) -> Stalls {
+    let t_drain = Instant::now();
+    let mut stalls = Stalls::default();
+    let mut faults_off: Option<Instant> = None;
+    let stop_faults = || {
+        programs.set_acting(false);
+        let _ = acting.send(false);
+    };
+    while ran.incomplete.is_none() && !ran.interrupted {
+        tokio::select! {
+            r = drain(ctx, pg, sys) => match r {
+                Ok(()) => break,
+                Err(u) if u.unpublished > 0 && faults_off.is_none() => {
+                    info!(left = u.unpublished, "outbox rows still unpublished at the drain timeout: the faults stop, the relays get one more");
+                    faults_off = Some(Instant::now());
+                    stop_faults();
+                }
+                Err(u) if u.unpublished > 0 => {
+                    let fault_free = faults_off.map(|t| t.elapsed()).unwrap_or_default();
+                    stalls.relay = Some(RelayStall::read(pg, sys, u.unpublished, t_drain.elapsed(), fault_free).await);
+                    break;
+                }
+                Err(u) => ran.incomplete = Some(format!("{}; {}", u.why, programs.stderr_of_first())),
+            },
+            why = programs.failed() => ran.incomplete = Some(why),
+            _ = crate::harness::interrupt::requested() => ran.interrupted = true,
+        }
+    }
+    stop_faults();
+    if ran.incomplete.is_none() && !ran.interrupted {
+        let deadline = Instant::now() + ctx.scenario.drain_timeout;
+        tokio::select! {
+            r = settle(ctx, pg, sys, deadline) => match r {
+                Ok(Settled::Quiet) => {}
+                Ok(Settled::Stalled(s)) => stalls.consumer = Some(s),
+                Err(e) => ran.incomplete = Some(format!("the settle after the drain could not read the system: {e}")),
+            },
+            why = programs.failed() => ran.incomplete = Some(why),
+            _ = crate::harness::interrupt::requested() => ran.interrupted = true,
+        }
+    }
+    ran.drain_ms = t_drain.elapsed().as_millis() as u64;
+    stalls
+}
+
+/// Waits until every outbox row is marked published (or, with no mark,
+/// the topic holds as many messages as the outbox log) and the consumer
+/// group's lag is zero, twice in a row.
+async fn drain(ctx: &Ctx, pg: &PgStore, sys: &System) -> std::result::Result<(), Undrained> {
+    let left = || async {
+        let unpublished = match rows::unpublished(pg, &sys.outbox).await? {
+            Some(n) => n,
+            // No mark: what the log holds and the topic does not yet.
+            None => {
+                let on_topic: i64 = ctx
+                    .broker
+                    .watermarks(&ctx.names.topic, ctx.scenario.partitions)?
+                    .iter()
+                    .map(|(lo, hi)| hi - lo)
+                    .sum();
+                (rows::logged(pg).await? - on_topic).max(0)
+            }
+        };
+        Ok(Left { unpublished, busy: false })
+    };
+    let what = match sys.outbox.published {
+        Published::Column(_) | Published::Delete => "outbox rows unpublished",
+        Published::None => "outbox events not yet on the topic",
+    };
+    drive::drain_until_done(ctx, "the system", what, left).await
+}
+
+/// Outbox rows the relays never published, not even once the faults had
+/// stopped and they had one more drain timeout.
+pub(super) struct RelayStall {
+    /// How many rows were left at the drain's last reading.
+    left: i64,
+    /// Their keys, when the relay keeps a mark (a column or a delete).
+    keys: Vec<String>,
+    /// How long the drain had waited, faults and fault-free together.
+    waited: Duration,
+    /// How much of it was without faults.
+    fault_free: Duration,
+}
+
+impl RelayStall {
+    pub(super) async fn read(pg: &PgStore, sys: &System, left: i64, waited: Duration, fault_free: Duration) -> Self {
+        let keys = match rows::unpublished_keys(pg, &sys.outbox).await {
+            Ok(k) => k.unwrap_or_default(),
+            Err(e) => {
+                warn!(error = %e, "could not read the unpublished rows' keys");
+                Vec::new()
+            }
+        };
+        Self { left, keys, waited, fault_free }
+    }
+}
+
+/// What never finished: work a consumer accepted, outbox rows no relay
+/// published. Their keys are late, not lost.
+#[derive(Default)]
+pub(super) struct Stalls {
+    pub consumer: Option<Stall>,
+    pub relay: Option<RelayStall>,
+}
+
+impl Stalls {
+    /// The keys whose effects are not expected yet.
+    pub(super) fn keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.consumer.iter().flat_map(|s| s.keys.iter().cloned()).collect();
+        keys.extend(self.relay.iter().flat_map(|r| r.keys.iter().cloned()));
+        keys
+    }
+}
+
+/// How often the settle reads the pending work and the effects' counts.
+const SETTLE_POLL: Duration = Duration::from_millis(200);
+
+/// How a drained system came to rest.
+enum Settled {
+    /// No pending work, every effect's count unchanged for the quiet period.
+    Quiet,
+    /// The time ran out with declared pending work still there.
+    Stalled(Stall),
+}
+
+/// Work the system accepted and never applied, when the settle ran out.
+pub(super) struct Stall {
+    /// The pending rows' keys (an empty string for a row without one).
+    keys: Vec<String>,
+    /// How long the settle waited after the drain.
+    waited: Duration,
+}
+
+/// After the drain: waits until the declared pending work (`[system]
+/// pending`) is gone and every effect's count has stayed the same for
+/// `[run] settle_quiet_ms`, until `deadline`. Counts still moving at the
+/// deadline are judged as they are; pending work still there is a stall.
+/// `CHAOS_SKIP_SETTLE=1` judges at once (a switch for tests that show the
+/// settle is what makes the difference).
+async fn settle(ctx: &Ctx, pg: &PgStore, sys: &System, deadline: Instant) -> Result<Settled> {
+    if std::env::var_os("CHAOS_SKIP_SETTLE").is_some() {
+        warn!("CHAOS_SKIP_SETTLE: judging at once, without waiting for pending work");
+        return Ok(Settled::Quiet);
+    }
+    let quiet = ctx.scenario.settle_quiet;
+    let started = Instant::now();
+    let (mut last, mut since) = (None, Instant::now());
+    loop {
+        let pending = match &sys.pending {
+            Some(q) => rows::pending(pg, q).await?,
+            None => Vec::new(),
+        };
+        let counts = rows::effect_counts(pg, sys).await?;
+        if !pending.is_empty() || last.as_ref() != Some(&counts) {
+            since = Instant::now();
+        }
+        last = Some(counts);
+        if pending.is_empty() && since.elapsed() >= quiet {
+            info!(ms = started.elapsed().as_millis() as u64, "settled: no pending work, effects unchanged");
+            return Ok(Settled::Quiet);
+        }
+        if Instant::now() + SETTLE_POLL > deadline {
+            if pending.is_empty() {
+                warn!("the effects were still changing when the drain timeout ran out; judging them as they are");
+                return Ok(Settled::Quiet);
+            }
+            return Ok(Settled::Stalled(Stall { keys: pending, waited: started.elapsed() }));
+        }
+        tokio::time::sleep(SETTLE_POLL).await;
+    }
+}
+
+/// The last fault that struck a component whose name starts with
+/// `prefix`, or else the last of all, as the stall's last fault before.
+fn last_fault(faults: &[crate::faults::FaultRecord], prefix: &str) -> String {
+    let on = faults.iter().filter(|f| f.component.starts_with(prefix)).max_by_key(|f| f.at_ms);
+    on.or_else(|| faults.iter().max_by_key(|f| f.at_ms))
+        .map(|f| format!("{} on {} at {:.3} s", f.point, f.component, f.at_ms as f64 / 1000.0))
+        .unwrap_or_else(|| "none fired".into())
+}
+
+/// A liveness anomaly: its headline example, then up to four keys.
+fn stall_anomaly(
+    kind: crate::domain::anomaly::AnomalyKind,
+    count: u64,
+    headline: String,
+    keys: &[String],
+    each: &str,
+) -> crate::verifier::Anomaly {
+    let mut keys: Vec<&str> = keys.iter().map(String::as_str).filter(|k| !k.is_empty()).collect();
+    keys.sort();
+    keys.dedup();
+    let mut examples = vec![headline];
+    examples.extend(keys.iter().take(4).map(|k| format!("key {k}: {each}")));
+    crate::verifier::Anomaly {
+        name: kind.as_str().into(),
+        count,
+        examples,
+        allowed: false,
+        subjects: vec![],
+        followed: vec![],
+    }
+}
+
+/// The `stalled consumer` anomaly of a stall: how much was left, for how
+/// long, which keys, and the last fault before it.
+pub(super) fn stalled(stall: &Stall, faults: &[crate::faults::FaultRecord]) -> crate::verifier::Anomaly {
+    let headline = format!(
+        "{} rows of system.pending still there {:.1} s after the drain; the last fault before: {}",
+        stall.keys.len(),
+        stall.waited.as_secs_f64(),
+        last_fault(faults, "notifier")
+    );
+    let kind = crate::domain::anomaly::AnomalyKind::StalledConsumer;
+    stall_anomaly(kind, stall.keys.len() as u64, headline, &stall.keys, "accepted, still pending")
+}
+
+/// The `stalled relay` anomaly: how many outbox rows were left, for how
+/// long the drain waited, which keys, and the last fault before (a
+/// relay's, when one was struck).
+pub(super) fn stalled_relay(stall: &RelayStall, faults: &[crate::faults::FaultRecord]) -> crate::verifier::Anomaly {
+    let headline = format!(
+        "{} outbox rows unpublished {:.1} s into the drain ({:.1} s of it fault-free); last fault before: {}",
+        stall.left,
+        stall.waited.as_secs_f64(),
+        stall.fault_free.as_secs_f64(),
+        last_fault(faults, "relay")
+    );
+    let kind = crate::domain::anomaly::AnomalyKind::StalledRelay;
+    stall_anomaly(kind, stall.left.max(0) as u64, headline, &stall.keys, "written to the outbox, never published")
+}
+
+/// The two liveness invariants beside the verifier's: a stalled relay
+/// breaks "no outbox row left unpublished" (its rows are the leftovers),
+/// and a system that declares `pending` promises its accepted work is
+/// applied before the run ends.
+pub(super) fn liveness(invariants: &mut Vec<crate::verifier::Invariant>, sys: &System, stalls: &Stalls) {
+    use crate::domain::anomaly::AnomalyKind;
+    if stalls.relay.is_some() {
+        if let Some(i) = invariants.iter_mut().find(|i| i.name == crate::verifier::declared::UNPUBLISHED_INVARIANT) {
+            i.anomalies.push(AnomalyKind::StalledRelay.as_str().into());
+        }
+    }
+    if sys.pending.is_some() {
+        let left = stalls.consumer.as_ref().map_or(0, |s| s.keys.len() as u64);
+        let mut i = crate::verifier::Invariant::eq(PENDING_INVARIANT, 0, left);
+        i.anomalies = vec![AnomalyKind::StalledConsumer.as_str().into()];
+        invariants.push(i);
+    }
+}
+
+/// The invariant of a system that declares its pending work.
+const PENDING_INVARIANT: &str = "the accepted work (system.pending) is applied before the run ends";

@@ -1,0 +1,120 @@
+//! The system under test, one seam with two kinds behind it: the
+//! reference payments pipeline (in process, or with a program under test
+//! as processes), and a declared system (the user's service, relays and
+//! consumers as processes). The run's skeleton (`super::execute_keeping`)
+//! asks each the same questions in the same order.
+
+use super::declared::Declared;
+use super::drive::Ran;
+use super::infra::Infra;
+use super::reference::{self, Reference};
+use crate::context::{Ctx, Named};
+use crate::domain::names::RunNames;
+use crate::error::Result;
+use crate::harness::infra::Endpoints;
+use crate::nemesis::process::program::Programs;
+use crate::nemesis::proxy::Lanes;
+use crate::provider::Record;
+use crate::report::progress::Progress;
+use crate::report::Report;
+use crate::scenario::Scenario;
+use std::path::Path;
+use tokio::sync::watch;
+
+/// Each kind boxed: the skeleton moves one of them, of about 1 KB.
+pub(super) enum SystemUnderTest {
+    Reference(Box<Reference>),
+    Declared(Box<Declared>),
+}
+
+impl SystemUnderTest {
+    /// The run's names: a declared system's schema is named for it.
+    pub fn names(sc: &Scenario) -> RunNames {
+        match &sc.system {
+            Some(_) => RunNames::new().for_system(&sc.name),
+            None => RunNames::new(),
+        }
+    }
+
+    /// The run's database and broker, opened and made ready for the system:
+    /// a declared system replaces the payments pipeline whole.
+    pub async fn open(
+        sc: &Scenario,
+        endpoints: &Endpoints,
+        names: &RunNames,
+        reports_dir: &Path,
+    ) -> Result<(Self, Infra)> {
+        match &sc.system {
+            Some(sys) => {
+                let (d, infra) = Declared::open(sc, sys, endpoints, names).await?;
+                Ok((Self::Declared(Box::new(d)), infra))
+            }
+            None => {
+                let (r, infra) = Reference::open(sc, endpoints, names, reports_dir).await?;
+                Ok((Self::Reference(Box::new(r)), infra))
+            }
+        }
+    }
+
+    /// How many operations the workload sends: the progress line's total.
+    pub fn operations(&self, sc: &Scenario) -> u64 {
+        match self {
+            Self::Reference(_) => sc.payments,
+            Self::Declared(d) => d.operations(),
+        }
+    }
+
+    /// Starts the system's components and programs, each a named task.
+    pub async fn start(
+        &mut self,
+        ctx: &Ctx,
+        endpoints: &Endpoints,
+        reports_dir: &Path,
+        lanes: Option<&Lanes>,
+    ) -> Result<Vec<Named>> {
+        match self {
+            Self::Reference(r) => r.start(ctx, endpoints.database_url.as_deref(), reports_dir, lanes).await,
+            Self::Declared(d) => d.start(ctx, reports_dir, lanes),
+        }
+    }
+
+    /// The workload, then the drain. An error is a system that could not
+    /// be run at all (a service that never answered).
+    pub async fn drive(&mut self, ctx: &Ctx, acting: &watch::Sender<bool>, progress: &Progress) -> Result<Ran> {
+        match self {
+            Self::Reference(r) => r.drive(ctx, acting, progress).await,
+            Self::Declared(d) => d.drive(ctx, acting, progress).await,
+        }
+    }
+
+    /// The first failure of a program under test, if one failed.
+    pub fn failure(&self) -> Option<String> {
+        let programs: Option<&Programs> = match self {
+            Self::Reference(r) => r.programs(),
+            Self::Declared(d) => d.programs(),
+        };
+        programs.and_then(|p| p.failure())
+    }
+
+    /// The checkers' pass over what the run recorded, and the verdict.
+    pub async fn judge(
+        &self,
+        rep: &mut Report,
+        ctx: &Ctx,
+        ran: &mut Ran,
+        still_running: bool,
+        record: Option<&Record>,
+    ) {
+        match self {
+            Self::Reference(_) => reference::judge(rep, ctx, ran, still_running, record).await,
+            Self::Declared(d) => d.judge(rep, ctx, ran, still_running, record).await,
+        }
+    }
+
+    /// What the report's scenario section says of the system's shape.
+    pub fn shape(&self, rep: &mut Report) {
+        if let Self::Declared(d) = self {
+            d.shape(rep);
+        }
+    }
+}
