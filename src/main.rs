@@ -1,7 +1,7 @@
 //! The `chaos` binary: parse, set up the process (signals, malloc, tracing,
 //! the runtime), hand the subcommand to [`chaos::commands::execute`], and map
 //! the result to an exit code. It owns Ctrl-C and SIGTERM: it delivers them
-//! to the library ([`chaos::harness::interrupt`]) and exits on the second.
+//! to the library ([`chaos::deliver_interrupt`]) and exits on the second.
 
 use chaos::commands::cli::Cli;
 use chaos::commands::exit::Exit;
@@ -56,7 +56,7 @@ fn main() -> ExitCode {
     match result {
         Ok(exit) => exit.into(),
         Err(e) => {
-            eprintln!("error: {}", chaos::error::redact(&e.to_string()));
+            eprintln!("error: {}", chaos::redact(&e.to_string()));
             chaos::commands::exits::of_error(&e).into()
         }
     }
@@ -68,7 +68,7 @@ fn main() -> ExitCode {
 async fn deliver_signals() {
     loop {
         signal().await;
-        if chaos::harness::interrupt::deliver() >= 2 {
+        if chaos::deliver_interrupt() >= 2 {
             eprintln!("error: interrupted again; exiting without waiting for the run to stop");
             std::process::exit(Exit::Interrupted.code() as i32);
         }

@@ -39,10 +39,3 @@ pub enum Progress<'a> {
 pub trait Listener: Send + Sync {
     fn progress(&self, event: &Progress<'_>);
 }
-
-/// Shows nothing (a sweep's shrink inside a test, a campaign inside another).
-pub struct Silent;
-
-impl Listener for Silent {
-    fn progress(&self, _: &Progress<'_>) {}
-}

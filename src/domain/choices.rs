@@ -16,6 +16,8 @@ macro_rules! choices {
         impl $name {
             pub const ALL: &'static [$name] = &[$($name::$variant),+];
 
+            // Not every choice is read from a scenario.
+            #[allow(dead_code)]
             pub fn parse(s: &str) -> Option<Self> {
                 match s {
                     $($text => Some($name::$variant),)+

@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 /// A run's context for a unit test, and what keeps it alive.
 pub struct Harness {
     pub ctx: Ctx,
-    pub broker: Memory,
     trigger: ShutdownTrigger,
     _dir: tempfile::TempDir,
 }
@@ -42,7 +41,7 @@ pub async fn harness(toml: &str) -> Harness {
         tasks: Default::default(),
         email: None,
     };
-    Harness { ctx, broker, trigger, _dir: dir }
+    Harness { ctx, trigger, _dir: dir }
 }
 
 impl Harness {

@@ -123,6 +123,7 @@ impl Shared {
     }
 
     /// A snapshot of the record, in arrival order.
+    #[cfg(test)]
     pub fn record(&self) -> Record {
         let mut requests = self.lock().requests.clone();
         requests.sort_by_key(|r| r.seq);
@@ -150,6 +151,7 @@ impl Shared {
     }
 
     /// Every fault's tally.
+    #[cfg(test)]
     pub fn tallies(&self) -> Tallies {
         self.lock().tallies.clone()
     }
@@ -296,6 +298,35 @@ fn refuse(status: StatusCode, code: &str, message: &str) -> Response {
     (status, Json(json!({ "error": { "code": code, "message": message } }))).into_response()
 }
 
+/// Sends the email, taking the settings' `send_takes`; `None` when the
+/// provider shuts down first. A send that takes no time is done here, with
+/// no await between the claim and the send for a client's hang-up to cut:
+/// the reference runs' case, where a task per email was a measurable share
+/// of its cost. A send that takes time runs in its own task: a client
+/// hanging up mid-send must not leave an idempotency key claimed and never
+/// sent, as a real provider would not.
+async fn send_in_time(
+    shared: &Arc<Shared>,
+    arrival: Arrival,
+    key: Option<String>,
+    body: Body,
+    fault: Option<Fault>,
+) -> Option<EmailId> {
+    if shared.settings.send_takes.is_zero() {
+        return Some(shared.send(arrival, key, body, fault));
+    }
+    let shared = shared.clone();
+    let mut shutdown = shared.shutdown.clone();
+    let task = tokio::spawn(async move {
+        tokio::select! {
+            _ = tokio::time::sleep(shared.settings.send_takes) => {}
+            _ = shutdown.wait_for(|down| *down) => return None,
+        }
+        Some(shared.send(arrival, key, body, fault))
+    });
+    task.await.ok().flatten()
+}
+
 /// `POST /v1/emails`.
 pub(super) async fn post_email(
     State(shared): State<Arc<Shared>>,
@@ -339,30 +370,8 @@ pub(super) async fn post_email(
         );
     }
 
-    // A send that takes no time is done here, with no await between the
-    // claim and the send for a client's hang-up to cut: the reference
-    // runs' case, where a task per email was a measurable share of its cost.
-    // A send that takes time runs in its own task: a client hanging up
-    // mid-send must not leave an idempotency key claimed and never sent,
-    // as a real provider would not.
-    let id = if shared.settings.send_takes.is_zero() {
-        shared.send(arrival, key, body, fault)
-    } else {
-        let task = {
-            let shared = shared.clone();
-            let mut shutdown = shared.shutdown.clone();
-            tokio::spawn(async move {
-                tokio::select! {
-                    _ = tokio::time::sleep(shared.settings.send_takes) => {}
-                    _ = shutdown.wait_for(|down| *down) => return None,
-                }
-                Some(shared.send(arrival, key, body, fault))
-            })
-        };
-        let Ok(Some(id)) = task.await else {
-            return refuse(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", "the provider is shutting down");
-        };
-        id
+    let Some(id) = send_in_time(&shared, arrival, key, body, fault).await else {
+        return refuse(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", "the provider is shutting down");
     };
 
     match fault {

@@ -33,9 +33,11 @@ pub trait Nemesis: Send + Sync + 'static {
 }
 
 /// A provider that never fails: every request is answered at once.
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoFaults;
 
+#[cfg(test)]
 impl Nemesis for NoFaults {
     fn decide(&self, _key: Option<&str>) -> Option<Fault> {
         None

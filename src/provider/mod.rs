@@ -22,9 +22,13 @@ mod record;
 #[cfg(test)]
 pub(crate) mod testing;
 
-pub use emails::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
-pub use faults::{Fault, Nemesis, NoFaults, Tallies, Tally};
-pub use record::{fingerprint, Body, EmailId, Form, IdempotencyKey, Outcome, Record, Request, Scalar};
+pub use emails::IDEMPOTENT_REPLAYED;
+pub use faults::{Fault, Nemesis};
+#[cfg(test)]
+pub use faults::{NoFaults, Tallies};
+#[cfg(test)]
+pub use record::{fingerprint, Body, EmailId, Scalar};
+pub use record::{Form, IdempotencyKey, Outcome, Record, Request};
 
 use crate::error::{Error, Result};
 use axum::routing::post;
@@ -109,6 +113,7 @@ impl Provider {
     }
 
     /// The address it listens on (127.0.0.1).
+    #[cfg(test)]
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
@@ -120,8 +125,16 @@ impl Provider {
 
     /// A snapshot of the record: every request whose outcome is decided, in
     /// arrival order. Still readable after shutdown.
+    #[cfg(test)]
     pub fn record(&self) -> Record {
         self.shared.record()
+    }
+
+    /// Stops serving, then moves the record out: for the verifier, once
+    /// every client has stopped.
+    pub async fn stop_and_take_record(&self) -> Record {
+        self.shutdown().await;
+        self.take_record()
     }
 
     /// The record, moved out (no copy): for the verifier, once every
@@ -131,6 +144,7 @@ impl Provider {
     }
 
     /// How often each fault fired and was confirmed.
+    #[cfg(test)]
     pub fn faults(&self) -> Tallies {
         self.shared.tallies()
     }

@@ -63,9 +63,7 @@ async fn one_ground_truth(store: &Store) -> (Vec<u64>, Counts) {
     let injector = chaos::faults::FaultInjector::new(1, &chaos::faults::FaultRates::none());
     for b in &batches {
         let o =
-            chaos::pipeline::inbox::apply_batch(store, b, modes, BatchFaults::default(), &injector, None, "notifier-1")
-                .await
-                .unwrap();
+            chaos::apply_batch(store, b, modes, BatchFaults::default(), &injector, None, "notifier-1").await.unwrap();
         figures.extend([o.applied, o.duplicates, o.stale, o.dead_lettered]);
     }
     let mut ledger = Ledger::new();

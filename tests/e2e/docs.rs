@@ -93,7 +93,7 @@ fn the_readme_layout_names_every_module_of_src() {
 #[test]
 fn the_readme_lists_every_selftest_variant() {
     let readme = readme();
-    for v in chaos::campaigns::selftest::CATALOGUE {
+    for v in chaos::CATALOGUE {
         assert!(readme.contains(&format!("| {} |", v.name)), "README's catalogue table lacks {}", v.name);
     }
 }

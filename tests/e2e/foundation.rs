@@ -49,7 +49,7 @@ async fn outbox_to_kafka_to_inbox_round_trip() {
     let consumer = kafka.consumer(spec).unwrap();
     consumer.join().unwrap();
     let mut got = Vec::new();
-    let mut each = |d: chaos::domain::events::Delivery<'_>| got.push(chaos::pipeline::notifier::incoming(&d));
+    let mut each = |d: chaos::domain::events::Delivery<'_>| got.push(chaos::incoming(&d));
     let n = consumer.poll_batch(10, Duration::from_secs(30), Duration::from_millis(3), &mut each).await;
     assert_eq!(n, 1, "a message within 30 s");
     let incoming = got.remove(0);
@@ -59,7 +59,7 @@ async fn outbox_to_kafka_to_inbox_round_trip() {
     let modes =
         Modes { inbox: InboxMode::On, projection: ProjectionMode::StateGuard, email: chaos::scenario::EmailMode::Off };
     let injector = chaos::faults::FaultInjector::new(1, &chaos::faults::FaultRates::none());
-    let apply = chaos::pipeline::inbox::apply_batch;
+    let apply = chaos::apply_batch;
     let first =
         apply(&store, std::slice::from_ref(&incoming), modes, BatchFaults::default(), &injector, None, "notifier-1")
             .await

@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A proxy with one slot, `test`, in front of the test command's PostgreSQL.
-async fn proxy(rates: FaultRates, shaping: Shaping) -> (Proxy, Arc<FaultInjector>, chaos::context::ShutdownTrigger) {
+async fn proxy(rates: FaultRates, shaping: Shaping) -> (Proxy, Arc<FaultInjector>, chaos::ShutdownTrigger) {
     let faults = Arc::new(FaultInjector::new(1, &rates));
-    let (trigger, shutdown) = chaos::context::shutdown_pair();
+    let (trigger, shutdown) = chaos::shutdown_pair();
     let settings = Settings {
         upstream_url: &database_url(),
         slots: vec!["test".into()],

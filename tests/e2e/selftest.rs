@@ -26,12 +26,11 @@ fn selftest_runs(backend: Backend, components: &str, declared: bool) {
     let ran = run(&mut c);
     assert_eq!(ran.code, 0, "selftest on {backend:?} must pass\nstdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
     let s = ran.json();
-    assert!(chaos::campaigns::selftest::CATALOGUE.len() >= 15, "the catalogue lost variants");
+    assert!(chaos::CATALOGUE.len() >= 15, "the catalogue lost variants");
     // The variants whose fault needs the fault proxy run on PostgreSQL only,
     // and are named as left out elsewhere.
     let postgres = matches!(backend, Backend::Services | Backend::PostgresMock);
-    let (runnable, left_out): (Vec<_>, Vec<_>) =
-        chaos::campaigns::selftest::CATALOGUE.iter().partition(|v| postgres || !v.needs_postgres);
+    let (runnable, left_out): (Vec<_>, Vec<_>) = chaos::CATALOGUE.iter().partition(|v| postgres || !v.needs_postgres);
     let n = runnable.len();
     assert_eq!(s["variants"], n);
     assert_eq!(s["caught"], n, "{s:#}");
