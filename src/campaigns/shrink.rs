@@ -192,6 +192,52 @@ impl Shrinker<'_> {
     }
 }
 
+impl Shrinker<'_> {
+    /// Replays the failure with every original firing pinned, twice at
+    /// most: does it come back at all?
+    async fn reproduce(&mut self, fired: &Schedule, payments: u64) -> Result<Option<Report>> {
+        for _ in 0..2 {
+            if let Some(rep) = self.trial(fired, payments).await? {
+                return Ok(Some(rep));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The minimal failure a few times more: how reliably does it come
+    /// back? When never, the step before it, and so on back to the first:
+    /// the schedule given (`best`) is the smallest one seen failing twice,
+    /// when there is one. These replays are not charged to the budget.
+    /// Returns the smaller steps that failed once and never again.
+    async fn confirm_smallest(
+        &mut self,
+        mut steps: Vec<(Schedule, u64, Report)>,
+        out: &mut Shrunk,
+        (best, payments, last_rep): (&mut Schedule, &mut u64, &mut Report),
+    ) -> Result<Vec<String>> {
+        let mut unconfirmed: Vec<String> = Vec::new();
+        while let Some((schedule, at, rep)) = steps.pop() {
+            if out.confirmations > 0 {
+                unconfirmed.push(format!("{best} with {payments} payments"));
+            }
+            (*best, *payments, *last_rep) = (schedule, at, rep);
+            self.budget = self.budget.max(self.runs + CONFIRMATIONS);
+            (out.confirmed, out.confirmations) = (0, 0);
+            for _ in 0..CONFIRMATIONS {
+                out.confirmations += 1;
+                if let Some(rep) = self.trial(best, *payments).await? {
+                    out.confirmed += 1;
+                    *last_rep = rep;
+                }
+            }
+            if out.confirmed > 0 || self.interrupted {
+                break;
+            }
+        }
+        Ok(unconfirmed)
+    }
+}
+
 /// Shrinks the failure of `failed`, a run of `sc`, with at most `budget`
 /// replays written under `reports_dir`.
 pub async fn shrink(
@@ -220,28 +266,20 @@ pub async fn shrink(
     }
 
     // Does the failure come back at all, with every original firing pinned?
-    let mut best = failed.fired.clone();
     let mut payments = sc.payments;
-    let mut last = None;
-    for _ in 0..2 {
-        if let Some(rep) = s.trial(&best, payments).await? {
-            last = Some(rep);
-            break;
-        }
-    }
-    let Some(mut last_rep) = last else {
+    let Some(mut last_rep) = s.reproduce(&failed.fired, payments).await? else {
         out.runs = s.runs;
         out.seconds = started.elapsed().as_secs_f64();
         out.note = format!(
             "not reproduced: {} replay(s) of seed {} with its {} firing(s) pinned did not fail the same way on the embedded backend; the failure depends on timing the seed does not control (or on the backend it ran on)",
             s.runs,
             sc.seed,
-            best.len()
+            failed.fired.len()
         );
         return Ok(out);
     };
     out.reproduced = true;
-    best = last_rep.fired.clone();
+    let mut best = last_rep.fired.clone();
     // Each step's result, smallest last: a step is kept when one replay
     // failed, and on a busy machine one failure may be luck. If the
     // smallest never fails again, the one before it is confirmed instead.
@@ -268,47 +306,32 @@ pub async fn shrink(
     keep(&best, payments, &last_rep);
     out.budget_spent = s.runs >= s.budget;
 
-    // The minimal failure a few times more: how reliably does it come back?
-    // When never, the step before it, and so on back to the first: the
-    // schedule given is the smallest one seen failing twice, when there is
-    // one. These replays are not charged to the budget.
-    let mut unconfirmed: Vec<String> = Vec::new();
-    while let Some((schedule, at, rep)) = steps.pop() {
-        if out.confirmations > 0 {
-            unconfirmed.push(format!("{best} with {payments} payments"));
-        }
-        (best, payments, last_rep) = (schedule, at, rep);
-        s.budget = s.budget.max(s.runs + CONFIRMATIONS);
-        (out.confirmed, out.confirmations) = (0, 0);
-        for _ in 0..CONFIRMATIONS {
-            out.confirmations += 1;
-            if let Some(rep) = s.trial(&best, payments).await? {
-                out.confirmed += 1;
-                last_rep = rep;
-            }
-        }
-        if out.confirmed > 0 || s.interrupted {
-            break;
-        }
-    }
+    let unconfirmed = s.confirm_smallest(steps, &mut out, (&mut best, &mut payments, &mut last_rep)).await?;
     out.runs = s.runs;
-    out.payments = payments;
-    out.schedule = best.to_string();
-    out.firings = firings(&best, &last_rep);
-    out.found = last_rep.anomalies.iter().filter(|a| !a.allowed).map(|a| format!("{} × {}", a.count, a.name)).collect();
-    out.replay = last_rep.replay.clone();
     out.seconds = started.elapsed().as_secs_f64();
-    out.note = note(&out, budget, best.is_empty());
-    if !unconfirmed.is_empty() {
-        out.note.push_str(&format!(
-            "; smaller, {} failed once and never in {CONFIRMATIONS} replays, so the step before is given",
-            unconfirmed.join(", then ")
-        ));
-    }
+    out.conclude(&best, payments, &last_rep, budget, &unconfirmed);
     Ok(out)
 }
 
 impl Shrunk {
+    /// The smallest failure given (`best` with `payments`, last seen as
+    /// `last_rep`), and the note that says how far the shrink got.
+    fn conclude(&mut self, best: &Schedule, payments: u64, last_rep: &Report, budget: u32, unconfirmed: &[String]) {
+        self.payments = payments;
+        self.schedule = best.to_string();
+        self.firings = firings(best, last_rep);
+        self.found =
+            last_rep.anomalies.iter().filter(|a| !a.allowed).map(|a| format!("{} × {}", a.count, a.name)).collect();
+        self.replay = last_rep.replay.clone();
+        self.note = note(self, budget, best.is_empty());
+        if !unconfirmed.is_empty() {
+            self.note.push_str(&format!(
+                "; smaller, {} failed once and never in {CONFIRMATIONS} replays, so the step before is given",
+                unconfirmed.join(", then ")
+            ));
+        }
+    }
+
     /// The result before any replay: where the shrink starts from.
     fn start(sc: &Scenario, failed: &Report, anomalies: &[String], dir: &Path) -> Self {
         Shrunk {

@@ -366,14 +366,7 @@ pub async fn sweep(opts: &Options, listener: &dyn Listener) -> Result<Summary> {
             if stop.get() {
                 return Ok(None);
             }
-            let mut sc = base.clone().with_seed(seed);
-            let mut rates = vec![];
-            if opts.swarm {
-                for (p, r) in swarm_rates(&sc.faults, seed) {
-                    sc = sc.with_rate(p, r)?;
-                    rates.push(Rate { point: p.name().into(), probability: r });
-                }
-            }
+            let (sc, rates) = seeded(base, seed, opts.swarm)?;
             listener.progress(&Progress::SeedStarted { seed, tally: tallied.borrow().clone() });
             let t = Instant::now();
             let (db, brokers) = (opts.run.database_url.clone(), opts.run.brokers.clone());
@@ -394,13 +387,7 @@ pub async fn sweep(opts: &Options, listener: &dyn Listener) -> Result<Summary> {
             seconds: row.seconds,
             reason: &row.reason,
         });
-        match rep.verdict {
-            Verdict::Pass => s.passed += 1,
-            Verdict::Fail => s.failed += 1,
-            Verdict::Inconclusive => s.inconclusive += 1,
-            Verdict::Incomplete => s.incomplete += 1,
-            Verdict::Interrupted => s.interrupted = true,
-        }
+        s.count(rep.verdict);
         s.rows.push(row);
         *tallied.borrow_mut() = tally(&s);
         // With several seeds at once, the first failure is the lowest seed's.
@@ -422,6 +409,33 @@ pub async fn sweep(opts: &Options, listener: &dyn Listener) -> Result<Summary> {
     }
     s.seconds = started.elapsed().as_secs_f64();
     Ok(s)
+}
+
+/// The scenario of one seed: with `--swarm`, its fault rates drawn from
+/// the seed too, and each one drawn.
+fn seeded(base: &crate::scenario::Scenario, seed: u64, swarm: bool) -> Result<(crate::scenario::Scenario, Vec<Rate>)> {
+    let mut sc = base.clone().with_seed(seed);
+    let mut rates = vec![];
+    if swarm {
+        for (p, r) in swarm_rates(&sc.faults, seed) {
+            sc = sc.with_rate(p, r)?;
+            rates.push(Rate { point: p.name().into(), probability: r });
+        }
+    }
+    Ok((sc, rates))
+}
+
+impl Summary {
+    /// Counts one run's verdict.
+    fn count(&mut self, verdict: Verdict) {
+        match verdict {
+            Verdict::Pass => self.passed += 1,
+            Verdict::Fail => self.failed += 1,
+            Verdict::Inconclusive => self.inconclusive += 1,
+            Verdict::Incomplete => self.incomplete += 1,
+            Verdict::Interrupted => self.interrupted = true,
+        }
+    }
 }
 
 /// Refuses `--jobs` above 1 for a scenario whose runs would share

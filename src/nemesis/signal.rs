@@ -429,6 +429,87 @@ mod tests {
         assert!(text.contains("1 passed"), "the inner test did not run: {text}");
     }
 
+    /// Three strikers claiming the slot's occupant and killing what they
+    /// claim, the keeper's way (stopped to look at, then killed).
+    fn strikers(
+        o: &Arc<Occupant>,
+        stop: &Arc<std::sync::atomic::AtomicBool>,
+        kills: &Arc<AtomicU64>,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        (0..3u64)
+            .map(|s| {
+                let (o, stop, kills) = (o.clone(), stop.clone(), kills.clone());
+                tokio::spawn(async move {
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        n += 1;
+                        if let Some(c) = o.claim(|| (n + s).is_multiple_of(3)) {
+                            o.signal_claimed(&c, libc::SIGSTOP);
+                            if o.signal_claimed(&c, libc::SIGKILL) == Sent::Delivered {
+                                kills.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        tokio::task::yield_now().await;
+                    }
+                })
+            })
+            .collect()
+    }
+
+    /// A striker with what a pid read as 0, or a stale id, would send: every
+    /// one refused.
+    fn rogue(stop: &Arc<std::sync::atomic::AtomicBool>) -> tokio::task::JoinHandle<()> {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let own = std::process::id() as i32;
+            let group = unsafe { libc::getpgrp() };
+            while !stop.load(Ordering::Relaxed) {
+                for t in [Target::Group(0), Target::Process(0), Target::Process(own), Target::Group(group)] {
+                    assert_eq!(send(t, libc::SIGKILL), Sent::Refused);
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+    }
+
+    /// One incarnation of `argv` in the slot, paused by its keeper while
+    /// the strikers race to kill it, and stopped by the keeper when none
+    /// did. False when it could not start.
+    async fn one_incarnation(o: &Arc<Occupant>, argv: &[&str]) -> bool {
+        let mut cmd = tokio::process::Command::new(argv[0]);
+        cmd.args(&argv[1..]).process_group(0).kill_on_drop(true);
+        let Ok(mut child) = cmd.spawn() else { return false };
+        let pid = child.id().expect("a child just started has its id") as i32;
+        let exit = Exit::watch(pid);
+        let lease = o.enter(pid).unwrap();
+        // The keeper's own pauses, racing the strikers' kills.
+        let pauser = {
+            let o = o.clone();
+            async move {
+                for _ in 0..3 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    o.signal_unclaimed(&lease, libc::SIGSTOP);
+                    o.signal_unclaimed(&lease, libc::SIGCONT);
+                }
+                lease
+            }
+        };
+        let lease = pauser.await;
+        // No striker claimed a sleeper within 20 ms: the keeper's
+        // own stop (as at the run's end).
+        if tokio::time::timeout(Duration::from_millis(20), exit.wait()).await.is_err() {
+            if let Some(c) = o.claim(|| true) {
+                o.signal_claimed(&c, libc::SIGKILL);
+            }
+            // A stopped leader (claimed by a striker) is killed by it.
+            tokio::time::timeout(Duration::from_secs(10), exit.wait()).await.expect("the incarnation ended");
+        }
+        lease.ended();
+        drop(lease);
+        child.wait().await.unwrap();
+        true
+    }
+
     /// One slot; a keeper starting incarnations (some that die at start,
     /// some whose start fails), three strikers killing and pausing it at
     /// once, and a rogue striker with a made-up pid 0 and this process's
@@ -439,38 +520,8 @@ mod tests {
             let o = Arc::new(Occupant::default());
             let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
             let kills = Arc::new(AtomicU64::new(0));
-            let mut strikers = Vec::new();
-            for s in 0..3u64 {
-                let (o, stop, kills) = (o.clone(), stop.clone(), kills.clone());
-                strikers.push(tokio::spawn(async move {
-                    let mut n = 0u64;
-                    while !stop.load(Ordering::Relaxed) {
-                        n += 1;
-                        if let Some(c) = o.claim(|| (n + s) % 3 == 0) {
-                            // The keeper's way: stop it to look, then kill.
-                            o.signal_claimed(&c, libc::SIGSTOP);
-                            if o.signal_claimed(&c, libc::SIGKILL) == Sent::Delivered {
-                                kills.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                        tokio::task::yield_now().await;
-                    }
-                }));
-            }
-            let rogue = {
-                let stop = stop.clone();
-                tokio::spawn(async move {
-                    let own = std::process::id() as i32;
-                    let group = unsafe { libc::getpgrp() };
-                    while !stop.load(Ordering::Relaxed) {
-                        // What a pid read as 0, or a stale id, would send.
-                        for t in [Target::Group(0), Target::Process(0), Target::Process(own), Target::Group(group)] {
-                            assert_eq!(send(t, libc::SIGKILL), Sent::Refused);
-                        }
-                        tokio::time::sleep(Duration::from_millis(1)).await;
-                    }
-                })
-            };
+            let strikers = strikers(&o, &stop, &kills);
+            let rogue = rogue(&stop);
             let (mut started, mut failed) = (0, 0);
             for round in 0..300u32 {
                 let argv: &[&str] = match round % 5 {
@@ -478,44 +529,10 @@ mod tests {
                     1 | 2 => &["true"],
                     _ => &["sleep", "5"],
                 };
-                let mut cmd = tokio::process::Command::new(argv[0]);
-                cmd.args(&argv[1..]).process_group(0).kill_on_drop(true);
-                let mut child = match cmd.spawn() {
-                    Ok(c) => c,
-                    Err(_) => {
-                        failed += 1;
-                        continue;
-                    }
-                };
-                started += 1;
-                let pid = child.id().expect("a child just started has its id") as i32;
-                let exit = Exit::watch(pid);
-                let lease = o.enter(pid).unwrap();
-                // The keeper's own pauses, racing the strikers' kills.
-                let pauser = {
-                    let o = o.clone();
-                    async move {
-                        for _ in 0..3 {
-                            tokio::time::sleep(Duration::from_millis(1)).await;
-                            o.signal_unclaimed(&lease, libc::SIGSTOP);
-                            o.signal_unclaimed(&lease, libc::SIGCONT);
-                        }
-                        lease
-                    }
-                };
-                let lease = pauser.await;
-                // No striker claimed a sleeper within 20 ms: the keeper's
-                // own stop (as at the run's end).
-                if tokio::time::timeout(Duration::from_millis(20), exit.wait()).await.is_err() {
-                    if let Some(c) = o.claim(|| true) {
-                        o.signal_claimed(&c, libc::SIGKILL);
-                    }
-                    // A stopped leader (claimed by a striker) is killed by it.
-                    tokio::time::timeout(Duration::from_secs(10), exit.wait()).await.expect("the incarnation ended");
+                match one_incarnation(&o, argv).await {
+                    true => started += 1,
+                    false => failed += 1,
                 }
-                lease.ended();
-                drop(lease);
-                child.wait().await.unwrap();
             }
             stop.store(true, Ordering::Relaxed);
             for s in strikers {

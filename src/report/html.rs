@@ -129,67 +129,19 @@ pub fn render(r: &Report) -> String {
 /// the verdict, what was driven, its effects, the messages, the faults
 /// and the checks, and the slowest events.
 fn tiles(r: &Report, out: &mut String) {
-    let c = &r.counts;
     let judged = !matches!(r.verdict, Verdict::Incomplete | Verdict::Interrupted);
     let checks: Vec<_> = r.invariants.iter().chain(r.chaos_checks.iter()).collect();
     let held = checks.iter().filter(|i| i.ok).count();
     let confirmed: u64 = r.faults.iter().map(|f| f.confirmed).sum();
     let bad = |b: bool| if b { "bad" } else { "ok" };
-    let mut tiles: Vec<(&str, &str, String, String, &str)> = vec![(
+    let mut tiles: Vec<Tile> = vec![(
         "verdict",
         "verdict",
         r.verdict.as_str().to_uppercase(),
         if r.scenario.exactly_once_expected { "exactly once expected" } else { "exactly once not expected" }.into(),
         r.verdict.as_str(),
     )];
-    match &r.system {
-        Some(f) => {
-            tiles.push((
-                "driven",
-                "operations",
-                f.operations.to_string(),
-                format!("{} acknowledged · {} refused · {} ambiguous", f.acknowledged, f.refused, f.ambiguous),
-                "",
-            ));
-            tiles.push(("effects", "outbox events", f.outbox_events.to_string(), String::new(), ""));
-            tiles.push((
-                "messages",
-                "messages",
-                f.messages.to_string(),
-                format!("{} duplicates", f.duplicate_messages),
-                "",
-            ));
-        }
-        None => {
-            tiles.push((
-                "driven",
-                "payments",
-                c.payments.to_string(),
-                format!("{} captured · {} committed", c.payments_captured, c.payments_committed),
-                "",
-            ));
-            tiles.push((
-                "effects",
-                "receipts",
-                c.receipts.to_string(),
-                format!(
-                    "{} payments with several · {} with none",
-                    c.payments_with_many_receipts, c.payments_without_receipt
-                ),
-                bad(judged && c.payments_with_many_receipts + c.payments_without_receipt > 0),
-            ));
-            tiles.push((
-                "messages",
-                "messages",
-                c.topic_messages.to_string(),
-                format!(
-                    "{} duplicates · {} absorbed by the inbox",
-                    c.topic_duplicates, r.components.duplicates_absorbed
-                ),
-                "",
-            ));
-        }
-    }
+    tiles.extend(effect_tiles(r, judged));
     tiles.push(("faults", "faults fired", fired(r).to_string(), format!("{confirmed} confirmed"), ""));
     tiles.push((
         "invariants",
@@ -221,6 +173,66 @@ fn tiles(r: &Report, out: &mut String) {
         );
     }
     out.push_str("</section>\n");
+}
+
+/// A tile: its id, label, value, detail and CSS class.
+type Tile<'a> = (&'a str, &'a str, String, String, &'a str);
+
+/// The three tiles of what the run drove and what came of it: a declared
+/// system's operations, events and messages, or the payments' receipts.
+fn effect_tiles(r: &Report, judged: bool) -> Vec<Tile<'static>> {
+    let c = &r.counts;
+    let bad = |b: bool| if b { "bad" } else { "ok" };
+    let mut out = Vec::new();
+    match &r.system {
+        Some(f) => {
+            out.push((
+                "driven",
+                "operations",
+                f.operations.to_string(),
+                format!("{} acknowledged · {} refused · {} ambiguous", f.acknowledged, f.refused, f.ambiguous),
+                "",
+            ));
+            out.push(("effects", "outbox events", f.outbox_events.to_string(), String::new(), ""));
+            out.push((
+                "messages",
+                "messages",
+                f.messages.to_string(),
+                format!("{} duplicates", f.duplicate_messages),
+                "",
+            ));
+        }
+        None => {
+            out.push((
+                "driven",
+                "payments",
+                c.payments.to_string(),
+                format!("{} captured · {} committed", c.payments_captured, c.payments_committed),
+                "",
+            ));
+            out.push((
+                "effects",
+                "receipts",
+                c.receipts.to_string(),
+                format!(
+                    "{} payments with several · {} with none",
+                    c.payments_with_many_receipts, c.payments_without_receipt
+                ),
+                bad(judged && c.payments_with_many_receipts + c.payments_without_receipt > 0),
+            ));
+            out.push((
+                "messages",
+                "messages",
+                c.topic_messages.to_string(),
+                format!(
+                    "{} duplicates · {} absorbed by the inbox",
+                    c.topic_duplicates, r.components.duplicates_absorbed
+                ),
+                "",
+            ));
+        }
+    }
+    out
 }
 
 /// Every firing the run counted, logged or not.
@@ -811,6 +823,36 @@ fn instance_lanes(
     Ok(())
 }
 
+/// A report from before the latency buckets: its percentiles as bars.
+fn percentile_bars(l: &report::Latency, area: &DrawingArea<SVGBackend<'_>, Shift>) -> std::result::Result<(), String> {
+    let e = |e: DrawingAreaErrorKind<_>| e.to_string();
+    let bar = RGBColor(31, 119, 180);
+    let ps = [("p50", l.p50), ("p95", l.p95), ("p99", l.p99), ("max", l.max)];
+    let top = l.max.max(1.0) * 1.1;
+    let mut c = ChartBuilder::on(area)
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..4f64, 0f64..top)
+        .map_err(e)?;
+    c.configure_mesh()
+        .label_style(font(TEXT_PX))
+        .axis_desc_style(font(TITLE_PX))
+        .disable_x_mesh()
+        .x_labels(4)
+        .x_label_formatter(&|x| ps.get(x.floor() as usize).map_or(String::new(), |p| p.0.to_string()))
+        .y_desc("ms")
+        .draw()
+        .map_err(e)?;
+    c.draw_series(
+        ps.iter()
+            .enumerate()
+            .map(|(i, (_, v))| Rectangle::new([(i as f64 + 0.2, 0.0), (i as f64 + 0.8, *v)], bar.filled())),
+    )
+    .map_err(e)?;
+    Ok(())
+}
+
 /// The latency buckets as bars on a logarithmic axis, with the
 /// percentiles marked; a report from before the buckets gets its
 /// percentiles as bars.
@@ -819,30 +861,7 @@ fn latency(l: &report::Latency, area: &DrawingArea<SVGBackend<'_>, Shift>) -> st
     area.fill(&WHITE).map_err(e)?;
     let bar = RGBColor(31, 119, 180);
     if l.buckets.is_empty() {
-        let ps = [("p50", l.p50), ("p95", l.p95), ("p99", l.p99), ("max", l.max)];
-        let top = l.max.max(1.0) * 1.1;
-        let mut c = ChartBuilder::on(area)
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(70)
-            .build_cartesian_2d(0f64..4f64, 0f64..top)
-            .map_err(e)?;
-        c.configure_mesh()
-            .label_style(font(TEXT_PX))
-            .axis_desc_style(font(TITLE_PX))
-            .disable_x_mesh()
-            .x_labels(4)
-            .x_label_formatter(&|x| ps.get(x.floor() as usize).map_or(String::new(), |p| p.0.to_string()))
-            .y_desc("ms")
-            .draw()
-            .map_err(e)?;
-        c.draw_series(
-            ps.iter()
-                .enumerate()
-                .map(|(i, (_, v))| Rectangle::new([(i as f64 + 0.2, 0.0), (i as f64 + 0.8, *v)], bar.filled())),
-        )
-        .map_err(e)?;
-        return Ok(());
+        return percentile_bars(l, area);
     }
     // A bucket spans (the previous one's bound, its own]; on the log axis the
     // 0 ms bucket is drawn just left of 1 ms.

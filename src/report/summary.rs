@@ -36,92 +36,13 @@ pub fn render(r: &Report, html: &str, width: usize) -> String {
         r.timings.total_ms as f64 / 1000.0
     );
     let judged = !matches!(r.verdict, Verdict::Incomplete | Verdict::Interrupted);
-    let harmful: Vec<_> = r.anomalies.iter().filter(|a| !a.allowed).collect();
-    if let Some(worst) = harmful.first() {
-        // The harm in the user's words first, then every anomaly by name,
-        // then one example and what caused it.
-        let named: Vec<String> = harmful.iter().map(|a| format!("{} × {}", a.count, a.name)).collect();
-        let said = harm(worst, &r.counts);
-        if let [only] = named.as_slice() {
-            // The harm in other words than the anomaly's, or the name once.
-            let line = if said == *only { said } else { format!("{said} ({only})") };
-            lines.push(("harm".into(), line));
-        } else {
-            lines.push(("harm".into(), said));
-            wrap(&mut lines, "", named, width);
-        }
-        if let Some(e) = worst.examples.first() {
-            lines.push(("example".into(), e.clone()));
-        }
-        if let Some(f) = worst.followed.iter().find(|f| f.example == 0) {
-            let cause = f.faults.first().map_or_else(|| f.suspects(""), |s| s.describe());
-            lines.push(("cause".into(), cause));
-        }
-    }
+    harm_lines(&mut lines, r, width);
     if judged {
-        match &r.system {
-            Some(f) => {
-                lines.push((
-                    "effects".into(),
-                    format!(
-                        "{} operations: {} acknowledged, {} refused, {} ambiguous → {} events",
-                        f.operations, f.acknowledged, f.refused, f.ambiguous, f.outbox_events
-                    ),
-                ));
-                lines.push(("topic".into(), format!("{} messages ({} duplicates)", f.messages, f.duplicate_messages)));
-            }
-            None => {
-                let c = &r.counts;
-                let mut effects = format!(
-                    "{} payments → {} receipts ({} missing, {} doubled)",
-                    c.payments_captured, c.receipts, c.payments_without_receipt, c.payments_with_many_receipts
-                );
-                if let Some(sent) = c.emails_sent {
-                    effects.push_str(&format!(" · {sent} emails"));
-                }
-                lines.push(("effects".into(), effects));
-                lines.push((
-                    "topic".into(),
-                    format!(
-                        "{} messages for {} events ({} duplicates)",
-                        c.topic_messages, c.outbox_events, c.topic_duplicates
-                    ),
-                ));
-            }
-        }
+        effects_lines(&mut lines, r);
     }
-    let fired: Vec<String> = r
-        .faults
-        .iter()
-        .filter(|f| f.fired > 0 || f.probability > 0.0)
-        .map(|f| {
-            let mark = match (f.fired > 0 && f.confirmed > 0 && f.confirmed + f.preempted >= f.fired, f.preempted) {
-                (true, 0) => "✔".to_string(),
-                (true, p) => format!("({p} pre-empted) ✔"),
-                (false, 0) => format!("({} confirmed) ✘", f.confirmed),
-                (false, p) => format!("({} confirmed, {p} pre-empted) ✘", f.confirmed),
-            };
-            format!("{} {} {mark}", f.point, f.fired)
-        })
-        .collect();
-    // Every fault that fired is shown: its items wrap onto more lines
-    // rather than being cut.
-    if fired.is_empty() {
-        lines.push(("faults".into(), "none set".into()));
-    }
-    wrap(&mut lines, "faults", fired, width);
+    fault_lines(&mut lines, r, width);
     if judged {
-        let held = r.invariants.iter().filter(|i| i.ok).count();
-        let chaos = r.chaos_checks.iter().filter(|i| i.ok).count();
-        let mut checks = format!(
-            "{held} of {} invariants hold · {chaos} of {} chaos checks",
-            r.invariants.len(),
-            r.chaos_checks.len()
-        );
-        if let Some(c) = &r.cross_check {
-            checks.push_str(&format!(" · generic verifier (--declared): {}", c.verdict.as_str()));
-        }
-        lines.push(("checks".into(), checks));
+        lines.push(("checks".into(), checks_line(r)));
     }
     if r.verdict != Verdict::Pass {
         lines.push(("why".into(), r.reason.clone()));
@@ -136,6 +57,100 @@ pub fn render(r: &Report, html: &str, width: usize) -> String {
         out.push('\n');
     }
     out
+}
+
+/// The harm in the user's words first, then every anomaly by name, then
+/// one example and what caused it. Nothing when no harm was found.
+fn harm_lines(lines: &mut Vec<(String, String)>, r: &Report, width: usize) {
+    let harmful: Vec<_> = r.anomalies.iter().filter(|a| !a.allowed).collect();
+    let Some(worst) = harmful.first() else { return };
+    let named: Vec<String> = harmful.iter().map(|a| format!("{} × {}", a.count, a.name)).collect();
+    let said = harm(worst, &r.counts);
+    if let [only] = named.as_slice() {
+        // The harm in other words than the anomaly's, or the name once.
+        let line = if said == *only { said } else { format!("{said} ({only})") };
+        lines.push(("harm".into(), line));
+    } else {
+        lines.push(("harm".into(), said));
+        wrap(lines, "", named, width);
+    }
+    if let Some(e) = worst.examples.first() {
+        lines.push(("example".into(), e.clone()));
+    }
+    if let Some(f) = worst.followed.iter().find(|f| f.example == 0) {
+        let cause = f.faults.first().map_or_else(|| f.suspects(""), |s| s.describe());
+        lines.push(("cause".into(), cause));
+    }
+}
+
+/// What the run's operations came to: a declared system's operations and
+/// events, or the payments' receipts and emails; then the topic.
+fn effects_lines(lines: &mut Vec<(String, String)>, r: &Report) {
+    match &r.system {
+        Some(f) => {
+            lines.push((
+                "effects".into(),
+                format!(
+                    "{} operations: {} acknowledged, {} refused, {} ambiguous → {} events",
+                    f.operations, f.acknowledged, f.refused, f.ambiguous, f.outbox_events
+                ),
+            ));
+            lines.push(("topic".into(), format!("{} messages ({} duplicates)", f.messages, f.duplicate_messages)));
+        }
+        None => {
+            let c = &r.counts;
+            let mut effects = format!(
+                "{} payments → {} receipts ({} missing, {} doubled)",
+                c.payments_captured, c.receipts, c.payments_without_receipt, c.payments_with_many_receipts
+            );
+            if let Some(sent) = c.emails_sent {
+                effects.push_str(&format!(" · {sent} emails"));
+            }
+            lines.push(("effects".into(), effects));
+            lines.push((
+                "topic".into(),
+                format!(
+                    "{} messages for {} events ({} duplicates)",
+                    c.topic_messages, c.outbox_events, c.topic_duplicates
+                ),
+            ));
+        }
+    }
+}
+
+/// Every fault that fired or could have, with its confirmation mark: its
+/// items wrap onto more lines rather than being cut.
+fn fault_lines(lines: &mut Vec<(String, String)>, r: &Report, width: usize) {
+    let fired: Vec<String> = r
+        .faults
+        .iter()
+        .filter(|f| f.fired > 0 || f.probability > 0.0)
+        .map(|f| {
+            let mark = match (f.fired > 0 && f.confirmed > 0 && f.confirmed + f.preempted >= f.fired, f.preempted) {
+                (true, 0) => "✔".to_string(),
+                (true, p) => format!("({p} pre-empted) ✔"),
+                (false, 0) => format!("({} confirmed) ✘", f.confirmed),
+                (false, p) => format!("({} confirmed, {p} pre-empted) ✘", f.confirmed),
+            };
+            format!("{} {} {mark}", f.point, f.fired)
+        })
+        .collect();
+    if fired.is_empty() {
+        lines.push(("faults".into(), "none set".into()));
+    }
+    wrap(lines, "faults", fired, width);
+}
+
+/// How many invariants and chaos checks held.
+fn checks_line(r: &Report) -> String {
+    let held = r.invariants.iter().filter(|i| i.ok).count();
+    let chaos = r.chaos_checks.iter().filter(|i| i.ok).count();
+    let mut checks =
+        format!("{held} of {} invariants hold · {chaos} of {} chaos checks", r.invariants.len(), r.chaos_checks.len());
+    if let Some(c) = &r.cross_check {
+        checks.push_str(&format!(" · generic verifier (--declared): {}", c.verdict.as_str()));
+    }
+    checks
 }
 
 /// Items joined by " · " onto as many labelled lines as they need to fit

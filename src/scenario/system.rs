@@ -333,7 +333,38 @@ impl Validator<'_> {
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        let setup = match (&raw.setup, &raw.setup_command) {
+        let setup = self.setup(raw, &dir)?;
+        let service = match &raw.service {
+            Some(s) => Some(self.service(s, &dir)?),
+            None => None,
+        };
+        if let (Some(_), None) = (&service, &raw.operation.path) {
+            return self.err(
+                0..0,
+                "`system.operation.path` is not set; name the path each operation is sent to, e.g. \"/orders\"",
+            );
+        }
+        let operation = self.operation(&raw.operation)?;
+        let outbox = self.outbox(&raw.outbox)?;
+        let mut effects = Vec::new();
+        for e in &raw.effects {
+            effects.push(self.effect(e, &operation, &effects)?);
+        }
+        let checks = self.checks(&raw.checks)?;
+        let pending = match &raw.pending {
+            Some(q) if q.get_ref().trim().is_empty() => {
+                return self.err(q.span(), "`system.pending` is empty; give the query whose rows are work accepted and not yet applied, or leave the key out")
+            }
+            Some(q) => Some(q.get_ref().clone()),
+            None => None,
+        };
+        Ok(System { setup, service, operation, outbox, effects, checks, pending })
+    }
+
+    /// `system.setup` (a SQL file beside the scenario) or
+    /// `system.setup_command` (the user's migrations), at most one.
+    fn setup(&self, raw: &RawSystem, dir: &Path) -> Result<Setup, crate::Error> {
+        Ok(match (&raw.setup, &raw.setup_command) {
             (Some(_), Some(c)) => {
                 return self.err(c.span(), "`system.setup` and `system.setup_command` are both set; keep one")
             }
@@ -355,79 +386,77 @@ impl Validator<'_> {
                     }
                 }
             }
-            (None, Some(c)) => Setup::Command(ProgramCommand { argv: self.argv(c, "system.setup_command")?, dir: dir.clone() }),
+            (None, Some(c)) => Setup::Command(ProgramCommand { argv: self.argv(c, "system.setup_command")?, dir: dir.to_path_buf() }),
             (None, None) => Setup::None,
-        };
-        let service = match &raw.service {
-            Some(s) => Some(self.service(s, &dir)?),
-            None => None,
-        };
-        if let (Some(_), None) = (&service, &raw.operation.path) {
+        })
+    }
+
+    /// One `[[system.effects]]`, its name not yet taken by `before`.
+    fn effect(
+        &self,
+        e: &RawEffect,
+        operation: &OperationDecl,
+        before: &[EffectDecl],
+    ) -> Result<EffectDecl, crate::Error> {
+        let name = e.name.get_ref().trim().to_string();
+        if name.is_empty() || before.iter().any(|x| x.name == name) {
             return self.err(
-                0..0,
-                "`system.operation.path` is not set; name the path each operation is sent to, e.g. \"/orders\"",
+                e.name.span(),
+                &format!("`system.effects.name` is {:?}; each effect needs a name of its own", e.name.get_ref()),
             );
         }
-        let operation = self.operation(&raw.operation)?;
-        let outbox = self.outbox(&raw.outbox)?;
-        let mut effects = Vec::new();
-        for e in &raw.effects {
-            let name = e.name.get_ref().trim().to_string();
-            if name.is_empty() || effects.iter().any(|x: &EffectDecl| x.name == name) {
-                return self.err(
-                    e.name.span(),
-                    &format!("`system.effects.name` is {:?}; each effect needs a name of its own", e.name.get_ref()),
-                );
-            }
-            let once = self.choice(&e.once, "system.effects.once", Once::parse, Once::names)?;
-            let types = match &e.types {
-                Some(t) => {
-                    if let Some(bad) = t.get_ref().iter().find(|x| !operation.events.contains(x)) {
-                        return self.err(t.span(), &format!("`system.effects.types` of {name:?} names {bad:?}, which `system.operation.events` does not list ({})", operation.events.join(", ")));
-                    }
-                    t.get_ref().clone()
+        let once = self.choice(&e.once, "system.effects.once", Once::parse, Once::names)?;
+        let types = match &e.types {
+            Some(t) => {
+                if let Some(bad) = t.get_ref().iter().find(|x| !operation.events.contains(x)) {
+                    return self.err(t.span(), &format!("`system.effects.types` of {name:?} names {bad:?}, which `system.operation.events` does not list ({})", operation.events.join(", ")));
                 }
-                None => operation.events.clone(),
-            };
-            let value = |v: &Option<Spanned<String>>, key: &str| -> Result<Option<usize>, crate::Error> {
-                let Some(v) = v else { return Ok(None) };
-                match operation.value_index(v.get_ref()) {
-                    Some(i) => Ok(Some(i)),
-                    None => self.err(v.span(), &format!("`system.effects.{key}` of {name:?} is {:?}, which is not a value of `[system.operation.values]` ({})", v.get_ref(), operation.values.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", "))),
-                }
-            };
-            let key_value = value(&e.key, "key")?;
-            let conserve = value(&e.conserve, "conserve")?;
-            if let (Some(i), Some(c)) = (conserve, &e.conserve) {
-                if !matches!(operation.values[i].1, ValueGen::Range(..)) {
-                    return self.err(c.span(), &format!("`system.effects.conserve` of {name:?} is {:?}, which is not an integer value; give it `range = [lo, hi]`", c.get_ref()));
-                }
+                t.get_ref().clone()
             }
-            if matches!(once, Once::PerMessage | Once::PerMalformedMessage) && key_value.is_some() {
-                return self.err(e.key.as_ref().map(|k| k.span()).unwrap_or(0..0), &format!("`system.effects.key` of {name:?} is set with `once = \"per-message\"`, whose rows carry their event's key; remove it or use `once = \"per-key\"`"));
+            None => operation.events.clone(),
+        };
+        let value = |v: &Option<Spanned<String>>, key: &str| -> Result<Option<usize>, crate::Error> {
+            let Some(v) = v else { return Ok(None) };
+            match operation.value_index(v.get_ref()) {
+                Some(i) => Ok(Some(i)),
+                None => self.err(v.span(), &format!("`system.effects.{key}` of {name:?} is {:?}, which is not a value of `[system.operation.values]` ({})", v.get_ref(), operation.values.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", "))),
             }
-            if once == Once::Unbounded && conserve.is_none() {
-                return self.err(e.once.span(), &format!("effect {name:?} has `once = \"none\"` and no `conserve`, so nothing would be checked; set `conserve` or another `once`"));
+        };
+        let key_value = value(&e.key, "key")?;
+        let conserve = value(&e.conserve, "conserve")?;
+        if let (Some(i), Some(c)) = (conserve, &e.conserve) {
+            if !matches!(operation.values[i].1, ValueGen::Range(..)) {
+                return self.err(c.span(), &format!("`system.effects.conserve` of {name:?} is {:?}, which is not an integer value; give it `range = [lo, hi]`", c.get_ref()));
             }
-            let (query, provider) = match (&e.query, &e.provider) {
-                (Some(q), None) => (q.get_ref().clone(), None),
-                (None, Some(p)) => {
-                    let f = p.get_ref();
-                    let needs = |field: &Option<String>, what: &str, wanted: bool| match (field, wanted) {
-                        (None, true) => self.err(p.span(), &format!("effect {name:?} reads the provider's record and has no `provider.{what}`; name the body field that holds it")),
-                        _ => Ok(()),
-                    };
-                    needs(&f.message_id, "message_id", matches!(once, Once::PerMessage | Once::PerMalformedMessage))?;
-                    needs(&f.amount, "amount", conserve.is_some())?;
-                    (String::new(), Some(ProviderFields { message_id: f.message_id.clone(), key: f.key.clone(), amount: f.amount.clone() }))
-                }
-                (Some(q), Some(_)) => return self.err(q.span(), &format!("effect {name:?} has both `query` and `provider`; keep one")),
-                (None, None) => return self.err(e.name.span(), &format!("effect {name:?} has neither `query` (SQL returning one row per effect) nor `provider` (the provider's record)")),
-            };
-            effects.push(EffectDecl { name, query, provider, once, types, key_value, conserve });
         }
+        if matches!(once, Once::PerMessage | Once::PerMalformedMessage) && key_value.is_some() {
+            return self.err(e.key.as_ref().map(|k| k.span()).unwrap_or(0..0), &format!("`system.effects.key` of {name:?} is set with `once = \"per-message\"`, whose rows carry their event's key; remove it or use `once = \"per-key\"`"));
+        }
+        if once == Once::Unbounded && conserve.is_none() {
+            return self.err(e.once.span(), &format!("effect {name:?} has `once = \"none\"` and no `conserve`, so nothing would be checked; set `conserve` or another `once`"));
+        }
+        let (query, provider) = match (&e.query, &e.provider) {
+            (Some(q), None) => (q.get_ref().clone(), None),
+            (None, Some(p)) => {
+                let f = p.get_ref();
+                let needs = |field: &Option<String>, what: &str, wanted: bool| match (field, wanted) {
+                    (None, true) => self.err(p.span(), &format!("effect {name:?} reads the provider's record and has no `provider.{what}`; name the body field that holds it")),
+                    _ => Ok(()),
+                };
+                needs(&f.message_id, "message_id", matches!(once, Once::PerMessage | Once::PerMalformedMessage))?;
+                needs(&f.amount, "amount", conserve.is_some())?;
+                (String::new(), Some(ProviderFields { message_id: f.message_id.clone(), key: f.key.clone(), amount: f.amount.clone() }))
+            }
+            (Some(q), Some(_)) => return self.err(q.span(), &format!("effect {name:?} has both `query` and `provider`; keep one")),
+            (None, None) => return self.err(e.name.span(), &format!("effect {name:?} has neither `query` (SQL returning one row per effect) nor `provider` (the provider's record)")),
+        };
+        Ok(EffectDecl { name, query, provider, once, types, key_value, conserve })
+    }
+
+    /// `[[system.checks]]`, each named once.
+    fn checks(&self, raw: &[RawCheck]) -> Result<Vec<CheckDecl>, crate::Error> {
         let mut checks = Vec::new();
-        for c in &raw.checks {
+        for c in raw {
             let name = c.name.get_ref().trim().to_string();
             if name.is_empty() || checks.iter().any(|x: &CheckDecl| x.name == name) {
                 return self.err(
@@ -437,14 +466,7 @@ impl Validator<'_> {
             }
             checks.push(CheckDecl { name, query: c.query.get_ref().clone() });
         }
-        let pending = match &raw.pending {
-            Some(q) if q.get_ref().trim().is_empty() => {
-                return self.err(q.span(), "`system.pending` is empty; give the query whose rows are work accepted and not yet applied, or leave the key out")
-            }
-            Some(q) => Some(q.get_ref().clone()),
-            None => None,
-        };
-        Ok(System { setup, service, operation, outbox, effects, checks, pending })
+        Ok(checks)
     }
 
     fn service(&self, raw: &RawService, dir: &Path) -> Result<ServiceDecl, crate::Error> {

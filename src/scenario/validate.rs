@@ -157,20 +157,7 @@ impl Validator<'_> {
         let pause = self.pause(&raw.nemesis)?;
         let system = self.declared(&raw, path, &faults, (&command, &relay_command))?;
         let notifier = self.notifier(&raw.notifier, &variants, command)?;
-        if notifier.email == EmailMode::Off && !system.as_ref().is_some_and(|s| s.uses_provider()) {
-            // The provider runs only for a notifier that sends emails: its
-            // faults would never strike.
-            let at_provider = FaultPoint::ALL.iter().find(|p| p.strike() == Strike::Provider && faults.get(**p) > 0.0);
-            if let Some(p) = at_provider {
-                return self.err(
-                    raw.faults.get(*p).span(),
-                    &format!(
-                        "`faults.{}` strikes the email provider, and this run sends no email (`notifier.email` is \"off\"); set `notifier.email = \"keyed\"` or remove it",
-                        p.key()
-                    ),
-                );
-            }
-        }
+        self.provider_needs_emails(&raw, &faults, &notifier, system.as_ref())?;
         // Unset, a pause outlasts the session timeout the program is given
         // (CHAOS_SESSION_TIMEOUT_MS), so that each one makes a zombie.
         let pause = match raw.nemesis.pause_secs.span() == (0..0) {
@@ -215,12 +202,7 @@ impl Validator<'_> {
             )? as u64),
             components: self.choice(&raw.run.components, "run.components", Components::parse, Components::names)?,
             exactly_once: raw.expect.exactly_once,
-            allowed_anomalies: raw
-                .expect
-                .allowed_anomalies
-                .iter()
-                .map(|a| self.choice(a, "expect.allowed_anomalies", AnomalyKind::parse, AnomalyKind::names))
-                .collect::<Result<_, _>>()?,
+            allowed_anomalies: self.allowed_anomalies(&raw)?,
             infra_database_url: raw.infra.database_url,
             infra_kafka_brokers: raw.infra.kafka_brokers,
             schedule: None,
@@ -228,6 +210,41 @@ impl Validator<'_> {
             system,
             cross_check: None,
         }))
+    }
+
+    /// The provider runs only for a notifier that sends emails, or a
+    /// declared effect read from its record: otherwise its faults would
+    /// never strike.
+    fn provider_needs_emails(
+        &self,
+        raw: &RawScenario,
+        faults: &FaultRates,
+        notifier: &NotifierConfig,
+        system: Option<&System>,
+    ) -> Result<(), crate::Error> {
+        if notifier.email == EmailMode::Off && !system.is_some_and(|s| s.uses_provider()) {
+            // The provider runs only for a notifier that sends emails: its
+            // faults would never strike.
+            let at_provider = FaultPoint::ALL.iter().find(|p| p.strike() == Strike::Provider && faults.get(**p) > 0.0);
+            if let Some(p) = at_provider {
+                return self.err(
+                    raw.faults.get(*p).span(),
+                    &format!(
+                        "`faults.{}` strikes the email provider, and this run sends no email (`notifier.email` is \"off\"); set `notifier.email = \"keyed\"` or remove it",
+                        p.key()
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn allowed_anomalies(&self, raw: &RawScenario) -> Result<Vec<AnomalyKind>, crate::Error> {
+        raw.expect
+            .allowed_anomalies
+            .iter()
+            .map(|a| self.choice(a, "expect.allowed_anomalies", AnomalyKind::parse, AnomalyKind::names))
+            .collect()
     }
 
     /// The reference components' variants, correct or broken on purpose.

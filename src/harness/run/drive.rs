@@ -4,6 +4,7 @@
 use crate::context::{Ctx, Stats};
 use crate::error::Result;
 use crate::report::{self, Sample};
+use crate::verifier::Verdict;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::warn;
@@ -19,6 +20,38 @@ pub(super) struct Ran {
     pub interrupted: bool,
     pub workload_ms: u64,
     pub drain_ms: u64,
+}
+
+impl Ran {
+    /// What the checkers found, when the run can be judged on it; else the
+    /// verdict and reason of a run that cannot: interrupted, with something
+    /// that may still write, never verified, or its ground truth unread.
+    pub fn judgeable<T>(
+        &self,
+        still_running: bool,
+        verified: Option<Result<T>>,
+    ) -> std::result::Result<T, (Verdict, String)> {
+        let incomplete = self.incomplete.clone().unwrap_or_default();
+        match verified {
+            _ if self.interrupted => Err((
+                Verdict::Interrupted,
+                "interrupted by a signal before the run was verified; nothing was verified".into(),
+            )),
+            _ if still_running => Err((
+                Verdict::Incomplete,
+                format!("{incomplete}; nothing was verified, since something may still write"),
+            )),
+            None => Err((Verdict::Incomplete, format!("{incomplete}; nothing was verified"))),
+            Some(Err(e)) => Err((
+                Verdict::Incomplete,
+                match &self.incomplete {
+                    Some(r) => format!("{r}; verification failed too: {e}"),
+                    None => format!("verification could not read the ground truth: {e}"),
+                },
+            )),
+            Some(Ok(found)) => Ok(found),
+        }
+    }
 }
 
 /// How many drain timeouts a drain that keeps making progress may take in

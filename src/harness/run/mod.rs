@@ -158,11 +158,7 @@ async fn execute_keeping(
         (Some(url), true) => Some(Lanes::start(&ctx, url, acting.subscribe()).await?),
         _ => None,
     };
-    let mut infra_line = infra.describe(&names);
-    if let Some(l) = &lanes {
-        infra_line = format!("{infra_line} · {}", l.describe());
-        infra.info.proxy = Some(l.describe());
-    }
+    let infra_line = banner(&mut infra, &names, lanes.as_ref());
     reporter.event(&Event::Started { run_id: &names.run_id, scenario: &sc.name, seed: sc.seed, infra: &infra_line })?;
     info!(run_id = %names.run_id, seed = sc.seed, "starting");
     let progress =
@@ -194,10 +190,7 @@ async fn execute_keeping(
     }
     // Every component has stopped: the provider's record is final.
     let emails = match &provider {
-        Some(p) => {
-            p.shutdown().await;
-            Some(p.take_record())
-        }
+        Some(p) => Some(p.stop_and_take_record().await),
         None => None,
     };
     why_incomplete(&mut ran, sut.failure(), &stopped);
@@ -213,6 +206,19 @@ async fn execute_keeping(
     rep.timings.verify_ms = t_verify.elapsed().as_millis() as u64;
     rep.timings.total_ms = started.elapsed().as_millis() as u64;
     finish(rep, infra, reports_dir, reporter, keep).await
+}
+
+/// The banner's infra line, the fault proxy's lanes included (and noted
+/// in the report's infra).
+fn banner(infra: &mut Infra, names: &crate::domain::names::RunNames, lanes: Option<&Lanes>) -> String {
+    let line = infra.describe(names);
+    match lanes {
+        Some(l) => {
+            infra.info.proxy = Some(l.describe());
+            format!("{line} · {}", l.describe())
+        }
+        None => line,
+    }
 }
 
 /// A run that could not go on: its components stopped, its infrastructure

@@ -316,57 +316,39 @@ pub(super) async fn judge(
             _ = crate::harness::interrupt::requested() => { ran.interrupted = true; None }
         }
     };
-    let incomplete = ran.incomplete.clone();
-    let (verdict, reason) = match verified {
-        _ if ran.interrupted => {
-            (Verdict::Interrupted, "interrupted by a signal before the run was verified; nothing was verified".into())
-        }
-        _ if still_running => (
-            Verdict::Incomplete,
-            format!("{}; nothing was verified, since something may still write", incomplete.unwrap_or_default()),
-        ),
-        None => (Verdict::Incomplete, incomplete.unwrap_or_default()),
-        Some(Err(e)) => (
-            Verdict::Incomplete,
-            match incomplete {
-                Some(r) => format!("{r}; verification failed too: {e}"),
-                None => format!("verification could not read the ground truth: {e}"),
-            },
-        ),
-        Some(Ok(pass::Verified { reconciliation: r, topic_side, confirmed })) => {
-            for (point, n) in confirmed {
-                ctx.faults.confirm(point, n);
-            }
-            let mut anomalies = r.anomalies;
-            verdict::allow(&mut anomalies, &sc.allowed_anomalies);
-            rep.stories = pass::stories(&store, &anomalies, topic_side, &history).await;
-            pass::attribute(&store, &mut anomalies, &rep.stories, &history, sc).await;
-            if let Some(record) = emails {
-                crate::verifier::add_provider_calls(&mut rep.stories, record, history.started_epoch_ms);
-            }
-            rep.faults = ctx.faults.summary();
-            let chaos = verdict::chaos_checks(&rep.faults);
-            let (v, why) = verdict::verdict(sc.exactly_once, &r.invariants, &anomalies, &chaos);
-            rep.counts = r.counts;
-            rep.invariants = r.invariants;
-            rep.anomalies = anomalies;
-            rep.chaos_checks = chaos;
-            rep.latency_ms = pass::latency(&store).await.unwrap_or_else(|e| {
-                warn!(cause = %e, "measuring the latency failed");
-                None
-            });
-            if let (Some(sys), Some(ops)) = (&sc.cross_check, &ops) {
-                rep.cross_check = Some(super::declared::cross_check(ctx, &store, sys, ops, emails).await);
-            }
-            match incomplete {
-                Some(reason) => (Verdict::Incomplete, format!("{reason}; the figures above are partial")),
-                None => (v, why),
-            }
-        }
+    let pass::Verified { reconciliation: r, topic_side, confirmed } = match ran.judgeable(still_running, verified) {
+        Ok(found) => found,
+        Err((v, why)) => return rep.judged(v, why, ctx.faults.fired_schedule()),
     };
-    rep.fired = ctx.faults.fired_schedule();
-    rep.verdict = verdict;
-    rep.reason = reason;
+    for (point, n) in confirmed {
+        ctx.faults.confirm(point, n);
+    }
+    let mut anomalies = r.anomalies;
+    verdict::allow(&mut anomalies, &sc.allowed_anomalies);
+    rep.stories = pass::stories(&store, &anomalies, topic_side, &history).await;
+    pass::attribute(&store, &mut anomalies, &rep.stories, &history, sc).await;
+    if let Some(record) = emails {
+        crate::verifier::add_provider_calls(&mut rep.stories, record, history.started_epoch_ms);
+    }
+    rep.faults = ctx.faults.summary();
+    let chaos = verdict::chaos_checks(&rep.faults);
+    let (v, why) = verdict::verdict(sc.exactly_once, &r.invariants, &anomalies, &chaos);
+    rep.counts = r.counts;
+    rep.invariants = r.invariants;
+    rep.anomalies = anomalies;
+    rep.chaos_checks = chaos;
+    rep.latency_ms = pass::latency(&store).await.unwrap_or_else(|e| {
+        warn!(cause = %e, "measuring the latency failed");
+        None
+    });
+    if let (Some(sys), Some(ops)) = (&sc.cross_check, &ops) {
+        rep.cross_check = Some(super::declared::cross_check(ctx, &store, sys, ops, emails).await);
+    }
+    let (v, why) = match &ran.incomplete {
+        Some(reason) => (Verdict::Incomplete, format!("{reason}; the figures above are partial")),
+        None => (v, why),
+    };
+    rep.judged(v, why, ctx.faults.fired_schedule());
 }
 
 #[cfg(test)]

@@ -138,30 +138,11 @@ impl Programs {
                 let tail: Tail = Default::default();
                 tails.push((name.clone(), tail.clone()));
                 let (kill, kill_rx) = tokio::sync::mpsc::unbounded_channel();
-                // Behind the fault proxy, the slot's process talks to the
-                // database through its own port, and the proxy may ask for
-                // its kill (db.kill_after_commit).
                 let proxy_slot = lanes.and_then(|l| l.slot(&name));
                 // Everything that strikes the slot claims its kills on one
                 // occupant: the keeper, the proxy, the per-message nemesis.
                 let occupant = proxy_slot.as_ref().map(|s| s.process.occupant.clone()).unwrap_or_default();
-                let mut env = env.clone();
-                if role == Role::Service {
-                    // The slot keeps its port across incarnations, so the
-                    // workload finds a restarted service where it was.
-                    let port = free_port()?;
-                    service_ports.push(port);
-                    env.0.push(("CHAOS_PORT", port.to_string()));
-                }
-                if let (Some(slot), Some(l)) = (&proxy_slot, lanes) {
-                    env.0.retain(|(k, _)| *k != "CHAOS_DATABASE_URL");
-                    env.0.push(("CHAOS_DATABASE_URL", l.url_of(slot)));
-                    if let Some(kafka) = slot.kafka {
-                        env.0.retain(|(k, _)| *k != "CHAOS_BROKERS");
-                        env.0.push(("CHAOS_BROKERS", kafka.to_string()));
-                    }
-                    *lock(&slot.process.keeper) = Some(kill.clone());
-                }
+                let env = slot_env(env.clone(), role, proxy_slot.as_deref(), lanes, &kill, &mut service_ports)?;
                 kills.push((name.clone(), kill, occupant.clone()));
                 let keeper = Keeper {
                     slot,
@@ -335,6 +316,36 @@ impl Programs {
     }
 }
 
+/// A slot's environment. A service gets a port of its own, kept across
+/// incarnations, so the workload finds a restarted service where it was.
+/// Behind the fault proxy, the slot's process talks to the database (and
+/// the broker) through its own ports, and the proxy gets the keeper's
+/// line to ask for its kill (db.kill_after_commit).
+fn slot_env(
+    mut env: Env,
+    role: Role,
+    proxy_slot: Option<&crate::nemesis::proxy::Slot>,
+    lanes: Option<&crate::nemesis::proxy::Lanes>,
+    kill: &tokio::sync::mpsc::UnboundedSender<Struck>,
+    service_ports: &mut Vec<u16>,
+) -> crate::error::Result<Env> {
+    if role == Role::Service {
+        let port = free_port()?;
+        service_ports.push(port);
+        env.0.push(("CHAOS_PORT", port.to_string()));
+    }
+    if let (Some(slot), Some(l)) = (proxy_slot, lanes) {
+        env.0.retain(|(k, _)| *k != "CHAOS_DATABASE_URL");
+        env.0.push(("CHAOS_DATABASE_URL", l.url_of(slot)));
+        if let Some(kafka) = slot.kafka {
+            env.0.retain(|(k, _)| *k != "CHAOS_BROKERS");
+            env.0.push(("CHAOS_BROKERS", kafka.to_string()));
+        }
+        *lock(&slot.process.keeper) = Some(kill.clone());
+    }
+    Ok(env)
+}
+
 /// A port on 127.0.0.1 that nothing listens on now: the kernel's pick,
 /// released for the service to bind.
 fn free_port() -> crate::error::Result<u16> {
@@ -489,6 +500,29 @@ struct Keeper {
     acting: watch::Receiver<bool>,
     tail: Tail,
     rng: rand::rngs::StdRng,
+}
+
+/// What the keeper's watch of one incarnation tracks between its turns.
+struct Watch {
+    /// Stopped by a pause until then.
+    paused_until: Option<Instant>,
+    /// The start of the second being drawn, and the instant within it.
+    second: Instant,
+    next: Instant,
+    /// Whether the incarnation shows its session (see `Keeper::watch`).
+    ready: bool,
+    ready_check: Instant,
+    /// A kill that came before the incarnation was ready.
+    deferred: Option<(FaultPoint, Claim)>,
+}
+
+impl Watch {
+    /// Seconds are drawn from now on: a pause, readiness or the nemesis's
+    /// switch restarts them.
+    fn restart_seconds(&mut self, keeper: &mut Keeper) {
+        self.second = Instant::now();
+        self.next = self.second + keeper.instant_within_second();
+    }
 }
 
 /// A running incarnation.
@@ -705,20 +739,23 @@ impl Keeper {
     /// Watches one incarnation until it ends, acting on it as the nemesis.
     async fn watch(&mut self, proc: &mut Proc) -> End {
         let mut shutdown = self.ctx.shutdown.clone();
-        let mut paused_until: Option<Instant> = None;
-        let mut second = Instant::now();
-        let mut next = second + self.instant_within_second();
         // The nemesis strikes a process only once it is ready: PostgreSQL
         // shows a session of this incarnation (a relay about to claim, a
         // notifier about to handle what its group gave it). Its seconds
         // starting up are not drawn, and a per-message kill that comes
         // before waits for it. On SQLite nothing shows it: ready at once.
         let app = self.application_name(proc.incarnation);
-        let mut ready = !matches!(self.ctx.store, Store::Postgres(_));
-        let mut ready_check = Instant::now();
-        let mut deferred: Option<(FaultPoint, Claim)> = None;
+        let mut w = Watch {
+            paused_until: None,
+            second: Instant::now(),
+            next: Instant::now(),
+            ready: !matches!(self.ctx.store, Store::Postgres(_)),
+            ready_check: Instant::now(),
+            deferred: None,
+        };
+        w.restart_seconds(self);
         loop {
-            let acting = *self.acting.borrow() && ready && paused_until.is_none();
+            let acting = *self.acting.borrow() && w.ready && w.paused_until.is_none();
             tokio::select! {
                 // A kill decided outside arrives before the process can end
                 // of it (the fault proxy sends the word, then the signal),
@@ -726,36 +763,14 @@ impl Keeper {
                 // the program's own.
                 biased;
                 Some((point, serial, claim)) = self.kill_rx.recv() => {
-                    if serial != proc.lease.serial() {
-                        // Claimed on an incarnation that ended before its
-                        // signal: pre-empted by that end.
-                        self.ctx.faults.preempt(point, &self.name, "its incarnation had ended before the kill");
-                        continue;
+                    if let Some(end) = self.kill_decided(proc, &mut w, point, serial, claim).await {
+                        return end;
                     }
-                    let Some(claim) = claim else {
-                        // The fault proxy's: claimed and signalled there.
-                        return self.kill_for(proc, point, None).await;
-                    };
-                    if !ready {
-                        deferred = Some((point, claim));
-                        continue;
-                    }
-                    self.measure_kill(proc, &claim).await;
-                    return self.kill_for(proc, point, Some(claim)).await;
                 }
-                _ = tokio::time::sleep_until(ready_check), if !ready => {
-                    if sessions(&self.ctx.store, &app).await == 0 {
-                        ready_check = Instant::now() + READY_CHECK;
-                        continue;
+                _ = tokio::time::sleep_until(w.ready_check), if !w.ready => {
+                    if let Some(end) = self.check_ready(proc, &mut w, &app).await {
+                        return end;
                     }
-                    ready = true;
-                    info!(component = %self.name, pid = proc.pid, ms = proc.started.elapsed().as_millis() as u64, "process ready");
-                    if let Some((point, claim)) = deferred.take() {
-                        self.measure_kill(proc, &claim).await;
-                        return self.kill_for(proc, point, Some(claim)).await;
-                    }
-                    second = Instant::now();
-                    next = second + self.instant_within_second();
                 }
                 _ = proc.exit.wait() => {
                     return match proc.end().await {
@@ -763,58 +778,31 @@ impl Keeper {
                         Err(e) => { warn!(component = %self.name, cause = %e, "waiting for the process failed"); End::Stopped }
                     };
                 }
-                _ = tokio::time::sleep_until(next), if acting => {
-                    second += Duration::from_secs(1);
-                    next = second + self.instant_within_second();
-                    // A consumer's second while its group rebalances is no
-                    // occurrence: struck now, it would only rebalance again.
-                    if self.strikes_seconds() && self.ctx.faults.waits_for_group(&self.name) {
-                        Stats::add(&self.ctx.stats.group_waits, 1);
-                        continue;
-                    }
-                    let hit = || format!("pid {} (incarnation {})", proc.pid, proc.incarnation);
-                    // Drawn on the occupant: a second whose process a kill
-                    // from elsewhere has claimed is no occurrence of either.
-                    let mut pause = false;
-                    let kill = self.occupant.claim(|| {
-                        let (kill, p) = draw_second(&self.ctx.faults, &self.name, hit);
-                        pause = p;
-                        kill
-                    });
-                    // Both in one second: the pause lands, then the kill on
-                    // the stopped process, so each firing has its effect.
-                    if pause && self.pause(proc, FaultPoint::ProcessPause, kill.as_ref()).await {
-                        paused_until = Some(Instant::now() + self.ctx.scenario.pause);
-                    }
-                    if let Some(claim) = kill {
-                        self.measure_kill(proc, &claim).await;
-                        return self.kill_for(proc, FaultPoint::ProcessKill, Some(claim)).await;
+                _ = tokio::time::sleep_until(w.next), if acting => {
+                    if let Some(end) = self.strike_second(proc, &mut w).await {
+                        return end;
                     }
                 }
-                _ = tokio::time::sleep_until(paused_until.unwrap_or_else(Instant::now)), if paused_until.is_some() => {
+                _ = tokio::time::sleep_until(w.paused_until.unwrap_or_else(Instant::now)), if w.paused_until.is_some() => {
                     self.signal(proc, None, libc::SIGCONT);
-                    paused_until = None;
+                    w.paused_until = None;
                     // The seconds spent stopped are not struck again.
-                    second = Instant::now();
-                    next = second + self.instant_within_second();
+                    w.restart_seconds(self);
                 }
                 Some(line) = proc.lines.recv() => match line {
                     Line::Halt { point, fires } => return self.halted(proc, point, fires).await,
                     Line::Stall { point, ms } => {
                         if self.pause(proc, point, None).await {
-                            paused_until = Some(Instant::now() + Duration::from_millis(ms));
+                            w.paused_until = Some(Instant::now() + Duration::from_millis(ms));
                         }
                     }
                     other => self.count(proc, other),
                 },
                 // A switch gone (its run ending) is no change: the branch
                 // then waits no more, rather than firing without end.
-                Ok(()) = self.acting.changed() => {
-                    second = Instant::now();
-                    next = second + self.instant_within_second();
-                }
+                Ok(()) = self.acting.changed() => w.restart_seconds(self),
                 _ = shutdown.wait() => {
-                    if paused_until.is_some() {
+                    if w.paused_until.is_some() {
                         self.signal(proc, None, libc::SIGCONT);
                     }
                     self.stop(proc).await;
@@ -822,6 +810,81 @@ impl Keeper {
                 }
             }
         }
+    }
+
+    /// A kill decided outside (a per-message halt, the fault proxy): on
+    /// this incarnation now, or once it is ready.
+    async fn kill_decided(
+        &mut self,
+        proc: &mut Proc,
+        w: &mut Watch,
+        point: FaultPoint,
+        serial: u64,
+        claim: Option<Claim>,
+    ) -> Option<End> {
+        if serial != proc.lease.serial() {
+            // Claimed on an incarnation that ended before its signal:
+            // pre-empted by that end.
+            self.ctx.faults.preempt(point, &self.name, "its incarnation had ended before the kill");
+            return None;
+        }
+        let Some(claim) = claim else {
+            // The fault proxy's: claimed and signalled there.
+            return Some(self.kill_for(proc, point, None).await);
+        };
+        if !w.ready {
+            w.deferred = Some((point, claim));
+            return None;
+        }
+        self.measure_kill(proc, &claim).await;
+        Some(self.kill_for(proc, point, Some(claim)).await)
+    }
+
+    /// Whether the incarnation shows its session yet; once it does, a
+    /// deferred kill lands and its seconds start.
+    async fn check_ready(&mut self, proc: &mut Proc, w: &mut Watch, app: &str) -> Option<End> {
+        if sessions(&self.ctx.store, app).await == 0 {
+            w.ready_check = Instant::now() + READY_CHECK;
+            return None;
+        }
+        w.ready = true;
+        info!(component = %self.name, pid = proc.pid, ms = proc.started.elapsed().as_millis() as u64, "process ready");
+        if let Some((point, claim)) = w.deferred.take() {
+            self.measure_kill(proc, &claim).await;
+            return Some(self.kill_for(proc, point, Some(claim)).await);
+        }
+        w.restart_seconds(self);
+        None
+    }
+
+    /// One second of the process's life: the per-second kill and pause
+    /// drawn, and struck.
+    async fn strike_second(&mut self, proc: &mut Proc, w: &mut Watch) -> Option<End> {
+        w.second += Duration::from_secs(1);
+        w.next = w.second + self.instant_within_second();
+        // A consumer's second while its group rebalances is no
+        // occurrence: struck now, it would only rebalance again.
+        if self.strikes_seconds() && self.ctx.faults.waits_for_group(&self.name) {
+            Stats::add(&self.ctx.stats.group_waits, 1);
+            return None;
+        }
+        let hit = || format!("pid {} (incarnation {})", proc.pid, proc.incarnation);
+        // Drawn on the occupant: a second whose process a kill from
+        // elsewhere has claimed is no occurrence of either.
+        let mut pause = false;
+        let kill = self.occupant.claim(|| {
+            let (kill, p) = draw_second(&self.ctx.faults, &self.name, hit);
+            pause = p;
+            kill
+        });
+        // Both in one second: the pause lands, then the kill on the
+        // stopped process, so each firing has its effect.
+        if pause && self.pause(proc, FaultPoint::ProcessPause, kill.as_ref()).await {
+            w.paused_until = Some(Instant::now() + self.ctx.scenario.pause);
+        }
+        let claim = kill?;
+        self.measure_kill(proc, &claim).await;
+        Some(self.kill_for(proc, FaultPoint::ProcessKill, Some(claim)).await)
     }
 
     /// The name an incarnation's database sessions carry: unique to the

@@ -685,12 +685,7 @@ async fn pump_broker(
     // Dropped, however this pump ends, it kills: a reset or a failed write
     // must not leave a fired kill undone.
     let mut kill_at_end: Option<Claimed<'_>> = None;
-    // Fetch responses are read only when a point needs them: a consumer's
-    // reads are most of its bytes. Their kill needs their first bytes; a
-    // kill after a database commit, what each one delivered (read whole).
-    let strike_fetches = faults.probability(FaultPoint::KafkaKillAfterFetch) > 0.0;
-    let whole = faults.probability(FaultPoint::DbKillAfterCommit) > 0.0;
-    let read_fetches = strike_fetches || whole;
+    let reads = FetchReads::of(faults);
     // A fetch response begun in an earlier read, not yet decided.
     let mut fetching: Option<kafka::Fetched> = None;
     loop {
@@ -711,24 +706,11 @@ async fn pump_broker(
             }
         };
         // A fetch begun in an earlier read: its next bytes head this buffer.
-        if let Some(mut f) = fetching.take() {
-            let mine = left_before.min(buf.len());
-            let undecided = !f.decided();
-            match f.feed(&buf[..mine]) {
-                Some(true) if undecided && strike_fetches && kill_at_end.is_none() => {
-                    kill_at_end = slot.process.claim_kill(faults, FaultPoint::KafkaKillAfterFetch, &slot.name, || {
-                        "the process, once a fetch with records reached it".into()
-                    })
-                }
-                Some(_) => {}
-                None if left_before > buf.len() => {}
-                None => debug!(slot = %slot.name, "a fetch response the proxy could not read; no occurrence"),
-            }
-            match left_before > buf.len() {
-                true if f.wants_more() => fetching = Some(f),
-                true => {}
-                false => slot.delivered(f.delivered()),
-            }
+        if let Some(f) = fetching.take() {
+            let strike = reads.strike && kill_at_end.is_none();
+            let (rest, claimed) = fetch_continued(f, &buf, left_before, strike, slot, faults);
+            fetching = rest;
+            kill_at_end = kill_at_end.or(claimed);
         }
         // An acknowledgement begun in an earlier read ends in this one.
         let mut kill = if left_before <= scan.safe { kill_at_end.take() } else { None };
@@ -738,48 +720,13 @@ async fn pump_broker(
             if kill.is_some() || kill_at_end.is_some() {
                 break;
             }
-            let mut reach = Reach::default();
-            let (point, what) = match in_flight.answered(f.correlation).map(|r| (r.api_key, r.api_version)) {
-                Some((kafka::PRODUCE, _)) => (FaultPoint::KafkaKillAfterProduceAck, "its produce was acknowledged"),
-                Some((kafka::OFFSET_COMMIT, version)) => {
-                    // The coordinator answered: the group's position moved,
-                    // whether or not the client reads the answer, except
-                    // for the partitions it refused (a fenced zombie's).
-                    slot.offset_commits.send_modify(|n| *n += 1);
-                    let refused = f
-                        .end
-                        .and_then(|end| kafka::offset_commit_refused(version, &buf[f.start..end]))
-                        .unwrap_or_default();
-                    reach = slot.committing(in_flight.positions(f.correlation).unwrap_or_default(), &refused);
-                    (FaultPoint::KafkaKillAfterOffsetCommit, "its offset commit was acknowledged")
-                }
-                Some((kafka::FETCH, version)) if read_fetches => {
-                    // Decided by the bytes in this buffer, or followed into
-                    // the next reads until its first record set's length
-                    // (or its end, when it is read whole).
-                    let mut fetched = kafka::Fetched::new(version, whole);
-                    let decided = fetched.feed(&buf[f.start..f.end.unwrap_or(buf.len())]);
-                    match f.end {
-                        Some(_) => slot.delivered(fetched.delivered()),
-                        None if fetched.wants_more() => fetching = Some(fetched),
-                        None => {}
-                    }
-                    match decided {
-                        Some(true) if strike_fetches => {
-                            (FaultPoint::KafkaKillAfterFetch, "a fetch with records reached it")
-                        }
-                        _ => continue,
-                    }
-                }
-                _ => continue,
+            let Some((point, what, reach)) = occurrence(f, &buf, in_flight, slot, reads, &mut fetching) else {
+                continue;
             };
             if point == FaultPoint::KafkaKillAfterProduceAck
                 && faults.strike(FaultPoint::KafkaProduceAckLost, &slot.name, || "a produce's acknowledgement".into())
             {
-                // The broker appended the batches; the client never hears.
-                to.write_all(&buf[..f.start]).await.map_err(|e| e.to_string())?;
-                faults.confirm(FaultPoint::KafkaProduceAckLost, 1);
-                return Err("reset after withholding a produce's acknowledgement (kafka.produce_ack_lost)".into());
+                return withhold_ack(to, &buf[..f.start], faults).await;
             }
             let claimed = slot.process.claim_kill_reaching(
                 faults,
@@ -798,6 +745,120 @@ async fn pump_broker(
         // The acknowledgement is written: the claimed kill, now.
         drop(kill);
     }
+}
+
+/// Which fetch responses the proxy reads. They are read only when a point
+/// needs them: a consumer's reads are most of its bytes. Their kill needs
+/// their first bytes; a kill after a database commit, what each one
+/// delivered (read whole).
+#[derive(Clone, Copy)]
+struct FetchReads {
+    /// `kafka.kill_after_fetch` may strike.
+    strike: bool,
+    /// Each is read whole, for what it delivered.
+    whole: bool,
+}
+
+impl FetchReads {
+    fn of(faults: &FaultInjector) -> Self {
+        Self {
+            strike: faults.probability(FaultPoint::KafkaKillAfterFetch) > 0.0,
+            whole: faults.probability(FaultPoint::DbKillAfterCommit) > 0.0,
+        }
+    }
+
+    fn any(&self) -> bool {
+        self.strike || self.whole
+    }
+}
+
+/// `kafka.produce_ack_lost`: the broker appended the batches, and the
+/// client never hears. What came before the acknowledgement is written,
+/// then the connection is reset.
+async fn withhold_ack(to: &mut OwnedWriteHalf, before: &[u8], faults: &FaultInjector) -> Ended {
+    to.write_all(before).await.map_err(|e| e.to_string())?;
+    faults.confirm(FaultPoint::KafkaProduceAckLost, 1);
+    Err("reset after withholding a produce's acknowledgement (kafka.produce_ack_lost)".into())
+}
+
+/// A fetch response begun in an earlier read, fed the bytes of it that
+/// head this buffer (`left_before` of them, or all the buffer). Returns it
+/// when more of it is wanted, and the kill claimed when it turned out to
+/// carry records and `strike` says a fetch may be struck.
+fn fetch_continued<'a>(
+    mut f: kafka::Fetched,
+    buf: &[u8],
+    left_before: usize,
+    strike: bool,
+    slot: &'a Slot,
+    faults: &'a FaultInjector,
+) -> (Option<kafka::Fetched>, Option<Claimed<'a>>) {
+    let mine = left_before.min(buf.len());
+    let undecided = !f.decided();
+    let mut claimed = None;
+    match f.feed(&buf[..mine]) {
+        Some(true) if undecided && strike => {
+            claimed = slot.process.claim_kill(faults, FaultPoint::KafkaKillAfterFetch, &slot.name, || {
+                "the process, once a fetch with records reached it".into()
+            })
+        }
+        Some(_) => {}
+        None if left_before > buf.len() => {}
+        None => debug!(slot = %slot.name, "a fetch response the proxy could not read; no occurrence"),
+    }
+    match left_before > buf.len() {
+        true if f.wants_more() => return (Some(f), claimed),
+        true => {}
+        false => slot.delivered(f.delivered()),
+    }
+    (None, claimed)
+}
+
+/// The kill point a response is an occurrence of, the words for what the
+/// process saw, and what the kill reaches; `None` for a response of no
+/// point. An offset commit's answer moves the slot's count and positions
+/// whether or not it is struck; a fetch read in part is followed into the
+/// next reads through `fetching`.
+fn occurrence(
+    f: &kafka::Frame,
+    buf: &[u8],
+    in_flight: &kafka::InFlight,
+    slot: &Slot,
+    reads: FetchReads,
+    fetching: &mut Option<kafka::Fetched>,
+) -> Option<(FaultPoint, &'static str, Reach)> {
+    let mut reach = Reach::default();
+    let (point, what) = match in_flight.answered(f.correlation).map(|r| (r.api_key, r.api_version)) {
+        Some((kafka::PRODUCE, _)) => (FaultPoint::KafkaKillAfterProduceAck, "its produce was acknowledged"),
+        Some((kafka::OFFSET_COMMIT, version)) => {
+            // The coordinator answered: the group's position moved,
+            // whether or not the client reads the answer, except
+            // for the partitions it refused (a fenced zombie's).
+            slot.offset_commits.send_modify(|n| *n += 1);
+            let refused =
+                f.end.and_then(|end| kafka::offset_commit_refused(version, &buf[f.start..end])).unwrap_or_default();
+            reach = slot.committing(in_flight.positions(f.correlation).unwrap_or_default(), &refused);
+            (FaultPoint::KafkaKillAfterOffsetCommit, "its offset commit was acknowledged")
+        }
+        Some((kafka::FETCH, version)) if reads.any() => {
+            // Decided by the bytes in this buffer, or followed into
+            // the next reads until its first record set's length
+            // (or its end, when it is read whole).
+            let mut fetched = kafka::Fetched::new(version, reads.whole);
+            let decided = fetched.feed(&buf[f.start..f.end.unwrap_or(buf.len())]);
+            match f.end {
+                Some(_) => slot.delivered(fetched.delivered()),
+                None if fetched.wants_more() => *fetching = Some(fetched),
+                None => {}
+            }
+            match decided {
+                Some(true) if reads.strike => (FaultPoint::KafkaKillAfterFetch, "a fetch with records reached it"),
+                _ => return None,
+            }
+        }
+        _ => return None,
+    };
+    Some((point, what, reach))
 }
 
 /// How long `db.hold_commit` holds a `COMMIT`: longer than the 5 s
@@ -1201,7 +1262,7 @@ mod tests {
         let mut child = spawn();
         let lease = slot.process.occupant.enter(child.id() as i32).unwrap();
         slot.offset_commits.send_modify(|n| *n += 1);
-        assert!(matches!(hold_commit(&slot, &faults, 0, lease.serial()).await, Held::Killed));
+        assert!(matches!(hold_commit(slot, &faults, 0, lease.serial()).await, Held::Killed));
         assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
         lease.ended();
         drop(lease);
@@ -1211,7 +1272,7 @@ mod tests {
         let lease = slot.process.occupant.enter(child.id() as i32).unwrap();
         let other = slot.process.occupant.claim(|| true).unwrap();
         slot.offset_commits.send_modify(|n| *n += 1);
-        assert!(matches!(hold_commit(&slot, &faults, 1, lease.serial()).await, Held::Ended));
+        assert!(matches!(hold_commit(slot, &faults, 1, lease.serial()).await, Held::Ended));
         assert_eq!(faults.preempted(FaultPoint::DbHoldCommit), 1);
         slot.process.occupant.signal_claimed(&other, libc::SIGKILL);
         child.wait().unwrap();
@@ -1229,7 +1290,7 @@ mod tests {
             child.wait().unwrap();
             lease.ended();
         };
-        let (held, ()) = tokio::join!(hold_commit(&slot, &faults, 2, serial), ender);
+        let (held, ()) = tokio::join!(hold_commit(slot, &faults, 2, serial), ender);
         assert!(matches!(held, Held::Ended));
         assert_eq!(faults.preempted(FaultPoint::DbHoldCommit), 2);
         assert_eq!(faults.confirmed(FaultPoint::DbHoldCommit), 0);

@@ -172,48 +172,30 @@ impl Declared {
                 _ = crate::harness::interrupt::requested() => { ran.interrupted = true; None }
             }
         };
-        let (v, reason) = match verified {
-            _ if ran.interrupted => (
-                Verdict::Interrupted,
-                "interrupted by a signal before the run was verified; nothing was verified".into(),
-            ),
-            _ if still_running => (
-                Verdict::Incomplete,
-                format!(
-                    "{}; nothing was verified, since something may still write",
-                    ran.incomplete.clone().unwrap_or_default()
-                ),
-            ),
-            None => {
-                (Verdict::Incomplete, format!("{}; nothing was verified", ran.incomplete.clone().unwrap_or_default()))
-            }
-            Some(Err(e)) => (Verdict::Incomplete, format!("verification could not read the ground truth: {e}")),
-            Some(Ok(found)) => {
-                let mut anomalies = found.anomalies;
-                // Late is not lost: the stall leads, and its keys are left out
-                // of the missing effects.
-                if let Some(s) = &stalls.consumer {
-                    anomalies.insert(0, settle::stalled(s, &ctx.faults.log()));
-                }
-                if let Some(s) = &stalls.relay {
-                    anomalies.insert(0, settle::stalled_relay(s, &ctx.faults.log()));
-                }
-                let mut invariants = found.invariants;
-                settle::liveness(&mut invariants, sys, stalls);
-                verdict::allow(&mut anomalies, &sc.allowed_anomalies);
-                rep.faults = ctx.faults.summary();
-                let chaos = verdict::chaos_checks(&rep.faults);
-                let (v, why) = verdict::verdict(sc.exactly_once, &invariants, &anomalies, &chaos);
-                rep.invariants = invariants;
-                rep.anomalies = anomalies;
-                rep.chaos_checks = chaos;
-                rep.system = Some(found.figures);
-                (v, why)
-            }
+        let found = match ran.judgeable(still_running, verified) {
+            Ok(found) => found,
+            Err((v, why)) => return rep.judged(v, why, ctx.faults.fired_schedule()),
         };
-        rep.fired = ctx.faults.fired_schedule();
-        rep.verdict = v;
-        rep.reason = reason;
+        let mut anomalies = found.anomalies;
+        // Late is not lost: the stall leads, and its keys are left out of
+        // the missing effects.
+        if let Some(s) = &stalls.consumer {
+            anomalies.insert(0, settle::stalled(s, &ctx.faults.log()));
+        }
+        if let Some(s) = &stalls.relay {
+            anomalies.insert(0, settle::stalled_relay(s, &ctx.faults.log()));
+        }
+        let mut invariants = found.invariants;
+        settle::liveness(&mut invariants, sys, stalls);
+        verdict::allow(&mut anomalies, &sc.allowed_anomalies);
+        rep.faults = ctx.faults.summary();
+        let chaos = verdict::chaos_checks(&rep.faults);
+        let (v, why) = verdict::verdict(sc.exactly_once, &invariants, &anomalies, &chaos);
+        rep.invariants = invariants;
+        rep.anomalies = anomalies;
+        rep.chaos_checks = chaos;
+        rep.system = Some(found.figures);
+        rep.judged(v, why, ctx.faults.fired_schedule());
     }
 }
 
