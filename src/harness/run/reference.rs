@@ -305,8 +305,8 @@ pub(super) async fn judge(
     let intent = ctx.intent.take();
     // With --declared, the same record of intent, as a declared system's.
     let ops = sc.cross_check.as_ref().map(|sys| super::declared::operations_of(sys, &intent));
-    // The faults' history, taken once: the checkers read it, and what they
-    // find confirmed the harness writes into the injector.
+    // The faults' history, taken once: the checkers read it, and return
+    // what they find confirmed.
     let history = ctx.faults.history();
     let verified = if ran.interrupted || still_running {
         None
@@ -320,9 +320,6 @@ pub(super) async fn judge(
         Ok(found) => found,
         Err((v, why)) => return rep.judged(v, why, ctx.faults.fired_schedule()),
     };
-    for (point, n) in confirmed {
-        ctx.faults.confirm(point, n);
-    }
     let mut anomalies = r.anomalies;
     verdict::allow(&mut anomalies, &sc.allowed_anomalies);
     rep.stories = pass::stories(&store, &anomalies, topic_side, &history).await;
@@ -330,7 +327,10 @@ pub(super) async fn judge(
     if let Some(record) = emails {
         crate::verifier::add_provider_calls(&mut rep.stories, record, history.started_epoch_ms);
     }
+    // The injector's counts and what the checkers found confirmed: the
+    // injector keeps what the run recorded, and nothing is written back.
     rep.faults = ctx.faults.summary();
+    crate::faults::add_confirmed(&mut rep.faults, &confirmed);
     let chaos = verdict::chaos_checks(&rep.faults);
     let (v, why) = verdict::verdict(sc.exactly_once, &r.invariants, &anomalies, &chaos);
     rep.counts = r.counts;
@@ -342,7 +342,7 @@ pub(super) async fn judge(
         None
     });
     if let (Some(sys), Some(ops)) = (&sc.cross_check, &ops) {
-        rep.cross_check = Some(super::declared::cross_check(ctx, &store, sys, ops, emails).await);
+        rep.cross_check = Some(super::declared::cross_check(ctx, &store, sys, ops, emails, &rep.faults).await);
     }
     let (v, why) = match &ran.incomplete {
         Some(reason) => (Verdict::Incomplete, format!("{reason}; the figures above are partial")),

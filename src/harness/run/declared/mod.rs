@@ -250,6 +250,7 @@ pub(super) async fn cross_check(
     sys: &System,
     ops: &[crate::domain::operations::Operation],
     emails: Option<&crate::provider::Record>,
+    faults: &[crate::faults::FaultSummary],
 ) -> crate::report::CrossCheck {
     let sc = &ctx.scenario;
     let Store::Postgres(pg) = store else {
@@ -281,7 +282,7 @@ pub(super) async fn cross_check(
         Ok(found) => {
             let mut anomalies = found.anomalies;
             verdict::allow(&mut anomalies, &sc.allowed_anomalies);
-            let chaos = verdict::chaos_checks(&ctx.faults.summary());
+            let chaos = verdict::chaos_checks(faults);
             let (v, reason) = verdict::verdict(sc.exactly_once, &found.invariants, &anomalies, &chaos);
             crate::report::CrossCheck {
                 verdict: v,

@@ -1,0 +1,257 @@
+use super::*;
+use std::sync::atomic::Ordering;
+
+#[test]
+fn a_reach_keeps_a_batch_as_runs_of_seqs_and_spans_of_offsets() {
+    let r = Reach::outbox([9, 5, 6, 7, 12, 13, 6]);
+    assert_eq!(r.seqs, [(5, 7), (9, 9), (12, 13)]);
+    assert_eq!((r.seq_run(6), r.seq_run(8), r.seq_run(13)), (Some((5, 7)), None, Some((12, 13))));
+    let t = Reach::topic([(1, 20), (0, 3), (1, 18), (1, 19)]);
+    assert_eq!(t.spans, [(1, 18, 20), (0, 3, 3)]);
+    assert_eq!((t.span_of(1, 19), t.span_of(0, 4), t.span_of(2, 19)), (Some((1, 18, 20)), None, None));
+    assert!(Reach::default().is_empty() && !t.is_empty());
+}
+
+/// Two processes over 200 seconds, one meeting 10 windows a second (a
+/// consumer that commits per message), the other 1 (per batch of ten):
+/// the kills each takes at one scenario's rate.
+fn kills_per_program(aimed: Aimed, rate: f64) -> (u64, u64) {
+    let point = FaultPoint::DbKillAfterCommit;
+    let f = FaultInjector::new(7, &FaultRates::none().with(point, rate)).with_aimed(aimed);
+    let (mut per_message, mut per_batch) = (0, 0);
+    for _second in 0..200 {
+        if aimed == Aimed::PerSecond {
+            f.arm(point, "notifier-1");
+            f.arm(point, "notifier-2");
+        }
+        per_message += (0..10).filter(|_| f.strike(point, "notifier-1", String::new)).count() as u64;
+        per_batch += f.strike(point, "notifier-2", String::new) as u64;
+    }
+    (per_message, per_batch)
+}
+
+#[test]
+fn per_second_an_aimed_kill_strikes_programs_alike_whatever_their_windows() {
+    let (per_message, per_batch) = kills_per_program(Aimed::PerSecond, 0.1);
+    // About 20 arms each (200 seconds at 0.1), each struck once.
+    assert!((10..=32).contains(&per_message) && (10..=32).contains(&per_batch), "{per_message} {per_batch}");
+    assert!(per_message.abs_diff(per_batch) <= 12, "{per_message} against {per_batch}");
+    // Per occurrence, the same rate strikes the per-message program
+    // about ten times as often: the kill storm this mode ends.
+    let (per_message, per_batch) = kills_per_program(Aimed::PerOccurrence, 0.1);
+    assert!(per_message > 5 * per_batch, "{per_message} against {per_batch}");
+}
+
+#[test]
+fn an_arm_is_taken_once_by_its_own_process_and_a_schedule_ignores_it() {
+    let point = FaultPoint::KafkaKillAfterFetch;
+    let rates = FaultRates::none().with(point, 1.0);
+    let f = FaultInjector::new(1, &rates).with_aimed(Aimed::PerSecond);
+    assert!(!f.strike(point, "notifier-1", String::new), "unarmed: a window is no kill");
+    assert!(f.arm(point, "notifier-1") && f.arm(point, "notifier-1"), "rate 1 arms every second");
+    assert!(!f.strike(point, "notifier-2", String::new), "another process's arm is not this one's");
+    assert!(f.strike(point, "notifier-1", String::new), "the armed process's next window");
+    assert!(!f.strike(point, "notifier-1", String::new), "two arms before a strike are one");
+    assert_eq!((f.occurrences[point.index()].load(Ordering::Relaxed), f.fired(point)), (4, 1));
+    assert_eq!(f.armed(point), (2, 2));
+    let s = f.summary().into_iter().find(|s| s.point == point.name()).unwrap();
+    assert!(s.unit.starts_with("second, per process") && s.armed == Some((2, 2)), "{s:?}");
+    // Only aimed kills are armed; other points keep their rate per occurrence.
+    let other = FaultInjector::new(1, &FaultRates::none().with(FaultPoint::RelayAfterProduce, 1.0))
+        .with_aimed(Aimed::PerSecond);
+    assert!(!other.arm(FaultPoint::RelayAfterProduce, "relay-1"));
+    assert!(other.strike(FaultPoint::RelayAfterProduce, "relay-1", String::new));
+    // A schedule pins windows by occurrence, armed or not.
+    let pinned = FaultInjector::new(1, &rates)
+        .with_schedule(Some(Schedule::parse("kafka.kill_after_fetch:1").unwrap()))
+        .with_aimed(Aimed::PerSecond);
+    let fired: Vec<bool> = (0..3).map(|_| pinned.strike(point, "notifier-1", String::new)).collect();
+    assert_eq!(fired, [false, true, false]);
+}
+
+#[test]
+fn only_a_consumer_waits_and_only_while_its_group_rebalances() {
+    let f = FaultInjector::new(1, &FaultRates::none());
+    assert!(!f.waits_for_group("notifier-1"), "a group never read is stable");
+    f.set_group_stable(false);
+    assert!(f.waits_for_group("notifier-2") && !f.waits_for_group("relay-1") && !f.waits_for_group("workload"));
+    f.set_group_stable(true);
+    assert!(!f.waits_for_group("notifier-2"));
+}
+
+#[test]
+fn decisions_replay_and_follow_the_rate() {
+    let a: Vec<bool> = (0..10_000).map(|n| decide(42, FaultPoint::RelayAfterProduce, n, 0.1)).collect();
+    let b: Vec<bool> = (0..10_000).map(|n| decide(42, FaultPoint::RelayAfterProduce, n, 0.1)).collect();
+    assert_eq!(a, b);
+    let fired = a.iter().filter(|x| **x).count();
+    assert!((800..1200).contains(&fired), "fired {fired} of 10000 at p=0.1");
+    let other: Vec<bool> = (0..10_000).map(|n| decide(43, FaultPoint::RelayAfterProduce, n, 0.1)).collect();
+    assert_ne!(a, other, "another seed must give other decisions");
+}
+
+#[test]
+fn zero_and_one_are_never_and_always() {
+    assert!((0..1000).all(|n| !decide(1, FaultPoint::WorkloadPoison, n, 0.0)));
+    assert!((0..1000).all(|n| decide(1, FaultPoint::WorkloadPoison, n, 1.0)));
+}
+
+#[test]
+fn injector_counts_and_logs() {
+    let rates = FaultRates::none().with(FaultPoint::RelayAfterProduce, 1.0);
+    let f = FaultInjector::new(7, &rates);
+    assert!(f.strike(FaultPoint::RelayAfterProduce, "relay-1", || "batch of 3".into()));
+    assert!(!f.strike(FaultPoint::NotifierBeforeOffsetCommit, "notifier-1", || unreachable!()));
+    assert_eq!(f.fired(FaultPoint::RelayAfterProduce), 1);
+    assert_eq!(f.log()[0].component, "relay-1");
+    let summary = f.summary();
+    let point = |p: FaultPoint| summary.iter().find(|s| s.point == p.name()).unwrap();
+    assert_eq!(point(FaultPoint::NotifierBeforeOffsetCommit).occurrences, 1);
+    assert_eq!(point(FaultPoint::RelayAfterProduce).confirmed, 0, "fired is not confirmed");
+}
+
+#[test]
+fn a_schedule_fires_exactly_its_occurrences_and_reads_back() {
+    let s = Schedule::parse("relay.after_produce:3,1; notifier.mid_batch:0").unwrap();
+    assert_eq!(s.to_string(), "relay.after_produce:1,3;notifier.mid_batch:0");
+    assert_eq!(Schedule::parse(&s.to_string()).unwrap(), s);
+    assert_eq!(Schedule::parse("none").unwrap().to_string(), "none");
+    let rates = FaultRates::none()
+        .with(FaultPoint::RelayAfterProduce, 0.5)
+        .with(FaultPoint::NotifierMidBatch, 0.5)
+        .with(FaultPoint::NotifierStall, 1.0);
+    let f = FaultInjector::new(9, &rates).with_schedule(Some(s.clone()));
+    let fired: Vec<bool> = (0..6).map(|_| f.strike(FaultPoint::RelayAfterProduce, "relay-1", String::new)).collect();
+    assert_eq!(fired, [false, true, false, true, false, false]);
+    assert!(f.strike(FaultPoint::NotifierMidBatch, "notifier-1", String::new));
+    assert!(!f.strike(FaultPoint::NotifierMidBatch, "notifier-1", String::new));
+    // A point the schedule leaves out never fires, and counts as off.
+    assert!((0..50).all(|_| !f.strike(FaultPoint::NotifierStall, "notifier-1", String::new)));
+    assert_eq!(f.probability(FaultPoint::NotifierStall), 0.0);
+    assert_eq!(f.fired_schedule(), s);
+    assert_eq!(f.log()[1].occurrence, Some(3));
+}
+
+#[test]
+fn bad_schedules_are_refused_with_the_fix() {
+    for (text, says) in [
+        ("relay.after_produce", "POINT:N"),
+        ("relay.nope:1", "not a fault point"),
+        ("relay.after_produce:x", "not an occurrence"),
+        ("broker.kill:0", "nemesis.timeline"),
+        (";", "empty"),
+    ] {
+        let e = Schedule::parse(text).unwrap_err();
+        assert!(e.contains(says), "{text}: {e}");
+    }
+}
+
+#[test]
+fn all_is_in_discriminant_order() {
+    // `strike` indexes its arrays by discriminant: a point missing from
+    // ALL, or out of order, would index out of bounds or count wrongly.
+    for (i, p) in FaultPoint::ALL.iter().enumerate() {
+        assert_eq!(*p as usize, i, "{}", p.name());
+    }
+}
+
+#[test]
+fn redelivery_confirms_what_waits_for_it_once() {
+    let f = FaultInjector::new(1, &FaultRates::none());
+    let a = f.delivered((2, 40), [(2, 40), (2, 41)]);
+    f.await_redelivery(FaultPoint::NotifierMidBatch, 1, a);
+    f.delivered((2, 39), [(2, 39)]);
+    f.delivered((1, 40), [(1, 40)]);
+    assert_eq!(f.confirmed(FaultPoint::NotifierMidBatch), 0, "another message, another partition");
+    let again = f.delivered((2, 38), [(2, 38), (2, 39), (2, 40)]);
+    assert_eq!(f.confirmed(FaultPoint::NotifierMidBatch), 1);
+    f.settled(again);
+    f.delivered((2, 40), [(2, 40)]);
+    assert_eq!(f.confirmed(FaultPoint::NotifierMidBatch), 1, "confirmed once");
+}
+
+#[test]
+fn a_redelivery_before_the_crash_is_known_still_confirms_it() {
+    // A rebalance: notifier B reads the batch notifier A holds, and
+    // settles it, before A crashes.
+    let f = FaultInjector::new(1, &FaultRates::none());
+    let held_by_a = f.delivered((3, 7), [(3, 7), (3, 8)]);
+    let held_by_b = f.delivered((3, 7), [(3, 7), (3, 8)]);
+    f.settled(held_by_b);
+    f.await_redelivery(FaultPoint::NotifierBeforeOffsetCommit, 2, held_by_a);
+    assert_eq!(f.confirmed(FaultPoint::NotifierBeforeOffsetCommit), 2);
+    // A delivery before this batch was received does not count.
+    let earlier = f.delivered((4, 1), [(4, 1)]);
+    f.settled(earlier);
+    let held = f.delivered((4, 1), [(4, 1)]);
+    f.await_redelivery(FaultPoint::NotifierMidBatch, 1, held);
+    assert_eq!(f.confirmed(FaultPoint::NotifierMidBatch), 0);
+    f.await_next_delivery(FaultPoint::NotifierReplay, (5, 0));
+    f.delivered((5, 0), [(5, 0)]);
+    assert_eq!(f.confirmed(FaultPoint::NotifierReplay), 1);
+}
+
+#[test]
+fn the_categories_the_registry_derives_are_the_lists_they_replace() {
+    use FaultPoint::*;
+    let with = |f: fn(FaultPoint) -> bool| FaultPoint::ALL.iter().copied().filter(|p| f(*p)).collect::<Vec<_>>();
+    assert_eq!(
+        with(FaultPoint::needs_process),
+        [
+            ProcessKill,
+            ProcessPause,
+            ProcessKillPerMessage,
+            DbKillAfterCommit,
+            KafkaKillAfterProduceAck,
+            KafkaKillAfterOffsetCommit,
+            KafkaKillAfterFetch,
+            DbHoldCommit
+        ]
+    );
+    assert_eq!(
+        with(FaultPoint::is_service),
+        [BrokerPause, BrokerKill, BrokerKillLeader, DbRestart, DbTerminateBackends]
+    );
+    assert_eq!(
+        with(FaultPoint::proxied),
+        [
+            NetReset,
+            NetBlackhole,
+            DbCommitAckLost,
+            DbKillAfterCommit,
+            KafkaProduceAckLost,
+            KafkaKillAfterProduceAck,
+            KafkaKillAfterOffsetCommit,
+            KafkaKillAfterFetch,
+            DbHoldCommit
+        ]
+    );
+    assert_eq!(
+        with(FaultPoint::schedulable),
+        [NetReset, NetBlackhole, BrokerPause, BrokerKill, BrokerKillLeader, DbRestart, DbTerminateBackends]
+    );
+    assert_eq!(
+        with(FaultPoint::on_kafka_wire),
+        [KafkaProduceAckLost, KafkaKillAfterProduceAck, KafkaKillAfterOffsetCommit, KafkaKillAfterFetch, DbHoldCommit]
+    );
+    // The names' prefixes, which rules used to read, agree with who strikes.
+    for p in FaultPoint::ALL {
+        if let Some(c) = p.strike().component() {
+            assert!(p.name().starts_with(&format!("{c}.")), "{}", p.name());
+        }
+    }
+}
+
+/// The checkers' confirmations land on their own point in the report's
+/// totals, and the injector is left as the run recorded it.
+#[test]
+fn confirmations_from_the_checkers_add_to_the_summary_not_the_injector() {
+    let f = FaultInjector::new(1, &FaultRates::none().with(FaultPoint::RelayAfterProduce, 1.0));
+    assert!(f.strike(FaultPoint::RelayAfterProduce, "relay-1", || "a batch".into()));
+    let mut summary = f.summary();
+    add_confirmed(&mut summary, &[(FaultPoint::RelayAfterProduce, 1), (FaultPoint::WorkloadPoison, 2)]);
+    let of = |p: FaultPoint| summary.iter().find(|s| s.point == p.name()).unwrap().confirmed;
+    assert_eq!((of(FaultPoint::RelayAfterProduce), of(FaultPoint::WorkloadPoison)), (1, 2));
+    assert_eq!(of(FaultPoint::NotifierMidBatch), 0);
+    assert_eq!(f.confirmed(FaultPoint::RelayAfterProduce), 0, "nothing written back");
+}
