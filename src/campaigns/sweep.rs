@@ -518,7 +518,8 @@ impl Summary {
         Ok(path)
     }
 
-    /// The sweep as one self-contained HTML page: the totals, then a row
+    /// The sweep as one self-contained HTML page, in a run's page's style:
+    /// the totals, then a row
     /// per seed asked for (a seed never run, or of a shard not merged, says
     /// so), each run's verdict, anomalies, replay command and a link to its
     /// own page, which sits beside it when the run wrote its reports here.
@@ -526,19 +527,20 @@ impl Summary {
         use crate::report::html::esc;
         use std::fmt::Write;
         let verdict = exit_word(self);
+        let class = if self.failed > 0 {
+            "fail"
+        } else if verdict == "PASS" {
+            "pass"
+        } else {
+            "other"
+        };
+        let heading = format!("{} <span class=\"{class}\">{verdict}</span>", esc(&self.sweep_id));
         let mut out = String::new();
         let _ = write!(
             out,
-            "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{id}</title><style>\
-             body{{font:15px/1.45 system-ui,sans-serif;margin:1.5em;color:#222}}\
-             table{{border-collapse:collapse;margin-top:1em}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}}\
-             th{{background:#f1f1f1}}.pass{{color:#1a7f37}}.fail{{color:#c62828;font-weight:bold}}.other{{color:#b26a00}}\
-             code{{font-size:13px}}</style></head><body><h1>{id} <span class=\"{class}\">{verdict}</span></h1>\
-             <p>scenario <code>{scenario}</code> · {backend} · seeds {first}–{last}{swarm}{shards} · {secs:.0} s</p>\
+            "<p>scenario <code>{scenario}</code> · {backend} · seeds {first}–{last}{swarm}{shards} · {secs:.0} s</p>\
              <p class=\"totals\">{passed} pass · {failed} fail · {inconclusive} inconclusive · {incomplete} incomplete · {never} not run</p>\
              <p>fingerprint <code>{fp}</code></p>",
-            id = esc(&self.sweep_id),
-            class = if self.failed > 0 { "fail" } else if verdict == "PASS" { "pass" } else { "other" },
             scenario = esc(&self.scenario),
             backend = esc(&self.backend),
             first = self.first_seed,
@@ -585,8 +587,8 @@ impl Summary {
                 }
             }
         }
-        out.push_str("</tbody></table></body></html>\n");
-        out
+        out.push_str("</tbody></table>\n");
+        crate::report::html::page(&self.sweep_id, &heading, &out)
     }
 }
 

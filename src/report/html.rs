@@ -44,19 +44,21 @@ pub fn write(r: &Report, path: &Path) -> Result<()> {
     std::fs::write(path, render(r)).map_err(|e| Error::Write { path: path.into(), cause: e.to_string() })
 }
 
+/// A page of `chaos`'s own: one style for a run's page and a sweep's, and
+/// nothing loaded from elsewhere. `heading` and `body` are HTML.
+pub fn page(title: &str, heading: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <title>{}</title><style>{STYLE}</style></head><body>\n<h1>{heading}</h1>\n{body}</body></html>\n",
+        esc(title)
+    )
+}
+
 /// The whole page.
 pub fn render(r: &Report) -> String {
     let mut out = String::with_capacity(64 * 1024);
     let verdict = r.verdict.as_str();
-    let _ = write!(
-        out,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <title>chaos run {id} · {verdict}</title><style>{STYLE}</style></head><body>\n\
-         <h1>chaos run {id} <span class=\"verdict {verdict}\">{up}</span></h1>\n<p class=\"why\">{why}</p>\n",
-        id = esc(&r.run_id),
-        up = verdict.to_uppercase(),
-        why = esc(&r.reason),
-    );
+    let _ = writeln!(out, "<p class=\"why\">{}</p>", esc(&r.reason));
     tiles(r, &mut out);
     header(r, &mut out);
     section(&mut out, "throughput", "Events over time", |out| {
@@ -121,8 +123,10 @@ pub fn render(r: &Report) -> String {
         ),
     });
     tables(r, &mut out);
-    let _ = write!(out, "<p class=\"replay\">replay: <code>{}</code></p>\n</body></html>\n", esc(&r.replay));
-    out
+    let _ = writeln!(out, "<p class=\"replay\">replay: <code>{}</code></p>", esc(&r.replay));
+    let heading =
+        format!("chaos run {} <span class=\"verdict {verdict}\">{}</span>", esc(&r.run_id), verdict.to_uppercase());
+    page(&format!("chaos run {} · {verdict}", r.run_id), &heading, &out)
 }
 
 /// The run at a glance, one tile per figure a reader looks for first:
@@ -1108,7 +1112,8 @@ font-family:monospace;font-size:12px}code{font-size:12px}.chart svg{max-width:10
 .tile .value{font-size:22px;font-weight:600;margin:2px 0;white-space:nowrap}.tile .detail{font-size:12px;color:#555}\
 .tile.ok,.tile.pass{border-top-color:#2a8a2a}.tile.bad,.tile.fail{border-top-color:#c0392b}\
 .tile.bad .value,.tile.fail .value{color:#c0392b}.tile.pass .value{color:#2a8a2a}\
-.codes .code{margin-right:10px;white-space:nowrap}.tile.inconclusive,.tile.incomplete,.tile.interrupted{border-top-color:#b8860b}";
+.codes .code{margin-right:10px;white-space:nowrap}.tile.inconclusive,.tile.incomplete,.tile.interrupted{border-top-color:#b8860b}\
+span.pass,td.pass{color:#2a8a2a}span.fail,td.fail{color:#c0392b;font-weight:bold}span.other,td.other{color:#b26a00}";
 
 #[cfg(test)]
 mod tests {
