@@ -1,7 +1,7 @@
 //! A JSON document's fingerprint, equal for equal documents whatever their
 //! key order or spacing: how the provider's record tells two emails under
-//! one key apart, and how the declared verifier tells a message changed on
-//! its way from the outbox.
+//! one key apart, and how every verifier tells a message changed on its
+//! way from the outbox ([`crate::domain::events::fingerprint`]).
 //!
 //! It is computed while the bytes are parsed, without building the
 //! document's tree: at a million emails, the trees of `serde_json::Value`

@@ -29,14 +29,22 @@ pub const HEADER_EVENT_ID: &str = "event_id";
 pub const HEADER_EVENT_TYPE: &str = "event_type";
 
 /// A fingerprint of what a message says: its key, its type and its payload,
-/// each length-prefixed (so no two splits of the same bytes agree). The
+/// each length-prefixed (so no two splits of the same bytes agree). Every
 /// verifier takes it of each outbox row and of each message on the topic,
-/// and a message whose fingerprint differs from its outbox row's was changed
-/// on the way. FNV-1a, folded to 32 bits: stable across builds and machines,
-/// and a corrupted message slips through with odds of one in four billion.
+/// and a message whose fingerprint differs from its row's was changed on
+/// the way. A JSON payload counts as its canonical form
+/// ([`crate::domain::canonical`]): a relay that re-serialises it with other
+/// key order or spacing says the same thing; a changed value does not.
+/// Any other payload counts as its bytes. FNV-1a, folded to 32 bits: a
+/// corrupted message slips through with odds of one in four billion, and
+/// a million payments keep four bytes per event.
 pub fn fingerprint(key: &[u8], event_type: &[u8], payload: &[u8]) -> u32 {
+    let canonical = crate::domain::canonical::of_bytes(payload).map(u64::to_le_bytes);
+    let payload: &[u8] = canonical.as_ref().map_or(payload, |c| c.as_slice());
+    // The form's tag, so a non-JSON payload never equals a JSON one's digest.
+    let form: &[u8] = if canonical.is_some() { b"j" } else { b"b" };
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for part in [key, event_type, payload] {
+    for part in [key, event_type, form, payload] {
         for b in (part.len() as u64).to_le_bytes().iter().chain(part) {
             h = (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3);
         }
@@ -197,6 +205,21 @@ mod tests {
         ids.dedup();
         assert_eq!(ids.len(), 10_000, "no two ids alike");
         assert_eq!(later.get_version_num(), 7);
+    }
+
+    #[test]
+    fn a_fingerprint_sees_a_changed_value_but_not_a_reserialised_one() {
+        let f = |k: &str, t: &str, v: &str| fingerprint(k.as_bytes(), t.as_bytes(), v.as_bytes());
+        let row = f("k", CAPTURED, r#"{"amount_cents": 120, "account_id": 3}"#);
+        assert_eq!(row, f("k", CAPTURED, r#"{"account_id":3,"amount_cents":120}"#), "key order and spacing");
+        assert_ne!(row, f("k", CAPTURED, r#"{"account_id":3,"amount_cents":121}"#), "a changed value");
+        assert_ne!(row, f("k2", CAPTURED, r#"{"account_id":3,"amount_cents":120}"#), "another key");
+        assert_ne!(row, f("k", AUTHORIZED, r#"{"account_id":3,"amount_cents":120}"#), "another type");
+        // Not JSON: its bytes, so any change counts, spacing too.
+        assert_ne!(f("k", CAPTURED, "not json"), f("k", CAPTURED, "not  json"));
+        assert_eq!(f("k", CAPTURED, "not json"), f("k", CAPTURED, "not json"));
+        // No two splits of the same bytes agree.
+        assert_ne!(f("ab", "c", "x"), f("a", "bc", "x"));
     }
 
     #[test]

@@ -169,58 +169,60 @@ pub fn attribute(anomalies: &mut [Anomaly], ev: &Evidence) {
                 // trace (a loss after the mark); a kill that makes a
                 // message come back comes before the effect it repeats,
                 // never after.
-                let data: Vec<Suspect> = ev
-                    .log
-                    .iter()
-                    .filter_map(|f| {
-                        let m = story.and_then(|s| matched(f, s, ev.deliveries))?;
-                        let after = match FaultPoint::from_name(&f.point) {
-                            Some(FaultPoint::DbKillAfterCommit) => 0,
-                            _ => AFTER_MS,
-                        };
-                        (f.at_ms <= trace_ms + after).then(|| Suspect::of(f, trace_ms, By::Data, Some(m)))
-                    })
-                    .collect();
-                // Time is only the fallback: with a cause matched by data,
-                // what merely came near it is left out. A firing that
-                // reached the data but cannot cause this anomaly is no
-                // cause: alone, it is judged by time like any other.
-                let mut faults = if data.iter().any(|f| can_cause(&f.point, &name)) {
-                    let mut data = data;
-                    latest_redelivery(&mut data);
-                    // One that cannot cause it goes last; then earliest
-                    // first: a cause comes before what it causes, and a
-                    // later firing on the same data (the batch's
-                    // republish, its redelivery) is its consequence.
-                    data.sort_by_key(|f| (!can_cause(&f.point, &name), f.at_ms));
-                    data
-                } else {
-                    let mut near: Vec<Suspect> = ev
-                        .log
-                        .iter()
-                        .filter(|f| {
-                            let lasts = ev.spans.get(&f.point).copied().unwrap_or(0);
-                            f.at_ms + lasts + WINDOW_MS >= trace_ms && f.at_ms <= trace_ms + AFTER_MS
-                        })
-                        .map(|f| Suspect::of(f, trace_ms, By::Time, None))
-                        .collect();
-                    // Nearest first; a trace inside a fault's span is
-                    // nearest of all.
-                    near.sort_by_key(|f| {
-                        let lasts = ev.spans.get(&f.point).copied().unwrap_or(0) as i64;
-                        match f.before_ms {
-                            b if b >= 0 && b <= lasts => 0,
-                            b if b > lasts => (b - lasts) as u64,
-                            a => a.unsigned_abs(),
-                        }
-                    });
-                    near
-                };
-                faults.truncate(SUSPECTS);
+                let faults = suspects(ev.log, trace_ms, &name, ev.spans, |f| {
+                    let m = story.and_then(|s| matched(f, s, ev.deliveries))?;
+                    let after = match FaultPoint::from_name(&f.point) {
+                        Some(FaultPoint::DbKillAfterCommit) => 0,
+                        _ => AFTER_MS,
+                    };
+                    (f.at_ms <= trace_ms + after).then_some(m)
+                });
                 Some(Followed { example, subject: subject.to_string(), trace_ms, faults })
             })
             .collect();
     }
+}
+
+/// The one attribution every checker uses: the firings of `log` tied to
+/// an example of `anomaly` whose last trace was at `trace_ms`. By data
+/// first: `by_data` says what of the example a firing's reach held. Time
+/// is only the fallback: with a cause matched by data, what merely came
+/// near it is left out. A firing that reached the data but cannot cause
+/// this anomaly is no cause: alone, it is judged by time like any other.
+/// At most [`SUSPECTS`], the likeliest first.
+pub fn suspects(
+    log: &[FaultRecord],
+    trace_ms: u64,
+    anomaly: &str,
+    spans: &BTreeMap<String, u64>,
+    by_data: impl Fn(&FaultRecord) -> Option<String>,
+) -> Vec<Suspect> {
+    let mut data: Vec<Suspect> =
+        log.iter().filter_map(|f| by_data(f).map(|m| Suspect::of(f, trace_ms, By::Data, Some(m)))).collect();
+    let mut faults = if data.iter().any(|f| can_cause(&f.point, anomaly)) {
+        latest_redelivery(&mut data);
+        // One that cannot cause it goes last; then earliest first: a cause
+        // comes before what it causes, and a later firing on the same data
+        // (the batch's republish, its redelivery) is its consequence.
+        data.sort_by_key(|f| (!can_cause(&f.point, anomaly), f.at_ms));
+        data
+    } else {
+        let lasts = |f: &str| spans.get(f).copied().unwrap_or(0);
+        let mut near: Vec<Suspect> = log
+            .iter()
+            .filter(|f| f.at_ms + lasts(&f.point) + WINDOW_MS >= trace_ms && f.at_ms <= trace_ms + AFTER_MS)
+            .map(|f| Suspect::of(f, trace_ms, By::Time, None))
+            .collect();
+        // Nearest first; a trace inside a fault's span is nearest of all.
+        near.sort_by_key(|f| match f.before_ms {
+            b if b >= 0 && b <= lasts(&f.point) as i64 => 0,
+            b if b > lasts(&f.point) as i64 => (b - lasts(&f.point) as i64) as u64,
+            a => a.unsigned_abs(),
+        });
+        near
+    };
+    faults.truncate(SUSPECTS);
+    faults
 }
 
 /// Whether a firing of `point` can cause an anomaly called `anomaly` in

@@ -23,7 +23,8 @@ use crate::scenario::{Scenario, ServiceDecl, System};
 use crate::store::declared as rows;
 use crate::store::postgres::PgStore;
 use crate::store::Store;
-use crate::verifier::{verdict, Verdict};
+use crate::verifier::declared::Books;
+use crate::verifier::{attribution, verdict, Verdict};
 use settle::Stalls;
 use std::path::Path;
 use std::sync::Arc;
@@ -153,19 +154,16 @@ impl Declared {
         } else {
             // A fresh pool: the nemesis may have ended sessions.
             let pg = pg.fresh(2).await.unwrap_or_else(|_| pg.clone());
-            let faults = ctx.faults.log();
-            let late = stalls.keys();
+            let books = Books::new(sys, ops, ctx.faults.log(), ctx.faults.started_epoch_ms())
+                .with_pending(stalls.keys())
+                .with_spans(attribution::spans(sc));
             let read = crate::verifier::declared::verify(
                 &pg,
                 ctx.broker.clone(),
                 &ctx.names.topic,
                 sc.partitions,
-                sys,
-                ops,
-                faults,
-                ctx.faults.started_epoch_ms(),
+                books,
                 record,
-                &late,
             );
             tokio::select! {
                 r = read => Some(r),
@@ -260,19 +258,10 @@ pub(super) async fn cross_check(
             anomalies: vec![],
         };
     };
-    let found = crate::verifier::declared::verify(
-        pg,
-        ctx.broker.clone(),
-        &ctx.names.topic,
-        sc.partitions,
-        sys,
-        ops,
-        ctx.faults.log(),
-        ctx.faults.started_epoch_ms(),
-        emails,
-        &[],
-    )
-    .await;
+    let books =
+        Books::new(sys, ops, ctx.faults.log(), ctx.faults.started_epoch_ms()).with_spans(attribution::spans(sc));
+    let found =
+        crate::verifier::declared::verify(pg, ctx.broker.clone(), &ctx.names.topic, sc.partitions, books, emails).await;
     match found {
         Err(e) => crate::report::CrossCheck {
             verdict: Verdict::Incomplete,

@@ -1,0 +1,76 @@
+//! The reads a declared system's verification streams into its books.
+
+use super::Books;
+use super::Found;
+use crate::broker::SharedBroker;
+use crate::domain::events::fingerprint;
+use crate::error::{Error, Result};
+use crate::store::declared as rows;
+use crate::store::postgres::PgStore;
+use std::time::Duration;
+
+/// Reads the outbox log, the leftovers, the whole topic, every declared
+/// effect and check into `books` (which hold the declaration and the
+/// record of intent), and verifies them.
+pub async fn verify(
+    pg: &PgStore,
+    broker: SharedBroker,
+    topic: &str,
+    partitions: i32,
+    mut books: Books<'_>,
+    provider: Option<&crate::provider::Record>,
+) -> Result<Found> {
+    let sys = books.sys;
+    rows::outbox_log(pg, &sys.outbox, |e| books.add_event(e)).await?;
+    rows::leftovers(pg, &sys.outbox, |id| books.add_leftover(id)).await?;
+    // The topic is read on a blocking thread; the books go with it and back.
+    let topic_name = topic.to_string();
+    let mut books = {
+        // Books borrows the declaration and the record; the read needs an
+        // owned sink, so it gathers the compact messages first.
+        let msgs = tokio::task::spawn_blocking(move || {
+            let mut out: Vec<Msg> = Vec::new();
+            crate::verifier::topic::read_checked(&*broker, &topic_name, partitions, TOPIC_READ, &mut |m| {
+                // Kept compact: the value only as its fingerprint.
+                let key = m.key.unwrap_or_default();
+                out.push(Msg {
+                    partition: m.partition,
+                    offset: m.offset,
+                    key: key.to_vec(),
+                    id: m.event_id.map(<[u8]>::to_vec),
+                    fp: fingerprint(key, m.event_type.unwrap_or_default(), m.payload.unwrap_or_default()),
+                })
+            })?;
+            Ok(out)
+        })
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))??;
+        for m in msgs {
+            books.add_message(m.partition, m.offset, &m.key, m.id.as_deref(), m.fp);
+        }
+        books
+    };
+    for (n, e) in sys.effects.iter().enumerate().filter(|(_, e)| e.provider.is_none()) {
+        rows::effect_rows(pg, e, |r| books.add_effect_row(n, r)).await?;
+    }
+    if sys.uses_provider() {
+        // No record (no provider ran) reads as one with no request.
+        books.add_provider_record(provider.unwrap_or(&crate::provider::Record::default()));
+    }
+    for c in &sys.checks {
+        let (n, examples) = rows::check_rows(pg, c).await?;
+        books.add_check(&c.name, n, examples);
+    }
+    Ok(books.finish())
+}
+
+/// How long reading the whole topic may take.
+const TOPIC_READ: Duration = Duration::from_secs(120);
+
+struct Msg {
+    partition: i32,
+    offset: i64,
+    key: Vec<u8>,
+    id: Option<Vec<u8>>,
+    fp: u32,
+}

@@ -1,0 +1,110 @@
+//! Each example's story, and its causes by the one attribution.
+
+use super::*;
+use crate::verifier::attribution::{self, Followed};
+
+impl Books<'_> {
+    /// A key's story, on one line, as an example of `anomaly`: its
+    /// operation, the cause of the anomaly by data or the faults around the
+    /// operation by time, its outbox events, its messages, its effects.
+    pub(super) fn story(&self, key: &str, anomaly: AnomalyKind) -> String {
+        let mut parts = Vec::new();
+        match self.op_by_key.get(key).map(|&i| &self.ops[i]) {
+            Some(op) => {
+                let answer = if op.status == 0 { "no answer".to_string() } else { op.status.to_string() };
+                parts.push(format!(
+                    "asked at {:.2} s, {} ({answer}) at {:.2} s",
+                    op.sent_ms as f64 / 1000.0,
+                    op.outcome.as_str(),
+                    op.done_ms as f64 / 1000.0
+                ));
+                // Its cause by data when a firing reached its messages,
+                // else the faults around it, said to be near in time only.
+                match self.followed(key, 0, anomaly.as_str()) {
+                    Some(f) if f.cause().is_some_and(|c| attribution::can_cause(&c.point, anomaly.as_str())) => {
+                        parts.push(format!("cause: {}", f.suspects(", ")))
+                    }
+                    _ => {
+                        let near: Vec<String> = self
+                            .faults
+                            .iter()
+                            .filter(|f| f.at_ms + AROUND_MS >= op.sent_ms && f.at_ms <= op.done_ms + AROUND_MS)
+                            .take(3)
+                            .map(|f| format!("{} on {} at {:.2} s", f.point, f.component, f.at_ms as f64 / 1000.0))
+                            .collect();
+                        if !near.is_empty() {
+                            parts.push(format!("faults around it, by time: {}", near.join(", ")));
+                        }
+                    }
+                }
+            }
+            None => parts.push("never asked for".into()),
+        }
+        let events = self.by_key.get(key).map(Vec::as_slice).unwrap_or_default();
+        let outbox: Vec<String> = events
+            .iter()
+            .map(|&i| {
+                let e = &self.events[i];
+                let at = (e.at_epoch_ms - self.started_epoch_ms) as f64 / 1000.0;
+                format!("{} {} at {at:.2} s", self.kinds[e.kind], short(&e.id))
+            })
+            .collect();
+        parts.push(match outbox.is_empty() {
+            true => "outbox: none".into(),
+            false => format!("outbox: {}", outbox.join(", ")),
+        });
+        let copies: Vec<String> = events
+            .iter()
+            .flat_map(|&i| self.events[i].copies.iter().map(|(p, o)| format!("p{p}@{o}")))
+            .take(8)
+            .collect();
+        parts.push(match copies.is_empty() {
+            true => "topic: none".into(),
+            false => format!("topic: {}", copies.join(", ")),
+        });
+        let effects: Vec<String> = self
+            .sys
+            .effects
+            .iter()
+            .zip(&self.effects)
+            .filter(|(d, _)| d.key_value.is_none())
+            .map(|(d, b)| format!("{} ×{}", d.name, b.per_key.get(key).copied().unwrap_or(0)))
+            .collect();
+        if !effects.is_empty() {
+            parts.push(format!("effects: {}", effects.join(", ")));
+        }
+        format!("key {key}: {}", parts.join("; "))
+    }
+
+    /// When a key's story ends, in milliseconds since the run started: the
+    /// latest of its operation's answer and its outbox events.
+    pub(super) fn trace_ms(&self, key: &str) -> Option<u64> {
+        let op = self.op_by_key.get(key).map(|&i| self.ops[i].done_ms);
+        let events = self.by_key.get(key).map(Vec::as_slice).unwrap_or_default();
+        let last_event = events
+            .iter()
+            .map(|&i| u64::try_from(self.events[i].at_epoch_ms - self.started_epoch_ms).unwrap_or(0))
+            .max();
+        op.into_iter().chain(last_event).max()
+    }
+
+    /// The faults tied to a key's example: by data first (a firing whose
+    /// reach holds one of its messages: an offset commit that covered it),
+    /// else by time (fired in the window before its last trace, or soon
+    /// after), nearest first, each marked so.
+    pub(super) fn followed(&self, key: &str, example: usize, anomaly: &str) -> Option<Followed> {
+        let trace_ms = self.trace_ms(key)?;
+        let messages: Vec<(i32, i64)> = self
+            .by_key
+            .get(key)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .flat_map(|&i| self.events[i].copies.iter().copied())
+            .collect();
+        let faults = attribution::suspects(&self.faults, trace_ms, anomaly, &self.spans, |f| {
+            attribution::reached(f, &messages, anomaly)
+        });
+        Some(Followed { example, subject: key.to_string(), trace_ms, faults })
+    }
+}
