@@ -18,12 +18,15 @@ const LAYERS: &[&[&str]] = &[
     &["error"],
     // The words every layer shares: events, intent, rows, handlers, names.
     &["domain"],
+    // The broker boundary: what the pipeline asks of a broker, and where a
+    // message sits on a topic (positions), opaque to everything above.
+    &["broker"],
     // Fault points, their seeded decisions and the log of what fired.
     &["faults"],
     // The raw and validated scenario, which names fault points.
     &["scenario"],
-    // The services' adapters and the third party's stand-in (the email provider).
-    &["broker", "store", "provider"],
+    // The database's adapter and the third party's stand-in (the email provider).
+    &["store", "provider"],
     // What every part of one run shares: its scenario, store, broker,
     // injector, counters and shutdown signal. Not the reference system's:
     // the nemesis, the report and the harness hold it too.

@@ -11,7 +11,8 @@
 //! end-to-end tests on Kafka say the semantics are Kafka's.
 
 use super::{Broker, Consumer, ConsumerSpec, Producer, Span};
-use crate::domain::events::{Delivery, Envelope};
+use crate::broker::Delivery;
+use crate::domain::events::Envelope;
 use crate::error::{Error, Result};
 use futures::future::BoxFuture;
 use std::collections::{BTreeMap, HashMap};
@@ -33,8 +34,7 @@ struct Stored {
 impl Stored {
     fn delivery(&self, partition: i32, offset: i64) -> Delivery<'_> {
         Delivery {
-            partition,
-            offset,
+            position: crate::broker::Position::new(partition, offset),
             key: Some(&self.key),
             event_id: Some(&self.event_id),
             event_type: Some(&self.event_type),
@@ -302,15 +302,15 @@ impl Consumer for MemoryConsumer {
 
     /// Refused from a member that has left the group or missed a
     /// rebalance, as Kafka fences a stale generation.
-    fn commit(&self, next: &[(i32, i64)], _wait: bool) -> std::result::Result<(), String> {
+    fn commit(&self, next: &[crate::broker::Position], _wait: bool) -> std::result::Result<(), String> {
         let mut s = self.broker.state();
         let g = s.groups.entry(self.spec.group.clone()).or_default();
         let generation = self.read.lock().unwrap_or_else(|p| p.into_inner()).generation;
         if !g.members.contains(&self.id) || generation != g.generation {
             return Err("the member is not in the group's current generation".into());
         }
-        for (p, o) in next {
-            g.committed.insert(*p, *o);
+        for p in next {
+            g.committed.insert(p.lane(), p.at());
         }
         Ok(())
     }
@@ -364,7 +364,10 @@ mod tests {
 
     async fn offsets(c: &dyn Consumer) -> Vec<(i32, i64)> {
         let mut got = Vec::new();
-        c.poll_batch(1000, Duration::from_millis(20), Duration::ZERO, &mut |d| got.push((d.partition, d.offset))).await;
+        c.poll_batch(1000, Duration::from_millis(20), Duration::ZERO, &mut |d| {
+            got.push((d.position.lane(), d.position.at()))
+        })
+        .await;
         got
     }
 
@@ -379,7 +382,7 @@ mod tests {
         assert_eq!(got.len(), 10, "one member holds both partitions");
         // It commits partition 0 only, then vanishes.
         let p0 = got.iter().filter(|(p, _)| *p == 0).count() as i64;
-        first.commit(&[(0, p0)], true).unwrap();
+        first.commit(&[(0, p0).into()], true).unwrap();
         drop(first);
         assert_eq!(b.committed("g", 0), Some(p0));
         assert_eq!(b.committed("g", 1), None, "partition 1 was never committed");
@@ -402,7 +405,7 @@ mod tests {
         let c = b.consumer(spec("c")).unwrap();
         c.join().unwrap();
         // `a` has not seen the rebalance yet: its commit is refused.
-        assert!(a.commit(&[(0, 5)], true).is_err());
+        assert!(a.commit(&[(0, 5).into()], true).is_err());
         let (got_a, got_c) = (offsets(a.as_ref()).await, offsets(c.as_ref()).await);
         assert!(got_a.iter().all(|(p, _)| *p == 0) && got_c.iter().all(|(p, _)| *p == 1));
         assert_eq!(got_a.len() + got_c.len(), 20, "both restart from the committed offsets (none)");

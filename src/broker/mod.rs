@@ -19,8 +19,13 @@
 pub mod kafka;
 #[cfg(test)]
 pub(crate) mod memory;
+mod position;
+mod read;
 
-use crate::domain::events::{Delivery, Envelope};
+pub use position::{range, Position, Stretch};
+pub use read::read_checked;
+
+use crate::domain::events::Envelope;
 use crate::error::Result;
 use futures::future::BoxFuture;
 use std::sync::Arc;
@@ -72,6 +77,18 @@ pub enum ProducerAcks {
     AllReplicasIdempotent,
     /// The partition leader alone, no idempotence.
     LeaderOnly,
+}
+
+/// A message as a consumer or the verifier received it, the envelope's
+/// parts still raw bytes: what is missing or unreadable is decided by
+/// [`crate::domain::events::decode`], the same way for the notifier and for the verifier.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Delivery<'a> {
+    pub position: Position,
+    pub key: Option<&'a [u8]>,
+    pub event_id: Option<&'a [u8]>,
+    pub event_type: Option<&'a [u8]>,
+    pub payload: Option<&'a [u8]>,
 }
 
 /// A message broker as the pipeline uses it. Blocking methods say so: call
@@ -242,13 +259,14 @@ pub trait Consumer: Send + Sync {
         each: &'a mut (dyn FnMut(Delivery<'_>) + Send),
     ) -> BoxFuture<'a, usize>;
 
-    /// Commits `next` (per partition, the next offset to read). With
-    /// `wait`, returns once the group coordinator has it.
-    fn commit(&self, next: &[(i32, i64)], wait: bool) -> std::result::Result<(), String>;
+    /// Commits `next` (per lane, the next position to read: see
+    /// [`Position::next`]). With `wait`, returns once the group coordinator
+    /// has it.
+    fn commit(&self, next: &[Position], wait: bool) -> std::result::Result<(), String>;
 
-    /// An operator's offset reset: the group's committed offsets of these
-    /// partitions go back to 0, and this member reads them again from there.
-    fn replay_from_start(&self, partitions: &[i32]);
+    /// An operator's reset: the group's committed positions of these lanes
+    /// go back to their start, and this member reads them again from there.
+    fn replay_from_start(&self, lanes: &[i32]);
 
     /// Forgets every position not committed and reads on from the group's
     /// committed offsets, keeping the membership. False when it could not.

@@ -149,28 +149,15 @@ impl<'a> Envelope<'a> {
     }
 }
 
-/// A message as a consumer or the verifier received it, the envelope's
-/// parts still raw bytes: what is missing or unreadable is decided by
-/// [`decode`], the same way for the notifier and for the verifier.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Delivery<'a> {
-    pub partition: i32,
-    pub offset: i64,
-    pub key: Option<&'a [u8]>,
-    pub event_id: Option<&'a [u8]>,
-    pub event_type: Option<&'a [u8]>,
-    pub payload: Option<&'a [u8]>,
-}
-
 /// A decoded, well-formed event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decoded {
     pub event_id: Uuid,
     pub kind: EventKind,
     pub body: PaymentEvent,
-    /// The topic partition it was read from (0 until the notifier sets it):
+    /// The ordering lane it was read from (0 until the notifier sets it):
     /// the loyalty counter's stripe.
-    pub partition: i32,
+    pub lane: i32,
 }
 
 /// Decodes an event from its id, type and payload bytes. The error says what
@@ -185,7 +172,7 @@ pub fn decode(event_id: Option<&[u8]>, event_type: Option<&[u8]>, payload: Optio
     let payload = payload.ok_or("empty payload")?;
     let body: PaymentEvent =
         serde_json::from_slice(payload).map_err(|e| format!("payload is not a payment event: {e}"))?;
-    Ok(Decoded { event_id, kind, body, partition: 0 })
+    Ok(Decoded { event_id, kind, body, lane: 0 })
 }
 
 #[cfg(test)]

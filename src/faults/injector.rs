@@ -2,8 +2,8 @@
 //! decides, logs what fired, and waits for each firing's confirmation.
 
 use super::decide::ARMING_SALT;
-use super::log::spans_of;
 use super::*;
+use crate::broker::{Position, Stretch};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -21,7 +21,7 @@ struct Watch {
 /// [`FaultInjector::await_redelivery`]: its first message and when it came.
 #[derive(Debug, Clone, Copy)]
 pub struct Held {
-    pub first: (i32, i64),
+    pub first: Position,
     delivery: u64,
 }
 
@@ -29,8 +29,8 @@ pub struct Held {
 #[derive(Debug, Default)]
 struct Awaited {
     /// The first message of each batch a notifier holds or a fault waits
-    /// on, by (partition, offset).
-    watched: std::collections::HashMap<(i32, i64), Watch>,
+    /// on, by its position.
+    watched: std::collections::HashMap<Position, Watch>,
     /// Numbers the deliveries, so "delivered again after I received it" is
     /// a comparison.
     deliveries: u64,
@@ -93,10 +93,10 @@ pub trait HarnessLink: Send + Sync {
     fn copies(&self, point: FaultPoint, event: uuid::Uuid, copies: u8);
     /// A notifier received a batch: its size and its (partition, first,
     /// last offset) spans.
-    fn delivered(&self, component: &str, messages: u32, spans: Vec<(i32, i64, i64)>);
+    fn delivered(&self, component: &str, messages: u32, spans: Vec<Stretch>);
     /// A firing of `point` waits for the next delivery of `first`, to any
     /// process of the run.
-    fn awaits_delivery(&self, point: FaultPoint, first: (i32, i64));
+    fn awaits_delivery(&self, point: FaultPoint, first: Position);
     /// Stopped at a crash point for `fires` firings: send the last figures
     /// and ask to be killed.
     fn halt(&self, injector: &FaultInjector, point: FaultPoint, fires: u64);
@@ -386,7 +386,7 @@ impl FaultInjector {
     /// until the batch is settled or crashes. Watching from receipt, not
     /// from the crash, matters: during a rebalance two consumers may read the
     /// same messages, and the redelivery can come before the crash is known.
-    pub fn delivered(&self, first: (i32, i64), messages: impl IntoIterator<Item = (i32, i64)>) -> Held {
+    pub fn delivered(&self, first: Position, messages: impl IntoIterator<Item = Position>) -> Held {
         let mut a = self.awaited();
         a.deliveries += 1;
         let now = a.deliveries;
@@ -404,10 +404,10 @@ impl FaultInjector {
         Held { first, delivery: now }
     }
 
-    /// Logs a batch `component` received (its messages as (partition,
-    /// offset)), for the anomalies' stories.
-    pub fn log_delivery(&self, component: &str, messages: impl IntoIterator<Item = (i32, i64)>) {
-        let (spans, n) = spans_of(messages);
+    /// Logs a batch `component` received (its messages' positions), for
+    /// the anomalies' stories.
+    pub fn log_delivery(&self, component: &str, messages: impl IntoIterator<Item = Position>) {
+        let (spans, n) = Stretch::fold(messages);
         if let Some(link) = self.link() {
             // A component process tells the harness, whose log the stories read.
             link.delivered(component, n, spans);
@@ -418,14 +418,14 @@ impl FaultInjector {
 
     /// A batch received, logged at the harness's clock (a component
     /// process's report comes here).
-    pub fn record_delivery(&self, component: String, messages: u32, spans: Vec<(i32, i64, i64)>) {
+    pub fn record_delivery(&self, component: String, messages: u32, spans: Vec<Stretch>) {
         {
             // What a process reported confirms the firings awaiting a
             // delivery of a message in its spans (in process,
             // [`FaultInjector::delivered`] took them already).
             let mut a = self.awaited();
-            let covered = |k: &(i32, i64)| spans.iter().any(|s| s.0 == k.0 && s.1 <= k.1 && k.1 <= s.2);
-            let hit: Vec<(i32, i64)> =
+            let covered = |k: &Position| spans.iter().any(|s| s.contains(*k));
+            let hit: Vec<Position> =
                 a.watched.iter().filter(|(k, w)| !w.awaiting.is_empty() && covered(k)).map(|(k, _)| *k).collect();
             for k in hit {
                 if let Some(w) = a.watched.get_mut(&k) {
@@ -454,7 +454,7 @@ impl FaultInjector {
         Self::release(&mut a, held.first);
     }
 
-    fn release(a: &mut Awaited, first: (i32, i64)) {
+    fn release(a: &mut Awaited, first: Position) {
         if let Some(w) = a.watched.get_mut(&first) {
             w.holders = w.holders.saturating_sub(1);
             if w.holders == 0 && w.awaiting.is_empty() {
@@ -479,7 +479,7 @@ impl FaultInjector {
 
     /// `point` fired on data already settled (a replay): confirmed by the
     /// next delivery of `first`.
-    pub fn await_next_delivery(&self, point: FaultPoint, first: (i32, i64)) {
+    pub fn await_next_delivery(&self, point: FaultPoint, first: Position) {
         if let Some(link) = self.link() {
             // The harness watches every process's deliveries; this process
             // may be killed before it reads the message again.

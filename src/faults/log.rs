@@ -2,6 +2,7 @@
 //! run's fault history.
 
 use super::*;
+use crate::broker::{Position, Stretch};
 use serde::{Deserialize, Serialize};
 
 /// One fault that fired.
@@ -35,10 +36,10 @@ pub struct Reach {
     /// need not be one range.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub seqs: Vec<(i64, i64)>,
-    /// The topic positions of the batch: per partition, its first and
-    /// last offset (a consumer reads a partition in order).
+    /// The topic positions of the batch: a stretch per lane (a consumer
+    /// reads a lane in order).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub spans: Vec<(i32, i64, i64)>,
+    pub spans: Vec<Stretch>,
 }
 
 impl Reach {
@@ -61,9 +62,9 @@ impl Reach {
         Reach { seqs: runs, spans: vec![] }
     }
 
-    /// A batch of messages, by their (partition, offset).
-    pub fn topic(messages: impl IntoIterator<Item = (i32, i64)>) -> Reach {
-        Reach { seqs: vec![], spans: spans_of(messages).0 }
+    /// A batch of messages, by their positions.
+    pub fn topic(messages: impl IntoIterator<Item = Position>) -> Reach {
+        Reach { seqs: vec![], spans: Stretch::fold(messages).0 }
     }
 
     /// The run holding outbox seq `seq`, if any.
@@ -71,28 +72,10 @@ impl Reach {
         self.seqs.iter().copied().find(|(a, b)| (*a..=*b).contains(&seq))
     }
 
-    /// The span holding the message at `partition`:`offset`, if any.
-    pub fn span_of(&self, partition: i32, offset: i64) -> Option<(i32, i64, i64)> {
-        self.spans.iter().copied().find(|(p, a, b)| *p == partition && (*a..=*b).contains(&offset))
+    /// The stretch holding the message at `at`, if any.
+    pub fn span_of(&self, at: Position) -> Option<Stretch> {
+        self.spans.iter().copied().find(|s| s.contains(at))
     }
-}
-
-/// Messages as (partition, offset) folded into per-partition spans (first,
-/// last offset), with their count.
-pub(super) fn spans_of(messages: impl IntoIterator<Item = (i32, i64)>) -> (Vec<(i32, i64, i64)>, u32) {
-    let mut spans: Vec<(i32, i64, i64)> = Vec::new();
-    let mut n = 0u32;
-    for (p, o) in messages {
-        n += 1;
-        match spans.iter_mut().find(|s| s.0 == p) {
-            Some(s) => {
-                s.1 = s.1.min(o);
-                s.2 = s.2.max(o);
-            }
-            None => spans.push((p, o, o)),
-        }
-    }
-    (spans, n)
 }
 
 /// One batch a reference notifier received: what puts each delivery of a
@@ -103,14 +86,14 @@ pub struct DeliveryRecord {
     /// Milliseconds since the run started.
     pub at_ms: u64,
     pub messages: u32,
-    /// Per partition, the first and last offset the batch held (a
-    /// consumer reads a partition in order, so the batch holds the range).
-    pub spans: Vec<(i32, i64, i64)>,
+    /// A stretch per lane the batch held (a consumer reads a lane in
+    /// order, so the batch holds the stretch).
+    pub spans: Vec<Stretch>,
 }
 
 impl DeliveryRecord {
-    pub fn covers(&self, partition: i32, offset: i64) -> bool {
-        self.spans.iter().any(|(p, a, b)| *p == partition && (*a..=*b).contains(&offset))
+    pub fn covers(&self, at: Position) -> bool {
+        self.spans.iter().any(|s| s.contains(at))
     }
 }
 

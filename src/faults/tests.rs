@@ -1,4 +1,5 @@
 use super::*;
+use crate::broker::Position;
 use std::sync::atomic::Ordering;
 
 #[test]
@@ -6,9 +7,10 @@ fn a_reach_keeps_a_batch_as_runs_of_seqs_and_spans_of_offsets() {
     let r = Reach::outbox([9, 5, 6, 7, 12, 13, 6]);
     assert_eq!(r.seqs, [(5, 7), (9, 9), (12, 13)]);
     assert_eq!((r.seq_run(6), r.seq_run(8), r.seq_run(13)), (Some((5, 7)), None, Some((12, 13))));
-    let t = Reach::topic([(1, 20), (0, 3), (1, 18), (1, 19)]);
+    let t = Reach::topic([(1, 20), (0, 3), (1, 18), (1, 19)].map(Position::from));
     assert_eq!(t.spans, [(1, 18, 20), (0, 3, 3)]);
-    assert_eq!((t.span_of(1, 19), t.span_of(0, 4), t.span_of(2, 19)), (Some((1, 18, 20)), None, None));
+    let at = |l, a| t.span_of(Position::new(l, a));
+    assert_eq!((at(1, 19), at(0, 4), at(2, 19)), (Some((1, 18, 20).into()), None, None));
     assert!(Reach::default().is_empty() && !t.is_empty());
 }
 
@@ -158,15 +160,15 @@ fn all_is_in_discriminant_order() {
 #[test]
 fn redelivery_confirms_what_waits_for_it_once() {
     let f = FaultInjector::new(1, &FaultRates::none());
-    let a = f.delivered((2, 40), [(2, 40), (2, 41)]);
+    let a = f.delivered((2, 40).into(), [(2, 40), (2, 41)].map(Position::from));
     f.await_redelivery(FaultPoint::NotifierMidBatch, 1, a);
-    f.delivered((2, 39), [(2, 39)]);
-    f.delivered((1, 40), [(1, 40)]);
+    f.delivered((2, 39).into(), [(2, 39)].map(Position::from));
+    f.delivered((1, 40).into(), [(1, 40)].map(Position::from));
     assert_eq!(f.confirmed(FaultPoint::NotifierMidBatch), 0, "another message, another partition");
-    let again = f.delivered((2, 38), [(2, 38), (2, 39), (2, 40)]);
+    let again = f.delivered((2, 38).into(), [(2, 38), (2, 39), (2, 40)].map(Position::from));
     assert_eq!(f.confirmed(FaultPoint::NotifierMidBatch), 1);
     f.settled(again);
-    f.delivered((2, 40), [(2, 40)]);
+    f.delivered((2, 40).into(), [(2, 40)].map(Position::from));
     assert_eq!(f.confirmed(FaultPoint::NotifierMidBatch), 1, "confirmed once");
 }
 
@@ -175,19 +177,19 @@ fn a_redelivery_before_the_crash_is_known_still_confirms_it() {
     // A rebalance: notifier B reads the batch notifier A holds, and
     // settles it, before A crashes.
     let f = FaultInjector::new(1, &FaultRates::none());
-    let held_by_a = f.delivered((3, 7), [(3, 7), (3, 8)]);
-    let held_by_b = f.delivered((3, 7), [(3, 7), (3, 8)]);
+    let held_by_a = f.delivered((3, 7).into(), [(3, 7), (3, 8)].map(Position::from));
+    let held_by_b = f.delivered((3, 7).into(), [(3, 7), (3, 8)].map(Position::from));
     f.settled(held_by_b);
     f.await_redelivery(FaultPoint::NotifierBeforeOffsetCommit, 2, held_by_a);
     assert_eq!(f.confirmed(FaultPoint::NotifierBeforeOffsetCommit), 2);
     // A delivery before this batch was received does not count.
-    let earlier = f.delivered((4, 1), [(4, 1)]);
+    let earlier = f.delivered((4, 1).into(), [(4, 1)].map(Position::from));
     f.settled(earlier);
-    let held = f.delivered((4, 1), [(4, 1)]);
+    let held = f.delivered((4, 1).into(), [(4, 1)].map(Position::from));
     f.await_redelivery(FaultPoint::NotifierMidBatch, 1, held);
     assert_eq!(f.confirmed(FaultPoint::NotifierMidBatch), 0);
-    f.await_next_delivery(FaultPoint::NotifierReplay, (5, 0));
-    f.delivered((5, 0), [(5, 0)]);
+    f.await_next_delivery(FaultPoint::NotifierReplay, (5, 0).into());
+    f.delivered((5, 0).into(), [(5, 0)].map(Position::from));
     assert_eq!(f.confirmed(FaultPoint::NotifierReplay), 1);
 }
 

@@ -60,11 +60,11 @@ impl HarnessLink for Stdout {
     fn copies(&self, point: FaultPoint, event: uuid::Uuid, copies: u8) {
         emit(&Line::Copies { point, event, copies });
     }
-    fn delivered(&self, component: &str, messages: u32, spans: Vec<(i32, i64, i64)>) {
+    fn delivered(&self, component: &str, messages: u32, spans: Vec<crate::broker::Stretch>) {
         emit(&Line::Delivered { component: component.to_string(), messages, spans });
     }
-    fn awaits_delivery(&self, point: FaultPoint, first: (i32, i64)) {
-        emit(&Line::AwaitsDelivery { point, partition: first.0, offset: first.1 });
+    fn awaits_delivery(&self, point: FaultPoint, first: crate::broker::Position) {
+        emit(&Line::AwaitsDelivery { point, at: first });
     }
     fn halt(&self, injector: &FaultInjector, point: FaultPoint, fires: u64) {
         // The last figures first: the harness kills at once.

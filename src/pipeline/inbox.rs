@@ -61,7 +61,7 @@ pub async fn apply_batch(
         InboxMode::MessageIdOnly => refs.iter().map(|e| (e.event_id, HANDLER_PROJECTION)).collect(),
         _ => claims(&refs),
     };
-    let reach = || Reach::topic(batch.iter().map(|m| (m.partition, m.offset)));
+    let reach = || Reach::topic(batch.iter().map(|m| m.position));
     let b = Batch { store, refs: &refs, bad: &bad, pairs: &pairs, modes, faults, injector, email, who, reach: &reach };
     match modes.inbox {
         InboxMode::On
@@ -344,7 +344,7 @@ pub fn plan_effects<'a>(events: &[&'a Decoded], mode: InboxMode, claimed: &HashS
             }
             if may_apply(e.event_id, HANDLER_LOYALTY) {
                 any = true;
-                *plan.loyalty.entry((e.body.account_id, e.partition)).or_default() += e.body.amount_cents;
+                *plan.loyalty.entry((e.body.account_id, e.lane)).or_default() += e.body.amount_cents;
                 plan.credits.push((e.event_id, e.body.account_id, e.body.amount_cents));
             }
         }

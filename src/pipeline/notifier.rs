@@ -12,10 +12,9 @@
 //! session timeout). Its consumer is made ahead, while the current one
 //! works (`Spare`), as a supervisor keeps a replacement process warm.
 
-use crate::broker::{Consumer, ConsumerSpec};
+use crate::broker::{Consumer, ConsumerSpec, Delivery, Position};
 use crate::context::{Ctx, Stats};
 use crate::domain::events;
-use crate::domain::events::Delivery;
 use crate::error::Result;
 use crate::faults::{FaultPoint, Held, Reach};
 use crate::pipeline::supervise::{self, Counters, Ending};
@@ -89,7 +88,7 @@ impl Spare {
 /// decode: they are what its dead-letter row records.
 pub fn incoming(m: &Delivery<'_>) -> Incoming {
     let decoded =
-        events::decode(m.event_id, m.event_type, m.payload).map(|d| events::Decoded { partition: m.partition, ..d });
+        events::decode(m.event_id, m.event_type, m.payload).map(|d| events::Decoded { lane: m.position.lane(), ..d });
     let (raw_event_id, raw_payload) = match decoded {
         Ok(_) => (None, String::new()),
         Err(_) => (
@@ -97,7 +96,7 @@ pub fn incoming(m: &Delivery<'_>) -> Incoming {
             m.payload.map(|p| String::from_utf8_lossy(p).into_owned()).unwrap_or_default(),
         ),
     };
-    Incoming { partition: m.partition, offset: m.offset, decoded, raw_event_id, raw_payload }
+    Incoming { position: m.position, decoded, raw_event_id, raw_payload }
 }
 
 /// Runs notifier number `index` until shutdown: the supervisor. Every crash
@@ -177,18 +176,18 @@ impl Incarnation<'_> {
         };
         // What was delivered confirms the faults awaiting a redelivery,
         // before this batch's own faults start awaiting theirs.
-        let at = (batch[0].partition, batch[0].offset);
-        let held = ctx.faults.delivered(at, batch.iter().map(|m| (m.partition, m.offset)));
-        ctx.faults.log_delivery(name, batch.iter().map(|m| (m.partition, m.offset)));
-        let hit = || format!("batch of {} events, partition {} offset {}", batch.len(), at.0, at.1);
+        let at = batch[0].position;
+        let held = ctx.faults.delivered(at, batch.iter().map(|m| m.position));
+        ctx.faults.log_delivery(name, batch.iter().map(|m| m.position));
+        let hit = || format!("batch of {} events, {}", batch.len(), at.named());
         // The batch's topic positions, logged with a firing: what ties an
         // anomaly's message to the crash that redelivered it.
-        let reach = || Reach::topic(batch.iter().map(|m| (m.partition, m.offset)));
+        let reach = || Reach::topic(batch.iter().map(|m| m.position));
         let faults = BatchFaults {
             crash_mid_batch: ctx.faults.strike_reaching(FaultPoint::NotifierMidBatch, name, hit, reach),
             stall: ctx.faults.strike_reaching(FaultPoint::NotifierStall, name, hit, reach).then(|| stall_duration(ctx)),
         };
-        let next = next_offsets(&batch);
+        let next = next_positions(&batch);
         if cfg.inbox == InboxMode::CommitOffsetFirst {
             // The mistake: acknowledge first, process after.
             let _ = self.consumer.commit(&next, true);
@@ -272,7 +271,7 @@ impl Incarnation<'_> {
     /// their loop: the batch's effects are already committed with its inbox
     /// rows, so an offset commit lost to a crash only means a redelivery the
     /// inbox absorbs.
-    fn commit(&self, next: &[(i32, i64)]) {
+    fn commit(&self, next: &[Position]) {
         if let Err(e) = self.consumer.commit(next, false) {
             // Usually a rebalance took the partition away; its new owner
             // gets the batch again and the inbox absorbs it.
@@ -334,11 +333,11 @@ impl Incarnation<'_> {
         let mut fires = 0;
         for m in batch {
             // The whole batch comes back, not only the message struck.
-            let reach = || Reach::topic(batch.iter().map(|m| (m.partition, m.offset)));
+            let reach = || Reach::topic(batch.iter().map(|m| m.position));
             fires += ctx.faults.strike_reaching(
                 FaultPoint::NotifierBeforeOffsetCommit,
                 self.name,
-                || format!("batch of {} events, partition {} offset {}", batch.len(), m.partition, m.offset),
+                || format!("batch of {} events, {}", batch.len(), m.position.named()),
                 reach,
             ) as u64;
         }
@@ -386,21 +385,22 @@ impl Incarnation<'_> {
     /// committed offsets go back to the start of this batch's partitions and
     /// reading resumes there. No restart: the replay is of the data, not of
     /// the process.
-    fn replay(&self, batch: &[Incoming], at: (i32, i64)) {
+    fn replay(&self, batch: &[Incoming], at: Position) {
         self.ctx.faults.await_next_delivery(FaultPoint::NotifierReplay, at);
-        let parts: std::collections::BTreeSet<i32> = batch.iter().map(|m| m.partition).collect();
-        self.consumer.replay_from_start(&parts.into_iter().collect::<Vec<_>>());
+        let lanes: std::collections::BTreeSet<i32> = batch.iter().map(|m| m.position.lane()).collect();
+        self.consumer.replay_from_start(&lanes.into_iter().collect::<Vec<_>>());
     }
 }
 
-/// The offsets to commit after a batch: one past the highest seen per partition.
-fn next_offsets(batch: &[Incoming]) -> Vec<(i32, i64)> {
-    let mut next: BTreeMap<i32, i64> = BTreeMap::new();
+/// The positions to commit after a batch: per lane, the one after the
+/// furthest seen.
+fn next_positions(batch: &[Incoming]) -> Vec<Position> {
+    let mut next: BTreeMap<i32, Position> = BTreeMap::new();
     for m in batch {
-        let e = next.entry(m.partition).or_insert(0);
-        *e = (*e).max(m.offset + 1);
+        let e = next.entry(m.position.lane()).or_insert(m.position.next());
+        *e = (*e).max(m.position.next());
     }
-    next.into_iter().collect()
+    next.into_values().collect()
 }
 
 #[cfg(test)]

@@ -392,7 +392,7 @@ fn reach(r: &crate::faults::Reach) -> String {
         parts.push(format!("outbox seqs {}", seqs.join(", ")));
     }
     if !r.spans.is_empty() {
-        let spans: Vec<String> = r.spans.iter().map(|(p, a, b)| format!("{p}:{}", run(*a, *b))).collect();
+        let spans: Vec<String> = r.spans.iter().map(|s| s.short()).collect();
         parts.push(format!("topic {}", spans.join(", ")));
     }
     parts.join(" · ")
@@ -478,7 +478,7 @@ fn story(r: &Report, s: &Story, i: usize, out: &mut String) {
         out.push_str("no message carries this payment's key");
     }
     for m in &s.messages {
-        let _ = write!(out, "<span class=\"msg\">{}:{} {}</span> ", m.partition, m.offset, esc(&m.kind));
+        let _ = write!(out, "<span class=\"msg\">{} {}</span> ", m.at, esc(&m.kind));
     }
     out.push_str("</p>\n");
     // The steps, and the faults of the chart's window among them.
@@ -1150,7 +1150,7 @@ mod tests {
             if i % 3 == 0 {
                 f.reach.seqs = vec![(3, 4), (10, 10)];
             } else {
-                f.reach.spans = vec![(0, 5, 9), (2, 1, 1)];
+                f.reach.spans = vec![(0, 5, 9).into(), (2, 1, 1).into()];
             }
         }
         let step = |at_ms, lane: &str, what: &str| Step { at_ms, lane: lane.into(), what: what.into(), event: None };
@@ -1174,7 +1174,7 @@ mod tests {
                 step(331, "effect", "receipt sent"),
                 step(905, "effect", "receipt sent"),
             ],
-            messages: vec![TopicMessage { partition: 0, offset: 5, kind: "authorized".into() }],
+            messages: vec![TopicMessage { at: (0, 5).into(), kind: "authorized".into() }],
             seqs: vec![3, 4],
         }];
         r

@@ -77,7 +77,7 @@ pub(crate) mod tests {
             event_id: Uuid::from_u128(id),
             kind,
             body: PaymentEvent { payment_id: Uuid::from_u128(payment), account_id: 3, amount_cents: 250 },
-            partition: 1,
+            lane: 1,
         }
     }
 

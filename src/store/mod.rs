@@ -114,8 +114,7 @@ pub struct OutboxRow {
 /// A message as the notifier received it, already decoded (or not).
 #[derive(Debug, Clone)]
 pub struct Incoming {
-    pub partition: i32,
-    pub offset: i64,
+    pub position: crate::broker::Position,
     /// The dedup key: the producer's event id, from the header.
     pub decoded: std::result::Result<Decoded, String>,
     /// Raw header value and payload, kept only when `decoded` is an error:
@@ -487,7 +486,7 @@ pub fn newly_captured(ps: &[(NewPayment, bool)], changed: &HashSet<Uuid>) -> Vec
 /// The key a dead letter is recorded under: the event id when readable,
 /// else the message's place on the topic.
 pub fn dead_letter_key(m: &Incoming) -> String {
-    m.raw_event_id.clone().unwrap_or_else(|| format!("p{}-o{}", m.partition, m.offset))
+    m.raw_event_id.clone().unwrap_or_else(|| format!("p{}-o{}", m.position.lane(), m.position.at()))
 }
 
 pub use crate::domain::rows::{OutboxRecord, PaymentRow, StoryRow};

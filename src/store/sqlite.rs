@@ -442,8 +442,8 @@ pub async fn dead_letters(tx: &mut SqliteTx, bad: &[&Incoming]) -> Result<u64> {
         for m in chunk {
             q = q
                 .bind(dead_letter_key(m))
-                .bind(m.partition)
-                .bind(m.offset)
+                .bind(m.position.lane())
+                .bind(m.position.at())
                 .bind(&m.raw_payload)
                 .bind(m.decoded.as_ref().err().cloned().unwrap_or_default());
         }

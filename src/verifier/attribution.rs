@@ -31,6 +31,7 @@
 
 use super::story::Story;
 use super::Anomaly;
+use crate::broker::{range, Position};
 use crate::faults::FaultPoint;
 use crate::faults::{DeliveryRecord, FaultRecord};
 use crate::scenario::Scenario;
@@ -264,7 +265,7 @@ fn matched(f: &FaultRecord, story: &Story, deliveries: &[DeliveryRecord]) -> Opt
     if let Some((seq, (a, b))) = story.seqs.iter().find_map(|s| r.seq_run(*s).map(|run| (*s, run))) {
         return Some(format!("its batch (outbox seq {}) held seq {seq}", range(a, b)));
     }
-    let positions: Vec<(i32, i64)> = story.messages.iter().map(|m| (m.partition, m.offset)).collect();
+    let positions: Vec<Position> = story.messages.iter().map(|m| m.at).collect();
     if let Some(m) = reached(f, &positions, &story.anomaly) {
         return Some(m);
     }
@@ -275,17 +276,14 @@ fn matched(f: &FaultRecord, story: &Story, deliveries: &[DeliveryRecord]) -> Opt
     // after it came back through the crash.
     if redelivers(&f.point) {
         let came_back = |m: &&crate::verifier::story::TopicMessage| {
-            let held = deliveries
-                .iter()
-                .rfind(|d| d.component == f.component && d.at_ms <= f.at_ms && d.covers(m.partition, m.offset));
-            let again = deliveries.iter().find(|d| d.at_ms >= f.at_ms && d.covers(m.partition, m.offset));
+            let held = deliveries.iter().rfind(|d| d.component == f.component && d.at_ms <= f.at_ms && d.covers(m.at));
+            let again = deliveries.iter().find(|d| d.at_ms >= f.at_ms && d.covers(m.at));
             held.zip(again)
         };
         if let Some((m, (held, again))) = story.messages.iter().find_map(|m| came_back(&m).map(|d| (m, d))) {
             return Some(format!(
-                "it crashed holding message {}:{} uncommitted (received at {:.3} s, delivered again at {:.3} s)",
-                m.partition,
-                m.offset,
+                "it crashed holding message {} uncommitted (received at {:.3} s, delivered again at {:.3} s)",
+                m.at,
                 held.at_ms as f64 / 1000.0,
                 again.at_ms as f64 / 1000.0
             ));
@@ -298,39 +296,37 @@ fn matched(f: &FaultRecord, story: &Story, deliveries: &[DeliveryRecord]) -> Opt
         return None;
     }
     let last = deliveries.iter().rfind(|d| d.component == f.component && d.at_ms <= f.at_ms)?;
-    let m = story.messages.iter().find(|m| last.covers(m.partition, m.offset))?;
+    let m = story.messages.iter().find(|m| last.covers(m.at))?;
     Some(format!(
-        "the batch it last received before it ({} messages, at {:.3} s) held message {}:{}",
+        "the batch it last received before it ({} messages, at {:.3} s) held message {}",
         last.messages,
         last.at_ms as f64 / 1000.0,
-        m.partition,
-        m.offset
+        m.at
     ))
 }
 
-/// What of `messages` (partition, offset) a firing's reach holds, in
+/// What of `messages` (their positions) a firing's reach holds, in
 /// words, when that can explain `anomaly`; None otherwise. An offset
 /// commit's reach is what it covered (never delivered again, so lost if
 /// not done: no duplicate); a kill after a database commit's, what its
 /// process had fetched past the group's position (delivered again after
 /// the kill, so done twice if it was done: a duplicate, never a loss); any
 /// other's, the batch it struck.
-pub fn reached(f: &FaultRecord, messages: &[(i32, i64)], anomaly: &str) -> Option<String> {
+pub fn reached(f: &FaultRecord, messages: &[Position], anomaly: &str) -> Option<String> {
     let point = FaultPoint::from_name(&f.point);
     if point == Some(FaultPoint::DbKillAfterCommit) && !anomaly.starts_with("duplicate") {
         return None;
     }
-    let (m, (p, a, b)) = messages.iter().find_map(|&(p, o)| f.reach.span_of(p, o).map(|s| ((p, o), s)))?;
-    let (offsets, message) = (range(a, b), format!("{}:{}", m.0, m.1));
+    let (message, stretch) = messages.iter().find_map(|&m| f.reach.span_of(m).map(|s| (m, s)))?;
     Some(match point {
         Some(FaultPoint::KafkaKillAfterOffsetCommit) => {
-            format!("its offset commit (partition {p}, offsets {offsets}) covered message {message}")
+            format!("its offset commit ({stretch}) covered message {message}")
         }
         Some(FaultPoint::DbKillAfterCommit) => format!(
-            "its process had fetched partition {p}, offsets {offsets}, past the group's committed position: \
-             message {message} was delivered again"
+            "its process had fetched {stretch}, past the group's committed position: message {message} was \
+             delivered again"
         ),
-        _ => format!("its batch (partition {p}, offsets {offsets}) held message {message}"),
+        _ => format!("its batch ({stretch}) held message {message}"),
     })
 }
 
@@ -358,14 +354,6 @@ fn redelivers(point: &str) -> bool {
                 | FaultPoint::NotifierAfterExternalCall
         )
     )
-}
-
-fn range(a: i64, b: i64) -> String {
-    match (a == b, b == i64::MAX) {
-        (true, _) => a.to_string(),
-        (_, true) => format!("{a} onwards"),
-        _ => format!("{a}..={b}"),
-    }
 }
 
 /// How long each fault with a length lasts, by point name: the timeline's
@@ -530,7 +518,7 @@ mod tests {
             subject,
             payment: subject,
             steps: vec![],
-            messages: messages.into_iter().map(|(p, o)| TopicMessage::new(p, o, None)).collect(),
+            messages: messages.into_iter().map(|(p, o)| TopicMessage::new((p, o).into(), None)).collect(),
             seqs,
         }
     }
@@ -556,7 +544,7 @@ mod tests {
         let mut crash = fault("relay.after_produce", "relay-2", 1_097);
         crash.reach = Reach::outbox((5..=32).filter(|s| *s != 9));
         let mut near = fault("notifier.before_offset_commit", "notifier-1", 2_990);
-        near.reach = Reach::topic([(0, 100), (0, 101)]);
+        near.reach = Reach::topic([(0, 100), (0, 101)].map(Position::from));
         let mut other = fault("relay.after_produce", "relay-1", 2_950);
         other.reach = Reach::outbox(40..=60);
         let log = [crash, other, near];
@@ -670,10 +658,10 @@ mod tests {
         let p = Uuid::from_u128(2);
         let mut anomalies = one("duplicate effect", p);
         let mut early = fault("notifier.mid_batch", "notifier-2", 500);
-        early.reach = Reach::topic([(1, 10), (1, 20), (2, 4)]);
+        early.reach = Reach::topic([(1, 10), (1, 20), (2, 4)].map(Position::from));
         // The same message in a batch long after the trace: no cause.
         let mut late = fault("notifier.mid_batch", "notifier-1", 20_000);
-        late.reach = Reach::topic([(1, 15)]);
+        late.reach = Reach::topic([(1, 15)].map(Position::from));
         let log = [late, early];
         let stories = [story_of("duplicate effect", p, vec![], vec![(1, 15)])];
         let traces = HashMap::from([(p, 9_000)]);
@@ -696,15 +684,15 @@ mod tests {
         let delivery =
             |component: &str, at_ms, spans| DeliveryRecord { component: component.into(), at_ms, messages: 5, spans };
         let deliveries = [
-            delivery("notifier-1", 1_000, vec![(2, 10, 14)]),
-            delivery("notifier-1", 1_100, vec![(2, 15, 19)]),
-            delivery("notifier-1", 1_400, vec![(2, 10, 19)]),
+            delivery("notifier-1", 1_000, vec![(2, 10, 14).into()]),
+            delivery("notifier-1", 1_100, vec![(2, 15, 19).into()]),
+            delivery("notifier-1", 1_400, vec![(2, 10, 19).into()]),
         ];
         let mut crash = fault("notifier.before_offset_commit", "notifier-1", 1_150);
-        crash.reach = Reach::topic([(2, 15), (2, 19)]);
+        crash.reach = Reach::topic([(2, 15), (2, 19)].map(Position::from));
         // Another notifier's crash, which never held the message.
         let mut other = fault("notifier.before_offset_commit", "notifier-2", 1_120);
-        other.reach = Reach::topic([(1, 3)]);
+        other.reach = Reach::topic([(1, 3)].map(Position::from));
         let log = [other, crash];
         let stories = [story_of("duplicate effect", p, vec![], vec![(2, 12)])];
         let traces = HashMap::from([(p, 30_000)]);
@@ -738,10 +726,10 @@ mod tests {
         let delivery =
             |component: &str, at_ms, spans| DeliveryRecord { component: component.into(), at_ms, messages: 5, spans };
         let deliveries = [
-            delivery("notifier-1", 1_000, vec![(0, 10, 14)]),
-            delivery("notifier-2", 1_100, vec![(1, 0, 4)]),
-            delivery("notifier-1", 1_200, vec![(0, 15, 19)]),
-            delivery("notifier-1", 1_900, vec![(0, 20, 24)]),
+            delivery("notifier-1", 1_000, vec![(0, 10, 14).into()]),
+            delivery("notifier-2", 1_100, vec![(1, 0, 4).into()]),
+            delivery("notifier-1", 1_200, vec![(0, 15, 19).into()]),
+            delivery("notifier-1", 1_900, vec![(0, 20, 24).into()]),
         ];
         let log = [fault("process.kill", "notifier-1", 1_500), fault("process.kill", "notifier-2", 1_400)];
         let stories = [story_of("missing effect", p, vec![], vec![(0, 17)])];
@@ -772,19 +760,27 @@ mod tests {
     #[test]
     fn a_kill_after_a_commit_explains_a_duplicate_by_data_never_a_loss() {
         let mut kill = fault("db.kill_after_commit", "consumer-1", 4_000);
-        kill.reach = Reach { seqs: vec![], spans: vec![(2, 10, 14)] };
+        kill.reach = Reach { seqs: vec![], spans: vec![(2, 10, 14).into()] };
         assert_eq!(
-            reached(&kill, &[(1, 12), (2, 12)], "duplicate effect").as_deref(),
+            reached(&kill, &[(1, 12), (2, 12)].map(Position::from), "duplicate effect").as_deref(),
             Some(
                 "its process had fetched partition 2, offsets 10..=14, past the group's committed position: \
                  message 2:12 was delivered again"
             )
         );
-        assert_eq!(reached(&kill, &[(2, 9), (2, 15)], "duplicate effect"), None, "outside its span");
-        assert_eq!(reached(&kill, &[(2, 12)], "missing effect"), None, "delivered again, so not lost by it");
+        assert_eq!(
+            reached(&kill, &[(2, 9), (2, 15)].map(Position::from), "duplicate effect"),
+            None,
+            "outside its span"
+        );
+        assert_eq!(
+            reached(&kill, &[(2, 12)].map(Position::from), "missing effect"),
+            None,
+            "delivered again, so not lost by it"
+        );
         let mut commit = fault("kafka.kill_after_offset_commit", "consumer-1", 4_000);
         commit.reach = kill.reach.clone();
-        assert!(reached(&commit, &[(2, 12)], "missing effect").is_some());
+        assert!(reached(&commit, &[(2, 12)].map(Position::from), "missing effect").is_some());
     }
 
     /// A message is fetched ahead: a kill before its first processing

@@ -11,6 +11,7 @@
 
 use super::reconcile::{AnomalyBuilder, AnomalyKind};
 use super::topic::TopicRecord;
+use crate::broker::Position;
 use crate::domain::events::{EventKind, PaymentEvent};
 use crate::domain::handlers::Handler;
 use crate::domain::intent::Intended;
@@ -97,6 +98,12 @@ pub(super) struct EventEntry {
     pub marks: u8,
 }
 
+impl MessageEntry {
+    pub fn position(&self) -> Position {
+        Position::new(self.lane as i32, self.at)
+    }
+}
+
 impl EventEntry {
     pub fn credits(&self) -> u8 {
         self.marks >> mark::CREDIT_SHIFT
@@ -106,9 +113,10 @@ impl EventEntry {
 /// One message on the topic that carries a known payment's key: 16 bytes.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct MessageEntry {
-    pub offset: i64,
+    /// Its position, kept as two fields so the entry stays 16 bytes.
+    pub at: i64,
     pub payment: u32,
-    pub partition: u16,
+    pub lane: u16,
     pub kind: Option<EventKind>,
 }
 
@@ -463,25 +471,19 @@ impl Ledger {
                 if m.fingerprint != e.fingerprint {
                     let id = e.id;
                     self.streamed.message.hit(|| {
-                        format!(
-                            "event {id} at partition {} offset {}: key, type or payload differ from its outbox row",
-                            m.partition, m.offset
-                        )
+                        format!("event {id} at {}: key, type or payload differ from its outbox row", m.position.named())
                     });
                 }
             }
-            (None, Some(id)) => {
-                self.streamed.foreign.hit(|| format!("event {id} at partition {} offset {}", m.partition, m.offset))
+            (None, Some(id)) => self.streamed.foreign.hit(|| format!("event {id} at {}", m.position.named())),
+            (None, None) => {
+                self.streamed.foreign.hit(|| format!("message without an event id at {}", m.position.named()))
             }
-            (None, None) => self
-                .streamed
-                .foreign
-                .hit(|| format!("message without an event id at partition {} offset {}", m.partition, m.offset)),
         }
         if let Some(i) = m.payment_id.and_then(|p| self.payment(p)) {
-            // Partitions fit: a scenario has at most 1,024.
-            let partition = m.partition.clamp(0, u16::MAX as i32) as u16;
-            self.messages.push(MessageEntry { offset: m.offset, payment: i as u32, partition, kind: m.kind });
+            // Lanes fit: a scenario has at most 1,024.
+            let lane = m.position.lane().clamp(0, u16::MAX as i32) as u16;
+            self.messages.push(MessageEntry { at: m.position.at(), payment: i as u32, lane, kind: m.kind });
         }
     }
 
@@ -513,7 +515,7 @@ impl Ledger {
         let mut messages: HashMap<Uuid, Vec<super::story::TopicMessage>> = HashMap::new();
         for m in self.messages.iter() {
             if let Some(id) = wanted.get(&m.payment) {
-                let msg = super::story::TopicMessage::new(m.partition as i32, m.offset, m.kind);
+                let msg = super::story::TopicMessage::new(m.position(), m.kind);
                 messages.entry(*id).or_default().push(msg);
             }
         }

@@ -348,7 +348,7 @@ impl Ledger {
         let leftover = self.check_lost_events(c, f);
         // Payment by payment, with its messages side by side: the messages
         // sorted by payment, then by place on the topic.
-        self.messages.sort_unstable_by_key(|m| (m.payment, m.partition, m.offset));
+        self.messages.sort_unstable_by_key(|m| (m.payment, m.position()));
         let (absent, split) = self.payments_on_topic(c);
         f.check("every payment's events on the topic", 0, c.payments_missing_events, vec![absent]);
         f.check("no foreign events (topic events not in the outbox)", 0, foreign.count, vec![foreign]);
@@ -414,7 +414,7 @@ impl Ledger {
                 c.payments_missing_events += 1;
                 absent.hit_on(p.id, || format!("payment {}: no {} message on the topic", p.id, missing.join(" or ")));
             }
-            if msgs.iter().any(|m| m.partition != msgs[0].partition) {
+            if msgs.iter().any(|m| m.lane != msgs[0].lane) {
                 split.hit_on(p.id, || format!("payment {}: {}", p.id, locate(msgs)));
             }
         }
@@ -590,13 +590,13 @@ fn by_payment<'a>(
     })
 }
 
-/// Reordering: an `authorized` message at a later offset than a `captured`
-/// one of the same payment (same key, so same partition).
+/// Reordering: an `authorized` message later in its lane than a `captured`
+/// one of the same payment (same key, so same lane).
 fn reordered(msgs: &[MessageEntry]) -> bool {
-    let at = |k: EventKind| msgs.iter().filter(move |m| m.kind == Some(k));
-    let last_auth = at(EventKind::Authorized).max_by_key(|m| m.offset);
-    let first_cap = at(EventKind::Captured).min_by_key(|m| m.offset);
-    matches!((last_auth, first_cap), (Some(a), Some(k)) if a.partition == k.partition && a.offset > k.offset)
+    let of = |k: EventKind| msgs.iter().filter(move |m| m.kind == Some(k));
+    let last_auth = of(EventKind::Authorized).max_by_key(|m| m.at);
+    let first_cap = of(EventKind::Captured).min_by_key(|m| m.at);
+    matches!((last_auth, first_cap), (Some(a), Some(k)) if a.lane == k.lane && a.at > k.at)
 }
 
 /// Where a payment's messages sit on the topic, for examples.
@@ -609,7 +609,7 @@ fn locate(msgs: &[MessageEntry]) -> String {
     let parts: Vec<String> = msgs
         .iter()
         .take(LOCATE_AT_MOST)
-        .map(|m| format!("{}@{}:{}", m.kind.map(|k| k.status()).unwrap_or("malformed"), m.partition, m.offset))
+        .map(|m| format!("{}@{}", m.kind.map(|k| k.status()).unwrap_or("malformed"), m.position()))
         .collect();
     parts.join(" ")
 }

@@ -15,6 +15,7 @@
 //! made it.
 
 use super::Anomaly;
+use crate::broker::Position;
 use crate::domain::events::EventKind;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -65,16 +66,16 @@ pub struct Step {
 /// A message carrying the payment's key, as the verifier read it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicMessage {
-    pub partition: i32,
-    pub offset: i64,
+    #[serde(flatten)]
+    pub at: Position,
     /// `authorized`, `captured`, or `malformed` for one that does not decode.
     pub kind: String,
 }
 
 impl TopicMessage {
-    pub fn new(partition: i32, offset: i64, kind: Option<EventKind>) -> Self {
+    pub fn new(at: Position, kind: Option<EventKind>) -> Self {
         let kind = kind.map_or("malformed", |k| k.status()).to_string();
-        Self { partition, offset, kind }
+        Self { at, kind }
     }
 }
 
@@ -130,15 +131,12 @@ pub fn tell(
             seqs.sort_unstable();
             seqs.dedup();
             let mut msgs = messages.get(&payment).cloned().unwrap_or_default();
-            msgs.sort_by_key(|m| (m.partition, m.offset));
+            msgs.sort_by_key(|m| m.at);
             let delivered = deliveries.iter().flat_map(|d| {
-                msgs.iter().filter(|m| d.covers(m.partition, m.offset)).map(move |m| Step {
+                msgs.iter().filter(|m| d.covers(m.at)).map(move |m| Step {
                     at_ms: d.at_ms as i64,
                     lane: "delivery".into(),
-                    what: format!(
-                        "{} {}:{} to {} (batch of {})",
-                        m.kind, m.partition, m.offset, d.component, d.messages
-                    ),
+                    what: format!("{} {} to {} (batch of {})", m.kind, m.at, d.component, d.messages),
                     event: None,
                 })
             });
@@ -214,13 +212,13 @@ mod tests {
         let payments = HashMap::from([(p, p), (e, q)]);
         let messages = HashMap::from([(
             p,
-            vec![TopicMessage::new(2, 9, Some(EventKind::Captured)), TopicMessage::new(2, 4, None)],
+            vec![TopicMessage::new((2, 9).into(), Some(EventKind::Captured)), TopicMessage::new((2, 4).into(), None)],
         )]);
         let delivery = |at_ms, spans: Vec<(i32, i64, i64)>| crate::faults::DeliveryRecord {
+            spans: spans.into_iter().map(Into::into).collect(),
             component: "notifier-1".into(),
             at_ms,
             messages: 3,
-            spans,
         };
         // Offset 9 delivered twice, offset 4 never; another partition's batch not at all.
         let deliveries = vec![
@@ -243,7 +241,7 @@ mod tests {
             ]
         );
         assert!(s.steps.iter().filter(|t| t.what.contains("to notifier")).all(|t| t.lane == "delivery"));
-        let at: Vec<(i64, &str)> = s.messages.iter().map(|m| (m.offset, m.kind.as_str())).collect();
+        let at: Vec<(i64, &str)> = s.messages.iter().map(|m| (m.at.at(), m.kind.as_str())).collect();
         assert_eq!(at, vec![(4, "malformed"), (9, "captured")]);
         // The event's example is told as its payment's story.
         assert_eq!((stories[1].example, stories[1].subject, stories[1].payment), (2, e, q));

@@ -5,6 +5,7 @@ use super::ledger::{EventEntry, MessageEntry, OutboxRecord, PaymentEntry, Paymen
 use super::reconcile::{Reconciliation, Spec};
 use super::topic::TopicRecord;
 use super::Ledger;
+use crate::broker::Position;
 use crate::domain::events::{fingerprint, EventKind, PaymentEvent};
 use crate::domain::intent::Intended;
 use crate::provider::{Body, EmailId, IdempotencyKey, Outcome, Record, Request};
@@ -93,10 +94,10 @@ fn healthy(n: usize) -> World {
                 published: true,
                 fingerprint: fp,
             });
-            let offset = w.topic.iter().filter(|m| m.partition == (i % 2) as i32).count() as i64;
+            let lane = (i % 2) as i32;
+            let offset = w.topic.iter().filter(|m| m.position.lane() == lane).count() as i64;
             w.topic.push(TopicRecord {
-                partition: (i % 2) as i32,
-                offset,
+                position: Position::new(lane, offset),
                 event_id: Some(id),
                 payment_id: Some(p.id),
                 kind: Some(kind),
@@ -182,7 +183,7 @@ fn replayed_batch_counts_duplicates_and_reordering_but_no_violation() {
     // The first payment's batch (authorized, captured) is replayed whole.
     let replay: Vec<TopicRecord> = w.topic[0..2].to_vec();
     for mut m in replay {
-        m.offset += 100;
+        m.position = Position::new(m.position.lane(), m.position.at() + 100);
         w.topic.push(m);
     }
     let r = fails_with(&w, &[]);
@@ -258,8 +259,7 @@ fn lost_event_fails() {
 fn foreign_event_fails_alone() {
     let mut w = healthy(2);
     w.topic.push(TopicRecord {
-        partition: 0,
-        offset: 99,
+        position: Position::new(0, 99),
         event_id: Some(Uuid::nil()),
         payment_id: None,
         kind: None,
@@ -279,7 +279,7 @@ fn a_message_that_differs_from_its_outbox_row_fails_alone() {
 #[test]
 fn a_payment_on_two_partitions_fails_alone() {
     let mut w = healthy(3);
-    w.topic[1].partition = 7;
+    w.topic[1].position = Position::new(7, w.topic[1].position.at());
     fails_with(&w, &["each payment's events on one partition"]);
 }
 
@@ -436,7 +436,12 @@ fn dead_letters_must_be_the_malformed_events_by_id() {
     twin.kind = None;
     twin.body = None;
     w.intent[0].poison = true;
-    w.topic.push(TopicRecord { event_id: Some(twin.id), kind: None, offset: 50, ..w.topic[1].clone() });
+    w.topic.push(TopicRecord {
+        event_id: Some(twin.id),
+        kind: None,
+        position: Position::new(w.topic[1].position.lane(), 50),
+        ..w.topic[1].clone()
+    });
     w.outbox.push(twin.clone());
     w.dead_letters.push(twin.id.to_string());
     let r = fails_with(&w, &[]);

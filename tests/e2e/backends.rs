@@ -37,8 +37,7 @@ async fn one_ground_truth(store: &Store) -> (Vec<u64>, Counts) {
             .expect("the event");
         let id = r.id.to_string();
         Incoming {
-            partition: 0,
-            offset,
+            position: chaos::broker::Position::new(0, offset),
             decoded: decode(Some(id.as_bytes()), Some(r.event_type.as_bytes()), Some(&r.payload)),
             raw_event_id: None,
             raw_payload: String::new(),

@@ -49,11 +49,11 @@ async fn outbox_to_kafka_to_inbox_round_trip() {
     let consumer = kafka.consumer(spec).unwrap();
     consumer.join().unwrap();
     let mut got = Vec::new();
-    let mut each = |d: chaos::domain::events::Delivery<'_>| got.push(chaos::incoming(&d));
+    let mut each = |d: chaos::broker::Delivery<'_>| got.push(chaos::incoming(&d));
     let n = consumer.poll_batch(10, Duration::from_secs(30), Duration::from_millis(3), &mut each).await;
     assert_eq!(n, 1, "a message within 30 s");
     let incoming = got.remove(0);
-    let incoming_offset = incoming.offset;
+    let incoming_at = incoming.position;
     let decoded = incoming.decoded.clone().expect("a well-formed event");
     assert_eq!(decoded.event_id, rows[0].id);
     let modes =
@@ -70,7 +70,7 @@ async fn outbox_to_kafka_to_inbox_round_trip() {
     assert_eq!((again.applied, again.duplicates), (0, 1));
 
     // 4. Commit the offset by hand and read it back from the broker.
-    consumer.commit(&[(0, incoming_offset + 1)], true).unwrap();
+    consumer.commit(&[incoming_at.next()], true).unwrap();
     assert_eq!(
         kafka.group_lag(&group, &topic, 1).await.unwrap(),
         0,

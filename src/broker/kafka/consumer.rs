@@ -1,8 +1,8 @@
 //! The notifier's consumer on Kafka, and the mock cluster's quirks for it.
 
 use super::{config, delivery};
+use crate::broker::Delivery;
 use crate::broker::{ConsumerSpec, OffRuntime, OnAssign};
-use crate::domain::events::Delivery;
 use crate::domain::names::CONNECT_TIMEOUT;
 use crate::error::{Error, Result};
 use futures::future::BoxFuture;
@@ -197,11 +197,11 @@ impl crate::broker::Consumer for KafkaConsumer {
         })
     }
 
-    fn commit(&self, next: &[(i32, i64)], wait: bool) -> std::result::Result<(), String> {
+    fn commit(&self, next: &[crate::broker::Position], wait: bool) -> std::result::Result<(), String> {
         // Partition lists can hold references into the client: this one is
         // released before the call returns, or the consumer's destruction
         // would wait for it.
-        let tpl = self.offsets(next.iter().copied());
+        let tpl = self.offsets(next.iter().map(|p| (p.lane(), p.at())));
         let r = if wait {
             tokio::task::block_in_place(|| self.c().commit(&tpl, CommitMode::Sync))
         } else {

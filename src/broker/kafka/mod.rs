@@ -8,7 +8,7 @@ pub mod mock;
 mod producer;
 
 use super::{Broker, ConsumerSpec, Span};
-use crate::domain::events::Delivery;
+use crate::broker::Delivery;
 use crate::error::{Error, Result};
 use futures::future::BoxFuture;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -408,8 +408,7 @@ fn group_lag(brokers: &str, group: &str, topic: &str, partitions: i32) -> Result
 /// The envelope's parts of a received message, as raw bytes.
 pub fn delivery<M: Message>(m: &M) -> Delivery<'_> {
     let mut d = Delivery {
-        partition: m.partition(),
-        offset: m.offset(),
+        position: crate::broker::Position::new(m.partition(), m.offset()),
         key: m.key(),
         payload: m.payload(),
         ..Default::default()

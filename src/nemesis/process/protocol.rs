@@ -7,6 +7,7 @@
 //! ([`crate::harness::component`]); the harness's side is the keeper
 //! ([`super::program`]), which folds the snapshots into the run's counters.
 
+use crate::broker::{Position, Stretch};
 use crate::context::{Coordination, Stats};
 use crate::faults::{FaultInjector, FaultPoint, FaultRecord};
 use serde::{Deserialize, Serialize};
@@ -52,20 +53,21 @@ pub enum Line {
     Snapshot {
         snapshot: Snapshot,
     },
-    /// A notifier received a batch: its size and, per partition, its first
-    /// and last offset (the anomalies' stories show each delivery).
+    /// A notifier received a batch: its size and the stretch of each lane
+    /// it held (the anomalies' stories show each delivery).
     Delivered {
         component: String,
         messages: u32,
-        spans: Vec<(i32, i64, i64)>,
+        spans: Vec<Stretch>,
     },
     /// A firing of `point` is confirmed by the next delivery of the message
-    /// at (partition, offset), to whichever process gets it: a replay the
-    /// process may not live to read itself.
+    /// at `at`, to whichever process gets it: a replay the process may not
+    /// live to read itself. On the line, `at` is written as the report
+    /// writes a message's place.
     AwaitsDelivery {
         point: FaultPoint,
-        partition: i32,
-        offset: i64,
+        #[serde(flatten)]
+        at: Position,
     },
 }
 

@@ -42,6 +42,7 @@ pub mod kafka;
 pub mod lanes;
 pub mod pg;
 
+use crate::broker::Stretch;
 use crate::context::{Shutdown, Stats};
 use crate::error::{Error, Result};
 use crate::faults::{FaultInjector, FaultPoint, Reach};
@@ -272,7 +273,7 @@ impl Slot {
             // a run's topic is new.
             let before = committed.insert(partition, offset).unwrap_or(0);
             if offset > before {
-                reach.spans.push((partition, before, offset - 1));
+                reach.spans.push(Stretch::new(partition, before, offset - 1));
             }
         }
         reach
@@ -305,7 +306,7 @@ impl Slot {
         for (&partition, &last) in &fetched.1 {
             let from = committed.get(&partition).copied().unwrap_or(0);
             if last >= from {
-                reach.spans.push((partition, from, last));
+                reach.spans.push(Stretch::new(partition, from, last));
             }
         }
         reach.spans.sort_unstable();

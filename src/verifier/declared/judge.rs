@@ -236,7 +236,7 @@ impl Books<'_> {
             Invariant::eq("every message equals its outbox row", 0, mismatched),
             &[AnomalyKind::MessageMismatch],
         ));
-        let mut split: Vec<&String> = self.partitions.iter().filter(|(_, (_, s))| *s).map(|(k, _)| k).collect();
+        let mut split: Vec<&String> = self.lanes.iter().filter(|(_, (_, s))| *s).map(|(k, _)| k).collect();
         split.sort();
         for k in &split {
             tally.note_on(AnomalyKind::SplitKey, Some(k.as_str()), || {

@@ -17,6 +17,7 @@
 //! - [`read`]: [`verify`], the reads streamed into the books.
 
 use super::{Anomaly, AnomalyKind, Invariant};
+use crate::broker::Position;
 use crate::domain::events::fingerprint;
 use crate::domain::operations::{Operation, Outcome};
 use crate::faults::FaultRecord;
@@ -67,7 +68,7 @@ struct Event {
     fingerprint: u32,
     at_epoch_ms: i64,
     /// Its messages on the topic, as (partition, offset).
-    copies: Vec<(i32, i64)>,
+    copies: Vec<Position>,
     mismatched: bool,
     /// It meets `system.outbox.malformed`: it belongs to no operation and
     /// causes no effect but a `per-malformed-message` one.
@@ -87,7 +88,7 @@ pub struct Books<'a> {
     /// Event indices per key.
     by_key: HashMap<String, Vec<usize>>,
     /// Per key, the partition of its first message, and whether another was seen.
-    partitions: HashMap<String, (i32, bool)>,
+    lanes: HashMap<String, (i32, bool)>,
     foreign: Vec<String>,
     foreign_count: u64,
     messages: u64,
@@ -129,7 +130,7 @@ impl<'a> Books<'a> {
             events: Vec::new(),
             event_by_id: HashMap::new(),
             by_key: HashMap::new(),
-            partitions: HashMap::new(),
+            lanes: HashMap::new(),
             foreign: Vec::new(),
             foreign_count: 0,
             messages: 0,
@@ -197,13 +198,13 @@ impl<'a> Books<'a> {
     }
 
     /// A message read from the topic.
-    pub fn add_message(&mut self, partition: i32, offset: i64, key: &[u8], id: Option<&[u8]>, fp: u32) {
+    pub fn add_message(&mut self, at: Position, key: &[u8], id: Option<&[u8]>, fp: u32) {
         self.messages += 1;
         if let Ok(k) = std::str::from_utf8(key) {
-            match self.partitions.get_mut(k) {
-                Some((p, split)) => *split |= *p != partition,
+            match self.lanes.get_mut(k) {
+                Some((lane, split)) => *split |= *lane != at.lane(),
                 None => {
-                    self.partitions.insert(k.to_string(), (partition, false));
+                    self.lanes.insert(k.to_string(), (at.lane(), false));
                 }
             }
         }
@@ -214,14 +215,16 @@ impl<'a> Books<'a> {
                 let id =
                     id.map(String::from_utf8_lossy).map_or("no event_id header".into(), |s| format!("event_id {s}"));
                 self.foreign.push(format!(
-                    "message p{partition}@{offset} ({id}, key {}): no outbox row has this id",
+                    "message p{}@{} ({id}, key {}): no outbox row has this id",
+                    at.lane(),
+                    at.at(),
                     String::from_utf8_lossy(key)
                 ));
             }
             return;
         };
         let e = &mut self.events[i];
-        e.copies.push((partition, offset));
+        e.copies.push(at);
         e.mismatched |= fp != e.fingerprint;
     }
 

@@ -30,12 +30,11 @@ pub async fn verify(
         // owned sink, so it gathers the compact messages first.
         let msgs = tokio::task::spawn_blocking(move || {
             let mut out: Vec<Msg> = Vec::new();
-            crate::verifier::topic::read_checked(&*broker, &topic_name, partitions, TOPIC_READ, &mut |m| {
+            crate::broker::read_checked(&*broker, &topic_name, partitions, TOPIC_READ, &mut |m| {
                 // Kept compact: the value only as its fingerprint.
                 let key = m.key.unwrap_or_default();
                 out.push(Msg {
-                    partition: m.partition,
-                    offset: m.offset,
+                    at: m.position,
                     key: key.to_vec(),
                     id: m.event_id.map(<[u8]>::to_vec),
                     fp: fingerprint(key, m.event_type.unwrap_or_default(), m.payload.unwrap_or_default()),
@@ -46,7 +45,7 @@ pub async fn verify(
         .await
         .map_err(|e| Error::Internal(e.to_string()))??;
         for m in msgs {
-            books.add_message(m.partition, m.offset, &m.key, m.id.as_deref(), m.fp);
+            books.add_message(m.at, &m.key, m.id.as_deref(), m.fp);
         }
         books
     };
@@ -68,8 +67,7 @@ pub async fn verify(
 const TOPIC_READ: Duration = Duration::from_secs(120);
 
 struct Msg {
-    partition: i32,
-    offset: i64,
+    at: crate::broker::Position,
     key: Vec<u8>,
     id: Option<Vec<u8>>,
     fp: u32,

@@ -55,7 +55,7 @@ impl Books<'_> {
         });
         let copies: Vec<String> = events
             .iter()
-            .flat_map(|&i| self.events[i].copies.iter().map(|(p, o)| format!("p{p}@{o}")))
+            .flat_map(|&i| self.events[i].copies.iter().map(|p| format!("p{}@{}", p.lane(), p.at())))
             .take(8)
             .collect();
         parts.push(match copies.is_empty() {
@@ -94,7 +94,7 @@ impl Books<'_> {
     /// after), nearest first, each marked so.
     pub(super) fn followed(&self, key: &str, example: usize, anomaly: &str) -> Option<Followed> {
         let trace_ms = self.trace_ms(key)?;
-        let messages: Vec<(i32, i64)> = self
+        let messages: Vec<crate::broker::Position> = self
             .by_key
             .get(key)
             .map(Vec::as_slice)

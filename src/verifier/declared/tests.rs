@@ -1,6 +1,7 @@
 //! The declared verifier on hand-made rows.
 
 use super::*;
+use crate::broker::Position;
 use crate::domain::events::fingerprint;
 use crate::scenario::{
     CheckDecl, EffectDecl, OperationDecl, OutboxDecl, ProgramCommand, Published, ServiceDecl, Setup, ValueGen,
@@ -114,8 +115,7 @@ fn correct(b: &mut Books, id: u128, key: u128, qty: i64, sku: &str, partition: i
     let k = Uuid::from_u128(key).to_string();
     let i = Uuid::from_u128(id).to_string();
     b.add_message(
-        partition,
-        id as i64,
+        Position::new(partition, id as i64),
         k.as_bytes(),
         Some(i.as_bytes()),
         fingerprint(k.as_bytes(), b"OrderPlaced", payload.as_bytes()),
@@ -160,8 +160,7 @@ fn json_key_order_and_spacing_are_not_a_mismatch_but_a_changed_value_is() {
     let f = world(&ops, |b| {
         b.add_event(event(11, 1, r#"{"a": 1, "b": [2, 3]}"#));
         b.add_message(
-            0,
-            0,
+            Position::new(0, 0),
             k.as_bytes(),
             Some(i.as_bytes()),
             fingerprint(k.as_bytes(), b"OrderPlaced", br#"{"b":[2,3],"a":1}"#),
@@ -170,7 +169,12 @@ fn json_key_order_and_spacing_are_not_a_mismatch_but_a_changed_value_is() {
     assert!(!names(&f).contains(&"message mismatch"), "{:?}", f.anomalies);
     let f = world(&ops, |b| {
         b.add_event(event(11, 1, r#"{"a": 1}"#));
-        b.add_message(0, 0, k.as_bytes(), Some(i.as_bytes()), fingerprint(k.as_bytes(), b"OrderPlaced", br#"{"a":2}"#));
+        b.add_message(
+            Position::new(0, 0),
+            k.as_bytes(),
+            Some(i.as_bytes()),
+            fingerprint(k.as_bytes(), b"OrderPlaced", br#"{"a":2}"#),
+        );
     });
     assert!(names(&f).contains(&"message mismatch"), "{:?}", f.anomalies);
 }
@@ -207,11 +211,16 @@ fn the_topic_must_hold_each_event_once_keyed_on_one_partition() {
         // A second event of key 1, on another partition.
         b.add_event(event(12, 1, "{}"));
         let i = Uuid::from_u128(12).to_string();
-        b.add_message(1, 5, k.as_bytes(), Some(i.as_bytes()), fingerprint(k.as_bytes(), b"OrderPlaced", b"{}"));
+        b.add_message(
+            Position::new(1, 5),
+            k.as_bytes(),
+            Some(i.as_bytes()),
+            fingerprint(k.as_bytes(), b"OrderPlaced", b"{}"),
+        );
         // Key 2's event never published, and not a leftover: lost.
         b.add_event(event(21, 2, "{}"));
         // A message no outbox row has.
-        b.add_message(0, 9, b"x", Some(b"not-an-id"), 0);
+        b.add_message(Position::new(0, 9), b"x", Some(b"not-an-id"), 0);
     });
     let n = names(&f);
     for want in ["split key", "lost event", "foreign event", "outbox mismatch"] {
@@ -260,7 +269,12 @@ fn a_missing_effect_and_a_failed_check_are_found() {
     let f = world(&ops, |b| {
         b.add_event(event(11, 1, "{}"));
         let (k, i) = (Uuid::from_u128(1).to_string(), Uuid::from_u128(11).to_string());
-        b.add_message(0, 0, k.as_bytes(), Some(i.as_bytes()), fingerprint(k.as_bytes(), b"OrderPlaced", b"{}"));
+        b.add_message(
+            Position::new(0, 0),
+            k.as_bytes(),
+            Some(i.as_bytes()),
+            fingerprint(k.as_bytes(), b"OrderPlaced", b"{}"),
+        );
         b.add_check("every order has its event", 3, vec![r#"{"order_id": 7}"#.into()]);
     });
     let get = |n: &str| f.anomalies.iter().find(|a| a.name == n).cloned();
@@ -287,8 +301,7 @@ fn work_still_pending_is_not_a_missing_effect() {
             b.add_event(event(id, key, &payload));
             let (k, i) = (Uuid::from_u128(key).to_string(), Uuid::from_u128(id).to_string());
             b.add_message(
-                0,
-                0,
+                Position::new(0, 0),
                 k.as_bytes(),
                 Some(i.as_bytes()),
                 fingerprint(k.as_bytes(), b"OrderPlaced", payload.as_bytes()),
@@ -327,11 +340,11 @@ fn a_missing_effect_names_the_offset_commit_that_covered_its_message() {
             b.add_event(event(id, key, &payload));
             let (k, i) = (Uuid::from_u128(key).to_string(), Uuid::from_u128(id).to_string());
             let print = fingerprint(k.as_bytes(), b"OrderPlaced", payload.as_bytes());
-            b.add_message(1, offset, k.as_bytes(), Some(i.as_bytes()), print);
+            b.add_message(Position::new(1, offset), k.as_bytes(), Some(i.as_bytes()), print);
         }
         b.finish()
     };
-    let covered = crate::faults::Reach { seqs: vec![], spans: vec![(1, 3, 4)] };
+    let covered = crate::faults::Reach { seqs: vec![], spans: vec![(1, 3, 4).into()] };
     // A random kill nearer in time, with no reach, and the commit that
     // covered order 1's message (1:4) but not order 2's (1:5).
     let found = run(
@@ -401,8 +414,7 @@ fn a_malformed_event_belongs_to_no_operation_and_wants_its_dead_letter() {
         b.add_event(twin);
         let (k, i) = (Uuid::from_u128(1).to_string(), Uuid::from_u128(12).to_string());
         b.add_message(
-            0,
-            12,
+            Position::new(0, 12),
             k.as_bytes(),
             Some(i.as_bytes()),
             fingerprint(k.as_bytes(), b"OrderPlaced", br#"{"poison": true}"#),
@@ -470,7 +482,12 @@ fn calls_to_the_provider_are_counted_from_its_record() {
     for (id, key) in [(11, 1), (21, 2)] {
         b.add_event(event(id, key, "{}"));
         let (k, i) = (Uuid::from_u128(key).to_string(), Uuid::from_u128(id).to_string());
-        b.add_message(0, id as i64, k.as_bytes(), Some(i.as_bytes()), fingerprint(k.as_bytes(), b"OrderPlaced", b"{}"));
+        b.add_message(
+            Position::new(0, id as i64),
+            k.as_bytes(),
+            Some(i.as_bytes()),
+            fingerprint(k.as_bytes(), b"OrderPlaced", b"{}"),
+        );
     }
     b.add_provider_record(&record);
     let f = b.finish();

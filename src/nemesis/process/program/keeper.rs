@@ -454,7 +454,7 @@ impl Keeper {
                 proc.fold.apply(snapshot, self.slot, &self.ctx.stats, &self.ctx.coord, faults)
             }
             Line::Delivered { component, messages, spans } => faults.record_delivery(component, messages, spans),
-            Line::AwaitsDelivery { point, partition, offset } => faults.await_next_delivery(point, (partition, offset)),
+            Line::AwaitsDelivery { point, at } => faults.await_next_delivery(point, at),
             Line::Halt { .. } | Line::Stall { .. } => {}
         }
     }
