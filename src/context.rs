@@ -131,13 +131,13 @@ impl Stats {
     }
 }
 
-/// What the run waits on, apart from the counters: the partitions each
+/// What the run waits on, apart from the counters: the topic lanes each
 /// notifier holds after its latest rebalance (the group-ready wait) and the
 /// stalled notifiers still holding a batch (the drain). Watch channels, so
 /// a waiter wakes when either changes instead of reading counters.
 #[derive(Clone)]
 pub struct Coordination {
-    /// Partitions each notifier (by index) holds after its latest rebalance.
+    /// Lanes each notifier (by index) holds after its latest rebalance.
     assigned: std::sync::Arc<watch::Sender<std::collections::BTreeMap<usize, usize>>>,
     /// Stalled notifier incarnations still holding a batch: their late
     /// effects would land after verification.
@@ -154,14 +154,14 @@ impl Default for Coordination {
 }
 
 impl Coordination {
-    /// Records the partitions a notifier holds after a rebalance.
-    pub fn set_assigned(&self, notifier: usize, partitions: usize) {
+    /// Records the lanes a notifier holds after a rebalance.
+    pub fn set_assigned(&self, notifier: usize, lanes: usize) {
         self.assigned.send_modify(|a| {
-            a.insert(notifier, partitions);
+            a.insert(notifier, lanes);
         });
     }
 
-    /// The partitions each notifier holds now.
+    /// The lanes each notifier holds now.
     pub fn assigned(&self) -> std::collections::BTreeMap<usize, usize> {
         self.assigned.borrow().clone()
     }
@@ -171,10 +171,10 @@ impl Coordination {
         self.assigned.subscribe()
     }
 
-    /// Every notifier has joined, the group holds every partition once, and
-    /// every notifier that can have a partition holds one.
-    pub fn group_settled(&self, notifiers: usize, partitions: usize) -> bool {
-        settled(&self.assigned.borrow(), notifiers, partitions)
+    /// Every notifier has joined, the group holds every lane once, and
+    /// every notifier that can have a lane holds one.
+    pub fn group_settled(&self, notifiers: usize, lanes: usize) -> bool {
+        settled(&self.assigned.borrow(), notifiers, lanes)
     }
 
     /// A zombie starts holding its batch; it stops when the guard drops
@@ -190,12 +190,10 @@ impl Coordination {
     }
 }
 
-/// Whether `assigned` is a settled group of `notifiers` over `partitions`.
-pub fn settled(assigned: &std::collections::BTreeMap<usize, usize>, notifiers: usize, partitions: usize) -> bool {
+/// Whether `assigned` is a settled group of `notifiers` over `lanes`.
+pub fn settled(assigned: &std::collections::BTreeMap<usize, usize>, notifiers: usize, lanes: usize) -> bool {
     let holders = assigned.values().filter(|n| **n > 0).count();
-    assigned.len() == notifiers
-        && assigned.values().sum::<usize>() == partitions
-        && holders == notifiers.min(partitions)
+    assigned.len() == notifiers && assigned.values().sum::<usize>() == lanes && holders == notifiers.min(lanes)
 }
 
 /// Counts a zombie as active for as long as it lives.
@@ -295,6 +293,13 @@ pub struct Ctx {
     /// The email provider's client, when the notifier sends each receipt
     /// as an email (`notifier.email`); None otherwise.
     pub email: Option<std::sync::Arc<crate::provider::client::EmailClient>>,
+}
+
+impl Ctx {
+    /// The run's topic, as the broker is asked about it.
+    pub fn topic(&self) -> crate::broker::Topic {
+        self.scenario.topic(&self.names.topic)
+    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 //! timing. A test on it says what the code does with the semantics; the
 //! end-to-end tests on Kafka say the semantics are Kafka's.
 
-use super::{Broker, Consumer, ConsumerSpec, Producer, Span};
+use super::{Broker, Consumer, ConsumerSpec, Producer, Span, Topic};
 use crate::broker::Delivery;
 use crate::domain::events::Envelope;
 use crate::error::{Error, Result};
@@ -114,9 +114,9 @@ impl Broker for Memory {
         false
     }
 
-    fn create_topic<'a>(&'a self, topic: &'a str, partitions: i32) -> BoxFuture<'a, Result<()>> {
+    fn create_topic<'a>(&'a self, topic: &'a Topic) -> BoxFuture<'a, Result<()>> {
         let mut s = self.state();
-        s.topics.entry(topic.to_string()).or_insert_with(|| vec![Vec::new(); partitions.max(1) as usize]);
+        s.topics.entry(topic.name.clone()).or_insert_with(|| vec![Vec::new(); topic.lanes.max(1) as usize]);
         ready(Ok(()))
     }
 
@@ -138,14 +138,14 @@ impl Broker for Memory {
         }))
     }
 
-    fn watermarks(&self, topic: &str, partitions: i32) -> Result<Vec<(i64, i64)>> {
+    fn watermarks(&self, topic: &Topic) -> Result<Vec<(i64, i64)>> {
         let s = self.state();
-        let parts = s.topics.get(topic).ok_or_else(|| unknown(topic))?;
-        Ok((0..partitions as usize).map(|p| (0, parts.get(p).map_or(0, |v| v.len() as i64))).collect())
+        let parts = s.topics.get(&topic.name).ok_or_else(|| unknown(&topic.name))?;
+        Ok((0..topic.lanes as usize).map(|p| (0, parts.get(p).map_or(0, |v| v.len() as i64))).collect())
     }
 
-    fn group_lag<'a>(&'a self, group: &'a str, topic: &'a str, partitions: i32) -> BoxFuture<'a, Result<i64>> {
-        let marks = match self.watermarks(topic, partitions) {
+    fn group_lag<'a>(&'a self, group: &'a str, topic: &'a Topic) -> BoxFuture<'a, Result<i64>> {
+        let marks = match self.watermarks(topic) {
             Ok(m) => m,
             Err(e) => return ready(Err(e)),
         };
@@ -158,17 +158,11 @@ impl Broker for Memory {
         ready(Ok(Some(self.state().groups.get(group).map_or(0, |g| g.members.len()))))
     }
 
-    fn read_topic(
-        &self,
-        topic: &str,
-        partitions: i32,
-        _limit: Duration,
-        sink: &mut dyn FnMut(Delivery<'_>),
-    ) -> Result<Vec<Span>> {
+    fn read_topic(&self, topic: &Topic, _limit: Duration, sink: &mut dyn FnMut(Delivery<'_>)) -> Result<Vec<Span>> {
         let s = self.state();
-        let parts = s.topics.get(topic).ok_or_else(|| unknown(topic))?;
+        let parts = s.topics.get(&topic.name).ok_or_else(|| unknown(&topic.name))?;
         let mut spans = Vec::new();
-        for p in 0..partitions as usize {
+        for p in 0..topic.lanes as usize {
             let msgs = parts.get(p).map(Vec::as_slice).unwrap_or_default();
             for (o, m) in msgs.iter().enumerate() {
                 sink(m.delivery(p as i32, o as i64));
@@ -208,7 +202,7 @@ impl Producer for Memory {
         let Some(parts) = s.topics.get_mut(topic) else { return ready(Err(format!("unknown topic {topic}"))) };
         let mut failed = None;
         for e in batch {
-            let p = match e.partition {
+            let p = match e.lane {
                 Some(p) if p < 0 || p as usize >= parts.len() => {
                     failed.get_or_insert(format!("unknown partition {p} of topic {topic}"));
                     continue;
@@ -374,7 +368,7 @@ mod tests {
     #[tokio::test]
     async fn what_a_member_did_not_commit_comes_back_to_the_next() {
         let b = Memory::new();
-        b.create_topic("t", 2).await.unwrap();
+        b.create_topic(&Topic::new("t", 2)).await.unwrap();
         publish(&b, 10).await;
         let first = b.consumer(spec("a")).unwrap();
         first.join().unwrap();
@@ -386,7 +380,7 @@ mod tests {
         drop(first);
         assert_eq!(b.committed("g", 0), Some(p0));
         assert_eq!(b.committed("g", 1), None, "partition 1 was never committed");
-        assert_eq!(b.group_lag("g", "t", 2).await.unwrap(), 10 - p0);
+        assert_eq!(b.group_lag("g", &Topic::new("t", 2)).await.unwrap(), 10 - p0);
         let second = b.consumer(spec("a")).unwrap();
         second.join().unwrap();
         let again = offsets(second.as_ref()).await;
@@ -397,7 +391,7 @@ mod tests {
     #[tokio::test]
     async fn a_rebalance_splits_the_partitions_and_fences_the_old_generation() {
         let b = Memory::new();
-        b.create_topic("t", 2).await.unwrap();
+        b.create_topic(&Topic::new("t", 2)).await.unwrap();
         publish(&b, 20).await;
         let a = b.consumer(spec("a")).unwrap();
         a.join().unwrap();
@@ -415,10 +409,10 @@ mod tests {
     #[tokio::test]
     async fn a_refused_partition_fails_the_publish_and_keeps_the_rest() {
         let b = Memory::new();
-        b.create_topic("t", 1).await.unwrap();
+        b.create_topic(&Topic::new("t", 1)).await.unwrap();
         let id = uuid::Uuid::new_v4();
         let mut bad = Envelope::new(id, id, "payment.captured", b"{}");
-        bad.partition = Some(1);
+        bad.lane = Some(1);
         let batch = [Envelope::new(id, id, "payment.captured", b"{}"), bad];
         assert!(b.publish("t", &batch, true).await.unwrap_err().contains("unknown partition 1"));
         assert_eq!(b.messages("t", 0).len(), 1);

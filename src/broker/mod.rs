@@ -31,6 +31,21 @@ use futures::future::BoxFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// A topic as the broker is asked about it: its name, and how many
+/// ordering lanes it has (Kafka's partitions, the scenario's `[topic]
+/// partitions`). Built once per run, so no caller passes the count apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topic {
+    pub name: String,
+    pub lanes: i32,
+}
+
+impl Topic {
+    pub fn new(name: impl Into<String>, lanes: i32) -> Self {
+        Self { name: name.into(), lanes }
+    }
+}
+
 /// A run's broker, shared by every component of the run.
 pub type SharedBroker = Arc<dyn Broker>;
 
@@ -126,8 +141,8 @@ pub trait Broker: Send + Sync {
         wanted
     }
 
-    /// Creates `topic` with `partitions` partitions and waits for it.
-    fn create_topic<'a>(&'a self, topic: &'a str, partitions: i32) -> BoxFuture<'a, Result<()>>;
+    /// Creates `topic` with its lanes and waits for it.
+    fn create_topic<'a>(&'a self, topic: &'a Topic) -> BoxFuture<'a, Result<()>>;
 
     /// A producer as a relay uses it: no duplicates from its own retries,
     /// order kept per partition, acks from every replica.
@@ -150,11 +165,16 @@ pub trait Broker: Send + Sync {
     fn consumer(&self, spec: ConsumerSpec) -> Result<Box<dyn Consumer>>;
 
     /// Low and high watermark of each partition of `topic`. Blocking.
-    fn watermarks(&self, topic: &str, partitions: i32) -> Result<Vec<(i64, i64)>>;
+    fn watermarks(&self, topic: &Topic) -> Result<Vec<(i64, i64)>>;
+
+    /// How many messages the topic holds now. Blocking.
+    fn held(&self, topic: &Topic) -> Result<i64> {
+        Ok(self.watermarks(topic)?.iter().map(|(low, high)| high - low).sum())
+    }
 
     /// The group's lag: per partition, high watermark minus committed
     /// offset, summed.
-    fn group_lag<'a>(&'a self, group: &'a str, topic: &'a str, partitions: i32) -> BoxFuture<'a, Result<i64>>;
+    fn group_lag<'a>(&'a self, group: &'a str, topic: &'a Topic) -> BoxFuture<'a, Result<i64>>;
 
     /// How many members the group has; None when the broker cannot say.
     fn group_members<'a>(&'a self, group: &'a str) -> BoxFuture<'a, Result<Option<usize>>>;
@@ -169,13 +189,7 @@ pub trait Broker: Send + Sync {
     /// at the start, handing each message to `sink`, within `limit`. Says
     /// per partition what it found and how much it read, for the reader's
     /// check of its own read. Blocking.
-    fn read_topic(
-        &self,
-        topic: &str,
-        partitions: i32,
-        limit: Duration,
-        sink: &mut dyn FnMut(Delivery<'_>),
-    ) -> Result<Vec<Span>>;
+    fn read_topic(&self, topic: &Topic, limit: Duration, sink: &mut dyn FnMut(Delivery<'_>)) -> Result<Vec<Span>>;
 
     /// Every topic and consumer group the broker has, for `chaos clean`.
     fn list_names(&self) -> BoxFuture<'_, Result<(Vec<String>, Vec<String>)>>;
@@ -323,21 +337,19 @@ impl<T: Send + 'static> Drop for OffRuntime<T> {
     }
 }
 
-/// Watches how many messages `topic` holds (the sum of its high
-/// watermarks), every `every`, until `stop` says so; sends each growth.
+/// Watches how many messages were ever written to `topic` (the sum of its
+/// high watermarks), every `every`, until `stop` says so; sends each growth.
 pub fn watch_topic_growth(
     broker: SharedBroker,
-    topic: &str,
-    partitions: i32,
+    topic: Topic,
     every: Duration,
     stop: impl Fn() -> bool + Send + 'static,
     grew: tokio::sync::mpsc::UnboundedSender<u64>,
 ) -> tokio::task::JoinHandle<()> {
-    let topic = topic.to_string();
     tokio::task::spawn_blocking(move || {
         let mut seen = 0i64;
         while !stop() {
-            if let Ok(marks) = broker.watermarks(&topic, partitions) {
+            if let Ok(marks) = broker.watermarks(&topic) {
                 let total: i64 = marks.iter().map(|(_, high)| high).sum();
                 if total > seen {
                     if grew.send((total - seen) as u64).is_err() {

@@ -5,7 +5,7 @@
 //! what it did not use: the messages counted here, against the watermarks
 //! fetched again after the read.
 
-use crate::broker::{Broker, Delivery, Span};
+use crate::broker::{Broker, Delivery, Span, Topic};
 use crate::error::{Error, Result};
 use std::time::Duration;
 
@@ -17,23 +17,22 @@ use std::time::Duration;
 /// Blocking.
 pub fn read_checked(
     broker: &dyn Broker,
-    topic: &str,
-    partitions: i32,
+    topic: &Topic,
     limit: Duration,
     sink: &mut dyn FnMut(Delivery<'_>),
 ) -> Result<()> {
     // Counted here, per partition, as the messages are handed over.
-    let mut received = vec![0i64; partitions.max(0) as usize];
-    let spans = broker.read_topic(topic, partitions, limit, &mut |m| {
+    let mut received = vec![0i64; topic.lanes.max(0) as usize];
+    let spans = broker.read_topic(topic, limit, &mut |m| {
         if let Some(n) = received.get_mut(m.position.lane() as usize) {
             *n += 1;
         }
         sink(m)
     })?;
-    check_read(topic, &spans)?;
+    check_read(&topic.name, &spans)?;
     // Against a source the read did not use.
-    let again = broker.watermarks(topic, partitions)?;
-    check_against(topic, &again, &received)
+    let again = broker.watermarks(topic)?;
+    check_against(&topic.name, &again, &received)
 }
 
 /// The reader's check of its own read: each partition gave exactly the

@@ -137,15 +137,15 @@ pub struct Envelope<'a> {
     pub event_id: String,
     pub event_type: &'a str,
     pub payload: &'a [u8],
-    /// A partition chosen by hand instead of by the key (`relay.produce_error`
-    /// addresses one the topic lacks); None for the broker's partitioner.
-    pub partition: Option<i32>,
+    /// A lane chosen by hand instead of by the key (`relay.produce_error`
+    /// addresses one the topic lacks); None for the broker's choice by key.
+    pub lane: Option<i32>,
 }
 
 impl<'a> Envelope<'a> {
     /// The envelope of event `event_id` of payment `payment_id`.
     pub fn new(event_id: Uuid, payment_id: Uuid, event_type: &'a str, payload: &'a [u8]) -> Self {
-        Self { key: payment_id.to_string(), event_id: event_id.to_string(), event_type, payload, partition: None }
+        Self { key: payment_id.to_string(), event_id: event_id.to_string(), event_type, payload, lane: None }
     }
 }
 

@@ -116,7 +116,7 @@ async fn act(ctx: &Ctx, t: &Timed, slots: &[Arc<Slot>]) -> Result<()> {
                 Ok(())
             }
         },
-        FaultPoint::NetBlackhole => partition(slots, t.lasts).await,
+        FaultPoint::NetBlackhole => blackhole(slots, t.lasts).await,
         other => Err(Error::Internal(format!("{} is not a service fault", other.name()))),
     }
 }
@@ -290,7 +290,7 @@ async fn harness_session(ctx: &Ctx) -> Result<crate::store::postgres::PgStore> {
 
 /// `net.blackhole` on a schedule: every proxied byte held for `lasts`,
 /// both ways. Confirmed when traffic met it: a read of some slot held.
-async fn partition(slots: &[Arc<Slot>], lasts: Duration) -> Result<()> {
+async fn blackhole(slots: &[Arc<Slot>], lasts: Duration) -> Result<()> {
     let held = || slots.iter().map(|s| s.held()).sum::<u64>();
     let before = held();
     let until = Instant::now() + lasts;

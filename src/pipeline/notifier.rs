@@ -454,8 +454,8 @@ mod tests {
             format!("a second reconcile 1 s later: {:?}", anomalies(&h.reconcile().await))
         };
         let fresh = format!("{fresh}; {again}");
-        let lag = h.ctx.broker.group_lag(&h.ctx.names.group, &h.ctx.names.topic, 3).await;
-        let marks = h.ctx.broker.watermarks(&h.ctx.names.topic, 3);
+        let lag = h.ctx.broker.group_lag(&h.ctx.names.group, &h.ctx.topic()).await;
+        let marks = h.ctx.broker.watermarks(&h.ctx.topic());
         assert_eq!(
             anomalies(&r),
             Vec::<String>::new(),

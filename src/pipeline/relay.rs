@@ -38,8 +38,8 @@ struct Refuse {
     /// Index of the refused row in the batch (the last one, so the rest are
     /// on the topic before the relay sees the error).
     row: usize,
-    /// A partition the topic does not have.
-    partition: i32,
+    /// A lane the topic does not have.
+    lane: i32,
 }
 
 /// Runs relay number `index` until shutdown: the supervisor. Every crash
@@ -216,7 +216,7 @@ impl<'a> Incarnation<'a> {
             // twice, or once when it is the refused one.
             let copies = if rows.len() > 1 { 2 } else { 1 };
             ctx.faults.await_copies(FaultPoint::RelayProduceError, rows[0].id, copies);
-            Refuse { row: rows.len() - 1, partition: ctx.scenario.partitions }
+            Refuse { row: rows.len() - 1, lane: ctx.topic().lanes }
         })
     }
 
@@ -273,7 +273,7 @@ async fn publish(producer: &dyn Producer, topic: &str, rows: &[OutboxRow], how: 
             // so the inbox cannot tell a republished event from a new one.
             let id = if how.minted { crate::domain::events::time_ordered_id() } else { r.id };
             let mut e = Envelope::new(id, r.aggregate_id, &r.event_type, &r.payload);
-            e.partition = how.refuse.filter(|f| f.row == i).map(|f| f.partition);
+            e.lane = how.refuse.filter(|f| f.row == i).map(|f| f.lane);
             e
         })
         .collect();

@@ -26,7 +26,7 @@ pub async fn harness(toml: &str) -> Harness {
     let store = Store::Sqlite(SqliteStore::open(&dir.path().join("unit.sqlite"), 8).await.expect("SQLite"));
     let broker = Memory::new();
     let names = RunNames::new();
-    broker.create_topic(&names.topic, sc.partitions).await.expect("a topic");
+    broker.create_topic(&sc.topic(&names.topic)).await.expect("a topic");
     let (trigger, shutdown) = shutdown_pair();
     let ctx = Ctx {
         faults: Arc::new(FaultInjector::new(sc.seed, &sc.faults)),
@@ -61,7 +61,7 @@ impl Harness {
             // (seen under load: a batch's effects missing at the tails).
             let unpublished = c.store.unpublished().await;
             let lag = match notifiers {
-                true => c.broker.group_lag(&c.names.group, &c.names.topic, c.scenario.partitions).await,
+                true => c.broker.group_lag(&c.names.group, &c.topic()).await,
                 false => Ok(0),
             };
             let zombies = c.coord.zombies();
@@ -93,9 +93,7 @@ impl Harness {
         }
         c.store.ground_truth(&mut ledger).await.expect("the ground truth");
         let limit = Duration::from_secs(10);
-        let ledger = topic::read_all(c.broker.clone(), &c.names.topic, c.scenario.partitions, limit, ledger)
-            .await
-            .expect("the topic");
+        let ledger = topic::read_all(c.broker.clone(), c.topic(), limit, ledger).await.expect("the topic");
         ledger.reconcile(&reconcile::Spec { payments: c.scenario.payments, outbox: true })
     }
 }

@@ -200,6 +200,7 @@ pub struct Settings {
     pub retry: WorkloadRetry,
     /// Payments per workload transaction.
     pub workload_batch: usize,
+    /// `[topic] partitions`: Kafka's setting, the run topic's lanes.
     pub partitions: i32,
     pub relay: RelayConfig,
     pub notifier: NotifierConfig,
@@ -341,6 +342,11 @@ pub const CROSS_CHECK_VALUES: [&str; 2] = ["account_id", "amount_cents"];
 pub const PAYMENTS_MAX: u64 = 10_000_000;
 
 impl Scenario {
+    /// The run's topic called `name`, with the lanes this scenario asks for.
+    pub fn topic(&self, name: &str) -> crate::broker::Topic {
+        crate::broker::Topic::new(name, self.partitions)
+    }
+
     /// The same scenario with another seed (`--seed`): every seed is valid.
     pub fn with_seed(mut self, seed: u64) -> Self {
         self.0.seed = seed;

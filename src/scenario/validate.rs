@@ -704,8 +704,8 @@ pub(super) fn fault_names_as_keys(text: &str) -> String {
 }
 
 /// 1-based line and column of a byte offset, as editors count them.
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
+fn line_col(text: &str, at: usize) -> (usize, usize) {
+    let before = &text[..at.min(text.len())];
     let line = before.matches('\n').count() + 1;
     let col = before.rsplit('\n').next().map(|l| l.chars().count()).unwrap_or(0) + 1;
     (line, col)

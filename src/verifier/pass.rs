@@ -50,7 +50,7 @@ pub async fn verify(
     }
     store.ground_truth(&mut ledger).await?;
     let limit = TOPIC_READ_FLOOR.max(TOPIC_READ_PER_PAYMENT * sc.payments.min(u32::MAX as u64) as u32);
-    let mut ledger = topic::read_all(broker.clone(), topic_name, sc.partitions, limit, ledger).await?;
+    let mut ledger = topic::read_all(broker.clone(), sc.topic(topic_name), limit, ledger).await?;
     let mut confirmed: Vec<(FaultPoint, u64)> = faults
         .awaited_copies
         .iter()

@@ -4,7 +4,7 @@
 //! short (or long) read is an error, so the run is incomplete, never passed
 //! or failed on a partial topic.
 
-use crate::broker::{Delivery, Position, SharedBroker};
+use crate::broker::{Delivery, Position, SharedBroker, Topic};
 use crate::domain::events::{self, EventKind};
 use crate::error::{Error, Result};
 use crate::verifier::Ledger;
@@ -42,18 +42,9 @@ impl TopicRecord {
 /// Streams every message into the ledger, one compact record at a time, and
 /// gives the ledger back. Gives up with an error, never hangs, if the topic
 /// cannot be read to its end within `limit`.
-pub async fn read_all(
-    broker: SharedBroker,
-    topic: &str,
-    partitions: i32,
-    limit: Duration,
-    mut ledger: Ledger,
-) -> Result<Ledger> {
-    let topic = topic.to_string();
+pub async fn read_all(broker: SharedBroker, topic: Topic, limit: Duration, mut ledger: Ledger) -> Result<Ledger> {
     tokio::task::spawn_blocking(move || {
-        crate::broker::read_checked(&*broker, &topic, partitions, limit, &mut |m| {
-            ledger.add_message(TopicRecord::of(&m))
-        })?;
+        crate::broker::read_checked(&*broker, &topic, limit, &mut |m| ledger.add_message(TopicRecord::of(&m)))?;
         Ok(ledger)
     })
     .await

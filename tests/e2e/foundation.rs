@@ -20,7 +20,7 @@ async fn outbox_to_kafka_to_inbox_round_trip() {
     let brokers = chaos::broker::kafka::ping(&brokers(), Duration::from_secs(8)).await.expect("Kafka");
     eprintln!("talking to PostgreSQL at {} and Kafka brokers {brokers:?}", store.endpoint());
     let kafka = Kafka::connect(&crate::common::brokers()).await.expect("Kafka");
-    kafka.create_topic(&topic, 1).await.unwrap();
+    kafka.create_topic(&chaos::broker::Topic::new(topic.as_str(), 1)).await.unwrap();
 
     // 1. The outbox row, written with its payment in one transaction.
     let p = NewPayment { id: Uuid::new_v4(), account_id: 7, amount_cents: 1234 };
@@ -33,7 +33,7 @@ async fn outbox_to_kafka_to_inbox_round_trip() {
     let producer = kafka.producer().unwrap();
     let envelope = [Envelope::new(rows[0].id, rows[0].aggregate_id, &rows[0].event_type, &rows[0].payload)];
     producer.publish(&topic, &envelope, true).await.expect("the broker acks");
-    assert_eq!(kafka.watermarks(&topic, 1).unwrap(), vec![(0, 1)]);
+    assert_eq!(kafka.watermarks(&chaos::broker::Topic::new(topic.as_str(), 1)).unwrap(), vec![(0, 1)]);
     conn.mark_published(&[rows[0].id]).await.unwrap();
     assert_eq!(store.unpublished().await.unwrap(), 0);
 
@@ -72,7 +72,7 @@ async fn outbox_to_kafka_to_inbox_round_trip() {
     // 4. Commit the offset by hand and read it back from the broker.
     consumer.commit(&[incoming_at.next()], true).unwrap();
     assert_eq!(
-        kafka.group_lag(&group, &topic, 1).await.unwrap(),
+        kafka.group_lag(&group, &chaos::broker::Topic::new(topic.as_str(), 1)).await.unwrap(),
         0,
         "the group's committed offset is past the message"
     );

@@ -81,7 +81,9 @@ async fn clean_removes_old_runs_and_nothing_else() {
     let keep_topic = "keep.20200101-000000-c1ea.payments";
     for t in [old_topic, keep_topic] {
         use chaos::broker::Broker;
-        let _ = chaos::broker::kafka::Kafka::attach(&brokers(), false).create_topic(t, 1).await;
+        let _ = chaos::broker::kafka::Kafka::attach(&brokers(), false)
+            .create_topic(&chaos::broker::Topic::new(t.to_string(), 1))
+            .await;
     }
     let reports = tempfile::tempdir().unwrap();
     std::fs::write(reports.path().join("20200101-000000-c1ea.sqlite"), b"").unwrap();

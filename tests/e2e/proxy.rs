@@ -297,7 +297,7 @@ fn a_kill_after_commit_needs_a_process() {
 async fn fresh_topic(direct: &chaos::broker::kafka::Kafka, what: &str) -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
     let topic = format!("chaos.test-{what}-{}-{nanos}", std::process::id());
-    direct.create_topic(&topic, 1).await.unwrap();
+    direct.create_topic(&chaos::broker::Topic::new(topic.as_str(), 1)).await.unwrap();
     topic
 }
 
@@ -324,7 +324,11 @@ async fn a_withheld_produce_acknowledgement_leaves_one_appended_copy_reported_fa
     assert!(faults.fired(FaultPoint::KafkaProduceAckLost) >= 1);
     assert_eq!(faults.confirmed(FaultPoint::KafkaProduceAckLost), faults.fired(FaultPoint::KafkaProduceAckLost));
     let t = topic.clone();
-    let marks = tokio::task::spawn_blocking(move || direct.watermarks(&t, 1).map(|m| (m, direct))).await.unwrap();
+    let marks = tokio::task::spawn_blocking(move || {
+        direct.watermarks(&chaos::broker::Topic::new(t.as_str(), 1)).map(|m| (m, direct))
+    })
+    .await
+    .unwrap();
     let (marks, direct) = marks.unwrap();
     assert_eq!(marks, vec![(0, 1)], "appended once, whatever the retries");
     direct.delete_names(&[topic], &[]).await.unwrap();

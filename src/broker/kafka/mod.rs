@@ -7,7 +7,7 @@ mod consumer;
 pub mod mock;
 mod producer;
 
-use super::{Broker, ConsumerSpec, Span};
+use super::{Broker, ConsumerSpec, Span, Topic};
 use crate::broker::Delivery;
 use crate::error::{Error, Result};
 use futures::future::BoxFuture;
@@ -210,12 +210,12 @@ impl Broker for Kafka {
         }
     }
 
-    fn create_topic<'a>(&'a self, topic: &'a str, partitions: i32) -> BoxFuture<'a, Result<()>> {
+    fn create_topic<'a>(&'a self, topic: &'a Topic) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             if let Some(m) = self.mock.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-                return m.create_topic(topic, partitions);
+                return m.create_topic(&topic.name, topic.lanes);
             }
-            create_topic(self.admin()?, &self.bootstrap, topic, partitions).await
+            create_topic(self.admin()?, &self.bootstrap, &topic.name, topic.lanes).await
         })
     }
 
@@ -242,20 +242,22 @@ impl Broker for Kafka {
         Ok(Box::new(KafkaConsumer::new(&self.bootstrap, strandings, spec)?))
     }
 
-    fn watermarks(&self, topic: &str, partitions: i32) -> Result<Vec<(i64, i64)>> {
+    fn watermarks(&self, topic: &Topic) -> Result<Vec<(i64, i64)>> {
         let mut probe = self.probe.lock().unwrap_or_else(|p| p.into_inner());
         if probe.is_none() {
             *probe = Some(config(&self.bootstrap).create().map_err(|e| Error::kafka("creating the topic probe", e))?);
         }
         let Some(c) = probe.as_ref() else { return Ok(Vec::new()) };
-        (0..partitions)
-            .map(|p| c.fetch_watermarks(topic, p, CONNECT_TIMEOUT).map_err(|e| Error::kafka("reading watermarks", e)))
+        (0..topic.lanes)
+            .map(|p| {
+                c.fetch_watermarks(&topic.name, p, CONNECT_TIMEOUT).map_err(|e| Error::kafka("reading watermarks", e))
+            })
             .collect()
     }
 
-    fn group_lag<'a>(&'a self, group: &'a str, topic: &'a str, partitions: i32) -> BoxFuture<'a, Result<i64>> {
-        let (brokers, group, topic) = (self.bootstrap.clone(), group.to_string(), topic.to_string());
-        Box::pin(blocking(move || group_lag(&brokers, &group, &topic, partitions)))
+    fn group_lag<'a>(&'a self, group: &'a str, topic: &'a Topic) -> BoxFuture<'a, Result<i64>> {
+        let (brokers, group, topic) = (self.bootstrap.clone(), group.to_string(), topic.clone());
+        Box::pin(blocking(move || group_lag(&brokers, &group, &topic.name, topic.lanes)))
     }
 
     fn group_members<'a>(&'a self, group: &'a str) -> BoxFuture<'a, Result<Option<usize>>> {
@@ -269,14 +271,8 @@ impl Broker for Kafka {
         Box::pin(self.read_group(group, |mine| mine.iter().any(|g| g.state() == "Stable")))
     }
 
-    fn read_topic(
-        &self,
-        topic: &str,
-        partitions: i32,
-        limit: Duration,
-        sink: &mut dyn FnMut(Delivery<'_>),
-    ) -> Result<Vec<Span>> {
-        read_topic(&self.bootstrap, topic, partitions, limit, sink)
+    fn read_topic(&self, topic: &Topic, limit: Duration, sink: &mut dyn FnMut(Delivery<'_>)) -> Result<Vec<Span>> {
+        read_topic(&self.bootstrap, &topic.name, topic.lanes, limit, sink)
     }
 
     fn list_names(&self) -> BoxFuture<'_, Result<(Vec<String>, Vec<String>)>> {

@@ -56,7 +56,7 @@ impl crate::broker::Producer for KafkaProducer {
                     .insert(Header { key: HEADER_EVENT_ID, value: Some(e.event_id.as_bytes()) })
                     .insert(Header { key: HEADER_EVENT_TYPE, value: Some(e.event_type.as_bytes()) });
                 let mut record = FutureRecord::to(topic).key(e.key.as_bytes()).payload(e.payload).headers(headers);
-                if let Some(p) = e.partition {
+                if let Some(p) = e.lane {
                     record = record.partition(p);
                 }
                 match producer.send_result(record) {

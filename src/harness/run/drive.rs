@@ -136,7 +136,7 @@ where
     let mut last = (0i64, 0i64);
     while clock.running() {
         let now = left().await;
-        let lag = ctx.broker.group_lag(&ctx.names.group, &ctx.names.topic, ctx.scenario.partitions).await;
+        let lag = ctx.broker.group_lag(&ctx.names.group, &ctx.topic()).await;
         match (now, lag) {
             (Ok(Left { unpublished: 0, busy: false }), Ok(0)) => {
                 quiet += 1;

@@ -163,7 +163,7 @@ async fn execute_keeping(
     info!(run_id = %names.run_id, seed = sc.seed, "starting");
     let progress =
         Progress::start(sut.operations(&sc), ctx.stats.clone(), ctx.faults.clone(), reporter.shows_progress());
-    infra.broker.create_topic(&names.topic, sc.partitions).await?;
+    infra.broker.create_topic(&sc.topic(&names.topic)).await?;
     let setup_ms = started.elapsed().as_millis() as u64;
 
     let mut components = match sut.start(&ctx, &endpoints, reports_dir, lanes.as_ref()).await {

@@ -218,13 +218,13 @@ const GROUP_READY_MOCK: Duration = Duration::from_secs(5);
 /// Gives up after [`GROUP_READY`] (the run goes on; partitions are then
 /// picked up as the group settles).
 async fn group_ready(ctx: &Ctx) {
-    let (instances, partitions) = (ctx.scenario.notifier.instances, ctx.scenario.partitions as usize);
+    let (instances, lanes) = (ctx.scenario.notifier.instances, ctx.topic().lanes as usize);
     let limit = if ctx.broker.embedded() { GROUP_READY_MOCK } else { GROUP_READY };
     let deadline = tokio::time::Instant::now() + limit;
     let started = Instant::now();
     let mut assigned = ctx.coord.watch_assigned();
     loop {
-        let ready = settled(&assigned.borrow_and_update(), instances, partitions);
+        let ready = settled(&assigned.borrow_and_update(), instances, lanes);
         // Settled, and still so 50 ms on: a rebalance still under way is
         // not taken for the settled group.
         let wait = if ready { tokio::time::Instant::now() + STILL_SETTLED } else { deadline };

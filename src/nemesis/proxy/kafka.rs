@@ -33,6 +33,7 @@
 //! `client.id` of each request header, would need every program to set a
 //! distinct one. `scripts/services.sh` writes these listeners.
 
+use crate::broker::Stretch;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
@@ -151,6 +152,72 @@ impl Requests {
 
 /// The positions an `OffsetCommit` commits: (partition, offset) each.
 pub type Positions = Vec<(i32, i64)>;
+
+/// The group's committed offset per partition, as the last answered
+/// `OffsetCommit` of any slot set it: an offset commit covers the messages
+/// from there to its own offset.
+#[derive(Debug, Default)]
+pub struct Committed(Mutex<std::collections::HashMap<i32, i64>>);
+
+impl Committed {
+    /// Notes the offsets of an answered `OffsetCommit` (but those of the
+    /// partitions it refused); returns the messages it covered: per
+    /// partition, from the group's offset before it to the message before
+    /// its own.
+    pub fn answered(&self, positions: Positions, refused: &[i32]) -> Vec<Stretch> {
+        let mut committed = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut covered = Vec::new();
+        for (partition, offset) in positions.into_iter().filter(|(p, _)| !refused.contains(p)) {
+            // A group's first commit covers its partition from the start:
+            // a run's topic is new.
+            let before = committed.insert(partition, offset).unwrap_or(0);
+            if offset > before {
+                covered.push(Stretch::new(partition, before, offset - 1));
+            }
+        }
+        covered
+    }
+}
+
+/// The last offset per partition that fetches delivered to one process,
+/// and which incarnation of it that is.
+#[derive(Debug, Default)]
+pub struct FetchedBy(Mutex<(u64, std::collections::HashMap<i32, i64>)>);
+
+impl FetchedBy {
+    /// Notes what a fetch delivered to incarnation `serial`, (partition,
+    /// last offset) each; a new incarnation starts with nothing fetched.
+    pub fn delivered(&self, serial: u64, last: Positions) {
+        let mut fetched = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if fetched.0 != serial {
+            *fetched = (serial, Default::default());
+        }
+        for (partition, offset) in last {
+            let at = fetched.1.entry(partition).or_insert(offset);
+            *at = (*at).max(offset);
+        }
+    }
+
+    /// The messages incarnation `serial` fetched past the group's committed
+    /// offsets, per partition: killed now, the group delivers them again.
+    /// A partition another member committed past since is not among them.
+    pub fn uncommitted(&self, serial: Option<u64>, committed: &Committed) -> Vec<Stretch> {
+        let fetched = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if serial.is_none() || Some(fetched.0) != serial {
+            return vec![];
+        }
+        let committed = committed.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut left = Vec::new();
+        for (&partition, &last) in &fetched.1 {
+            let from = committed.get(&partition).copied().unwrap_or(0);
+            if last >= from {
+                left.push(Stretch::new(partition, from, last));
+            }
+        }
+        left.sort_unstable();
+        left
+    }
+}
 
 /// The largest `OffsetCommit` request kept to be read: one topic's
 /// partitions take a few dozen bytes each.

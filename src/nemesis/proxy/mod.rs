@@ -42,7 +42,6 @@ pub mod kafka;
 pub mod lanes;
 pub mod pg;
 
-use crate::broker::Stretch;
 use crate::context::{Shutdown, Stats};
 use crate::error::{Error, Result};
 use crate::faults::{FaultInjector, FaultPoint, Reach};
@@ -103,15 +102,13 @@ pub struct Slot {
     offset_commits: watch::Sender<u64>,
     /// The run's counters, for the commits seen on the slot's wire.
     stats: Arc<Stats>,
-    /// The group's committed position per partition, as the last answered
-    /// `OffsetCommit` of any slot set it: an offset commit covers the
-    /// messages from there to its own position.
-    committed: Arc<Mutex<std::collections::HashMap<i32, i64>>>,
-    /// The last offset per partition that fetches delivered to the slot's
-    /// process, and which incarnation that is (read only with
-    /// `db.kill_after_commit` set): what its kill makes the group deliver
-    /// again, past `committed`.
-    fetched: Mutex<(u64, std::collections::HashMap<i32, i64>)>,
+    /// The group's committed positions, as the last answered commit of any
+    /// slot set them: a commit covers the messages from there to its own.
+    committed: Arc<kafka::Committed>,
+    /// What fetches delivered to the slot's process, and which incarnation
+    /// that is (read only with `db.kill_after_commit` set): what its kill
+    /// makes the group deliver again, past `committed`.
+    fetched: kafka::FetchedBy,
 }
 
 /// An open connection: dropping the sender resets it.
@@ -160,7 +157,7 @@ impl Proxy {
         kafka.resize_with(s.slots.len(), || None);
         let mut slots = Vec::new();
         let mut tasks = Vec::new();
-        let committed = Arc::new(Mutex::new(std::collections::HashMap::new()));
+        let committed = Arc::new(kafka::Committed::default());
         for (name, kafka) in s.slots.into_iter().zip(kafka) {
             let listener = TcpListener::bind("127.0.0.1:0")
                 .await
@@ -262,55 +259,23 @@ impl Proxy {
 }
 
 impl Slot {
-    /// Notes the positions of an answered `OffsetCommit`; returns the
-    /// messages it covered: per partition, from the group's position before
-    /// it to the message before its own.
-    fn committing(&self, positions: Vec<(i32, i64)>, refused: &[i32]) -> Reach {
-        let mut committed = self.committed.lock().unwrap_or_else(|p| p.into_inner());
-        let mut reach = Reach::default();
-        for (partition, offset) in positions.into_iter().filter(|(p, _)| !refused.contains(p)) {
-            // A group's first commit covers its partition from the start:
-            // a run's topic is new.
-            let before = committed.insert(partition, offset).unwrap_or(0);
-            if offset > before {
-                reach.spans.push(Stretch::new(partition, before, offset - 1));
-            }
-        }
-        reach
+    /// Notes an answered commit; its reach is the messages it covered.
+    fn committing(&self, positions: kafka::Positions, refused: &[i32]) -> Reach {
+        Reach { seqs: vec![], spans: self.committed.answered(positions, refused) }
     }
 
-    /// Notes what a fetch delivered to the slot's process now, (partition,
-    /// last offset) each; a new incarnation starts with nothing fetched.
-    fn delivered(&self, last: Option<Vec<(i32, i64)>>) {
-        let (Some(last), Some(serial)) = (last, self.process.occupant.current()) else { return };
-        let mut fetched = self.fetched.lock().unwrap_or_else(|p| p.into_inner());
-        if fetched.0 != serial {
-            *fetched = (serial, Default::default());
-        }
-        for (partition, offset) in last {
-            let at = fetched.1.entry(partition).or_insert(offset);
-            *at = (*at).max(offset);
+    /// Notes what a fetch delivered to the slot's process now; a new
+    /// incarnation starts with nothing fetched.
+    fn delivered(&self, last: Option<kafka::Positions>) {
+        if let (Some(last), Some(serial)) = (last, self.process.occupant.current()) {
+            self.fetched.delivered(serial, last);
         }
     }
 
     /// The messages incarnation `serial` fetched past the group's committed
-    /// position, per partition: killed now, the group delivers them again.
-    /// A partition another member committed past since is not among them.
+    /// positions: killed now, the group delivers them again.
     fn uncommitted(&self, serial: Option<u64>) -> Reach {
-        let fetched = self.fetched.lock().unwrap_or_else(|p| p.into_inner());
-        let mut reach = Reach::default();
-        if serial.is_none() || Some(fetched.0) != serial {
-            return reach;
-        }
-        let committed = self.committed.lock().unwrap_or_else(|p| p.into_inner());
-        for (&partition, &last) in &fetched.1 {
-            let from = committed.get(&partition).copied().unwrap_or(0);
-            if last >= from {
-                reach.spans.push(Stretch::new(partition, from, last));
-            }
-        }
-        reach.spans.sort_unstable();
-        reach
+        Reach { seqs: vec![], spans: self.fetched.uncommitted(serial, &self.committed) }
     }
 
     /// Resets every connection open through the slot; returns how many.

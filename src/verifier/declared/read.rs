@@ -2,7 +2,7 @@
 
 use super::Books;
 use super::Found;
-use crate::broker::SharedBroker;
+use crate::broker::{SharedBroker, Topic};
 use crate::domain::events::fingerprint;
 use crate::error::{Error, Result};
 use crate::store::declared as rows;
@@ -15,8 +15,7 @@ use std::time::Duration;
 pub async fn verify(
     pg: &PgStore,
     broker: SharedBroker,
-    topic: &str,
-    partitions: i32,
+    topic: Topic,
     mut books: Books<'_>,
     provider: Option<&crate::provider::Record>,
 ) -> Result<Found> {
@@ -24,13 +23,12 @@ pub async fn verify(
     rows::outbox_log(pg, &sys.outbox, |e| books.add_event(e)).await?;
     rows::leftovers(pg, &sys.outbox, |id| books.add_leftover(id)).await?;
     // The topic is read on a blocking thread; the books go with it and back.
-    let topic_name = topic.to_string();
     let mut books = {
         // Books borrows the declaration and the record; the read needs an
         // owned sink, so it gathers the compact messages first.
         let msgs = tokio::task::spawn_blocking(move || {
             let mut out: Vec<Msg> = Vec::new();
-            crate::broker::read_checked(&*broker, &topic_name, partitions, TOPIC_READ, &mut |m| {
+            crate::broker::read_checked(&*broker, &topic, TOPIC_READ, &mut |m| {
                 // Kept compact: the value only as its fingerprint.
                 let key = m.key.unwrap_or_default();
                 out.push(Msg {

@@ -157,14 +157,7 @@ impl Declared {
             let books = Books::new(sys, ops, ctx.faults.log(), ctx.faults.started_epoch_ms())
                 .with_pending(stalls.keys())
                 .with_spans(attribution::spans(sc));
-            let read = crate::verifier::declared::verify(
-                &pg,
-                ctx.broker.clone(),
-                &ctx.names.topic,
-                sc.partitions,
-                books,
-                record,
-            );
+            let read = crate::verifier::declared::verify(&pg, ctx.broker.clone(), ctx.topic(), books, record);
             tokio::select! {
                 r = read => Some(r),
                 _ = crate::harness::interrupt::requested() => { ran.interrupted = true; None }
@@ -260,8 +253,7 @@ pub(super) async fn cross_check(
     };
     let books =
         Books::new(sys, ops, ctx.faults.log(), ctx.faults.started_epoch_ms()).with_spans(attribution::spans(sc));
-    let found =
-        crate::verifier::declared::verify(pg, ctx.broker.clone(), &ctx.names.topic, sc.partitions, books, emails).await;
+    let found = crate::verifier::declared::verify(pg, ctx.broker.clone(), ctx.topic(), books, emails).await;
     match found {
         Err(e) => crate::report::CrossCheck {
             verdict: Verdict::Incomplete,

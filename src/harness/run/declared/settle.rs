@@ -80,12 +80,7 @@ async fn drain(ctx: &Ctx, pg: &PgStore, sys: &System) -> std::result::Result<(),
             Some(n) => n,
             // No mark: what the log holds and the topic does not yet.
             None => {
-                let on_topic: i64 = ctx
-                    .broker
-                    .watermarks(&ctx.names.topic, ctx.scenario.partitions)?
-                    .iter()
-                    .map(|(lo, hi)| hi - lo)
-                    .sum();
+                let on_topic = ctx.broker.held(&ctx.topic())?;
                 (rows::logged(pg).await? - on_topic).max(0)
             }
         };

@@ -21,8 +21,7 @@ pub(super) async fn by_messages(ctx: Ctx, mut acting: watch::Receiver<bool>, kil
     let sc = &ctx.scenario;
     let watch = crate::broker::watch_topic_growth(
         ctx.broker.clone(),
-        &ctx.names.topic,
-        sc.partitions,
+        ctx.topic(),
         GROWTH_POLL,
         move || shutdown.is_set(),
         grew,
