@@ -458,3 +458,26 @@ fn the_position_check_sees_a_bare_offset() {
     assert!(!names_a_position("let (a, b): (Vec<_>, Vec<_>) = v.into_iter().partition(|x| *x);"));
     assert!(!names_a_position("FaultPoint::NotifierBeforeOffsetCommit; let topic_partition = 1;"));
 }
+
+#[test]
+fn the_checkers_read_the_runs_history_taken_once() {
+    // Issue 38: each judge took the record of intent and the fault log
+    // from the run's context itself, at its own moment. The history is
+    // taken once, in `run/system.rs`, after every component stopped; the
+    // judges read it (`run/history.rs`).
+    let mut all = Vec::new();
+    files(&src(), &mut all);
+    let skip = test_only_files(&all);
+    let allowed = [src().join("harness/run/system.rs")];
+    let taking: Vec<String> = all
+        .iter()
+        .filter(|f| f.starts_with(src().join("harness")) && !skip.contains(*f) && !allowed.contains(f))
+        .filter(|f| {
+            let text = code(&std::fs::read_to_string(f).unwrap());
+            ["intent.take()", "faults.history()", "faults.log()"].iter().any(|t| text.contains(t))
+        })
+        .map(|f| f.strip_prefix(src()).unwrap().display().to_string())
+        .collect();
+    assert!(all.iter().any(|f| allowed.contains(f)), "run/system.rs was not found");
+    assert!(taking.is_empty(), "files of the harness that take the run's record themselves: {taking:?}");
+}

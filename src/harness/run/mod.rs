@@ -4,6 +4,7 @@
 
 mod declared;
 mod drive;
+mod history;
 mod infra;
 mod reference;
 mod system;
@@ -201,7 +202,8 @@ async fn execute_keeping(
     rep.timings = Timings { setup_ms, workload_ms: ran.workload_ms, drain_ms: ran.drain_ms, ..Default::default() };
     let t_verify = Instant::now();
     progress.phase(Phase::Verify);
-    sut.judge(&mut rep, &ctx, &mut ran, !stopped.stuck.is_empty(), emails.as_ref()).await;
+    let history = sut.history(&ctx, emails, !stopped.stuck.is_empty());
+    sut.judge(&mut rep, &ctx, &mut ran, history).await;
     progress.finish();
     rep.timings.verify_ms = t_verify.elapsed().as_millis() as u64;
     rep.timings.total_ms = started.elapsed().as_millis() as u64;

@@ -5,6 +5,7 @@
 //! verifier.
 
 use super::drive::{self, Left, Ran};
+use super::history::History;
 use super::infra::Infra;
 use crate::context::{settled, Ctx, Named, Stats};
 use crate::domain::names::RunNames;
@@ -283,16 +284,11 @@ async fn workload_stalled(stats: &Stats, payments: u64) -> String {
     }
 }
 
-/// Verifies the run, unless it was interrupted or something may still
-/// write, and sets the report's findings and verdict.
-/// `emails` is the email provider's record, when the run sent emails.
-pub(super) async fn judge(
-    rep: &mut Report,
-    ctx: &Ctx,
-    ran: &mut Ran,
-    still_running: bool,
-    emails: Option<&crate::provider::Record>,
-) {
+/// Verifies the run from its history, unless it was interrupted or
+/// something may still write, and sets the report's findings and verdict.
+pub(super) async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, h: History) {
+    let History { intent, faults: history, summary, provider, still_running, .. } = h;
+    let emails = provider.as_ref();
     let sc = &ctx.scenario;
     // After the nemesis restarted PostgreSQL or ended sessions, the pool's
     // connections may be dead: the verifier reads through a new one.
@@ -302,12 +298,8 @@ pub(super) async fn judge(
         }
         other => other.clone(),
     };
-    let intent = ctx.intent.take();
     // With --declared, the same record of intent, as a declared system's.
     let ops = sc.cross_check.as_ref().map(|sys| super::declared::operations_of(sys, &intent));
-    // The faults' history, taken once: the checkers read it, and return
-    // what they find confirmed.
-    let history = ctx.faults.history();
     let verified = if ran.interrupted || still_running {
         None
     } else {
@@ -329,7 +321,7 @@ pub(super) async fn judge(
     }
     // The injector's counts and what the checkers found confirmed: the
     // injector keeps what the run recorded, and nothing is written back.
-    rep.faults = ctx.faults.summary();
+    rep.faults = summary;
     crate::faults::add_confirmed(&mut rep.faults, &confirmed);
     let chaos = verdict::chaos_checks(&rep.faults);
     let (v, why) = verdict::verdict(sc.exactly_once, &r.invariants, &anomalies, &chaos);
@@ -342,7 +334,8 @@ pub(super) async fn judge(
         None
     });
     if let (Some(sys), Some(ops)) = (&sc.cross_check, &ops) {
-        rep.cross_check = Some(super::declared::cross_check(ctx, &store, sys, ops, emails, &rep.faults).await);
+        rep.cross_check =
+            Some(super::declared::cross_check(ctx, &store, sys, ops, &history, emails, &rep.faults).await);
     }
     let (v, why) = match &ran.incomplete {
         Some(reason) => (Verdict::Incomplete, format!("{reason}; the figures above are partial")),

@@ -6,6 +6,7 @@
 
 use super::declared::Declared;
 use super::drive::Ran;
+use super::history::History;
 use super::infra::Infra;
 use super::reference::{self, Reference};
 use crate::context::{Ctx, Named};
@@ -97,17 +98,27 @@ impl SystemUnderTest {
     }
 
     /// The checkers' pass over what the run recorded, and the verdict.
-    pub async fn judge(
-        &self,
-        rep: &mut Report,
-        ctx: &Ctx,
-        ran: &mut Ran,
-        still_running: bool,
-        record: Option<&Record>,
-    ) {
+    pub async fn judge(&self, rep: &mut Report, ctx: &Ctx, ran: &mut Ran, history: History) {
         match self {
-            Self::Reference(_) => reference::judge(rep, ctx, ran, still_running, record).await,
-            Self::Declared(d) => d.judge(rep, ctx, ran, still_running, record).await,
+            Self::Reference(_) => reference::judge(rep, ctx, ran, history).await,
+            Self::Declared(d) => d.judge(rep, ctx, ran, history).await,
+        }
+    }
+
+    /// What the run recorded, taken once, now that every component has
+    /// stopped: the checkers read it ([`History`]).
+    pub fn history(&mut self, ctx: &Ctx, provider: Option<Record>, still_running: bool) -> History {
+        let (intent, operations) = match self {
+            Self::Reference(_) => (ctx.intent.take(), vec![]),
+            Self::Declared(d) => (vec![], d.take_operations()),
+        };
+        History {
+            intent,
+            operations,
+            faults: ctx.faults.history(),
+            summary: ctx.faults.summary(),
+            provider,
+            still_running,
         }
     }
 

@@ -9,6 +9,7 @@ mod setup;
 mod workload;
 
 use super::drive::Ran;
+use super::history::History;
 use super::infra::Infra;
 use crate::context::{Ctx, Named};
 use crate::domain::names::RunNames;
@@ -76,6 +77,12 @@ impl Declared {
         self.sys.operation.count
     }
 
+    /// The operations the workload asked for and how each ended, for the
+    /// run's history.
+    pub fn take_operations(&mut self) -> Vec<Operation> {
+        std::mem::take(&mut self.ops)
+    }
+
     /// The user's programs, each behind its proxy slot when it has one.
     pub fn start(&mut self, ctx: &Ctx, reports_dir: &Path, lanes: Option<&Lanes>) -> Result<Vec<Named>> {
         let logs = reports_dir.join(format!("{}-processes", ctx.names.run_id));
@@ -139,22 +146,16 @@ impl Declared {
 
     /// The generic verifier's pass, unless the run was interrupted or
     /// something may still write, and the verdict.
-    pub async fn judge(
-        &self,
-        rep: &mut Report,
-        ctx: &Ctx,
-        ran: &mut Ran,
-        still_running: bool,
-        record: Option<&crate::provider::Record>,
-    ) {
-        let (pg, sys, ops, stalls) = (&self.pg, &self.sys, &self.ops, &self.stalls);
+    pub async fn judge(&self, rep: &mut Report, ctx: &Ctx, ran: &mut Ran, h: History) {
+        let (pg, sys, ops, stalls) = (&self.pg, &self.sys, &h.operations, &self.stalls);
+        let (still_running, record) = (h.still_running, h.provider.as_ref());
         let sc = &ctx.scenario;
         let verified = if ran.interrupted || still_running || ran.incomplete.is_some() {
             None
         } else {
             // A fresh pool: the nemesis may have ended sessions.
             let pg = pg.fresh(2).await.unwrap_or_else(|_| pg.clone());
-            let books = Books::new(sys, ops, ctx.faults.log(), ctx.faults.started_epoch_ms())
+            let books = Books::new(sys, ops, h.faults.log.clone(), h.faults.started_epoch_ms)
                 .with_pending(stalls.keys())
                 .with_spans(attribution::spans(sc));
             let read = crate::verifier::declared::verify(&pg, ctx.broker.clone(), ctx.topic(), books, record);
@@ -171,15 +172,15 @@ impl Declared {
         // Late is not lost: the stall leads, and its keys are left out of
         // the missing effects.
         if let Some(s) = &stalls.consumer {
-            anomalies.insert(0, settle::stalled(s, &ctx.faults.log()));
+            anomalies.insert(0, settle::stalled(s, &h.faults.log));
         }
         if let Some(s) = &stalls.relay {
-            anomalies.insert(0, settle::stalled_relay(s, &ctx.faults.log()));
+            anomalies.insert(0, settle::stalled_relay(s, &h.faults.log));
         }
         let mut invariants = found.invariants;
         settle::liveness(&mut invariants, sys, stalls);
         verdict::allow(&mut anomalies, &sc.allowed_anomalies);
-        rep.faults = ctx.faults.summary();
+        rep.faults = h.summary.clone();
         let chaos = verdict::chaos_checks(&rep.faults);
         let (v, why) = verdict::verdict(sc.exactly_once, &invariants, &anomalies, &chaos);
         rep.invariants = invariants;
@@ -240,6 +241,7 @@ pub(super) async fn cross_check(
     store: &Store,
     sys: &System,
     ops: &[crate::domain::operations::Operation],
+    history: &crate::faults::FaultHistory,
     emails: Option<&crate::provider::Record>,
     faults: &[crate::faults::FaultSummary],
 ) -> crate::report::CrossCheck {
@@ -251,8 +253,7 @@ pub(super) async fn cross_check(
             anomalies: vec![],
         };
     };
-    let books =
-        Books::new(sys, ops, ctx.faults.log(), ctx.faults.started_epoch_ms()).with_spans(attribution::spans(sc));
+    let books = Books::new(sys, ops, history.log.clone(), history.started_epoch_ms).with_spans(attribution::spans(sc));
     let found = crate::verifier::declared::verify(pg, ctx.broker.clone(), ctx.topic(), books, emails).await;
     match found {
         Err(e) => crate::report::CrossCheck {
