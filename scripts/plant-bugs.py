@@ -41,9 +41,9 @@ PLANTS = {
     ),
     "loyalty-to-the-wrong-account": (
         "src/pipeline/inbox.rs",
-        "*plan.loyalty.entry((e.body.account_id, e.partition)).or_default() += e.body.amount_cents;\n"
+        "*plan.loyalty.entry((e.body.account_id, e.lane)).or_default() += e.body.amount_cents;\n"
         "                plan.credits.push((e.event_id, e.body.account_id, e.body.amount_cents));",
-        "*plan.loyalty.entry((e.body.account_id ^ 1, e.partition)).or_default() += e.body.amount_cents;\n"
+        "*plan.loyalty.entry((e.body.account_id ^ 1, e.lane)).or_default() += e.body.amount_cents;\n"
         "                plan.credits.push((e.event_id, e.body.account_id ^ 1, e.body.amount_cents));",
         "scenarios/payments.toml",
     ),
@@ -97,8 +97,8 @@ PLANTS = {
     # authorized one). The seeded workload shape breaks that arithmetic.
     "relay-partition-from-row-position": (
         "src/pipeline/relay.rs",
-        "e.partition = how.refuse.filter(|f| f.row == i).map(|f| f.partition);",
-        "e.partition = Some((r.seq % 4) as i32);\n            let _ = (i, how.refuse);",
+        "e.lane = how.refuse.filter(|f| f.row == i).map(|f| f.lane);",
+        "e.lane = Some((r.seq % 4) as i32);\n            let _ = (i, how.refuse);",
         "scenarios/payments.toml",
     ),
     # Reached only when a database transaction fails: `store.commit_refused`

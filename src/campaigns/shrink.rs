@@ -91,17 +91,23 @@ struct Shrinker<'a> {
 }
 
 impl Shrinker<'_> {
-    /// Halves the payments while the failure stays.
+    /// Halves the payments while the failure stays. Each halving gets two
+    /// replays, as the first reproduction does: on a busy machine one
+    /// replay of a timing-dependent failure can miss it, and one miss
+    /// would end the shrinking of the payments there.
     async fn fewer_payments(&mut self, best: &mut Schedule, payments: &mut u64, last: &mut Report) -> Result<()> {
         while *payments > 1 {
-            match self.trial(best, *payments / 2).await? {
-                Some(rep) => {
-                    *payments /= 2;
-                    *best = rep.fired.clone();
-                    *last = rep;
+            let mut found = None;
+            for _ in 0..2 {
+                found = self.trial(best, *payments / 2).await?;
+                if found.is_some() {
+                    break;
                 }
-                None => return Ok(()),
             }
+            let Some(rep) = found else { return Ok(()) };
+            *payments /= 2;
+            *best = rep.fired.clone();
+            *last = rep;
         }
         Ok(())
     }
