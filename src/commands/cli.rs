@@ -99,7 +99,7 @@ pub struct SelftestArgs {
     /// Also write JUnit XML here: a test case per variant and one for the correct pipeline.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
-    /// Judge every run by the generic verifier too, with this declaration of the payments pipeline (e.g. scenarios/payments-declared.toml), and show both verdicts per variant. PostgreSQL only.
+    /// Judge every run by the generic verifier too, with this declaration of the payments pipeline (e.g. scenarios/payments-declared.toml), and show both verdicts per variant. Both backends: the declaration's SQL must run on the run's database.
     #[arg(long, value_name = "FILE")]
     pub declared: Option<PathBuf>,
 }
@@ -227,7 +227,7 @@ pub struct RunArgs {
     /// Pin the firings by occurrence instead of the seed's decisions, e.g. 'relay.after_produce:3,17;notifier.mid_batch:2' (or none): each listed point fires at exactly those occurrences (counted from 0 across the run), the others never. `chaos sweep --shrink` prints one.
     #[arg(long, value_name = "SCHEDULE", value_parser = parse_schedule)]
     pub schedule: Option<crate::faults::Schedule>,
-    /// Judge the run by the generic verifier too, with this declaration of the payments pipeline (e.g. scenarios/payments-declared.toml: its outbox, effects and checks, no service); the report gives both verdicts side by side. PostgreSQL only.
+    /// Judge the run by the generic verifier too, with this declaration of the payments pipeline (e.g. scenarios/payments-declared.toml: its outbox, effects and checks, no service); the report gives both verdicts side by side. Both backends: the declaration's SQL must run on the run's database (chaos_text(x) writes a value as text alike on both).
     #[arg(long, value_name = "FILE")]
     pub declared: Option<PathBuf>,
 }

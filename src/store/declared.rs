@@ -6,12 +6,17 @@
 //! Every name spliced into the SQL below was checked by the scenario as an
 //! unquoted lowercase identifier, and is quoted anyway. The user's queries
 //! are the user's: they run as written, wrapped in a sub-select.
+//!
+//! Both backends: a user's declared system runs on PostgreSQL, and the
+//! payments pipeline's own declaration (`--declared`) judges it embedded on
+//! SQLite too. Every value is read as text (`chaos_text`, [`super::text`]),
+//! so one reader serves both; [`Dialect`] holds the few words that differ.
 
-use super::postgres::PgStore;
+use super::Store;
 use crate::error::{Error, Result};
 use crate::scenario::{CheckDecl, EffectDecl, Once, OutboxDecl, Published, System};
 use futures::TryStreamExt;
-use sqlx::{Executor, Row};
+use sqlx::{Column, Executor, Row, TypeInfo};
 
 /// chaos's own table in the run's schema: every row the user's service
 /// inserted into its outbox, copied by a trigger in the same transaction,
@@ -63,21 +68,17 @@ pub struct EffectRow {
 }
 
 /// Applies the user's SQL file in the run's schema.
-pub async fn apply_setup(pg: &PgStore, sql: &str) -> std::result::Result<(), String> {
-    sqlx::raw_sql(sql).execute(pg.conn_pool()).await.map(|_| ()).map_err(|e| db_message(&e))
+pub async fn apply_setup(store: &Store, sql: &str) -> std::result::Result<(), String> {
+    execute(store, sql).await.map_err(|e| db_message(&e))
 }
 
-/// Proves each declaration on the freshly set-up schema: the outbox table
-/// and columns exist, each effect query returns the columns its `once`
-/// and `conserve` need (and no others) with usable types, each check
-/// query runs. Nothing is written.
-pub async fn probe_outbox(pg: &PgStore, sys: &System) -> std::result::Result<(), BadDeclaration> {
-    let pool = pg.conn_pool();
+/// Proves the outbox's declaration on the freshly set-up schema: the table
+/// and its declared columns exist. Nothing is written.
+pub async fn probe_outbox(store: &Store, sys: &System) -> std::result::Result<(), BadDeclaration> {
     let bad = |key: &str, message: String| BadDeclaration { key: key.to_string(), message };
     let o = &sys.outbox;
     let table = q(&o.table);
-    sqlx::query(&format!("SELECT 1 FROM {table} LIMIT 0"))
-        .execute(pool)
+    execute(store, &format!("SELECT 1 FROM {table} LIMIT 0"))
         .await
         .map_err(|e| bad("system.outbox.table", db_message(&e)))?;
     let mut columns = vec![("id", &o.id), ("key", &o.key), ("type", &o.kind), ("payload", &o.payload)];
@@ -85,8 +86,7 @@ pub async fn probe_outbox(pg: &PgStore, sys: &System) -> std::result::Result<(),
         columns.push(("published_column", c));
     }
     for (key, col) in columns {
-        sqlx::query(&format!("SELECT {} FROM {table} LIMIT 0", q(col)))
-            .execute(pool)
+        execute(store, &format!("SELECT {} FROM {table} LIMIT 0", q(col)))
             .await
             .map_err(|e| bad(&format!("system.outbox.{key}"), db_message(&e)))?;
     }
@@ -96,81 +96,71 @@ pub async fn probe_outbox(pg: &PgStore, sys: &System) -> std::result::Result<(),
 /// The rest of the declarations, once the outbox log exists (a query may
 /// read it): each effect's query returns the columns its `once` and
 /// `conserve` need, and no others, with usable types; each check runs.
-pub async fn probe_queries(pg: &PgStore, sys: &System) -> std::result::Result<(), BadDeclaration> {
-    let pool = pg.conn_pool();
+pub async fn probe_queries(store: &Store, sys: &System) -> std::result::Result<(), BadDeclaration> {
     let bad = |key: &str, message: String| BadDeclaration { key: key.to_string(), message };
     if let Some(m) = &sys.outbox.malformed {
-        sqlx::query(&format!("SELECT COALESCE(({m}), false)::boolean FROM {OUTBOX_LOG} LIMIT 0"))
-            .execute(pool)
+        execute(store, &format!("SELECT {} FROM {OUTBOX_LOG} LIMIT 0", flag(m)))
             .await
             .map_err(|e| bad("system.outbox.malformed", db_message(&e)))?;
     }
     for e in sys.effects.iter().filter(|e| e.provider.is_none()) {
         let key = format!("[[system.effects]] {:?}", e.name);
-        let described = pool
-            .describe(&format!("SELECT * FROM ({}) AS q LIMIT 0", e.query))
-            .await
-            .map_err(|err| bad(&format!("{key}: query"), db_message(&err)))?;
-        let got: Vec<(String, String)> = described
-            .columns()
-            .iter()
-            .map(|c| (sqlx::Column::name(c).to_string(), sqlx::TypeInfo::name(sqlx::Column::type_info(c)).to_string()))
-            .collect();
+        let got = columns(store, &e.query).await.map_err(|err| bad(&format!("{key}: query"), db_message(&err)))?;
+        proves_effect_columns(e, &got, store.dialect()).map_err(|m| bad(&format!("{key}: query"), m))?;
         let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
-        let mut want = vec!["key"];
-        if matches!(e.once, Once::PerMessage | Once::PerMalformedMessage) {
-            want.push("message_id");
-        }
-        if e.conserve.is_some() {
-            want.push("amount");
-        }
-        let allowed = ["key", "message_id", "amount"];
-        if let Some(missing) = want.iter().find(|w| !names.contains(w)) {
-            return Err(bad(
-                &format!("{key}: query"),
-                format!(
-                    "returns the columns ({}), without `{missing}`; it must return {} (alias them with AS)",
-                    names.join(", "),
-                    want.join(", ")
-                ),
-            ));
-        }
-        if let Some(extra) = names.iter().find(|n| !allowed.contains(n)) {
-            return Err(bad(
-                &format!("{key}: query"),
-                format!("returns the column `{extra}`, which means nothing here; return only {}", want.join(", ")),
-            ));
-        }
-        for (name, ty) in &got {
-            let fits = match name.as_str() {
-                "amount" => ["INT2", "INT4", "INT8", "NUMERIC"].contains(&ty.as_str()),
-                "message_id" => ["UUID", "TEXT", "VARCHAR", "BPCHAR", "NAME"].contains(&ty.as_str()),
-                _ => true,
-            };
-            if !fits {
-                let expected = if name == "amount" { "an integer" } else { "a uuid or text" };
-                return Err(bad(
-                    &format!("{key}: query"),
-                    format!("its column `{name}` is of type {ty}; expected {expected}"),
-                ));
-            }
-        }
-        sqlx::query(&effect_sql(e, &names, Some(0)))
-            .execute(pool)
+        execute(store, &effect_sql(store.dialect(), e, &names, Some(0)))
             .await
             .map_err(|err| bad(&format!("{key}: query"), db_message(&err)))?;
     }
     if let Some(p) = &sys.pending {
-        sqlx::query(&pending_sql(p, Some(0)))
-            .execute(pool)
-            .await
-            .map_err(|err| bad("system.pending", db_message(&err)))?;
+        let sql = pending_sql(store, p, Some(0)).await.map_err(|err| bad("system.pending", db_message(&err)))?;
+        execute(store, &sql).await.map_err(|err| bad("system.pending", db_message(&err)))?;
     }
     for c in &sys.checks {
-        sqlx::query(&format!("SELECT 1 FROM ({}) AS q LIMIT 0", c.query))
-            .execute(pool)
+        execute(store, &format!("SELECT 1 FROM ({}) AS q LIMIT 0", c.query))
             .await
             .map_err(|err| bad(&format!("[[system.checks]] {:?}: query", c.name), db_message(&err)))?;
+    }
+    Ok(())
+}
+
+/// An effect query's columns, `(name, type)`: the ones its `once` and
+/// `conserve` need, and no others, with usable types. SQLite's columns have
+/// no fixed type, so only their names are proved there.
+fn proves_effect_columns(
+    e: &EffectDecl,
+    got: &[(String, String)],
+    dialect: Dialect,
+) -> std::result::Result<(), String> {
+    let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+    let mut want = vec!["key"];
+    if matches!(e.once, Once::PerMessage | Once::PerMalformedMessage) {
+        want.push("message_id");
+    }
+    if e.conserve.is_some() {
+        want.push("amount");
+    }
+    let allowed = ["key", "message_id", "amount"];
+    if let Some(missing) = want.iter().find(|w| !names.contains(w)) {
+        return Err(format!(
+            "returns the columns ({}), without `{missing}`; it must return {} (alias them with AS)",
+            names.join(", "),
+            want.join(", ")
+        ));
+    }
+    if let Some(extra) = names.iter().find(|n| !allowed.contains(n)) {
+        return Err(format!("returns the column `{extra}`, which means nothing here; return only {}", want.join(", ")));
+    }
+    for (name, ty) in got.iter().filter(|_| dialect == Dialect::Postgres) {
+        let fits = match name.as_str() {
+            "amount" => ["INT2", "INT4", "INT8", "NUMERIC"].contains(&ty.as_str()),
+            "message_id" => ["UUID", "TEXT", "VARCHAR", "BPCHAR", "NAME"].contains(&ty.as_str()),
+            _ => true,
+        };
+        if !fits {
+            let expected = if name == "amount" { "an integer" } else { "a uuid or text" };
+            return Err(format!("its column `{name}` is of type {ty}; expected {expected}"));
+        }
     }
     Ok(())
 }
@@ -181,189 +171,386 @@ const PENDING_READ: i64 = 100_000;
 
 /// The read of the declared pending work: each row's `key` as text, NULL
 /// when the query returns no such column.
-fn pending_sql(query: &str, limit: Option<i64>) -> String {
+async fn pending_sql(store: &Store, query: &str, limit: Option<i64>) -> std::result::Result<String, sqlx::Error> {
+    let has_key = columns(store, query).await?.iter().any(|(n, _)| n == "key");
+    let key = if has_key { store.dialect().text("q.key") } else { "CAST(NULL AS TEXT)".to_string() };
     let limit = limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
-    format!("SELECT to_jsonb(q) ->> 'key' FROM ({query}) AS q{limit}")
+    Ok(format!("SELECT {key} FROM ({query}) AS q{limit}"))
 }
 
 /// The system's pending work now (`[system] pending`): the keys of its
 /// rows (an empty string for a row without one), at most [`PENDING_READ`].
-pub async fn pending(pg: &PgStore, query: &str) -> Result<Vec<String>> {
-    let rows: Vec<Option<String>> = sqlx::query_scalar(&pending_sql(query, Some(PENDING_READ)))
-        .fetch_all(pg.conn_pool())
-        .await
-        .map_err(|e| Error::db("reading the declared pending work (system.pending)", e))?;
-    Ok(rows.into_iter().map(Option::unwrap_or_default).collect())
+pub async fn pending(store: &Store, query: &str) -> Result<Vec<String>> {
+    let context = "reading the declared pending work (system.pending)";
+    let sql = pending_sql(store, query, Some(PENDING_READ)).await.map_err(|e| Error::db(context, e))?;
+    let mut keys = Vec::new();
+    text_rows(store, &sql, context, |mut r| keys.push(r.swap_remove(0).unwrap_or_default())).await?;
+    Ok(keys)
 }
 
 /// How many rows each effect's query returns now, in declaration order
 /// (None for an effect read from the provider's record): what must stay
 /// unchanged for a drained system to count as settled.
-pub async fn effect_counts(pg: &PgStore, sys: &System) -> Result<Vec<Option<i64>>> {
+pub async fn effect_counts(store: &Store, sys: &System) -> Result<Vec<Option<i64>>> {
     let mut out = Vec::new();
     for e in &sys.effects {
-        if e.provider.is_some() {
-            out.push(None);
-            continue;
-        }
-        let n: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM ({}) AS q", e.query))
-            .fetch_one(pg.conn_pool())
-            .await
-            .map_err(|err| Error::db("counting an effect's rows", err))?;
-        out.push(Some(n));
+        out.push(match e.provider {
+            Some(_) => None,
+            None => Some(count(store, &format!("({}) AS q", e.query), "counting an effect's rows").await?),
+        });
     }
     Ok(out)
 }
 
-/// The read of an effect: its columns cast to what the verifier compares,
-/// the absent ones NULL.
-fn effect_sql(e: &EffectDecl, present: &[&str], limit: Option<i64>) -> String {
-    let col = |name: &str, cast: &str| match present.contains(&name) {
-        true => format!("q.{name}::{cast}"),
-        false => format!("NULL::{cast}"),
+/// The read of an effect: its columns as text, the absent ones NULL.
+fn effect_sql(dialect: Dialect, e: &EffectDecl, present: &[&str], limit: Option<i64>) -> String {
+    let col = |name: &str, int: bool| match (present.contains(&name), int) {
+        (true, false) => dialect.text(&format!("q.{name}")),
+        (true, true) => dialect.integer(&format!("q.{name}")),
+        (false, _) => "CAST(NULL AS TEXT)".to_string(),
     };
     let limit = limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
     format!(
         "SELECT {}, {}, {} FROM ({}) AS q{limit}",
-        col("message_id", "text"),
-        col("key", "text"),
-        col("amount", "bigint"),
+        col("message_id", false),
+        col("key", false),
+        col("amount", true),
         e.query
     )
 }
 
-/// Adds [`OUTBOX_LOG`] and the trigger that fills it.
-pub async fn install_outbox_log(pg: &PgStore, o: &OutboxDecl) -> Result<()> {
-    let schema = q(&pg.schema);
-    let log = format!("{schema}.{OUTBOX_LOG}");
-    let sql = format!(
-        r#"CREATE TABLE {log} (seq bigserial PRIMARY KEY, id text, key text, kind text, payload text,
-                                at timestamptz NOT NULL DEFAULT clock_timestamp());
-        CREATE FUNCTION {schema}.chaos_outbox_log_row() RETURNS trigger LANGUAGE plpgsql AS $chaos$
-        BEGIN
-            INSERT INTO {log} (id, key, kind, payload)
-            VALUES (NEW.{id}::text, NEW.{key}::text, NEW.{kind}::text, NEW.{payload}::text);
-            RETURN NEW;
-        END $chaos$;
-        CREATE TRIGGER chaos_outbox_log AFTER INSERT ON {schema}.{table}
-            FOR EACH ROW EXECUTE FUNCTION {schema}.chaos_outbox_log_row();"#,
-        id = q(&o.id),
-        key = q(&o.key),
-        kind = q(&o.kind),
-        payload = q(&o.payload),
-        table = q(&o.table),
-    );
-    sqlx::raw_sql(&sql).execute(pg.conn_pool()).await.map_err(|e| Error::db("adding the outbox log", e))?;
-    Ok(())
+/// Adds [`OUTBOX_LOG`] and the trigger that fills it, and `chaos_text` on
+/// PostgreSQL (SQLite's connections register their own).
+pub async fn install_outbox_log(store: &Store, o: &OutboxDecl) -> Result<()> {
+    let columns = [&o.id, &o.key, &o.kind, &o.payload].map(|c| format!("NEW.{}", q(c)));
+    let values = columns.iter().map(|c| store.dialect().text(c)).collect::<Vec<_>>().join(", ");
+    let table = q(&o.table);
+    let sql = match store {
+        Store::Postgres(pg) => {
+            let schema = q(&pg.schema);
+            let log = format!("{schema}.{OUTBOX_LOG}");
+            format!(
+                r#"{function};
+                CREATE TABLE {log} (seq bigserial PRIMARY KEY, id text, key text, kind text, payload text,
+                                    at timestamptz NOT NULL DEFAULT clock_timestamp());
+                CREATE FUNCTION {schema}.chaos_outbox_log_row() RETURNS trigger LANGUAGE plpgsql AS $chaos$
+                BEGIN
+                    INSERT INTO {log} (id, key, kind, payload) VALUES ({values});
+                    RETURN NEW;
+                END $chaos$;
+                CREATE TRIGGER chaos_outbox_log AFTER INSERT ON {schema}.{table}
+                    FOR EACH ROW EXECUTE FUNCTION {schema}.chaos_outbox_log_row();"#,
+                function = super::text::POSTGRES,
+            )
+        }
+        // Times in ms since the epoch, as the SQLite migrations keep them.
+        Store::Sqlite(_) => format!(
+            r#"CREATE TABLE {OUTBOX_LOG} (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT, key TEXT, kind TEXT,
+                payload TEXT, at INTEGER NOT NULL DEFAULT (CAST(unixepoch('subsec') * 1000 AS INTEGER)));
+            CREATE TRIGGER chaos_outbox_log AFTER INSERT ON {table} FOR EACH ROW
+            BEGIN INSERT INTO {OUTBOX_LOG} (id, key, kind, payload) VALUES ({values}); END;"#
+        ),
+    };
+    execute(store, &sql).await.map_err(|e| Error::db("adding the outbox log", e))
 }
 
-/// Outbox rows not yet marked published: NULL in the column, or still
-/// there when the relay deletes; None when the relay keeps no mark.
-pub async fn unpublished(pg: &PgStore, o: &OutboxDecl) -> Result<Option<i64>> {
-    let sql = match &o.published {
-        Published::Column(c) => format!("SELECT count(*) FROM {} WHERE {} IS NULL", q(&o.table), q(c)),
-        Published::Delete => format!("SELECT count(*) FROM {}", q(&o.table)),
-        Published::None => return Ok(None),
-    };
-    let n: i64 = sqlx::query_scalar(&sql)
-        .fetch_one(pg.conn_pool())
-        .await
-        .map_err(|e| Error::db("counting unpublished outbox rows", e))?;
-    Ok(Some(n))
+/// The rows of the outbox not yet marked published: NULL in the column,
+/// or still there when the relay deletes; None when the relay keeps no mark.
+fn unmarked(o: &OutboxDecl) -> Option<String> {
+    match &o.published {
+        Published::Column(c) => Some(format!("{} WHERE {} IS NULL", q(&o.table), q(c))),
+        Published::Delete => Some(q(&o.table)),
+        Published::None => None,
+    }
+}
+
+/// How many outbox rows are not yet marked published; None when the relay
+/// keeps no mark.
+pub async fn unpublished(store: &Store, o: &OutboxDecl) -> Result<Option<i64>> {
+    let Some(rows) = unmarked(o) else { return Ok(None) };
+    count(store, &rows, "counting unpublished outbox rows").await.map(Some)
 }
 
 /// The keys of the outbox rows not yet marked published, at most
 /// [`PENDING_READ`]; None when the relay keeps no mark.
-pub async fn unpublished_keys(pg: &PgStore, o: &OutboxDecl) -> Result<Option<Vec<String>>> {
-    let unmarked = match &o.published {
-        Published::Column(c) => format!(" WHERE {} IS NULL", q(c)),
-        Published::Delete => String::new(),
-        Published::None => return Ok(None),
-    };
-    let sql = format!("SELECT {}::text FROM {}{unmarked} LIMIT {PENDING_READ}", q(&o.key), q(&o.table));
-    let keys: Vec<Option<String>> = sqlx::query_scalar(&sql)
-        .fetch_all(pg.conn_pool())
-        .await
-        .map_err(|e| Error::db("reading the unpublished outbox rows' keys", e))?;
-    Ok(Some(keys.into_iter().map(Option::unwrap_or_default).collect()))
+pub async fn unpublished_keys(store: &Store, o: &OutboxDecl) -> Result<Option<Vec<String>>> {
+    let Some(rows) = unmarked(o) else { return Ok(None) };
+    let sql = format!("SELECT {} FROM {rows} LIMIT {PENDING_READ}", store.dialect().text(&q(&o.key)));
+    let mut keys = Vec::new();
+    text_rows(store, &sql, "reading the unpublished outbox rows' keys", |mut r| {
+        keys.push(r.swap_remove(0).unwrap_or_default())
+    })
+    .await?;
+    Ok(Some(keys))
 }
 
 /// How many rows the outbox log holds.
-pub async fn logged(pg: &PgStore) -> Result<i64> {
-    sqlx::query_scalar(&format!("SELECT count(*) FROM {OUTBOX_LOG}"))
-        .fetch_one(pg.conn_pool())
-        .await
-        .map_err(|e| Error::db("counting the outbox log", e))
+pub async fn logged(store: &Store) -> Result<i64> {
+    count(store, OUTBOX_LOG, "counting the outbox log").await
+}
+
+/// `COALESCE((m), false)` as '1' or '0': the malformed test of one row.
+fn flag(m: &str) -> String {
+    format!("CASE WHEN COALESCE(({m}), false) THEN '1' ELSE '0' END")
 }
 
 /// Streams the outbox log, in insert order.
-pub async fn outbox_log(pg: &PgStore, o: &OutboxDecl, mut on: impl FnMut(LoggedEvent)) -> Result<()> {
-    let malformed = o.malformed.as_deref().map_or("false".to_string(), |m| format!("COALESCE(({m}), false)"));
-    let sql = format!(
-        "SELECT id, key, kind, payload, (extract(epoch FROM at) * 1000)::bigint, {malformed}::boolean FROM {OUTBOX_LOG} ORDER BY seq"
-    );
-    let mut rows = sqlx::query(&sql).fetch(pg.conn_pool());
-    while let Some(r) = rows.try_next().await.map_err(|e| Error::db("reading the outbox log", e))? {
+pub async fn outbox_log(store: &Store, o: &OutboxDecl, mut on: impl FnMut(LoggedEvent)) -> Result<()> {
+    let malformed = o.malformed.as_deref().map_or("'0'".to_string(), flag);
+    let at = store.dialect().epoch_ms("at");
+    let sql = format!("SELECT id, key, kind, payload, {at}, {malformed} FROM {OUTBOX_LOG} ORDER BY seq");
+    text_rows(store, &sql, "reading the outbox log", |r| {
+        let mut r = r.into_iter().map(Option::unwrap_or_default);
+        let mut next = || r.next().unwrap_or_default();
         on(LoggedEvent {
-            id: r.try_get::<Option<String>, _>(0).ok().flatten().unwrap_or_default(),
-            key: r.try_get::<Option<String>, _>(1).ok().flatten().unwrap_or_default(),
-            kind: r.try_get::<Option<String>, _>(2).ok().flatten().unwrap_or_default(),
-            payload: r.try_get::<Option<String>, _>(3).ok().flatten().unwrap_or_default(),
-            at_epoch_ms: r.try_get::<i64, _>(4).unwrap_or_default(),
-            malformed: r.try_get::<bool, _>(5).map_err(|e| Error::db("reading the outbox log", e))?,
-        });
-    }
-    Ok(())
+            id: next(),
+            key: next(),
+            kind: next(),
+            payload: next(),
+            at_epoch_ms: next().parse().unwrap_or_default(),
+            malformed: next() == "1",
+        })
+    })
+    .await
 }
 
 /// The ids of the outbox rows still unmarked after the drain.
-pub async fn leftovers(pg: &PgStore, o: &OutboxDecl, mut on: impl FnMut(String)) -> Result<()> {
-    let sql = match &o.published {
-        Published::Column(c) => format!("SELECT {}::text FROM {} WHERE {} IS NULL", q(&o.id), q(&o.table), q(c)),
-        Published::Delete => format!("SELECT {}::text FROM {}", q(&o.id), q(&o.table)),
-        Published::None => return Ok(()),
-    };
-    let mut rows = sqlx::query_scalar::<_, Option<String>>(&sql).fetch(pg.conn_pool());
-    while let Some(id) = rows.try_next().await.map_err(|e| Error::db("reading unpublished outbox rows", e))? {
-        on(id.unwrap_or_default());
-    }
-    Ok(())
+pub async fn leftovers(store: &Store, o: &OutboxDecl, mut on: impl FnMut(String)) -> Result<()> {
+    let Some(rows) = unmarked(o) else { return Ok(()) };
+    let sql = format!("SELECT {} FROM {rows}", store.dialect().text(&q(&o.id)));
+    text_rows(store, &sql, "reading unpublished outbox rows", |mut r| on(r.swap_remove(0).unwrap_or_default())).await
 }
 
 /// Streams an effect's rows.
-pub async fn effect_rows(pg: &PgStore, e: &EffectDecl, mut on: impl FnMut(EffectRow)) -> Result<()> {
-    let pool = pg.conn_pool();
-    let described = pool
-        .describe(&format!("SELECT * FROM ({}) AS q LIMIT 0", e.query))
+pub async fn effect_rows(store: &Store, e: &EffectDecl, mut on: impl FnMut(EffectRow)) -> Result<()> {
+    let names: Vec<String> = columns(store, &e.query)
         .await
-        .map_err(|err| Error::db(format!("describing effect {:?}", e.name), err))?;
-    let names: Vec<String> = described.columns().iter().map(|c| sqlx::Column::name(c).to_string()).collect();
+        .map_err(|err| Error::db(format!("describing effect {:?}", e.name), err))?
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
     let present: Vec<&str> = names.iter().map(String::as_str).collect();
-    let sql = effect_sql(e, &present, None);
-    let mut rows = sqlx::query(&sql).fetch(pool);
-    let context = || format!("reading effect {:?}", e.name);
-    while let Some(r) = rows.try_next().await.map_err(|err| Error::db(context(), err))? {
-        on(EffectRow {
-            message_id: r.try_get(0).map_err(|err| Error::db(context(), err))?,
-            key: r.try_get(1).map_err(|err| Error::db(context(), err))?,
-            amount: r.try_get(2).map_err(|err| Error::db(context(), err))?,
-        });
+    let sql = effect_sql(store.dialect(), e, &present, None);
+    let mut bad_amount = None;
+    text_rows(store, &sql, &format!("reading effect {:?}", e.name), |r| {
+        let amount = r[2].as_deref().map(|a| a.parse::<i64>());
+        if let Some(Err(_)) = amount {
+            bad_amount = r[2].clone();
+        }
+        on(EffectRow { message_id: r[0].clone(), key: r[1].clone(), amount: amount.and_then(|a| a.ok()) })
+    })
+    .await?;
+    match bad_amount {
+        Some(a) => Err(Error::Database {
+            context: format!("reading effect {:?}", e.name),
+            cause: format!("its amount {a:?} is not an integer"),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A check's violating rows: how many, and the first few as JSON.
+pub async fn check_rows(store: &Store, c: &CheckDecl) -> Result<(i64, Vec<String>)> {
+    let context = format!("running check {:?}", c.name);
+    let n = count(store, &format!("({}) AS q", c.query), &context).await?;
+    let json = match store {
+        Store::Postgres(_) => "row_to_json(q)::text".to_string(),
+        // A row as JSON, its BLOBs (our uuids) as text: JSON holds no BLOB.
+        Store::Sqlite(_) => {
+            let names = columns(store, &c.query).await.map_err(|e| Error::db(context.as_str(), e))?;
+            let pairs = names.iter().map(|(n, _)| {
+                let col = format!("q.{}", q(n));
+                format!(
+                    "'{}', CASE WHEN typeof({col}) = 'blob' THEN chaos_text({col}) ELSE {col} END",
+                    n.replace('\'', "''")
+                )
+            });
+            format!("json_object({})", pairs.collect::<Vec<_>>().join(", "))
+        }
+    };
+    let mut examples = Vec::new();
+    let sql = format!("SELECT {json} FROM ({}) AS q LIMIT {CHECK_EXAMPLES}", c.query);
+    text_rows(store, &sql, &context, |mut r| examples.push(r.swap_remove(0).unwrap_or_default())).await?;
+    Ok((n, examples))
+}
+
+/// The SQL words that differ between the backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dialect {
+    Postgres,
+    Sqlite,
+}
+
+impl Dialect {
+    /// A value as text: a uuid as PostgreSQL prints it, on both.
+    fn text(self, e: &str) -> String {
+        match self {
+            Self::Postgres => format!("({e})::text"),
+            Self::Sqlite => format!("chaos_text({e})"),
+        }
+    }
+
+    /// A value as a whole number, as text.
+    fn integer(self, e: &str) -> String {
+        match self {
+            Self::Postgres => format!("({e})::bigint::text"),
+            Self::Sqlite => format!("CAST(CAST({e} AS INTEGER) AS TEXT)"),
+        }
+    }
+
+    /// The outbox log's `at`, in ms since the epoch, as text.
+    fn epoch_ms(self, e: &str) -> String {
+        match self {
+            Self::Postgres => format!("(extract(epoch FROM {e}) * 1000)::bigint::text"),
+            Self::Sqlite => format!("CAST({e} AS TEXT)"),
+        }
+    }
+}
+
+impl Store {
+    pub(crate) fn dialect(&self) -> Dialect {
+        match self {
+            Store::Postgres(_) => Dialect::Postgres,
+            Store::Sqlite(_) => Dialect::Sqlite,
+        }
+    }
+}
+
+/// Runs SQL (one or more statements) for its effect only.
+async fn execute(store: &Store, sql: &str) -> std::result::Result<(), sqlx::Error> {
+    match store {
+        Store::Postgres(pg) => sqlx::raw_sql(sql).execute(pg.conn_pool()).await.map(|_| ()),
+        Store::Sqlite(s) => sqlx::raw_sql(sql).execute(s.conn_pool()).await.map(|_| ()),
+    }
+}
+
+/// A query's columns, `(name, type)`, without running it.
+async fn columns(store: &Store, query: &str) -> std::result::Result<Vec<(String, String)>, sqlx::Error> {
+    let sql = format!("SELECT * FROM ({query}) AS q LIMIT 0");
+    Ok(match store {
+        Store::Postgres(pg) => {
+            let d = pg.conn_pool().describe(&sql).await?;
+            d.columns().iter().map(|c| (c.name().to_string(), c.type_info().name().to_string())).collect()
+        }
+        Store::Sqlite(s) => {
+            let d = s.conn_pool().describe(&sql).await?;
+            d.columns().iter().map(|c| (c.name().to_string(), c.type_info().name().to_string())).collect()
+        }
+    })
+}
+
+/// How many rows `from` (a table, or a sub-select with its alias) holds.
+async fn count(store: &Store, from: &str, context: &str) -> Result<i64> {
+    let mut n = None;
+    text_rows(store, &format!("SELECT CAST(count(*) AS TEXT) FROM {from}"), context, |mut r| n = r.swap_remove(0))
+        .await?;
+    n.and_then(|n| n.parse().ok())
+        .ok_or_else(|| Error::Database { context: context.to_string(), cause: "no count came back".into() })
+}
+
+/// Streams a query's rows, every column read as text (NULL as None).
+async fn text_rows(store: &Store, sql: &str, context: &str, mut on: impl FnMut(Vec<Option<String>>)) -> Result<()> {
+    let err = |e| Error::db(context, e);
+    match store {
+        Store::Postgres(pg) => {
+            let mut rows = sqlx::query(sql).fetch(pg.conn_pool());
+            while let Some(r) = rows.try_next().await.map_err(err)? {
+                on((0..r.len()).map(|i| r.try_get(i)).collect::<std::result::Result<_, _>>().map_err(err)?);
+            }
+        }
+        Store::Sqlite(s) => {
+            let mut rows = sqlx::query(sql).fetch(s.conn_pool());
+            while let Some(r) = rows.try_next().await.map_err(err)? {
+                on((0..r.len()).map(|i| r.try_get(i)).collect::<std::result::Result<_, _>>().map_err(err)?);
+            }
+        }
     }
     Ok(())
 }
 
-/// A check's violating rows: how many, and the first few as JSON.
-pub async fn check_rows(pg: &PgStore, c: &CheckDecl) -> Result<(i64, Vec<String>)> {
-    let pool = pg.conn_pool();
-    let context = || format!("running check {:?}", c.name);
-    let n: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM ({}) AS q", c.query))
-        .fetch_one(pool)
-        .await
-        .map_err(|e| Error::db(context(), e))?;
-    let examples: Vec<String> =
-        sqlx::query_scalar(&format!("SELECT row_to_json(q)::text FROM ({}) AS q LIMIT {CHECK_EXAMPLES}", c.query))
-            .fetch_all(pool)
+/// The declared reads on SQLite, against the reference migrations: what a
+/// uuid BLOB reads as, the log's trigger, an effect and a check.
+#[cfg(test)]
+mod sqlite_reads {
+    use super::*;
+    use crate::scenario::Once;
+
+    fn outbox(malformed: Option<&str>) -> OutboxDecl {
+        OutboxDecl {
+            table: "outbox".into(),
+            id: "id".into(),
+            key: "aggregate_id".into(),
+            kind: "event_type".into(),
+            payload: "payload".into(),
+            published: Published::Column("published_at".into()),
+            malformed: malformed.map(str::to_string),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_log_and_the_reads_write_a_uuid_as_postgresql_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = super::super::sqlite::SqliteStore::open(&dir.path().join("d.sqlite"), 2).await.unwrap();
+        let store = Store::Sqlite(s);
+        let o = outbox(Some(r#"payload NOT LIKE '%"payment_id"%'"#));
+        install_outbox_log(&store, &o).await.unwrap();
+        let (id, key, poison) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+        let insert = "INSERT INTO outbox (id, aggregate_id, event_type, payload) VALUES (?, ?, 'payment.captured', ?)";
+        let pool = match &store {
+            Store::Sqlite(s) => s.conn_pool().clone(),
+            Store::Postgres(_) => unreachable!(),
+        };
+        for (i, payload) in [(id, r#"{"payment_id": 1}"#), (poison, r#"{"poison": true}"#)] {
+            sqlx::query(insert).bind(i).bind(key).bind(payload).execute(&pool).await.unwrap();
+        }
+        sqlx::query("INSERT INTO receipts (payment_id, message_id) VALUES (?, ?)")
+            .bind(key)
+            .bind(id)
+            .execute(&pool)
             .await
-            .map_err(|e| Error::db(context(), e))?;
-    Ok((n, examples))
+            .unwrap();
+        let mut logged = Vec::new();
+        outbox_log(&store, &o, |e| logged.push(e)).await.unwrap();
+        assert_eq!(logged.len(), 2);
+        assert_eq!(
+            (logged[0].id.as_str(), logged[0].key.as_str()),
+            (id.to_string().as_str(), key.to_string().as_str())
+        );
+        assert_eq!((logged[0].malformed, logged[1].malformed), (false, true));
+        assert!(logged[0].at_epoch_ms > 1_700_000_000_000, "{}", logged[0].at_epoch_ms);
+        let mut left = Vec::new();
+        leftovers(&store, &o, |id| left.push(id)).await.unwrap();
+        assert_eq!(left, [id.to_string(), poison.to_string()]);
+        let receipts = EffectDecl {
+            name: "receipts".into(),
+            query: "SELECT message_id, payment_id AS key FROM receipts".into(),
+            provider: None,
+            once: Once::PerMessage,
+            types: vec![],
+            key_value: None,
+            conserve: None,
+        };
+        let mut rows = Vec::new();
+        effect_rows(&store, &receipts, |r| rows.push(r)).await.unwrap();
+        assert_eq!(rows, [EffectRow { message_id: Some(id.to_string()), key: Some(key.to_string()), amount: None }]);
+        let check = CheckDecl {
+            name: "every receipt's event is logged".into(),
+            query: "SELECT r.payment_id, 3 AS n FROM receipts r LEFT JOIN chaos_outbox_log l ON l.id = chaos_text(r.message_id) WHERE l.key IS DISTINCT FROM chaos_text(r.payment_id) OR true".into(),
+        };
+        let (n, examples) = check_rows(&store, &check).await.unwrap();
+        assert_eq!(n, 1);
+        assert_eq!(examples, [format!(r#"{{"payment_id":"{key}","n":3}}"#)]);
+        assert_eq!(logged(&store).await.unwrap(), 2);
+    }
+
+    #[tokio::test]
+    async fn chaos_text_writes_other_values_as_sqlite_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = super::super::sqlite::SqliteStore::open(&dir.path().join("t.sqlite"), 1).await.unwrap();
+        let store = Store::Sqlite(s);
+        let mut got = Vec::new();
+        let sql = "SELECT chaos_text(x'00ff'), chaos_text(42), chaos_text('é'), chaos_text(NULL)";
+        text_rows(&store, sql, "test", |r| got = r).await.unwrap();
+        assert_eq!(got, [Some("00ff".to_string()), Some("42".into()), Some("é".into()), None]);
+    }
 }

@@ -12,6 +12,7 @@ pub mod declared;
 pub(crate) mod effects;
 pub mod postgres;
 pub mod sqlite;
+pub(crate) mod text;
 pub(crate) mod truth;
 
 use crate::domain::events::{Decoded, EventKind};

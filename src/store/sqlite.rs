@@ -165,6 +165,7 @@ impl SqliteStore {
             // connection's worker thread per transaction.
             .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(30))
+            .after_connect(|conn, _| Box::pin(super::text::register(conn)))
             // A 4 MB page cache (the default is 2 MB). Measured against 16
             // and 64 MB: as fast or faster, and less CPU; with 64 MB SQLite's
             // own page-cache upkeep (pcache1TruncateUnsafe, malloc) showed
@@ -179,6 +180,7 @@ impl SqliteStore {
         let pool = SqlitePoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(Duration::from_secs(30))
+            .after_connect(|conn, _| Box::pin(super::text::register(conn)))
             .connect_with(opts.clone())
             .await
             .map_err(|e| Error::db(format!("opening {endpoint}"), e))?;
@@ -193,6 +195,11 @@ impl SqliteStore {
             endpoint,
             gate: Default::default(),
         })
+    }
+
+    /// The read pool, for a declared system's reads ([`super::declared`]).
+    pub(super) fn conn_pool(&self) -> &SqlitePool {
+        &self.pool
     }
 
     /// The read pool, for tests.

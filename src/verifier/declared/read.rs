@@ -6,22 +6,22 @@ use crate::broker::{SharedBroker, Topic};
 use crate::domain::events::fingerprint;
 use crate::error::{Error, Result};
 use crate::store::declared as rows;
-use crate::store::postgres::PgStore;
+use crate::store::Store;
 use std::time::Duration;
 
 /// Reads the outbox log, the leftovers, the whole topic, every declared
 /// effect and check into `books` (which hold the declaration and the
 /// record of intent), and verifies them.
 pub async fn verify(
-    pg: &PgStore,
+    store: &Store,
     broker: SharedBroker,
     topic: Topic,
     mut books: Books<'_>,
     provider: Option<&crate::provider::Record>,
 ) -> Result<Found> {
     let sys = books.sys;
-    rows::outbox_log(pg, &sys.outbox, |e| books.add_event(e)).await?;
-    rows::leftovers(pg, &sys.outbox, |id| books.add_leftover(id)).await?;
+    rows::outbox_log(store, &sys.outbox, |e| books.add_event(e)).await?;
+    rows::leftovers(store, &sys.outbox, |id| books.add_leftover(id)).await?;
     // The topic is read on a blocking thread; the books go with it and back.
     let mut books = {
         // Books borrows the declaration and the record; the read needs an
@@ -48,14 +48,14 @@ pub async fn verify(
         books
     };
     for (n, e) in sys.effects.iter().enumerate().filter(|(_, e)| e.provider.is_none()) {
-        rows::effect_rows(pg, e, |r| books.add_effect_row(n, r)).await?;
+        rows::effect_rows(store, e, |r| books.add_effect_row(n, r)).await?;
     }
     if sys.uses_provider() {
         // No record (no provider ran) reads as one with no request.
         books.add_provider_record(provider.unwrap_or(&crate::provider::Record::default()));
     }
     for c in &sys.checks {
-        let (n, examples) = rows::check_rows(pg, c).await?;
+        let (n, examples) = rows::check_rows(store, c).await?;
         books.add_check(&c.name, n, examples);
     }
     Ok(books.finish())

@@ -21,7 +21,6 @@ use crate::nemesis::proxy::Lanes;
 use crate::report::progress::{Phase, Progress};
 use crate::report::Report;
 use crate::scenario::{Scenario, ServiceDecl, System};
-use crate::store::declared as rows;
 use crate::store::postgres::PgStore;
 use crate::store::Store;
 use crate::verifier::declared::Books;
@@ -40,7 +39,7 @@ pub(super) struct Declared {
     sys: System,
     service: ServiceDecl,
     url: String,
-    pg: PgStore,
+    store: Store,
     programs: Option<Programs>,
     /// The workload's record of intent.
     ops: Vec<Operation>,
@@ -65,10 +64,11 @@ impl Declared {
             ));
         };
         let pg = PgStore::open_empty(&url, &names.schema, CONNECTIONS).await?;
-        setup::set_up(&pg, sys, sc, &url, names).await?;
-        let infra = Infra::with_store(Store::Postgres(pg.clone()), endpoints, names).await?;
+        let store = Store::Postgres(pg);
+        setup::set_up(&store, sys, sc, &url, names).await?;
+        let infra = Infra::with_store(store.clone(), endpoints, names).await?;
         let me =
-            Self { sys: sys.clone(), service, url, pg, programs: None, ops: Vec::new(), stalls: Stalls::default() };
+            Self { sys: sys.clone(), service, url, store, programs: None, ops: Vec::new(), stalls: Stalls::default() };
         Ok((me, infra))
     }
 
@@ -134,7 +134,7 @@ impl Declared {
         }
         ran.workload_ms = t_work.elapsed().as_millis() as u64;
         progress.phase(Phase::Drain);
-        self.stalls = settle::come_to_rest(ctx, &self.pg, &self.sys, programs, acting, &mut ran).await;
+        self.stalls = settle::come_to_rest(ctx, &self.store, &self.sys, programs, acting, &mut ran).await;
         Ok(ran)
     }
 
@@ -147,18 +147,21 @@ impl Declared {
     /// The generic verifier's pass, unless the run was interrupted or
     /// something may still write, and the verdict.
     pub async fn judge(&self, rep: &mut Report, ctx: &Ctx, ran: &mut Ran, h: History) {
-        let (pg, sys, ops, stalls) = (&self.pg, &self.sys, &h.operations, &self.stalls);
+        let (sys, ops, stalls) = (&self.sys, &h.operations, &self.stalls);
         let (still_running, record) = (h.still_running, h.provider.as_ref());
         let sc = &ctx.scenario;
         let verified = if ran.interrupted || still_running || ran.incomplete.is_some() {
             None
         } else {
             // A fresh pool: the nemesis may have ended sessions.
-            let pg = pg.fresh(2).await.unwrap_or_else(|_| pg.clone());
+            let store = match &self.store {
+                Store::Postgres(pg) => Store::Postgres(pg.fresh(2).await.unwrap_or_else(|_| pg.clone())),
+                sqlite => sqlite.clone(),
+            };
             let books = Books::new(sys, ops, h.faults.log.clone(), h.faults.started_epoch_ms)
                 .with_pending(stalls.keys())
                 .with_spans(attribution::spans(sc));
-            let read = crate::verifier::declared::verify(&pg, ctx.broker.clone(), ctx.topic(), books, record);
+            let read = crate::verifier::declared::verify(&store, ctx.broker.clone(), ctx.topic(), books, record);
             tokio::select! {
                 r = read => Some(r),
                 _ = crate::harness::interrupt::requested() => { ran.interrupted = true; None }
@@ -193,18 +196,9 @@ impl Declared {
 
 /// Before a payments run judged by a declaration too (`--declared`): the
 /// declaration proved on the run's freshly migrated schema, and the
-/// outbox log added. PostgreSQL only.
+/// outbox log added, on either backend.
 pub(super) async fn prepare_cross_check(sc: &Scenario, sys: &System, store: &Store) -> Result<()> {
-    let Store::Postgres(pg) = store else {
-        return Err(Error::Usage(
-            "--declared reads the run with SQL of PostgreSQL's: pass --database-url or set DATABASE_URL".into(),
-        ));
-    };
-    let shown = sc.path.display();
-    let bad = |b: rows::BadDeclaration| Error::Scenario(format!("{shown}: --declared: {}: {}", b.key, b.message));
-    rows::probe_outbox(pg, sys).await.map_err(bad)?;
-    rows::install_outbox_log(pg, &sys.outbox).await?;
-    rows::probe_queries(pg, sys).await.map_err(bad)
+    setup::prove(store, sys, &format!("{}: --declared", sc.path.display())).await
 }
 
 /// The payments the workload committed, as a declared system's record of
@@ -246,15 +240,8 @@ pub(super) async fn cross_check(
     faults: &[crate::faults::FaultSummary],
 ) -> crate::report::CrossCheck {
     let sc = &ctx.scenario;
-    let Store::Postgres(pg) = store else {
-        return crate::report::CrossCheck {
-            verdict: Verdict::Incomplete,
-            reason: "not PostgreSQL".into(),
-            anomalies: vec![],
-        };
-    };
     let books = Books::new(sys, ops, history.log.clone(), history.started_epoch_ms).with_spans(attribution::spans(sc));
-    let found = crate::verifier::declared::verify(pg, ctx.broker.clone(), ctx.topic(), books, emails).await;
+    let found = crate::verifier::declared::verify(store, ctx.broker.clone(), ctx.topic(), books, emails).await;
     match found {
         Err(e) => crate::report::CrossCheck {
             verdict: Verdict::Incomplete,

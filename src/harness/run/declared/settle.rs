@@ -7,7 +7,7 @@ use crate::harness::run::drive::{self, Left, Ran, Undrained};
 use crate::nemesis::process::program::Programs;
 use crate::scenario::{Published, System};
 use crate::store::declared as rows;
-use crate::store::postgres::PgStore;
+use crate::store::Store;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -21,7 +21,7 @@ use tracing::{info, warn};
 /// settles, its faults over, before it is judged.
 pub(super) async fn come_to_rest(
     ctx: &Ctx,
-    pg: &PgStore,
+    pg: &Store,
     sys: &System,
     programs: &Programs,
     acting: &watch::Sender<bool>,
@@ -74,7 +74,7 @@ pub(super) async fn come_to_rest(
 /// Waits until every outbox row is marked published (or, with no mark,
 /// the topic holds as many messages as the outbox log) and the consumer
 /// group's lag is zero, twice in a row.
-async fn drain(ctx: &Ctx, pg: &PgStore, sys: &System) -> std::result::Result<(), Undrained> {
+async fn drain(ctx: &Ctx, pg: &Store, sys: &System) -> std::result::Result<(), Undrained> {
     let left = || async {
         let unpublished = match rows::unpublished(pg, &sys.outbox).await? {
             Some(n) => n,
@@ -107,7 +107,7 @@ pub(super) struct RelayStall {
 }
 
 impl RelayStall {
-    pub(super) async fn read(pg: &PgStore, sys: &System, left: i64, waited: Duration, fault_free: Duration) -> Self {
+    pub(super) async fn read(pg: &Store, sys: &System, left: i64, waited: Duration, fault_free: Duration) -> Self {
         let keys = match rows::unpublished_keys(pg, &sys.outbox).await {
             Ok(k) => k.unwrap_or_default(),
             Err(e) => {
@@ -161,7 +161,7 @@ pub(super) struct Stall {
 /// deadline are judged as they are; pending work still there is a stall.
 /// `CHAOS_SKIP_SETTLE=1` judges at once (a switch for tests that show the
 /// settle is what makes the difference).
-async fn settle(ctx: &Ctx, pg: &PgStore, sys: &System, deadline: Instant) -> Result<Settled> {
+async fn settle(ctx: &Ctx, pg: &Store, sys: &System, deadline: Instant) -> Result<Settled> {
     if std::env::var_os("CHAOS_SKIP_SETTLE").is_some() {
         warn!("CHAOS_SKIP_SETTLE: judging at once, without waiting for pending work");
         return Ok(Settled::Quiet);

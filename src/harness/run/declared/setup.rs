@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::nemesis::process::program::Programs;
 use crate::scenario::{Scenario, ServiceDecl, Setup, System};
 use crate::store::declared as rows;
-use crate::store::postgres::PgStore;
+use crate::store::Store;
 use std::time::{Duration, Instant};
 use tracing::info;
 
@@ -20,11 +20,11 @@ const HEALTH_POLL: Duration = Duration::from_millis(200);
 /// The user's schema in the run's, then every declaration proved on it,
 /// then the outbox log. A bad declaration is a bad scenario (exit 2),
 /// named by its key, with the database's own message.
-pub(super) async fn set_up(pg: &PgStore, sys: &System, sc: &Scenario, url: &str, names: &RunNames) -> Result<()> {
+pub(super) async fn set_up(store: &Store, sys: &System, sc: &Scenario, url: &str, names: &RunNames) -> Result<()> {
     let shown = sc.path.display().to_string();
     match &sys.setup {
         Setup::None => {}
-        Setup::Sql { path, text } => rows::apply_setup(pg, text).await.map_err(|m| {
+        Setup::Sql { path, text } => rows::apply_setup(store, text).await.map_err(|m| {
             Error::Scenario(format!("{shown}: `system.setup` ({}) fails on the run's schema: {m}", path.display()))
         })?,
         Setup::Command(cmd) => {
@@ -60,11 +60,18 @@ pub(super) async fn set_up(pg: &PgStore, sys: &System, sc: &Scenario, url: &str,
             }
         }
     }
+    prove(store, sys, &shown).await
+}
+
+/// Every declaration proved on the run's fresh schema, and the outbox log
+/// added. A bad declaration is a bad scenario (exit 2), named after
+/// `shown` and its key, with the database's own message.
+pub(super) async fn prove(store: &Store, sys: &System, shown: &str) -> Result<()> {
     let bad = |b: rows::BadDeclaration| Error::Scenario(format!("{shown}: {}: {}", b.key, b.message));
-    rows::probe_outbox(pg, sys).await.map_err(bad)?;
+    rows::probe_outbox(store, sys).await.map_err(bad)?;
     // The log before the queries: a declared query may read it.
-    rows::install_outbox_log(pg, &sys.outbox).await?;
-    rows::probe_queries(pg, sys).await.map_err(bad)
+    rows::install_outbox_log(store, &sys.outbox).await?;
+    rows::probe_queries(store, sys).await.map_err(bad)
 }
 
 /// Waits until every service slot answers its health path with a 2xx, or
