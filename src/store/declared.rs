@@ -540,7 +540,7 @@ mod sqlite_reads {
         let (n, examples) = check_rows(&store, &check).await.unwrap();
         assert_eq!(n, 1);
         assert_eq!(examples, [format!(r#"{{"payment_id":"{key}","n":3}}"#)]);
-        assert_eq!(logged(&store).await.unwrap(), 2);
+        assert_eq!(super::logged(&store).await.unwrap(), 2);
     }
 
     #[tokio::test]
