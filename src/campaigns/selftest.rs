@@ -256,6 +256,23 @@ faults.db_commit_ack_lost = 0.3
 "#,
     },
     Variant {
+        name: "seq cursor",
+        mistake: "the relay claims only rows past the highest seq it published, taking insert order for commit order",
+        fault: "workload.slow_commit 0.1: a transaction held open 50-500 ms before its COMMIT while others commit",
+        expected: AnomalyKind::UnpublishedLeftover,
+        // On SQLite one writer holds the database for a whole transaction:
+        // commit order is insert order, and the cursor is right there.
+        // ~60 of 600 workload commits held, each a chance for rows below
+        // the relays' cursors; a short drain timeout, since the rows left
+        // behind never go out.
+        needs_postgres: true,
+        scenario: r#"
+relay.cursor = "seq"
+faults.workload_slow_commit = 0.1
+run.drain_timeout_secs = 10
+"#,
+    },
+    Variant {
         name: "email without idempotency key",
         mistake: "the notifier calls the email provider with no idempotency key, so a retry sends the email again",
         fault: "provider.response_lost 0.05: the email went out, its answer never came, the batch rolled back",
@@ -311,6 +328,7 @@ faults.provider_error = 0.05
 pub const CORRECT_POSTGRES: &str = r#"
 faults.db_commit_ack_lost = 0.01
 faults.net_reset = 0.05
+faults.workload_slow_commit = 0.1
 "#;
 
 /// The heavy-fault scenario's rates (scenarios/heavy-faults.toml), for the

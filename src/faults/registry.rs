@@ -280,6 +280,12 @@ fault_points! {
     DbTerminateBackends = "db.terminate_backends", key db_terminate_backends, per "scheduled occurrence ([[nemesis.timeline]])", by Database + schedulable, confirm Seen,
         what "`pg_terminate_backend` on every session of the run's components (named `chaos-<run id>-<component>`, in process or as processes; the harness's own sessions are spared); open transactions roll back. An occurrence waits up to 5 s for a component session to be open",
         confirmed by "at least one session of the run terminated";
+    /// The payment service holds a transaction open after its inserts and
+    /// before its COMMIT, while the other producers commit: insert order
+    /// (the outbox's `seq`) and commit order part.
+    WorkloadSlowCommit = "workload.slow_commit", key workload_slow_commit, per "transaction of the payment service", by Workload, confirm Seen,
+        what "the payment service holds its transaction open for 50 to 500 ms (drawn per firing) after its inserts and before its `COMMIT`, while its other producers commit: rows with a lower `seq` become visible after rows with a higher one. A relay that keeps the highest `seq` it published as its cursor leaves them behind. On SQLite, whose one writer holds the database for the whole transaction, it only slows the writers",
+        confirmed by "the held transaction committed after its hold";
 }
 
 impl FaultPoint {

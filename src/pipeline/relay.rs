@@ -12,7 +12,7 @@ use crate::context::{Ctx, Shutdown, Stats, RESTART_FLOOR};
 use crate::domain::events::Envelope;
 use crate::faults::{Confirm, FaultPoint, Reach};
 use crate::pipeline::supervise::{self, Counters, Ending};
-use crate::scenario::{RelayAcks, RelayEventId, RelayOrder};
+use crate::scenario::{RelayAcks, RelayCursor, RelayEventId, RelayOrder};
 use crate::store::{OutboxRow, RelayConn};
 use std::time::Duration;
 use tracing::{debug, warn};
@@ -86,6 +86,9 @@ struct Incarnation<'a> {
     name: &'a str,
     producer: Box<dyn Producer>,
     conn: RelayConn,
+    /// With `relay.cursor = "seq"`, the highest `seq` this incarnation
+    /// published (kept in memory, so a restart starts over); 0 otherwise.
+    cursor: i64,
 }
 
 /// What one pass of an incarnation did.
@@ -101,7 +104,7 @@ impl<'a> Incarnation<'a> {
     async fn start(ctx: &'a Ctx, name: &'a str) -> crate::error::Result<Incarnation<'a>> {
         let producer = ctx.broker.producer_for(acks_of(ctx.scenario.relay.producer))?;
         let conn = ctx.store.relay_connection().await?;
-        Ok(Incarnation { ctx, name, producer, conn })
+        Ok(Incarnation { ctx, name, producer, conn, cursor: 0 })
     }
 
     /// The crash, or the end of a clean stop: the connection is dropped
@@ -141,7 +144,7 @@ impl<'a> Incarnation<'a> {
             let by_restart = point.confirm() == Confirm::NextIncarnation;
             Step::End(Ending::Crash { confirmed_by_restart: by_restart.then_some(point) })
         };
-        let rows = match self.conn.claim(cfg.batch_size).await {
+        let rows = match self.conn.claim(cfg.batch_size, self.cursor).await {
             Ok(r) => r,
             Err(e) => return fail("claiming outbox rows", e),
         };
@@ -190,6 +193,10 @@ impl<'a> Incarnation<'a> {
             // Everything of this batch is done; the crash costs nothing.
             ctx.faults.halt(FaultPoint::RelayAfterMark).await;
             return crash(FaultPoint::RelayAfterMark);
+        }
+        if cfg.cursor == RelayCursor::Seq {
+            // The mistake: insert order taken for commit order.
+            self.cursor = self.cursor.max(rows[rows.len() - 1].seq);
         }
         Stats::add(&ctx.stats.relay_batches, 1);
         debug!(relay = %name, events = rows.len(), "batch published");

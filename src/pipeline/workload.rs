@@ -390,4 +390,32 @@ mod tests {
         open.authorize(&ps, true).await.expect("committed");
         assert_eq!(h.ctx.store.landed(&[ps[0].id], false).await.unwrap(), 1);
     }
+
+    /// `workload.slow_commit`: the payment service's commit waits 50 to
+    /// 500 ms and then lands, confirmed; another component's gate never
+    /// holds.
+    #[tokio::test]
+    async fn a_held_commit_lands_late_and_only_the_payment_services() {
+        use crate::faults::FaultPoint::WorkloadSlowCommit;
+        let h = harness("name = \"unit\"\nseed = 3\n[faults]\nworkload_slow_commit = 0.99\n").await;
+        let faults = &h.ctx.faults;
+        let relay = h.ctx.store.gated(CommitGate::new(faults.clone(), "relay-1"));
+        let ps = vec![NewPayment { id: uuid::Uuid::new_v4(), account_id: 1, amount_cents: 100 }];
+        relay.authorize(&ps, true).await.expect("committed");
+        assert_eq!(faults.reached(WorkloadSlowCommit), 0, "only the payment service's commits are occurrences");
+        let store = h.ctx.store.gated(CommitGate::new(faults.clone(), "workload"));
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            let ps = vec![NewPayment { id: uuid::Uuid::new_v4(), account_id: 1, amount_cents: 100 }];
+            let t = std::time::Instant::now();
+            store.authorize(&ps, true).await.expect("a held commit still commits");
+            held.push(t.elapsed());
+            assert_eq!(h.ctx.store.landed(&[ps[0].id], false).await.unwrap(), 1);
+        }
+        let fired = faults.fired(WorkloadSlowCommit);
+        assert!(fired >= 1, "0.99 fires on almost every commit");
+        assert_eq!(faults.confirmed(WorkloadSlowCommit), fired);
+        assert!(held.iter().any(|d| d.as_millis() >= 50), "no commit was held: {held:?}");
+        assert!(held.iter().all(|d| d.as_millis() < 2_000), "{held:?}");
+    }
 }

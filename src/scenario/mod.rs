@@ -150,6 +150,18 @@ choices! {
 }
 
 choices! {
+    /// Which rows a relay claims.
+    RelayCursor {
+        /// Every unpublished row, whatever its `seq`.
+        Unpublished = "unpublished",
+        /// Only rows past the highest `seq` this incarnation published: a
+        /// row whose transaction commits after a later row was published
+        /// is left behind (insert order is not commit order).
+        Seq = "seq",
+    }
+}
+
+choices! {
     /// What a relay's producer asks of the broker.
     RelayProducer {
         /// `acks=all` and idempotence: every in-sync replica has the batch
@@ -258,6 +270,7 @@ pub struct RelayConfig {
     pub order: RelayOrder,
     pub event_id: RelayEventId,
     pub acks: RelayAcks,
+    pub cursor: RelayCursor,
     pub producer: RelayProducer,
     /// The program under test in place of the reference relays.
     pub command: Option<ProgramCommand>,

@@ -108,6 +108,9 @@ pub struct RawRelay {
     pub event_id: Spanned<String>,
     /// `"awaited"` (correct) or `"fire-and-forget"`.
     pub acks: Spanned<String>,
+    /// `"unpublished"` (correct: every unpublished row) or `"seq"` (the
+    /// rows past the highest `seq` it published).
+    pub cursor: Spanned<String>,
     /// `"idempotent"` (correct: acks from every in-sync replica) or
     /// `"leader-ack"` (acks=1, no idempotence).
     pub producer: Spanned<String>,
@@ -126,6 +129,7 @@ impl Default for RawRelay {
             order: sp("publish-then-mark".into()),
             event_id: sp("outbox".into()),
             acks: sp("awaited".into()),
+            cursor: sp("unpublished".into()),
             producer: sp("idempotent".into()),
             command: None,
         }

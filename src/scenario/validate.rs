@@ -261,6 +261,7 @@ impl Validator<'_> {
             order: self.choice(&r.order, "relay.order", RelayOrder::parse, RelayOrder::names)?,
             event_id: self.choice(&r.event_id, "relay.event_id", RelayEventId::parse, RelayEventId::names)?,
             acks: self.choice(&r.acks, "relay.acks", RelayAcks::parse, RelayAcks::names)?,
+            cursor: self.choice(&r.cursor, "relay.cursor", RelayCursor::parse, RelayCursor::names)?,
             producer: self.choice(&r.producer, "relay.producer", RelayProducer::parse, RelayProducer::names)?,
             publish: self.choice(&raw.workload.publish, "workload.publish", PublishMode::parse, PublishMode::names)?,
         })
@@ -312,6 +313,7 @@ impl Validator<'_> {
             order: variants.order,
             event_id: variants.event_id,
             acks: variants.acks,
+            cursor: variants.cursor,
             producer: variants.producer,
             command,
         })
@@ -489,6 +491,7 @@ struct Variants {
     order: RelayOrder,
     event_id: RelayEventId,
     acks: RelayAcks,
+    cursor: RelayCursor,
     publish: PublishMode,
 }
 
@@ -570,6 +573,7 @@ impl Validator<'_> {
                 ("relay.order", &r.order),
                 ("relay.event_id", &r.event_id),
                 ("relay.acks", &r.acks),
+                ("relay.cursor", &r.cursor),
                 ("relay.producer", &r.producer),
             ],
             path,

@@ -37,32 +37,63 @@ pub const PURGE_CHUNK: i64 = 10_000;
 /// refused `COMMIT` gives. In process, on both backends: SQLite has no wire
 /// for the fault proxy, and without it no transaction of the embedded mode
 /// ever fails, so a caller's error path would never run.
+///
+/// The payment service's gate also holds `workload.slow_commit`: its
+/// transaction stays open after its inserts and before its COMMIT while the
+/// other producers commit, so commit order parts from insert order.
 #[derive(Clone, Default)]
-pub struct CommitGate(Option<Arc<(Arc<FaultInjector>, String)>>);
+pub struct CommitGate(Option<Arc<Gate>>);
+
+struct Gate {
+    injector: Arc<FaultInjector>,
+    component: String,
+    refuses: bool,
+    holds: bool,
+}
+
+/// How long the `n`th held commit of a run is held: 50 to 500 ms, drawn
+/// from `n` so that a replay holds alike.
+fn hold_of(n: u64) -> Duration {
+    let mut z = n.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    Duration::from_millis(50 + (z ^ (z >> 31)) % 451)
+}
 
 impl CommitGate {
-    /// The gate of `component`'s commits; open (never refusing) when the
-    /// scenario gives the point no rate.
+    /// The gate of `component`'s commits; open (never refusing, never
+    /// holding) when the scenario gives its points no rate.
     pub fn new(injector: Arc<FaultInjector>, component: &str) -> Self {
-        if injector.probability(FaultPoint::StoreCommitRefused) > 0.0 {
-            Self(Some(Arc::new((injector, component.to_string()))))
-        } else {
-            Self(None)
+        let refuses = injector.probability(FaultPoint::StoreCommitRefused) > 0.0;
+        let holds = component == "workload" && injector.probability(FaultPoint::WorkloadSlowCommit) > 0.0;
+        match refuses || holds {
+            true => Self(Some(Arc::new(Gate { injector, component: component.to_string(), refuses, holds }))),
+            false => Self(None),
+        }
+    }
+
+    /// `workload.slow_commit`: holds the open transaction before its COMMIT.
+    async fn hold(&self, what: &str) {
+        let Some(g) = self.0.as_ref().filter(|g| g.holds) else { return };
+        let point = FaultPoint::WorkloadSlowCommit;
+        if g.injector.strike(point, &g.component, || format!("commit of {what}")) {
+            tokio::time::sleep(hold_of(g.injector.fired(point))).await;
+            g.injector.confirm(point, 1);
         }
     }
 
     /// Reaches the point for the commit of `what`: true when it is refused.
     fn refuses(&self, what: &str) -> bool {
-        self.0
-            .as_ref()
-            .is_some_and(|g| g.0.strike(FaultPoint::StoreCommitRefused, &g.1, || format!("commit of {what}")))
+        self.0.as_ref().is_some_and(|g| {
+            g.refuses && g.injector.strike(FaultPoint::StoreCommitRefused, &g.component, || format!("commit of {what}"))
+        })
     }
 
     /// The refusal, once the rollback is done: confirmed, and the error
     /// the caller gets.
     fn refused(&self, what: &str) -> Error {
         if let Some(g) = &self.0 {
-            g.0.confirm(FaultPoint::StoreCommitRefused, 1);
+            g.injector.confirm(FaultPoint::StoreCommitRefused, 1);
         }
         Error::Database {
             context: format!("committing {what}"),
@@ -73,6 +104,7 @@ impl CommitGate {
 
     /// Commits `tx`, or rolls it back and fails when the point fires.
     pub(crate) async fn commit<DB: sqlx::Database>(&self, tx: sqlx::Transaction<'_, DB>, what: &str) -> Result<()> {
+        self.hold(what).await;
         if self.refuses(what) {
             tx.rollback().await.map_err(|e| Error::db(format!("rolling back {what}"), e))?;
             return Err(self.refused(what));
@@ -82,6 +114,7 @@ impl CommitGate {
 
     /// The same for a transaction driven by hand (`BEGIN` … `COMMIT`).
     pub(crate) async fn commit_by_hand(&self, conn: &mut sqlx::PgConnection, what: &str) -> Result<()> {
+        self.hold(what).await;
         if self.refuses(what) {
             sqlx::query("ROLLBACK")
                 .execute(&mut *conn)
@@ -204,8 +237,9 @@ pub trait NotifierTx {
 /// A relay's statements.
 #[allow(async_fn_in_trait)]
 pub trait RelayConnOps {
-    /// Claims up to `n` unpublished rows that no other relay holds.
-    async fn claim(&mut self, n: usize) -> Result<Vec<OutboxRow>>;
+    /// Claims up to `n` unpublished rows past `seq` `after` (0 for every
+    /// one) that no other relay holds.
+    async fn claim(&mut self, n: usize, after: i64) -> Result<Vec<OutboxRow>>;
     /// Marks the claimed rows published and commits the claim.
     async fn mark_published(&mut self, ids: &[Uuid]) -> Result<()>;
     /// Deletes the claimed rows and commits the claim (a mistake's path).
@@ -412,10 +446,10 @@ impl Store {
 impl RelayConn {
     /// Opens a transaction and claims up to `n` unpublished rows that no
     /// other relay holds.
-    pub async fn claim(&mut self, n: usize) -> Result<Vec<OutboxRow>> {
+    pub async fn claim(&mut self, n: usize, after: i64) -> Result<Vec<OutboxRow>> {
         match self {
-            RelayConn::Postgres(c) => RelayConnOps::claim(c, n).await,
-            RelayConn::Sqlite(c) => RelayConnOps::claim(c, n).await,
+            RelayConn::Postgres(c) => RelayConnOps::claim(c, n, after).await,
+            RelayConn::Sqlite(c) => RelayConnOps::claim(c, n, after).await,
         }
     }
 

@@ -655,13 +655,14 @@ impl super::RelayConnOps for PgRelayConn {
     /// relays never hold the same rows, and when a relay dies its transaction
     /// dies with it, so the rows are claimable again at once. A lease column
     /// would leave them stuck until the lease expired.
-    async fn claim(&mut self, n: usize) -> Result<Vec<OutboxRow>> {
+    async fn claim(&mut self, n: usize, after: i64) -> Result<Vec<OutboxRow>> {
         sqlx::query("BEGIN").execute(&mut self.conn).await.map_err(|e| Error::db("beginning a relay claim", e))?;
         let rows = sqlx::query(
             "SELECT id, seq, aggregate_id, event_type, payload::text, ctid::text FROM outbox \
-             WHERE published_at IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED",
+             WHERE published_at IS NULL AND seq > $2 ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED",
         )
         .bind(n as i64)
+        .bind(after)
         .fetch_all(&mut self.conn)
         .await
         .map_err(|e| Error::db("claiming outbox rows", e))?;

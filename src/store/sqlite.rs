@@ -594,18 +594,19 @@ impl SqliteRelayConn {
 }
 
 impl super::RelayConnOps for SqliteRelayConn {
-    async fn claim(&mut self, n: usize) -> Result<Vec<OutboxRow>> {
+    async fn claim(&mut self, n: usize, after: i64) -> Result<Vec<OutboxRow>> {
         let _turn = turn(&self.writer, "a relay claim").await?;
         let mut tx =
             self.write.begin_with("BEGIN IMMEDIATE").await.map_err(|e| Error::db("beginning a relay claim", e))?;
         let rows = sqlx::query(&format!(
             "UPDATE outbox SET lease_owner = ?, lease_until = {NOW_MS} + ? WHERE seq IN ( \
-               SELECT seq FROM outbox WHERE published_at IS NULL \
+               SELECT seq FROM outbox WHERE published_at IS NULL AND seq > ? \
                AND (lease_until IS NULL OR lease_until < {NOW_MS}) ORDER BY seq LIMIT ?) \
              RETURNING id, seq, aggregate_id, event_type, payload"
         ))
         .bind(&self.owner)
         .bind(LEASE.as_millis() as i64)
+        .bind(after)
         .bind(n as i64)
         .fetch_all(&mut *tx)
         .await

@@ -24,7 +24,7 @@ async fn one_ground_truth(store: &Store) -> (Vec<u64>, Counts) {
     let captured: Vec<(NewPayment, bool)> = payments.iter().map(|p| (p.clone(), false)).collect();
     store.capture(&captured, true).await.unwrap();
     let mut conn = store.relay_connection().await.unwrap();
-    let rows = conn.claim(100).await.unwrap();
+    let rows = conn.claim(100, 0).await.unwrap();
     assert_eq!(rows.len(), 10);
     let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
     conn.mark_published(&ids).await.unwrap();

@@ -28,7 +28,7 @@ async fn outbox_to_kafka_to_inbox_round_trip() {
 
     // 2. A relay claims it, publishes it, waits for the ack, marks it.
     let mut conn = store.relay_connection().await.unwrap();
-    let rows = conn.claim(10).await.unwrap();
+    let rows = conn.claim(10, 0).await.unwrap();
     assert_eq!(rows.len(), 1);
     let producer = kafka.producer().unwrap();
     let envelope = [Envelope::new(rows[0].id, rows[0].aggregate_id, &rows[0].event_type, &rows[0].payload)];

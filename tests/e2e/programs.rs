@@ -227,6 +227,14 @@ fn marking_before_the_broker_acked_loses_events() {
     assert_caught("examples/python/relay-mark-first.toml", "lost event", "db.kill_after_commit");
 }
 
+/// A relay whose cursor is the highest `seq` it published passes every
+/// kill (a restart starts its cursor over); the payment service's held
+/// commits (`workload.slow_commit`) make rows visible below the cursor.
+#[test]
+fn a_seq_cursor_leaves_rows_behind_when_commits_come_out_of_order() {
+    assert_caught("examples/python/relay-seq-cursor.toml", "unpublished leftover", "workload.slow_commit");
+}
+
 /// Issue 37: a consumer that commits an empty transaction on every poll
 /// gave most aimed kills to idle commits, a kill storm at a modest rate.
 /// Only commits that changed rows are occurrences of db.kill_after_commit.

@@ -110,10 +110,12 @@ pub(super) struct Left {
     pub busy: bool,
 }
 
-/// A drain that ran out: why, and the outbox events left at its last reading.
+/// A drain that ran out: why, and the outbox events left and the
+/// consumer group's lag at its last reading.
 pub(super) struct Undrained {
     pub why: String,
     pub unpublished: i64,
+    pub lag: i64,
 }
 
 /// Waits until the system under test has nothing left (`left`: nothing
@@ -165,6 +167,7 @@ where
             kill_storm(ctx, last.1)
         ),
         unpublished: last.0,
+        lag: last.1,
     })
 }
 
