@@ -64,7 +64,7 @@ pub enum Command {
     Sweep(SweepArgs),
     /// Merge the summaries of a sweep's shards (`chaos sweep --shard K/N` on N machines) into one: a table, a summary JSON, JUnit, and the sweep's exit code.
     Merge(MergeArgs),
-    /// Write a scenario file with every key at its default and one line of meaning (scenarios/reference.toml), to copy from.
+    /// Write a scenario file with every key at its default and one line of meaning (scenarios/reference.toml), to copy from; or, with --consumer CMD or --relay CMD, the recommended scenario for your program.
     Init(InitArgs),
     /// One relay or notifier instance as a process of its own; started by `chaos run` with components = "process".
     #[command(hide = true)]
@@ -165,6 +165,12 @@ pub struct InitArgs {
     /// The file to write; an existing file is never overwritten. `-` prints it on stdout.
     #[arg(default_value = "scenario.toml")]
     pub path: PathBuf,
+    /// Write the recommended scenario for your consumer instead, running this command (split at spaces, run from the file's folder), e.g. --consumer "python3 consumer.py": the faults that expose the classic consumer mistakes, one line of meaning each.
+    #[arg(long, value_name = "CMD", conflicts_with = "relay")]
+    pub consumer: Option<String>,
+    /// Write the recommended scenario for your outbox relay instead, running this command, e.g. --relay "python3 relay.py": held commits that part commit order from insert order, kills right after its marks and after the broker's acks, then a calm half without kills.
+    #[arg(long, value_name = "CMD")]
+    pub relay: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -62,9 +62,25 @@ pub async fn execute(command: Command) -> Result<Exit> {
 }
 
 /// `chaos init [PATH]`: the scenario reference, every key at its default,
-/// written where the user can edit it, or printed with `-`.
+/// written where the user can edit it, or printed with `-`; with
+/// `--consumer CMD` or `--relay CMD`, the recommended scenario for that
+/// program.
 fn init(a: &InitArgs) -> Result<Exit> {
-    let text = crate::scenario::REFERENCE;
+    let program = |flag: &str, cmd: &str, template: &str| {
+        let argv: Vec<String> = cmd.split_whitespace().map(str::to_string).collect();
+        match argv.is_empty() {
+            true => Err(Error::Usage(format!(
+                "{flag} is empty; give the command that starts your program, e.g. {flag} \"python3 app.py\""
+            ))),
+            false => Ok((crate::scenario::with_command(template, &argv), "the recommended scenario for your program")),
+        }
+    };
+    let (text, what) = match (&a.consumer, &a.relay) {
+        (Some(c), _) => program("--consumer", c, crate::scenario::RECOMMENDED_CONSUMER)?,
+        (_, Some(r)) => program("--relay", r, crate::scenario::RECOMMENDED_RELAY)?,
+        _ => (crate::scenario::REFERENCE.to_string(), "every scenario key at its default"),
+    };
+    let text = text.as_str();
     if a.path.as_os_str() == "-" {
         out!("{text}");
         return Ok(Exit::Pass);
@@ -80,7 +96,7 @@ fn init(a: &InitArgs) -> Result<Exit> {
         Ok(mut f) => {
             use std::io::Write;
             f.write_all(text.as_bytes()).map_err(|e| Error::Write { path: a.path.clone(), cause: e.to_string() })?;
-            outln!("wrote {shown}: every scenario key at its default; edit it, then: chaos run {shown}");
+            outln!("wrote {shown}: {what}; edit it, then: chaos run {shown}");
             Ok(Exit::Pass)
         }
     }

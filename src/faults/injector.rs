@@ -64,6 +64,9 @@ pub struct FaultInjector {
     /// The consumers' group is rebalancing, as the coordinator last said
     /// ([`FaultInjector::set_group_stable`]).
     rebalancing: std::sync::atomic::AtomicBool,
+    /// The calm stretch (`[nemesis] calm_after`) has begun: no point that
+    /// kills or pauses a process strikes from here on.
+    calm: std::sync::atomic::AtomicBool,
 
     /// Every in-process firing by occurrence, uncapped: the schedule a
     /// shrink starts from.
@@ -132,6 +135,7 @@ impl FaultInjector {
             armings: std::array::from_fn(|_| AtomicU64::new(0)),
             arms: Mutex::new(Vec::new()),
             rebalancing: Default::default(),
+            calm: Default::default(),
             fired_at: Mutex::new(Vec::new()),
             deliveries: Mutex::new(Vec::new()),
             started: Instant::now(),
@@ -215,7 +219,7 @@ impl FaultInjector {
     /// its next window. An armed process stays armed (once) until struck.
     /// Returns whether this draw armed it.
     pub fn arm(&self, point: FaultPoint, component: &str) -> bool {
-        if !self.arms(point) {
+        if !self.arms(point) || self.calmed(point) {
             return false;
         }
         let i = point.index();
@@ -277,6 +281,23 @@ impl FaultInjector {
         self.rates[point.index()]
     }
 
+    /// Begins the calm stretch: from now on no process is killed or paused
+    /// (every point that needs a process), whatever its rate.
+    pub fn calm_down(&self) {
+        if !self.calm.swap(true, Ordering::Relaxed) {
+            tracing::info!("the calm stretch begins: no process is killed or paused from here on");
+        }
+    }
+
+    /// Whether the calm stretch has begun.
+    pub fn is_calm(&self) -> bool {
+        self.calm.load(Ordering::Relaxed)
+    }
+
+    fn calmed(&self, point: FaultPoint) -> bool {
+        point.needs_process() && self.is_calm()
+    }
+
     /// Reaches a fault point once. Returns true when the fault fires; then it
     /// is counted and logged with what it hit.
     pub fn strike(&self, point: FaultPoint, component: &str, hit: impl FnOnce() -> String) -> bool {
@@ -292,6 +313,11 @@ impl FaultInjector {
         hit: impl FnOnce() -> String,
         reach: impl FnOnce() -> Reach,
     ) -> bool {
+        // In the calm stretch a kill or a pause is no occurrence at all:
+        // the rate still means the same per window before it.
+        if self.calmed(point) {
+            return false;
+        }
         let i = point.index();
         let n = self.occurrences[i].fetch_add(1, Ordering::Relaxed);
         let fires = match &self.schedule {

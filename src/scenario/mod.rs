@@ -14,6 +14,29 @@ mod validate;
 /// meaning. `chaos init` writes it; a test holds it to the code.
 pub const REFERENCE: &str = include_str!("../../scenarios/reference.toml");
 
+/// The recommended scenario per kind of program under test, with the
+/// command of the one we ship (`chaos init --consumer CMD`, `--relay CMD`
+/// write it with the user's): the faults that expose that kind's classic
+/// mistakes. The test suite runs our correct and broken programs under
+/// them, the command alone changed.
+pub const RECOMMENDED_CONSUMER: &str = include_str!("../../scenarios/recommended/consumer.toml");
+pub const RECOMMENDED_RELAY: &str = include_str!("../../scenarios/recommended/relay.toml");
+
+/// `template` with its `command = [...]` line running `argv` instead (its
+/// comment kept): what `chaos init --consumer` and `--relay` write.
+pub fn with_command(template: &str, argv: &[String]) -> String {
+    let array = toml::Value::Array(argv.iter().cloned().map(toml::Value::String).collect()).to_string();
+    let mut out = String::with_capacity(template.len() + 64);
+    for line in template.lines() {
+        match line.strip_prefix("command = [").and_then(|rest| rest.split_once(']')) {
+            Some((_, comment)) => out.push_str(&format!("command = {array}{comment}")),
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
 use crate::domain::anomaly::AnomalyKind;
 use crate::faults::FaultPoint;
 pub use crate::faults::{FaultRates, RawFaults};
@@ -224,6 +247,9 @@ pub struct Settings {
     pub broker_restart: Vec<String>,
     /// What an aimed kill's rate counts (`[nemesis] aimed`).
     pub aimed: crate::faults::Aimed,
+    /// The share of the payments written from which no process is killed
+    /// or paused (`[nemesis] calm_after`); None: never calm.
+    pub calm_after: Option<f64>,
     pub database_restart: Vec<String>,
     pub proxy: ProxyConfig,
     pub retention: Retention,
@@ -568,6 +594,39 @@ mod tests {
         let reference = parse(REFERENCE, Path::new("my-scenario.toml")).expect("the reference is a valid scenario");
         let empty = parse("name = \"my-scenario\"\n", Path::new("my-scenario.toml")).unwrap();
         assert_eq!(json(reference), json(empty));
+    }
+
+    /// `chaos init --consumer CMD` and `--relay CMD`: the written file runs
+    /// the user's command, keeps the line's comment, and is a valid
+    /// scenario with the program, its faults and their rates; the consumer's
+    /// commented email lines are real keys too.
+    #[test]
+    fn the_recommended_scenarios_are_valid_with_any_command() {
+        let argv = vec!["node".to_string(), "my app/consumer.js".to_string(), "--say=\"hi\"".to_string()];
+        let consumer = with_command(RECOMMENDED_CONSUMER, &argv);
+        let relay = with_command(RECOMMENDED_RELAY, &argv);
+        for (text, role) in [(&consumer, "notifier"), (&relay, "relay")] {
+            assert!(text.contains("# your "), "the command's comment is kept:\n{text}");
+            let sc = parse(text, Path::new("/tmp/x/rec.toml")).unwrap_or_else(|e| panic!("{role}: {e}"));
+            let cmd = match role {
+                "notifier" => sc.notifier.command.clone(),
+                _ => sc.relay.command.clone(),
+            };
+            assert_eq!(cmd.expect("the program under test").argv, argv);
+            let set: Vec<_> = FaultPoint::ALL.iter().filter(|p| sc.faults.get(**p) > 0.0).collect();
+            assert!(set.len() >= 3, "{role}: {set:?}");
+        }
+        let sc = parse(&relay, Path::new("rec.toml")).unwrap();
+        assert!(sc.faults.get(FaultPoint::WorkloadSlowCommit) > 0.0 && sc.calm_after.is_some());
+        let emails: String = consumer
+            .lines()
+            .map(|l| match l.strip_prefix("# ") {
+                Some(rest) if rest.starts_with("email = ") || rest.starts_with("provider_") => format!("{rest}\n"),
+                _ => format!("{l}\n"),
+            })
+            .collect();
+        let sc = parse(&emails, Path::new("rec.toml")).expect("the consumer's email lines uncommented");
+        assert!(sc.faults.get(FaultPoint::ProviderResponseLost) > 0.0);
     }
 
     #[test]

@@ -210,6 +210,10 @@ pub struct RawNemesis {
     /// scenario strikes every program alike) or `"per-occurrence"` (each
     /// window).
     pub aimed: Spanned<String>,
+    /// The share of the payments written after which no process is killed
+    /// or paused: a calm stretch to the end of the run, in which a bug that
+    /// a restart heals still shows. Unset: never calm.
+    pub calm_after: Option<Spanned<f64>>,
 }
 
 impl Default for RawNemesis {
@@ -221,6 +225,7 @@ impl Default for RawNemesis {
             broker_restart: argv(&["scripts/services.sh", "up", "kafka"]),
             database_restart: argv(&["scripts/services.sh", "restart-immediate", "postgres"]),
             aimed: sp("per-second".into()),
+            calm_after: None,
         }
     }
 }

@@ -186,6 +186,7 @@ impl Validator<'_> {
             broker_restart: self.argv(&raw.nemesis.broker_restart, "nemesis.broker_restart")?,
             database_restart: self.argv(&raw.nemesis.database_restart, "nemesis.database_restart")?,
             aimed: self.choice(&raw.nemesis.aimed, "nemesis.aimed", Aimed::parse, Aimed::names)?,
+            calm_after: self.calm_after(&raw)?,
             proxy: self.proxy(&raw)?,
             retention: self.retention(&raw.retention)?,
             drain_timeout: Duration::from_secs(self.count(
@@ -285,6 +286,26 @@ impl Validator<'_> {
             faults = faults.with(*point, p);
         }
         Ok(faults)
+    }
+
+    /// `[nemesis] calm_after`: a share of the payments, for the reference
+    /// payment service's workload.
+    fn calm_after(&self, raw: &RawScenario) -> Result<Option<f64>, crate::Error> {
+        let Some(c) = &raw.nemesis.calm_after else { return Ok(None) };
+        let v = *c.get_ref();
+        if !(0.05..=1.0).contains(&v) {
+            return self.err(
+                c.span(),
+                &format!("`nemesis.calm_after` is {v}; expected a share of the payments from 0.05 to 1 (0.5: no kill or pause once half of them are written)"),
+            );
+        }
+        if raw.system.is_some() {
+            return self.err(
+                c.span(),
+                "`nemesis.calm_after` counts the reference payment service's payments; a `[system]` scenario has no such count yet, so remove it",
+            );
+        }
+        Ok(Some(v))
     }
 
     /// How long a `process.pause` lasts, in seconds.

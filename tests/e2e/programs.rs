@@ -235,6 +235,39 @@ fn a_seq_cursor_leaves_rows_behind_when_commits_come_out_of_order() {
     assert_caught("examples/python/relay-seq-cursor.toml", "unpublished leftover", "workload.slow_commit");
 }
 
+/// `chaos init --relay CMD` writes the recommended relay scenario, which
+/// runs as written with only the command changed: the correct relay passes,
+/// the seq cursor and the mark before publish are caught.
+#[test]
+fn the_recommended_relay_scenario_catches_both_broken_relays_and_passes_the_correct_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = |name: &str| root().join("examples/python").join(name).display().to_string();
+    let cases = [
+        ("relay.py", None),
+        ("relay_seq_cursor.py", Some("unpublished leftover")),
+        ("relay_mark_first.py", Some("lost event")),
+    ];
+    for (name, anomaly) in cases {
+        let path = dir.path().join(format!("{name}.toml"));
+        let cmd = format!("python3 {}", program(name));
+        let wrote = run(chaos().args(["init", "--relay", &cmd]).arg(&path));
+        assert_eq!(wrote.code, 0, "{}", wrote.stderr);
+        let ran = run_program_seeded(path.to_str().unwrap(), dir.path(), Some(1));
+        let r = ran.json();
+        assert_nothing_left(&r);
+        match anomaly {
+            None => assert_eq!(ran.code, 0, "{name}: {}\nstderr:\n{}", r["reason"], ran.stderr),
+            Some(a) => {
+                assert_eq!(ran.code, 1, "{name} was not caught: {}\nstderr:\n{}", r["reason"], ran.stderr);
+                assert!(anomalies(&r).iter().any(|x| x == a), "{name}: {:?}, expected {a:?}", anomalies(&r));
+            }
+        }
+    }
+    let empty = run(chaos().args(["init", "--relay", " "]).arg(dir.path().join("x.toml")));
+    assert_eq!(empty.code, 2, "{}", empty.stderr);
+    assert!(empty.stderr.contains("--relay is empty"), "{}", empty.stderr);
+}
+
 /// Issue 37: a consumer that commits an empty transaction on every poll
 /// gave most aimed kills to idle commits, a kill storm at a modest rate.
 /// Only commits that changed rows are occurrences of db.kill_after_commit.

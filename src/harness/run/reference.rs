@@ -171,7 +171,10 @@ async fn drive(
                 group_ready(ctx).await;
             }
             progress.phase(Phase::Workload);
-            workload::run(workload_ctx.clone()).await
+            tokio::select! {
+                r = workload::run(workload_ctx.clone()) => r,
+                never = calm_after(ctx, &workload_ctx.stats) => match never {},
+            }
         };
         tokio::select! {
             r = workload => if let Err(e) = r {
@@ -182,9 +185,28 @@ async fn drive(
             _ = crate::harness::interrupt::requested() => ran.interrupted = true,
         }
     }
+    if ctx.scenario.calm_after.is_some() {
+        // Every payment the workload will write is written: a share of 1
+        // is reached here, if the poll above did not see it first.
+        ctx.faults.calm_down();
+    }
     ran.workload_ms = t_work.elapsed().as_millis() as u64;
     let t_drain = Instant::now();
     progress.phase(Phase::Drain);
+    drain_or_judge(ctx, programs, acting, failed, &mut ran).await;
+    ran.drain_ms = t_drain.elapsed().as_millis() as u64;
+    ran
+}
+
+/// The drain, cut short by a program that failed or a signal; the faults
+/// from outside stop when it ends.
+async fn drain_or_judge(
+    ctx: &Ctx,
+    programs: Option<&Programs>,
+    acting: &watch::Sender<bool>,
+    mut failed: std::pin::Pin<&mut impl std::future::Future<Output = String>>,
+    ran: &mut Ran,
+) {
     let stop_faults = || {
         if let Some(p) = programs {
             p.set_acting(false);
@@ -220,8 +242,21 @@ async fn drive(
         }
     }
     stop_faults();
-    ran.drain_ms = t_drain.elapsed().as_millis() as u64;
-    ran
+}
+
+/// `[nemesis] calm_after`: once that share of the payments is written, no
+/// process is killed or paused to the end of the run, so that a bug a
+/// restart heals (an in-memory cursor, an in-memory dedup set) still shows
+/// in the stretch after the last kill. Never returns.
+async fn calm_after(ctx: &Ctx, stats: &Stats) -> std::convert::Infallible {
+    if let Some(share) = ctx.scenario.calm_after {
+        let at = ((ctx.scenario.payments as f64) * share).ceil() as u64;
+        while Stats::get(&stats.payments_written) < at {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        ctx.faults.calm_down();
+    }
+    std::future::pending().await
 }
 
 /// How long the workload waits for the notifiers' group to settle: on a
