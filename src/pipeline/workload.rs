@@ -33,7 +33,9 @@ use std::sync::Arc;
 /// accounts come from the seed; payment ids are fresh uuids.
 pub async fn run(ctx: Ctx) -> Result<()> {
     let producers = ctx.scenario.producers;
-    let shape = Arc::new(Shape::new(ctx.scenario.seed, ctx.scenario.payments, ctx.scenario.workload_batch as u64));
+    let mut shape = Shape::new(ctx.scenario.seed, ctx.scenario.payments, ctx.scenario.workload_batch as u64);
+    shape.pace = ctx.scenario.rate.map(|r| (tokio::time::Instant::now(), r));
+    let shape = Arc::new(shape);
     let mut tasks = Vec::with_capacity(producers);
     for k in 0..producers {
         let ctx = ctx.clone();
@@ -74,6 +76,9 @@ struct Shape {
     batch: u64,
     /// The next group's number and first payment.
     next: std::sync::Mutex<(u64, u64)>,
+    /// `[workload] rate`: when the workload began, and the payments it may
+    /// start per second.
+    pace: Option<(tokio::time::Instant, u32)>,
 }
 
 /// A producer's pause before one group in eight.
@@ -90,7 +95,20 @@ struct Pending {
 
 impl Shape {
     fn new(seed: u64, payments: u64, batch: u64) -> Self {
-        Self { seed, payments, batch: batch.max(1), next: std::sync::Mutex::new((0, 0)) }
+        Self { seed, payments, batch: batch.max(1), next: std::sync::Mutex::new((0, 0)), pace: None }
+    }
+
+    /// Under `[workload] rate`, how long the group that starts with payment
+    /// `first` waits for its turn: until `first / rate` seconds into the
+    /// workload.
+    fn turn_in(&self, first: u64) -> std::time::Duration {
+        match self.pace {
+            Some((start, rate)) => {
+                let at = start + std::time::Duration::from_secs_f64(first as f64 / rate as f64);
+                at.saturating_duration_since(tokio::time::Instant::now())
+            }
+            None => std::time::Duration::ZERO,
+        }
     }
 
     fn rng(&self, g: u64) -> rand::rngs::StdRng {
@@ -131,6 +149,10 @@ async fn produce(ctx: &Ctx, k: usize, shape: &Shape, committed: &mut Vec<Intende
         }
         if pause {
             tokio::time::sleep(THINK).await;
+        }
+        let turn = shape.turn_in(first);
+        if !turn.is_zero() && ctx.shutdown.clone().sleep(turn).await {
+            break;
         }
         let mut ps = payments_of_group(ctx, first, size);
         authorize(ctx, &component, &mut ps, outbox).await?;
@@ -366,6 +388,18 @@ mod tests {
         .expect("the outbox");
         assert_eq!(gaps.iter().map(|g| g.1).sum::<i64>(), 400, "{gaps:?}");
         assert!(gaps.len() > 1, "every gap the same modulo the producers: {gaps:?}");
+    }
+
+    /// `[workload] rate`: payment 29 of 30 starts no sooner than 29/60 s
+    /// into the workload, whatever the producers' speed.
+    #[tokio::test]
+    async fn a_paced_workload_starts_no_payment_before_its_turn() {
+        let h = harness("name = \"unit\"\n[workload]\npayments = 30\nproducers = 4\nrate = 60\n").await;
+        let start = std::time::Instant::now();
+        super::run(h.ctx.clone()).await.expect("the workload");
+        let took = start.elapsed();
+        assert!(took >= std::time::Duration::from_millis(29 * 1000 / 60), "{took:?}");
+        assert_eq!(h.ctx.intent.take().len(), 30);
     }
 
     /// `store.commit_refused`: the transaction rolls back, the caller gets

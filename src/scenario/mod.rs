@@ -235,6 +235,10 @@ pub struct Settings {
     pub retry: WorkloadRetry,
     /// Payments per workload transaction.
     pub workload_batch: usize,
+    /// `[workload] rate`: payments started per second, at most; None: as
+    /// fast as the producers go.
+    #[serde(default)]
+    pub rate: Option<u32>,
     /// `[topic] partitions`: Kafka's setting, the run topic's lanes.
     pub partitions: i32,
     pub relay: RelayConfig,

@@ -67,6 +67,10 @@ pub struct RawWorkload {
     /// ids, write them again only if absent) or `"new-id"` (a mistake: write
     /// them again under new ids).
     pub retry: Spanned<String>,
+    /// Payments per second the payment service starts, at most; absent: as
+    /// fast as it can. A pace makes a run last as long for a slow program
+    /// as for a fast one, so per-second fault rates strike both alike.
+    pub rate: Option<Spanned<i64>>,
 }
 
 impl Default for RawWorkload {
@@ -78,6 +82,7 @@ impl Default for RawWorkload {
             publish: sp("outbox".into()),
             batch: sp(1),
             retry: sp("idempotent".into()),
+            rate: None,
         }
     }
 }
