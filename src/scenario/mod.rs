@@ -254,6 +254,10 @@ pub struct Settings {
     /// The share of the payments written from which no process is killed
     /// or paused (`[nemesis] calm_after`); None: never calm.
     pub calm_after: Option<f64>,
+    /// `[nemesis] targets`, resolved to instance names: the processes
+    /// random kills and pauses strike. Empty: every process.
+    #[serde(default)]
+    pub nemesis_targets: Vec<String>,
     pub database_restart: Vec<String>,
     pub proxy: ProxyConfig,
     pub retention: Retention,
@@ -598,6 +602,20 @@ mod tests {
         let reference = parse(REFERENCE, Path::new("my-scenario.toml")).expect("the reference is a valid scenario");
         let empty = parse("name = \"my-scenario\"\n", Path::new("my-scenario.toml")).unwrap();
         assert_eq!(json(reference), json(empty));
+    }
+
+    /// `[nemesis] targets` resolves roles to instances, keeps instances as
+    /// named, is empty (every process) when unset, and refuses a name that
+    /// is neither, with the names it takes.
+    #[test]
+    fn nemesis_targets_resolve_roles_to_instances() {
+        let sc =
+            p("[relay]\ninstances = 2\n[notifier]\ninstances = 3\n[nemesis]\ntargets = [\"notifier\", \"relay-2\"]\n")
+                .unwrap();
+        assert_eq!(sc.nemesis_targets, ["notifier-1", "notifier-2", "notifier-3", "relay-2"]);
+        assert!(p("name = \"x\"\n").unwrap().nemesis_targets.is_empty());
+        let e = p("[nemesis]\ntargets = [\"consumers\"]\n").unwrap_err();
+        assert!(e.contains("`nemesis.targets` names \"consumers\"") && e.contains("\"notifier\""), "{e}");
     }
 
     /// `chaos init --consumer CMD` and `--relay CMD`: the written file runs

@@ -219,6 +219,11 @@ pub struct RawNemesis {
     /// or paused: a calm stretch to the end of the run, in which a bug that
     /// a restart heals still shows. Unset: never calm.
     pub calm_after: Option<Spanned<f64>>,
+    /// The processes `process_kill` and `process_pause` strike: roles
+    /// (`"relay"`, `"notifier"`, `"service"`) or instances
+    /// (`"notifier-2"`). Empty: every process. A pause aimed at the
+    /// consumers makes a zombie without stalling the service.
+    pub targets: Vec<Spanned<String>>,
 }
 
 impl Default for RawNemesis {
@@ -231,6 +236,7 @@ impl Default for RawNemesis {
             database_restart: argv(&["scripts/services.sh", "restart-immediate", "postgres"]),
             aimed: sp("per-second".into()),
             calm_after: None,
+            targets: Vec::new(),
         }
     }
 }

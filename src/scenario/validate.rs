@@ -191,6 +191,7 @@ impl Validator<'_> {
             database_restart: self.argv(&raw.nemesis.database_restart, "nemesis.database_restart")?,
             aimed: self.choice(&raw.nemesis.aimed, "nemesis.aimed", Aimed::parse, Aimed::names)?,
             calm_after: self.calm_after(&raw)?,
+            nemesis_targets: self.targets(&raw, &raw.nemesis.targets, "nemesis.targets", false)?,
             proxy: self.proxy(&raw)?,
             retention: self.retention(&raw.retention)?,
             drain_timeout: Duration::from_secs(self.count(
@@ -443,6 +444,32 @@ impl Validator<'_> {
     /// `[proxy]`: its targets resolved to instance names.
     fn proxy(&self, raw: &RawScenario) -> Result<ProxyConfig, crate::Error> {
         let p = &raw.proxy;
+        let targets = self.targets(raw, &p.targets, "proxy.targets", true)?;
+        let ms_key = |v: &Spanned<i64>, key: &str, max: i64| self.count(v, key, 0, max).map(ms);
+        Ok(ProxyConfig {
+            targets,
+            shaping: Shaping {
+                latency: ms_key(&p.latency_ms, "proxy.latency_ms", 60_000)?,
+                jitter: ms_key(&p.jitter_ms, "proxy.jitter_ms", 60_000)?,
+                bytes_per_sec: self.count(&p.bandwidth_kbps, "proxy.bandwidth_kbps", 0, 10_000_000)? as u64 * 1000 / 8,
+            },
+            blackhole: ms(self.count(&p.blackhole_ms, "proxy.blackhole_ms", 1, 600_000)?),
+            always: p.always,
+            kafka: p.kafka,
+        })
+    }
+
+    /// Roles and instances named under `key`, resolved to instance names
+    /// (`workload`, `service-1`, `relay-2`, `notifier-1`). Empty: every
+    /// one when `all_when_empty` (the proxy's default), else none (the
+    /// caller reads "no filter").
+    fn targets(
+        &self,
+        raw: &RawScenario,
+        named: &[Spanned<String>],
+        key: &str,
+        all_when_empty: bool,
+    ) -> Result<Vec<String>, crate::Error> {
         let relays = self.count(&raw.relay.instances, "relay.instances", 1, 64)?;
         let notifiers = self.count(&raw.notifier.instances, "notifier.instances", 1, 64)?;
         // A declared system's service is a program too; its workload is
@@ -451,7 +478,7 @@ impl Validator<'_> {
             raw.system.as_ref().and_then(|s| s.service.as_ref()).map_or(0, |s| *s.instances.get_ref()).clamp(0, 16);
         let all = |role: &'static str, n: i64| (1..=n).map(move |i| format!("{role}-{i}"));
         let mut targets: Vec<String> = Vec::new();
-        for t in &p.targets {
+        for t in named {
             let name = t.get_ref().as_str();
             let named: Vec<String> = match name {
                 "workload" => vec!["workload".into()],
@@ -469,14 +496,14 @@ impl Validator<'_> {
                     return self.err(
                         t.span(),
                         &format!(
-                            "`proxy.targets` names {name:?}; expected \"workload\", \"relay\", \"notifier\" or an instance such as \"relay-1\" (relays 1 to {relays}, notifiers 1 to {notifiers})"
+                            "`{key}` names {name:?}; expected \"workload\", \"relay\", \"notifier\" or an instance such as \"relay-1\" (relays 1 to {relays}, notifiers 1 to {notifiers})"
                         ),
                     )
                 }
             };
             targets.extend(named.into_iter().filter(|n| !targets.contains(n)).collect::<Vec<_>>());
         }
-        if targets.is_empty() {
+        if targets.is_empty() && all_when_empty {
             targets = std::iter::once("workload".to_string())
                 .filter(|_| services == 0)
                 .chain(all("service", services))
@@ -484,18 +511,7 @@ impl Validator<'_> {
                 .chain(all("notifier", notifiers))
                 .collect();
         }
-        let ms_key = |v: &Spanned<i64>, key: &str, max: i64| self.count(v, key, 0, max).map(ms);
-        Ok(ProxyConfig {
-            targets,
-            shaping: Shaping {
-                latency: ms_key(&p.latency_ms, "proxy.latency_ms", 60_000)?,
-                jitter: ms_key(&p.jitter_ms, "proxy.jitter_ms", 60_000)?,
-                bytes_per_sec: self.count(&p.bandwidth_kbps, "proxy.bandwidth_kbps", 0, 10_000_000)? as u64 * 1000 / 8,
-            },
-            blackhole: ms(self.count(&p.blackhole_ms, "proxy.blackhole_ms", 1, 600_000)?),
-            always: p.always,
-            kafka: p.kafka,
-        })
+        Ok(targets)
     }
 
     fn retention(&self, raw: &RawRetention) -> Result<Retention, crate::Error> {

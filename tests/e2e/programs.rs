@@ -268,6 +268,37 @@ fn the_recommended_relay_scenario_catches_both_broken_relays_and_passes_the_corr
     assert!(empty.stderr.contains("--relay is empty"), "{}", empty.stderr);
 }
 
+/// Issue 39: the consumer scenario `chaos init --consumer` writes, with
+/// only the command changed, passes a consumer that commits per message
+/// (before the workload's pace it took 256 s, and under the per-window
+/// rates it was killed over a hundred times and ended incomplete) and
+/// catches the auto-commit consumer, the hardest of the broken ones (0 of
+/// 10 under random kills).
+#[test]
+fn the_recommended_consumer_scenario_passes_a_per_message_consumer_and_catches_auto_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = |name: &str| root().join("examples/python").join(name).display().to_string();
+    for (name, anomaly) in [("consumer_per_message.py", None), ("consumer_auto_commit.py", Some("missing effect"))] {
+        let path = dir.path().join(format!("{name}.toml"));
+        let cmd = format!("python3 {}", program(name));
+        let wrote = run(chaos().args(["init", "--consumer", &cmd]).arg(&path));
+        assert_eq!(wrote.code, 0, "{}", wrote.stderr);
+        let ran = run_program_seeded(path.to_str().unwrap(), dir.path(), Some(2));
+        let r = ran.json();
+        match anomaly {
+            None => {
+                assert_eq!(ran.code, 0, "{name}: {}\nstderr:\n{}", r["reason"], ran.stderr);
+                assert_fired_and_confirmed(&r, "db.kill_after_commit");
+                assert_fired_and_confirmed(&r, "kafka.kill_after_offset_commit");
+            }
+            Some(a) => {
+                assert_eq!(ran.code, 1, "{name} was not caught: {}\nstderr:\n{}", r["reason"], ran.stderr);
+                assert!(anomalies(&r).iter().any(|x| x == a), "{name}: {:?}, expected {a:?}", anomalies(&r));
+            }
+        }
+    }
+}
+
 /// Issue 37: a consumer that commits an empty transaction on every poll
 /// gave most aimed kills to idle commits, a kill storm at a modest rate.
 /// Only commits that changed rows are occurrences of db.kill_after_commit.
@@ -488,4 +519,28 @@ fn no_log_line_splits_the_summary_with_both_streams_on_one_pipe() {
     for l in &lines[verdict + 1..replay] {
         assert!(l.starts_with("  "), "a line that is not the summary's splits it: {l:?}\n{all}");
     }
+}
+
+/// Issue 39: `[nemesis] targets = ["notifier"]` aims the random kills and
+/// pauses at the consumers: a zombie without a stalled relay. Every
+/// process firing names a notifier, and there are some.
+#[test]
+fn kills_and_pauses_aimed_at_the_notifiers_never_strike_a_relay() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("aimed.toml");
+    let text = "[workload]\npayments = 400\nrate = 50\n[faults]\nprocess_pause = 0.3\nprocess_kill = 0.2\n\
+                [nemesis]\ntargets = [\"notifier\"]\npause_secs = 1\n[run]\ncomponents = \"process\"\n";
+    std::fs::write(&path, text).unwrap();
+    let ran = run_scenario(Backend::Embedded, &path, dir.path(), &[]);
+    assert_eq!(ran.code, 0, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    let r = ran.json();
+    let struck: Vec<&str> = r["fault_log"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["point"].as_str().unwrap().starts_with("process."))
+        .map(|f| f["component"].as_str().unwrap())
+        .collect();
+    assert!(!struck.is_empty(), "no kill or pause fired: {}", r["fault_log"]);
+    assert!(struck.iter().all(|c| c.starts_with("notifier-")), "{struck:?}");
 }

@@ -398,6 +398,11 @@ impl Keeper {
             Stats::add(&self.ctx.stats.group_waits, 1);
             return None;
         }
+        // `[nemesis] targets`: a process not named is never drawn.
+        let targets = &self.ctx.scenario.nemesis_targets;
+        if !targets.is_empty() && !targets.contains(&self.name) {
+            return None;
+        }
         let hit = || format!("pid {} (incarnation {})", proc.pid, proc.incarnation);
         // Drawn on the occupant: a second whose process a kill from
         // elsewhere has claimed is no occurrence of either.
