@@ -166,11 +166,17 @@ pub struct InitArgs {
     #[arg(default_value = "scenario.toml")]
     pub path: PathBuf,
     /// Write the recommended scenario for your consumer instead, running this command (split at spaces, run from the file's folder), e.g. --consumer "python3 consumer.py": the faults that expose the classic consumer mistakes, one line of meaning each.
-    #[arg(long, value_name = "CMD", conflicts_with = "relay")]
+    #[arg(long, value_name = "CMD", conflicts_with_all = ["relay", "system"])]
     pub consumer: Option<String>,
     /// Write the recommended scenario for your outbox relay instead, running this command, e.g. --relay "python3 relay.py": held commits that part commit order from insert order, kills right after its marks and after the broker's acks, then a calm half without kills.
-    #[arg(long, value_name = "CMD")]
+    #[arg(long, value_name = "CMD", conflicts_with = "system")]
     pub relay: Option<String>,
+    /// Write the recommended scenario for your whole system instead: a `[system]` declaration skeleton to fill in (service, outbox, relays, consumers, effects), above the faults, proxy latency and consumer pauses a declared system should start from.
+    #[arg(long)]
+    pub system: bool,
+    /// With --system: keep the declaration of this scenario file (its [system] tables, [topic], [relay], [notifier]) and put the recommended faults under it in place of its own. Write the new file beside it: commands and `setup` are relative to the file's folder.
+    #[arg(long, value_name = "FILE", requires = "system")]
+    pub from: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -75,9 +75,31 @@ fn init(a: &InitArgs) -> Result<Exit> {
             false => Ok((crate::scenario::with_command(template, &argv), "the recommended scenario for your program")),
         }
     };
-    let (text, what) = match (&a.consumer, &a.relay) {
-        (Some(c), _) => program("--consumer", c, crate::scenario::RECOMMENDED_CONSUMER)?,
-        (_, Some(r)) => program("--relay", r, crate::scenario::RECOMMENDED_RELAY)?,
+    let (text, what) = match (&a.consumer, &a.relay, &a.from) {
+        (Some(c), _, _) => program("--consumer", c, crate::scenario::RECOMMENDED_CONSUMER)?,
+        (_, Some(r), _) => program("--relay", r, crate::scenario::RECOMMENDED_RELAY)?,
+        (_, _, Some(from)) => {
+            let declaration = std::fs::read_to_string(from).map_err(|e| {
+                Error::Usage(format!(
+                    "--from {}: cannot read it ({e}); name the scenario that declares your [system]",
+                    from.display()
+                ))
+            })?;
+            if !declaration.lines().any(|l| l.trim_start().starts_with("[system")) {
+                return Err(Error::Usage(format!(
+                    "--from {} declares no [system]; name a scenario that does (examples/orders/orders.toml), or drop --from for a skeleton",
+                    from.display()
+                )));
+            }
+            (
+                crate::scenario::system_from(&declaration, &from.display().to_string()),
+                "your declaration under the recommended faults",
+            )
+        }
+        _ if a.system => (
+            crate::scenario::RECOMMENDED_SYSTEM.to_string(),
+            "the recommended scenario for your system; fill in the declaration",
+        ),
         _ => (crate::scenario::REFERENCE.to_string(), "every scenario key at its default"),
     };
     let text = text.as_str();

@@ -34,7 +34,7 @@ use std::sync::Arc;
 pub async fn run(ctx: Ctx) -> Result<()> {
     let producers = ctx.scenario.producers;
     let mut shape = Shape::new(ctx.scenario.seed, ctx.scenario.payments, ctx.scenario.workload_batch as u64);
-    shape.pace = ctx.scenario.rate.map(|r| (tokio::time::Instant::now(), r));
+    shape.pace = ctx.scenario.spread.map(|s| Pace::new(s, ctx.scenario.payments));
     let shape = Arc::new(shape);
     let mut tasks = Vec::with_capacity(producers);
     for k in 0..producers {
@@ -76,9 +76,8 @@ struct Shape {
     batch: u64,
     /// The next group's number and first payment.
     next: std::sync::Mutex<(u64, u64)>,
-    /// `[workload] rate`: when the workload began, and the payments it may
-    /// start per second.
-    pace: Option<(tokio::time::Instant, u32)>,
+    /// `[workload] spread_secs`: when each payment may start.
+    pace: Option<Pace>,
 }
 
 /// A producer's pause before one group in eight.
@@ -98,17 +97,10 @@ impl Shape {
         Self { seed, payments, batch: batch.max(1), next: std::sync::Mutex::new((0, 0)), pace: None }
     }
 
-    /// Under `[workload] rate`, how long the group that starts with payment
-    /// `first` waits for its turn: until `first / rate` seconds into the
-    /// workload.
+    /// Under `[workload] spread_secs`, how long the group that starts with
+    /// payment `first` waits for its turn.
     fn turn_in(&self, first: u64) -> std::time::Duration {
-        match self.pace {
-            Some((start, rate)) => {
-                let at = start + std::time::Duration::from_secs_f64(first as f64 / rate as f64);
-                at.saturating_duration_since(tokio::time::Instant::now())
-            }
-            None => std::time::Duration::ZERO,
-        }
+        self.pace.as_ref().map_or(std::time::Duration::ZERO, |p| p.turn_in(first))
     }
 
     fn rng(&self, g: u64) -> rand::rngs::StdRng {
@@ -131,6 +123,28 @@ impl Shape {
         let pause = rng.gen_ratio(1, 8);
         *next = (g + 1, first + size);
         Some((first, size, wait, pause))
+    }
+}
+
+/// `[workload] spread_secs`: `n` payments or operations started evenly
+/// over `spread`, the i-th no sooner than i × spread / n into the workload.
+/// The declared system's workload paces its operations with it too.
+#[derive(Clone, Copy)]
+pub struct Pace {
+    start: tokio::time::Instant,
+    spread: std::time::Duration,
+    n: u64,
+}
+
+impl Pace {
+    pub fn new(spread: std::time::Duration, n: u64) -> Self {
+        Self { start: tokio::time::Instant::now(), spread, n: n.max(1) }
+    }
+
+    /// How long the i-th must wait from now.
+    pub fn turn_in(&self, i: u64) -> std::time::Duration {
+        let at = self.start + self.spread.mul_f64(i as f64 / self.n as f64);
+        at.saturating_duration_since(tokio::time::Instant::now())
     }
 }
 
@@ -390,15 +404,15 @@ mod tests {
         assert!(gaps.len() > 1, "every gap the same modulo the producers: {gaps:?}");
     }
 
-    /// `[workload] rate`: payment 29 of 30 starts no sooner than 29/60 s
-    /// into the workload, whatever the producers' speed.
+    /// `[workload] spread_secs`: payment 29 of 30 starts no sooner than
+    /// 29/30 of the spread into the workload, whatever the producers' speed.
     #[tokio::test]
     async fn a_paced_workload_starts_no_payment_before_its_turn() {
-        let h = harness("name = \"unit\"\n[workload]\npayments = 30\nproducers = 4\nrate = 60\n").await;
+        let h = harness("name = \"unit\"\n[workload]\npayments = 30\nproducers = 4\nspread_secs = 1\n").await;
         let start = std::time::Instant::now();
         super::run(h.ctx.clone()).await.expect("the workload");
         let took = start.elapsed();
-        assert!(took >= std::time::Duration::from_millis(29 * 1000 / 60), "{took:?}");
+        assert!(took >= std::time::Duration::from_millis(29 * 1000 / 30), "{took:?}");
         assert_eq!(h.ctx.intent.take().len(), 30);
     }
 

@@ -21,6 +21,38 @@ pub const REFERENCE: &str = include_str!("../../scenarios/reference.toml");
 /// them, the command alone changed.
 pub const RECOMMENDED_CONSUMER: &str = include_str!("../../scenarios/recommended/consumer.toml");
 pub const RECOMMENDED_RELAY: &str = include_str!("../../scenarios/recommended/relay.toml");
+/// `chaos init --system`: a declaration skeleton to fill in, above the
+/// faults a declared system should start from.
+pub const RECOMMENDED_SYSTEM: &str = include_str!("../../scenarios/recommended/system.toml");
+
+/// The line above the recommended system faults in [`RECOMMENDED_SYSTEM`].
+const SYSTEM_FAULTS: &str = "# ---- the recommended faults: keep them as written ----";
+
+/// `chaos init --system --from FILE`: the user's scenario with its own
+/// `[workload]`, `[faults]`, `[proxy]`, `[nemesis]` (and timeline) and `[run]` tables
+/// left out, and the recommended ones in their place. The declaration
+/// (`[system]` and its tables, `[topic]`, `[relay]`, `[notifier]`) is
+/// kept line for line, comments included.
+pub fn system_from(declaration: &str, from: &str) -> String {
+    const REPLACED: [&str; 6] = ["workload", "faults", "proxy", "nemesis", "nemesis.timeline", "run"];
+    let mut out = format!("# chaos init --system --from {from}: its declaration, then the recommended faults\n");
+    let mut dropping = false;
+    for line in declaration.lines() {
+        let t = line.trim_start();
+        if t.starts_with('[') {
+            let table = t.trim_start_matches('[').split(']').next().unwrap_or("").trim();
+            dropping = REPLACED.contains(&table);
+        }
+        if !dropping {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    let faults = RECOMMENDED_SYSTEM.find(SYSTEM_FAULTS).map_or("", |at| &RECOMMENDED_SYSTEM[at..]);
+    out.push('\n');
+    out.push_str(faults);
+    out
+}
 
 /// `template` with its `command = [...]` line running `argv` instead (its
 /// comment kept): what `chaos init --consumer` and `--relay` write.
@@ -235,10 +267,10 @@ pub struct Settings {
     pub retry: WorkloadRetry,
     /// Payments per workload transaction.
     pub workload_batch: usize,
-    /// `[workload] rate`: payments started per second, at most; None: as
-    /// fast as the producers go.
+    /// `[workload] spread_secs`: the payments (or a `[system]`'s
+    /// operations) start evenly over this time; None: as fast as they go.
     #[serde(default)]
-    pub rate: Option<u32>,
+    pub spread: Option<Duration>,
     /// `[topic] partitions`: Kafka's setting, the run topic's lanes.
     pub partitions: i32,
     pub relay: RelayConfig,
@@ -602,6 +634,29 @@ mod tests {
         let reference = parse(REFERENCE, Path::new("my-scenario.toml")).expect("the reference is a valid scenario");
         let empty = parse("name = \"my-scenario\"\n", Path::new("my-scenario.toml")).unwrap();
         assert_eq!(json(reference), json(empty));
+    }
+
+    /// `chaos init --system`: the skeleton is a valid declared scenario
+    /// (beside the orders example's schema.sql), and `--from` keeps each
+    /// orders declaration while its own faults give way to the skeleton's,
+    /// the same rates in every file.
+    #[test]
+    fn the_recommended_system_faults_go_under_any_declaration() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/orders");
+        let rates = |sc: &Scenario| FaultPoint::ALL.iter().map(|p| sc.faults.get(*p)).collect::<Vec<_>>();
+        let skeleton = parse(RECOMMENDED_SYSTEM, &dir.join("system.toml")).expect("the skeleton");
+        assert!(skeleton.system.is_some() && skeleton.faults.get(FaultPoint::DbHoldCommit) > 0.0);
+        assert_eq!(skeleton.nemesis_targets, ["notifier-1", "notifier-2"]);
+        for name in ["orders.toml", "broken-inbox-first.toml", "broken-service-two-transactions.toml"] {
+            let text = std::fs::read_to_string(dir.join(name)).unwrap();
+            let own = parse(&text, &dir.join(name)).unwrap();
+            assert_ne!(rates(&own), rates(&skeleton), "{name} has faults of its own to replace");
+            let merged = system_from(&text, name);
+            let sc = parse(&merged, &dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}\n{merged}"));
+            assert_eq!(rates(&sc), rates(&skeleton), "{name}");
+            assert_eq!(sc.name, own.name, "{name}");
+            assert_eq!(serde_json::to_value(&sc.system).unwrap(), serde_json::to_value(&own.system).unwrap(), "{name}");
+        }
     }
 
     /// `[nemesis] targets` resolves roles to instances, keeps instances as

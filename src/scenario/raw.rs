@@ -67,10 +67,11 @@ pub struct RawWorkload {
     /// ids, write them again only if absent) or `"new-id"` (a mistake: write
     /// them again under new ids).
     pub retry: Spanned<String>,
-    /// Payments per second the payment service starts, at most; absent: as
-    /// fast as it can. A pace makes a run last as long for a slow program
-    /// as for a fast one, so per-second fault rates strike both alike.
-    pub rate: Option<Spanned<i64>>,
+    /// The seconds over which the payments (or a `[system]`'s operations)
+    /// are started, evenly; absent: as fast as they go. A spread workload
+    /// lasts as long for a slow program as for a fast one, so per-second
+    /// fault rates strike both alike.
+    pub spread_secs: Option<Spanned<i64>>,
 }
 
 impl Default for RawWorkload {
@@ -82,7 +83,7 @@ impl Default for RawWorkload {
             publish: sp("outbox".into()),
             batch: sp(1),
             retry: sp("idempotent".into()),
-            rate: None,
+            spread_secs: None,
         }
     }
 }

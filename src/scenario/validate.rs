@@ -177,8 +177,8 @@ impl Validator<'_> {
             publish: variants.publish,
             retry: self.choice(&raw.workload.retry, "workload.retry", WorkloadRetry::parse, WorkloadRetry::names)?,
             workload_batch: self.count(&raw.workload.batch, "workload.batch", 1, 10_000)? as usize,
-            rate: match &raw.workload.rate {
-                Some(r) => Some(self.count(r, "workload.rate", 1, 1_000_000)? as u32),
+            spread: match &raw.workload.spread_secs {
+                Some(s) => Some(Duration::from_secs(self.count(s, "workload.spread_secs", 1, 3600)? as u64)),
                 None => None,
             },
             partitions: self.count(&raw.topic.partitions, "topic.partitions", 1, 1024)? as i32,

@@ -373,3 +373,37 @@ fn a_consumer_that_stops_applying_is_a_stalled_consumer() {
         "{first}"
     );
 }
+
+/// Issue 39: `chaos init --system --from` puts the recommended faults
+/// under a declaration, unchanged: the correct orders system passes under
+/// them, and the inbox-first consumer, whose own scenario aims at its
+/// window, is caught by them too. Written beside a copy of the example,
+/// where its commands and schema are.
+#[test]
+fn the_recommended_system_faults_pass_the_orders_system_and_catch_the_inbox_first_consumer() {
+    let dir = tempfile::tempdir().unwrap();
+    let orders = dir.path().join("orders");
+    std::fs::create_dir(&orders).unwrap();
+    for f in std::fs::read_dir(root().join("examples/orders")).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, orders.join(f.file_name().unwrap())).unwrap();
+    }
+    for (from, anomaly) in [("orders.toml", None), ("broken-inbox-first.toml", Some("missing effect"))] {
+        let path = orders.join(format!("recommended-{from}"));
+        let wrote = run(chaos().args(["init", "--system", "--from"]).arg(orders.join(from)).arg(&path));
+        assert_eq!(wrote.code, 0, "{}", wrote.stderr);
+        let ran = run_declared(&path, dir.path(), Some(2));
+        let r = ran.json();
+        match anomaly {
+            None => {
+                assert_eq!(ran.code, 0, "{from}: {}\nstderr:\n{}", r["reason"], ran.stderr);
+                assert_nothing_left(&r);
+                assert_fired_and_confirmed(&r, "db.kill_after_commit");
+            }
+            Some(a) => {
+                assert_eq!(ran.code, 1, "{from} was not caught: {}\nstderr:\n{}", r["reason"], ran.stderr);
+                assert!(anomalies(&r).iter().any(|x| x == a), "{from}: {:?}, expected {a:?}", anomalies(&r));
+            }
+        }
+    }
+}

@@ -118,6 +118,7 @@ impl Declared {
             let ports = programs.service_ports().to_vec();
             let work = workload::run(
                 Arc::new(self.sys.operation.clone()),
+                ctx.scenario.spread,
                 ctx.scenario.seed,
                 ports,
                 ctx.faults.clone(),

@@ -98,6 +98,7 @@ pub fn outcome_of(status: Option<u16>) -> Outcome {
 /// slots, and returns the record of intent in the plan's order.
 pub async fn run(
     op: Arc<OperationDecl>,
+    spread: Option<std::time::Duration>,
     seed: u64,
     ports: Vec<u16>,
     faults: Arc<FaultInjector>,
@@ -112,6 +113,7 @@ pub async fn run(
     let next = Arc::new(AtomicU64::new(0));
     let record: Arc<Mutex<Vec<Option<Operation>>>> = Arc::new(Mutex::new(vec![None; planned.len()]));
     let clock = Clock { origin_epoch_ms: faults.started_epoch_ms() };
+    let pace = spread.map(|s| crate::pipeline::workload::Pace::new(s, op.count));
     let mut workers = Vec::new();
     for _ in 0..op.concurrency {
         let (op, planned, client, next, record, ports, stats) =
@@ -120,6 +122,9 @@ pub async fn run(
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed) as usize;
                 let Some((key, values)) = planned.get(i) else { break };
+                if let Some(p) = pace {
+                    tokio::time::sleep(p.turn_in(i as u64)).await;
+                }
                 let port = ports[i % ports.len()];
                 let url = format!(
                     "http://127.0.0.1:{port}{}",
