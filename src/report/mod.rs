@@ -8,6 +8,7 @@ pub mod html;
 pub mod junit;
 pub mod progress;
 pub mod summary;
+mod windows;
 
 use crate::error::{Error, Result};
 use crate::faults::{FaultRecord, FaultSummary};
@@ -549,6 +550,9 @@ fn render_faults(r: &Report, style: Style, out: &mut String) {
             "{line}
 "
         ));
+    }
+    if let Some(lines) = windows::lines(r) {
+        out.push_str(&lines);
     }
 }
 
