@@ -16,7 +16,9 @@ Prints one Markdown row per program: the seeds caught (exit 1) and passed
 (exit 0), any other exit, and the slowest run. It needs PostgreSQL and Kafka
 up (scripts/services.sh up) and the Python venv first on PATH
 (scripts/python-env.sh). A measurement, not a test: nothing here fails a
-build; the suite checks two seeds of each (tests/e2e/programs.rs).
+build. The suite runs one seed of the three relays and of two consumers
+(the per-message one and auto-commit) under these files
+(tests/e2e/programs.rs).
 """
 import argparse
 import os
