@@ -196,7 +196,8 @@ fn every_command_in_the_readme_runs() {
             continue;
         }
         let command = line.strip_prefix("$ ").unwrap_or(line).split(" #").next().unwrap().trim();
-        let words: Vec<&str> = command.split_whitespace().collect();
+        let words = shell_words(command);
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
         let envs: Vec<(&str, &str)> =
             words.iter().take_while(|w| w.contains('=')).filter_map(|w| w.split_once('=')).collect();
         let argv: Vec<&str> = words[envs.len()..].to_vec();
@@ -240,4 +241,29 @@ fn every_command_in_the_readme_runs() {
         let help = run(chaos().args([sub, "--help"]));
         assert_eq!(help.code, 0, "README names `chaos {sub}`, which is no command: {}", help.stderr);
     }
+}
+
+/// Splits a README command line as a shell would for the quoting the README
+/// uses: double quotes keep one argument together (`--consumer "python3 x.py"`).
+fn shell_words(line: &str) -> Vec<String> {
+    let (mut words, mut word, mut quoted, mut any) = (Vec::new(), String::new(), false, false);
+    for c in line.chars() {
+        match c {
+            '"' => (quoted, any) = (!quoted, true),
+            c if c.is_whitespace() && !quoted => {
+                if any {
+                    words.push(std::mem::take(&mut word));
+                }
+                any = false;
+            }
+            c => {
+                word.push(c);
+                any = true;
+            }
+        }
+    }
+    if any {
+        words.push(word);
+    }
+    words
 }

@@ -528,7 +528,7 @@ fn no_log_line_splits_the_summary_with_both_streams_on_one_pipe() {
 fn kills_and_pauses_aimed_at_the_notifiers_never_strike_a_relay() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("aimed.toml");
-    let text = "[workload]\npayments = 400\nrate = 50\n[faults]\nprocess_pause = 0.3\nprocess_kill = 0.2\n\
+    let text = "[workload]\npayments = 400\nspread_secs = 8\n[faults]\nprocess_pause = 0.3\nprocess_kill = 0.2\n\
                 [nemesis]\ntargets = [\"notifier\"]\npause_secs = 1\n[run]\ncomponents = \"process\"\n";
     std::fs::write(&path, text).unwrap();
     let ran = run_scenario(Backend::Embedded, &path, dir.path(), &[]);
