@@ -2,18 +2,22 @@
 """Measures how often `chaos run` catches each example program, over seeds 1..N,
 with the verdict and the time of each run.
 
-    scripts/power.py [--seeds 10] [--chaos target/release/chaos] \
+    scripts/power.py [--seeds 10|6-10] [--jobs 1] [--chaos target/release/chaos] \
         [--consumer PROGRAM]... [--relay PROGRAM]... [SCENARIO.toml]...
 
 `--consumer PROGRAM` and `--relay PROGRAM` run the program under the
 recommended scenario for its kind, written by `chaos init --consumer` or
-`--relay` with only the command changed, as a user would: this is how
+`--relay` with only the command changed, as a user would (`--consumer-email
+PROGRAM`: `chaos init --consumer CMD --email`, for a consumer that sends
+emails): this is how
 docs/your-system.md's power table is made. A PROGRAM ending in `.py` runs
 with python3, `.js` or `.mjs` with node; anything else runs as given.
 SCENARIO.toml runs a scenario file as it is.
 
 Prints one Markdown row per program: the seeds caught (exit 1) and passed
-(exit 0), any other exit, and the slowest run. It needs PostgreSQL and Kafka
+(exit 0), any other exit, the fastest and slowest run, and how many runs
+took over 90 s. `--jobs N` runs N at once: they share the fault proxy's
+Kafka slots, and each time is then a run's own under that load. It needs PostgreSQL and Kafka
 up (scripts/services.sh up) and the Python venv first on PATH
 (scripts/python-env.sh). A measurement, not a test: nothing here fails a
 build. The suite runs one seed of the three relays and of two consumers
@@ -21,6 +25,7 @@ build. The suite runs one seed of the three relays and of two consumers
 (tests/e2e/programs.rs).
 """
 import argparse
+import concurrent.futures
 import os
 import re
 import subprocess
@@ -46,51 +51,82 @@ def command_for(program):
     return path
 
 
-def recommended(chaos, kind, program, into):
-    """Writes `chaos init --KIND "CMD"` into the folder and returns its path."""
-    out = os.path.join(into, f"{kind}-{os.path.basename(program)}.toml")
-    subprocess.run([chaos, "init", f"--{kind}", command_for(program), out],
+def recommended(chaos, kind, program, into, email=False):
+    """Writes `chaos init --KIND "CMD" [--email]` into the folder and returns its path."""
+    out = os.path.join(into, f"{kind}{'-email' if email else ''}-{os.path.basename(program)}.toml")
+    extra = ["--email"] if email else []
+    subprocess.run([chaos, "init", f"--{kind}", command_for(program), *extra, out],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return out
 
 
-def measure(chaos, path, label, seeds, reports):
-    codes, slowest = [], 0.0
-    for seed in range(1, seeds + 1):
-        start = time.monotonic()
-        ran = subprocess.run([chaos, "run", path, "--seed", str(seed), "--reports-dir", reports],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        took = time.monotonic() - start
-        slowest = max(slowest, took)
-        codes.append(ran.returncode)
-        print(f"  {label} seed {seed}: exit {ran.returncode} in {took:.1f} s", file=sys.stderr, flush=True)
-    other = ", ".join(f"seed {s}: exit {c}" for s, c in enumerate(codes, 1) if c not in (0, 1)) or "none"
-    return f"| {codes.count(1)}/{seeds} | {codes.count(0)}/{seeds} | {other} | {slowest:.0f} s |"
+def seeds_of(text):
+    """`10` is seeds 1..10; `6-10` is seeds 6..10."""
+    first, _, last = text.partition("-")
+    try:
+        seeds = list(range(int(first), int(last) + 1)) if last else list(range(1, int(first) + 1))
+    except ValueError:
+        seeds = []
+    if not seeds or seeds[0] < 1:
+        raise argparse.ArgumentTypeError(f"--seeds {text!r}: give a count (10) or a range (6-10) of seeds from 1")
+    return seeds
+
+
+def run_one(chaos, path, label, seed, reports):
+    start = time.monotonic()
+    ran = subprocess.run([chaos, "run", path, "--seed", str(seed), "--reports-dir", reports],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    took = time.monotonic() - start
+    print(f"  {label} seed {seed}: exit {ran.returncode} in {took:.1f} s", file=sys.stderr, flush=True)
+    return ran.returncode, took
+
+
+def row(results, seeds):
+    """The Markdown cells of one program's runs, in seed order."""
+    codes = [c for c, _ in results]
+    times = [t for _, t in results]
+    n = len(seeds)
+    other = ", ".join(f"seed {s}: exit {c}" for s, c in zip(seeds, codes) if c not in (0, 1)) or "none"
+    over = sum(t > 90 for t in times)
+    return (f"| {codes.count(1)}/{n} | {codes.count(0)}/{n} | {other} | "
+            f"{min(times):.0f}-{max(times):.0f} s | {over} |")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--seeds", type=seeds_of, default=seeds_of("10"), metavar="N|A-B")
+    ap.add_argument("--jobs", type=int, default=1, metavar="N",
+                    help="runs at once (they share the fault proxy's Kafka slots); the times are then each run's own under that load")
     ap.add_argument("--chaos", default="target/release/chaos")
     ap.add_argument("--consumer", action="append", default=[], metavar="PROGRAM")
+    ap.add_argument("--consumer-email", action="append", default=[], metavar="PROGRAM",
+                    help="a consumer that sends each receipt as an email: `chaos init --consumer CMD --email`")
     ap.add_argument("--relay", action="append", default=[], metavar="PROGRAM")
     ap.add_argument("scenarios", nargs="*")
     a = ap.parse_args()
-    if not (a.consumer or a.relay or a.scenarios):
+    if not (a.consumer or a.consumer_email or a.relay or a.scenarios):
         ap.error("nothing to measure: give --consumer PROGRAM, --relay PROGRAM or a scenario file")
+    if a.jobs < 1:
+        ap.error("--jobs must be 1 or more")
     chaos = os.path.abspath(a.chaos)
-    print("| program | scenario | caught (exit 1) | passed (exit 0) | other | slowest run |")
-    print("|---|---|---|---|---|---|")
+    print(f"seeds {a.seeds[0]}-{a.seeds[-1]}, {a.jobs} run(s) at once", file=sys.stderr)
+    print("| program | scenario | caught (exit 1) | passed (exit 0) | other | run times | over 90 s |")
+    print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as work:
         reports = os.path.join(work, "reports")
-        for kind, programs in (("consumer", a.consumer), ("relay", a.relay)):
+        rows = []
+        for kind, programs, email in (("consumer", a.consumer, False), ("consumer", a.consumer_email, True),
+                                      ("relay", a.relay, False)):
             for program in programs:
-                path = recommended(chaos, kind, program, work)
-                row = measure(chaos, path, program, a.seeds, reports)
-                print(f"| `{os.path.basename(program)}` | `chaos init --{kind}` {row}", flush=True)
-        for path in a.scenarios:
-            row = measure(chaos, path, path, a.seeds, reports)
-            print(f"| `{program_of(path)}` | `{path}` {row}", flush=True)
+                path = recommended(chaos, kind, program, work, email)
+                flags = f"--{kind}" + (" --email" if email else "")
+                rows.append((f"`{os.path.basename(program)}` | `chaos init {flags}`", path, program))
+        rows += [(f"`{program_of(path)}` | `{path}`", path, path) for path in a.scenarios]
+        with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
+            futures = [[pool.submit(run_one, chaos, path, label, seed, reports) for seed in a.seeds]
+                       for _, path, label in rows]
+            for (name, _, _), runs in zip(rows, futures):
+                print(f"| {name} {row([f.result() for f in runs], a.seeds)}", flush=True)
 
 
 if __name__ == "__main__":

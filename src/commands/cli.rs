@@ -174,6 +174,9 @@ pub struct InitArgs {
     /// Write the recommended scenario for your whole system instead: a `[system]` declaration skeleton to fill in (service, outbox, relays, consumers, effects), above the faults, proxy latency and consumer pauses a declared system should start from.
     #[arg(long)]
     pub system: bool,
+    /// With --consumer: your consumer sends each receipt as an email through the provider chaos runs (CHAOS_PROVIDER_URL): the scenario turns on `[notifier] email` and loses some of the provider's answers, so a retry without an idempotency key doubles an email.
+    #[arg(long, requires = "consumer")]
+    pub email: bool,
     /// With --system: keep the declaration of this scenario file (its [system] tables, [topic], [relay], [notifier]) and put the recommended faults under it in place of its own. Write the new file beside it: commands and `setup` are relative to the file's folder.
     #[arg(long, value_name = "FILE", requires = "system")]
     pub from: Option<PathBuf>,

@@ -76,7 +76,10 @@ fn init(a: &InitArgs) -> Result<Exit> {
         }
     };
     let (text, what) = match (&a.consumer, &a.relay, &a.from) {
-        (Some(c), _, _) => program("--consumer", c, crate::scenario::RECOMMENDED_CONSUMER)?,
+        (Some(c), _, _) => {
+            let (text, what) = program("--consumer", c, crate::scenario::RECOMMENDED_CONSUMER)?;
+            (if a.email { crate::scenario::with_email_lines(&text) } else { text }, what)
+        }
         (_, Some(r), _) => program("--relay", r, crate::scenario::RECOMMENDED_RELAY)?,
         (_, _, Some(from)) => {
             let declaration = std::fs::read_to_string(from).map_err(|e| {

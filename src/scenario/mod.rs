@@ -69,6 +69,24 @@ pub fn with_command(template: &str, argv: &[String]) -> String {
     out
 }
 
+/// The recommended consumer scenario's lines for a consumer that sends
+/// emails, commented out in the template: `chaos init --consumer CMD
+/// --email` writes them uncommented.
+const EMAIL_LINES: [&str; 2] = ["# email = ", "# provider_"];
+
+/// `template` with its email lines ([`EMAIL_LINES`]) turned on.
+pub fn with_email_lines(template: &str) -> String {
+    let mut out = String::with_capacity(template.len());
+    for line in template.lines() {
+        match EMAIL_LINES.iter().any(|p| line.starts_with(p)) {
+            true => out.push_str(&line[2..]),
+            false => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
 use crate::domain::anomaly::AnomalyKind;
 use crate::faults::FaultPoint;
 pub use crate::faults::{FaultRates, RawFaults};
@@ -676,7 +694,7 @@ mod tests {
     /// `chaos init --consumer CMD` and `--relay CMD`: the written file runs
     /// the user's command, keeps the line's comment, and is a valid
     /// scenario with the program, its faults and their rates; the consumer's
-    /// commented email lines are real keys too.
+    /// commented email lines, which `--email` turns on, are real keys too.
     #[test]
     fn the_recommended_scenarios_are_valid_with_any_command() {
         let argv = vec!["node".to_string(), "my app/consumer.js".to_string(), "--say=\"hi\"".to_string()];
@@ -695,14 +713,9 @@ mod tests {
         }
         let sc = parse(&relay, Path::new("rec.toml")).unwrap();
         assert!(sc.faults.get(FaultPoint::WorkloadSlowCommit) > 0.0 && sc.calm_after.is_some());
-        let emails: String = consumer
-            .lines()
-            .map(|l| match l.strip_prefix("# ") {
-                Some(rest) if rest.starts_with("email = ") || rest.starts_with("provider_") => format!("{rest}\n"),
-                _ => format!("{l}\n"),
-            })
-            .collect();
+        let emails = with_email_lines(&consumer);
         let sc = parse(&emails, Path::new("rec.toml")).expect("the consumer's email lines uncommented");
+        assert_ne!(sc.notifier.email, EmailMode::Off, "--email turns the notifier's emails on");
         assert!(sc.faults.get(FaultPoint::ProviderResponseLost) > 0.0);
     }
 

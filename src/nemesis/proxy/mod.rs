@@ -337,11 +337,12 @@ fn with_address(url: &str, addr: SocketAddr) -> String {
     format!("{scheme}{user}{addr}{tail}")
 }
 
-/// The proxy's Kafka listeners, one per slot, each on the port the broker
-/// advertises for its listener `SLOT<i>` ([`kafka`]), with the address of
-/// that listener. The ports are fixed, so two runs that proxy Kafka take
-/// turns: a run waits for another's ports, all of them at once so that two
-/// waiting runs never hold half each.
+/// The proxy's Kafka listeners, one per component, each on the port the
+/// broker advertises for one of its listeners `SLOT<i>` ([`kafka`]), with
+/// the address of that listener. The ports are fixed, so runs that proxy
+/// Kafka share the broker's slots: a run takes any `n` free ones, and when
+/// fewer are free it waits, holding none, so that two waiting runs never
+/// hold half each.
 async fn bind_kafka(n: usize, stats: &Stats) -> Result<Vec<(TcpListener, SocketAddr)>> {
     if n > kafka::SLOTS as usize {
         return Err(Error::Usage(format!(
@@ -349,60 +350,69 @@ async fn bind_kafka(n: usize, stats: &Stats) -> Result<Vec<(TcpListener, SocketA
             kafka::SLOTS
         )));
     }
-    let brokers: Vec<SocketAddr> =
-        (0..n as u16).map(|i| SocketAddr::from(([127, 0, 0, 1], kafka::BROKER_BASE + i))).collect();
-    for (i, b) in brokers.iter().enumerate() {
-        let reached = tokio::time::timeout(crate::domain::names::CONNECT_TIMEOUT, TcpStream::connect(b)).await;
-        if !matches!(reached, Ok(Ok(_))) {
-            return Err(Error::Kafka {
-                context: "putting the fault proxy in front of Kafka".into(),
-                cause: format!(
-                    "the broker has no listener SLOT{i} at {b}; `scripts/services.sh up` configures SLOT0 to SLOT{} (docs/running.md, \"Infrastructure faults\")",
-                    kafka::SLOTS - 1
-                ),
-            });
-        }
-    }
     let started = Instant::now();
     let deadline = started + Duration::from_secs(300);
     let mut told = false;
     loop {
         let mut bound = Vec::new();
-        let mut busy = None;
-        for (i, b) in brokers.iter().enumerate() {
-            let port = kafka::ADVERTISED_BASE + i as u16;
+        for i in 0..kafka::SLOTS {
+            if bound.len() == n {
+                break;
+            }
+            let port = kafka::ADVERTISED_BASE + i;
             match TcpListener::bind(("127.0.0.1", port)).await {
-                Ok(l) => bound.push((l, *b)),
-                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-                    busy = Some(port);
-                    break;
-                }
+                Ok(l) => bound.push((l, SocketAddr::from(([127, 0, 0, 1], kafka::BROKER_BASE + i)))),
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
                 Err(e) => return Err(Error::Internal(format!("binding the fault proxy's Kafka port {port}: {e}"))),
             }
         }
-        let Some(port) = busy else {
+        if bound.len() == n {
+            reaches_slots(&bound).await?;
             if told {
                 let ms = started.elapsed().as_millis() as u64;
                 Stats::add(&stats.waited_for_ports_ms, ms);
                 info!(ms, "the fault proxy's Kafka ports are free; the run goes on");
             }
             return Ok(bound);
-        };
+        }
+        let free = bound.len();
         drop(bound);
         if Instant::now() > deadline {
             return Err(Error::Usage(format!(
-                "port {port} of the fault proxy's Kafka slots stayed in use for 300 s: another run proxies Kafka, or another program holds the port"
+                "only {free} of the fault proxy's {} Kafka slots (ports {}-{}) were free for 300 s and the run needs {n}: other runs proxy Kafka, or another program holds the ports",
+                kafka::SLOTS,
+                kafka::ADVERTISED_BASE,
+                kafka::ADVERTISED_BASE + kafka::SLOTS - 1
             )));
         }
         if !told {
             // Said once, on stderr by default: a silent wait of a minute
             // looks like a hang.
-            warn!(port, "waiting for the fault proxy's Kafka ports: another run proxies Kafka (or another program holds port {port}); up to 300 s");
+            warn!(free, needed = n, "waiting for the fault proxy's Kafka slots: other runs proxy Kafka; up to 300 s");
             told = true;
         }
         // A second Ctrl-C ends the wait with the process.
         tokio::time::sleep(Duration::from_millis(200 + rand::thread_rng().gen_range(0..300))).await;
     }
+}
+
+/// Each slot taken has its listener on the broker: `scripts/services.sh up`
+/// configures them, a broker of the user's own may lack them.
+async fn reaches_slots(bound: &[(TcpListener, SocketAddr)]) -> Result<()> {
+    for (_, b) in bound {
+        let reached = tokio::time::timeout(crate::domain::names::CONNECT_TIMEOUT, TcpStream::connect(b)).await;
+        if !matches!(reached, Ok(Ok(_))) {
+            let slot = b.port() - kafka::BROKER_BASE;
+            return Err(Error::Kafka {
+                context: "putting the fault proxy in front of Kafka".into(),
+                cause: format!(
+                    "the broker has no listener SLOT{slot} at {b}; `scripts/services.sh up` configures SLOT0 to SLOT{} (docs/running.md, \"Infrastructure faults\")",
+                    kafka::SLOTS - 1
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 async fn accept(
