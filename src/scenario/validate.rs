@@ -293,8 +293,8 @@ impl Validator<'_> {
         Ok(faults)
     }
 
-    /// `[nemesis] calm_after`: a share of the payments, for the reference
-    /// payment service's workload.
+    /// `[nemesis] calm_after`: a share of the payments, or of a declared
+    /// system's operations.
     fn calm_after(&self, raw: &RawScenario) -> Result<Option<f64>, crate::Error> {
         let Some(c) = &raw.nemesis.calm_after else { return Ok(None) };
         let v = *c.get_ref();
@@ -302,12 +302,6 @@ impl Validator<'_> {
             return self.err(
                 c.span(),
                 &format!("`nemesis.calm_after` is {v}; expected a share of the payments from 0.05 to 1 (0.5: no kill or pause once half of them are written)"),
-            );
-        }
-        if raw.system.is_some() {
-            return self.err(
-                c.span(),
-                "`nemesis.calm_after` counts the reference payment service's payments; a `[system]` scenario has no such count yet, so remove it",
             );
         }
         Ok(Some(v))

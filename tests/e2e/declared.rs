@@ -388,11 +388,22 @@ fn the_recommended_system_faults_pass_the_orders_system_and_catch_the_inbox_firs
         let f = f.unwrap().path();
         std::fs::copy(&f, orders.join(f.file_name().unwrap())).unwrap();
     }
-    for (from, anomaly) in [("orders.toml", None), ("broken-inbox-first.toml", Some("missing effect"))] {
-        let path = orders.join(format!("recommended-{from}"));
-        let wrote = run(chaos().args(["init", "--system", "--from"]).arg(orders.join(from)).arg(&path));
-        assert_eq!(wrote.code, 0, "{}", wrote.stderr);
-        let ran = run_declared(&path, dir.path(), Some(2));
+    let cases = [("orders.toml", None), ("broken-inbox-first.toml", Some("missing effect"))];
+    let paths: Vec<_> = cases
+        .iter()
+        .map(|(from, _)| {
+            let path = orders.join(format!("recommended-{from}"));
+            let wrote = run(chaos().args(["init", "--system", "--from"]).arg(orders.join(from)).arg(&path));
+            assert_eq!(wrote.code, 0, "{}", wrote.stderr);
+            path
+        })
+        .collect();
+    // Side by side: each run is near a minute, the operations' spread.
+    let runs: Vec<Ran> = std::thread::scope(|s| {
+        let handles: Vec<_> = paths.iter().map(|p| s.spawn(|| run_declared(p, dir.path(), Some(2)))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for ((from, anomaly), ran) in cases.iter().zip(runs) {
         let r = ran.json();
         match anomaly {
             None => {

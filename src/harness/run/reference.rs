@@ -173,7 +173,7 @@ async fn drive(
             progress.phase(Phase::Workload);
             tokio::select! {
                 r = workload::run(workload_ctx.clone()) => r,
-                never = calm_after(ctx, &workload_ctx.stats) => match never {},
+                never = drive::calm_after(ctx, &workload_ctx.stats, ctx.scenario.payments) => match never {},
             }
         };
         tokio::select! {
@@ -242,21 +242,6 @@ async fn drain_or_judge(
         }
     }
     stop_faults();
-}
-
-/// `[nemesis] calm_after`: once that share of the payments is written, no
-/// process is killed or paused to the end of the run, so that a bug a
-/// restart heals (an in-memory cursor, an in-memory dedup set) still shows
-/// in the stretch after the last kill. Never returns.
-async fn calm_after(ctx: &Ctx, stats: &Stats) -> std::convert::Infallible {
-    if let Some(share) = ctx.scenario.calm_after {
-        let at = ((ctx.scenario.payments as f64) * share).ceil() as u64;
-        while Stats::get(&stats.payments_written) < at {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        ctx.faults.calm_down();
-    }
-    std::future::pending().await
 }
 
 /// How long the workload waits for the notifiers' group to settle: on a

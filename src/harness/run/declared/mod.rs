@@ -8,7 +8,7 @@ mod settle;
 mod setup;
 mod workload;
 
-use super::drive::Ran;
+use super::drive::{self, Ran};
 use super::history::History;
 use super::infra::Infra;
 use crate::context::{Ctx, Named};
@@ -129,9 +129,13 @@ impl Declared {
                     Ok(o) => self.ops = o,
                     Err(e) => ran.incomplete = Some(format!("the workload stopped: {e}")),
                 },
+                never = drive::calm_after(ctx, &ctx.stats, self.sys.operation.count) => match never {},
                 why = programs.failed() => ran.incomplete = Some(why),
                 _ = crate::harness::interrupt::requested() => ran.interrupted = true,
             }
+        }
+        if ctx.scenario.calm_after.is_some() {
+            ctx.faults.calm_down();
         }
         ran.workload_ms = t_work.elapsed().as_millis() as u64;
         progress.phase(Phase::Drain);
