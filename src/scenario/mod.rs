@@ -50,8 +50,22 @@ pub fn system_from(declaration: &str, from: &str) -> String {
     }
     let faults = RECOMMENDED_SYSTEM.find(SYSTEM_FAULTS).map_or("", |at| &RECOMMENDED_SYSTEM[at..]);
     out.push('\n');
-    out.push_str(faults);
+    // A system that sends through the provider gets the provider's faults:
+    // a retry without an idempotency key shows only when an answer is lost.
+    match declares_provider(declaration) {
+        true => out.push_str(&with_email_lines(faults)),
+        false => out.push_str(faults),
+    }
     out
+}
+
+/// Whether a scenario's text declares an effect read from the provider
+/// (`provider = {...}` in a `[[system.effects]]`). Text that does not parse
+/// declares none here; `chaos run` names what is wrong with it.
+fn declares_provider(text: &str) -> bool {
+    let Ok(v) = text.parse::<toml::Table>() else { return false };
+    let effects = v.get("system").and_then(|s| s.get("effects")).and_then(|e| e.as_array());
+    effects.is_some_and(|es| es.iter().any(|e| e.get("provider").is_some()))
 }
 
 /// `template` with its `command = [...]` line running `argv` instead (its
@@ -661,7 +675,11 @@ mod tests {
     #[test]
     fn the_recommended_system_faults_go_under_any_declaration() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/orders");
-        let rates = |sc: &Scenario| FaultPoint::ALL.iter().map(|p| sc.faults.get(*p)).collect::<Vec<_>>();
+        // The provider's faults aside: they follow the declaration (below).
+        let provider = [FaultPoint::ProviderResponseLost, FaultPoint::ProviderError];
+        let rates = |sc: &Scenario| {
+            FaultPoint::ALL.iter().filter(|p| !provider.contains(p)).map(|p| sc.faults.get(*p)).collect::<Vec<_>>()
+        };
         let skeleton = parse(RECOMMENDED_SYSTEM, &dir.join("system.toml")).expect("the skeleton");
         assert!(skeleton.system.is_some() && skeleton.faults.get(FaultPoint::DbHoldCommit) > 0.0);
         assert_eq!(skeleton.nemesis_targets, ["notifier-1", "notifier-2"]);
@@ -674,7 +692,13 @@ mod tests {
             assert_eq!(rates(&sc), rates(&skeleton), "{name}");
             assert_eq!(sc.name, own.name, "{name}");
             assert_eq!(serde_json::to_value(&sc.system).unwrap(), serde_json::to_value(&own.system).unwrap(), "{name}");
+            // A declaration with a provider effect gets the provider's faults.
+            let uses = own.system.as_ref().is_some_and(|s| s.uses_provider());
+            assert!(provider.iter().all(|p| (sc.faults.get(*p) > 0.0) == uses), "{name}: provider {uses}");
         }
+        assert!(provider.iter().all(|p| skeleton.faults.get(*p) == 0.0), "the skeleton declares no provider");
+        let text = "[system]\n[[system.effects]]\nname = \"e\"\nprovider = { message_id = \"m\", key = \"k\" }\n";
+        assert!(declares_provider(text) && !declares_provider("[system]\n") && !declares_provider("[system"));
     }
 
     /// `[nemesis] targets` resolves roles to instances, keeps instances as

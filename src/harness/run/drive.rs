@@ -263,6 +263,23 @@ pub(super) async fn stop(components: Vec<(String, tokio::task::JoinHandle<()>)>)
     out
 }
 
+/// `[nemesis] calm_after`: once that share of the `total` payments (or a
+/// declared system's operations) is written, no process is killed or
+/// paused to the end of the run, so that a bug a restart heals (an
+/// in-memory cursor, an in-memory dedup set) still shows in the stretch
+/// after the last kill, and the backlog drains without restarts. Never
+/// returns.
+pub(super) async fn calm_after(ctx: &Ctx, stats: &Stats, total: u64) -> std::convert::Infallible {
+    if let Some(share) = ctx.scenario.calm_after {
+        let at = ((total as f64) * share).ceil() as u64;
+        while Stats::get(&stats.payments_written) < at {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        ctx.faults.calm_down();
+    }
+    std::future::pending().await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -365,20 +382,4 @@ mod tests {
         assert!(series.len() >= report::SERIES_MAX / 2, "thinned too far: {} samples", series.len());
         assert!(series.iter().all(|s| s.written == 7));
     }
-}
-
-/// `[nemesis] calm_after`: once that share of the `total` payments (or a
-/// declared system's operations) is written, no
-/// process is killed or paused to the end of the run, so that a bug a
-/// restart heals (an in-memory cursor, an in-memory dedup set) still shows
-/// in the stretch after the last kill. Never returns.
-pub(super) async fn calm_after(ctx: &Ctx, stats: &Stats, total: u64) -> std::convert::Infallible {
-    if let Some(share) = ctx.scenario.calm_after {
-        let at = ((total as f64) * share).ceil() as u64;
-        while Stats::get(&stats.payments_written) < at {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        ctx.faults.calm_down();
-    }
-    std::future::pending().await
 }
