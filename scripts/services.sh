@@ -279,7 +279,7 @@ kafka_fetch() {
 # ADVERTISED_BASE): listener SLOT<i> on 19200+i, advertised at 19100+i,
 # where the proxy listens for slot i, so that a client that bootstraps
 # through a slot is sent back to it for every connection.
-KAFKA_PROXY_SLOTS=10
+KAFKA_PROXY_SLOTS=20
 kafka_slot_listeners() { # $1: listen | advertise | map
   local i out=""
   for ((i = 0; i < KAFKA_PROXY_SLOTS; i++)); do

@@ -12,7 +12,7 @@ fn doctor_is_green_with_both_services() {
     assert!(ran.stdout.contains("broker id 1"), "{}", ran.stdout);
     // scripts/services.sh gives the broker the fault proxy's listeners.
     assert!(ran.stdout.contains("✔ ┆ Kafka slots"), "{}", ran.stdout);
-    assert!(ran.stdout.contains("10 of 10 listen"), "{}", ran.stdout);
+    assert!(ran.stdout.contains("20 of 20 listen"), "{}", ran.stdout);
     assert!(!ran.stdout.contains(":chaos@"), "password leaked: {}", ran.stdout);
 }
 

@@ -38,7 +38,7 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 
 /// How many proxy slots the broker has listeners for.
-pub const SLOTS: u16 = 10;
+pub const SLOTS: u16 = 20;
 /// The proxy's port of slot i is this plus i: the port the broker
 /// advertises on its listener `SLOT<i>`.
 pub const ADVERTISED_BASE: u16 = 19100;
