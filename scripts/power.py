@@ -3,14 +3,19 @@
 with the verdict and the time of each run.
 
     scripts/power.py [--seeds 10|6-10] [--jobs 1] [--chaos target/release/chaos] \
-        [--consumer PROGRAM]... [--relay PROGRAM]... [SCENARIO.toml]...
+        [--consumer PROGRAM]... [--relay PROGRAM]... [--system DECLARATION.toml]... \
+        [SCENARIO.toml]...
 
 `--consumer PROGRAM` and `--relay PROGRAM` run the program under the
 recommended scenario for its kind, written by `chaos init --consumer` or
 `--relay` with only the command changed, as a user would (`--consumer-email
 PROGRAM`: `chaos init --consumer CMD --email`, for a consumer that sends
 emails): this is how
-docs/your-system.md's power table is made. A PROGRAM ending in `.py` runs
+docs/your-system.md's power table is made. `--system DECLARATION.toml` runs
+a declared system under `chaos init --system --from DECLARATION.toml`: its
+declaration unchanged, the recommended faults in place of its own (the file
+is written beside the declaration, whose commands are relative to its
+folder, and removed afterwards). A PROGRAM ending in `.py` runs
 with python3, `.js` or `.mjs` with node; anything else runs as given.
 SCENARIO.toml runs a scenario file as it is.
 
@@ -21,9 +26,8 @@ Kafka slots, and each time is then a run's own under that load, less what
 it waited for slots the others held. It needs PostgreSQL and Kafka
 up (scripts/services.sh up) and the Python venv first on PATH
 (scripts/python-env.sh). A measurement, not a test: nothing here fails a
-build. The suite runs one seed of the three relays and of two consumers
-(the per-message one and auto-commit) under these files
-(tests/e2e/programs.rs).
+build. The suite runs seeds 1 and 2 of every consumer and relay example
+under these files (tests/e2e/programs.rs).
 """
 import argparse
 import concurrent.futures
@@ -58,6 +62,15 @@ def recommended(chaos, kind, program, into, email=False):
     out = os.path.join(into, f"{kind}{'-email' if email else ''}-{os.path.basename(program)}.toml")
     extra = ["--email"] if email else []
     subprocess.run([chaos, "init", f"--{kind}", command_for(program), *extra, out],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return out
+
+
+def recommended_system(chaos, declaration):
+    """Writes `chaos init --system --from DECLARATION` beside it and returns its path."""
+    folder, name = os.path.split(os.path.abspath(declaration))
+    out = os.path.join(folder, f".power-{name}")
+    subprocess.run([chaos, "init", "--system", "--from", declaration, out],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return out
 
@@ -112,31 +125,42 @@ def main():
     ap.add_argument("--consumer-email", action="append", default=[], metavar="PROGRAM",
                     help="a consumer that sends each receipt as an email: `chaos init --consumer CMD --email`")
     ap.add_argument("--relay", action="append", default=[], metavar="PROGRAM")
+    ap.add_argument("--system", action="append", default=[], metavar="DECLARATION",
+                    help="a declared system: `chaos init --system --from DECLARATION`")
     ap.add_argument("scenarios", nargs="*")
     a = ap.parse_args()
-    if not (a.consumer or a.consumer_email or a.relay or a.scenarios):
-        ap.error("nothing to measure: give --consumer PROGRAM, --relay PROGRAM or a scenario file")
+    if not (a.consumer or a.consumer_email or a.relay or a.system or a.scenarios):
+        ap.error("nothing to measure: give --consumer PROGRAM, --relay PROGRAM, --system DECLARATION or a scenario file")
     if a.jobs < 1:
         ap.error("--jobs must be 1 or more")
     chaos = os.path.abspath(a.chaos)
     print(f"seeds {a.seeds[0]}-{a.seeds[-1]}, {a.jobs} run(s) at once", file=sys.stderr)
     print("| program | scenario | caught (exit 1) | passed (exit 0) | other | run times | over 90 s |")
     print("|---|---|---|---|---|---|---|")
-    with tempfile.TemporaryDirectory() as work:
-        reports = os.path.join(work, "reports")
-        rows = []
-        for kind, programs, email in (("consumer", a.consumer, False), ("consumer", a.consumer_email, True),
-                                      ("relay", a.relay, False)):
-            for program in programs:
-                path = recommended(chaos, kind, program, work, email)
-                flags = f"--{kind}" + (" --email" if email else "")
-                rows.append((f"`{os.path.basename(program)}` | `chaos init {flags}`", path, program))
-        rows += [(f"`{program_of(path)}` | `{path}`", path, path) for path in a.scenarios]
-        with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
-            futures = [[pool.submit(run_one, chaos, path, label, seed, reports) for seed in a.seeds]
-                       for _, path, label in rows]
-            for (name, _, _), runs in zip(rows, futures):
-                print(f"| {name} {row([f.result() for f in runs], a.seeds)}", flush=True)
+    written = []
+    try:
+        with tempfile.TemporaryDirectory() as work:
+            reports = os.path.join(work, "reports")
+            rows = []
+            for kind, programs, email in (("consumer", a.consumer, False), ("consumer", a.consumer_email, True),
+                                          ("relay", a.relay, False)):
+                for program in programs:
+                    path = recommended(chaos, kind, program, work, email)
+                    flags = f"--{kind}" + (" --email" if email else "")
+                    rows.append((f"`{os.path.basename(program)}` | `chaos init {flags}`", path, program))
+            for declaration in a.system:
+                path = recommended_system(chaos, declaration)
+                written.append(path)
+                rows.append((f"`{os.path.basename(declaration)}` | `chaos init --system --from`", path, declaration))
+            rows += [(f"`{program_of(path)}` | `{path}`", path, path) for path in a.scenarios]
+            with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
+                futures = [[pool.submit(run_one, chaos, path, label, seed, reports) for seed in a.seeds]
+                           for _, path, label in rows]
+                for (name, _, _), runs in zip(rows, futures):
+                    print(f"| {name} {row([f.result() for f in runs], a.seeds)}", flush=True)
+    finally:
+        for path in written:
+            os.remove(path)
 
 
 if __name__ == "__main__":

@@ -129,13 +129,6 @@ pub trait Broker: Send + Sync {
         false
     }
 
-    /// True when a notifier crash keeps its consumer and rewinds it to the
-    /// group's committed offsets ([`Consumer::rewind_to_committed`]) instead
-    /// of replacing it: the mock cluster's rejoins cost about a second each.
-    fn rewinds_in_place(&self) -> bool {
-        false
-    }
-
     /// The session timeout a consumer gets when `wanted` is asked for.
     fn session_timeout(&self, wanted: Duration) -> Duration {
         wanted
@@ -155,9 +148,11 @@ pub trait Broker: Send + Sync {
         self.producer()
     }
 
-    /// The address of the broker that leads `partition` of `topic`, as the
-    /// cluster's metadata says now; None when it cannot say. Blocking.
-    fn leader(&self, _topic: &str, _partition: i32) -> Option<String> {
+    /// The address of the broker node that serves `topic`'s first lane (on
+    /// Kafka, the leader of partition 0), as the cluster says now: the node
+    /// a nemesis kills to make the cluster fail over. None when it cannot
+    /// say. Blocking.
+    fn serving_node(&self, _topic: &str) -> Option<String> {
         None
     }
 
@@ -282,24 +277,34 @@ pub trait Consumer: Send + Sync {
     /// go back to their start, and this member reads them again from there.
     fn replay_from_start(&self, lanes: &[i32]);
 
-    /// Forgets every position not committed and reads on from the group's
-    /// committed offsets, keeping the membership. False when it could not.
-    fn rewind_to_committed(&self) -> bool {
+    /// A crash that keeps the membership: every position not committed is
+    /// forgotten and reading goes on from the group's committed ones, so
+    /// what a restart would deliver again is delivered again. True when the
+    /// member did so; false when it cannot, and the crash must drop it and
+    /// start a new member, as a process's crash does. A broker whose
+    /// rejoins are slow does it (the mock cluster's cost about a second).
+    fn crash_in_place(&self) -> bool {
         false
     }
 
-    /// True when the broker has left this member out of the group for so
-    /// long that it should be replaced (a quirk of the mock cluster).
-    fn stranded(&self) -> bool {
-        false
-    }
-
-    /// Why the client can no longer work, when it cannot: a fatal error
-    /// (a static member fenced after the group coordinator failed over, for
-    /// one). Such a member only ever polls nothing; it must be replaced.
-    fn broken(&self) -> Option<String> {
+    /// Asked when a poll brought nothing: whether this member can never
+    /// work again and must be replaced by a new one.
+    fn replace(&self) -> Option<Replace> {
         None
     }
+}
+
+/// Why a consumer must be replaced ([`Consumer::replace`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Replace {
+    /// The client failed for good: a fatal error (a static member fenced
+    /// after the group coordinator failed over, for one). Such a member
+    /// only ever polls nothing. An error of the component's.
+    Failed(String),
+    /// The broker has left this member, whose notifier never saw a
+    /// rebalance, out of the group for so long that a new member is the way in (the mock
+    /// cluster sometimes does). Not an error of the component's.
+    Unjoined,
 }
 
 /// Drops `value` off the async threads when there are any: a Kafka

@@ -179,10 +179,10 @@ async fn kill_broker(ctx: &Ctx, down: Duration) -> Result<()> {
 /// How long a cluster may take to elect a partition's new leader.
 const ELECTION: Duration = Duration::from_secs(20);
 
-/// The partition leader's metadata, read off the async threads.
+/// The node serving the topic's first lane, asked off the async threads.
 async fn leader_of(ctx: &Ctx) -> Option<String> {
     let (broker, topic) = (ctx.broker.clone(), ctx.names.topic.clone());
-    tokio::task::spawn_blocking(move || broker.leader(&topic, 0)).await.ok().flatten()
+    tokio::task::spawn_blocking(move || broker.serving_node(&topic)).await.ok().flatten()
 }
 
 /// `broker.kill_leader`: SIGKILL to the broker that leads partition 0 (found

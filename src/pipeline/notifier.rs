@@ -12,7 +12,7 @@
 //! session timeout). Its consumer is made ahead, while the current one
 //! works (`Spare`), as a supervisor keeps a replacement process warm.
 
-use crate::broker::{Consumer, ConsumerSpec, Delivery, Position};
+use crate::broker::{Consumer, ConsumerSpec, Delivery, Position, Replace};
 use crate::context::{Ctx, Stats};
 use crate::domain::events;
 use crate::error::Result;
@@ -118,15 +118,14 @@ pub async fn run(ctx: Ctx, index: usize) {
             c = spare.take() => c,
         };
         let next = prepared.unwrap_or_else(|| consumer(&ctx, &name, index));
-        // A broker whose notifiers rewind in place instead of restarting
-        // needs no spare. A component process lives one incarnation: its
-        // replacement is a new process.
-        if !ctx.broker.rewinds_in_place() && !ctx.faults.linked() {
+        // A component process lives one incarnation: its replacement is a
+        // new process.
+        if !ctx.faults.linked() {
             spare = Spare::prepare(&ctx, &name, index);
         }
         let ending = match next {
             Ok(consumer) => {
-                let mut inc = Incarnation { ctx: &ctx, name: &name, index, consumer };
+                let mut inc = Incarnation { ctx: &ctx, name: &name, consumer };
                 inc.run(&mut shutdown).await
             }
             Err(e) => Ending::Error { what: "starting a consumer", cause: e.to_string() },
@@ -144,7 +143,6 @@ pub async fn run(ctx: Ctx, index: usize) {
 struct Incarnation<'a> {
     ctx: &'a Ctx,
     name: &'a str,
-    index: usize,
     consumer: NotifierConsumer,
 }
 
@@ -211,7 +209,7 @@ impl Incarnation<'_> {
             }
         };
         if self.crashes_after(&batch, &outcome, held).await {
-            if ctx.broker.rewinds_in_place() && self.consumer.rewind_to_committed() {
+            if self.consumer.crash_in_place() {
                 Stats::add(&ctx.stats.notifier_crashes, 1);
                 return Step::Continue;
             }
@@ -296,19 +294,19 @@ impl Incarnation<'_> {
         }
         // A consumer that hit a fatal error polls nothing forever (seen
         // after the broker was killed and restarted: the notifiers' group
-        // stopped consuming for the rest of the run): replace it.
-        if let Some(why) = self.consumer.broken() {
-            warn!(notifier = %self.name, cause = %why, "the consumer failed for good; replacing it");
-            return Err(Ending::Error { what: "the consumer", cause: why });
+        // stopped consuming for the rest of the run), and one the broker
+        // never let in may never get in: replace it.
+        match self.consumer.replace() {
+            Some(Replace::Failed(why)) => {
+                warn!(notifier = %self.name, cause = %why, "the consumer failed for good; replacing it");
+                Err(Ending::Error { what: "the consumer", cause: why })
+            }
+            Some(Replace::Unjoined) => {
+                info!(notifier = %self.name, "no assignment from the broker; joining again");
+                Err(Ending::Again)
+            }
+            None => Ok(None),
         }
-        // A member the broker left out of the group, and this notifier has
-        // never held a partition: replace it.
-        let never = !ctx.coord.assigned().contains_key(&self.index);
-        if never && self.consumer.stranded() {
-            info!(notifier = %self.name, "no assignment from the broker; joining again");
-            return Err(Ending::Again);
-        }
-        Ok(None)
     }
 
     /// The crash faults after the batch transaction: `notifier.mid_batch`
