@@ -7,9 +7,95 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::watch;
 
-/// Live counters. They feed the progress line, the report's component
-/// figures and the benchmark's stage rates; the verdict never rests on them
-/// (the verifier reads the ground truth instead).
+/// Declares the components' counters once: [`Counters`] holds them live,
+/// [`Counts`] holds them at one moment (the report's component figures,
+/// and what a component process sends the harness), both with the same
+/// names, so a new counter is one line here.
+macro_rules! counters {
+    ($( $(#[$doc:meta])* $name:ident ),* $(,)?) => {
+        /// The components' live counters. They feed the progress line, the
+        /// report's component figures and the benchmark's stage rates; the
+        /// verdict never rests on them (the verifier reads the ground truth
+        /// instead).
+        #[derive(Debug, Default)]
+        pub struct Counters {
+            $( $(#[$doc])* pub $name: AtomicU64, )*
+        }
+
+        /// The counters at one moment. Shown for insight; the verdict never
+        /// rests on these.
+        #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+        #[serde(default)]
+        pub struct Counts {
+            $( $(#[$doc])* pub $name: u64, )*
+        }
+
+        impl Counters {
+            /// Every counter now.
+            pub fn counts(&self) -> Counts {
+                Counts { $( $name: Stats::get(&self.$name), )* }
+            }
+
+            /// Adds what `now` counts beyond `before`, counter by counter: a
+            /// component process's snapshots folded into the run's counters.
+            pub fn add_since(&self, now: &Counts, before: &Counts) {
+                $( Stats::add(&self.$name, now.$name.saturating_sub(before.$name)); )*
+            }
+        }
+    };
+}
+
+counters! {
+    /// Messages the broker acked (a crashed batch counts again when replayed).
+    messages_published,
+    relay_batches,
+    relay_crashes,
+    relay_errors,
+    /// Events whose effects a notifier applied.
+    events_applied,
+    /// Events the inbox absorbed as already processed.
+    duplicates_absorbed,
+    stale_ignored,
+    dead_lettered,
+    notifier_crashes,
+    notifier_errors,
+    purged_outbox_rows,
+    purged_inbox_rows,
+    /// Processes of programs under test: every incarnation started, the
+    /// nemesis's kills and pauses, kills of a process with database
+    /// sessions open and those whose sessions PostgreSQL then showed gone.
+    processes_started,
+    processes_killed,
+    processes_paused,
+    sessions_at_kill,
+    sessions_gone_after_kill,
+    /// Commits the fault proxy saw acknowledged: with changed rows, and
+    /// empty or read-only (never struck by an aimed kill).
+    commits_written,
+    commits_empty,
+    /// How long the run waited for the fault proxy's Kafka ports another
+    /// run held, before it started.
+    waited_for_ports_ms,
+    /// Process-seconds of consumers the nemesis left undrawn (random kills
+    /// and pauses, arms of aimed kills) because their group was rebalancing
+    /// (the coordinator said so).
+    group_waits,
+    /// The power of the random kills and pauses (`process.kill`,
+    /// `process.kill_per_message`, `process.pause`), from pg_stat_activity
+    /// while the process stood stopped: those measured, those that found a
+    /// transaction open (the work a wrong program can lose), and the kills
+    /// that found no session at all (a process still starting, or between
+    /// connections).
+    random_kills_measured,
+    random_kills_in_transaction,
+    random_kills_without_session,
+    pauses_measured,
+    pauses_in_transaction,
+}
+
+/// What one run's components count: the stage marks and the payments
+/// written, and every [`Counters`] counter (reached through `Deref`, as
+/// `stats.relay_batches`).
 #[derive(Debug)]
 pub struct Stats {
     /// When the run's clock started; the `*_ms` marks count from here.
@@ -24,49 +110,15 @@ pub struct Stats {
     pub first_apply_ms: AtomicU64,
     pub last_apply_ms: AtomicU64,
     pub payments_written: AtomicU64,
-    /// Messages the broker acked (a crashed batch counts again when replayed).
-    pub messages_published: AtomicU64,
-    pub relay_batches: AtomicU64,
-    pub relay_crashes: AtomicU64,
-    pub relay_errors: AtomicU64,
-    /// Events whose effects a notifier applied.
-    pub events_applied: AtomicU64,
-    /// Events the inbox absorbed as already processed.
-    pub duplicates_absorbed: AtomicU64,
-    pub stale_ignored: AtomicU64,
-    pub dead_lettered: AtomicU64,
-    pub notifier_crashes: AtomicU64,
-    pub notifier_errors: AtomicU64,
-    pub purged_outbox: AtomicU64,
-    pub purged_inbox: AtomicU64,
-    /// Processes of programs under test: started (each incarnation),
-    /// killed and paused by the nemesis; kills of a process that had
-    /// database sessions open, and those whose sessions were seen gone.
-    pub processes_started: AtomicU64,
-    pub processes_killed: AtomicU64,
-    pub processes_paused: AtomicU64,
-    pub sessions_at_kill: AtomicU64,
-    /// Commits the fault proxy saw acknowledged: those whose transaction
-    /// changed rows, and the empty or read-only ones no aimed kill strikes.
-    pub commits_written: AtomicU64,
-    pub commits_empty: AtomicU64,
-    /// How long the run waited for the fault proxy's Kafka ports, which
-    /// another run held.
-    pub waited_for_ports_ms: AtomicU64,
-    /// Process-seconds of consumers the nemesis left undrawn (random kills
-    /// and pauses, arms of aimed kills) because their group was rebalancing.
-    pub group_waits: AtomicU64,
-    pub sessions_gone_after_kill: AtomicU64,
-    /// The power of the random kills and pauses (`process.kill`,
-    /// `process.kill_per_message`, `process.pause`), from pg_stat_activity
-    /// while the process stood stopped: those measured, those that found a
-    /// transaction open, and the kills that found no session at all (a
-    /// process still starting, or between connections).
-    pub random_kills_measured: AtomicU64,
-    pub random_kills_in_transaction: AtomicU64,
-    pub random_kills_without_session: AtomicU64,
-    pub pauses_measured: AtomicU64,
-    pub pauses_in_transaction: AtomicU64,
+    pub counters: Counters,
+}
+
+impl std::ops::Deref for Stats {
+    type Target = Counters;
+
+    fn deref(&self) -> &Counters {
+        &self.counters
+    }
 }
 
 impl Default for Stats {
@@ -84,32 +136,7 @@ impl Default for Stats {
             first_apply_ms: AtomicU64::new(u64::MAX),
             last_apply_ms: AtomicU64::new(0),
             payments_written: AtomicU64::new(0),
-            messages_published: AtomicU64::new(0),
-            relay_batches: AtomicU64::new(0),
-            relay_crashes: AtomicU64::new(0),
-            relay_errors: AtomicU64::new(0),
-            events_applied: AtomicU64::new(0),
-            duplicates_absorbed: AtomicU64::new(0),
-            stale_ignored: AtomicU64::new(0),
-            dead_lettered: AtomicU64::new(0),
-            notifier_crashes: AtomicU64::new(0),
-            notifier_errors: AtomicU64::new(0),
-            purged_outbox: AtomicU64::new(0),
-            purged_inbox: AtomicU64::new(0),
-            processes_started: AtomicU64::new(0),
-            processes_killed: AtomicU64::new(0),
-            processes_paused: AtomicU64::new(0),
-            sessions_at_kill: AtomicU64::new(0),
-            commits_written: AtomicU64::new(0),
-            commits_empty: AtomicU64::new(0),
-            waited_for_ports_ms: AtomicU64::new(0),
-            group_waits: AtomicU64::new(0),
-            sessions_gone_after_kill: AtomicU64::new(0),
-            random_kills_measured: AtomicU64::new(0),
-            random_kills_in_transaction: AtomicU64::new(0),
-            random_kills_without_session: AtomicU64::new(0),
-            pauses_measured: AtomicU64::new(0),
-            pauses_in_transaction: AtomicU64::new(0),
+            counters: Counters::default(),
         }
     }
 }

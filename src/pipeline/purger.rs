@@ -14,8 +14,8 @@ pub async fn run(ctx: Ctx) {
         }
         match ctx.store.purge(r.outbox, r.inbox).await {
             Ok((o, i)) => {
-                Stats::add(&ctx.stats.purged_outbox, o);
-                Stats::add(&ctx.stats.purged_inbox, i);
+                Stats::add(&ctx.stats.purged_outbox_rows, o);
+                Stats::add(&ctx.stats.purged_inbox_rows, i);
             }
             Err(e) => warn!(cause = %e, "retention purge failed"),
         }

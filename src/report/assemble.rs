@@ -4,7 +4,7 @@
 use crate::context::Stats;
 use crate::domain::names::RunNames;
 use crate::faults::FaultInjector;
-use crate::report::{self, ComponentFigures, InfraInfo, Report, ScenarioInfo, Stages, Timings};
+use crate::report::{self, InfraInfo, Report, ScenarioInfo, Stages, Timings};
 use crate::scenario::Scenario;
 use crate::verifier::Verdict;
 
@@ -38,7 +38,7 @@ pub fn skeleton(sc: &Scenario, names: &RunNames, infra: &InfraInfo, faults: &Fau
         invariants: vec![],
         chaos_checks: vec![],
         anomalies: vec![],
-        components: figures(stats),
+        components: stats.counts(),
         timings: Timings::default(),
         latency_ms: None,
         stages: stages(stats),
@@ -64,36 +64,5 @@ fn stages(s: &Stats) -> Stages {
         last_publish_ms: Stats::get(&s.last_publish_ms),
         first_apply_ms: first(&s.first_apply_ms),
         last_apply_ms: Stats::get(&s.last_apply_ms),
-    }
-}
-
-fn figures(s: &Stats) -> ComponentFigures {
-    ComponentFigures {
-        messages_published: Stats::get(&s.messages_published),
-        relay_batches: Stats::get(&s.relay_batches),
-        relay_crashes: Stats::get(&s.relay_crashes),
-        relay_errors: Stats::get(&s.relay_errors),
-        events_applied: Stats::get(&s.events_applied),
-        duplicates_absorbed: Stats::get(&s.duplicates_absorbed),
-        stale_ignored: Stats::get(&s.stale_ignored),
-        dead_lettered: Stats::get(&s.dead_lettered),
-        notifier_crashes: Stats::get(&s.notifier_crashes),
-        notifier_errors: Stats::get(&s.notifier_errors),
-        purged_outbox_rows: Stats::get(&s.purged_outbox),
-        purged_inbox_rows: Stats::get(&s.purged_inbox),
-        processes_started: Stats::get(&s.processes_started),
-        processes_killed: Stats::get(&s.processes_killed),
-        processes_paused: Stats::get(&s.processes_paused),
-        sessions_at_kill: Stats::get(&s.sessions_at_kill),
-        sessions_gone_after_kill: Stats::get(&s.sessions_gone_after_kill),
-        commits_written: Stats::get(&s.commits_written),
-        commits_empty: Stats::get(&s.commits_empty),
-        waited_for_ports_ms: Stats::get(&s.waited_for_ports_ms),
-        group_waits: Stats::get(&s.group_waits),
-        random_kills_measured: Stats::get(&s.random_kills_measured),
-        random_kills_in_transaction: Stats::get(&s.random_kills_in_transaction),
-        random_kills_without_session: Stats::get(&s.random_kills_without_session),
-        pauses_measured: Stats::get(&s.pauses_measured),
-        pauses_in_transaction: Stats::get(&s.pauses_in_transaction),
     }
 }

@@ -109,63 +109,9 @@ pub struct InfraInfo {
     pub proxy: Option<String>,
 }
 
-/// What the components say about themselves. Shown for insight; the verdict
-/// never rests on these.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct ComponentFigures {
-    pub messages_published: u64,
-    pub relay_batches: u64,
-    pub relay_crashes: u64,
-    pub relay_errors: u64,
-    pub events_applied: u64,
-    pub duplicates_absorbed: u64,
-    pub stale_ignored: u64,
-    pub dead_lettered: u64,
-    pub notifier_crashes: u64,
-    pub notifier_errors: u64,
-    pub purged_outbox_rows: u64,
-    pub purged_inbox_rows: u64,
-    /// Processes of a program under test: every incarnation started, the
-    /// nemesis's kills and pauses, kills of a process with database
-    /// sessions open and those whose sessions PostgreSQL then showed gone.
-    #[serde(default)]
-    pub processes_started: u64,
-    #[serde(default)]
-    pub processes_killed: u64,
-    #[serde(default)]
-    pub processes_paused: u64,
-    #[serde(default)]
-    pub sessions_at_kill: u64,
-    #[serde(default)]
-    pub sessions_gone_after_kill: u64,
-    /// Commits the fault proxy saw acknowledged: with changed rows, and
-    /// empty or read-only (never struck by an aimed kill).
-    #[serde(default)]
-    pub commits_written: u64,
-    #[serde(default)]
-    pub commits_empty: u64,
-    /// How long the run waited for the fault proxy's Kafka ports another
-    /// run held, before it started.
-    #[serde(default)]
-    pub waited_for_ports_ms: u64,
-    /// Process-seconds of consumers the nemesis left undrawn because their
-    /// group was rebalancing (the coordinator said so).
-    #[serde(default)]
-    pub group_waits: u64,
-    /// The random kills and pauses, measured on PostgreSQL while the
-    /// process stood stopped: how many found a transaction open (the work
-    /// a wrong program can lose), and kills that found no session.
-    #[serde(default)]
-    pub random_kills_measured: u64,
-    #[serde(default)]
-    pub random_kills_in_transaction: u64,
-    #[serde(default)]
-    pub random_kills_without_session: u64,
-    #[serde(default)]
-    pub pauses_measured: u64,
-    #[serde(default)]
-    pub pauses_in_transaction: u64,
-}
+/// What the components say about themselves: the run's counters at its
+/// end.
+pub use crate::context::Counts as ComponentFigures;
 
 pub use crate::verifier::latency::{Latency, LatencyBucket};
 

@@ -8,7 +8,7 @@
 //! ([`super::program`]), which folds the snapshots into the run's counters.
 
 use crate::broker::{Position, Stretch};
-use crate::context::{Coordination, Stats};
+use crate::context::{Coordination, Counts, Stats};
 use crate::faults::{FaultInjector, FaultPoint, FaultRecord};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -74,8 +74,8 @@ pub enum Line {
 /// A component's cumulative figures since it started.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Snapshot {
-    /// In the order of [`counters`].
-    pub counters: Vec<u64>,
+    /// Every counter, by name.
+    pub counters: Counts,
     /// Occurrences per fault point, in `FaultPoint::ALL` order.
     pub reached: Vec<u64>,
     /// First and last publish, first and last apply, as Unix milliseconds
@@ -85,22 +85,6 @@ pub struct Snapshot {
     /// run's group wait reads them (the mock cluster cannot list groups).
     #[serde(default)]
     pub assigned: Option<usize>,
-}
-
-/// The counters a component process reports, in a fixed order.
-pub fn counters(s: &Stats) -> [&AtomicU64; 10] {
-    [
-        &s.messages_published,
-        &s.relay_batches,
-        &s.relay_crashes,
-        &s.relay_errors,
-        &s.events_applied,
-        &s.duplicates_absorbed,
-        &s.stale_ignored,
-        &s.dead_lettered,
-        &s.notifier_crashes,
-        &s.notifier_errors,
-    ]
 }
 
 /// The stage marks, in the order of `Snapshot::marks_unix_ms`.
@@ -118,7 +102,7 @@ pub fn snapshot(stats: &Stats, coord: &Coordination, faults: &FaultInjector) -> 
         v => origin + v,
     });
     Snapshot {
-        counters: counters(stats).iter().map(|c| Stats::get(c)).collect(),
+        counters: stats.counts(),
         reached: FaultPoint::ALL.iter().map(|p| faults.reached(*p)).collect(),
         marks_unix_ms: marks,
         assigned: coord.assigned().values().next().copied(),
@@ -139,11 +123,7 @@ impl Fold {
         if let Some(n) = s.assigned {
             coord.set_assigned(slot, n);
         }
-        for (i, c) in counters(stats).iter().enumerate() {
-            let (now, before) =
-                (s.counters.get(i).copied().unwrap_or(0), self.last.counters.get(i).copied().unwrap_or(0));
-            Stats::add(c, now.saturating_sub(before));
-        }
+        stats.add_since(&s.counters, &self.last.counters);
         for (i, p) in FaultPoint::ALL.iter().enumerate() {
             let (now, before) =
                 (s.reached.get(i).copied().unwrap_or(0), self.last.reached.get(i).copied().unwrap_or(0));
@@ -162,5 +142,29 @@ impl Fold {
             }
         }
         self.last = s;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::faults::FaultRates;
+
+    /// A component's snapshots are cumulative: folding two adds the first
+    /// whole and then only what grew, counter by counter, each by its name,
+    /// whichever counters the component moved.
+    #[test]
+    fn snapshots_fold_into_the_runs_counters_by_what_grew() {
+        let (component, run) = (Stats::default(), Stats::default());
+        let (coord, faults) = (Coordination::default(), FaultInjector::new(1, &FaultRates::none()));
+        let mut fold = Fold::default();
+        Stats::add(&run.relay_batches, 5);
+        Stats::add(&component.relay_batches, 2);
+        Stats::add(&component.purged_outbox_rows, 7);
+        fold.apply(snapshot(&component, &coord, &faults), 1, &run, &coord, &faults);
+        Stats::add(&component.relay_batches, 3);
+        fold.apply(snapshot(&component, &coord, &faults), 1, &run, &coord, &faults);
+        let counts = run.counts();
+        assert_eq!((counts.relay_batches, counts.purged_outbox_rows, counts.notifier_crashes), (10, 7, 0));
     }
 }
