@@ -3,7 +3,7 @@
 
 use crate::context::Ctx;
 use crate::error::Result;
-use crate::harness::run::drive::{self, Left, Ran, Undrained};
+use crate::harness::run::drive::{self, DrainClock, Left, Ran, Undrained};
 use crate::nemesis::process::program::Programs;
 use crate::scenario::{Published, System};
 use crate::store::declared as rows;
@@ -56,9 +56,8 @@ pub(super) async fn come_to_rest(
     }
     stop_faults();
     if ran.incomplete.is_none() && !ran.interrupted {
-        let deadline = Instant::now() + ctx.scenario.drain_timeout;
         tokio::select! {
-            r = settle(ctx, pg, sys, deadline) => match r {
+            r = settle(ctx, pg, sys) => match r {
                 Ok(Settled::Quiet) => {}
                 Ok(Settled::Stalled(s)) => stalls.consumer = Some(s),
                 Err(e) => ran.incomplete = Some(format!("the settle after the drain could not read the system: {e}")),
@@ -153,21 +152,27 @@ pub(super) struct Stall {
     keys: Vec<String>,
     /// How long the settle waited after the drain.
     waited: Duration,
+    /// How it ran out: no progress within a drain timeout, or the cap.
+    why: String,
 }
 
 /// After the drain: waits until the declared pending work (`[system]
 /// pending`) is gone and every effect's count has stayed the same for
-/// `[run] settle_quiet_ms`, until `deadline`. Counts still moving at the
-/// deadline are judged as they are; pending work still there is a stall.
-/// `CHAOS_SKIP_SETTLE=1` judges at once (a switch for tests that show the
-/// settle is what makes the difference).
-async fn settle(ctx: &Ctx, pg: &Store, sys: &System, deadline: Instant) -> Result<Settled> {
+/// `[run] settle_quiet_ms`. The wait runs out on the drain's clock
+/// ([`DrainClock`]): one drain timeout without a new low of pending rows,
+/// or a few timeouts in all. So a consumer still applying its backlog is
+/// late, not stalled; one that applies nothing for a timeout has stalled.
+/// Counts still moving when it runs out are judged as they are; pending
+/// work still there is a stall. `CHAOS_SKIP_SETTLE=1` judges at once (a
+/// switch for tests that show the settle is what makes the difference).
+async fn settle(ctx: &Ctx, pg: &Store, sys: &System) -> Result<Settled> {
     if std::env::var_os("CHAOS_SKIP_SETTLE").is_some() {
         warn!("CHAOS_SKIP_SETTLE: judging at once, without waiting for pending work");
         return Ok(Settled::Quiet);
     }
     let quiet = ctx.scenario.settle_quiet;
     let started = Instant::now();
+    let mut clock = DrainClock::new(ctx.scenario.drain_timeout);
     let (mut last, mut since) = (None, Instant::now());
     loop {
         let pending = match &sys.pending {
@@ -175,6 +180,7 @@ async fn settle(ctx: &Ctx, pg: &Store, sys: &System, deadline: Instant) -> Resul
             None => Vec::new(),
         };
         let counts = rows::effect_counts(pg, sys).await?;
+        clock.left(pending.len() as i64);
         if !pending.is_empty() || last.as_ref() != Some(&counts) {
             since = Instant::now();
         }
@@ -183,14 +189,14 @@ async fn settle(ctx: &Ctx, pg: &Store, sys: &System, deadline: Instant) -> Resul
             info!(ms = started.elapsed().as_millis() as u64, "settled: no pending work, effects unchanged");
             return Ok(Settled::Quiet);
         }
-        if Instant::now() + SETTLE_POLL > deadline {
+        tokio::time::sleep(SETTLE_POLL).await;
+        if !clock.running() {
             if pending.is_empty() {
-                warn!("the effects were still changing when the drain timeout ran out; judging them as they are");
+                warn!("the effects were still changing when the settle ran out; judging them as they are");
                 return Ok(Settled::Quiet);
             }
-            return Ok(Settled::Stalled(Stall { keys: pending, waited: started.elapsed() }));
+            return Ok(Settled::Stalled(Stall { keys: pending, waited: started.elapsed(), why: clock.why() }));
         }
-        tokio::time::sleep(SETTLE_POLL).await;
     }
 }
 
@@ -230,9 +236,10 @@ fn stall_anomaly(
 /// long, which keys, and the last fault before it.
 pub(super) fn stalled(stall: &Stall, faults: &[crate::faults::FaultRecord]) -> crate::verifier::Anomaly {
     let headline = format!(
-        "{} rows of system.pending still there {:.1} s after the drain; the last fault before: {}",
+        "{} rows of system.pending still there {:.1} s after the drain, not applied {}; the last fault before: {}",
         stall.keys.len(),
         stall.waited.as_secs_f64(),
+        stall.why,
         last_fault(faults, "notifier")
     );
     let kind = crate::domain::anomaly::AnomalyKind::StalledConsumer;
