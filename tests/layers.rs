@@ -316,6 +316,33 @@ fn only_the_broker_folder_names_a_broker_kind() {
     assert!(naming.is_empty(), "files outside src/broker/ that name the Kafka adapter: {naming:?}");
 }
 
+#[test]
+fn the_pipeline_never_asks_how_its_broker_recovers() {
+    // Issue 38: the broker trait carried the mock cluster's quirks
+    // (`rewinds_in_place`, `stranded`) and the notifier branched on them.
+    // A consumer now recovers as its adapter decides (`crash_in_place`,
+    // `replace`), so the pipeline's code names neither the mock cluster
+    // nor the embedded mode. Comments may.
+    let mut all = Vec::new();
+    files(&src().join("pipeline"), &mut all);
+    let asking: Vec<String> = all
+        .iter()
+        .filter(|f| {
+            let text = code(&std::fs::read_to_string(f).unwrap());
+            ["embedded()", "rewinds_in_place", "stranded", "rewind_to_committed", "mock"]
+                .iter()
+                .any(|w| text.contains(w))
+        })
+        .map(|f| f.strip_prefix(src()).unwrap().display().to_string())
+        .collect();
+    assert!(all.len() > 5, "the pipeline's files were not found");
+    assert!(asking.is_empty(), "pipeline files that ask which broker they run on: {asking:?}");
+    let broker = code(&std::fs::read_to_string(src().join("broker/mod.rs")).unwrap());
+    for quirk in ["rewinds_in_place", "stranded", "rewind_to_committed", "fn leader"] {
+        assert!(!broker.contains(quirk), "the broker trait has {quirk} again");
+    }
+}
+
 /// The functions of `text` longer than `max` lines, as (name, first line,
 /// lines). The code is rustfmt's: a function's body ends at the first line
 /// that is a lone `}` at its `fn`'s indentation.
