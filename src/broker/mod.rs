@@ -302,8 +302,9 @@ pub enum Replace {
     /// only ever polls nothing. An error of the component's.
     Failed(String),
     /// The broker has left this member, whose notifier never saw a
-    /// rebalance, out of the group for so long that a new member is the way in (the mock
-    /// cluster sometimes does). Not an error of the component's.
+    /// rebalance, out of the group for so long that a new member is the
+    /// way in (the mock cluster sometimes does). Not an error of the
+    /// component's.
     Unjoined,
 }
 

@@ -52,8 +52,6 @@ const OFFSET_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Membership {
     on_assign: OnAssign,
     member: String,
-    /// This consumer's join completed (it got an assignment, maybe empty).
-    joined: AtomicBool,
     strandings: Option<Strandings>,
 }
 
@@ -68,10 +66,7 @@ impl ConsumerContext for Membership {
         debug!(member = %self.member, partitions = held, "rebalance");
         if let Some(s) = &self.strandings {
             s.rebalanced.store(true, Ordering::Relaxed);
-        }
-        if matches!(rebalance, Rebalance::Assign(_)) {
-            self.joined.store(true, Ordering::Relaxed);
-            if let Some(s) = &self.strandings {
+            if matches!(rebalance, Rebalance::Assign(_)) {
                 s.replaced.store(0, Ordering::Relaxed);
             }
         }
@@ -141,7 +136,6 @@ impl KafkaConsumer {
             .create_with_context(Membership {
                 on_assign: spec.on_assign,
                 member: spec.member,
-                joined: Default::default(),
                 strandings: strandings.as_ref().map(|s| s.0.clone()),
             })
             .map_err(|e| Error::kafka("creating a notifier consumer", e))?;
@@ -265,18 +259,17 @@ impl crate::broker::Consumer for KafkaConsumer {
 
     /// A fatal error first. Then, on the mock cluster, a member unjoined
     /// past its wait, of a notifier none of whose members ever saw a
-    /// rebalance: once the group
-    /// is running, rebalances after crashes and stalls take the mock
-    /// longer, and replacing members then would only restart them.
+    /// rebalance: once the group is running, rebalances after crashes and
+    /// stalls take the mock longer, and replacing members then would only
+    /// restart them.
     fn replace(&self) -> Option<Replace> {
         if let Some((code, why)) = self.c().client().fatal_error() {
             return Some(Replace::Failed(format!("{code:?}: {why}")));
         }
         let (s, first) = self.strandings.as_ref()?;
-        let joined = self.c().context().joined.load(Ordering::Relaxed);
         let wait = (*first * 2u32.pow(s.replaced.load(Ordering::Relaxed).min(3))).min(MOCK_JOIN_WAIT_MAX);
         let waited = self.joined_at.get().is_some_and(|at| at.elapsed() > wait);
-        if joined || s.rebalanced.load(Ordering::Relaxed) || !waited {
+        if s.rebalanced.load(Ordering::Relaxed) || !waited {
             return None;
         }
         s.replaced.fetch_add(1, Ordering::Relaxed);
