@@ -466,37 +466,53 @@ pub struct Options {
     pub components: crate::scenario::Components,
     /// A declaration of the payments pipeline every run is judged by too.
     pub declared: Option<PathBuf>,
+    /// Variants run at once (the correct pipeline's seeds count as one).
+    pub jobs: u32,
 }
 
 fn expected_found(r: &Report, anomaly: AnomalyKind) -> Option<u64> {
     r.anomalies.iter().find(|a| a.name == anomaly.as_str()).map(|a| a.count)
 }
 
-/// Runs the catalogue and the correct pipeline; prints progress on stderr.
+/// Runs the catalogue and the correct pipeline, `jobs` of them at once;
+/// prints progress on stderr. Each run has its own schema, topic and group
+/// (or SQLite file and mock cluster), and no selftest scenario strikes a
+/// service the others share, so runs side by side judge what they would
+/// alone. The rows keep the catalogue's order.
 pub async fn selftest(opts: &Options, listener: &dyn Listener) -> Result<Summary> {
-    let mut rows = Vec::new();
+    use futures::StreamExt;
     let mut skipped = Vec::new();
-    let chosen = CATALOGUE
+    let mut chosen = Vec::new();
+    for v in CATALOGUE
         .iter()
         .filter(|_| opts.variants)
-        .filter(|v| opts.only.as_deref().map(|o| v.name.contains(o)).unwrap_or(true));
-    for v in chosen {
+        .filter(|v| opts.only.as_deref().map(|o| v.name.contains(o)).unwrap_or(true))
+    {
         if v.needs_postgres && opts.database_url.is_none() {
             listener.progress(&Progress::VariantLeftOut { name: v.name });
             skipped.push(v.name.to_string());
-            continue;
+        } else {
+            chosen.push(v);
         }
-        rows.push(catch_variant(v, opts, listener).await?);
     }
-    let caught = rows.iter().filter(|r| r.ok).count();
-    let variants = rows.len();
-    // `--only` picks variants: the correct pipeline is not run, so not flagged.
+    // `--only` picks variants: the correct pipeline is not run, so not
+    // flagged. Its seeds run one after the other, the longest job: it
+    // starts first, and its row goes last.
+    let with_correct = opts.only.is_none();
+    let runs = with_correct
+        .then(|| futures::future::Either::Left(correct_pipeline(opts, listener)))
+        .into_iter()
+        .chain(chosen.iter().map(|v| futures::future::Either::Right(catch_variant(v, opts, listener))));
+    let done: Vec<Result<Row>> = futures::stream::iter(runs).buffered(opts.jobs.max(1) as usize).collect().await;
+    let mut rows = done.into_iter().collect::<Result<Vec<Row>>>()?;
     let mut correct_clean = true;
-    if opts.only.is_none() {
-        let clean = correct_pipeline(opts, listener).await?;
+    if with_correct {
+        let clean = rows.remove(0);
         correct_clean = clean.ok;
         rows.push(clean);
     }
+    let caught = rows.iter().take(chosen.len()).filter(|r| r.ok).count();
+    let variants = chosen.len();
     Ok(Summary { rows, skipped, caught, variants, correct_clean })
 }
 

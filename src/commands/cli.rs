@@ -102,6 +102,9 @@ pub struct SelftestArgs {
     /// Judge every run by the generic verifier too, with this declaration of the payments pipeline (e.g. scenarios/payments-declared.toml), and show both verdicts per variant. Both backends: the declaration's SQL must run on the run's database.
     #[arg(long, value_name = "FILE")]
     pub declared: Option<PathBuf>,
+    /// Variants run at once, each with its own schema, topic and group (or SQLite file and mock cluster); the correct pipeline's seeds count as one. A run mostly waits on its faults and drain, so 3 takes about a third of the time on two cores; default 1, one after the other.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub jobs: u32,
 }
 
 #[derive(Debug, Args)]

@@ -268,6 +268,7 @@ async fn selftest(a: SelftestArgs) -> Result<Exit> {
         variants: !a.no_variants,
         components: a.components,
         declared: a.declared,
+        jobs: a.jobs,
     };
     let summary = crate::campaigns::selftest::selftest(&opts, &reporters::Campaign::new()).await?;
     if let Some(path) = &a.junit {

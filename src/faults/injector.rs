@@ -61,6 +61,8 @@ pub struct FaultInjector {
     armings: [AtomicU64; N],
     /// The (point, component) pairs armed and not yet struck.
     arms: Mutex<Vec<(FaultPoint, String)>>,
+    /// Aimed kills' rates for one role's processes, over `rates`.
+    role_rates: RoleRates,
     /// The consumers' group is rebalancing, as the coordinator last said
     /// ([`FaultInjector::set_group_stable`]).
     rebalancing: std::sync::atomic::AtomicBool,
@@ -134,6 +136,7 @@ impl FaultInjector {
             draws: std::array::from_fn(|_| AtomicU64::new(0)),
             armings: std::array::from_fn(|_| AtomicU64::new(0)),
             arms: Mutex::new(Vec::new()),
+            role_rates: Vec::new(),
             rebalancing: Default::default(),
             calm: Default::default(),
             fired_at: Mutex::new(Vec::new()),
@@ -207,11 +210,29 @@ impl FaultInjector {
         self
     }
 
+    /// The same injector with these roles' own rates for aimed kills
+    /// (`[faults.service]`), drawn per second as the others are.
+    pub fn with_role_rates(mut self, role_rates: RoleRates) -> Self {
+        self.role_rates = role_rates;
+        self
+    }
+
     /// Whether `point` fires only at a window of a process armed before
     /// ([`Aimed::PerSecond`]). A schedule pins windows by occurrence
     /// instead, so that a replay strikes the same ones.
     pub fn arms(&self, point: FaultPoint) -> bool {
-        self.aimed == Aimed::PerSecond && point.aimed() && self.schedule.is_none() && self.rates[point.index()] > 0.0
+        let set = self.rates[point.index()] > 0.0 || self.role_rates.iter().any(|r| r.point == point && r.rate > 0.0);
+        self.aimed == Aimed::PerSecond && point.aimed() && self.schedule.is_none() && set
+    }
+
+    /// `point`'s rate per second for `component`: its role's own
+    /// (`service` for `service-1`), or the scenario's.
+    fn rate_for(&self, point: FaultPoint, component: &str) -> f64 {
+        let role = component.split_once('-').map_or(component, |(role, _)| role);
+        self.role_rates
+            .iter()
+            .find(|r| r.point == point && r.role == role)
+            .map_or(self.rates[point.index()], |r| r.rate)
     }
 
     /// One second of `component`'s process life, for `point`: a seeded
@@ -226,7 +247,7 @@ impl FaultInjector {
         let n = self.draws[i].fetch_add(1, Ordering::Relaxed);
         // Its own decision stream: the windows' stream stays the one a
         // per-occurrence run of the same seed draws.
-        if !decide(self.seed ^ ARMING_SALT, point, n, self.rates[i]) {
+        if !decide(self.seed ^ ARMING_SALT, point, n, self.rate_for(point, component)) {
             return false;
         }
         self.armings[i].fetch_add(1, Ordering::Relaxed);
@@ -557,6 +578,7 @@ impl FaultInjector {
                     all.iter().filter(|(q, _)| q == p).take(5).map(|(_, why)| why.clone()).collect()
                 },
                 armed: self.arms(*p).then(|| self.armed(*p)),
+                per_role: self.role_rates.iter().filter(|r| r.point == *p).map(|r| (r.role.clone(), r.rate)).collect(),
             })
             .collect()
     }

@@ -121,7 +121,24 @@ pub struct FaultSummary {
     /// the armed ones struck. None for any other point.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub armed: Option<(u64, u64)>,
+    /// Roles with a rate of their own for this aimed kill
+    /// (`[faults.service]`), over `probability`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_role: Vec<(String, f64)>,
 }
+
+/// An aimed kill's rate per second for one role's processes
+/// (`[faults.service] db_kill_after_commit = 0.3`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoleRate {
+    /// `service`, `relay` or `notifier`: the processes named `ROLE-N`.
+    pub role: String,
+    pub point: FaultPoint,
+    pub rate: f64,
+}
+
+/// Every role's own rates.
+pub type RoleRates = Vec<RoleRate>;
 
 /// What the run's faults left for the checkers to read: when the run
 /// started, every firing with its reach, what the notifiers received, and

@@ -75,11 +75,17 @@ macro_rules! fault_points {
         #[serde(deny_unknown_fields, default)]
         pub struct RawFaults {
             $($(#[$doc])* pub $key: toml::Spanned<f64>,)+
+            /// `[faults.service]`, `[faults.relay]`, `[faults.notifier]`:
+            /// an aimed kill's rate per second for that role's processes,
+            /// over the one above.
+            pub service: Option<RawRoleRates>,
+            pub relay: Option<RawRoleRates>,
+            pub notifier: Option<RawRoleRates>,
         }
 
         impl Default for RawFaults {
             fn default() -> Self {
-                Self { $($key: toml::Spanned::new(0..0, 0.0),)+ }
+                Self { $($key: toml::Spanned::new(0..0, 0.0),)+ service: None, relay: None, notifier: None }
             }
         }
 
@@ -91,6 +97,10 @@ macro_rules! fault_points {
         }
     };
 }
+
+/// One role's aimed-kill rates as written (`[faults.service]`), each key
+/// a fault point's key with where it was written.
+pub type RawRoleRates = toml::Spanned<std::collections::BTreeMap<String, toml::Spanned<f64>>>;
 
 fault_points! {
     /// A relay crashes after the broker acked its batch and before it marks

@@ -44,6 +44,33 @@ fn per_second_an_aimed_kill_strikes_programs_alike_whatever_their_windows() {
     assert!(per_message > 5 * per_batch, "{per_message} against {per_batch}");
 }
 
+/// `[faults.service]`: the service's seconds are drawn at its own rate,
+/// every other process's at the scenario's, and the summary says both.
+#[test]
+fn a_roles_own_rate_arms_that_roles_processes_only() {
+    let point = FaultPoint::DbKillAfterCommit;
+    let f = FaultInjector::new(3, &FaultRates::none().with(point, 0.1))
+        .with_aimed(Aimed::PerSecond)
+        .with_role_rates(vec![RoleRate { role: "service".into(), point, rate: 0.4 }]);
+    let (mut service, mut consumer) = (0, 0);
+    for _second in 0..400 {
+        f.arm(point, "service-1");
+        f.arm(point, "notifier-1");
+        service += f.strike(point, "service-1", String::new) as u64;
+        consumer += f.strike(point, "notifier-1", String::new) as u64;
+    }
+    // About 160 and 40: four times the strikes, not the same.
+    assert!((120..=200).contains(&service) && (20..=60).contains(&consumer), "{service} {consumer}");
+    let s = f.summary().into_iter().find(|s| s.point == point.name()).unwrap();
+    assert_eq!((s.probability, s.per_role), (0.1, vec![("service".to_string(), 0.4)]));
+    // A role rate alone arms its point; other points are untouched.
+    let only = FaultInjector::new(3, &FaultRates::none())
+        .with_aimed(Aimed::PerSecond)
+        .with_role_rates(vec![RoleRate { role: "relay".into(), point, rate: 1.0 }]);
+    assert!(only.arm(point, "relay-2") && !only.arm(point, "notifier-1"));
+    assert!(!only.arm(FaultPoint::KafkaKillAfterFetch, "relay-2"));
+}
+
 #[test]
 fn an_arm_is_taken_once_by_its_own_process_and_a_schedule_ignores_it() {
     let point = FaultPoint::KafkaKillAfterFetch;

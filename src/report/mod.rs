@@ -431,7 +431,13 @@ fn render_faults(r: &Report, style: Style, out: &mut String) {
     for f in shown_faults(r) {
         t.add_row(vec![
             Cell::new(&f.point),
-            Cell::new(format!("{}", f.probability)).set_alignment(CellAlignment::Right),
+            Cell::new(
+                std::iter::once(f.probability.to_string())
+                    .chain(f.per_role.iter().map(|(role, rate)| format!("{role} {rate}")))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            )
+            .set_alignment(CellAlignment::Right),
             Cell::new(&f.unit),
             Cell::new(f.occurrences).set_alignment(CellAlignment::Right),
             Cell::new(f.fired).set_alignment(CellAlignment::Right),

@@ -114,6 +114,7 @@ mod tests {
                 preempted: 0,
                 preempted_why: Vec::new(),
                 armed: None,
+                per_role: Vec::new(),
             })
             .collect();
         r.fault_log = kills_at

@@ -315,6 +315,9 @@ pub struct Settings {
     pub broker_restart: Vec<String>,
     /// What an aimed kill's rate counts (`[nemesis] aimed`).
     pub aimed: crate::faults::Aimed,
+    /// Aimed kills' rates for one role's processes (`[faults.service]`).
+    #[serde(default)]
+    pub role_rates: crate::faults::RoleRates,
     /// The share of the payments written from which no process is killed
     /// or paused (`[nemesis] calm_after`); None: never calm.
     pub calm_after: Option<f64>,
@@ -968,6 +971,37 @@ mod tests {
         assert_eq!(p("name = \"t\"\n").unwrap().aimed, crate::faults::Aimed::PerSecond, "the default");
         let pinned = p("[nemesis]\naimed = \"per-occurrence\"\n").unwrap();
         assert_eq!(pinned.aimed, crate::faults::Aimed::PerOccurrence);
+    }
+
+    /// `[faults.service]`: an aimed kill's own rate for one role, over
+    /// `[faults]`; anything else there is refused, naming the key.
+    #[test]
+    fn a_role_takes_its_own_rate_for_an_aimed_kill_only() {
+        let base = "[run]\ncomponents = \"process\"\n[faults]\ndb_kill_after_commit = 0.1\n";
+        let sc = p(&format!("{base}[faults.service]\ndb_kill_after_commit = 0.3\n")).unwrap();
+        let want = crate::faults::RoleRate {
+            role: "service".into(),
+            point: crate::faults::FaultPoint::DbKillAfterCommit,
+            rate: 0.3,
+        };
+        assert_eq!(sc.role_rates, vec![want]);
+        assert_eq!(sc.faults.get(crate::faults::FaultPoint::DbKillAfterCommit), 0.1);
+        let e = p(&format!("{base}[faults.service]\nprocess_kill = 0.3\n")).unwrap_err();
+        assert!(
+            e.contains("`faults.service.process_kill` is not an aimed kill; a role's own rate is for one of: "),
+            "{e}"
+        );
+        assert!(e.contains("db_kill_after_commit"), "{e}");
+        let e = p("[run]\ncomponents = \"process\"\n[faults.relay]\ndb_kill_after_commit = 0.3\n").unwrap_err();
+        assert!(e.contains("stands over `faults.db_kill_after_commit`, which is 0"), "{e}");
+        let e = p(&format!("{base}[faults.notifier]\ndb_kill_after_commit = 3\n")).unwrap_err();
+        assert!(e.contains("`faults.notifier.db_kill_after_commit` is 3"), "{e}");
+        let e =
+            p(&format!("{base}[faults.service]\ndb_kill_after_commit = 0.3\n[nemesis]\naimed = \"per-occurrence\"\n"))
+                .unwrap_err();
+        assert!(e.contains("`[faults.service]` needs `[nemesis] aimed = \"per-second\"`"), "{e}");
+        let e = p(&format!("{base}[faults.consumer]\ndb_kill_after_commit = 0.3\n")).unwrap_err();
+        assert!(e.contains("consumer"), "{e}");
     }
 
     /// Unset, a pause outlasts the session timeout the program is given,

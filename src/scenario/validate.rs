@@ -190,6 +190,7 @@ impl Validator<'_> {
             broker_restart: self.argv(&raw.nemesis.broker_restart, "nemesis.broker_restart")?,
             database_restart: self.argv(&raw.nemesis.database_restart, "nemesis.database_restart")?,
             aimed: self.choice(&raw.nemesis.aimed, "nemesis.aimed", Aimed::parse, Aimed::names)?,
+            role_rates: self.role_rates(&raw)?,
             calm_after: self.calm_after(&raw)?,
             nemesis_targets: self.targets(&raw, &raw.nemesis.targets, "nemesis.targets", false)?,
             proxy: self.proxy(&raw)?,
@@ -291,6 +292,45 @@ impl Validator<'_> {
             faults = faults.with(*point, p);
         }
         Ok(faults)
+    }
+
+    /// `[faults.service]`, `[faults.relay]`, `[faults.notifier]`: an aimed
+    /// kill's rate per second for that role's processes, over `[faults]`.
+    /// Only aimed kills drawn per second have one: a window's rate per
+    /// occurrence already differs with the program.
+    fn role_rates(&self, raw: &RawScenario) -> Result<crate::faults::RoleRates, crate::Error> {
+        let f = &raw.faults;
+        let mut out = Vec::new();
+        for (role, table) in [("service", &f.service), ("relay", &f.relay), ("notifier", &f.notifier)] {
+            let Some(table) = table else { continue };
+            if raw.nemesis.aimed.get_ref() != "per-second" {
+                return self.err(
+                    table.span(),
+                    &format!("`[faults.{role}]` needs `[nemesis] aimed = \"per-second\"`: a role's own rate counts seconds of its processes' lives; remove the table or the `aimed` line"),
+                );
+            }
+            let aimed = || FaultPoint::ALL.iter().filter(|p| p.aimed()).map(|p| p.key()).collect::<Vec<_>>().join(", ");
+            for (key, rate) in table.get_ref() {
+                let Some(point) = FaultPoint::ALL.iter().copied().find(|p| p.key() == key && p.aimed()) else {
+                    return self.err(
+                        table.span(),
+                        &format!(
+                            "`faults.{role}.{key}` is not an aimed kill; a role's own rate is for one of: {}",
+                            aimed()
+                        ),
+                    );
+                };
+                if *f.get(point).get_ref() == 0.0 {
+                    return self.err(
+                        table.span(),
+                        &format!("`faults.{role}.{key}` stands over `faults.{key}`, which is 0: set `{key}` in `[faults]` too (the rate every other process takes)"),
+                    );
+                }
+                let rate = self.prob(rate, &format!("{role}.{key}"))?;
+                out.push(crate::faults::RoleRate { role: role.into(), point, rate });
+            }
+        }
+        Ok(out)
     }
 
     /// `[nemesis] calm_after`: a share of the payments, or of a declared

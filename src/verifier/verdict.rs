@@ -154,6 +154,7 @@ mod tests {
             preempted: 0,
             preempted_why: vec![],
             armed: None,
+            per_role: Vec::new(),
         }
     }
 

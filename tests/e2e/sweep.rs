@@ -314,10 +314,15 @@ fn shards_of_a_sweep_merge_into_the_whole_sweep() {
     let busy: f64 = w["rows"].as_array().unwrap().iter().map(|r| r["seconds"].as_f64().unwrap()).sum();
     let wall = w["seconds"].as_f64().unwrap();
     assert!(wall < busy * 0.9, "--jobs 2 ran the seeds one after the other: {wall:.1} s for {busy:.1} s of runs");
-    // What runs cannot share is refused before any run.
-    let proxied = dir.path().join("proxied.toml");
-    std::fs::write(&proxied, "[workload]\npayments = 80\n[proxy]\nkafka = true\n").unwrap();
-    let refused = sweep(Backend::Embedded, proxied.to_str().unwrap(), dir.path(), &["--seeds", "2", "--jobs", "2"]);
+    // What runs cannot share is refused before any run: a broker paused
+    // on the timeline would pause every run's.
+    let shared = dir.path().join("shared.toml");
+    std::fs::write(
+        &shared,
+        "[workload]\npayments = 80\n[[nemesis.timeline]]\nfault = \"broker.pause\"\nat = \"1s\"\nfor = \"1s\"\n",
+    )
+    .unwrap();
+    let refused = sweep(Backend::Embedded, shared.to_str().unwrap(), dir.path(), &["--seeds", "2", "--jobs", "2"]);
     assert_eq!(refused.code, 2, "{}", refused.stderr);
     assert!(refused.stderr.contains("--jobs above 1") && refused.stderr.contains("--shard"), "{}", refused.stderr);
 

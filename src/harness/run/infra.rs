@@ -33,7 +33,10 @@ pub(super) fn context(sc: &Arc<Scenario>, infra: &Infra, names: &RunNames) -> (S
         scenario: sc.clone(),
         store: infra.store.clone(),
         faults: Arc::new(
-            FaultInjector::new(sc.seed, &sc.faults).with_schedule(sc.schedule.clone()).with_aimed(sc.aimed),
+            FaultInjector::new(sc.seed, &sc.faults)
+                .with_schedule(sc.schedule.clone())
+                .with_aimed(sc.aimed)
+                .with_role_rates(sc.role_rates.clone()),
         ),
         stats: Arc::new(Stats::default()),
         coord: Default::default(),
