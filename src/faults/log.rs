@@ -127,6 +127,17 @@ pub struct FaultSummary {
     pub per_role: Vec<(String, f64)>,
 }
 
+impl FaultSummary {
+    /// Its rate as the reports show it: the scenario's, then each role's
+    /// own (`0.1, service 0.3`).
+    pub fn rates(&self) -> String {
+        std::iter::once(self.probability.to_string())
+            .chain(self.per_role.iter().map(|(role, rate)| format!("{role} {rate}")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
 /// An aimed kill's rate per second for one role's processes
 /// (`[faults.service] db_kill_after_commit = 0.3`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -62,6 +62,7 @@ fn a_roles_own_rate_arms_that_roles_processes_only() {
     // About 160 and 40: four times the strikes, not the same.
     assert!((120..=200).contains(&service) && (20..=60).contains(&consumer), "{service} {consumer}");
     let s = f.summary().into_iter().find(|s| s.point == point.name()).unwrap();
+    assert_eq!(s.rates(), "0.1, service 0.4", "as the reports' faults tables show it");
     assert_eq!((s.probability, s.per_role), (0.1, vec![("service".to_string(), 0.4)]));
     // A role rate alone arms its point; other points are untouched.
     let only = FaultInjector::new(3, &FaultRates::none())

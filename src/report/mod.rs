@@ -431,13 +431,7 @@ fn render_faults(r: &Report, style: Style, out: &mut String) {
     for f in shown_faults(r) {
         t.add_row(vec![
             Cell::new(&f.point),
-            Cell::new(
-                std::iter::once(f.probability.to_string())
-                    .chain(f.per_role.iter().map(|(role, rate)| format!("{role} {rate}")))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            )
-            .set_alignment(CellAlignment::Right),
+            Cell::new(f.rates()).set_alignment(CellAlignment::Right),
             Cell::new(&f.unit),
             Cell::new(f.occurrences).set_alignment(CellAlignment::Right),
             Cell::new(f.fired).set_alignment(CellAlignment::Right),
@@ -460,8 +454,9 @@ fn render_faults(r: &Report, style: Style, out: &mut String) {
     // many of them met a window (an arm still waiting at the end is none).
     for f in r.faults.iter() {
         if let Some((seconds, arms)) = f.armed {
+            let roles: String = f.per_role.iter().map(|(role, rate)| format!(", {role} {rate}")).collect();
             out.push_str(&format!(
-                "armed: {} at {} per second: {arms} arm(s) in {seconds} process-second(s), {} struck at a window\n",
+                "armed: {} at {}{roles} per second: {arms} arm(s) in {seconds} process-second(s), {} struck at a window\n",
                 f.point, f.probability, f.fired
             ));
         }

@@ -275,7 +275,7 @@ fn tables(r: &Report, out: &mut String) {
             .map(|f| {
                 vec![
                     f.point.clone(),
-                    f.probability.to_string(),
+                    f.rates(),
                     f.unit.clone(),
                     f.occurrences.to_string(),
                     f.fired.to_string(),
