@@ -221,8 +221,9 @@ impl FaultInjector {
     /// ([`Aimed::PerSecond`]). A schedule pins windows by occurrence
     /// instead, so that a replay strikes the same ones.
     pub fn arms(&self, point: FaultPoint) -> bool {
-        let set = self.rates[point.index()] > 0.0 || self.role_rates.iter().any(|r| r.point == point && r.rate > 0.0);
-        self.aimed == Aimed::PerSecond && point.aimed() && self.schedule.is_none() && set
+        // A role's own rate stands over a set one only (the scenario refuses
+        // it over 0): the proxy watches a wire for a point set in `rates`.
+        self.aimed == Aimed::PerSecond && point.aimed() && self.schedule.is_none() && self.rates[point.index()] > 0.0
     }
 
     /// `point`'s rate per second for `component`: its role's own
