@@ -27,8 +27,9 @@
 //! cannot know (an ambiguous commit); `kafka.produce_ack_lost` does the
 //! same to a `Produce` response, the broker's ack of an appended batch;
 //! `db.kill_after_commit`, `kafka.kill_after_produce_ack`,
-//! `kafka.kill_after_offset_commit` and `kafka.kill_after_fetch` let the
-//! response through and then have the slot's process killed at once (for
+//! `kafka.kill_after_offset_commit` have the slot's process killed once
+//! the server has done the work, before the response is written on;
+//! `kafka.kill_after_fetch` lets the records through, then kills (for
 //! any program: a consumer killed between its transaction and its offset
 //! commit, a relay between the broker's ack and its mark, a consumer whose
 //! offsets are committed before its transaction, a consumer holding
@@ -716,9 +717,17 @@ async fn pump_broker(
                 None => kill_at_end = claimed,
             }
         }
+        // An acknowledgement's kill lands before its bytes are written: once
+        // written, a process the machine schedules before the proxy could
+        // act on it (produce what it had just marked) and hide the window.
+        // The broker has the batches or the commit either way. A fetch's
+        // kill lands after: its records must reach the process.
+        if kill.as_ref().is_some_and(|k| k.point != FaultPoint::KafkaKillAfterFetch) {
+            drop(kill.take());
+        }
         to.write_all(&buf[..scan.safe]).await.map_err(|e| e.to_string())?;
         buf.drain(..scan.safe);
-        // The acknowledgement is written: the claimed kill, now.
+        // The fetch is written: its claimed kill, now.
         drop(kill);
     }
 }
@@ -1044,12 +1053,14 @@ async fn pump_server(
                 || slot.uncommitted(serial),
             );
         }
+        // The commit is done on the server: the claimed kill lands before
+        // its acknowledgement is written. Written first, a process the
+        // machine schedules before the proxy could act on it (a mark-first
+        // relay producing what it had just marked) and hide the window.
+        drop(kill);
         to.write_all(&buf[..scan.safe]).await.map_err(|e| e.to_string())?;
         buf.drain(..scan.safe);
         acks.consumed(scan.safe);
-        // The acknowledgement is written: the claimed kill, now (and also
-        // if the write failed or a reset dropped this pump mid-write).
-        drop(kill);
     }
 }
 
