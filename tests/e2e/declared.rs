@@ -86,7 +86,11 @@ fn an_inbox_committed_before_its_effects_loses_them() {
 
 #[test]
 fn a_confirmation_email_without_an_idempotency_key_is_sent_twice() {
-    assert_caught("examples/orders/broken-email-without-key.toml", "duplicate effect", "provider.response_lost");
+    assert_caught(
+        "examples/orders/broken-email-without-key.toml",
+        "duplicate external effect",
+        "provider.response_lost",
+    );
 }
 
 #[test]

@@ -53,7 +53,21 @@ fn selftest_runs(backend: Backend, components: &str, declared: bool) {
     assert_eq!(clean["runs"], 2);
     // The generic verifier, from a declaration alone, reaches the specific
     // verifier's verdict on the same run: every variant fails, the correct
-    // pipeline passes.
+    // pipeline passes. And it names the same anomaly, but for the mistakes
+    // only the payments' own checks can name: an id the consumer or the
+    // relay made up is no outbox event to the generic one, a dual write's
+    // payments have no events in the outbox, a payment retried under a new
+    // id is an operation never asked for, and the stale projection is the
+    // declaration's check.
+    let generic_names = |variant: &str| match variant {
+        "consumer-made id" => Some("misattributed effect"),
+        "relay-minted id" => Some("foreign event"),
+        "dual write" => Some("lost operation"),
+        "last write wins" => Some("failed check"),
+        "retry without idempotency key" => Some("phantom operation"),
+        _ => None,
+    };
+    let mut unnamed = Vec::new();
     for r in rows.iter().filter(|_| declared) {
         let g = &r["generic"];
         assert_eq!(
@@ -61,7 +75,18 @@ fn selftest_runs(backend: Backend, components: &str, declared: bool) {
             "{}: the specific verifier says {}, the generic one {g}",
             r["variant"], g["specific"]
         );
+        let variant = r["variant"].as_str().unwrap();
+        if variant == "correct pipeline" {
+            continue;
+        }
+        let wanted = generic_names(variant).unwrap_or_else(|| r["expected"].as_str().unwrap());
+        let named =
+            g["anomalies"].as_array().unwrap().iter().any(|a| a.as_str().unwrap().ends_with(&format!("× {wanted}")));
+        if !named {
+            unnamed.push(format!("{variant}: the generic verifier should name {wanted:?}: {g}"));
+        }
     }
+    assert!(unnamed.is_empty(), "{}", unnamed.join("\n"));
     // The same verdicts as JUnit XML, read back with quick-junit: a case per
     // variant run, one for the correct pipeline, a skipped one per left out.
     let xml = std::fs::read_to_string(&junit).expect("the JUnit file");

@@ -717,17 +717,11 @@ async fn pump_broker(
                 None => kill_at_end = claimed,
             }
         }
-        // An acknowledgement's kill lands before its bytes are written: once
-        // written, a process the machine schedules before the proxy could
-        // act on it (produce what it had just marked) and hide the window.
-        // The broker has the batches or the commit either way. A fetch's
-        // kill lands after: its records must reach the process.
-        if kill.as_ref().is_some_and(|k| k.point != FaultPoint::KafkaKillAfterFetch) {
-            drop(kill.take());
-        }
+        // An acknowledgement's kill lands before it is written (see
+        // `Claimed::before_write`); a fetch's once its records are.
+        let kill = kill.and_then(Claimed::before_write);
         to.write_all(&buf[..scan.safe]).await.map_err(|e| e.to_string())?;
         buf.drain(..scan.safe);
-        // The fetch is written: its claimed kill, now.
         drop(kill);
     }
 }
@@ -1115,6 +1109,17 @@ struct Claimed<'a> {
     process: &'a ProcessHandle,
     claim: Option<Claim>,
     point: FaultPoint,
+}
+
+impl<'a> Claimed<'a> {
+    /// Lands the kill now unless it follows a fetch. Once an
+    /// acknowledgement is written, a process the machine schedules before
+    /// the proxy could act on it (produce what it had just marked) and hide
+    /// the window; the server has done the work either way. A fetch's
+    /// records must reach the process first: it is kept for after.
+    fn before_write(self) -> Option<Self> {
+        (self.point == FaultPoint::KafkaKillAfterFetch).then_some(self)
+    }
 }
 
 impl Drop for Claimed<'_> {

@@ -11,7 +11,8 @@ impl Books<'_> {
         f.operations = self.ops.len() as u64;
         f.outbox_events = self.events.len() as u64;
         f.messages = self.messages;
-        f.duplicate_messages = self.events.iter().map(|e| e.copies.len().saturating_sub(1) as u64).sum();
+        // An event's messages past its first are its duplicates.
+        f.duplicate_messages = self.more_copies.values().map(|c| c.len() as u64).sum();
 
         self.judge_operations(&mut found, &mut tally);
         self.judge_topic(&mut found, &mut tally);
@@ -23,10 +24,11 @@ impl Books<'_> {
                 Once::PerKey => self.judge_per_key(decl, books, &mut found, &mut tally),
                 Once::Unbounded => {}
             }
+            let [.., misattributed] = effect_anomalies(decl);
             for m in &books.misattributed {
-                tally.note(AnomalyKind::MisattributedEffect, m.clone());
+                tally.note(misattributed, m.clone());
             }
-            tally.more(AnomalyKind::MisattributedEffect, books.misattributed_count - books.misattributed.len() as u64);
+            tally.more(misattributed, books.misattributed_count - books.misattributed.len() as u64);
             if let Some(v) = decl.conserve {
                 self.judge_amounts(decl, books, v, &mut found, &mut tally);
             }
@@ -48,7 +50,7 @@ impl Books<'_> {
                 followed: keys
                     .iter()
                     .enumerate()
-                    .filter_map(|(i, k)| k.as_deref().and_then(|k| self.followed(k, i, kind.as_str())))
+                    .filter_map(|(i, k)| k.and_then(|k| self.followed(k, i, kind.as_str())))
                     .collect(),
             })
             .collect();
@@ -103,8 +105,8 @@ impl Books<'_> {
     /// are what its outcome allows (an acknowledged one's each once, an
     /// ambiguous one's all once or none, a refused one's none).
     fn judge_operation(&self, op: &Operation, wanted: &str, tally: &mut Tally) -> bool {
-        let key = op.key.to_string();
-        let counts = self.declared_counts(&key);
+        let key = self.op_key(op);
+        let counts = self.declared_counts(key);
         let total: u32 = counts.iter().sum();
         let shown = || {
             counts
@@ -117,18 +119,18 @@ impl Books<'_> {
         match op.outcome {
             Outcome::Acknowledged => {
                 if total == 0 {
-                    tally.note_on(AnomalyKind::LostOperation, Some(key.as_str()), || {
+                    tally.note_on(AnomalyKind::LostOperation, Some(key), || {
                         format!(
                             "acknowledged, and none of its events ({wanted}) is in the outbox; {}",
-                            self.story(&key, AnomalyKind::LostOperation)
+                            self.story(key, AnomalyKind::LostOperation)
                         )
                     });
                 } else if counts.iter().any(|&n| n != 1) {
-                    tally.note_on(AnomalyKind::OutboxMismatch, Some(key.as_str()), || {
+                    tally.note_on(AnomalyKind::OutboxMismatch, Some(key), || {
                         format!(
                             "acknowledged with {} (expected each once); {}",
                             shown(),
-                            self.story(&key, AnomalyKind::OutboxMismatch)
+                            self.story(key, AnomalyKind::OutboxMismatch)
                         )
                     });
                 } else {
@@ -138,11 +140,11 @@ impl Books<'_> {
             Outcome::Ambiguous => {
                 let partial = total > 0 && counts.contains(&0);
                 if counts.iter().any(|&n| n > 1) || partial {
-                    tally.note_on(AnomalyKind::OutboxMismatch, Some(key.as_str()), || {
+                    tally.note_on(AnomalyKind::OutboxMismatch, Some(key), || {
                         format!(
                             "ambiguous, with {} (expected each once, or none at all); {}",
                             shown(),
-                            self.story(&key, AnomalyKind::OutboxMismatch)
+                            self.story(key, AnomalyKind::OutboxMismatch)
                         )
                     });
                 } else {
@@ -153,8 +155,8 @@ impl Books<'_> {
                 if total == 0 {
                     return true;
                 }
-                tally.note_on(AnomalyKind::PhantomOperation, Some(key.as_str()), || {
-                    format!("refused, and still {}; {}", shown(), self.story(&key, AnomalyKind::PhantomOperation))
+                tally.note_on(AnomalyKind::PhantomOperation, Some(key), || {
+                    format!("refused, and still {}; {}", shown(), self.story(key, AnomalyKind::PhantomOperation))
                 });
             }
         }
@@ -164,19 +166,16 @@ impl Books<'_> {
     /// Events for keys the workload never asked for: phantoms, each noted.
     fn judge_never_asked(&self, tally: &mut Tally) -> u64 {
         let mut n = 0;
-        let mut never_asked: Vec<&String> = self
-            .by_key
-            .iter()
-            .filter(|(k, es)| {
-                !self.op_by_key.contains_key(*k)
-                    && es.iter().any(|&i| self.declared(self.events[i].kind) && !self.events[i].malformed)
+        let mut never_asked: Vec<u32> = (0..self.last_event.len() as u32)
+            .filter(|&k| {
+                self.op_of(k).is_none()
+                    && self.events_of(k).any(|i| self.declared(self.events[i].kind) && !self.events[i].malformed)
             })
-            .map(|(k, _)| k)
             .collect();
-        never_asked.sort();
+        self.sort_by_text(&mut never_asked);
         for k in never_asked {
             n += 1;
-            tally.note_on(AnomalyKind::PhantomOperation, Some(k.as_str()), || {
+            tally.note_on(AnomalyKind::PhantomOperation, Some(k), || {
                 format!(
                     "events for a key the workload never asked for; {}",
                     self.story(k, AnomalyKind::PhantomOperation)
@@ -189,17 +188,19 @@ impl Books<'_> {
     /// The outbox against the topic: every published event on it, equal to
     /// its row, a key on one partition, no foreign message, no leftover.
     fn judge_topic(&self, found: &mut Found, tally: &mut Tally) {
+        // The leftovers that are events, by index: a leftover is no lost event.
+        let leftover: HashSet<u32> = self.leftovers.iter().filter_map(|id| self.event_ids.find(id)).collect();
         let mut on_topic = 0u64;
         let mut mismatched = 0u64;
-        for e in &self.events {
-            if e.copies.is_empty() {
-                if !self.leftovers.contains(&e.id) {
-                    tally.note_on(AnomalyKind::LostEvent, Some(e.key.as_str()), || {
+        for (i, e) in self.events.iter().enumerate() {
+            let id = &self.event_ids[i as u32];
+            if !e.on_topic {
+                if !leftover.contains(&(i as u32)) {
+                    tally.note_on(AnomalyKind::LostEvent, Some(e.key), || {
                         format!(
-                            "{} {} is on no partition; {}",
-                            self.kinds[e.kind],
-                            e.id,
-                            self.story(&e.key, AnomalyKind::LostEvent)
+                            "{} {id} is on no partition; {}",
+                            self.kinds[e.kind as usize],
+                            self.story(e.key, AnomalyKind::LostEvent)
                         )
                     });
                 }
@@ -208,20 +209,22 @@ impl Books<'_> {
             }
             if e.mismatched {
                 mismatched += 1;
-                tally.note_on(AnomalyKind::MessageMismatch, Some(e.key.as_str()), || {
+                tally.note_on(AnomalyKind::MessageMismatch, Some(e.key), || {
                     format!(
-                        "a message of {} {} differs from its outbox row (key, type or value); {}",
-                        self.kinds[e.kind],
-                        e.id,
-                        self.story(&e.key, AnomalyKind::MessageMismatch)
+                        "a message of {} {id} differs from its outbox row (key, type or value); {}",
+                        self.kinds[e.kind as usize],
+                        self.story(e.key, AnomalyKind::MessageMismatch)
                     )
                 });
             }
         }
-        let published = self.events.len() as u64
-            - self.events.iter().filter(|e| e.copies.is_empty() && self.leftovers.contains(&e.id)).count() as u64;
+        let unpublished = leftover.iter().filter(|&&i| !self.events[i as usize].on_topic).count() as u64;
         found.invariants.push(linked(
-            Invariant::eq("every published outbox event is on the topic", published, on_topic),
+            Invariant::eq(
+                "every published outbox event is on the topic",
+                self.events.len() as u64 - unpublished,
+                on_topic,
+            ),
             &[AnomalyKind::LostEvent],
         ));
         for example in &self.foreign {
@@ -236,10 +239,17 @@ impl Books<'_> {
             Invariant::eq("every message equals its outbox row", 0, mismatched),
             &[AnomalyKind::MessageMismatch],
         ));
-        let mut split: Vec<&String> = self.lanes.iter().filter(|(_, (_, s))| *s).map(|(k, _)| k).collect();
-        split.sort();
-        for k in &split {
-            tally.note_on(AnomalyKind::SplitKey, Some(k.as_str()), || {
+        self.judge_lanes(found, tally);
+        self.judge_leftovers(found, tally);
+    }
+
+    /// A key's messages on one partition.
+    fn judge_lanes(&self, found: &mut Found, tally: &mut Tally) {
+        let mut split: Vec<u32> =
+            (0..self.lanes.len() as u32).filter(|&k| self.lanes[k as usize] == Lane::Split).collect();
+        self.sort_by_text(&mut split);
+        for &k in &split {
+            tally.note_on(AnomalyKind::SplitKey, Some(k), || {
                 format!("its messages are on more than one partition; {}", self.story(k, AnomalyKind::SplitKey))
             });
         }
@@ -247,16 +257,18 @@ impl Books<'_> {
             Invariant::eq("a key's messages are on one partition", 0, split.len() as u64),
             &[AnomalyKind::SplitKey],
         ));
+    }
+
+    /// No outbox row left unpublished after the drain.
+    fn judge_leftovers(&self, found: &mut Found, tally: &mut Tally) {
         let mut left: Vec<&String> = self.leftovers.iter().collect();
         left.sort();
         for id in &left {
-            let key = self.event_by_id.get(*id).map(|&i| self.events[i].key.clone());
-            tally.note_on(AnomalyKind::UnpublishedLeftover, key.as_deref(), || {
+            let key = self.event_ids.find(id).map(|i| self.events[i as usize].key);
+            tally.note_on(AnomalyKind::UnpublishedLeftover, key, || {
                 format!(
                     "outbox row {id} is still unpublished after the drain{}",
-                    key.as_ref()
-                        .map(|k| format!("; {}", self.story(k, AnomalyKind::UnpublishedLeftover)))
-                        .unwrap_or_default()
+                    key.map(|k| format!("; {}", self.story(k, AnomalyKind::UnpublishedLeftover))).unwrap_or_default()
                 )
             });
         }
@@ -275,20 +287,26 @@ impl Books<'_> {
         for (i, e) in self.events.iter().enumerate() {
             let wanted = match for_malformed {
                 true => e.malformed,
-                false => !e.malformed && decl.types.iter().any(|t| self.kinds.get(e.kind) == Some(t)),
+                false => !e.malformed && self.of_types(e.kind, &decl.types),
             };
             if !wanted {
                 continue;
             }
             expected += 1;
-            let n = u64::from(books.per_event.get(&i).copied().unwrap_or(0));
-            if n == 0 && self.pending.contains(&e.key) {
+            let n = u64::from(books.per_event.get(i).copied().unwrap_or(0));
+            if n == 0 && self.is_pending(e.key) {
                 expected -= 1;
                 continue;
             }
-            let Some((kind, rows)) = not_once(n, &mut missing, &mut duplicate) else { continue };
-            tally.note_on(kind, Some(e.key.as_str()), || {
-                format!("{}: {rows} for {} {}; {}", decl.name, self.kinds[e.kind], e.id, self.story(&e.key, kind))
+            let Some((kind, rows)) = not_once(decl, n, &mut missing, &mut duplicate) else { continue };
+            tally.note_on(kind, Some(e.key), || {
+                format!(
+                    "{}: {rows} for {} {}; {}",
+                    decl.name,
+                    self.kinds[e.kind as usize],
+                    self.event_ids[i as u32],
+                    self.story(e.key, kind)
+                )
             });
         }
         let types = if for_malformed { "malformed".to_string() } else { decl.types.join(", ") };
@@ -297,38 +315,44 @@ impl Books<'_> {
             expected,
             expected - missing - duplicate,
         ));
-        link_last(found, &[AnomalyKind::MissingEffect, AnomalyKind::DuplicateEffect, AnomalyKind::MisattributedEffect]);
+        link_last(found, &effect_anomalies(decl));
     }
 
     /// Effect `decl` once per key of the operations that took effect, and
     /// no row for any other key.
     fn judge_per_key(&self, decl: &EffectDecl, books: &EffectBooks, found: &mut Found, tally: &mut Tally) {
         let (mut missing, mut duplicate) = (0u64, 0u64);
-        let expected: HashSet<String> = self
+        let mut keys: Vec<u32> = self
             .ops
             .iter()
             .filter(|op| self.took_effect(op, &decl.types))
             .map(|op| self.effect_key(decl, op))
             .collect();
-        let mut keys: Vec<&String> = expected.iter().collect();
-        keys.sort();
+        keys.sort_unstable();
+        keys.dedup();
+        let mut expected = vec![false; self.keys.len()];
+        for &k in &keys {
+            expected[k as usize] = true;
+        }
+        self.sort_by_text(&mut keys);
         // Still pending: not expected yet.
-        keys.retain(|k| !self.pending.contains(*k) || books.per_key.contains_key(*k));
-        for k in &keys {
-            let n = books.per_key.get(*k).copied().unwrap_or(0);
-            let Some((kind, rows)) = not_once(n, &mut missing, &mut duplicate) else { continue };
-            tally.note_on(kind, Some(k.as_str()), || {
-                format!("{}: {rows} for key {k}; {}", decl.name, self.story(k, kind))
+        keys.retain(|&k| books.rows(k) > 0 || !self.is_pending(k));
+        for &k in &keys {
+            let Some((kind, rows)) = not_once(decl, books.rows(k), &mut missing, &mut duplicate) else { continue };
+            tally.note_on(kind, Some(k), || {
+                format!("{}: {rows} for key {}; {}", decl.name, self.keys[k], self.story(k, kind))
             });
         }
-        let mut strays: Vec<&String> = books.per_key.keys().filter(|k| !expected.contains(*k)).collect();
-        strays.sort();
+        let mut strays: Vec<u32> = books.keys().filter(|&k| !expected[k as usize]).collect();
+        self.sort_by_text(&mut strays);
         for k in strays {
-            tally.note_on(AnomalyKind::MisattributedEffect, Some(k.as_str()), || {
+            let [.., misattributed] = effect_anomalies(decl);
+            tally.note_on(misattributed, Some(k), || {
                 format!(
-                    "{}: a row for key {k}, which no operation that took effect has; {}",
+                    "{}: a row for key {}, which no operation that took effect has; {}",
                     decl.name,
-                    self.story(k, AnomalyKind::MisattributedEffect)
+                    self.keys[k],
+                    self.story(k, misattributed)
                 )
             });
         }
@@ -337,38 +361,43 @@ impl Books<'_> {
             keys.len() as u64,
             keys.len() as u64 - missing - duplicate,
         ));
-        link_last(found, &[AnomalyKind::MissingEffect, AnomalyKind::DuplicateEffect, AnomalyKind::MisattributedEffect]);
+        link_last(found, &effect_anomalies(decl));
     }
 
     /// Effect `decl`'s amounts per key against what the operations that
     /// took effect asked for in their value `v`.
     fn judge_amounts(&self, decl: &EffectDecl, books: &EffectBooks, v: usize, found: &mut Found, tally: &mut Tally) {
-        let mut expected: HashMap<String, i64> = HashMap::new();
+        // Asked for per key id: None for a key no operation asked for.
+        let mut expected: Vec<Option<i64>> = Vec::new();
         // Work still pending is not expected in the sums yet.
-        let settled = |op: &&Operation| !self.pending.contains(&op.key.to_string());
+        let settled = |op: &&Operation| !self.is_pending(self.op_key(op));
         for op in self.ops.iter().filter(|op| self.took_effect(op, &decl.types)).filter(settled) {
-            *expected.entry(self.effect_key(decl, op)).or_default() += op.values[v].as_i64().unwrap_or(0);
+            let want = cell(&mut expected, self.effect_key(decl, op), None);
+            *want = Some(want.unwrap_or(0) + op.values[v].as_i64().unwrap_or(0));
         }
-        let mut keys: Vec<&String> = expected.keys().chain(books.amounts.keys()).collect();
-        keys.sort();
+        let asked = (0..expected.len() as u32).filter(|&k| expected[k as usize].is_some());
+        let mut keys: Vec<u32> = asked.chain(books.keys()).collect();
+        keys.sort_unstable();
         keys.dedup();
+        self.sort_by_text(&mut keys);
         let mut drift = 0u64;
         let value = &self.sys.operation.values[v].0;
-        for k in &keys {
-            let (want, got) = (expected.get(*k).copied().unwrap_or(0), books.amounts.get(*k).copied().unwrap_or(0));
+        for &k in &keys {
+            let want = expected.get(k as usize).copied().flatten().unwrap_or(0);
+            let got = books.amounts.get(k as usize).copied().unwrap_or(0);
             if want != got {
                 drift += 1;
                 let by =
                     if got > want { format!("{} too much", got - want) } else { format!("{} too little", want - got) };
-                let about = decl.key_value.is_none().then_some(k.as_str());
+                let about = decl.key_value.is_none().then_some(k);
                 tally.note_on(AnomalyKind::CounterDrift, about, || {
                     let story = match about {
                         Some(k) => format!("; {}", self.story(k, AnomalyKind::CounterDrift)),
                         None => String::new(),
                     };
                     format!(
-                        "{}: key {k} adds up to {got}, and the operations that took effect asked for {want} ({value}): {by}{story}",
-                        decl.name
+                        "{}: key {} adds up to {got}, and the operations that took effect asked for {want} ({value}): {by}{story}",
+                        decl.name, self.keys[k]
                     )
                 });
             }
@@ -413,17 +442,33 @@ impl Books<'_> {
 
 /// An effect's rows where there should be one: None when there is, else
 /// the anomaly and how many rows, counted as missing or duplicate.
-fn not_once(rows: u64, missing: &mut u64, duplicate: &mut u64) -> Option<(AnomalyKind, String)> {
+fn not_once(decl: &EffectDecl, rows: u64, missing: &mut u64, duplicate: &mut u64) -> Option<(AnomalyKind, String)> {
+    let [lost, twice, _] = effect_anomalies(decl);
     match rows {
         1 => None,
         0 => {
             *missing += 1;
-            Some((AnomalyKind::MissingEffect, "no row".into()))
+            Some((lost, "no row".into()))
         }
         n => {
             *duplicate += 1;
-            Some((AnomalyKind::DuplicateEffect, format!("{n} rows")))
+            Some((twice, format!("{n} rows")))
         }
+    }
+}
+
+/// What breaks an effect's once: missing, duplicate, misattributed. An
+/// effect read from the provider's record is outside the database, and
+/// says so, as the payments pipeline's emails do: one mistake, one name,
+/// whichever verifier finds it.
+fn effect_anomalies(decl: &EffectDecl) -> [AnomalyKind; 3] {
+    match decl.provider {
+        Some(_) => [
+            AnomalyKind::MissingExternalEffect,
+            AnomalyKind::DuplicateExternalEffect,
+            AnomalyKind::MisattributedExternalEffect,
+        ],
+        None => [AnomalyKind::MissingEffect, AnomalyKind::DuplicateEffect, AnomalyKind::MisattributedEffect],
     }
 }
 
@@ -449,12 +494,12 @@ fn link_last(found: &mut Found, kinds: &[AnomalyKind]) {
 struct Tally(Vec<Noted>);
 
 /// One anomaly as found so far: a count, the first examples, and the key
-/// each example is about (for its cause).
+/// (its id) each example is about (for its cause).
 struct Noted {
     kind: AnomalyKind,
     count: u64,
     examples: Vec<String>,
-    keys: Vec<Option<String>>,
+    keys: Vec<Option<u32>>,
 }
 
 impl Tally {
@@ -465,8 +510,7 @@ impl Tally {
     /// [`Tally::note`] of an example about `key`. The example is written
     /// only when it is kept: its story looks for its cause in the fault
     /// log, and a run may find thousands of one anomaly.
-    fn note_on(&mut self, kind: AnomalyKind, key: Option<&str>, example: impl FnOnce() -> String) {
-        let key = key.map(str::to_string);
+    fn note_on(&mut self, kind: AnomalyKind, key: Option<u32>, example: impl FnOnce() -> String) {
         match self.0.iter_mut().find(|a| a.kind == kind) {
             Some(a) => {
                 a.count += 1;

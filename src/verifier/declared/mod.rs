@@ -59,36 +59,71 @@ pub struct Figures {
     pub duplicate_messages: u64,
 }
 
-/// One outbox event, compact.
+/// Marks no event, no operation: the columns below hold indices as `u32`.
+const NONE: u32 = u32::MAX;
+
+/// One outbox event, compact: its id is its index in [`Books::event_ids`],
+/// its key an index in [`Books::keys`]. Forty bytes.
 #[derive(Debug, Clone)]
 struct Event {
-    id: String,
-    key: String,
-    kind: usize,
+    key: u32,
+    /// The next event of its key, in the order added; the key's last one
+    /// points back to its first (see [`Books::events_of`]).
+    next_of_key: u32,
+    kind: u32,
     fingerprint: u32,
     at_epoch_ms: i64,
-    /// Its messages on the topic, as (partition, offset).
-    copies: Vec<Position>,
+    /// Its first message on the topic, as (partition, offset), when
+    /// `on_topic`; the others, rare, are in [`Books::more_copies`]. Two
+    /// fields, where a `Position` would pad to sixteen bytes.
+    copy_lane: i32,
+    copy_at: i64,
+    on_topic: bool,
     mismatched: bool,
     /// It meets `system.outbox.malformed`: it belongs to no operation and
     /// causes no effect but a `per-malformed-message` one.
     malformed: bool,
 }
 
+const _: () = assert!(std::mem::size_of::<Event>() == 40);
+
+/// Where a key's messages are: the partition of its first one, until
+/// another is on a different partition.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Lane {
+    #[default]
+    Unseen,
+    One(i32),
+    Split,
+}
+
 /// The ground truth of a declared system, fed row by row.
+///
+/// Every id and key is kept once, interned; what is known of a key is in
+/// columns indexed by its id, what is known of an event in its `Event`. At a
+/// million operations a map from text would hold a copy of the text per
+/// map; these hold four or eight bytes.
 pub struct Books<'a> {
     sys: &'a System,
     ops: &'a [Operation],
-    /// Operation index by its key as text.
-    op_by_key: HashMap<String, usize>,
     /// Event types, interned.
     kinds: Vec<String>,
+    /// The events' ids: an event's index is its id's.
+    event_ids: Interned,
     events: Vec<Event>,
-    event_by_id: HashMap<String, usize>,
-    /// Event indices per key.
-    by_key: HashMap<String, Vec<usize>>,
-    /// Per key, the partition of its first message, and whether another was seen.
-    lanes: HashMap<String, (i32, bool)>,
+    /// The messages of an event past its first, by event index, in order.
+    more_copies: HashMap<u32, Vec<Position>>,
+    /// Every key: the operations', the events', the messages', the effect
+    /// rows'. The columns below are indexed by key id.
+    keys: Interned,
+    /// The operation of a key, or NONE; the last one with that key, as a
+    /// map from the key would keep.
+    op_of_key: Vec<u32>,
+    /// The last event of a key, or NONE: the key's events are a ring
+    /// through [`Event::next_of_key`].
+    last_event: Vec<u32>,
+    /// Where a key's messages are.
+    lanes: Vec<Lane>,
     foreign: Vec<String>,
     foreign_count: u64,
     messages: u64,
@@ -110,27 +145,55 @@ pub struct Books<'a> {
     spans: std::collections::BTreeMap<String, u64>,
 }
 
+/// One effect's rows, counted in columns: by event index, by key id.
 #[derive(Default)]
 struct EffectBooks {
-    per_event: HashMap<usize, u32>,
-    per_key: HashMap<String, u64>,
-    amounts: HashMap<String, i64>,
+    per_event: Vec<u32>,
+    /// Rows per key: a key with a row counts at least one.
+    per_key: Vec<u64>,
+    /// Amount per key, for an effect that conserves a value.
+    amounts: Vec<i64>,
     misattributed: Vec<String>,
     misattributed_count: u64,
 }
 
+impl EffectBooks {
+    fn rows(&self, key: u32) -> u64 {
+        self.per_key.get(key as usize).copied().unwrap_or(0)
+    }
+
+    /// The keys with a row, by id.
+    fn keys(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.per_key.len() as u32).filter(|&k| self.rows(k) > 0)
+    }
+}
+
 impl<'a> Books<'a> {
     pub fn new(sys: &'a System, ops: &'a [Operation], faults: Vec<FaultRecord>, started_epoch_ms: i64) -> Self {
-        let op_by_key = ops.iter().enumerate().map(|(i, o)| (o.key.to_string(), i)).collect();
+        let mut keys = Interned::default();
+        // The keys effects take from a value first: they are few, so the
+        // effects' columns by key stay short.
+        for v in sys.effects.iter().filter_map(|d| d.key_value) {
+            for value in ops.iter().filter_map(|op| op.values.get(v)) {
+                keys.insert(IdRef::of(&text(value)));
+            }
+        }
+        let mut op_of_key = Vec::new();
+        for (i, op) in ops.iter().enumerate() {
+            let (k, _) = keys.insert(IdRef::Uuid(*op.key.as_bytes()));
+            *cell(&mut op_of_key, k, NONE) = i as u32;
+        }
         Self {
             sys,
             ops,
-            op_by_key,
             kinds: sys.operation.events.clone(),
+            event_ids: Interned::default(),
             events: Vec::new(),
-            event_by_id: HashMap::new(),
-            by_key: HashMap::new(),
-            lanes: HashMap::new(),
+            more_copies: HashMap::new(),
+            keys,
+            op_of_key,
+            last_event: Vec::new(),
+            lanes: Vec::new(),
             foreign: Vec::new(),
             foreign_count: 0,
             messages: 0,
@@ -159,39 +222,52 @@ impl<'a> Books<'a> {
         self
     }
 
-    fn kind(&mut self, k: &str) -> usize {
-        match self.kinds.iter().position(|x| x == k) {
+    fn kind(&mut self, k: &str) -> u32 {
+        let i = match self.kinds.iter().position(|x| x == k) {
             Some(i) => i,
             None => {
                 self.kinds.push(k.to_string());
                 self.kinds.len() - 1
             }
-        }
+        };
+        i as u32
     }
 
     /// Whether an event type is one the operations must produce.
-    fn declared(&self, kind: usize) -> bool {
-        kind < self.sys.operation.events.len()
+    fn declared(&self, kind: u32) -> bool {
+        (kind as usize) < self.sys.operation.events.len()
+    }
+
+    /// Whether an event type is one of `types`.
+    fn of_types(&self, kind: u32, types: &[String]) -> bool {
+        types.iter().any(|t| self.kinds.get(kind as usize) == Some(t))
     }
 
     /// A row of the outbox log.
     pub fn add_event(&mut self, e: LoggedEvent) {
-        if self.event_by_id.contains_key(&e.id) {
+        let (i, new) = self.event_ids.insert(IdRef::of(&e.id));
+        if !new {
             // The same id written twice: its second row is not a new event.
             return;
         }
         let kind = self.kind(&e.kind);
         let fingerprint = fingerprint(e.key.as_bytes(), e.kind.as_bytes(), e.payload.as_bytes());
-        let i = self.events.len();
-        self.by_key.entry(e.key.clone()).or_default().push(i);
-        self.event_by_id.insert(e.id.clone(), i);
+        let (key, _) = self.keys.insert(IdRef::of(&e.key));
+        // Into the ring of its key's events, after the last one.
+        let last = std::mem::replace(cell(&mut self.last_event, key, NONE), i);
+        let next_of_key = match last {
+            NONE => i,
+            last => std::mem::replace(&mut self.events[last as usize].next_of_key, i),
+        };
         self.events.push(Event {
-            id: e.id,
-            key: e.key,
+            key,
+            next_of_key,
             kind,
             fingerprint,
             at_epoch_ms: e.at_epoch_ms,
-            copies: Vec::new(),
+            copy_lane: 0,
+            copy_at: 0,
+            on_topic: false,
             mismatched: false,
             malformed: e.malformed,
         });
@@ -201,14 +277,15 @@ impl<'a> Books<'a> {
     pub fn add_message(&mut self, at: Position, key: &[u8], id: Option<&[u8]>, fp: u32) {
         self.messages += 1;
         if let Ok(k) = std::str::from_utf8(key) {
-            match self.lanes.get_mut(k) {
-                Some((lane, split)) => *split |= *lane != at.lane(),
-                None => {
-                    self.lanes.insert(k.to_string(), (at.lane(), false));
-                }
-            }
+            let (k, _) = self.keys.insert(IdRef::of(k));
+            let lane = cell(&mut self.lanes, k, Lane::Unseen);
+            *lane = match *lane {
+                Lane::Unseen => Lane::One(at.lane()),
+                Lane::One(first) if first != at.lane() => Lane::Split,
+                seen => seen,
+            };
         }
-        let found = id.and_then(|b| std::str::from_utf8(b).ok()).and_then(|id| self.event_by_id.get(id).copied());
+        let found = id.and_then(|b| std::str::from_utf8(b).ok()).and_then(|id| self.event_ids.find(id));
         let Some(i) = found else {
             self.foreign_count += 1;
             if self.foreign.len() < EXAMPLES {
@@ -223,8 +300,12 @@ impl<'a> Books<'a> {
             }
             return;
         };
-        let e = &mut self.events[i];
-        e.copies.push(at);
+        let e = &mut self.events[i as usize];
+        if e.on_topic {
+            self.more_copies.entry(i).or_default().push(at);
+        } else {
+            (e.on_topic, e.copy_lane, e.copy_at) = (true, at.lane(), at.at());
+        }
         e.mismatched |= fp != e.fingerprint;
     }
 
@@ -236,51 +317,48 @@ impl<'a> Books<'a> {
     /// A row of the `n`th declared effect.
     pub fn add_effect_row(&mut self, n: usize, row: EffectRow) {
         let decl = &self.sys.effects[n];
-        let key = row.key.clone().unwrap_or_default();
-        let wanted_kind = |books: &Self, kind: usize| decl.types.iter().any(|t| books.kinds.get(kind) == Some(t));
+        let (key, _) = self.keys.insert(IdRef::of(row.key.as_deref().unwrap_or_default()));
         let mut wrong = None;
         if matches!(decl.once, Once::PerMessage | Once::PerMalformedMessage) {
-            let for_malformed = decl.once == Once::PerMalformedMessage;
-            let event = row.message_id.as_deref().and_then(|m| self.event_by_id.get(m).copied());
-            match event {
-                None => {
-                    wrong = Some(format!(
-                        "a row names message {}, which is no outbox event",
-                        row.message_id.as_deref().unwrap_or("NULL")
-                    ))
-                }
-                Some(i) if self.events[i].malformed != for_malformed => {
-                    let what = if for_malformed { "a well-formed" } else { "a malformed" };
-                    wrong = Some(format!(
-                        "a row names message {}, {what} event, which causes no {} effect",
-                        self.events[i].id, decl.name
-                    ))
-                }
-                Some(i) if !for_malformed && !wanted_kind(self, self.events[i].kind) => {
-                    wrong = Some(format!(
-                        "a row names message {}, a {} event, which causes no {} effect",
-                        self.events[i].id, self.kinds[self.events[i].kind], decl.name
-                    ))
-                }
-                Some(i) if self.events[i].key != key => {
-                    wrong = Some(format!(
-                        "a row for message {} has key {key}; the message's key is {}",
-                        self.events[i].id, self.events[i].key
-                    ))
-                }
-                Some(i) => *self.effects[n].per_event.entry(i).or_default() += 1,
+            match self.row_event(decl, row.message_id.as_deref(), key) {
+                Ok(i) => *cell(&mut self.effects[n].per_event, i, 0) += 1,
+                Err(w) => wrong = Some(w),
             }
         }
         let books = &mut self.effects[n];
-        *books.per_key.entry(key.clone()).or_default() += 1;
+        *cell(&mut books.per_key, key, 0) += 1;
         if decl.conserve.is_some() {
-            *books.amounts.entry(key).or_default() += row.amount.unwrap_or(0);
+            *cell(&mut books.amounts, key, 0) += row.amount.unwrap_or(0);
         }
         if let Some(w) = wrong {
             books.misattributed_count += 1;
             if books.misattributed.len() < EXAMPLES {
                 books.misattributed.push(format!("{}: {w}", decl.name));
             }
+        }
+    }
+
+    /// The event a row of a per-message effect is for, or why it is for
+    /// none: it names no event, or one that causes no such effect, or one
+    /// of another key.
+    fn row_event(&self, decl: &EffectDecl, message_id: Option<&str>, key: u32) -> Result<u32, String> {
+        let for_malformed = decl.once == Once::PerMalformedMessage;
+        let Some(i) = message_id.and_then(|m| self.event_ids.find(m)) else {
+            return Err(format!("a row names message {}, which is no outbox event", message_id.unwrap_or("NULL")));
+        };
+        let (e, id) = (&self.events[i as usize], &self.event_ids[i]);
+        if e.malformed != for_malformed {
+            let what = if for_malformed { "a well-formed" } else { "a malformed" };
+            Err(format!("a row names message {id}, {what} event, which causes no {} effect", decl.name))
+        } else if !for_malformed && !self.of_types(e.kind, &decl.types) {
+            Err(format!(
+                "a row names message {id}, a {} event, which causes no {} effect",
+                self.kinds[e.kind as usize], decl.name
+            ))
+        } else if e.key != key {
+            Err(format!("a row for message {id} has key {}; the message's key is {}", self.keys[key], self.keys[e.key]))
+        } else {
+            Ok(i)
         }
     }
 
@@ -318,11 +396,12 @@ impl<'a> Books<'a> {
     }
 
     /// Counts per declared type of a key's events.
-    fn declared_counts(&self, key: &str) -> Vec<u32> {
+    fn declared_counts(&self, key: u32) -> Vec<u32> {
         let mut counts = vec![0u32; self.sys.operation.events.len()];
-        for &i in self.by_key.get(key).map(Vec::as_slice).unwrap_or_default() {
-            if self.declared(self.events[i].kind) && !self.events[i].malformed {
-                counts[self.events[i].kind] += 1;
+        for i in self.events_of(key) {
+            let e = &self.events[i];
+            if self.declared(e.kind) && !e.malformed {
+                counts[e.kind as usize] += 1;
             }
         }
         counts
@@ -330,20 +409,66 @@ impl<'a> Books<'a> {
 
     /// Whether an operation took effect: its key has events of these types.
     fn took_effect(&self, op: &Operation, types: &[String]) -> bool {
-        self.by_key.get(&op.key.to_string()).is_some_and(|es| {
-            es.iter().any(|&i| {
-                !self.events[i].malformed && types.iter().any(|t| self.kinds.get(self.events[i].kind) == Some(t))
-            })
-        })
+        self.events_of(self.op_key(op)).any(|i| !self.events[i].malformed && self.of_types(self.events[i].kind, types))
     }
 
     /// The key an effect's rows carry for an operation.
-    fn effect_key(&self, decl: &EffectDecl, op: &Operation) -> String {
+    fn effect_key(&self, decl: &EffectDecl, op: &Operation) -> u32 {
         match decl.key_value {
-            Some(v) => text(&op.values[v]),
-            None => op.key.to_string(),
+            Some(v) => self.keys.find(&text(&op.values[v])).expect("the keys taken from a value are interned in new"),
+            None => self.op_key(op),
         }
     }
+
+    /// An operation's key id.
+    fn op_key(&self, op: &Operation) -> u32 {
+        self.keys.find_id(IdRef::Uuid(*op.key.as_bytes())).expect("the operations' keys are interned in new")
+    }
+
+    /// The operation of a key, if any asked for it.
+    fn op_of(&self, key: u32) -> Option<&'a Operation> {
+        let ops = self.ops;
+        self.op_of_key.get(key as usize).filter(|&&i| i != NONE).map(|&i| &ops[i as usize])
+    }
+
+    /// A key's events, by index, in the order added: around the ring from
+    /// the one after its last, its first.
+    fn events_of(&self, key: u32) -> impl Iterator<Item = usize> + '_ {
+        let last = self.last_event.get(key as usize).copied().unwrap_or(NONE);
+        let mut next = (last != NONE).then(|| self.events[last as usize].next_of_key);
+        std::iter::from_fn(move || {
+            let i = next?;
+            next = (i != last).then(|| self.events[i as usize].next_of_key);
+            Some(i as usize)
+        })
+    }
+
+    /// An event's messages on the topic, in the order read.
+    fn copies(&self, i: usize) -> impl Iterator<Item = Position> + '_ {
+        let e = &self.events[i];
+        let first = e.on_topic.then(|| Position::new(e.copy_lane, e.copy_at));
+        let more = self.more_copies.get(&(i as u32)).map(Vec::as_slice).unwrap_or_default();
+        first.into_iter().chain(more.iter().copied())
+    }
+
+    /// Whether a key's work was still pending when the run settled.
+    fn is_pending(&self, key: u32) -> bool {
+        !self.pending.is_empty() && self.pending.contains(&self.keys[key].to_string())
+    }
+
+    /// Keys in the order of their texts, as the examples are told.
+    fn sort_by_text(&self, keys: &mut [u32]) {
+        keys.sort_by(|&a, &b| self.keys[a].cmp(&self.keys[b]));
+    }
+}
+
+/// The cell of id `i` in a column indexed by id, grown with `empty` on demand.
+fn cell<T: Clone>(column: &mut Vec<T>, i: u32, empty: T) -> &mut T {
+    let i = i as usize;
+    if i >= column.len() {
+        column.resize(i + 1, empty);
+    }
+    &mut column[i]
 }
 
 /// A value as the effect rows show it as text: a string bare, anything else as JSON.
@@ -357,4 +482,178 @@ fn text(v: &serde_json::Value) -> String {
 /// The first 8 characters of an id, for stories.
 fn short(id: &str) -> &str {
     id.get(..8).unwrap_or(id)
+}
+
+/// An id or a key, compact: one whose text is a UUID in its canonical
+/// form (lowercase, hyphenated) is kept as its 16 bytes, any other text as
+/// itself, so that it renders back exactly as it came.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Id {
+    Uuid([u8; 16]),
+    Text(Box<str>),
+}
+
+/// An [`Id`] borrowed from its text, to look one up without a copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum IdRef<'t> {
+    Uuid([u8; 16]),
+    Text(&'t str),
+}
+
+impl<'t> IdRef<'t> {
+    fn of(text: &'t str) -> Self {
+        if text.len() == uuid::fmt::Hyphenated::LENGTH {
+            if let Ok(u) = uuid::Uuid::try_parse(text) {
+                // Only the canonical text: "ABC…" or any other spelling
+                // of the same UUID is another key, as it is to a map.
+                if u.hyphenated().encode_lower(&mut [0; uuid::fmt::Hyphenated::LENGTH]) == text {
+                    return IdRef::Uuid(*u.as_bytes());
+                }
+            }
+        }
+        IdRef::Text(text)
+    }
+
+    fn to_owned(self) -> Id {
+        match self {
+            IdRef::Uuid(b) => Id::Uuid(b),
+            IdRef::Text(s) => Id::Text(s.into()),
+        }
+    }
+}
+
+impl Id {
+    fn as_ref(&self) -> IdRef<'_> {
+        match self {
+            Id::Uuid(b) => IdRef::Uuid(*b),
+            Id::Text(s) => IdRef::Text(s),
+        }
+    }
+}
+
+impl std::fmt::Display for Id {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Id::Uuid(b) => uuid::Uuid::from_bytes(*b).hyphenated().fmt(f),
+            Id::Text(s) => f.write_str(s),
+        }
+    }
+}
+
+/// Ids in the order of their texts.
+impl Ord for Id {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        match (self, other) {
+            // Hyphens at the same places, hex digits in ascending order:
+            // the canonical texts of two UUIDs sort as their bytes.
+            (Id::Uuid(a), Id::Uuid(b)) => a.cmp(b),
+            _ => {
+                let (mut a, mut b) = ([0; uuid::fmt::Hyphenated::LENGTH], [0; uuid::fmt::Hyphenated::LENGTH]);
+                self.text(&mut a).cmp(other.text(&mut b))
+            }
+        }
+    }
+}
+
+impl PartialOrd for Id {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Id {
+    /// Its text, written into `buf` when it is a UUID.
+    fn text<'s>(&'s self, buf: &'s mut [u8; uuid::fmt::Hyphenated::LENGTH]) -> &'s str {
+        match self {
+            Id::Uuid(b) => uuid::Uuid::from_bytes(*b).hyphenated().encode_lower(buf),
+            Id::Text(s) => s,
+        }
+    }
+}
+
+/// Ids interned once, each known by its index, in the order they came.
+///
+/// An open-addressed table of indices into `ids`: four bytes a slot, where
+/// a map would hold a hash, a second copy of the id and its index.
+#[derive(Default)]
+struct Interned {
+    ids: Vec<Id>,
+    /// Each slot an index into `ids` plus one, or 0 when empty; never more
+    /// than half full, so that a probe ends soon.
+    slots: Vec<u32>,
+    hasher: std::hash::RandomState,
+}
+
+impl Interned {
+    fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// The index of an id given as text, if interned.
+    fn find(&self, text: &str) -> Option<u32> {
+        self.find_id(IdRef::of(text))
+    }
+
+    fn find_id(&self, id: IdRef) -> Option<u32> {
+        self.probe(id).ok()
+    }
+
+    /// The index of an id, interned if new, and whether it was.
+    fn insert(&mut self, id: IdRef) -> (u32, bool) {
+        if (self.ids.len() + 1) * 2 > self.slots.len() {
+            self.grow();
+        }
+        match self.probe(id) {
+            Ok(i) => (i, false),
+            Err(slot) => {
+                self.ids.push(id.to_owned());
+                self.slots[slot] = self.ids.len() as u32;
+                (self.ids.len() as u32 - 1, true)
+            }
+        }
+    }
+
+    /// Where an id is: its index, or else the empty slot it would take.
+    fn probe(&self, id: IdRef) -> Result<u32, usize> {
+        if self.slots.is_empty() {
+            return Err(0);
+        }
+        let mask = self.slots.len() - 1;
+        let mut slot = self.home(id, mask);
+        loop {
+            match self.slots[slot] {
+                0 => return Err(slot),
+                i if self.ids[i as usize - 1].as_ref() == id => return Ok(i - 1),
+                _ => slot = (slot + 1) & mask,
+            }
+        }
+    }
+
+    /// The slot where a probe for an id starts.
+    fn home(&self, id: IdRef, mask: usize) -> usize {
+        use std::hash::BuildHasher;
+        self.hasher.hash_one(id) as usize & mask
+    }
+
+    /// Twice the slots, every id placed anew.
+    fn grow(&mut self) {
+        let mut slots = vec![0u32; (self.slots.len() * 2).max(16)];
+        let mask = slots.len() - 1;
+        for (i, id) in self.ids.iter().enumerate() {
+            let mut slot = self.home(id.as_ref(), mask);
+            while slots[slot] != 0 {
+                slot = (slot + 1) & mask;
+            }
+            slots[slot] = i as u32 + 1;
+        }
+        self.slots = slots;
+    }
+}
+
+impl std::ops::Index<u32> for Interned {
+    type Output = Id;
+
+    fn index(&self, i: u32) -> &Id {
+        &self.ids[i as usize]
+    }
 }

@@ -7,9 +7,9 @@ impl Books<'_> {
     /// A key's story, on one line, as an example of `anomaly`: its
     /// operation, the cause of the anomaly by data or the faults around the
     /// operation by time, its outbox events, its messages, its effects.
-    pub(super) fn story(&self, key: &str, anomaly: AnomalyKind) -> String {
+    pub(super) fn story(&self, key: u32, anomaly: AnomalyKind) -> String {
         let mut parts = Vec::new();
-        match self.op_by_key.get(key).map(|&i| &self.ops[i]) {
+        match self.op_of(key) {
             Some(op) => {
                 let answer = if op.status == 0 { "no answer".to_string() } else { op.status.to_string() };
                 parts.push(format!(
@@ -40,22 +40,22 @@ impl Books<'_> {
             }
             None => parts.push("never asked for".into()),
         }
-        let events = self.by_key.get(key).map(Vec::as_slice).unwrap_or_default();
-        let outbox: Vec<String> = events
-            .iter()
-            .map(|&i| {
+        let outbox: Vec<String> = self
+            .events_of(key)
+            .map(|i| {
                 let e = &self.events[i];
                 let at = (e.at_epoch_ms - self.started_epoch_ms) as f64 / 1000.0;
-                format!("{} {} at {at:.2} s", self.kinds[e.kind], short(&e.id))
+                let id = self.event_ids[i as u32].to_string();
+                format!("{} {} at {at:.2} s", self.kinds[e.kind as usize], short(&id))
             })
             .collect();
         parts.push(match outbox.is_empty() {
             true => "outbox: none".into(),
             false => format!("outbox: {}", outbox.join(", ")),
         });
-        let copies: Vec<String> = events
-            .iter()
-            .flat_map(|&i| self.events[i].copies.iter().map(|p| format!("p{}@{}", p.lane(), p.at())))
+        let copies: Vec<String> = self
+            .events_of(key)
+            .flat_map(|i| self.copies(i).map(|p| format!("p{}@{}", p.lane(), p.at())))
             .take(8)
             .collect();
         parts.push(match copies.is_empty() {
@@ -68,22 +68,21 @@ impl Books<'_> {
             .iter()
             .zip(&self.effects)
             .filter(|(d, _)| d.key_value.is_none())
-            .map(|(d, b)| format!("{} ×{}", d.name, b.per_key.get(key).copied().unwrap_or(0)))
+            .map(|(d, b)| format!("{} ×{}", d.name, b.rows(key)))
             .collect();
         if !effects.is_empty() {
             parts.push(format!("effects: {}", effects.join(", ")));
         }
-        format!("key {key}: {}", parts.join("; "))
+        format!("key {}: {}", self.keys[key], parts.join("; "))
     }
 
     /// When a key's story ends, in milliseconds since the run started: the
     /// latest of its operation's answer and its outbox events.
-    pub(super) fn trace_ms(&self, key: &str) -> Option<u64> {
-        let op = self.op_by_key.get(key).map(|&i| self.ops[i].done_ms);
-        let events = self.by_key.get(key).map(Vec::as_slice).unwrap_or_default();
-        let last_event = events
-            .iter()
-            .map(|&i| u64::try_from(self.events[i].at_epoch_ms - self.started_epoch_ms).unwrap_or(0))
+    pub(super) fn trace_ms(&self, key: u32) -> Option<u64> {
+        let op = self.op_of(key).map(|op| op.done_ms);
+        let last_event = self
+            .events_of(key)
+            .map(|i| u64::try_from(self.events[i].at_epoch_ms - self.started_epoch_ms).unwrap_or(0))
             .max();
         op.into_iter().chain(last_event).max()
     }
@@ -92,19 +91,12 @@ impl Books<'_> {
     /// reach holds one of its messages: an offset commit that covered it),
     /// else by time (fired in the window before its last trace, or soon
     /// after), nearest first, each marked so.
-    pub(super) fn followed(&self, key: &str, example: usize, anomaly: &str) -> Option<Followed> {
+    pub(super) fn followed(&self, key: u32, example: usize, anomaly: &str) -> Option<Followed> {
         let trace_ms = self.trace_ms(key)?;
-        let messages: Vec<crate::broker::Position> = self
-            .by_key
-            .get(key)
-            .map(Vec::as_slice)
-            .unwrap_or_default()
-            .iter()
-            .flat_map(|&i| self.events[i].copies.iter().copied())
-            .collect();
+        let messages: Vec<crate::broker::Position> = self.events_of(key).flat_map(|i| self.copies(i)).collect();
         let faults = attribution::suspects(&self.faults, trace_ms, anomaly, &self.spans, |f| {
             attribution::reached(f, &messages, anomaly)
         });
-        Some(Followed { example, subject: key.to_string(), trace_ms, faults })
+        Some(Followed { example, subject: self.keys[key].to_string(), trace_ms, faults })
     }
 }
