@@ -465,7 +465,7 @@ pub struct Options {
     /// Where the reference components run in every run.
     pub components: crate::scenario::Components,
     /// A declaration of the payments pipeline every run is judged by too.
-    pub declared: Option<PathBuf>,
+    pub declared: Option<scenario::Declaration>,
     /// Variants run at once (the correct pipeline's seeds count as one).
     pub jobs: u32,
 }

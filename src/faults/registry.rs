@@ -209,7 +209,7 @@ fault_points! {
     /// the component's process right after: for any consumer, a kill
     /// between its transaction and its offset commit.
     DbKillAfterCommit = "db.kill_after_commit", key db_kill_after_commit, per "commit that changed rows, acknowledged to a component process", by DbWireKill, confirm Seen,
-        what "the fault proxy lets the acknowledgement through and the harness `SIGKILL`s the component's process at once: for any consumer, its own included, a kill between its transaction and its offset commit. Only a commit whose transaction changed rows is an occurrence (the server's tags `INSERT 0 3`, `UPDATE 1` before it): an empty or read-only commit, an idle poll, holds no work to lose. The report counts both kinds",
+        what "the harness `SIGKILL`s the component's process the moment the fault proxy reads the acknowledgement, before passing it on (the transaction is durable; written first, a process scheduled before the proxy could act on it): for any consumer, its own included, a kill between its transaction and its offset commit. Only a commit whose transaction changed rows is an occurrence (the server's tags `INSERT 0 3`, `UPDATE 1` before it): an empty or read-only commit, an idle poll, holds no work to lose. The report counts both kinds",
         confirmed by "the process seen ending by SIGKILL";
     /// The broker appends a produce's batches and its acknowledgement never
     /// arrives: the fault proxy withholds the `Produce` response and resets
@@ -222,7 +222,7 @@ fault_points! {
     /// SIGKILLs the component's process right after: for any relay, a kill
     /// between the broker's ack and the outbox's mark.
     KafkaKillAfterProduceAck = "kafka.kill_after_produce_ack", key kafka_kill_after_produce_ack, per "produce acknowledged to a component process", by KafkaWireKill, confirm Seen,
-        what "the fault proxy lets the `Produce` response through and the harness `SIGKILL`s the process at once: for any relay, its own included, a kill between the broker's ack and the outbox mark",
+        what "the harness `SIGKILL`s the process the moment the fault proxy reads the `Produce` response, before passing it on (the broker has appended the batch): for any relay, its own included, a kill between the broker's ack and the outbox mark",
         confirmed by "the process seen ending by SIGKILL";
     /// The fault proxy lets the group coordinator's answer to an
     /// `OffsetCommit` through and SIGKILLs the component's process right
@@ -230,7 +230,7 @@ fault_points! {
     /// commit (by hand, or by `enable.auto.commit`), a kill inside its
     /// window, every time.
     KafkaKillAfterOffsetCommit = "kafka.kill_after_offset_commit", key kafka_kill_after_offset_commit, per "offset commit acknowledged to a component process", by KafkaWireKill, confirm Seen,
-        what "the fault proxy lets the `OffsetCommit` response through and the harness `SIGKILL`s the process at once. A consumer whose offsets run ahead of its database (committed before its transaction, or by `enable.auto.commit` while a batch is being handled) loses that work; a correct one, whose offsets follow its commit, loses nothing and gets the rest again",
+        what "the harness `SIGKILL`s the process the moment the fault proxy reads the `OffsetCommit` response, before passing it on (the offsets are committed). A consumer whose offsets run ahead of its database (committed before its transaction, or by `enable.auto.commit` while a batch is being handled) loses that work; a correct one, whose offsets follow its commit, loses nothing and gets the rest again",
         confirmed by "the process seen ending by SIGKILL";
     /// The fault proxy lets a `Fetch` response that carries records through
     /// and SIGKILLs the consumer's process right after: the earliest moment

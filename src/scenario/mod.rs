@@ -496,11 +496,18 @@ impl Scenario {
     }
 
     /// The same run judged by the generic verifier too (`--declared`),
-    /// with `file`'s declaration of the payments pipeline: a declaration
-    /// without a service, whose operation values are the payments'.
-    pub fn with_cross_check(mut self, file: &Path) -> Result<Self, crate::Error> {
+    /// with a declaration of the payments pipeline: a declaration without
+    /// a service, whose operation values are the payments'. The built-in
+    /// one is `scenarios/payments-declared.toml` as this build has it.
+    pub fn with_cross_check(mut self, declaration: &Declaration) -> Result<Self, crate::Error> {
+        let (declared, file) = match declaration {
+            Declaration::BuiltIn => {
+                let file = Path::new(PAYMENTS_DECLARATION_PATH);
+                (parse(PAYMENTS_DECLARATION, file)?, file)
+            }
+            Declaration::File(file) => (load(file)?, file.as_path()),
+        };
         let shown = file.display();
-        let declared = load(file)?;
         let Some(sys) = declared.0.system else {
             return Err(crate::Error::Usage(format!(
                 "--declared {shown}: the file has no `[system]` table to judge the run by"
@@ -660,6 +667,23 @@ mod tests {
 
     fn p(text: &str) -> Result<Scenario, String> {
         parse(text, Path::new("t.toml")).map_err(|e| e.to_string())
+    }
+
+    /// `--declared` alone: the pipeline's own declaration, built in, judges
+    /// a payments run as the file does; it judges no declared system.
+    #[test]
+    fn the_built_in_declaration_is_the_files() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let payments = || load(&root.join("scenarios/payments.toml")).unwrap();
+        let built_in = payments().with_cross_check(&Declaration::BuiltIn).unwrap();
+        let file =
+            payments().with_cross_check(&Declaration::File(root.join("scenarios/payments-declared.toml"))).unwrap();
+        let json = |sc: &Scenario| serde_json::to_value(&sc.cross_check).unwrap();
+        assert!(built_in.cross_check.is_some());
+        assert_eq!(json(&built_in), json(&file));
+        let orders = load(&root.join("examples/orders/orders.toml")).unwrap();
+        let refused = orders.with_cross_check(&Declaration::BuiltIn).unwrap_err().to_string();
+        assert!(refused.contains("a declared system already"), "{refused}");
     }
 
     #[test]
@@ -1020,5 +1044,26 @@ mod tests {
             let e = p(bad).unwrap_err();
             assert!(!e.contains('\n'), "{e}");
         }
+    }
+}
+
+/// The payments pipeline's own declaration (`chaos run --declared` with no
+/// file): what the generic verifier judges a payments run by.
+pub const PAYMENTS_DECLARATION: &str = include_str!("../../scenarios/payments-declared.toml");
+const PAYMENTS_DECLARATION_PATH: &str = "scenarios/payments-declared.toml (built in)";
+
+/// Which declaration of the payments pipeline `--declared` judges by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Declaration {
+    /// [`PAYMENTS_DECLARATION`], built into the binary.
+    BuiltIn,
+    /// A file of the user's.
+    File(PathBuf),
+}
+
+impl Declaration {
+    /// From the flag: `--declared` alone is the built-in one.
+    pub fn of(flag: Option<PathBuf>) -> Self {
+        flag.map_or(Self::BuiltIn, Self::File)
     }
 }

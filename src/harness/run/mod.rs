@@ -43,7 +43,7 @@ pub struct RunOptions {
     /// Pins the firings by occurrence.
     pub schedule: Option<crate::faults::Schedule>,
     /// A declaration of the payments pipeline the run is judged by too.
-    pub declared: Option<PathBuf>,
+    pub declared: Option<crate::scenario::Declaration>,
     /// Keep a passing embedded run's SQLite file.
     pub keep: bool,
 }
