@@ -153,9 +153,13 @@ struct Power {
 /// at once, beside the suite's other tests, ran Debian's 100 PostgreSQL
 /// connections out, so scripts/services.sh allows 300), and checks
 /// every verdict: each correct
-/// program passes, each broken one is caught with its anomaly. All the
-/// runs end before the first failure is told, with every wrong verdict in
-/// it. `check` looks further into each report.
+/// program passes, each broken one is caught with its anomaly. A run whose
+/// faults never fired is inconclusive, and says nothing of the program: on
+/// a loaded machine a window can go unstruck. Such a run is made again
+/// once, on another seed, and it is a wrong verdict if that one is
+/// inconclusive too; a pass or a failure is never made again. All the runs
+/// end before the first failure is told, with every wrong verdict in it.
+/// `check` looks further into each report.
 fn power(cases: &[Power], at_once: usize, check: impl Fn(&Power, &serde_json::Value) + Sync) {
     let dir = tempfile::tempdir().unwrap();
     let mut runs = Vec::new();
@@ -177,7 +181,12 @@ fn power(cases: &[Power], at_once: usize, check: impl Fn(&Power, &serde_json::Va
         for _ in 0..at_once {
             s.spawn(|| {
                 while let Some((case, path, seed)) = runs.get(next.fetch_add(1, std::sync::atomic::Ordering::SeqCst)) {
-                    let ran = run_program_seeded(path.to_str().unwrap(), dir.path(), Some(*seed));
+                    let mut ran = run_program_seeded(path.to_str().unwrap(), dir.path(), Some(*seed));
+                    if ran.code == 4 {
+                        let why = ran.json()["reason"].clone();
+                        eprintln!("{} seed {seed}: inconclusive ({why}); once more, on seed {}", case.program, seed + 100);
+                        ran = run_program_seeded(path.to_str().unwrap(), dir.path(), Some(seed + 100));
+                    }
                     let r = ran.json();
                     assert_nothing_left(&r);
                     let found = anomalies(&r);
@@ -268,12 +277,14 @@ fn the_recommended_relay_scenario_passes_the_correct_relay_and_catches_every_bro
         c("relay_seq_cursor.py", Some("unpublished leftover")),
         c("relay_mark_first.py", Some("lost event")),
     ];
-    // Three at once. Two at once once left `relay_mark_first.py` uncaught
+    // One at a time. Two at once once left `relay_mark_first.py` uncaught
     // (2 kills after 16 marks, neither losing its batch): the kill landed
     // after the acknowledgement was written, and a loaded harness gave the
-    // relay time to produce first. The kill now lands before the
-    // acknowledgement is written: 30 of 30 right at three at once.
-    power(&cases, 3, |case, r| match case.caught_by {
+    // relay time to produce first. The kill now lands before it is written
+    // (30 of 30 right over seeds 1-10, three at once, alone); three at once
+    // beside the consumer test's four left the first half of `relay.py`'s
+    // seed 1 with one mark, unstruck: inconclusive.
+    power(&cases, 1, |case, r| match case.caught_by {
         None => {
             assert_fired_and_confirmed(r, "kafka.kill_after_produce_ack");
             assert!(
