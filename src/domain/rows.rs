@@ -27,6 +27,9 @@ pub struct OutboxRecord {
     pub published: bool,
     /// Of the key, type and payload a relay publishes for it.
     pub fingerprint: u32,
+    /// When it was written, in milliseconds since the epoch: what the core
+    /// checker dates an operation's story by.
+    pub at_epoch_ms: i64,
 }
 
 /// A dated row as the store reads it: its payment, and the time in

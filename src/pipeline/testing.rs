@@ -8,7 +8,7 @@ use crate::context::{shutdown_pair, Ctx, ShutdownTrigger, Stats};
 use crate::domain::names::RunNames;
 use crate::faults::FaultInjector;
 use crate::store::{sqlite::SqliteStore, Store};
-use crate::verifier::{reconcile, topic, Ledger};
+use crate::verifier::reconcile;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -87,14 +87,10 @@ impl Harness {
     /// The verifier's reconciliation of what the run left.
     pub async fn reconcile(&self) -> reconcile::Reconciliation {
         let c = &self.ctx;
-        let mut ledger = Ledger::new();
-        for p in c.intent.take() {
-            ledger.add_intended(p);
-        }
-        c.store.ground_truth(&mut ledger).await.expect("the ground truth");
-        let limit = Duration::from_secs(10);
-        let ledger = topic::read_all(c.broker.clone(), c.topic(), limit, ledger).await.expect("the topic");
-        ledger.reconcile(&reconcile::Spec { payments: c.scenario.payments, outbox: true })
+        let (history, intent) = (c.faults.history(), c.intent.take());
+        let verified =
+            crate::verifier::pass::verify(&c.store, &c.broker, &c.names.topic, &c.scenario, intent, &history, None);
+        verified.await.expect("the ground truth").reconciliation
     }
 }
 

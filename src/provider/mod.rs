@@ -27,8 +27,8 @@ pub use faults::{Fault, Nemesis};
 #[cfg(test)]
 pub use faults::{NoFaults, Tallies};
 #[cfg(test)]
-pub use record::{fingerprint, Body, EmailId, Scalar};
-pub use record::{Form, IdempotencyKey, Outcome, Record, Request};
+pub use record::{fingerprint, Body, EmailId, Form, IdempotencyKey, Scalar};
+pub use record::{Outcome, Record, Request};
 
 use crate::error::{Error, Result};
 use axum::routing::post;

@@ -1052,6 +1052,18 @@ mod tests {
 pub const PAYMENTS_DECLARATION: &str = include_str!("../../scenarios/payments-declared.toml");
 const PAYMENTS_DECLARATION_PATH: &str = "scenarios/payments-declared.toml (built in)";
 
+/// The payments pipeline's own declaration, parsed; without its email
+/// effect unless `emails`. None only if the built-in text does not parse,
+/// which a unit test rules out.
+pub fn payments_declaration(emails: bool) -> Option<System> {
+    let built_in = parse(PAYMENTS_DECLARATION, Path::new(PAYMENTS_DECLARATION_PATH)).ok()?;
+    let mut sys = built_in.0.system?;
+    if !emails {
+        sys.effects.retain(|e| e.provider.is_none());
+    }
+    Some(sys)
+}
+
 /// Which declaration of the payments pipeline `--declared` judges by.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Declaration {

@@ -389,7 +389,8 @@ impl super::Backend for PgStore {
 
 /// The verifier's statements in this backend's SQL.
 const DIALECT: super::truth::Dialect = super::truth::Dialect {
-    outbox: "SELECT id, aggregate_id, event_type, payload::text, published_at IS NOT NULL FROM outbox",
+    outbox: "SELECT id, aggregate_id, event_type, payload::text, published_at IS NOT NULL, \
+             round(extract(epoch FROM created_at) * 1000)::bigint FROM outbox",
     latency: "SELECT round(extract(epoch FROM i.processed_at - o.created_at) * 1000)::bigint \
              FROM inbox i JOIN outbox o ON o.id = i.message_id WHERE i.handler = 'projection'",
     traces: "SELECT id, round(extract(epoch FROM greatest(created_at, updated_at)) * 1000)::bigint FROM payments \

@@ -387,7 +387,7 @@ impl super::Backend for SqliteStore {
 
 /// The verifier's statements in this backend's SQL.
 const DIALECT: super::truth::Dialect = super::truth::Dialect {
-    outbox: "SELECT id, aggregate_id, event_type, payload, published_at IS NOT NULL FROM outbox",
+    outbox: "SELECT id, aggregate_id, event_type, payload, published_at IS NOT NULL, created_at FROM outbox",
     latency: "SELECT i.processed_at - o.created_at FROM inbox i JOIN outbox o ON o.id = i.message_id \
               WHERE i.handler = 'projection'",
     traces: "SELECT id, max(created_at, updated_at) FROM payments \

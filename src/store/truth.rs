@@ -14,7 +14,8 @@ use uuid::Uuid;
 
 /// The statements whose text differs per backend.
 pub struct Dialect {
-    /// id, aggregate_id, event_type, payload as text, published flag.
+    /// id, aggregate_id, event_type, payload as text, published flag,
+    /// created in milliseconds since the epoch.
     pub outbox: &'static str,
     /// Each event's latency in whole milliseconds, outbox created → inbox
     /// processed (projection handler).
@@ -93,6 +94,7 @@ where
     for<'r> Uuid: Decode<'r, R::Database> + Type<R::Database>,
     for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
     for<'r> bool: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
 {
     let payment_id: Uuid = r.try_get(1)?;
     let t: String = r.try_get(2)?;
@@ -111,6 +113,7 @@ where
         body: body.filter(|_| kind.is_some()),
         published: r.try_get(4)?,
         fingerprint,
+        at_epoch_ms: r.try_get(5)?,
     })
 }
 

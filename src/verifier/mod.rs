@@ -22,6 +22,7 @@
 //! - [`latency`]: end-to-end latency percentiles, one computation for every backend.
 
 pub(crate) mod attribution;
+pub(crate) mod compose;
 pub mod declared;
 pub(crate) mod emails;
 pub mod latency;

@@ -10,7 +10,8 @@ use crate::error::Result;
 use crate::faults::{FaultHistory, FaultPoint};
 use crate::scenario::Scenario;
 use crate::store::Store;
-use crate::verifier::{attribution, latency::Latency, latency::LatencyRecorder, reconcile, story, topic, Ledger};
+use crate::verifier::declared::Books;
+use crate::verifier::{attribution, compose, latency::Latency, latency::LatencyRecorder, reconcile, story, topic};
 use std::collections::HashMap;
 use std::time::Duration;
 use tracing::warn;
@@ -32,9 +33,11 @@ pub struct Verified {
 }
 
 /// Reads the ground truth against the workload's record of intent, finds
-/// the firings the topic and the dead letters confirm, and reconciles.
+/// the firings the topic and the dead letters confirm, and judges the run
+/// by the core checker and the payments checker composed ([`compose`]).
 /// `emails` is the provider's record when the run sends emails: then the
 /// emails are checked too; `None` checks none and adds no email invariant.
+#[allow(clippy::too_many_arguments)]
 pub async fn verify(
     store: &Store,
     broker: &SharedBroker,
@@ -44,24 +47,24 @@ pub async fn verify(
     faults: &FaultHistory,
     emails: Option<&crate::provider::Record>,
 ) -> Result<Verified> {
-    let mut ledger = Ledger::new();
-    for p in intent {
-        ledger.add_intended(p);
-    }
-    store.ground_truth(&mut ledger).await?;
+    // Its receipt emails are judged when the run sent emails.
+    let Some(sys) = crate::scenario::payments_declaration(emails.is_some()) else {
+        return Err(crate::Error::Internal("the payments pipeline's built-in declaration does not parse".into()));
+    };
+    let ops = compose::operations(&sys, &intent);
+    let books = Books::new(&sys, &ops, faults.log.clone(), faults.started_epoch_ms).with_spans(attribution::spans(sc));
+    let mut truth = compose::Truth::new(&sys, intent, books);
+    store.ground_truth(&mut truth).await?;
     let limit = TOPIC_READ_FLOOR.max(TOPIC_READ_PER_PAYMENT * sc.payments.min(u32::MAX as u64) as u32);
-    let mut ledger = topic::read_all(broker.clone(), sc.topic(topic_name), limit, ledger).await?;
+    topic::stream(broker.clone(), sc.topic(topic_name), limit, |m| truth.add_message(m)).await?;
+    let spec = reconcile::Spec { payments: sc.payments, outbox: sc.publish == crate::scenario::PublishMode::Outbox };
+    let (r, mut ledger) = truth.finish(&spec, emails);
     let mut confirmed: Vec<(FaultPoint, u64)> = faults
         .awaited_copies
         .iter()
         .filter(|(_, event, copies)| ledger.copies(*event) >= *copies)
         .map(|(point, _, _)| (*point, 1))
         .collect();
-    let spec = reconcile::Spec { payments: sc.payments, outbox: sc.publish == crate::scenario::PublishMode::Outbox };
-    let mut r = ledger.check(&spec);
-    if let Some(emails) = emails {
-        ledger.check_emails(emails, &mut r);
-    }
     // A poison message's effect is its dead letter.
     confirmed.push((FaultPoint::WorkloadPoison, r.counts.dead_letters_matched));
     // What the stories need of the topic, while the ledger still holds it.

@@ -7,7 +7,6 @@
 use crate::broker::{Delivery, Position, SharedBroker, Topic};
 use crate::domain::events::{self, EventKind};
 use crate::error::{Error, Result};
-use crate::verifier::Ledger;
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -39,14 +38,40 @@ impl TopicRecord {
     }
 }
 
-/// Streams every message into the ledger, one compact record at a time, and
-/// gives the ledger back. Gives up with an error, never hangs, if the topic
-/// cannot be read to its end within `limit`.
-pub async fn read_all(broker: SharedBroker, topic: Topic, limit: Duration, mut ledger: Ledger) -> Result<Ledger> {
-    tokio::task::spawn_blocking(move || {
-        crate::broker::read_checked(&*broker, &topic, limit, &mut |m| ledger.add_message(TopicRecord::of(&m)))?;
-        Ok(ledger)
-    })
-    .await
-    .map_err(|e| Error::Internal(e.to_string()))?
+/// One message as read: its compact record, and its raw key and event
+/// id, for the core's books, which keep keys of any form.
+pub struct Read {
+    pub record: TopicRecord,
+    pub key: Vec<u8>,
+    pub id: Option<Vec<u8>>,
+}
+
+/// Messages read and not yet taken, at most.
+const MESSAGES_IN_FLIGHT: usize = 4096;
+
+/// The one topic read every checker takes its messages from: each message
+/// in turn to `on`, as read. Gives up with an error, never hangs, if the
+/// topic cannot be read to its end within `limit`.
+///
+/// The read runs on a blocking thread and its messages reach `on` here as
+/// they come: `on` may borrow what the checkers hold, and a bounded
+/// channel keeps no more than a few thousand messages in between.
+pub async fn stream(broker: SharedBroker, topic: Topic, limit: Duration, mut on: impl FnMut(Read)) -> Result<()> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Read>(MESSAGES_IN_FLIGHT);
+    let reader = tokio::task::spawn_blocking(move || {
+        crate::broker::read_checked(&*broker, &topic, limit, &mut |m| {
+            let read = Read {
+                record: TopicRecord::of(&m),
+                key: m.key.unwrap_or_default().to_vec(),
+                id: m.event_id.map(<[u8]>::to_vec),
+            };
+            // Refused only once the receiver is gone: the verification was
+            // dropped, and nobody wants the rest.
+            let _ = tx.blocking_send(read);
+        })
+    });
+    while let Some(m) = rx.recv().await {
+        on(m);
+    }
+    reader.await.map_err(|e| Error::Internal(e.to_string()))?
 }

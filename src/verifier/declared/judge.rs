@@ -35,9 +35,6 @@ impl Books<'_> {
         }
         self.judge_checks(&mut found, &mut tally);
 
-        for inv in found.invariants.iter_mut() {
-            inv.ok = inv.expected == inv.actual;
-        }
         found.anomalies = tally
             .0
             .into_iter()
@@ -46,7 +43,10 @@ impl Books<'_> {
                 count,
                 examples,
                 allowed: false,
-                subjects: vec![],
+                subjects: match self.brief {
+                    true => keys.iter().map(|&k| self.subject(k)).collect(),
+                    false => vec![],
+                },
                 followed: keys
                     .iter()
                     .enumerate()
@@ -310,11 +310,14 @@ impl Books<'_> {
             });
         }
         let types = if for_malformed { "malformed".to_string() } else { decl.types.join(", ") };
-        found.invariants.push(Invariant::eq(
+        let mut inv = Invariant::eq(
             &format!("effect {}: exactly one per {types} message", decl.name),
             expected,
             expected - missing - duplicate,
-        ));
+        );
+        // A row for no such event breaks it too, though every event has its one.
+        inv.ok &= books.misattributed_count == 0;
+        found.invariants.push(inv);
         link_last(found, &effect_anomalies(decl));
     }
 
@@ -345,6 +348,7 @@ impl Books<'_> {
         }
         let mut strays: Vec<u32> = books.keys().filter(|&k| !expected[k as usize]).collect();
         self.sort_by_text(&mut strays);
+        let misattributed = strays.len() as u64 + books.misattributed_count;
         for k in strays {
             let [.., misattributed] = effect_anomalies(decl);
             tally.note_on(misattributed, Some(k), || {
@@ -356,11 +360,13 @@ impl Books<'_> {
                 )
             });
         }
-        found.invariants.push(Invariant::eq(
+        let mut inv = Invariant::eq(
             &format!("effect {}: exactly one per key", decl.name),
             keys.len() as u64,
             keys.len() as u64 - missing - duplicate,
-        ));
+        );
+        inv.ok &= misattributed == 0;
+        found.invariants.push(inv);
         link_last(found, &effect_anomalies(decl));
     }
 
@@ -413,8 +419,8 @@ impl Books<'_> {
     /// The provider's refusals of a reused key, and the user's own checks.
     fn judge_checks(&self, found: &mut Found, tally: &mut Tally) {
         if let Some(reused) = &self.keys_reused {
-            for r in reused {
-                tally.note(AnomalyKind::IdempotencyKeyReused, r.clone());
+            for (r, key) in reused {
+                tally.note_on(AnomalyKind::IdempotencyKeyReused, *key, || r.clone());
             }
             found.invariants.push(linked(
                 Invariant::eq(

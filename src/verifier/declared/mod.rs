@@ -133,8 +133,9 @@ pub struct Books<'a> {
     effects: Vec<EffectBooks>,
     checks: Vec<(String, i64, Vec<String>)>,
     /// Requests the provider refused for a key reused with another body,
-    /// when an effect is read from its record.
-    keys_reused: Option<Vec<String>>,
+    /// when an effect is read from its record, each with the key of the
+    /// effect its body names, when it names one.
+    keys_reused: Option<Vec<(String, Option<u32>)>>,
     faults: Vec<FaultRecord>,
     started_epoch_ms: i64,
     /// Keys of work the system still held as pending when the run settled
@@ -143,6 +144,10 @@ pub struct Books<'a> {
     /// How long each fault point lasts, for the attribution by time
     /// ([`attribution::spans`]).
     spans: std::collections::BTreeMap<String, u64>,
+    /// The examples name their key and no more, and carry it as their
+    /// subject: a run whose report tells each example's story from the
+    /// database's dated rows (the payments pipeline's) tells it there.
+    brief: bool,
 }
 
 /// One effect's rows, counted in columns: by event index, by key id.
@@ -205,6 +210,7 @@ impl<'a> Books<'a> {
             started_epoch_ms,
             pending: HashSet::new(),
             spans: Default::default(),
+            brief: false,
         }
     }
 
@@ -213,6 +219,20 @@ impl<'a> Books<'a> {
     pub fn with_spans(mut self, spans: std::collections::BTreeMap<String, u64>) -> Self {
         self.spans = spans;
         self
+    }
+
+    /// Examples brief, each with its key as its subject (see [`Books::brief`]).
+    pub fn told_by_the_report(mut self) -> Self {
+        self.brief = true;
+        self
+    }
+
+    /// An example's subject: its key, when that is a UUID.
+    fn subject(&self, key: Option<u32>) -> Option<uuid::Uuid> {
+        match &self.keys[key?] {
+            Id::Uuid(b) => Some(uuid::Uuid::from_bytes(*b)),
+            Id::Text(_) => None,
+        }
     }
 
     /// The keys still pending when the run settled: their effects are not
@@ -245,14 +265,32 @@ impl<'a> Books<'a> {
 
     /// A row of the outbox log.
     pub fn add_event(&mut self, e: LoggedEvent) {
-        let (i, new) = self.event_ids.insert(IdRef::of(&e.id));
+        let fingerprint = fingerprint(e.key.as_bytes(), e.kind.as_bytes(), e.payload.as_bytes());
+        self.push_event(IdRef::of(&e.id), IdRef::of(&e.key), &e.kind, fingerprint, e.at_epoch_ms, e.malformed);
+    }
+
+    /// An outbox row as the payments pipeline's own read gives it: its
+    /// fingerprint already taken, by the one function every reader uses.
+    pub fn add_outbox_row(
+        &mut self,
+        id: uuid::Uuid,
+        key: uuid::Uuid,
+        kind: &str,
+        fp: u32,
+        at_ms: i64,
+        malformed: bool,
+    ) {
+        self.push_event(IdRef::Uuid(*id.as_bytes()), IdRef::Uuid(*key.as_bytes()), kind, fp, at_ms, malformed);
+    }
+
+    fn push_event(&mut self, id: IdRef, key: IdRef, kind: &str, fingerprint: u32, at_epoch_ms: i64, malformed: bool) {
+        let (i, new) = self.event_ids.insert(id);
         if !new {
             // The same id written twice: its second row is not a new event.
             return;
         }
-        let kind = self.kind(&e.kind);
-        let fingerprint = fingerprint(e.key.as_bytes(), e.kind.as_bytes(), e.payload.as_bytes());
-        let (key, _) = self.keys.insert(IdRef::of(&e.key));
+        let kind = self.kind(kind);
+        let (key, _) = self.keys.insert(key);
         // Into the ring of its key's events, after the last one.
         let last = std::mem::replace(cell(&mut self.last_event, key, NONE), i);
         let next_of_key = match last {
@@ -264,13 +302,20 @@ impl<'a> Books<'a> {
             next_of_key,
             kind,
             fingerprint,
-            at_epoch_ms: e.at_epoch_ms,
+            at_epoch_ms,
             copy_lane: 0,
             copy_at: 0,
             on_topic: false,
             mismatched: false,
-            malformed: e.malformed,
+            malformed,
         });
+    }
+
+    /// The key of an outbox event, as text: what a declared query's join
+    /// on the outbox log gives for a row that names the event.
+    pub fn key_of_event(&self, id: uuid::Uuid) -> Option<String> {
+        let i = self.event_ids.find_id(IdRef::Uuid(*id.as_bytes()))?;
+        Some(self.keys[self.events[i as usize].key].to_string())
     }
 
     /// A message read from the topic.
@@ -370,11 +415,14 @@ impl<'a> Books<'a> {
         let mut reused = Vec::new();
         for r in &record.requests {
             if r.outcome == Outcome::Conflict {
-                reused.push(format!(
+                let about =
+                    self.sys.effects.iter().find_map(|e| e.provider.as_ref()).and_then(|f| record.field(r, &f.key));
+                let example = format!(
                     "key {} sent again with another body at {:.2} s",
                     r.key.as_ref().map_or("?".into(), |k| k.text()),
                     r.at.as_secs_f64()
-                ));
+                );
+                reused.push((example, about.and_then(|v| self.keys.find(&v.text()))));
             }
             if r.outcome.sent().is_none() {
                 continue;

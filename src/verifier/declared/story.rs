@@ -8,6 +8,9 @@ impl Books<'_> {
     /// operation, the cause of the anomaly by data or the faults around the
     /// operation by time, its outbox events, its messages, its effects.
     pub(super) fn story(&self, key: u32, anomaly: AnomalyKind) -> String {
+        if self.brief {
+            return format!("key {}", self.keys[key]);
+        }
         let mut parts = Vec::new();
         match self.op_of(key) {
             Some(op) => {
