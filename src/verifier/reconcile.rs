@@ -379,15 +379,33 @@ impl Ledger {
         (absent, split)
     }
 
-    /// Receipts per payment, for the figures, and receipts of payments
-    /// that do not exist. Exactly one per captured event, each caused by
-    /// it, the core checks.
+    /// Exactly one receipt per captured payment, whatever events name
+    /// them: a receipt under an id the consumer or the relay made up is
+    /// no outbox event to the core, but it is a second receipt of its
+    /// payment. Each receipt caused by its own event, the core checks.
     fn check_receipts(&self, c: &mut Counts, f: &mut Findings) {
-        for p in self.payments.iter().filter(|p| p.captured()) {
+        let mut dup = AnomalyBuilder::new(AnomalyKind::DuplicateEffect);
+        let mut missing = AnomalyBuilder::new(AnomalyKind::MissingEffect);
+        let mut captured = 0;
+        for (_, p, msgs) in by_payment(&self.payments, &self.messages) {
+            if !p.captured() {
+                if p.receipts > 0 {
+                    // Receipts for a payment never captured are duplicates of nothing.
+                    dup.hit_on(p.id, || format!("payment {}: {} receipts but not captured", p.id, p.receipts));
+                }
+                continue;
+            }
+            captured += 1;
             match p.receipts {
-                0 => c.payments_without_receipt += 1,
+                0 => {
+                    c.payments_without_receipt += 1;
+                    missing.hit_on(p.id, || format!("payment {}: no receipt; topic: {}", p.id, locate(msgs)));
+                }
                 1 => c.payments_with_one_receipt += 1,
-                _ => c.payments_with_many_receipts += 1,
+                n => {
+                    c.payments_with_many_receipts += 1;
+                    dup.hit_on(p.id, || format!("payment {}: {n} receipts; topic: {}", p.id, locate(msgs)));
+                }
             }
         }
         let mut stray = AnomalyBuilder::new(AnomalyKind::DuplicateEffect);
@@ -396,6 +414,7 @@ impl Ledger {
         }
         c.receipts = self.payments.iter().map(|p| p.receipts as u64).sum::<u64>()
             + self.stray_receipts.iter().map(|(_, n)| n).sum::<u64>();
+        f.check("exactly one receipt per captured payment", captured, c.payments_with_one_receipt, vec![dup, missing]);
         f.check("no receipts of payments that do not exist", 0, stray.count, vec![stray]);
     }
 

@@ -300,11 +300,14 @@ fn duplicate_receipt_fails_with_an_example() {
     let mut w = healthy(5);
     let (pid, cause) = (w.payments[2].id, w.event(2, EventKind::Captured));
     w.receipts.push((pid, cause));
-    let r = fails_with(&w, &["effect receipts: exactly one per payment.captured message"]);
+    let r = fails_with(
+        &w,
+        &["effect receipts: exactly one per payment.captured message", "exactly one receipt per captured payment"],
+    );
     let a = anomaly(&r, "duplicate effect");
     assert!(a.examples[0].contains(&pid.to_string()), "{:?}", a.examples);
     assert!(a.examples[0].contains(&format!("2 rows for payment.captured {cause}")), "{:?}", a.examples);
-    assert_eq!(a.subjects, [Some(pid)], "the example is about its payment, for its story");
+    assert_eq!(a.subjects, [Some(pid), Some(pid)], "each checker's example is about its payment, for its story");
 }
 
 #[test]
@@ -312,7 +315,10 @@ fn missing_receipt_fails() {
     let mut w = healthy(5);
     let pid = w.payments[0].id;
     w.receipts.retain(|(p, _)| *p != pid);
-    let r = fails_with(&w, &["effect receipts: exactly one per payment.captured message"]);
+    let r = fails_with(
+        &w,
+        &["effect receipts: exactly one per payment.captured message", "exactly one receipt per captured payment"],
+    );
     assert_eq!(r.counts.payments_without_receipt, 1);
     anomaly(&r, "missing effect");
 }
