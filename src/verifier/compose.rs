@@ -26,26 +26,23 @@ use uuid::Uuid;
 /// The payments the workload committed, as the core's record of intent:
 /// each an acknowledged operation keyed by its id, with the values the
 /// declaration names.
-pub fn operations(sys: &System, intent: &[Intended]) -> Vec<Operation> {
-    intent
-        .iter()
-        .map(|i| Operation {
-            key: i.id,
-            values: sys
-                .operation
-                .values
-                .iter()
-                .map(|(name, _)| match name.as_str() {
-                    "account_id" => serde_json::Value::from(i.account_id),
-                    _ => serde_json::Value::from(i.amount_cents),
-                })
-                .collect(),
-            outcome: Outcome::Acknowledged,
-            status: 200,
-            sent_ms: 0,
-            done_ms: 0,
-        })
-        .collect()
+pub fn operations<'s>(sys: &'s System, intent: &'s [Intended]) -> impl Iterator<Item = Operation> + Clone + 's {
+    intent.iter().map(|i| Operation {
+        key: i.id,
+        values: sys
+            .operation
+            .values
+            .iter()
+            .map(|(name, _)| match name.as_str() {
+                "account_id" => serde_json::Value::from(i.account_id),
+                _ => serde_json::Value::from(i.amount_cents),
+            })
+            .collect(),
+        outcome: Outcome::Acknowledged,
+        status: 200,
+        sent_ms: 0,
+        done_ms: 0,
+    })
 }
 
 /// Where each of the pipeline's tables goes among the declaration's
@@ -73,6 +70,7 @@ impl Effects {
     }
 
     /// Whether every table has its effect.
+    #[cfg(test)]
     pub(crate) fn complete(&self) -> bool {
         [self.receipts, self.credits, self.points, self.projection, self.dead_letters].iter().all(Option::is_some)
     }

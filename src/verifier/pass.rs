@@ -52,7 +52,7 @@ pub async fn verify(
         return Err(crate::Error::Internal("the payments pipeline's built-in declaration does not parse".into()));
     };
     let ops = compose::operations(&sys, &intent);
-    let books = Books::new(&sys, &ops, faults.log.clone(), faults.started_epoch_ms).with_spans(attribution::spans(sc));
+    let books = Books::new(&sys, ops, faults.log.clone(), faults.started_epoch_ms).with_spans(attribution::spans(sc));
     let mut truth = compose::Truth::new(&sys, intent, books);
     store.ground_truth(&mut truth).await?;
     let limit = TOPIC_READ_FLOOR.max(TOPIC_READ_PER_PAYMENT * sc.payments.min(u32::MAX as u64) as u32);

@@ -37,7 +37,7 @@ impl World {
         use crate::domain::rows::TruthSink;
         let sys = crate::scenario::payments_declaration(self.emails.is_some()).expect("the built-in declaration");
         let ops = compose::operations(&sys, &self.intent);
-        let books = Books::new(&sys, &ops, vec![], 0);
+        let books = Books::new(&sys, ops, vec![], 0);
         let mut t = compose::Truth::new(&sys, self.intent.clone(), books);
         self.payments.iter().for_each(|p| t.payment(p.clone()));
         self.outbox.iter().for_each(|o| t.event(o.clone()));

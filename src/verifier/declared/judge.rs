@@ -104,8 +104,8 @@ impl Books<'_> {
     /// One operation against its events, each finding noted: whether they
     /// are what its outcome allows (an acknowledged one's each once, an
     /// ambiguous one's all once or none, a refused one's none).
-    fn judge_operation(&self, op: &Operation, wanted: &str, tally: &mut Tally) -> bool {
-        let key = self.op_key(op);
+    fn judge_operation(&self, op: &Op, wanted: &str, tally: &mut Tally) -> bool {
+        let key = op.key;
         let counts = self.declared_counts(key);
         let total: u32 = counts.iter().sum();
         let shown = || {
@@ -328,8 +328,9 @@ impl Books<'_> {
         let mut keys: Vec<u32> = self
             .ops
             .iter()
-            .filter(|op| self.took_effect(op, &decl.types))
-            .map(|op| self.effect_key(decl, op))
+            .enumerate()
+            .filter(|(_, op)| self.took_effect(op, &decl.types))
+            .map(|(i, _)| self.effect_key(decl, i))
             .collect();
         keys.sort_unstable();
         keys.dedup();
@@ -376,10 +377,13 @@ impl Books<'_> {
         // Asked for per key id: None for a key no operation asked for.
         let mut expected: Vec<Option<i64>> = Vec::new();
         // Work still pending is not expected in the sums yet.
-        let settled = |op: &&Operation| !self.is_pending(self.op_key(op));
-        for op in self.ops.iter().filter(|op| self.took_effect(op, &decl.types)).filter(settled) {
-            let want = cell(&mut expected, self.effect_key(decl, op), None);
-            *want = Some(want.unwrap_or(0) + op.values[v].as_i64().unwrap_or(0));
+        let amounts = self.value_amounts.get(&v).map(Vec::as_slice).unwrap_or_default();
+        for (i, op) in self.ops.iter().enumerate() {
+            if !self.took_effect(op, &decl.types) || self.is_pending(op.key) {
+                continue;
+            }
+            let want = cell(&mut expected, self.effect_key(decl, i), None);
+            *want = Some(want.unwrap_or(0) + amounts.get(i).copied().unwrap_or(0));
         }
         let asked = (0..expected.len() as u32).filter(|&k| expected[k as usize].is_some());
         let mut keys: Vec<u32> = asked.chain(books.keys()).collect();

@@ -23,7 +23,7 @@ use crate::domain::operations::{Operation, Outcome};
 use crate::faults::FaultRecord;
 use crate::scenario::{EffectDecl, Once, System};
 use crate::store::declared::{EffectRow, LoggedEvent};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 mod judge;
 mod read;
@@ -87,6 +87,19 @@ struct Event {
 
 const _: () = assert!(std::mem::size_of::<Event>() == 40);
 
+/// An operation as the books keep it: its key id, how it ended and when.
+/// Twenty-four bytes, where an [`Operation`] with its values takes over a
+/// hundred: a million payments are a million operations.
+#[derive(Debug, Clone, Copy)]
+struct Op {
+    key: u32,
+    status: u16,
+    outcome: Outcome,
+    /// When it was sent and when it ended, in ms on the fault log's clock.
+    sent_ms: u64,
+    done_ms: u64,
+}
+
 /// Where a key's messages are: the partition of its first one, until
 /// another is on a different partition.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -105,7 +118,13 @@ enum Lane {
 /// map; these hold four or eight bytes.
 pub struct Books<'a> {
     sys: &'a System,
-    ops: &'a [Operation],
+    /// The record of intent, compact, in its order.
+    ops: Vec<Op>,
+    /// Per value an effect takes its key from, the key id of each
+    /// operation's value, by operation index.
+    value_keys: BTreeMap<usize, Vec<u32>>,
+    /// Per value an effect conserves, each operation's amount.
+    value_amounts: BTreeMap<usize, Vec<i64>>,
     /// Event types, interned.
     kinds: Vec<String>,
     /// The events' ids: an event's index is its id's.
@@ -153,9 +172,10 @@ pub struct Books<'a> {
 /// One effect's rows, counted in columns: by event index, by key id.
 #[derive(Default)]
 struct EffectBooks {
-    per_event: Vec<u32>,
+    /// Rows per event (saturating: a count this high is told as it is).
+    per_event: Vec<u16>,
     /// Rows per key: a key with a row counts at least one.
-    per_key: Vec<u64>,
+    per_key: Vec<u32>,
     /// Amount per key, for an effect that conserves a value.
     amounts: Vec<i64>,
     misattributed: Vec<String>,
@@ -164,7 +184,7 @@ struct EffectBooks {
 
 impl EffectBooks {
     fn rows(&self, key: u32) -> u64 {
-        self.per_key.get(key as usize).copied().unwrap_or(0)
+        u64::from(self.per_key.get(key as usize).copied().unwrap_or(0))
     }
 
     /// The keys with a row, by id.
@@ -174,23 +194,48 @@ impl EffectBooks {
 }
 
 impl<'a> Books<'a> {
-    pub fn new(sys: &'a System, ops: &'a [Operation], faults: Vec<FaultRecord>, started_epoch_ms: i64) -> Self {
+    /// The books of a declared system's run: `ops` is its record of
+    /// intent, gone over twice (the keys taken from a value first), and
+    /// kept compact.
+    pub fn new(
+        sys: &'a System,
+        ops: impl Iterator<Item = Operation> + Clone,
+        faults: Vec<FaultRecord>,
+        started_epoch_ms: i64,
+    ) -> Self {
         let mut keys = Interned::default();
         // The keys effects take from a value first: they are few, so the
         // effects' columns by key stay short.
+        let mut value_keys: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
+        let mut value_amounts: BTreeMap<usize, Vec<i64>> = BTreeMap::new();
         for v in sys.effects.iter().filter_map(|d| d.key_value) {
-            for value in ops.iter().filter_map(|op| op.values.get(v)) {
-                keys.insert(IdRef::of(&text(value)));
+            value_keys.insert(v, Vec::new());
+        }
+        for v in sys.effects.iter().filter_map(|d| d.conserve) {
+            value_amounts.insert(v, Vec::new());
+        }
+        for op in ops.clone() {
+            for (v, column) in value_keys.iter_mut() {
+                let value = op.values.get(*v).map(text).unwrap_or_default();
+                column.push(keys.insert(IdRef::of(&value)).0);
+            }
+            for (v, column) in value_amounts.iter_mut() {
+                column.push(op.values.get(*v).and_then(|x| x.as_i64()).unwrap_or(0));
             }
         }
         let mut op_of_key = Vec::new();
-        for (i, op) in ops.iter().enumerate() {
+        let mut compact = Vec::new();
+        for (i, op) in ops.enumerate() {
             let (k, _) = keys.insert(IdRef::Uuid(*op.key.as_bytes()));
             *cell(&mut op_of_key, k, NONE) = i as u32;
+            let (status, outcome, sent_ms, done_ms) = (op.status, op.outcome, op.sent_ms, op.done_ms);
+            compact.push(Op { key: k, status, outcome, sent_ms, done_ms });
         }
         Self {
             sys,
-            ops,
+            ops: compact,
+            value_keys,
+            value_amounts,
             kinds: sys.operation.events.clone(),
             event_ids: Interned::default(),
             events: Vec::new(),
@@ -366,12 +411,16 @@ impl<'a> Books<'a> {
         let mut wrong = None;
         if matches!(decl.once, Once::PerMessage | Once::PerMalformedMessage) {
             match self.row_event(decl, row.message_id.as_deref(), key) {
-                Ok(i) => *cell(&mut self.effects[n].per_event, i, 0) += 1,
+                Ok(i) => {
+                    let rows = cell(&mut self.effects[n].per_event, i, 0);
+                    *rows = rows.saturating_add(1);
+                }
                 Err(w) => wrong = Some(w),
             }
         }
         let books = &mut self.effects[n];
-        *cell(&mut books.per_key, key, 0) += 1;
+        let rows = cell(&mut books.per_key, key, 0);
+        *rows = rows.saturating_add(1);
         if decl.conserve.is_some() {
             *cell(&mut books.amounts, key, 0) += row.amount.unwrap_or(0);
         }
@@ -456,27 +505,21 @@ impl<'a> Books<'a> {
     }
 
     /// Whether an operation took effect: its key has events of these types.
-    fn took_effect(&self, op: &Operation, types: &[String]) -> bool {
-        self.events_of(self.op_key(op)).any(|i| !self.events[i].malformed && self.of_types(self.events[i].kind, types))
+    fn took_effect(&self, op: &Op, types: &[String]) -> bool {
+        self.events_of(op.key).any(|i| !self.events[i].malformed && self.of_types(self.events[i].kind, types))
     }
 
-    /// The key an effect's rows carry for an operation.
-    fn effect_key(&self, decl: &EffectDecl, op: &Operation) -> u32 {
-        match decl.key_value {
-            Some(v) => self.keys.find(&text(&op.values[v])).expect("the keys taken from a value are interned in new"),
-            None => self.op_key(op),
+    /// The key an effect's rows carry for operation `i`.
+    fn effect_key(&self, decl: &EffectDecl, i: usize) -> u32 {
+        match decl.key_value.and_then(|v| self.value_keys.get(&v)) {
+            Some(column) => column[i],
+            None => self.ops[i].key,
         }
     }
 
-    /// An operation's key id.
-    fn op_key(&self, op: &Operation) -> u32 {
-        self.keys.find_id(IdRef::Uuid(*op.key.as_bytes())).expect("the operations' keys are interned in new")
-    }
-
     /// The operation of a key, if any asked for it.
-    fn op_of(&self, key: u32) -> Option<&'a Operation> {
-        let ops = self.ops;
-        self.op_of_key.get(key as usize).filter(|&&i| i != NONE).map(|&i| &ops[i as usize])
+    fn op_of(&self, key: u32) -> Option<&Op> {
+        self.op_of_key.get(key as usize).filter(|&&i| i != NONE).map(|&i| &self.ops[i as usize])
     }
 
     /// A key's events, by index, in the order added: around the ring from

@@ -103,7 +103,7 @@ fn event(id: u128, key: u128, payload: &str) -> LoggedEvent {
 /// verdict.
 fn world(ops: &[Operation], plant: impl FnOnce(&mut Books)) -> Found {
     let sys = Box::leak(Box::new(system()));
-    let mut b = Books::new(sys, ops, vec![], 0);
+    let mut b = Books::new(sys, ops.iter().cloned(), vec![], 0);
     plant(&mut b);
     b.finish()
 }
@@ -295,7 +295,7 @@ fn work_still_pending_is_not_a_missing_effect() {
     let ops = vec![op(1, Outcome::Acknowledged, 2, "apple"), op(2, Outcome::Acknowledged, 3, "pear")];
     let sys = Box::leak(Box::new(system()));
     let run = |pending: Vec<String>| {
-        let mut b = Books::new(sys, &ops, vec![], 0).with_pending(pending);
+        let mut b = Books::new(sys, ops.iter().cloned(), vec![], 0).with_pending(pending);
         for (id, key) in [(11, 1), (12, 2)] {
             let payload = format!(r#"{{"order_id": "{}", "quantity": 1}}"#, Uuid::from_u128(key));
             b.add_event(event(id, key, &payload));
@@ -334,7 +334,7 @@ fn a_missing_effect_names_the_offset_commit_that_covered_its_message() {
         reach,
     };
     let run = |faults, spans| {
-        let mut b = Books::new(sys, &ops, faults, 0).with_spans(spans);
+        let mut b = Books::new(sys, ops.iter().cloned(), faults, 0).with_spans(spans);
         for (id, key, offset) in [(11, 1, 4), (12, 2, 5)] {
             let payload = format!(r#"{{"order_id": "{}", "quantity": 1}}"#, Uuid::from_u128(key));
             b.add_event(event(id, key, &payload));
@@ -408,7 +408,7 @@ fn a_malformed_event_belongs_to_no_operation_and_wants_its_dead_letter() {
     let sys = Box::leak(Box::new(sys));
     let ops = vec![op(1, Outcome::Acknowledged, 2, "apple")];
     let run = |dead_letter: bool| {
-        let mut b = Books::new(sys, &ops, vec![], 0);
+        let mut b = Books::new(sys, ops.iter().cloned(), vec![], 0);
         correct(&mut b, 11, 1, 2, "apple", 0);
         let twin = LoggedEvent { malformed: true, ..event(12, 1, r#"{"poison": true}"#) };
         b.add_event(twin);
@@ -478,7 +478,7 @@ fn calls_to_the_provider_are_counted_from_its_record() {
         started_epoch_ms: 0,
         keep: keep.clone(),
     };
-    let mut b = Books::new(sys, &ops, vec![], 0);
+    let mut b = Books::new(sys, ops.iter().cloned(), vec![], 0);
     for (id, key) in [(11, 1), (21, 2)] {
         b.add_event(event(id, key, "{}"));
         let (k, i) = (Uuid::from_u128(key).to_string(), Uuid::from_u128(id).to_string());

@@ -163,7 +163,7 @@ impl Declared {
                 Store::Postgres(pg) => Store::Postgres(pg.fresh(2).await.unwrap_or_else(|_| pg.clone())),
                 sqlite => sqlite.clone(),
             };
-            let books = Books::new(sys, ops, h.faults.log.clone(), h.faults.started_epoch_ms)
+            let books = Books::new(sys, ops.iter().cloned(), h.faults.log.clone(), h.faults.started_epoch_ms)
                 .with_pending(stalls.keys())
                 .with_spans(attribution::spans(sc));
             let read = crate::verifier::declared::verify(&store, ctx.broker.clone(), ctx.topic(), books, record);
@@ -245,7 +245,8 @@ pub(super) async fn cross_check(
     faults: &[crate::faults::FaultSummary],
 ) -> crate::report::CrossCheck {
     let sc = &ctx.scenario;
-    let books = Books::new(sys, ops, history.log.clone(), history.started_epoch_ms).with_spans(attribution::spans(sc));
+    let books = Books::new(sys, ops.iter().cloned(), history.log.clone(), history.started_epoch_ms)
+        .with_spans(attribution::spans(sc));
     let found = crate::verifier::declared::verify(store, ctx.broker.clone(), ctx.topic(), books, emails).await;
     match found {
         Err(e) => crate::report::CrossCheck {
