@@ -134,20 +134,21 @@ impl<'a> Truth<'a> {
     }
 }
 
-/// The core's findings with the payments checker's on top.
+/// The core's findings with the payments checker's on top. The payments
+/// checker's lead, as they name payments and tell where each one's
+/// messages are; an anomaly both name is one, its counts added, its
+/// examples the payments checker's first.
 fn compose(invariants: Vec<super::Invariant>, anomalies: Vec<Anomaly>, payments: Reconciliation) -> Reconciliation {
-    let mut out = Reconciliation { counts: payments.counts, invariants, anomalies };
-    out.invariants.extend(payments.invariants);
-    for a in payments.anomalies {
+    let mut out = payments;
+    out.invariants.extend(invariants);
+    for a in anomalies {
         match out.anomalies.iter_mut().find(|b| b.name == a.name) {
             Some(b) => {
                 b.count += a.count;
-                let room = EXAMPLES.saturating_sub(b.examples.len());
-                // Subjects stay aligned with the examples, or stay empty.
-                if b.subjects.len() == b.examples.len() {
-                    b.subjects
-                        .extend(a.subjects.into_iter().chain(std::iter::repeat(None)).take(room.min(a.examples.len())));
-                }
+                let room = EXAMPLES.saturating_sub(b.examples.len()).min(a.examples.len());
+                // Subjects stay aligned with the examples.
+                b.subjects.resize(b.examples.len(), None);
+                b.subjects.extend(a.subjects.into_iter().chain(std::iter::repeat(None)).take(room));
                 b.examples.extend(a.examples.into_iter().take(room));
             }
             None => out.anomalies.push(a),
