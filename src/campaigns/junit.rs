@@ -137,7 +137,7 @@ mod tests {
             runs: 3,
             found: "nothing".into(),
             last_run: "20261201-000000-abcd".into(),
-            generic: None,
+            core: vec![],
         };
         let s = Summary {
             rows: vec![row("inbox off", true), row("check-then-act", false), row("correct pipeline", true)],

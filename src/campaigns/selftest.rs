@@ -413,31 +413,16 @@ pub struct Row {
     /// What the last run reported: the anomaly count, or the verdict.
     pub found: String,
     pub last_run: String,
-    /// With `--declared`: the generic verifier's verdict on the same run
-    /// (the last one, or the first where the two verdicts differ).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub generic: Option<Generic>,
+    /// What the core checker named on the last run, with counts (`3 ×
+    /// lost event`): the generic invariants judge the catalogue too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub core: Vec<String>,
 }
 
-/// The two verifiers on one run.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Generic {
-    pub specific: String,
-    pub generic: String,
-    pub anomalies: Vec<String>,
-    pub agree: bool,
-}
-
-impl Generic {
-    fn of(rep: &Report) -> Option<Self> {
-        let c = rep.cross_check.as_ref()?;
-        Some(Self {
-            specific: rep.verdict.as_str().into(),
-            generic: c.verdict.as_str().into(),
-            anomalies: c.anomalies.clone(),
-            agree: c.verdict == rep.verdict,
-        })
-    }
+/// The anomalies the core checker found in a run, with their counts.
+fn core_found(rep: &Report) -> Vec<String> {
+    let by_core = |a: &&crate::verifier::Anomaly| a.found_by.iter().any(|c| c == "core");
+    rep.anomalies.iter().filter(by_core).map(|a| format!("{} × {}", a.count, a.name)).collect()
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -464,8 +449,6 @@ pub struct Options {
     pub variants: bool,
     /// Where the reference components run in every run.
     pub components: crate::scenario::Components,
-    /// A declaration of the payments pipeline every run is judged by too.
-    pub declared: Option<scenario::Declaration>,
     /// Variants run at once (the correct pipeline's seeds count as one).
     pub jobs: u32,
 }
@@ -534,12 +517,12 @@ async fn catch_variant(v: &Variant, opts: &Options, listener: &dyn Listener) -> 
         runs: 0,
         found: String::new(),
         last_run: String::new(),
-        generic: None,
+        core: vec![],
     };
     for attempt in 0..MAX_ATTEMPTS {
         let sc = scenario_for(v.scenario, v.name, opts.seed + attempt as u64)?.with_components(opts.components);
-        let rep = run_quiet(judged_by(sc, opts)?, opts).await?;
-        row.generic = Generic::of(&rep);
+        let rep = run_quiet(sc, opts).await?;
+        row.core = core_found(&rep);
         row.runs += 1;
         row.last_run = rep.run_id.clone();
         match expected_found(&rep, v.expected) {
@@ -569,7 +552,7 @@ async fn correct_pipeline(opts: &Options, listener: &dyn Listener) -> Result<Row
         runs: 0,
         found: String::new(),
         last_run: String::new(),
-        generic: None,
+        core: vec![],
     };
     let mut inconclusive = 0;
     for i in 0..opts.clean_seeds {
@@ -581,10 +564,8 @@ async fn correct_pipeline(opts: &Options, listener: &dyn Listener) -> Result<Row
         };
         let sc =
             scenario_for(&overrides, &format!("correct pipeline, {flavour}"), seed)?.with_components(opts.components);
-        let rep = run_quiet(judged_by(sc, opts)?, opts).await?;
-        if clean.generic.as_ref().is_none_or(|g| g.agree) {
-            clean.generic = Generic::of(&rep);
-        }
+        let rep = run_quiet(sc, opts).await?;
+        clean.core = core_found(&rep);
         clean.runs += 1;
         clean.last_run = rep.run_id.clone();
         // Flagged means a violation: a run whose faults did not all fire
@@ -602,14 +583,6 @@ async fn correct_pipeline(opts: &Options, listener: &dyn Listener) -> Result<Row
         clean.found = format!("{} clean: {} pass, {inconclusive} inconclusive", clean.runs, clean.runs - inconclusive);
     }
     Ok(clean)
-}
-
-/// The scenario, judged by the generic verifier too with `--declared`.
-fn judged_by(sc: scenario::Scenario, opts: &Options) -> Result<scenario::Scenario> {
-    match &opts.declared {
-        Some(d) => sc.with_cross_check(d),
-        None => Ok(sc),
-    }
 }
 
 /// The selftest table, the mutation score, and the exit code.
@@ -642,26 +615,5 @@ pub fn render(s: &Summary) -> String {
     } else {
         "; the correct pipeline was FLAGGED\n"
     });
-    if s.rows.iter().any(|r| r.generic.is_some()) {
-        let mut t = Table::new();
-        t.load_preset(presets::UTF8_FULL_CONDENSED);
-        t.set_header(vec!["variant", "specific verifier", "generic verifier (--declared)", "agree"]);
-        let mut agree = 0;
-        for r in &s.rows {
-            let Some(g) = &r.generic else { continue };
-            agree += g.agree as usize;
-            let found = if g.anomalies.is_empty() { String::new() } else { format!(" ({})", g.anomalies.join(", ")) };
-            t.add_row(vec![
-                Cell::new(&r.variant),
-                Cell::new(&g.specific),
-                Cell::new(format!("{}{found}", g.generic)),
-                Cell::new(if g.agree { "✔" } else { "✘" }),
-            ]);
-        }
-        let judged = s.rows.iter().filter(|r| r.generic.is_some()).count();
-        out.push_str(&format!(
-            "\nThe same runs, judged by the generic verifier\n{t}\n{agree} of {judged} verdicts agree\n"
-        ));
-    }
     out
 }

@@ -99,9 +99,6 @@ pub struct SelftestArgs {
     /// Also write JUnit XML here: a test case per variant and one for the correct pipeline.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
-    /// Judge every run by the generic verifier too, and show both verdicts per variant: with the payments pipeline's own declaration (built in, as scenarios/payments-declared.toml), or with FILE's. Both backends: the declaration's SQL must run on the run's database.
-    #[arg(long, value_name = "FILE", num_args = 0..=1)]
-    pub declared: Option<Option<PathBuf>>,
     /// Variants run at once, each with its own schema, topic and group (or SQLite file and mock cluster); the correct pipeline's seeds count as one. A run mostly waits on its faults and drain, so 3 takes about a third of the time on two cores; default 1, one after the other.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub jobs: u32,
@@ -245,9 +242,6 @@ pub struct RunArgs {
     /// Pin the firings by occurrence instead of the seed's decisions, e.g. 'relay.after_produce:3,17;notifier.mid_batch:2' (or none): each listed point fires at exactly those occurrences (counted from 0 across the run), the others never. `chaos sweep --shrink` prints one.
     #[arg(long, value_name = "SCHEDULE", value_parser = parse_schedule)]
     pub schedule: Option<crate::faults::Schedule>,
-    /// Judge the run by the generic verifier too: with the payments pipeline's own declaration (built in, as scenarios/payments-declared.toml: its outbox, effects and checks, no service), or with FILE's; the report gives both verdicts side by side. Both backends: the declaration's SQL must run on the run's database (chaos_text(x) writes a value as text alike on both).
-    #[arg(long, value_name = "FILE", num_args = 0..=1)]
-    pub declared: Option<Option<PathBuf>>,
 }
 
 /// Changes to the scenario file from the command line, for `run` and

@@ -146,7 +146,6 @@ async fn run_scenario(a: RunArgs) -> Result<Exit> {
         payments: a.changes.payments,
         faults: a.changes.faults,
         schedule: a.schedule,
-        declared: a.declared.map(crate::scenario::Declaration::of),
         keep: a.keep,
     };
     let terminal = reporters::Terminal { tables: a.tables };
@@ -267,7 +266,6 @@ async fn selftest(a: SelftestArgs) -> Result<Exit> {
         only: a.only,
         variants: !a.no_variants,
         components: a.components,
-        declared: a.declared.map(crate::scenario::Declaration::of),
         jobs: a.jobs,
     };
     let summary = crate::campaigns::selftest::selftest(&opts, &reporters::Campaign::new()).await?;
@@ -334,7 +332,6 @@ async fn sweep(a: SweepArgs) -> Result<Exit> {
             payments: a.changes.payments,
             faults: a.changes.faults,
             schedule: None,
-            declared: None,
             keep: false,
         },
         first_seed: a.first_seed,

@@ -46,7 +46,6 @@ pub fn skeleton(sc: &Scenario, names: &RunNames, infra: &InfraInfo, faults: &Fau
         fault_spans_ms: crate::verifier::attribution::spans(sc),
         stories: vec![],
         system: None,
-        cross_check: None,
         verdict: Verdict::Incomplete,
         reason: String::new(),
     }

@@ -68,10 +68,6 @@ pub struct Report {
     /// messages); absent for the payments pipeline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system: Option<crate::verifier::declared::Figures>,
-    /// The generic verifier's verdict on this payments run, with a
-    /// declaration of the pipeline (`--declared`), beside the specific one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cross_check: Option<CrossCheck>,
     pub verdict: Verdict,
     pub reason: String,
 }
@@ -342,15 +338,6 @@ pub(crate) fn driven(r: &Report) -> &'static str {
     } else {
         "payments"
     }
-}
-
-/// What the generic verifier concluded of a payments run (`--declared`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CrossCheck {
-    pub verdict: Verdict,
-    pub reason: String,
-    /// "3 × duplicate effect", one per anomaly.
-    pub anomalies: Vec<String>,
 }
 
 /// A declared system's verification rows.
@@ -624,14 +611,6 @@ fn render_footer(r: &Report, out: &mut String) {
     }
     out.push_str(&format!("replay: {}\n", r.replay));
     out.push_str(&format!("\nverdict: {} — {}\n", r.verdict.as_str().to_uppercase(), r.reason));
-    if let Some(c) = &r.cross_check {
-        let found = if c.anomalies.is_empty() { String::new() } else { format!(" ({})", c.anomalies.join(", ")) };
-        out.push_str(&format!(
-            "generic verifier (--declared): {}{found} — {}\n",
-            c.verdict.as_str().to_uppercase(),
-            c.reason
-        ));
-    }
 }
 
 /// `chaos report <folder>`: the runs whose reports the folder holds, oldest

@@ -348,10 +348,6 @@ pub struct Settings {
     /// The user's own system, declared: it replaces the payments pipeline.
     #[serde(default)]
     pub system: Option<System>,
-    /// A declaration of the payments pipeline itself (`--declared`): the
-    /// run is judged by the generic verifier too, beside the specific one.
-    #[serde(default)]
-    pub cross_check: Option<System>,
 }
 
 /// The command line's changes to a scenario file, in the order given:
@@ -449,9 +445,6 @@ pub struct Retention {
     pub purge_interval: Duration,
 }
 
-/// The values a payment's operation has, for a `--declared` cross-check.
-pub const CROSS_CHECK_VALUES: [&str; 2] = ["account_id", "amount_cents"];
-
 /// The most payments a scenario may ask for.
 pub const PAYMENTS_MAX: u64 = 10_000_000;
 
@@ -493,45 +486,6 @@ impl Scenario {
         self.0.proxy.always = true;
         self.0.proxy.kafka = kafka;
         self
-    }
-
-    /// The same run judged by the generic verifier too (`--declared`),
-    /// with a declaration of the payments pipeline: a declaration without
-    /// a service, whose operation values are the payments'. The built-in
-    /// one is `scenarios/payments-declared.toml` as this build has it.
-    pub fn with_cross_check(mut self, declaration: &Declaration) -> Result<Self, crate::Error> {
-        let (declared, file) = match declaration {
-            Declaration::BuiltIn => {
-                let file = Path::new(PAYMENTS_DECLARATION_PATH);
-                (parse(PAYMENTS_DECLARATION, file)?, file)
-            }
-            Declaration::File(file) => (load(file)?, file.as_path()),
-        };
-        let shown = file.display();
-        let Some(sys) = declared.0.system else {
-            return Err(crate::Error::Usage(format!(
-                "--declared {shown}: the file has no `[system]` table to judge the run by"
-            )));
-        };
-        if sys.service.is_some() {
-            return Err(crate::Error::Usage(format!(
-                "--declared {shown}: the file declares a service of its own; run it with `chaos run {shown}` instead"
-            )));
-        }
-        if self.0.system.is_some() {
-            return Err(crate::Error::Usage(
-                "--declared judges a run of the payments pipeline, and this scenario is a declared system already"
-                    .into(),
-            ));
-        }
-        if let Some((name, _)) = sys.operation.values.iter().find(|(n, _)| !CROSS_CHECK_VALUES.contains(&n.as_str())) {
-            return Err(crate::Error::Usage(format!(
-                "--declared {shown}: `system.operation.values.{name}` is not a value of a payment; a payment has {}",
-                CROSS_CHECK_VALUES.join(" and ")
-            )));
-        }
-        self.0.cross_check = Some(sys);
-        Ok(self)
     }
 
     /// The same scenario with another payment count (`chaos bench
@@ -669,21 +623,16 @@ mod tests {
         parse(text, Path::new("t.toml")).map_err(|e| e.to_string())
     }
 
-    /// `--declared` alone: the pipeline's own declaration, built in, judges
-    /// a payments run as the file does; it judges no declared system.
+    /// The pipeline's own declaration, built in, is the file's: what
+    /// every payments run's core checker judges by.
     #[test]
     fn the_built_in_declaration_is_the_files() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let payments = || load(&root.join("scenarios/payments.toml")).unwrap();
-        let built_in = payments().with_cross_check(&Declaration::BuiltIn).unwrap();
-        let file =
-            payments().with_cross_check(&Declaration::File(root.join("scenarios/payments-declared.toml"))).unwrap();
-        let json = |sc: &Scenario| serde_json::to_value(&sc.cross_check).unwrap();
-        assert!(built_in.cross_check.is_some());
-        assert_eq!(json(&built_in), json(&file));
-        let orders = load(&root.join("examples/orders/orders.toml")).unwrap();
-        let refused = orders.with_cross_check(&Declaration::BuiltIn).unwrap_err().to_string();
-        assert!(refused.contains("a declared system already"), "{refused}");
+        let file = load(&root.join("scenarios/payments-declared.toml")).unwrap();
+        let json = |sys: &Option<System>| serde_json::to_value(sys).unwrap();
+        assert_eq!(json(&payments_declaration(true)), json(&file.0.system));
+        let without = payments_declaration(false).unwrap();
+        assert!(!without.uses_provider(), "a run without emails is judged without its email effect");
     }
 
     #[test]
@@ -1047,8 +996,8 @@ mod tests {
     }
 }
 
-/// The payments pipeline's own declaration (`chaos run --declared` with no
-/// file): what the generic verifier judges a payments run by.
+/// The payments pipeline's own declaration: what the core checker judges
+/// every payments run by (`verifier::compose`).
 pub const PAYMENTS_DECLARATION: &str = include_str!("../../scenarios/payments-declared.toml");
 const PAYMENTS_DECLARATION_PATH: &str = "scenarios/payments-declared.toml (built in)";
 
@@ -1062,20 +1011,4 @@ pub fn payments_declaration(emails: bool) -> Option<System> {
         sys.effects.retain(|e| e.provider.is_none());
     }
     Some(sys)
-}
-
-/// Which declaration of the payments pipeline `--declared` judges by.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Declaration {
-    /// [`PAYMENTS_DECLARATION`], built into the binary.
-    BuiltIn,
-    /// A file of the user's.
-    File(PathBuf),
-}
-
-impl Declaration {
-    /// From the flag: `--declared` alone is the built-in one.
-    pub fn of(flag: Option<PathBuf>) -> Self {
-        flag.map_or(Self::BuiltIn, Self::File)
-    }
 }

@@ -19,7 +19,7 @@ pub struct RawSystem {
     /// consumer stored and has not yet applied): one row each, with an
     /// optional `key` column naming its key.
     pub pending: Option<Spanned<String>>,
-    /// Unset in a declaration that only judges another run (`--declared`).
+    /// Unset in the payments pipeline's own declaration, which judges its runs.
     pub service: Option<RawService>,
     pub operation: RawOperation,
     pub outbox: RawOutbox,
@@ -164,8 +164,8 @@ fn per_message() -> Spanned<String> {
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct System {
     pub setup: Setup,
-    /// None in a declaration that only judges another run (`--declared`):
-    /// the payments pipeline's runs, judged by the generic verifier.
+    /// None in the payments pipeline's own declaration: its runs are
+    /// judged by it, the service being ours.
     pub service: Option<ServiceDecl>,
     pub operation: OperationDecl,
     pub outbox: OutboxDecl,

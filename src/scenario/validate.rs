@@ -215,7 +215,6 @@ impl Validator<'_> {
             schedule: None,
             overrides: Overrides::default(),
             system,
-            cross_check: None,
         }))
     }
 
@@ -588,8 +587,8 @@ impl Validator<'_> {
     ) -> Result<Option<System>, crate::Error> {
         let Some(sys) = &raw.system else { return Ok(None) };
         let span = 0..0;
-        // A declaration without a service only judges another run
-        // (`--declared`): it runs nothing of its own.
+        // A declaration without a service runs nothing of its own: the
+        // payments pipeline's, built in, judges the pipeline's runs.
         if sys.service.is_some() && (consumer.is_none() || relay.is_none()) {
             let missing = if consumer.is_none() { "notifier.command" } else { "relay.command" };
             return self.err(

@@ -8,8 +8,8 @@
 //! are the user's: they run as written, wrapped in a sub-select.
 //!
 //! Both backends: a user's declared system runs on PostgreSQL, and the
-//! payments pipeline's own declaration (`--declared`) judges it embedded on
-//! SQLite too. Every value is read as text (`chaos_text`, [`super::text`]),
+//! reads run on SQLite too, against the reference migrations (tested
+//! below), for the declared path on the embedded backend. Every value is read as text (`chaos_text`, [`super::text`]),
 //! so one reader serves both; [`Dialect`] holds the few words that differ.
 
 use super::Store;

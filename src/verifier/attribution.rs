@@ -426,6 +426,7 @@ mod tests {
             allowed: false,
             subjects: vec![Some(p), Some(q), None, Some(r)],
             followed: vec![],
+            found_by: vec![],
         }];
         let log = vec![
             fault("net.reset", "relay-1", 1_000),
@@ -459,6 +460,7 @@ mod tests {
             allowed: false,
             subjects: vec![Some(p)],
             followed: vec![],
+            found_by: vec![],
         }];
         // Marked published at 10 s; the leader killed 300 ms later.
         let log = vec![fault("broker.kill_leader", "the leader", 10_300), fault("net.reset", "relay-1", 13_000)];
@@ -478,6 +480,7 @@ mod tests {
             allowed: false,
             subjects: vec![Some(p)],
             followed: vec![],
+            found_by: vec![],
         }];
         let log: Vec<FaultRecord> = (0..10).map(|i| fault("net.reset", "workload", 4_000 + i * 100)).collect();
         by_time(&mut anomalies, &HashMap::from([(p, 5_000)]), 0, &log, &BTreeMap::new());
@@ -499,6 +502,7 @@ mod tests {
             allowed: false,
             subjects: vec![Some(p)],
             followed: vec![],
+            found_by: vec![],
         }];
         let log = [fault("process.pause", "notifier-1", 1_057), fault("relay.after_produce", "relay-1", 8_000)];
         let traces = HashMap::from([(p, 9_100)]);
@@ -531,6 +535,7 @@ mod tests {
             allowed: false,
             subjects: vec![Some(p)],
             followed: vec![],
+            found_by: vec![],
         }]
     }
 

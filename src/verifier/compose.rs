@@ -141,9 +141,14 @@ impl<'a> Truth<'a> {
 fn compose(invariants: Vec<super::Invariant>, anomalies: Vec<Anomaly>, payments: Reconciliation) -> Reconciliation {
     let mut out = payments;
     out.invariants.extend(invariants);
-    for a in anomalies {
+    for a in out.anomalies.iter_mut() {
+        a.found_by = vec!["payments".into()];
+    }
+    for mut a in anomalies {
+        a.found_by = vec!["core".into()];
         match out.anomalies.iter_mut().find(|b| b.name == a.name) {
             Some(b) => {
+                b.found_by.push("core".into());
                 b.count += a.count;
                 let room = EXAMPLES.saturating_sub(b.examples.len()).min(a.examples.len());
                 // Subjects stay aligned with the examples.

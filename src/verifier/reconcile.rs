@@ -141,6 +141,10 @@ pub struct Anomaly {
     /// database ([`super::attribution`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub followed: Vec<super::attribution::Followed>,
+    /// In a payments run, which checkers found it: `payments` (the
+    /// payments checker), `core` (the generic invariants), or both.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub found_by: Vec<String>,
 }
 
 /// What the verifier concluded from the ground truth.
@@ -245,6 +249,7 @@ impl Findings {
                     allowed: false,
                     subjects: b.subjects,
                     followed: Vec::new(),
+                    found_by: vec![],
                 }),
             }
         }

@@ -199,6 +199,7 @@ mod tests {
             allowed: false,
             subjects: vec![Some(p), None, Some(e)],
             followed: vec![],
+            found_by: vec![],
         }];
         let row = |payment, what: &str, at: i64| StoryRow {
             payment,

@@ -180,7 +180,15 @@ mod tests {
     }
 
     fn anomaly(name: AnomalyKind, allowed: bool) -> Anomaly {
-        Anomaly { name: name.as_str().into(), count: 1, examples: vec![], allowed, subjects: vec![], followed: vec![] }
+        Anomaly {
+            name: name.as_str().into(),
+            count: 1,
+            examples: vec![],
+            allowed,
+            subjects: vec![],
+            followed: vec![],
+            found_by: vec![],
+        }
     }
 
     fn broken(name: &str, by: AnomalyKind) -> Invariant {

@@ -42,8 +42,6 @@ pub struct RunOptions {
     pub faults: Vec<(FaultPoint, f64)>,
     /// Pins the firings by occurrence.
     pub schedule: Option<crate::faults::Schedule>,
-    /// A declaration of the payments pipeline the run is judged by too.
-    pub declared: Option<crate::scenario::Declaration>,
     /// Keep a passing embedded run's SQLite file.
     pub keep: bool,
 }
@@ -67,9 +65,6 @@ impl RunOptions {
         }
         if let Some(s) = &self.schedule {
             sc = sc.with_schedule(s.clone())?;
-        }
-        if let Some(d) = &self.declared {
-            sc = sc.with_cross_check(d)?;
         }
         Ok(sc)
     }

@@ -33,8 +33,7 @@ pub(super) struct Reference {
 }
 
 impl Reference {
-    /// The run's schema migrated (or its SQLite file), and the declaration
-    /// it is judged by too (`--declared`) proved on it.
+    /// The run's schema migrated (or its SQLite file).
     pub async fn open(
         sc: &Scenario,
         endpoints: &Endpoints,
@@ -42,9 +41,6 @@ impl Reference {
         reports_dir: &Path,
     ) -> Result<(Self, Infra)> {
         let infra = Infra::open(sc, endpoints, names, reports_dir).await?;
-        if let Some(sys) = &sc.cross_check {
-            super::declared::prepare_cross_check(sc, sys, &infra.store).await?;
-        }
         Ok((Self { programs: None, workload_ctx: None }, infra))
     }
 
@@ -337,8 +333,6 @@ pub(super) async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, h: History
         }
         other => other.clone(),
     };
-    // With --declared, the same record of intent, as a declared system's.
-    let ops = sc.cross_check.as_ref().map(|sys| super::declared::operations_of(sys, &intent));
     let verified = if ran.interrupted || still_running {
         None
     } else {
@@ -372,10 +366,6 @@ pub(super) async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, h: History
         warn!(cause = %e, "measuring the latency failed");
         None
     });
-    if let (Some(sys), Some(ops)) = (&sc.cross_check, &ops) {
-        rep.cross_check =
-            Some(super::declared::cross_check(ctx, &store, sys, ops, &history, emails, &rep.faults).await);
-    }
     let (v, why) = match &ran.incomplete {
         Some(reason) => (Verdict::Incomplete, format!("{reason}; the figures above are partial")),
         None => (v, why),

@@ -247,6 +247,7 @@ fn story_labels_do_not_overlap() {
         allowed: false,
         subjects: vec![],
         followed: vec![],
+        found_by: vec![],
     });
     let page = render(&r);
     let story = &page[page.find("<section class=\"story\"").unwrap()..];

@@ -52,6 +52,7 @@ impl Books<'_> {
                     .enumerate()
                     .filter_map(|(i, k)| k.and_then(|k| self.followed(k, i, kind.as_str())))
                     .collect(),
+                found_by: vec![],
             })
             .collect();
         found

@@ -24,7 +24,7 @@ use crate::scenario::{Scenario, ServiceDecl, System};
 use crate::store::postgres::PgStore;
 use crate::store::Store;
 use crate::verifier::declared::Books;
-use crate::verifier::{attribution, verdict, Verdict};
+use crate::verifier::{attribution, verdict};
 use settle::Stalls;
 use std::path::Path;
 use std::sync::Arc;
@@ -49,12 +49,11 @@ pub(super) struct Declared {
 
 impl Declared {
     /// Opens the run's empty schema and proves the declaration on it after
-    /// the user's setup. A declaration without a service only judges a
-    /// payments run (`--declared`); a declared run needs PostgreSQL.
+    /// the user's setup. A declared run needs PostgreSQL and a service.
     pub async fn open(sc: &Scenario, sys: &System, endpoints: &Endpoints, names: &RunNames) -> Result<(Self, Infra)> {
         let Some(service) = sys.service.clone() else {
             return Err(Error::Scenario(format!(
-                "{}: `[system.service]` is not set, so this declaration only judges another run; pass it as `--declared` to a run of the payments pipeline, or declare your service",
+                "{}: `[system.service]` is not set: declare the service that takes the workload's requests (docs/your-system.md)",
                 sc.path.display()
             )));
         };
@@ -196,74 +195,5 @@ impl Declared {
         rep.chaos_checks = chaos;
         rep.system = Some(found.figures);
         rep.judged(v, why, ctx.faults.fired_schedule());
-    }
-}
-
-/// Before a payments run judged by a declaration too (`--declared`): the
-/// declaration proved on the run's freshly migrated schema, and the
-/// outbox log added, on either backend.
-pub(super) async fn prepare_cross_check(sc: &Scenario, sys: &System, store: &Store) -> Result<()> {
-    setup::prove(store, sys, &format!("{}: --declared", sc.path.display())).await
-}
-
-/// The payments the workload committed, as a declared system's record of
-/// intent: each payment an acknowledged operation keyed by its id, with
-/// the values the declaration names.
-pub(super) fn operations_of(
-    sys: &System,
-    intent: &[crate::domain::intent::Intended],
-) -> Vec<crate::domain::operations::Operation> {
-    intent
-        .iter()
-        .map(|i| crate::domain::operations::Operation {
-            key: i.id,
-            values: sys
-                .operation
-                .values
-                .iter()
-                .map(|(name, _)| match name.as_str() {
-                    "account_id" => serde_json::Value::from(i.account_id),
-                    _ => serde_json::Value::from(i.amount_cents),
-                })
-                .collect(),
-            outcome: crate::domain::operations::Outcome::Acknowledged,
-            status: 200,
-            sent_ms: 0,
-            done_ms: 0,
-        })
-        .collect()
-}
-
-/// The generic verifier's verdict on a payments run (`--declared`).
-pub(super) async fn cross_check(
-    ctx: &Ctx,
-    store: &Store,
-    sys: &System,
-    ops: &[crate::domain::operations::Operation],
-    history: &crate::faults::FaultHistory,
-    emails: Option<&crate::provider::Record>,
-    faults: &[crate::faults::FaultSummary],
-) -> crate::report::CrossCheck {
-    let sc = &ctx.scenario;
-    let books = Books::new(sys, ops.iter().cloned(), history.log.clone(), history.started_epoch_ms)
-        .with_spans(attribution::spans(sc));
-    let found = crate::verifier::declared::verify(store, ctx.broker.clone(), ctx.topic(), books, emails).await;
-    match found {
-        Err(e) => crate::report::CrossCheck {
-            verdict: Verdict::Incomplete,
-            reason: format!("the generic verifier could not read the run: {e}"),
-            anomalies: vec![],
-        },
-        Ok(found) => {
-            let mut anomalies = found.anomalies;
-            verdict::allow(&mut anomalies, &sc.allowed_anomalies);
-            let chaos = verdict::chaos_checks(faults);
-            let (v, reason) = verdict::verdict(sc.exactly_once, &found.invariants, &anomalies, &chaos);
-            crate::report::CrossCheck {
-                verdict: v,
-                reason,
-                anomalies: anomalies.iter().map(|a| format!("{} × {}", a.count, a.name)).collect(),
-            }
-        }
     }
 }

@@ -229,6 +229,7 @@ fn stall_anomaly(
         allowed: false,
         subjects: vec![],
         followed: vec![],
+        found_by: vec![],
     }
 }
 
