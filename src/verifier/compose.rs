@@ -82,7 +82,7 @@ const CHECK_EXAMPLES: usize = 5;
 /// Both checkers' ground truth, fed by one read of each source.
 pub struct Truth<'a> {
     sys: &'a System,
-    pub ledger: Ledger,
+    ledger: Ledger,
     books: Books<'a>,
     effects: Effects,
     /// The declaration's check, as its query would return it: the
@@ -114,9 +114,7 @@ impl<'a> Truth<'a> {
         }
     }
 
-    /// Both checkers' findings, composed: the core's invariants, then the
-    /// payments checker's; an anomaly both name is one, its counts added.
-    /// The ledger comes back for the look-ups that follow (the stories',
+    /// Both checkers' findings, composed ([`compose`]). The ledger comes back for the look-ups that follow (the stories',
     /// the confirmations').
     pub fn finish(mut self, spec: &Spec, provider: Option<&Record>) -> (Reconciliation, Ledger) {
         let mut r = self.ledger.check(spec);
