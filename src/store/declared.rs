@@ -9,8 +9,9 @@
 //!
 //! Both backends: a user's declared system runs on PostgreSQL, and the
 //! reads run on SQLite too, against the reference migrations (tested
-//! below), for the declared path on the embedded backend. Every value is read as text (`chaos_text`, [`super::text`]),
-//! so one reader serves both; [`Dialect`] holds the few words that differ.
+//! below), for the declared path on the embedded backend. Every value is
+//! read as text (`chaos_text`, [`super::text`]), so one reader serves
+//! both; [`Dialect`] holds the few words that differ.
 
 use super::Store;
 use crate::error::{Error, Result};

@@ -107,10 +107,11 @@ impl<'a> Truth<'a> {
         self.ledger.add_message(m.record);
     }
 
-    fn effect(&mut self, n: Option<usize>, message_id: Option<Uuid>, key: Option<String>, amount: Option<i64>) {
+    /// A row of effect `n`, when the declaration has it; without a key,
+    /// the key of the event it names.
+    fn effect(&mut self, n: Option<usize>, message: Option<Uuid>, key: Option<Uuid>) {
         if let Some(n) = n {
-            let row = EffectRow { message_id: message_id.map(|m| m.to_string()), key, amount };
-            self.books.add_effect_row(n, row);
+            self.books.add_uuid_row(n, message, key);
         }
     }
 
@@ -182,15 +183,15 @@ impl TruthSink for Truth<'_> {
     }
 
     fn receipt(&mut self, payment: Uuid, message: Uuid) {
-        self.effect(self.effects.receipts, Some(message), Some(payment.to_string()), None);
+        self.effect(self.effects.receipts, Some(message), Some(payment));
         self.ledger.add_receipt(payment, message)
     }
 
     fn projection(&mut self, payment: Uuid, captured: bool, event: Option<Uuid>) {
-        self.effect(self.effects.projection, None, Some(payment.to_string()), None);
-        let by = event.and_then(|e| self.books.key_of_event(e));
+        self.effect(self.effects.projection, None, Some(payment));
+        let by_its_own = event.is_some_and(|e| self.books.event_has_key(e, payment));
         if let Some((_, n, examples)) = self.check.as_mut() {
-            if !captured || by.as_deref() != Some(payment.to_string().as_str()) {
+            if !captured || !by_its_own {
                 *n += 1;
                 if examples.len() < CHECK_EXAMPLES {
                     let status = if captured { "captured" } else { "authorized" };
@@ -202,23 +203,29 @@ impl TruthSink for Truth<'_> {
     }
 
     fn dead_letter(&mut self, message_id: &str) {
-        let id = Uuid::parse_str(message_id).ok();
-        let key = id.and_then(|id| self.books.key_of_event(id));
         if let Some(n) = self.effects.dead_letters {
-            let row = EffectRow { message_id: Some(message_id.to_string()), key, amount: None };
-            self.books.add_effect_row(n, row);
+            match Uuid::parse_str(message_id) {
+                Ok(id) => self.books.add_uuid_row(n, Some(id), None),
+                // No outbox event has it: the row names it as it is.
+                Err(_) => {
+                    let row = EffectRow { message_id: Some(message_id.to_string()), key: None, amount: None };
+                    self.books.add_effect_row(n, row);
+                }
+            }
         }
         self.ledger.add_dead_letter(message_id)
     }
 
     fn loyalty(&mut self, account: i32, points: i64) {
-        self.effect(self.effects.points, None, Some(account.to_string()), Some(points));
+        if let Some(n) = self.effects.points {
+            let row = EffectRow { message_id: None, key: Some(account.to_string()), amount: Some(points) };
+            self.books.add_effect_row(n, row);
+        }
         self.ledger.add_loyalty(account, points)
     }
 
     fn credit(&mut self, event: Uuid, account: i32, points: i64) {
-        let key = self.books.key_of_event(event);
-        self.effect(self.effects.credits, Some(event), key, None);
+        self.effect(self.effects.credits, Some(event), None);
         self.ledger.add_credit(event, account, points)
     }
 }

@@ -1,13 +1,14 @@
-//! The ground truth, kept compact and fed row by row: the workload's record
-//! of intent, the database's rows and every message on the topic. Memory
-//! grows with a few dozen bytes per payment, per event and per message,
-//! never with whole rows.
+//! The payments checker's ground truth, kept compact and fed row by row:
+//! the workload's record of intent, the database's rows and every message
+//! on the topic. Memory grows with a few dozen bytes per payment, per event
+//! and per message, never with whole rows.
 //!
 //! Feed it in this order: the intent, the payments table, the outbox, the
 //! rest of the database (any order), then the topic; then
-//! [`Ledger::reconcile`](super::reconcile). Whatever can be judged as a row
-//! streams past (a receipt's cause, a message's fields) is judged right
-//! there, into the anomaly builders kept here.
+//! [`Ledger::check`](super::reconcile). Whatever can be judged as a row
+//! streams past (a payment's fields, a credit's cause) is judged right
+//! there, into the anomaly builders kept here. The core checker fed beside
+//! it ([`super::compose`]) judges what any declared system shares.
 
 use super::reconcile::{AnomalyBuilder, AnomalyKind};
 use super::topic::TopicRecord;

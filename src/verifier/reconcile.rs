@@ -2,16 +2,20 @@
 //! check here can be fed hand-made intent, rows and messages, and every
 //! check can fail on its own.
 //!
-//! The specification each run is judged against, check by check:
+//! The payments checker, composed on the core ([`super::compose`]), check
+//! by check:
 //! - the payments: the scenario's count = what the workload committed = the
 //!   table's rows, field by field;
 //! - the outbox: each payment's events exactly as committed;
-//! - the topic: every event on it, nothing foreign, each message equal to
-//!   its outbox row, each payment on one partition;
-//! - the effects: exactly one receipt, one loyalty credit and a captured
-//!   projection per captured payment, each traced to the event that caused
-//!   it; inbox rows and dead letters matched by id; the counter conserved
-//!   per account.
+//! - the topic: each payment's events on it by key and type, on one
+//!   partition;
+//! - the effects: exactly one receipt per captured payment, a captured
+//!   projection set by its own event, credits by account and amount, inbox
+//!   rows and dead letters matched by id, the counter equal to its credits.
+//!
+//! Every event on the topic once, nothing foreign, each message equal to
+//! its row, one effect per event and the points per account, the core
+//! checks.
 //!
 //! Each check is an [`Invariant`] with the anomalies that break it: an
 //! invariant holds only if none of its anomalies has a single example.
@@ -258,13 +262,8 @@ impl Findings {
 }
 
 impl Ledger {
-    /// Reconciles the intent, the database and the topic.
-    pub fn reconcile(mut self, spec: &Spec) -> Reconciliation {
-        self.check(spec)
-    }
-
-    /// [`Ledger::reconcile`], keeping the ledger for the look-ups that
-    /// follow (the anomalies' stories, [`Ledger::messages_of`]).
+    /// The payments checker's findings, keeping the ledger for the
+    /// look-ups that follow (the anomalies' stories, [`Ledger::messages_of`]).
     pub fn check(&mut self, spec: &Spec) -> Reconciliation {
         // Examples then come out in id order, whatever was looked up.
         self.payment(uuid::Uuid::nil());

@@ -86,6 +86,7 @@ struct Event {
 }
 
 const _: () = assert!(std::mem::size_of::<Event>() == 40);
+const _: () = assert!(std::mem::size_of::<Op>() == 24);
 
 /// An operation as the books keep it: its key id, how it ended and when.
 /// Twenty-four bytes, where an [`Operation`] with its values takes over a
@@ -356,11 +357,11 @@ impl<'a> Books<'a> {
         });
     }
 
-    /// The key of an outbox event, as text: what a declared query's join
-    /// on the outbox log gives for a row that names the event.
-    pub fn key_of_event(&self, id: uuid::Uuid) -> Option<String> {
-        let i = self.event_ids.find_id(IdRef::Uuid(*id.as_bytes()))?;
-        Some(self.keys[self.events[i as usize].key].to_string())
+    /// Whether an outbox event's key is `key`.
+    pub(crate) fn event_has_key(&self, id: uuid::Uuid, key: uuid::Uuid) -> bool {
+        let event = self.event_ids.find_id(IdRef::Uuid(*id.as_bytes()));
+        let key = self.keys.find_id(IdRef::Uuid(*key.as_bytes()));
+        matches!((event, key), (Some(e), Some(k)) if self.events[e as usize].key == k)
     }
 
     /// A message read from the topic.
@@ -406,11 +407,31 @@ impl<'a> Books<'a> {
 
     /// A row of the `n`th declared effect.
     pub fn add_effect_row(&mut self, n: usize, row: EffectRow) {
-        let decl = &self.sys.effects[n];
         let (key, _) = self.keys.insert(IdRef::of(row.key.as_deref().unwrap_or_default()));
+        self.add_row(n, row.message_id.as_deref().map(IdRef::of), key, row.amount);
+    }
+
+    /// A row of the `n`th effect as the payments pipeline's own read has
+    /// it, its ids UUIDs already: none is written as text to be parsed
+    /// back. Without a `key`, the row takes the key of the event it names,
+    /// as the declaration's join on the outbox log gives it.
+    pub(crate) fn add_uuid_row(&mut self, n: usize, message: Option<uuid::Uuid>, key: Option<uuid::Uuid>) {
+        let message = message.map(|m| IdRef::Uuid(*m.as_bytes()));
+        let key = match key {
+            Some(k) => self.keys.insert(IdRef::Uuid(*k.as_bytes())).0,
+            None => match message.and_then(|m| self.event_ids.find_id(m)) {
+                Some(i) => self.events[i as usize].key,
+                None => self.keys.insert(IdRef::Text("")).0,
+            },
+        };
+        self.add_row(n, message, key, None);
+    }
+
+    fn add_row(&mut self, n: usize, message: Option<IdRef>, key: u32, amount: Option<i64>) {
+        let decl = &self.sys.effects[n];
         let mut wrong = None;
         if matches!(decl.once, Once::PerMessage | Once::PerMalformedMessage) {
-            match self.row_event(decl, row.message_id.as_deref(), key) {
+            match self.row_event(decl, message, key) {
                 Ok(i) => {
                     let rows = cell(&mut self.effects[n].per_event, i, 0);
                     *rows = rows.saturating_add(1);
@@ -422,7 +443,7 @@ impl<'a> Books<'a> {
         let rows = cell(&mut books.per_key, key, 0);
         *rows = rows.saturating_add(1);
         if decl.conserve.is_some() {
-            *cell(&mut books.amounts, key, 0) += row.amount.unwrap_or(0);
+            *cell(&mut books.amounts, key, 0) += amount.unwrap_or(0);
         }
         if let Some(w) = wrong {
             books.misattributed_count += 1;
@@ -435,10 +456,11 @@ impl<'a> Books<'a> {
     /// The event a row of a per-message effect is for, or why it is for
     /// none: it names no event, or one that causes no such effect, or one
     /// of another key.
-    fn row_event(&self, decl: &EffectDecl, message_id: Option<&str>, key: u32) -> Result<u32, String> {
+    fn row_event(&self, decl: &EffectDecl, message_id: Option<IdRef>, key: u32) -> Result<u32, String> {
         let for_malformed = decl.once == Once::PerMalformedMessage;
-        let Some(i) = message_id.and_then(|m| self.event_ids.find(m)) else {
-            return Err(format!("a row names message {}, which is no outbox event", message_id.unwrap_or("NULL")));
+        let Some(i) = message_id.and_then(|m| self.event_ids.find_id(m)) else {
+            let shown = message_id.map_or("NULL".to_string(), |m| m.to_owned().to_string());
+            return Err(format!("a row names message {shown}, which is no outbox event"));
         };
         let (e, id) = (&self.events[i as usize], &self.event_ids[i]);
         if e.malformed != for_malformed {
