@@ -36,6 +36,12 @@ pub const DEFAULT_BUDGET: u32 = 40;
 /// how reliably the small failure comes back.
 pub const CONFIRMATIONS: u32 = 3;
 
+/// Of the [`CONFIRMATIONS`], how many must fail the same way for a step to
+/// be given. A majority, not one: with a few payments a firing pinned to a
+/// late occurrence may be reached in one replay of three, and a minimal
+/// replay that rarely fires is no use to the one who runs it.
+pub const CONFIRMED_ENOUGH: u32 = 2;
+
 /// A shrunk failure.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Shrunk {
@@ -211,10 +217,11 @@ impl Shrinker<'_> {
     }
 
     /// The minimal failure a few times more: how reliably does it come
-    /// back? When never, the step before it, and so on back to the first:
-    /// the schedule given (`best`) is the smallest one seen failing twice,
-    /// when there is one. These replays are not charged to the budget.
-    /// Returns the smaller steps that failed once and never again.
+    /// back? When in fewer than [`CONFIRMED_ENOUGH`] of them, the step
+    /// before it, and so on back to the first: the schedule given (`best`)
+    /// is the smallest one that failed again in most of its replays, when
+    /// there is one. These replays are not charged to the budget.
+    /// Returns the smaller steps that did not.
     async fn confirm_smallest(
         &mut self,
         mut steps: Vec<(Schedule, u64, Report)>,
@@ -236,7 +243,7 @@ impl Shrinker<'_> {
                     *last_rep = rep;
                 }
             }
-            if out.confirmed > 0 || self.interrupted {
+            if out.confirmed >= CONFIRMED_ENOUGH || self.interrupted {
                 break;
             }
         }
@@ -332,7 +339,7 @@ impl Shrunk {
         self.note = note(self, budget, best.is_empty());
         if !unconfirmed.is_empty() {
             self.note.push_str(&format!(
-                "; smaller, {} failed once and never in {CONFIRMATIONS} replays, so the step before is given",
+                "; smaller, {} failed in fewer than {CONFIRMED_ENOUGH} of {CONFIRMATIONS} replays, so the step before is given",
                 unconfirmed.join(", then ")
             ));
         }

@@ -150,8 +150,8 @@ fn planted_bug_is_found_and_shrunk(backend: Backend, keep_going: bool) {
     let sh = &s["shrink"];
     assert_eq!(sh["reproduced"], true, "{sh}");
     let firings = sh["firings"].as_array().unwrap();
-    // At most three firings, unless every smaller schedule failed only
-    // once and never in its replays (a busy machine): then the step before
+    // At most three firings, unless every smaller schedule failed in fewer
+    // than two of its three replays (a busy machine): then the step before
     // is given, and the note says so.
     let fell_back = sh["note"].as_str().unwrap().contains("the step before is given");
     assert!(!firings.is_empty() && (firings.len() <= 3 || fell_back), "{sh}");
@@ -188,11 +188,11 @@ fn planted_bug_is_found_and_shrunk(backend: Backend, keep_going: bool) {
     // The printed replay command runs as printed: the schedule fires as
     // pinned, and nowhere else. An occurrence is counted as the threads
     // reach the point, so on a loaded machine a replay may not reach it
-    // (the shrink confirms its schedule the same way, over several
-    // replays): up to three replays, at least one of which fires.
+    // (the shrink gives a schedule only once most of three replays of it
+    // failed): up to five replays, at least one of which fires.
     let pinned = chaos::faults::Schedule::parse(sh["schedule"].as_str().unwrap()).unwrap().firings();
     let mut fired_somewhere = false;
-    for _ in 0..3 {
+    for _ in 0..5 {
         let again = replay_run(Backend::Embedded, PLANTED, replay, dir.path());
         assert!(matches!(again.code, 0 | 1 | 4), "{}", again.stderr);
         let r = again.json();
@@ -206,7 +206,7 @@ fn planted_bug_is_found_and_shrunk(backend: Backend, keep_going: bool) {
             break;
         }
     }
-    assert!(fired_somewhere, "the pinned firings {pinned:?} fired in none of three replays");
+    assert!(fired_somewhere, "the pinned firings {pinned:?} fired in none of five replays");
 }
 
 #[test]

@@ -569,10 +569,21 @@ impl Keeper {
     /// claimed; without, only on one no kill has.
     async fn pause(&self, proc: &Proc, point: FaultPoint, claim: Option<&Claim>) -> bool {
         Stats::add(&self.ctx.stats.processes_paused, 1);
-        if !self.stop_and_see(proc, claim).await {
-            warn!(component = %self.name, pid = proc.pid, "a paused process was not seen stopped");
-            self.signal(proc, claim, libc::SIGCONT);
-            return false;
+        match self.stop_and_see(proc, claim).await {
+            Seen::Stopped => {}
+            // The process ended on its own (or by another fault's kill)
+            // between the draw and the stop: the pause had nothing to
+            // stop, which is no failure of the harness to pause it.
+            Seen::Gone => {
+                self.ctx.faults.preempt(point, &self.name, "the process ended before it could be seen stopped");
+                self.signal(proc, claim, libc::SIGCONT);
+                return false;
+            }
+            Seen::Running(state) => {
+                warn!(component = %self.name, pid = proc.pid, state = %state, "a paused process was not seen stopped");
+                self.signal(proc, claim, libc::SIGCONT);
+                return false;
+            }
         }
         self.ctx.faults.confirm(point, 1);
         if point == FaultPoint::ProcessPause {
@@ -585,19 +596,25 @@ impl Keeper {
         true
     }
 
-    /// SIGSTOP to the process group, and whether the kernel shows it stopped.
-    async fn stop_and_see(&self, proc: &Proc, claim: Option<&Claim>) -> bool {
-        if self.signal(proc, claim, libc::SIGSTOP) != Sent::Delivered {
-            return false;
+    /// SIGSTOP to the process group, and what the kernel then shows of the
+    /// process: stopped, gone (a zombie, or no entry: it exited before the
+    /// stop took hold), or still in another state after [`SIGNAL_SEEN`].
+    async fn stop_and_see(&self, proc: &Proc, claim: Option<&Claim>) -> Seen {
+        match self.signal(proc, claim, libc::SIGSTOP) {
+            Sent::Delivered => {}
+            Sent::Gone => return Seen::Gone,
+            Sent::Refused | Sent::Failed(_) => return Seen::Running('?'),
         }
         let t = Instant::now();
+        let mut last = '?';
         while t.elapsed() < SIGNAL_SEEN {
-            if process_state(proc.pid) == Some('T') {
-                return true;
+            match Seen::of(process_state(proc.pid)) {
+                Ok(seen) => return seen,
+                Err(state) => last = state,
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        false
+        Seen::Running(last)
     }
 
     /// Before a random kill: the process stopped, so it cannot move on,
@@ -605,7 +622,8 @@ impl Keeper {
     /// (did the kill find a transaction open, or no session at all?). The
     /// kill that follows lands on the stopped process.
     async fn measure_kill(&self, proc: &Proc, claim: &Claim) {
-        if !matches!(self.ctx.store, Store::Postgres(_)) || !self.stop_and_see(proc, Some(claim)).await {
+        if !matches!(self.ctx.store, Store::Postgres(_)) || self.stop_and_see(proc, Some(claim)).await != Seen::Stopped
+        {
             return;
         }
         if let Some((sessions, in_tx)) = activity(&self.ctx.store, &self.application_name(proc.incarnation)).await {
@@ -655,6 +673,26 @@ pub(super) fn describe(s: ExitStatus) -> String {
 }
 
 /// A process's state letter from /proc (`T` when stopped).
+/// What the kernel showed of a process sent SIGSTOP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    Stopped,
+    Gone,
+    /// Never seen stopped; the last state read (`?` when none was).
+    Running(char),
+}
+
+impl Seen {
+    /// A state read from `/proc`: stopped, gone, or (Err) still to wait on.
+    fn of(state: Option<char>) -> std::result::Result<Seen, char> {
+        match state {
+            Some('T') => Ok(Seen::Stopped),
+            Some('Z' | 'X') | None => Ok(Seen::Gone),
+            Some(other) => Err(other),
+        }
+    }
+}
+
 pub(crate) fn process_state(pid: i32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name in parentheses may hold spaces; the state follows it.
@@ -945,5 +983,23 @@ mod settling {
             why.len() == 1 && why[0].contains("ended otherwise (status 3)"),
             "the reason names how it ended: {why:?}"
         );
+    }
+
+    #[test]
+    fn a_process_that_exited_unreaped_is_gone_not_running() {
+        let mut child = std::process::Command::new("sh").args(["-c", "exit 0"]).spawn().unwrap();
+        let pid = child.id() as i32;
+        let t = Instant::now();
+        // Unreaped, the exited child stays a zombie: what a pause finds when
+        // the program ended between the draw and the stop.
+        while process_state(pid) != Some('Z') {
+            assert!(t.elapsed() < Duration::from_secs(30), "never a zombie: {:?}", process_state(pid));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(Seen::of(process_state(pid)), Ok(Seen::Gone));
+        child.wait().unwrap();
+        assert_eq!(Seen::of(process_state(pid)), Ok(Seen::Gone), "reaped: no entry at all");
+        assert_eq!(Seen::of(Some('S')), Err('S'), "asleep: the stop is still to take hold");
+        assert_eq!(Seen::of(Some('T')), Ok(Seen::Stopped));
     }
 }
