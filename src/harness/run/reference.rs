@@ -336,6 +336,18 @@ pub(super) async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, h: History
     let verified = if ran.interrupted || still_running {
         None
     } else {
+        // The pipeline's buffers are freed by now, but glibc keeps freed
+        // pages inside its heaps: handed back, the checkers' columns take
+        // fresh pages in their place rather than adding to them.
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim only releases free memory the allocator holds.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+        // Where the memory stands as the checkers start: a run's peak is
+        // either the pipeline's or the verifier's, and this tells which.
+        let (resident_mb, peak_mb) = (status_mb("VmRSS:"), status_mb("VmHWM:"));
+        tracing::info!(resident_mb, peak_mb, "the verifier begins");
         tokio::select! {
             r = pass::verify(&store, &ctx.broker, &ctx.names.topic, sc, intent, &history, emails) => Some(r),
             _ = crate::harness::interrupt::requested() => { ran.interrupted = true; None }
@@ -400,4 +412,16 @@ mod tests {
         assert!(took >= Duration::from_secs(300 + 120) && took <= Duration::from_secs(300 + 122), "{took:?}");
         assert!(why.contains("no payment for 120 s (5 of 9 written)"), "{why}");
     }
+}
+
+/// A memory figure of this process from `/proc/self/status`, in MB; 0
+/// where there is none.
+fn status_mb(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+        .unwrap_or(0);
+    kb / 1024
 }

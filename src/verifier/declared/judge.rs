@@ -170,7 +170,7 @@ impl Books<'_> {
         let mut never_asked: Vec<u32> = (0..self.last_event.len() as u32)
             .filter(|&k| {
                 self.op_of(k).is_none()
-                    && self.events_of(k).any(|i| self.declared(self.events[i].kind) && !self.events[i].malformed)
+                    && self.events_of(k).any(|i| self.declared(self.events[i].kind) && !self.events[i].malformed())
             })
             .collect();
         self.sort_by_text(&mut never_asked);
@@ -194,8 +194,8 @@ impl Books<'_> {
         let mut on_topic = 0u64;
         let mut mismatched = 0u64;
         for (i, e) in self.events.iter().enumerate() {
-            let id = &self.event_ids[i as u32];
-            if !e.on_topic {
+            let id = self.event_ids.get(i as u32);
+            if !e.on_topic() {
                 if !leftover.contains(&(i as u32)) {
                     tally.note_on(AnomalyKind::LostEvent, Some(e.key), || {
                         format!(
@@ -208,7 +208,7 @@ impl Books<'_> {
             } else {
                 on_topic += 1;
             }
-            if e.mismatched {
+            if e.mismatched() {
                 mismatched += 1;
                 tally.note_on(AnomalyKind::MessageMismatch, Some(e.key), || {
                     format!(
@@ -219,7 +219,7 @@ impl Books<'_> {
                 });
             }
         }
-        let unpublished = leftover.iter().filter(|&&i| !self.events[i as usize].on_topic).count() as u64;
+        let unpublished = leftover.iter().filter(|&&i| !self.events[i as usize].on_topic()).count() as u64;
         found.invariants.push(linked(
             Invariant::eq(
                 "every published outbox event is on the topic",
@@ -287,8 +287,8 @@ impl Books<'_> {
         let mut expected = 0u64;
         for (i, e) in self.events.iter().enumerate() {
             let wanted = match for_malformed {
-                true => e.malformed,
-                false => !e.malformed && self.of_types(e.kind, &decl.types),
+                true => e.malformed(),
+                false => !e.malformed() && self.of_types(e.kind, &decl.types),
             };
             if !wanted {
                 continue;
@@ -305,7 +305,7 @@ impl Books<'_> {
                     "{}: {rows} for {} {}; {}",
                     decl.name,
                     self.kinds[e.kind as usize],
-                    self.event_ids[i as u32],
+                    self.event_ids.get(i as u32),
                     self.story(e.key, kind)
                 )
             });
@@ -345,7 +345,7 @@ impl Books<'_> {
         for &k in &keys {
             let Some((kind, rows)) = not_once(decl, books.rows(k), &mut missing, &mut duplicate) else { continue };
             tally.note_on(kind, Some(k), || {
-                format!("{}: {rows} for key {}; {}", decl.name, self.keys[k], self.story(k, kind))
+                format!("{}: {rows} for key {}; {}", decl.name, self.keys.get(k), self.story(k, kind))
             });
         }
         let mut strays: Vec<u32> = books.keys().filter(|&k| !expected[k as usize]).collect();
@@ -357,7 +357,7 @@ impl Books<'_> {
                 format!(
                     "{}: a row for key {}, which no operation that took effect has; {}",
                     decl.name,
-                    self.keys[k],
+                    self.keys.get(k),
                     self.story(k, misattributed)
                 )
             });
@@ -408,7 +408,7 @@ impl Books<'_> {
                     };
                     format!(
                         "{}: key {} adds up to {got}, and the operations that took effect asked for {want} ({value}): {by}{story}",
-                        decl.name, self.keys[k]
+                        decl.name, self.keys.get(k)
                     )
                 });
             }

@@ -63,29 +63,55 @@ pub struct Figures {
 const NONE: u32 = u32::MAX;
 
 /// One outbox event, compact: its id is its index in [`Books::event_ids`],
-/// its key an index in [`Books::keys`]. Forty bytes.
+/// its key an index in [`Books::keys`]. Thirty-two bytes: at a million
+/// payments there are two million of them.
 #[derive(Debug, Clone)]
 struct Event {
+    /// Its first message on the topic, as (partition, offset), when
+    /// `on_topic`; the others, rare, are in [`Books::more_copies`]. Two
+    /// fields, where a `Position` would pad to sixteen bytes.
+    copy_at: i64,
+    copy_lane: i32,
     key: u32,
     /// The next event of its key, in the order added; the key's last one
     /// points back to its first (see [`Books::events_of`]).
     next_of_key: u32,
-    kind: u32,
     fingerprint: u32,
-    at_epoch_ms: i64,
-    /// Its first message on the topic, as (partition, offset), when
-    /// `on_topic`; the others, rare, are in [`Books::more_copies`]. Two
-    /// fields, where a `Position` would pad to sixteen bytes.
-    copy_lane: i32,
-    copy_at: i64,
-    on_topic: bool,
-    mismatched: bool,
-    /// It meets `system.outbox.malformed`: it belongs to no operation and
-    /// causes no effect but a `per-malformed-message` one.
-    malformed: bool,
+    /// When its row was written, in ms from the run's start
+    /// ([`Books::started_epoch_ms`]), saturating: a row older than 24 days
+    /// is dated as 24 days old, which only the stories show.
+    at_ms: i32,
+    /// Its type, an index into [`Books::kinds`].
+    kind: u16,
+    /// [`ON_TOPIC`], [`MISMATCHED`], [`MALFORMED`].
+    flags: u8,
 }
 
-const _: () = assert!(std::mem::size_of::<Event>() == 40);
+/// [`Event::flags`]: it has a message on the topic.
+const ON_TOPIC: u8 = 1;
+/// A message of it differs from its row.
+const MISMATCHED: u8 = 2;
+/// It meets `system.outbox.malformed`: it belongs to no operation and
+/// causes no effect but a `per-malformed-message` one.
+const MALFORMED: u8 = 4;
+
+impl Event {
+    fn on_topic(&self) -> bool {
+        self.flags & ON_TOPIC != 0
+    }
+    fn mismatched(&self) -> bool {
+        self.flags & MISMATCHED != 0
+    }
+    fn malformed(&self) -> bool {
+        self.flags & MALFORMED != 0
+    }
+    /// When its row was written, in ms from the run's start.
+    fn at_ms(&self) -> i64 {
+        i64::from(self.at_ms)
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<Event>() == 32);
 const _: () = assert!(std::mem::size_of::<Op>() == 24);
 
 /// An operation as the books keep it: its key id, how it ended and when.
@@ -275,9 +301,9 @@ impl<'a> Books<'a> {
 
     /// An example's subject: its key, when that is a UUID.
     fn subject(&self, key: Option<u32>) -> Option<uuid::Uuid> {
-        match &self.keys[key?] {
-            Id::Uuid(b) => Some(uuid::Uuid::from_bytes(*b)),
-            Id::Text(_) => None,
+        match self.keys.get(key?) {
+            IdRef::Uuid(b) => Some(uuid::Uuid::from_bytes(b)),
+            IdRef::Text(_) => None,
         }
     }
 
@@ -288,24 +314,26 @@ impl<'a> Books<'a> {
         self
     }
 
-    fn kind(&mut self, k: &str) -> u32 {
+    fn kind(&mut self, k: &str) -> u16 {
         let i = match self.kinds.iter().position(|x| x == k) {
             Some(i) => i,
+            // Past 65,535 types, every new one is told as the last.
+            None if self.kinds.len() > usize::from(u16::MAX) => usize::from(u16::MAX),
             None => {
                 self.kinds.push(k.to_string());
                 self.kinds.len() - 1
             }
         };
-        i as u32
+        i as u16
     }
 
     /// Whether an event type is one the operations must produce.
-    fn declared(&self, kind: u32) -> bool {
+    fn declared(&self, kind: u16) -> bool {
         (kind as usize) < self.sys.operation.events.len()
     }
 
     /// Whether an event type is one of `types`.
-    fn of_types(&self, kind: u32, types: &[String]) -> bool {
+    fn of_types(&self, kind: u16, types: &[String]) -> bool {
         types.iter().any(|t| self.kinds.get(kind as usize) == Some(t))
     }
 
@@ -343,18 +371,9 @@ impl<'a> Books<'a> {
             NONE => i,
             last => std::mem::replace(&mut self.events[last as usize].next_of_key, i),
         };
-        self.events.push(Event {
-            key,
-            next_of_key,
-            kind,
-            fingerprint,
-            at_epoch_ms,
-            copy_lane: 0,
-            copy_at: 0,
-            on_topic: false,
-            mismatched: false,
-            malformed,
-        });
+        let at_ms = (at_epoch_ms - self.started_epoch_ms).clamp(i32::MIN.into(), i32::MAX.into()) as i32;
+        let flags = if malformed { MALFORMED } else { 0 };
+        self.events.push(Event { copy_at: 0, copy_lane: 0, key, next_of_key, fingerprint, at_ms, kind, flags });
     }
 
     /// Whether an outbox event's key is `key`.
@@ -392,12 +411,15 @@ impl<'a> Books<'a> {
             return;
         };
         let e = &mut self.events[i as usize];
-        if e.on_topic {
+        if e.on_topic() {
             self.more_copies.entry(i).or_default().push(at);
         } else {
-            (e.on_topic, e.copy_lane, e.copy_at) = (true, at.lane(), at.at());
+            (e.copy_lane, e.copy_at) = (at.lane(), at.at());
+            e.flags |= ON_TOPIC;
         }
-        e.mismatched |= fp != e.fingerprint;
+        if fp != e.fingerprint {
+            e.flags |= MISMATCHED;
+        }
     }
 
     /// An outbox row still unmarked after the drain.
@@ -462,8 +484,8 @@ impl<'a> Books<'a> {
             let shown = message_id.map_or("NULL".to_string(), |m| m.to_owned().to_string());
             return Err(format!("a row names message {shown}, which is no outbox event"));
         };
-        let (e, id) = (&self.events[i as usize], &self.event_ids[i]);
-        if e.malformed != for_malformed {
+        let (e, id) = (&self.events[i as usize], self.event_ids.get(i));
+        if e.malformed() != for_malformed {
             let what = if for_malformed { "a well-formed" } else { "a malformed" };
             Err(format!("a row names message {id}, {what} event, which causes no {} effect", decl.name))
         } else if !for_malformed && !self.of_types(e.kind, &decl.types) {
@@ -472,7 +494,11 @@ impl<'a> Books<'a> {
                 self.kinds[e.kind as usize], decl.name
             ))
         } else if e.key != key {
-            Err(format!("a row for message {id} has key {}; the message's key is {}", self.keys[key], self.keys[e.key]))
+            Err(format!(
+                "a row for message {id} has key {}; the message's key is {}",
+                self.keys.get(key),
+                self.keys.get(e.key)
+            ))
         } else {
             Ok(i)
         }
@@ -519,7 +545,7 @@ impl<'a> Books<'a> {
         let mut counts = vec![0u32; self.sys.operation.events.len()];
         for i in self.events_of(key) {
             let e = &self.events[i];
-            if self.declared(e.kind) && !e.malformed {
+            if self.declared(e.kind) && !e.malformed() {
                 counts[e.kind as usize] += 1;
             }
         }
@@ -528,7 +554,7 @@ impl<'a> Books<'a> {
 
     /// Whether an operation took effect: its key has events of these types.
     fn took_effect(&self, op: &Op, types: &[String]) -> bool {
-        self.events_of(op.key).any(|i| !self.events[i].malformed && self.of_types(self.events[i].kind, types))
+        self.events_of(op.key).any(|i| !self.events[i].malformed() && self.of_types(self.events[i].kind, types))
     }
 
     /// The key an effect's rows carry for operation `i`.
@@ -559,19 +585,19 @@ impl<'a> Books<'a> {
     /// An event's messages on the topic, in the order read.
     fn copies(&self, i: usize) -> impl Iterator<Item = Position> + '_ {
         let e = &self.events[i];
-        let first = e.on_topic.then(|| Position::new(e.copy_lane, e.copy_at));
+        let first = e.on_topic().then(|| Position::new(e.copy_lane, e.copy_at));
         let more = self.more_copies.get(&(i as u32)).map(Vec::as_slice).unwrap_or_default();
         first.into_iter().chain(more.iter().copied())
     }
 
     /// Whether a key's work was still pending when the run settled.
     fn is_pending(&self, key: u32) -> bool {
-        !self.pending.is_empty() && self.pending.contains(&self.keys[key].to_string())
+        !self.pending.is_empty() && self.pending.contains(&self.keys.get(key).to_string())
     }
 
     /// Keys in the order of their texts, as the examples are told.
     fn sort_by_text(&self, keys: &mut [u32]) {
-        keys.sort_by(|&a, &b| self.keys[a].cmp(&self.keys[b]));
+        keys.sort_by(|&a, &b| self.keys.get(a).cmp(&self.keys.get(b)));
     }
 }
 
@@ -597,16 +623,9 @@ fn short(id: &str) -> &str {
     id.get(..8).unwrap_or(id)
 }
 
-/// An id or a key, compact: one whose text is a UUID in its canonical
-/// form (lowercase, hyphenated) is kept as its 16 bytes, any other text as
-/// itself, so that it renders back exactly as it came.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Id {
-    Uuid([u8; 16]),
-    Text(Box<str>),
-}
-
-/// An [`Id`] borrowed from its text, to look one up without a copy.
+/// An id or a key, borrowed: one whose text is a UUID in its canonical
+/// form (lowercase, hyphenated) is its 16 bytes, any other text itself, so
+/// that it renders back exactly as it came.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum IdRef<'t> {
     Uuid([u8; 16]),
@@ -627,39 +646,31 @@ impl<'t> IdRef<'t> {
         IdRef::Text(text)
     }
 
-    fn to_owned(self) -> Id {
+    /// Its text, written into `buf` when it is a UUID.
+    fn text<'s>(&'s self, buf: &'s mut [u8; uuid::fmt::Hyphenated::LENGTH]) -> &'s str {
         match self {
-            IdRef::Uuid(b) => Id::Uuid(b),
-            IdRef::Text(s) => Id::Text(s.into()),
+            IdRef::Uuid(b) => uuid::Uuid::from_bytes(*b).hyphenated().encode_lower(buf),
+            IdRef::Text(s) => s,
         }
     }
 }
 
-impl Id {
-    fn as_ref(&self) -> IdRef<'_> {
-        match self {
-            Id::Uuid(b) => IdRef::Uuid(*b),
-            Id::Text(s) => IdRef::Text(s),
-        }
-    }
-}
-
-impl std::fmt::Display for Id {
+impl std::fmt::Display for IdRef<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Id::Uuid(b) => uuid::Uuid::from_bytes(*b).hyphenated().fmt(f),
-            Id::Text(s) => f.write_str(s),
+            IdRef::Uuid(b) => uuid::Uuid::from_bytes(*b).hyphenated().fmt(f),
+            IdRef::Text(s) => f.write_str(s),
         }
     }
 }
 
 /// Ids in the order of their texts.
-impl Ord for Id {
+impl Ord for IdRef<'_> {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         match (self, other) {
             // Hyphens at the same places, hex digits in ascending order:
             // the canonical texts of two UUIDs sort as their bytes.
-            (Id::Uuid(a), Id::Uuid(b)) => a.cmp(b),
+            (IdRef::Uuid(a), IdRef::Uuid(b)) => a.cmp(b),
             _ => {
                 let (mut a, mut b) = ([0; uuid::fmt::Hyphenated::LENGTH], [0; uuid::fmt::Hyphenated::LENGTH]);
                 self.text(&mut a).cmp(other.text(&mut b))
@@ -668,29 +679,25 @@ impl Ord for Id {
     }
 }
 
-impl PartialOrd for Id {
+impl PartialOrd for IdRef<'_> {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
     }
 }
 
-impl Id {
-    /// Its text, written into `buf` when it is a UUID.
-    fn text<'s>(&'s self, buf: &'s mut [u8; uuid::fmt::Hyphenated::LENGTH]) -> &'s str {
-        match self {
-            Id::Uuid(b) => uuid::Uuid::from_bytes(*b).hyphenated().encode_lower(buf),
-            Id::Text(s) => s,
-        }
-    }
-}
-
 /// Ids interned once, each known by its index, in the order they came.
 ///
-/// An open-addressed table of indices into `ids`: four bytes a slot, where
-/// a map would hold a hash, a second copy of the id and its index.
+/// Each id takes 16 bytes: a UUID its own, a text the index of its copy in
+/// `texts` (rare: the payments pipeline's ids and keys are all UUIDs). An
+/// open-addressed table of indices finds them: four bytes a slot, where a
+/// map would hold a hash, a second copy of the id and its index.
 #[derive(Default)]
 struct Interned {
-    ids: Vec<Id>,
+    ids: Vec<[u8; 16]>,
+    /// A bit per id: set when it is text, its 16 bytes then the index
+    /// into `texts`.
+    is_text: Vec<u64>,
+    texts: Vec<Box<str>>,
     /// Each slot an index into `ids` plus one, or 0 when empty; never more
     /// than half full, so that a probe ends soon.
     slots: Vec<u32>,
@@ -700,6 +707,19 @@ struct Interned {
 impl Interned {
     fn len(&self) -> usize {
         self.ids.len()
+    }
+
+    /// The id at an index.
+    fn get(&self, i: u32) -> IdRef<'_> {
+        let i = i as usize;
+        let bytes = &self.ids[i];
+        match self.is_text.get(i / 64).is_some_and(|w| w >> (i % 64) & 1 == 1) {
+            true => {
+                let at = u64::from_le_bytes(bytes[..8].try_into().unwrap_or_default());
+                IdRef::Text(&self.texts[at as usize])
+            }
+            false => IdRef::Uuid(*bytes),
+        }
     }
 
     /// The index of an id given as text, if interned.
@@ -719,9 +739,22 @@ impl Interned {
         match self.probe(id) {
             Ok(i) => (i, false),
             Err(slot) => {
-                self.ids.push(id.to_owned());
-                self.slots[slot] = self.ids.len() as u32;
-                (self.ids.len() as u32 - 1, true)
+                let i = self.ids.len();
+                match id {
+                    IdRef::Uuid(b) => self.ids.push(b),
+                    IdRef::Text(t) => {
+                        let mut b = [0u8; 16];
+                        b[..8].copy_from_slice(&(self.texts.len() as u64).to_le_bytes());
+                        self.texts.push(t.into());
+                        self.ids.push(b);
+                        if self.is_text.len() <= i / 64 {
+                            self.is_text.resize(i / 64 + 1, 0);
+                        }
+                        self.is_text[i / 64] |= 1 << (i % 64);
+                    }
+                }
+                self.slots[slot] = i as u32 + 1;
+                (i as u32, true)
             }
         }
     }
@@ -736,7 +769,7 @@ impl Interned {
         loop {
             match self.slots[slot] {
                 0 => return Err(slot),
-                i if self.ids[i as usize - 1].as_ref() == id => return Ok(i - 1),
+                i if self.get(i - 1) == id => return Ok(i - 1),
                 _ => slot = (slot + 1) & mask,
             }
         }
@@ -752,21 +785,13 @@ impl Interned {
     fn grow(&mut self) {
         let mut slots = vec![0u32; (self.slots.len() * 2).max(16)];
         let mask = slots.len() - 1;
-        for (i, id) in self.ids.iter().enumerate() {
-            let mut slot = self.home(id.as_ref(), mask);
+        for i in 0..self.ids.len() as u32 {
+            let mut slot = self.home(self.get(i), mask);
             while slots[slot] != 0 {
                 slot = (slot + 1) & mask;
             }
-            slots[slot] = i as u32 + 1;
+            slots[slot] = i + 1;
         }
         self.slots = slots;
-    }
-}
-
-impl std::ops::Index<u32> for Interned {
-    type Output = Id;
-
-    fn index(&self, i: u32) -> &Id {
-        &self.ids[i as usize]
     }
 }

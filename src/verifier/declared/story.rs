@@ -9,7 +9,7 @@ impl Books<'_> {
     /// operation by time, its outbox events, its messages, its effects.
     pub(super) fn story(&self, key: u32, anomaly: AnomalyKind) -> String {
         if self.brief {
-            return format!("key {}", self.keys[key]);
+            return format!("key {}", self.keys.get(key));
         }
         let mut parts = Vec::new();
         match self.op_of(key) {
@@ -47,8 +47,8 @@ impl Books<'_> {
             .events_of(key)
             .map(|i| {
                 let e = &self.events[i];
-                let at = (e.at_epoch_ms - self.started_epoch_ms) as f64 / 1000.0;
-                let id = self.event_ids[i as u32].to_string();
+                let at = e.at_ms() as f64 / 1000.0;
+                let id = self.event_ids.get(i as u32).to_string();
                 format!("{} {} at {at:.2} s", self.kinds[e.kind as usize], short(&id))
             })
             .collect();
@@ -76,17 +76,14 @@ impl Books<'_> {
         if !effects.is_empty() {
             parts.push(format!("effects: {}", effects.join(", ")));
         }
-        format!("key {}: {}", self.keys[key], parts.join("; "))
+        format!("key {}: {}", self.keys.get(key), parts.join("; "))
     }
 
     /// When a key's story ends, in milliseconds since the run started: the
     /// latest of its operation's answer and its outbox events.
     pub(super) fn trace_ms(&self, key: u32) -> Option<u64> {
         let op = self.op_of(key).map(|op| op.done_ms);
-        let last_event = self
-            .events_of(key)
-            .map(|i| u64::try_from(self.events[i].at_epoch_ms - self.started_epoch_ms).unwrap_or(0))
-            .max();
+        let last_event = self.events_of(key).map(|i| u64::try_from(self.events[i].at_ms()).unwrap_or(0)).max();
         op.into_iter().chain(last_event).max()
     }
 
@@ -100,6 +97,6 @@ impl Books<'_> {
         let faults = attribution::suspects(&self.faults, trace_ms, anomaly, &self.spans, |f| {
             attribution::reached(f, &messages, anomaly)
         });
-        Some(Followed { example, subject: self.keys[key].to_string(), trace_ms, faults })
+        Some(Followed { example, subject: self.keys.get(key).to_string(), trace_ms, faults })
     }
 }

@@ -529,3 +529,27 @@ fn books_memory_at_a_million_operations() {
     assert!(f.anomalies.is_empty(), "{:?}", f.anomalies);
     eprintln!("judged in {:.1} s", started.elapsed().as_secs_f64());
 }
+
+#[test]
+fn interned_ids_read_back_as_they_came_uuid_or_text() {
+    let mut ids = Interned::default();
+    let u = "0191d3a2-7c4e-7b1a-9f00-00000000002a";
+    let texts = [u.to_string(), u.to_uppercase(), "order-7".into(), String::new(), "é".repeat(40)];
+    // Enough ids that the table grows and the text bits span words.
+    let many: Vec<String> = (0..300).map(|i| format!("{}{i}", if i % 3 == 0 { "k-" } else { "" })).collect();
+    let all: Vec<&str> = texts.iter().chain(&many).map(String::as_str).collect();
+    for (n, t) in all.iter().enumerate() {
+        assert_eq!(ids.insert(IdRef::of(t)), (n as u32, true), "{t:?} is new");
+    }
+    for (n, t) in all.iter().enumerate() {
+        assert_eq!(ids.insert(IdRef::of(t)), (n as u32, false), "{t:?} is known");
+        assert_eq!(ids.get(n as u32).to_string(), *t, "reads back exactly");
+        assert_eq!(ids.find(t), Some(n as u32));
+    }
+    assert!(matches!(ids.get(0), IdRef::Uuid(_)), "the canonical UUID is kept as its bytes");
+    assert!(matches!(ids.get(1), IdRef::Text(_)), "another spelling of it is text, another id");
+    assert_eq!(ids.find("order-8"), None);
+    // Ordered as their texts, UUID or not.
+    assert!(ids.get(0) < ids.get(2) && ids.get(1) < ids.get(0) && ids.get(3) < ids.get(1));
+    assert_eq!(ids.len(), all.len());
+}
