@@ -227,7 +227,7 @@ async fn the_record_keeps_arrival_order_and_every_outcome() {
     let sent: Vec<u64> = record.emails_sent().iter().map(|r| r.seq).collect();
     assert_eq!(sent, [0, 4]);
     assert_eq!(record.requests[0].body, Body::of_json(&json!({"payment_id": "p1"}), &record.keep));
-    assert_eq!(record.field(&record.requests[0], "payment_id"), Some(&Scalar::Text("p1".into())));
+    assert_eq!(record.field(&record.requests[0], "payment_id"), Some(Scalar::Text("p1".into())));
     // The record is a document a verifier can read back.
     let text = serde_json::to_string(&record).unwrap();
     assert_eq!(serde_json::from_str::<Record>(&text).unwrap(), record);
