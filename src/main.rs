@@ -16,8 +16,16 @@ fn main() -> ExitCode {
     // 163 MB with two, for a live heap of about 110 MB.
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: a malloc tuning call made before any thread starts.
+    //
+    // Blocks of 1 MB and more are mapped on their own, always: glibc's
+    // threshold otherwise climbs to 32 MB as such blocks are freed, and the
+    // checkers' columns then grow inside the heap, copied at each doubling
+    // and leaving holes behind. Measured at a million payments: peak RSS
+    // 593 MB with the climbing threshold, 562 MB with it fixed, the same
+    // throughput.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
     }
     let cli = Cli::parse();
     // Logs go to stderr; stdout carries only tables and JSON.
