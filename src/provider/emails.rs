@@ -193,7 +193,8 @@ impl Shared {
     fn note(s: &mut Inner, arrival: Arrival, key: Option<String>, body: Body, outcome: Outcome) {
         debug!(seq = arrival.seq, key = key.as_deref(), outcome = ?outcome, "provider request");
         let key = key.as_deref().map(IdempotencyKey::new);
-        s.requests.push(Request { seq: arrival.seq, at: arrival.at, key, body, outcome });
+        let at_ms = u32::try_from(arrival.at.as_millis()).unwrap_or(u32::MAX);
+        s.requests.push(Request { seq: arrival.seq, at_ms, key, body, outcome });
     }
 
     /// Records a request that sent nothing.
@@ -250,7 +251,7 @@ impl Shared {
     fn send(&self, arrival: Arrival, key: Option<String>, body: Body, fault: Option<Fault>) -> EmailId {
         let mut s = self.lock();
         s.emails += 1;
-        let id = EmailId(s.emails);
+        let id = EmailId(u32::try_from(s.emails).unwrap_or(u32::MAX));
         let outcome = match fault {
             Some(Fault::ResponseLost) => Outcome::SentResponseLost { id },
             Some(Fault::Slow) => Outcome::SentSlow { id },

@@ -175,7 +175,7 @@ pub fn add_provider_calls(stories: &mut [Story], record: &crate::provider::Recor
                 None => "no key".into(),
             };
             s.steps.push(Step {
-                at_ms: record.started_epoch_ms + r.at.as_millis() as i64 - run_started_ms,
+                at_ms: record.started_epoch_ms + r.at().as_millis() as i64 - run_started_ms,
                 lane: "provider".into(),
                 what: format!("{outcome} ({key})"),
                 event: None,
@@ -265,7 +265,7 @@ mod tests {
         }];
         let call = |seq, at_ms, payment: Uuid, key: Option<&str>, outcome| Request {
             seq,
-            at: std::time::Duration::from_millis(at_ms),
+            at_ms: at_ms as u32,
             key: key.map(Into::into),
             body: Body::of_json(&serde_json::json!({ "payment_id": payment.to_string() }), &keep),
             outcome,

@@ -510,7 +510,7 @@ fn email(w: &World, i: usize, message: Uuid, outcome: Outcome) -> Request {
     });
     Request {
         seq: 0,
-        at: Default::default(),
+        at_ms: 0,
         key: Some(IdempotencyKey::new(&format!("{message}:receipts"))),
         body: Body::of_json(&body, &keep()),
         outcome,
@@ -518,7 +518,7 @@ fn email(w: &World, i: usize, message: Uuid, outcome: Outcome) -> Request {
 }
 
 fn sent(n: usize) -> Outcome {
-    Outcome::Sent { id: EmailId(n as u64) }
+    Outcome::Sent { id: EmailId(n as u32) }
 }
 
 /// The fields the provider's record keeps for the reference notifier.

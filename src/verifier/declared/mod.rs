@@ -517,7 +517,7 @@ impl<'a> Books<'a> {
                 let example = format!(
                     "key {} sent again with another body at {:.2} s",
                     r.key.as_ref().map_or("?".into(), |k| k.text()),
-                    r.at.as_secs_f64()
+                    r.at().as_secs_f64()
                 );
                 reused.push((example, about.and_then(|v| self.keys.find(&v.text()))));
             }

@@ -453,7 +453,7 @@ fn calls_to_the_provider_are_counted_from_its_record() {
     let ops = vec![op(1, Outcome::Acknowledged, 2, "apple"), op(2, Outcome::Acknowledged, 1, "pear")];
     let req = |seq: u64, order: u128, event: u128, outcome: Sent| Request {
         seq,
-        at: Duration::from_millis(seq),
+        at_ms: seq as u32,
         key: Some(format!("{event}").as_str().into()),
         body: Body::of_json(
             &serde_json::json!({
