@@ -429,10 +429,7 @@ fn read_topic(
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "false")
-        // Its buffers sit on top of the checkers' books at their fullest:
-        // 4 MB of prefetch and fetches of at most 4 MB keep them small.
-        .set("queued.max.messages.kbytes", "4096")
-        .set("fetch.max.bytes", "4194304")
+        .set("queued.max.messages.kbytes", "16384")
         .create()
         .map_err(|e| Error::kafka("creating the verifier's reader", e))?;
     let mut spans = Vec::new();
