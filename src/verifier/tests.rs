@@ -742,15 +742,8 @@ fn a_key_sent_again_with_another_body_is_a_reused_idempotency_key() {
 #[test]
 #[ignore]
 fn truth_memory_at_a_million_payments() {
-    fn status_kb(field: &str) -> u64 {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(field))
-            .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
-            .unwrap_or(0)
-    }
     let w = healthy(1_000_000);
+    use crate::context::memory::status_kb;
     let (rss, peak) = (status_kb("VmRSS:"), status_kb("VmHWM:"));
     let started = std::time::Instant::now();
     let r = w.reconcile();

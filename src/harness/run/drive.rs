@@ -263,26 +263,148 @@ pub(super) async fn stop(components: Vec<(String, tokio::task::JoinHandle<()>)>)
     out
 }
 
-/// `[nemesis] calm_after`: once that share of the `total` payments (or a
-/// declared system's operations) is written, no process is killed or
-/// paused to the end of the run, so that a bug a restart heals (an
-/// in-memory cursor, an in-memory dedup set) still shows in the stretch
-/// after the last kill, and the backlog drains without restarts. Never
-/// returns.
-pub(super) async fn calm_after(ctx: &Ctx, stats: &Stats, total: u64) -> std::convert::Infallible {
-    if let Some(share) = ctx.scenario.calm_after {
+/// `[nemesis] calm_after`: from then on no process is killed or paused to
+/// the end of the run, so that a bug a restart heals (an in-memory cursor,
+/// an in-memory dedup set) still shows in the stretch after the last kill,
+/// and the backlog drains without restarts. The calm begins once that
+/// share of the `total` payments (or a declared system's operations) is
+/// written and the consumers' backlog (the group's lag) is no more than the
+/// messages of the payments still to come ([`calm_begins`]).
+///
+/// The backlog counts because the faults are meant for the consumers' work,
+/// not the writer's: on a loaded machine a consumer fell behind, applied
+/// three quarters of its payments after the calm began, and the recommended
+/// consumer scenario struck a broken one 5 times where it struck it 14
+/// times on a quiet machine, and missed it. A consumer that never catches
+/// up under the kills still gets its calm, once the kill stretch has lasted
+/// half as long again as it took to write the share: a run is never left
+/// to the kills until its drain times out.
+///
+/// Runs as its own task ([`CalmTask`]), so that the kills go on through
+/// the drain while the consumers catch up.
+pub(super) fn calm_after(ctx: &Ctx, stats: Arc<Stats>, total: u64) -> Option<CalmTask> {
+    let share = ctx.scenario.calm_after?;
+    let ctx = ctx.clone();
+    let task = tokio::spawn(async move {
+        let started = tokio::time::Instant::now();
         let at = ((total as f64) * share).ceil() as u64;
         while Stats::get(&stats.payments_written) < at {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        let written = tokio::time::Instant::now();
+        let deadline = written + started.elapsed() / 2;
+        loop {
+            // A lag that cannot be read is no reason to keep killing.
+            let lag = ctx.broker.group_lag(&ctx.names.group, &ctx.topic()).await.unwrap_or(0);
+            let held = ctx.broker.held(&ctx.topic()).unwrap_or(0);
+            let rest = Rest { payments: total - at, written: Stats::get(&stats.payments_written), held };
+            if rest.holds(lag) || tokio::time::Instant::now() >= deadline {
+                let waited_ms = written.elapsed().as_millis() as u64;
+                tracing::info!(
+                    lag,
+                    waited_ms,
+                    "the calm's share is written and the consumers' backlog is within the rest"
+                );
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
         ctx.faults.calm_down();
+    });
+    Some(CalmTask(task))
+}
+
+/// The work the calm stretch was meant to hold: the payments still to come
+/// after the calm share, in the messages they will bring at the rate so
+/// far (`held` messages on the topic for `written` payments).
+struct Rest {
+    payments: u64,
+    written: u64,
+    held: i64,
+}
+
+impl Rest {
+    /// Whether the consumers' backlog (`lag`, in messages) is within it.
+    fn holds(&self, lag: i64) -> bool {
+        let per_payment = self.held as f64 / self.written.max(1) as f64;
+        lag as f64 <= self.payments as f64 * per_payment
     }
-    std::future::pending().await
+}
+
+/// The task that begins the calm stretch; it ends with the run's drain.
+pub(super) struct CalmTask(tokio::task::JoinHandle<()>);
+
+impl Drop for CalmTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The calm waits for the consumers while their backlog is more than
+    /// the payments still to come, up to half as long again as the share
+    /// took to write; a backlog within the rest lets it begin at once.
+    #[tokio::test]
+    async fn the_calm_waits_for_a_consumer_behind_by_more_than_the_rest() {
+        use crate::domain::events::Envelope;
+        let h = crate::pipeline::testing::harness("[workload]\npayments = 10\n[nemesis]\ncalm_after = 0.8\n").await;
+        let ctx = &h.ctx;
+        // The clock stops once SQLite is open (its pool's timeouts would
+        // fire at once on a stopped clock).
+        tokio::time::pause();
+        // Six messages on the topic and no consumer: a lag of 6, over the
+        // messages the 2 payments still to come once 8 are written bring
+        // at the rate so far (6 for 8, so 1.5).
+        let ids: Vec<uuid::Uuid> = (0..6).map(|_| uuid::Uuid::new_v4()).collect();
+        let batch: Vec<Envelope> = ids.iter().map(|i| Envelope::new(*i, *i, "payment.captured", b"{}")).collect();
+        ctx.broker.producer().unwrap().publish(&ctx.names.topic, &batch, true).await.unwrap();
+        let _calm = calm_after(ctx, ctx.stats.clone(), 10).expect("calm_after is set");
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(!ctx.faults.is_calm(), "none written");
+        ctx.stats.payments_written.store(8, std::sync::atomic::Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert!(!ctx.faults.is_calm(), "the share is written but the consumers are 6 messages behind");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(ctx.faults.is_calm(), "the kill stretch has lasted half as long again as the share took");
+
+        tokio::time::resume();
+        let h = crate::pipeline::testing::harness("[workload]\npayments = 10\n[nemesis]\ncalm_after = 0.8\n").await;
+        let ctx = &h.ctx;
+        let publish = |n: usize| async move {
+            let ids: Vec<uuid::Uuid> = (0..n).map(|_| uuid::Uuid::new_v4()).collect();
+            let batch: Vec<Envelope> = ids.iter().map(|i| Envelope::new(*i, *i, "payment.captured", b"{}")).collect();
+            ctx.broker.producer().unwrap().publish(&ctx.names.topic, &batch, true).await.unwrap();
+        };
+        // The group takes the first six and commits them; one more comes:
+        // a lag of 1, within the 2 payments' 1.75 messages.
+        publish(6).await;
+        let spec = crate::broker::ConsumerSpec {
+            group: ctx.names.group.clone(),
+            topic: ctx.names.topic.clone(),
+            member: "m".into(),
+            session: Duration::from_secs(10),
+            on_assign: Arc::new(|_| {}),
+        };
+        let consumer = ctx.broker.consumer(spec).unwrap();
+        consumer.join().unwrap();
+        let mut next = std::collections::BTreeMap::new();
+        consumer
+            .poll_batch(100, Duration::from_millis(50), Duration::ZERO, &mut |d| {
+                next.insert(d.position.lane(), d.position.next());
+            })
+            .await;
+        consumer.commit(&next.into_values().collect::<Vec<_>>(), true).unwrap();
+        publish(1).await;
+        tokio::time::pause();
+        let _calm = calm_after(ctx, ctx.stats.clone(), 10).expect("calm_after is set");
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        ctx.stats.payments_written.store(8, std::sync::atomic::Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(ctx.faults.is_calm(), "a backlog within the rest: the calm begins once the share is written");
+    }
 
     /// A slow machine makes a drain slower, not failed: each new low of the
     /// work left restarts the timeout; a drain that stops moving fails one

@@ -160,6 +160,8 @@ async fn drive(
         p.set_acting(true);
     }
     let _ = acting.send(true);
+    // The calm goes on through the drain: it waits for the consumers too.
+    let _calm = drive::calm_after(ctx, workload_ctx.stats.clone(), ctx.scenario.payments);
     if ran.incomplete.is_none() && !ran.interrupted {
         let workload = async {
             if !programs.is_some_and(|p| p.has_notifier()) {
@@ -167,10 +169,7 @@ async fn drive(
                 group_ready(ctx).await;
             }
             progress.phase(Phase::Workload);
-            tokio::select! {
-                r = workload::run(workload_ctx.clone()) => r,
-                never = drive::calm_after(ctx, &workload_ctx.stats, ctx.scenario.payments) => match never {},
-            }
+            workload::run(workload_ctx.clone()).await
         };
         tokio::select! {
             r = workload => if let Err(e) = r {
@@ -180,11 +179,6 @@ async fn drive(
             why = &mut failed => ran.incomplete = Some(why),
             _ = crate::harness::interrupt::requested() => ran.interrupted = true,
         }
-    }
-    if ctx.scenario.calm_after.is_some() {
-        // Every payment the workload will write is written: a share of 1
-        // is reached here, if the poll above did not see it first.
-        ctx.faults.calm_down();
     }
     ran.workload_ms = t_work.elapsed().as_millis() as u64;
     let t_drain = Instant::now();
@@ -336,18 +330,6 @@ pub(super) async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, h: History
     let verified = if ran.interrupted || still_running {
         None
     } else {
-        // The pipeline's buffers are freed by now, but glibc keeps freed
-        // pages inside its heaps: handed back, the checkers' columns take
-        // fresh pages in their place rather than adding to them.
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        // SAFETY: malloc_trim only releases free memory the allocator holds.
-        unsafe {
-            libc::malloc_trim(0);
-        }
-        // Where the memory stands as the checkers start: a run's peak is
-        // either the pipeline's or the verifier's, and this tells which.
-        let (resident_mb, peak_mb) = (status_mb("VmRSS:"), status_mb("VmHWM:"));
-        tracing::info!(resident_mb, peak_mb, "the verifier begins");
         tokio::select! {
             r = pass::verify(&store, &ctx.broker, &ctx.names.topic, sc, intent, &history, emails) => Some(r),
             _ = crate::harness::interrupt::requested() => { ran.interrupted = true; None }
@@ -412,16 +394,4 @@ mod tests {
         assert!(took >= Duration::from_secs(300 + 120) && took <= Duration::from_secs(300 + 122), "{took:?}");
         assert!(why.contains("no payment for 120 s (5 of 9 written)"), "{why}");
     }
-}
-
-/// A memory figure of this process from `/proc/self/status`, in MB; 0
-/// where there is none.
-fn status_mb(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
-        .unwrap_or(0);
-    kb / 1024
 }

@@ -508,23 +508,18 @@ fn calls_to_the_provider_are_counted_from_its_record() {
 #[test]
 #[ignore]
 fn books_memory_at_a_million_operations() {
-    fn rss_kb() -> u64 {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
-            .unwrap_or(0)
-    }
     const N: u128 = 1_000_000;
     let ops: Vec<Operation> = (0..N).map(|n| op(n, Outcome::Acknowledged, 1, "apple")).collect();
-    let before = rss_kb();
+    let before = crate::context::memory::status_kb("VmRSS:");
     let started = std::time::Instant::now();
     let f = world(&ops, |b| {
         for n in 0..N {
             correct(b, N + n, n, 1, "apple", (n % 8) as i32);
         }
-        eprintln!("books at {N} operations: {} MB over the operations", (rss_kb() - before) / 1024);
+        eprintln!(
+            "books at {N} operations: {} MB over the operations",
+            (crate::context::memory::status_kb("VmRSS:") - before) / 1024
+        );
     });
     assert!(f.anomalies.is_empty(), "{:?}", f.anomalies);
     eprintln!("judged in {:.1} s", started.elapsed().as_secs_f64());

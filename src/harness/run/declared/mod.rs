@@ -112,6 +112,8 @@ impl Declared {
         }
         programs.set_acting(true);
         let _ = acting.send(true);
+        // The calm goes on through the drain: it waits for the consumers too.
+        let _calm = drive::calm_after(ctx, ctx.stats.clone(), self.sys.operation.count);
         if ran.incomplete.is_none() && !ran.interrupted {
             progress.phase(Phase::Workload);
             let ports = programs.service_ports().to_vec();
@@ -128,13 +130,9 @@ impl Declared {
                     Ok(o) => self.ops = o,
                     Err(e) => ran.incomplete = Some(format!("the workload stopped: {e}")),
                 },
-                never = drive::calm_after(ctx, &ctx.stats, self.sys.operation.count) => match never {},
                 why = programs.failed() => ran.incomplete = Some(why),
                 _ = crate::harness::interrupt::requested() => ran.interrupted = true,
             }
-        }
-        if ctx.scenario.calm_after.is_some() {
-            ctx.faults.calm_down();
         }
         ran.workload_ms = t_work.elapsed().as_millis() as u64;
         progress.phase(Phase::Drain);
