@@ -55,10 +55,13 @@ pub async fn verify(
     let books = Books::new(&sys, ops, faults.log.clone(), faults.started_epoch_ms).with_spans(attribution::spans(sc));
     let mut truth = compose::Truth::new(&sys, intent, books);
     store.ground_truth(&mut truth).await?;
+    resident("the database is read");
     let limit = TOPIC_READ_FLOOR.max(TOPIC_READ_PER_PAYMENT * sc.payments.min(u32::MAX as u64) as u32);
     topic::stream(broker.clone(), sc.topic(topic_name), limit, |m| truth.add_message(m)).await?;
+    resident("the topic is read");
     let spec = reconcile::Spec { payments: sc.payments, outbox: sc.publish == crate::scenario::PublishMode::Outbox };
     let (r, mut ledger) = truth.finish(&spec, emails);
+    resident("the checkers have judged");
     let mut confirmed: Vec<(FaultPoint, u64)> = faults
         .awaited_copies
         .iter()
@@ -71,6 +74,14 @@ pub async fn verify(
     let subjects: Vec<_> = story::wanted(&r.anomalies).into_iter().map(|(_, _, s)| s).collect();
     let topic_side = if subjects.is_empty() { TopicSide::default() } else { ledger.messages_of(&subjects) };
     Ok(Verified { reconciliation: r, topic_side, confirmed })
+}
+
+/// Where the verifier's memory stands after a step: at a million payments
+/// the peak is the verifier's, and these say which step makes it.
+fn resident(step: &str) {
+    use crate::context::memory::status_kb;
+    let (resident_mb, peak_mb) = (status_kb("VmRSS:") / 1024, status_kb("VmHWM:") / 1024);
+    tracing::debug!(resident_mb, peak_mb, "{step}");
 }
 
 /// For the stories: each subject's payment, and each payment's messages.
