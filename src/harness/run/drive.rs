@@ -269,7 +269,7 @@ pub(super) async fn stop(components: Vec<(String, tokio::task::JoinHandle<()>)>)
 /// and the backlog drains without restarts. The calm begins once that
 /// share of the `total` payments (or a declared system's operations) is
 /// written and the consumers' backlog (the group's lag) is no more than the
-/// messages of the payments still to come ([`calm_begins`]).
+/// messages of the payments still to come ([`Rest`]).
 ///
 /// The backlog counts because the faults are meant for the consumers' work,
 /// not the writer's: on a loaded machine a consumer fell behind, applied
@@ -298,13 +298,11 @@ pub(super) fn calm_after(ctx: &Ctx, stats: Arc<Stats>, total: u64) -> Option<Cal
             let lag = ctx.broker.group_lag(&ctx.names.group, &ctx.topic()).await.unwrap_or(0);
             let held = ctx.broker.held(&ctx.topic()).unwrap_or(0);
             let rest = Rest { payments: total - at, written: Stats::get(&stats.payments_written), held };
-            if rest.holds(lag) || tokio::time::Instant::now() >= deadline {
+            let caught_up = rest.holds(lag);
+            if caught_up || tokio::time::Instant::now() >= deadline {
+                // Whether the consumers caught up or the wait ran out.
                 let waited_ms = written.elapsed().as_millis() as u64;
-                tracing::info!(
-                    lag,
-                    waited_ms,
-                    "the calm's share is written and the consumers' backlog is within the rest"
-                );
+                tracing::info!(lag, caught_up, waited_ms, "the calm's share is written");
                 break;
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
