@@ -153,11 +153,19 @@ fn planted_bug_is_found_and_shrunk(backend: Backend, keep_going: bool) {
     // At most three firings, unless every smaller schedule failed in fewer
     // than two of its three replays (a busy machine): then the step before
     // is given, and the note says so.
-    let fell_back = sh["note"].as_str().unwrap().contains("the step before is given");
+    let note = sh["note"].as_str().unwrap();
+    let fell_back = note.contains("the step before is given");
     assert!(!firings.is_empty() && (firings.len() <= 3 || fell_back), "{sh}");
     assert!(firings.iter().any(|f| f["point"] == "notifier.mid_batch"), "the bug needs a mid-batch crash: {sh}");
-    assert!(sh["payments"].as_u64().unwrap() < 300, "{sh}");
-    assert!(sh["from_firings"].as_u64().unwrap() > firings.len() as u64, "{sh}");
+    // It may fall back all the way to the seed's own schedule: on CI the
+    // 9-payment schedules it found failed in 1 of 3 replays each, and the
+    // 300-payment one in 3 of 3. The smaller failures it found are then
+    // named in the note, each with fewer payments.
+    let smaller_named =
+        note.split(" with ").skip(1).filter_map(|rest| rest.split(' ').next()?.parse::<u64>().ok()).any(|p| p < 300);
+    let given_whole = sh["payments"].as_u64().unwrap() == 300;
+    assert!(!given_whole || (fell_back && smaller_named), "{sh}");
+    assert!(given_whole || sh["from_firings"].as_u64().unwrap() > firings.len() as u64, "{sh}");
     assert!(sh["confirmed"].as_u64().unwrap() >= 1, "{sh}");
     let replay = sh["replay"].as_str().unwrap();
     assert!(replay.contains("--schedule") && replay.contains("--payments"), "{replay}");
