@@ -3,11 +3,14 @@
 #   - PostgreSQL 15 (Debian's package, cluster 15/main) on 127.0.0.1:5432,
 #     role/password/database chaos/chaos/chaos;
 #   - Apache Kafka 4.x, one KRaft broker+controller, on 127.0.0.1:9092 (controller on 9093),
-#     its jars fetched from Maven Central with Maven into a cache outside the repository.
+#     its jars fetched from Maven Central with Maven into a cache outside the repository;
+#   - Kafka Connect's runtime and Debezium's PostgreSQL connector (jars only: each Debezium run
+#     starts its own worker, examples/debezium/connect.py), fetched the same way.
 #
 # Usage: scripts/services.sh up     [postgres|kafka]   start (idempotent; fast when already up)
 #        scripts/services.sh down   [postgres|kafka]   stop
 #        scripts/services.sh status [postgres|kafka]   one line per service; exit 0 iff all up
+#        scripts/services.sh up|status connect         fetch (or check) Kafka Connect + Debezium's jars
 #        scripts/services.sh up|down|status cluster    a second Kafka: three KRaft nodes (broker and controller
 #                                                      each) on 127.0.0.1:29092, 29094, 29096, replication factor 3,
 #                                                      min.insync.replicas 2; beside the single broker, never by default
@@ -21,6 +24,7 @@
 #   CHAOS_KAFKA_VERSION    Kafka version to fetch (default 4.1.1; others tried if it fails)
 #   CHAOS_KAFKA_HEAP       broker -Xmx (default 1g)
 #   CHAOS_CLUSTER_HEAP     -Xmx of each of the cluster's three nodes (default 512m)
+#   CHAOS_CONNECT_LIB      where Kafka Connect's and Debezium's jars go (default $CHAOS_CACHE_DIR/connect/lib)
 #   CHAOS_KAFKA_FRESH      1: a broker this call starts begins empty (the old runs' topics go).
 #                          scripts/test.sh sets it: thousands of old topics (4.2 GB measured) kept
 #                          the broker loading for over 90 s. Unset, a restart keeps every topic.
@@ -133,6 +137,10 @@ pg_configure() {
   # directory, by default with one fsync per file. With a day of runs' schemas
   # (12 GB, 97,000 files) that took over 2 minutes on a cold, busy machine,
   # and 9.2 s warm; syncfs syncs the file system in one call: 2.7 s warm.
+  # wal_level = logical: Debezium's connector reads the WAL through a
+  # logical replication slot (pgoutput); each Debezium run has its own slot
+  # and walsender, and a killed worker's slot lingers until dropped, so
+  # there is room for a suite's worth of them.
   local want="# written by chaos scripts/services.sh
 listen_addresses = '127.0.0.1'
 max_connections = 300
@@ -142,7 +150,10 @@ max_wal_size = '8GB'
 checkpoint_timeout = '30min'
 commit_delay = 200
 commit_siblings = 3
-recovery_init_sync_method = syncfs"
+recovery_init_sync_method = syncfs
+wal_level = logical
+max_replication_slots = 32
+max_wal_senders = 32"
   mkdir -p "$confd"
   if [[ -f "$conf" && "$(cat "$conf")" == "$want" ]]; then
     return 1
@@ -584,17 +595,64 @@ kafka_status() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# Kafka Connect + Debezium (jars only)
+# ---------------------------------------------------------------------------------------------
+
+CONNECT_LIB="${CHAOS_CONNECT_LIB:-$CACHE/connect/lib}"
+CONNECT_POM="$SCRIPT_DIR/connect/pom.xml"
+CONNECT_MARKER="$CONNECT_LIB/.complete"
+DEBEZIUM_VERSION=3.6.1.Final
+
+connect_up() {
+  if [[ -f "$CONNECT_MARKER" ]] && grep -qx "kafka=$KAFKA_VERSION debezium=$DEBEZIUM_VERSION" "$CONNECT_MARKER"; then
+    return 0
+  fi
+  kafka_need_tools
+  local tmp="$CONNECT_LIB.tmp" mvnlog t0
+  mvnlog="$(dirname "$CONNECT_LIB")/mvn.log"
+  mkdir -p "$(dirname "$CONNECT_LIB")"
+  log "connect: fetching connect-runtime:$KAFKA_VERSION + debezium-connector-postgres:$DEBEZIUM_VERSION from Maven Central"
+  t0=$(now_ms)
+  rm -rf "$tmp"
+  if ! mvn -B -q -f "$CONNECT_POM" dependency:copy-dependencies \
+       -Dkafka.version="$KAFKA_VERSION" -Ddebezium.version="$DEBEZIUM_VERSION" -Dslf4j.version="$SLF4J_VERSION" \
+       -DoutputDirectory="$tmp" >"$mvnlog" 2>&1 \
+     || [[ ! -f "$tmp/connect-runtime-$KAFKA_VERSION.jar" || ! -f "$tmp/debezium-connector-postgres-$DEBEZIUM_VERSION.jar" ]]; then
+    tail -n 15 "$mvnlog" >&2 || true
+    rm -rf "$tmp"
+    die "could not fetch Kafka Connect $KAFKA_VERSION with Debezium $DEBEZIUM_VERSION (log: $mvnlog)"
+  fi
+  rm -rf "$CONNECT_LIB"
+  mv "$tmp" "$CONNECT_LIB"
+  printf 'kafka=%s debezium=%s\n' "$KAFKA_VERSION" "$DEBEZIUM_VERSION" >"$CONNECT_MARKER"
+  log "connect: fetched $(ls "$CONNECT_LIB" | wc -l) jars into $CONNECT_LIB in $(elapsed_since "$t0")s"
+}
+
+# Nothing runs between runs: each Debezium run's worker dies with the run.
+connect_down() { :; }
+
+connect_status() {
+  if [[ -f "$CONNECT_MARKER" ]]; then
+    printf 'connect   ready %s  (%s)\n' "$CONNECT_LIB" "$(cat "$CONNECT_MARKER")"
+    return 0
+  fi
+  printf 'connect   missing (scripts/services.sh up connect fetches it)\n'
+  return 1
+}
+
+# ---------------------------------------------------------------------------------------------
 
 usage() {
-  sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
 services_of() { # $1: optional service name; prints the services it names, or fails
   case "${1:-all}" in
-    all) echo "postgres kafka" ;;
+    all) echo "postgres kafka connect" ;;
     postgres|pg) echo postgres ;;
     kafka) echo kafka ;;
+    connect) echo connect ;;
     cluster) echo cluster ;;
     *) return 1 ;;
   esac
@@ -637,7 +695,7 @@ cluster_status() {
 main() {
   local cmd="${1:-}" services s t0 rc=0
   if ! services="$(services_of "${2:-}")" || (( $# > 2 )); then
-    log "unknown service '${2:-}' (postgres|kafka|cluster)"
+    log "unknown service '${2:-}' (postgres|kafka|connect|cluster)"
     usage
   fi
   case "$cmd" in

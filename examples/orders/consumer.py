@@ -79,8 +79,15 @@ class Rejected:
     error: str
 
 
+# Events of the order's life this consumer is told of and has no handler
+# for (the Debezium example's service writes an OrderConfirmed after each
+# OrderPlaced): nothing to do, and nothing wrong with them.
+NO_HANDLER = {"OrderConfirmed"}
+
+
 def decode(msg):
-    """An OrderPlaced, or a Rejected saying why the message is not one."""
+    """An OrderPlaced, None for an event with no handler, or a Rejected
+    saying why the message is neither."""
     headers = dict(msg.headers() or [])
     raw_id = (headers.get("event_id") or b"").decode("utf-8", "replace")
     payload = (msg.value() or b"").decode("utf-8", "replace").replace("\x00", "")
@@ -93,6 +100,8 @@ def decode(msg):
     except ValueError:
         return reject(f"event_id header is not a UUID: {raw_id!r}")
     event_type = (headers.get("event_type") or b"").decode("utf-8", "replace")
+    if event_type in NO_HANDLER:
+        return None
     if event_type != "OrderPlaced":
         return reject(f"unknown event_type {event_type!r}")
     try:

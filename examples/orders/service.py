@@ -22,6 +22,15 @@ CHAOS_SCHEMA, CHAOS_INSTANCE; PGAPPNAME is read by libpq itself.
 the order is committed first and the event is written in a second
 transaction, as when the "publish" step runs after the repository's save.
 A crash between the two commits leaves an order that no one ever hears of.
+
+--debezium: the events go to Debezium's default outbox layout instead,
+`outbox (id, aggregatetype, aggregateid, type, payload)` (examples/debezium),
+and each order has two: OrderPlaced, then OrderConfirmed. Two events of one
+order must reach its consumers in that order, on one partition: what the
+router's key decides.
+--debezium-delete: the same, and the row is deleted again in the same
+transaction, as Debezium's documentation recommends: the insert stays in the
+write-ahead log, which is all Debezium reads, and the table stays empty.
 """
 import json
 import logging
@@ -40,12 +49,20 @@ from psycopg.types.json import Jsonb
 log = logging.getLogger("service")
 
 TWO_TRANSACTIONS = "--two-transactions" in sys.argv[1:]
+DEBEZIUM_DELETE = "--debezium-delete" in sys.argv[1:]
+DEBEZIUM = DEBEZIUM_DELETE or "--debezium" in sys.argv[1:]
 MAX_BODY_BYTES = 64 * 1024
 
 INSERT_ORDER = """INSERT INTO orders (order_id, sku, quantity) VALUES (%s, %s, %s)
                   ON CONFLICT (order_id) DO NOTHING RETURNING order_id"""
 INSERT_EVENT = """INSERT INTO order_events (event_id, order_id, event_type, body)
                   VALUES (%s, %s, 'OrderPlaced', %s)"""
+if DEBEZIUM:
+    INSERT_EVENT = """INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+                      VALUES (%s, 'order', %s, 'OrderPlaced', %s)"""
+DELETE_EVENT = "DELETE FROM outbox WHERE id = %s"
+INSERT_CONFIRMED = """INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+                      VALUES (%s, 'order', %s, 'OrderConfirmed', %s)"""
 EXISTING = "SELECT sku, quantity FROM orders WHERE order_id = %s"
 
 
@@ -125,7 +142,14 @@ def place_order(conn, order_id, sku, quantity):
         if new:
             # Only a new order gets an event: a retried request that finds
             # its order already there must not announce it a second time.
-            cur.execute(INSERT_EVENT, (uuid.uuid4(), order_id, Jsonb(event)))
+            ids = [uuid.uuid4()]
+            cur.execute(INSERT_EVENT, (ids[0], order_id, Jsonb(event)))
+            if DEBEZIUM:
+                ids.append(uuid.uuid4())
+                cur.execute(INSERT_CONFIRMED, (ids[1], order_id, Jsonb({"order_id": str(order_id)})))
+            if DEBEZIUM_DELETE:
+                for event_id in ids:
+                    cur.execute(DELETE_EVENT, (event_id,))
         else:
             cur.execute(EXISTING, (order_id,))
             existing = cur.fetchone()

@@ -1,6 +1,7 @@
 //! `chaos clean --older-than <duration>`: removes what old runs left behind,
 //! their PostgreSQL schemas, Kafka topics and consumer groups, and SQLite
-//! files. It only touches names that carry a run id (`chaos_20261130_034000_ab12`,
+//! files, and the replication slots and publications a change-data-capture
+//! relay (Debezium) made under a run's name. It only touches names that carry a run id (`chaos_20261130_034000_ab12`,
 //! `chaos.20261130-034000-ab12.…`), which only the harness creates, and
 //! only when the run id's time is older than the cut-off. Reports are kept,
 //! unless `--reports` asks for them too.
@@ -35,6 +36,8 @@ fn is_old(name: &str, cutoff: u64) -> bool {
 #[derive(Debug, Default, serde::Serialize)]
 pub struct Cleaned {
     pub schemas: Vec<String>,
+    /// "slot chaos_…" and "publication chaos_…".
+    pub replication: Vec<String>,
     pub topics: Vec<String>,
     pub groups: Vec<String>,
     pub files: Vec<String>,
@@ -52,7 +55,7 @@ pub async fn clean(
     let cutoff = now.saturating_sub(older_than.as_secs());
     let mut out = Cleaned::default();
     if let Some(url) = database_url {
-        out.schemas = schemas(url, cutoff, dry_run).await?;
+        (out.schemas, out.replication) = schemas(url, cutoff, dry_run).await?;
     }
     if let Some(brokers) = brokers {
         let kafka = crate::broker::attach(brokers, false, crate::broker::Attacher::Harness);
@@ -71,8 +74,9 @@ pub async fn clean(
     Ok(out)
 }
 
-/// The old runs' PostgreSQL schemas, dropped unless `dry_run`.
-async fn schemas(url: &str, cutoff: u64, dry_run: bool) -> Result<Vec<String>> {
+/// The old runs' PostgreSQL schemas, and their replication slots and
+/// publications, dropped unless `dry_run`.
+async fn schemas(url: &str, cutoff: u64, dry_run: bool) -> Result<(Vec<String>, Vec<String>)> {
     let endpoint = db_endpoint(url);
     let unreachable = |cause: String| Error::DatabaseUnreachable { endpoint: endpoint.clone(), cause };
     let opts = sqlx::postgres::PgConnectOptions::from_str(url).map_err(|e| unreachable(redact(&e.to_string())))?;
@@ -97,8 +101,25 @@ async fn schemas(url: &str, cutoff: u64, dry_run: bool) -> Result<Vec<String>> {
         }
         removed.push(n);
     }
+    let replication = match dry_run {
+        false => crate::store::postgres::drop_replication_where(&mut c, |n| is_old(n, cutoff)).await?,
+        true => replication_names(&mut c, cutoff).await?,
+    };
     let _ = c.close().await;
-    Ok(removed)
+    Ok((removed, replication))
+}
+
+/// The old runs' replication slots and publications, named as
+/// [`crate::store::postgres::drop_replication_where`] names what it drops.
+async fn replication_names(c: &mut sqlx::PgConnection, cutoff: u64) -> Result<Vec<String>> {
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT 'slot', slot_name::text FROM pg_replication_slots WHERE slot_name LIKE 'chaos%' \
+         UNION ALL SELECT 'publication', pubname::text FROM pg_publication WHERE pubname LIKE 'chaos%'",
+    )
+    .fetch_all(&mut *c)
+    .await
+    .map_err(|e| Error::db("listing replication slots and publications", e))?;
+    Ok(rows.into_iter().filter(|(_, n)| is_old(n, cutoff)).map(|(k, n)| format!("{k} {n}")).collect())
 }
 
 /// The old runs' files in the reports folder with one of these suffixes,

@@ -244,13 +244,14 @@ async fn clean(a: CleanArgs) -> Result<Exit> {
     .await?;
     let verb = if a.dry_run { "would remove" } else { "removed" };
     outln!(
-        "{verb}: {} schemas, {} topics, {} consumer groups, {} files",
+        "{verb}: {} schemas, {} replication slots and publications, {} topics, {} consumer groups, {} files",
         c.schemas.len(),
+        c.replication.len(),
         c.topics.len(),
         c.groups.len(),
         c.files.len()
     );
-    for n in c.schemas.iter().chain(&c.topics).chain(&c.groups).chain(&c.files) {
+    for n in c.schemas.iter().chain(&c.replication).chain(&c.topics).chain(&c.groups).chain(&c.files) {
         outln!("  {n}");
     }
     Ok(Exit::Pass)

@@ -116,7 +116,7 @@ async fn act(ctx: &Ctx, t: &Timed, slots: &[Arc<Slot>]) -> Result<()> {
                 Ok(())
             }
         },
-        FaultPoint::NetBlackhole => blackhole(slots, t.lasts).await,
+        FaultPoint::NetBlackhole => blackhole(ctx, slots, t.lasts).await,
         other => Err(Error::Internal(format!("{} is not a service fault", other.name()))),
     }
 }
@@ -290,14 +290,19 @@ async fn harness_session(ctx: &Ctx) -> Result<crate::store::postgres::PgStore> {
 
 /// `net.blackhole` on a schedule: every proxied byte held for `lasts`,
 /// both ways. Confirmed when traffic met it: a read of some slot held.
-async fn blackhole(slots: &[Arc<Slot>], lasts: Duration) -> Result<()> {
+/// A partition longer than the run (a planted stall) ends with the run.
+async fn blackhole(ctx: &Ctx, slots: &[Arc<Slot>], lasts: Duration) -> Result<()> {
     let held = || slots.iter().map(|s| s.held()).sum::<u64>();
     let before = held();
     let until = Instant::now() + lasts;
     for s in slots {
         s.blackhole_until(until);
     }
-    tokio::time::sleep_until(until).await;
+    let mut shutdown = ctx.shutdown.clone();
+    tokio::select! {
+        _ = tokio::time::sleep_until(until) => {}
+        _ = shutdown.wait() => {}
+    }
     match held() - before {
         0 => Err(Error::Internal("no traffic met the partition".into())),
         n => {

@@ -371,6 +371,8 @@ pub struct RelayConfig {
     pub producer: RelayProducer,
     /// The program under test in place of the reference relays.
     pub command: Option<ProgramCommand>,
+    /// How long its instances may take to show their database sessions.
+    pub ready_timeout: Duration,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

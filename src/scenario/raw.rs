@@ -123,6 +123,9 @@ pub struct RawRelay {
     /// A program under test run in place of the reference relays
     /// (docs/contract.md, section 7).
     pub command: Option<Spanned<Vec<String>>>,
+    /// How long each instance of the program may take to show its
+    /// database session.
+    pub ready_timeout_secs: Spanned<i64>,
 }
 
 impl Default for RawRelay {
@@ -138,6 +141,7 @@ impl Default for RawRelay {
             cursor: sp("unpublished".into()),
             producer: sp("idempotent".into()),
             command: None,
+            ready_timeout_secs: sp(30),
         }
     }
 }

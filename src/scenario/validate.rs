@@ -375,6 +375,12 @@ impl Validator<'_> {
             cursor: variants.cursor,
             producer: variants.producer,
             command,
+            ready_timeout: Duration::from_secs(self.count(
+                &raw.ready_timeout_secs,
+                "relay.ready_timeout_secs",
+                1,
+                3600,
+            )? as u64),
         })
     }
 

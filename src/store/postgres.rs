@@ -192,6 +192,16 @@ impl PgStore {
         .map_err(|e| Error::db("terminating the run's sessions", e))
     }
 
+    /// Drops the replication slots and publications named after the run's
+    /// schema: a change-data-capture relay's (Debezium's connector names
+    /// both so). A slot left behind holds back the write-ahead log for
+    /// ever. Returns what was dropped.
+    pub async fn drop_replication(&self) -> Result<Vec<String>> {
+        let mut c = self.pool.acquire().await.map_err(|e| Error::db("dropping the run's replication slots", e))?;
+        let schema = self.schema.clone();
+        drop_replication_where(&mut c, |name| name.starts_with(&schema)).await
+    }
+
     /// What those sessions are doing, for a message about one that
     /// outlived its process.
     pub async fn session_states(&self, application_name: &str) -> Result<String> {
@@ -205,6 +215,52 @@ impl PgStore {
         .map_err(|e| Error::db("reading a process's sessions", e))?;
         Ok(rows.iter().map(|r| format!("{:?}", r)).collect::<Vec<_>>().join("; "))
     }
+}
+
+/// Drops every replication slot and publication whose name `chosen`
+/// picks, ending the walsender that still holds a slot. A slot whose
+/// holder was just killed may show active for a moment: each is tried for
+/// up to 10 s.
+pub async fn drop_replication_where(c: &mut sqlx::PgConnection, chosen: impl Fn(&str) -> bool) -> Result<Vec<String>> {
+    let slots: Vec<String> =
+        sqlx::query_scalar("SELECT slot_name::text FROM pg_replication_slots WHERE slot_name LIKE 'chaos%'")
+            .fetch_all(&mut *c)
+            .await
+            .map_err(|e| Error::db("listing replication slots", e))?;
+    let mut dropped = Vec::new();
+    for slot in slots.into_iter().filter(|s| chosen(s)) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let _ = sqlx::query(
+                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
+                 WHERE slot_name = $1 AND active_pid IS NOT NULL",
+            )
+            .bind(&slot)
+            .execute(&mut *c)
+            .await;
+            match sqlx::query("SELECT pg_drop_replication_slot($1)").bind(&slot).execute(&mut *c).await {
+                Ok(_) => break,
+                Err(e) if std::time::Instant::now() >= deadline => {
+                    return Err(Error::db(format!("dropping replication slot {slot}"), e))
+                }
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
+            }
+        }
+        dropped.push(format!("slot {slot}"));
+    }
+    let publications: Vec<String> =
+        sqlx::query_scalar("SELECT pubname::text FROM pg_publication WHERE pubname LIKE 'chaos%'")
+            .fetch_all(&mut *c)
+            .await
+            .map_err(|e| Error::db("listing publications", e))?;
+    for p in publications.into_iter().filter(|p| chosen(p)) {
+        sqlx::query(&format!("DROP PUBLICATION IF EXISTS \"{}\"", p.replace('"', "\"\"")))
+            .execute(&mut *c)
+            .await
+            .map_err(|e| Error::db(format!("dropping publication {p}"), e))?;
+        dropped.push(format!("publication {p}"));
+    }
+    Ok(dropped)
 }
 
 impl super::Backend for PgStore {

@@ -8,6 +8,7 @@ mod backends;
 mod bad_input;
 mod bench;
 mod common;
+mod debezium;
 mod declared;
 mod docs;
 mod foundation;

@@ -107,7 +107,21 @@ impl Infra {
         format!("{db} · {broker}")
     }
 
+    /// Closes the store and the broker. What a change-data-capture relay
+    /// left in PostgreSQL under the run's name (a replication slot, a
+    /// publication) goes first: its processes are gone by now.
     pub async fn close(self) {
+        if let Store::Postgres(pg) = &self.store {
+            match pg.drop_replication().await {
+                Ok(dropped) if !dropped.is_empty() => {
+                    tracing::info!(dropped = %dropped.join(", "), "the run's replication left behind, dropped")
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(cause = %e, "dropping the run's replication slots and publications failed; `chaos clean` drops them")
+                }
+            }
+        }
         self.store.close().await;
         self.broker.close().await;
     }

@@ -4,7 +4,8 @@ use super::*;
 
 impl Books<'_> {
     /// The invariants and anomalies.
-    pub fn finish(self) -> Found {
+    pub fn finish(mut self) -> Found {
+        self.take_stall_leftovers();
         let mut found = Found::default();
         let mut tally = Tally::default();
         let f = &mut found.figures;

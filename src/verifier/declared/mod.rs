@@ -187,6 +187,9 @@ pub struct Books<'a> {
     /// Keys of work the system still held as pending when the run settled
     /// (`[system] pending`): late, not lost, so never a missing effect.
     pending: HashSet<String>,
+    /// A relay that keeps no mark (`published = "none"`) stalled: what it
+    /// never published is its leftover, not lost.
+    unmarked_stall: bool,
     /// How long each fault point lasts, for the attribution by time
     /// ([`attribution::spans`]).
     spans: std::collections::BTreeMap<String, u64>,
@@ -281,6 +284,7 @@ impl<'a> Books<'a> {
             faults,
             started_epoch_ms,
             pending: HashSet::new(),
+            unmarked_stall: false,
             spans: Default::default(),
             brief: false,
         }
@@ -312,6 +316,36 @@ impl<'a> Books<'a> {
     pub fn with_pending(mut self, keys: impl IntoIterator<Item = String>) -> Self {
         self.pending = keys.into_iter().filter(|k| !k.is_empty()).collect();
         self
+    }
+
+    /// The run found the relay stalled, and it keeps no mark of what it
+    /// published (`published = "none"`, a change-data-capture reader):
+    /// only the topic tells what it left.
+    pub fn with_unmarked_stall(mut self, stalled: bool) -> Self {
+        self.unmarked_stall = stalled && self.sys.outbox.published == crate::scenario::Published::None;
+        self
+    }
+
+    /// With an unmarked stall, the events not on the topic are the relay's
+    /// leftovers, and a key none of whose events reached the topic is work
+    /// still pending: late, neither a lost event nor a missing effect. A
+    /// key with some events through is judged as usual: a relay that reads
+    /// the log in order published its earlier events whole.
+    pub(super) fn take_stall_leftovers(&mut self) {
+        if !self.unmarked_stall {
+            return;
+        }
+        let reached: HashSet<u32> = self.events.iter().filter(|e| e.on_topic()).map(|e| e.key).collect();
+        let left: Vec<(u32, u32)> = (0..self.events.len() as u32)
+            .filter(|&i| !self.events[i as usize].on_topic())
+            .map(|i| (i, self.events[i as usize].key))
+            .collect();
+        for (i, key) in left {
+            self.leftovers.insert(self.event_ids.get(i).to_string());
+            if !reached.contains(&key) {
+                self.pending.insert(self.keys.get(key).to_string());
+            }
+        }
     }
 
     fn kind(&mut self, k: &str) -> u16 {
@@ -386,8 +420,17 @@ impl<'a> Books<'a> {
     /// A message read from the topic.
     pub fn add_message(&mut self, at: Position, key: &[u8], id: Option<&[u8]>, fp: u32) {
         self.messages += 1;
-        if let Ok(k) = std::str::from_utf8(key) {
-            let (k, _) = self.keys.insert(IdRef::of(k));
+        let found = id.and_then(|b| std::str::from_utf8(b).ok()).and_then(|id| self.event_ids.find(id));
+        // A key's lane is its outbox key's: the order an outbox promises is
+        // per aggregate, whatever key the relay put on the message. A relay
+        // that keys by another column (the event's own id) splits an
+        // aggregate's events across partitions with every message key
+        // on one.
+        let lane_key = match found {
+            Some(i) => Some(self.events[i as usize].key),
+            None => std::str::from_utf8(key).ok().map(|k| self.keys.insert(IdRef::of(k)).0),
+        };
+        if let Some(k) = lane_key {
             let lane = cell(&mut self.lanes, k, Lane::Unseen);
             *lane = match *lane {
                 Lane::Unseen => Lane::One(at.lane()),
@@ -395,7 +438,6 @@ impl<'a> Books<'a> {
                 seen => seen,
             };
         }
-        let found = id.and_then(|b| std::str::from_utf8(b).ok()).and_then(|id| self.event_ids.find(id));
         let Some(i) = found else {
             self.foreign_count += 1;
             if self.foreign.len() < EXAMPLES {

@@ -548,3 +548,44 @@ fn interned_ids_read_back_as_they_came_uuid_or_text() {
     assert!(ids.get(0) < ids.get(2) && ids.get(1) < ids.get(0) && ids.get(3) < ids.get(1));
     assert_eq!(ids.len(), all.len());
 }
+
+/// A change-data-capture relay keeps no mark (`published = "none"`): when
+/// it stalled, the events it never published are its leftovers, and an
+/// order none of whose events reached the topic is late, not lost. Without
+/// the stall the same rows are lost events and missing effects.
+#[test]
+fn an_unmarked_relay_that_stalled_leaves_leftovers_not_lost_events() {
+    let ops = vec![op(1, Outcome::Acknowledged, 2, "apple"), op(2, Outcome::Acknowledged, 3, "pear")];
+    let mut unmarked = system();
+    unmarked.outbox.published = Published::None;
+    let sys = Box::leak(Box::new(unmarked));
+    let run = |stalled: bool| {
+        let mut b = Books::new(sys, ops.iter().cloned(), vec![], 0).with_unmarked_stall(stalled);
+        for (id, key) in [(11, 1), (12, 2)] {
+            let payload = format!(r#"{{"order_id": "{}", "quantity": 1}}"#, Uuid::from_u128(key));
+            b.add_event(event(id, key, &payload));
+        }
+        // Only order 1's event reached the topic.
+        let (k, i, payload) = (
+            Uuid::from_u128(1).to_string(),
+            Uuid::from_u128(11).to_string(),
+            format!(r#"{{"order_id": "{}", "quantity": 1}}"#, Uuid::from_u128(1)),
+        );
+        b.add_message(
+            Position::new(0, 0),
+            k.as_bytes(),
+            Some(i.as_bytes()),
+            fingerprint(k.as_bytes(), b"OrderPlaced", payload.as_bytes()),
+        );
+        b.finish()
+    };
+    let count = |f: &Found, n: &str| f.anomalies.iter().find(|a| a.name == n).map_or(0, |a| a.count);
+    let (healthy, stalled) = (run(false), run(true));
+    assert_eq!(count(&healthy, "lost event"), 1, "{:?}", healthy.anomalies);
+    assert_eq!(count(&stalled, "lost event"), 0, "{:?}", stalled.anomalies);
+    assert_eq!(count(&stalled, "unpublished leftover"), 1, "{:?}", stalled.anomalies);
+    // Order 1's effects are judged as usual (none were applied: missing);
+    // order 2's two (its shipment, its invoice) are not expected yet.
+    assert_eq!(count(&stalled, "missing effect"), 2, "{:?}", stalled.anomalies);
+    assert_eq!(count(&healthy, "missing effect"), 4, "{:?}", healthy.anomalies);
+}

@@ -162,6 +162,7 @@ impl Declared {
             };
             let books = Books::new(sys, ops.iter().cloned(), h.faults.log.clone(), h.faults.started_epoch_ms)
                 .with_pending(stalls.keys())
+                .with_unmarked_stall(stalls.relay.is_some())
                 .with_spans(attribution::spans(sc));
             let read = crate::verifier::declared::verify(&store, ctx.broker.clone(), ctx.topic(), books, record);
             tokio::select! {

@@ -30,6 +30,9 @@ pub(super) struct Keeper {
     pub(super) acting: watch::Receiver<bool>,
     pub(super) tail: Tail,
     pub(super) rng: rand::rngs::StdRng,
+    /// Set once an incarnation shows its session: what the run waits for
+    /// before its workload (a relay under test).
+    pub(super) shown: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// What the keeper's watch of one incarnation tracks between its turns.
@@ -284,6 +287,9 @@ impl Keeper {
             deferred: None,
         };
         w.restart_seconds(self);
+        if w.ready {
+            self.mark_shown();
+        }
         loop {
             let acting = *self.acting.borrow() && w.ready && w.paused_until.is_none();
             tokio::select! {
@@ -378,6 +384,7 @@ impl Keeper {
             return None;
         }
         w.ready = true;
+        self.mark_shown();
         info!(component = %self.name, pid = proc.pid, ms = proc.started.elapsed().as_millis() as u64, "process ready");
         if let Some((point, claim)) = w.deferred.take() {
             self.measure_kill(proc, &claim).await;
@@ -425,6 +432,12 @@ impl Keeper {
     /// The name an incarnation's database sessions carry: unique to the
     /// run, so that concurrent runs (or a leftover process of another one)
     /// are never taken for this one's.
+    fn mark_shown(&self) {
+        if let Some(shown) = &self.shown {
+            shown.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
     fn application_name(&self, incarnation: u32) -> String {
         format!("chaos-{}-{}-{incarnation}", self.ctx.names.run_id, self.name)
     }
@@ -900,6 +913,7 @@ mod settling {
             acting,
             tail: Default::default(),
             rng: rand::rngs::StdRng::seed_from_u64(1),
+            shown: None,
         };
         (h, keeper, kill, occupant)
     }

@@ -72,6 +72,9 @@ pub struct Programs {
     /// The notifier under test, if the notifier is one: its command and
     /// instance count, for the readiness wait.
     notifier: Option<(ProgramCommand, usize)>,
+    /// Each relay slot under test, and whether an incarnation of it has
+    /// shown its database session yet.
+    relays: Vec<(String, Arc<std::sync::atomic::AtomicBool>)>,
     failure: watch::Sender<Option<String>>,
     acting: watch::Sender<bool>,
     /// Each slot's name and latest stderr lines, for errors raised outside
@@ -133,6 +136,7 @@ impl Programs {
         let mut tasks = Vec::new();
         let mut tails = Vec::new();
         let mut notifier = None;
+        let mut relays = Vec::new();
         let mut kills = Vec::new();
         let mut service_ports = Vec::new();
         for (role, command, instances, batch) in roles {
@@ -144,6 +148,11 @@ impl Programs {
             let restart = Self::restart_after(sc, role, is_reference);
             for slot in 1..=instances {
                 let name = format!("{}-{slot}", role.as_str());
+                let shown = (role == Role::Relay && !is_reference).then(|| {
+                    let shown = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                    relays.push((name.clone(), shown.clone()));
+                    shown
+                });
                 let tail: Tail = Default::default();
                 tails.push((name.clone(), tail.clone()));
                 let (kill, kill_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -170,6 +179,7 @@ impl Programs {
                     acting: acting.subscribe(),
                     tail,
                     rng: Self::slot_rng(sc.seed, role, slot),
+                    shown,
                 };
                 tasks.push((name, tokio::spawn(keeper.keep())));
             }
@@ -178,7 +188,7 @@ impl Programs {
             let nemesis = by_messages(ctx.clone(), acting.subscribe(), kills);
             tasks.push(("nemesis (process.kill_per_message)".into(), tokio::spawn(nemesis)));
         }
-        Ok(Some((Self { notifier, failure, acting, tails, logs, service_ports }, tasks)))
+        Ok(Some((Self { notifier, relays, failure, acting, tails, logs, service_ports }, tasks)))
     }
 
     /// The pause before a killed process's slot starts again. A program
@@ -264,10 +274,11 @@ impl Programs {
         self.acting.send_replace(on);
     }
 
-    /// Waits until every instance of the notifier under test is a member
-    /// of the group, or says why not: a failed program, or the ready
-    /// timeout. A relay is ready once started.
+    /// Waits until every relay under test has shown its database session
+    /// and every instance of the notifier under test is a member of the
+    /// group, or says why not: a failed program, or a ready timeout.
     pub async fn ready(&self, ctx: &Ctx) -> Result<(), String> {
+        self.relays_shown(ctx).await?;
         let Some((command, instances)) = &self.notifier else {
             return match self.failure.borrow().clone() {
                 Some(f) => Err(f),
@@ -307,6 +318,41 @@ impl Programs {
             seen.1,
             self.stderr_of_first()
         ))
+    }
+
+    /// Waits until each relay slot under test has shown a database session
+    /// (`PGAPPNAME`): a relay that needs time to start (a Kafka Connect
+    /// worker registering its connector) must be running before the first
+    /// event is written, or a change-data-capture reader would never see it.
+    async fn relays_shown(&self, ctx: &Ctx) -> Result<(), String> {
+        let limit = ctx.scenario.relay.ready_timeout;
+        let started = Instant::now();
+        loop {
+            if let Some(f) = self.failure.borrow().clone() {
+                return Err(f);
+            }
+            let waiting: Vec<&str> = self
+                .relays
+                .iter()
+                .filter(|(_, shown)| !shown.load(std::sync::atomic::Ordering::SeqCst))
+                .map(|(name, _)| name.as_str())
+                .collect();
+            if waiting.is_empty() {
+                if !self.relays.is_empty() {
+                    info!(ms = started.elapsed().as_millis() as u64, "every relay under test shows its session");
+                }
+                return Ok(());
+            }
+            if started.elapsed() >= limit {
+                return Err(format!(
+                    "{} showed no database session (PGAPPNAME) within {} s; raise `[relay] ready_timeout_secs` if it starts slowly; {}",
+                    waiting.join(", "),
+                    limit.as_secs(),
+                    self.stderr_of_first()
+                ));
+            }
+            tokio::time::sleep(READY_POLL).await;
+        }
     }
 
     /// "notifier-1's stderr ends: …" for the first slot of each program,

@@ -1,0 +1,91 @@
+//! Debezium as the relay under test (examples/debezium): a Kafka Connect
+//! worker with Debezium's PostgreSQL connector and its outbox event router,
+//! started by examples/debezium/connect.py from the jars
+//! `scripts/services.sh up connect` fetched, on the real PostgreSQL (with
+//! `wal_level=logical`) and Kafka. The correct configuration passes with
+//! its worker killed; a router keyed by the event id splits an order's
+//! events across partitions; a partition that never heals between Connect
+//! and PostgreSQL is a stalled relay. However a run ends, its replication
+//! slot and publication are gone with it.
+
+use crate::common::*;
+use std::path::Path;
+use std::process::Command;
+
+fn run_debezium(file: &str, seed: u64) -> (Ran, serde_json::Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = chaos();
+    Backend::Services.apply(&mut c);
+    c.env("PATH", python_path())
+        .arg("run")
+        .arg(Path::new("examples/debezium").join(file))
+        .args(["--json", "--seed", &seed.to_string(), "--reports-dir"])
+        .arg(dir.path());
+    let ran = run(&mut c);
+    let r = ran.json();
+    assert_nothing_left(&r);
+    assert_no_replication_left(&r);
+    (ran, r)
+}
+
+/// The run's replication slot and publication (named like its schema)
+/// were dropped when it ended.
+fn assert_no_replication_left(r: &serde_json::Value) {
+    let schema = r["infra"]["schema"].as_str().expect("infra.schema");
+    let sql = format!(
+        "SELECT slot_name FROM pg_replication_slots WHERE slot_name = '{schema}' \
+         UNION ALL SELECT pubname FROM pg_publication WHERE pubname = '{schema}'"
+    );
+    let out = Command::new("psql").args([&database_url(), "-XAtc", &sql]).output().expect("psql");
+    assert!(out.status.success(), "psql: {}", String::from_utf8_lossy(&out.stderr));
+    let left = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(left.is_empty(), "the run left its replication behind: {left}");
+}
+
+fn anomalies(r: &serde_json::Value) -> Vec<String> {
+    r["anomalies"].as_array().expect("anomalies").iter().map(|a| a["name"].as_str().unwrap().to_string()).collect()
+}
+
+/// How often the nemesis SIGKILLed the Connect worker (the relay slot).
+fn relay_kills(r: &serde_json::Value) -> usize {
+    r["fault_log"]
+        .as_array()
+        .expect("fault_log")
+        .iter()
+        .filter(|f| f["point"] == "process.kill" && f["component"].as_str().is_some_and(|c| c.starts_with("relay-")))
+        .count()
+}
+
+#[test]
+fn debezium_passes_with_its_connect_worker_killed() {
+    // Seed 1 kills the worker at least once (measured: 1 to 2 kills); the
+    // assertion below says so if a change of timing ever makes it miss.
+    let (ran, r) = run_debezium("debezium.toml", 1);
+    assert_eq!(ran.code, 0, "{}\nstdout:\n{}\nstderr:\n{}", r["reason"], ran.stdout, ran.stderr);
+    assert!(relay_kills(&r) >= 1, "the Connect worker was never killed: {}", r["fault_log"]);
+    assert_fired_and_confirmed(&r, "process.kill");
+    let s = &r["system"];
+    let n = |k: &str| s[k].as_u64().unwrap();
+    // Two events per order: each acknowledged order has both on the topic.
+    assert!(n("outbox_events") >= 2 * n("acknowledged"), "{s}");
+}
+
+#[test]
+fn a_router_keyed_by_the_event_id_splits_an_orders_events() {
+    let (ran, r) = run_debezium("broken-key.toml", 1);
+    assert_eq!(ran.code, 1, "{}\nstderr:\n{}", r["reason"], ran.stderr);
+    let found = anomalies(&r);
+    assert!(found.iter().any(|a| a == "split key"), "{found:?}");
+    // Nothing is lost: only the order is.
+    assert!(!found.iter().any(|a| a == "lost event" || a == "missing effect"), "{found:?}");
+}
+
+#[test]
+fn a_partition_between_connect_and_postgresql_that_never_heals_is_a_stalled_relay() {
+    let (ran, r) = run_debezium("planted-stall.toml", 1);
+    assert_eq!(ran.code, 1, "{}\nstderr:\n{}", r["reason"], ran.stderr);
+    let found = anomalies(&r);
+    assert_eq!(found.first().map(String::as_str), Some("stalled relay"), "{found:?}");
+    assert!(!found.iter().any(|a| a == "lost event"), "unpublished events reported lost: {found:?}");
+    assert_fired_and_confirmed(&r, "net.blackhole");
+}
