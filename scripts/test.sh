@@ -65,8 +65,13 @@ bash scripts/services.sh status || true
 
 if [ -n "$fresh_db" ]; then
   if command -v psql >/dev/null 2>&1; then
-    log "emptying the suite's database ($fresh_db): the last suite's runs go"
+    # A Debezium run that was killed leaves its replication slot, and a
+    # database with a slot cannot be dropped: the slots go first.
+    log "emptying the suite's database ($fresh_db): the last suite's runs (and replication slots) go"
     PGOPTIONS="-c client_min_messages=warning" psql -X -q -v ON_ERROR_STOP=1 "postgres://chaos:chaos@127.0.0.1:5432/postgres" \
+      -c "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE database = '$fresh_db' AND active_pid IS NOT NULL" \
+      -c "SELECT pg_sleep(0.5)" \
+      -c "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = '$fresh_db' AND NOT active" \
       -c "DROP DATABASE IF EXISTS $fresh_db WITH (FORCE)" -c "CREATE DATABASE $fresh_db OWNER chaos"
   else
     log "psql not found: the suite uses the database chaos as it is"

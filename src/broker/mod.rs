@@ -22,6 +22,7 @@ pub(crate) mod memory;
 mod position;
 mod read;
 
+pub use kafka::READ_ISOLATION;
 pub use position::{range, Position, Stretch};
 pub use read::read_checked;
 

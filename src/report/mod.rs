@@ -103,6 +103,10 @@ pub struct InfraInfo {
     /// The fault proxy in front of PostgreSQL, and whom it serves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy: Option<String>,
+    /// How the verifier read the topic: `read_committed`, so a
+    /// transactional relay's aborted records are not counted.
+    #[serde(default)]
+    pub read_isolation: String,
 }
 
 /// What the components say about themselves: the run's counters at its
@@ -296,8 +300,14 @@ fn render_header(r: &Report, style: Style, out: &mut String) {
         }
     ));
     out.push_str(&format!(
-        "infra: {} {} schema {} · {} {} topic {}\n",
-        r.infra.database, r.infra.database_endpoint, r.infra.schema, r.infra.broker, r.infra.brokers, r.infra.topic
+        "infra: {} {} schema {} · {} {} topic {} (read {})\n",
+        r.infra.database,
+        r.infra.database_endpoint,
+        r.infra.schema,
+        r.infra.broker,
+        r.infra.brokers,
+        r.infra.topic,
+        r.infra.read_isolation
     ));
 }
 

@@ -89,6 +89,7 @@ impl Infra {
             topic: names.topic.clone(),
             group: names.group.clone(),
             proxy: None,
+            read_isolation: crate::broker::READ_ISOLATION.into(),
         };
         Ok(Self { store, broker, info })
     }

@@ -87,6 +87,12 @@ struct Event {
     flags: u8,
 }
 
+/// How much earlier than the last published event an unpublished one must
+/// have been written to count as skipped rather than left by a stalled
+/// relay: rows are timed at insert, published in commit order, and a
+/// transaction may commit a little after a later one.
+const SKIPPED_BEFORE_MS: i64 = 1000;
+
 /// [`Event::flags`]: it has a message on the topic.
 const ON_TOPIC: u8 = 1;
 /// A message of it differs from its row.
@@ -326,18 +332,25 @@ impl<'a> Books<'a> {
         self
     }
 
-    /// With an unmarked stall, the events not on the topic are the relay's
-    /// leftovers, and a key none of whose events reached the topic is work
-    /// still pending: late, neither a lost event nor a missing effect. A
-    /// key with some events through is judged as usual: a relay that reads
-    /// the log in order published its earlier events whole.
+    /// With an unmarked stall, the events not on the topic written after
+    /// the last one that reached it are the relay's leftovers, and a key
+    /// none of whose events reached the topic is work still pending: late,
+    /// neither a lost event nor a missing effect. An event written well
+    /// before one that was published (by more than [`SKIPPED_BEFORE_MS`])
+    /// was skipped, not left: a reader of the write-ahead log publishes in
+    /// commit order, so it is lost. A key with some events through is
+    /// judged as usual.
     pub(super) fn take_stall_leftovers(&mut self) {
         if !self.unmarked_stall {
             return;
         }
         let reached: HashSet<u32> = self.events.iter().filter(|e| e.on_topic()).map(|e| e.key).collect();
+        let last_published = self.events.iter().filter(|e| e.on_topic()).map(|e| e.at_ms).max().unwrap_or(i32::MIN);
         let left: Vec<(u32, u32)> = (0..self.events.len() as u32)
-            .filter(|&i| !self.events[i as usize].on_topic())
+            .filter(|&i| {
+                let e = &self.events[i as usize];
+                !e.on_topic() && i64::from(e.at_ms) >= i64::from(last_published) - SKIPPED_BEFORE_MS
+            })
             .map(|i| (i, self.events[i as usize].key))
             .collect();
         for (i, key) in left {

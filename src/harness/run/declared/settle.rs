@@ -78,10 +78,13 @@ async fn drain(ctx: &Ctx, pg: &Store, sys: &System) -> std::result::Result<(), U
         let unpublished = match rows::unpublished(pg, &sys.outbox).await? {
             Some(n) => n,
             // No mark: what the log holds and the topic does not yet.
-            None => {
-                let on_topic = ctx.broker.held(&ctx.topic())?;
-                (rows::logged(pg).await? - on_topic).max(0)
-            }
+            None => match rows::logged(pg).await? - ctx.broker.held(&ctx.topic())? {
+                n if n > 0 => n,
+                // The topic's length is no proof of the rest: an
+                // at-least-once relay's replays and a transactional one's
+                // markers count in it too. Its distinct event ids are.
+                _ => (rows::logged(pg).await? - distinct_on_topic(ctx).await?).max(0),
+            },
         };
         Ok(Left { unpublished, busy: false })
     };
@@ -90,6 +93,22 @@ async fn drain(ctx: &Ctx, pg: &Store, sys: &System) -> std::result::Result<(), U
         Published::None => "outbox events not yet on the topic",
     };
     drive::drain_until_done(ctx, "the system", what, left).await
+}
+
+/// How many distinct event ids the topic holds: read whole, off the async
+/// threads. Only near the drain's end, once its length has caught up.
+async fn distinct_on_topic(ctx: &Ctx) -> Result<i64> {
+    let (broker, topic) = (ctx.broker.clone(), ctx.topic());
+    let read = tokio::task::spawn_blocking(move || {
+        let mut ids = std::collections::HashSet::new();
+        broker.read_topic(&topic, Duration::from_secs(60), &mut |d| {
+            if let Some(id) = d.event_id {
+                ids.insert(id.to_vec());
+            }
+        })?;
+        Ok(ids.len() as i64)
+    });
+    read.await.map_err(|e| crate::Error::Internal(format!("reading the topic's event ids: {e}")))?
 }
 
 /// Outbox rows the relays never published, not even once the faults had
