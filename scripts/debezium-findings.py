@@ -105,8 +105,12 @@ def variant(fault, mode, operations, folder):
 
 def one_run(chaos, path, seed, reports):
     t0 = time.monotonic()
+    # The services scripts/services.sh starts, unless the environment names others.
+    env = dict(os.environ)
+    env.setdefault("DATABASE_URL", "postgres://chaos:chaos@127.0.0.1:5432/chaos")
+    env.setdefault("KAFKA_BROKERS", "127.0.0.1:9092")
     out = subprocess.run([chaos, "run", path, "--seed", str(seed), "--json", "--reports-dir", reports],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, env=env)
     try:
         r = json.loads(out.stdout)
     except ValueError:

@@ -167,7 +167,7 @@ impl Broker for Memory {
             for (o, m) in msgs.iter().enumerate() {
                 sink(m.delivery(p as i32, o as i64));
             }
-            spans.push(Span { low: 0, high: msgs.len() as i64, read: msgs.len() as i64 });
+            spans.push(Span { low: 0, high: msgs.len() as i64, read: msgs.len() as i64, skipped: 0 });
         }
         Ok(spans)
     }

@@ -215,6 +215,10 @@ pub struct Span {
     pub high: i64,
     /// Messages the read handed on from between the two watermarks.
     pub read: i64,
+    /// Offsets the read passed that hold no message a `read_committed`
+    /// reader receives: a transaction's commit or abort marker, or an
+    /// aborted record. Zero on a topic no transaction wrote.
+    pub skipped: i64,
 }
 
 /// A relay's producer.
