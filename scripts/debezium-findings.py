@@ -12,7 +12,7 @@ Each run's variant is the example with its [faults], [nemesis] and [proxy]
 replaced by the row's, its relay command given --mode, and its paths made
 absolute, written to a temporary folder. Per row: runs, verdicts, the
 faults that fired, duplicate messages on the topic (min-max and total),
-lost events, per-key order broken (split key, reordered), stalls, and the
+lost events, keys split across partitions (split key), stalls, and the
 time to recover (the drain: from the workload's end until every event was
 on the topic and consumed). Needs the services (scripts/services.sh up).
 Progress on stderr; the table on stdout.
@@ -124,7 +124,9 @@ def one_run(chaos, path, seed, reports):
         "fired": fired,
         "duplicates": (r.get("system") or {}).get("duplicate_messages", 0),
         "lost": names.get("lost event", 0),
-        "order": names.get("split key", 0) + names.get("reordered", 0) + names.get("out of order", 0),
+        # Keys whose events landed on more than one partition: the declared
+        # verifier does not yet check the order within a partition.
+        "order": names.get("split key", 0),
         "stalled": names.get("stalled relay", 0),
         "drain_s": round((r.get("timings") or {}).get("drain_ms", 0) / 1000, 1),
         "anomalies": names,

@@ -371,14 +371,27 @@ pub mod memory {
     /// checkers: glibc keeps the pipeline's freed buffers inside its heaps,
     /// and once handed back the checkers' columns take fresh pages in their
     /// place rather than adding to them. The log tells whether a run's peak
-    /// was the pipeline's or the verifier's.
-    pub fn hand_back_before_judging() {
+    /// was the pipeline's or the verifier's. Only a run that is `judged`
+    /// needs it: an interrupted or incomplete one stops here.
+    pub fn hand_back_before_judging(judged: bool) {
+        if !judged {
+            return;
+        }
         #[cfg(all(target_os = "linux", target_env = "gnu"))]
         // SAFETY: malloc_trim only releases free memory the allocator holds.
         unsafe {
             libc::malloc_trim(0);
         }
+        log(tracing::Level::INFO, "the verifier begins");
+    }
+
+    /// Logs where the memory stands after `step`: resident now, and the
+    /// peak so far, in MB.
+    pub fn log(level: tracing::Level, step: &str) {
         let (resident_mb, peak_mb) = (status_kb("VmRSS:") / 1024, status_kb("VmHWM:") / 1024);
-        tracing::info!(resident_mb, peak_mb, "the verifier begins");
+        match level {
+            tracing::Level::INFO => tracing::info!(resident_mb, peak_mb, "{step}"),
+            _ => tracing::debug!(resident_mb, peak_mb, "{step}"),
+        }
     }
 }

@@ -113,8 +113,11 @@ def database():
 
 
 def check_wal_level():
+    # Not under PGAPPNAME: a session so named is this incarnation's word
+    # that it is ready, and the worker has not even started yet.
+    name = f"{os.environ.get('PGAPPNAME', 'connect')}-check"
     try:
-        with psycopg.connect(os.environ["CHAOS_DATABASE_URL"], connect_timeout=10) as conn:
+        with psycopg.connect(os.environ["CHAOS_DATABASE_URL"], connect_timeout=10, application_name=name) as conn:
             level = conn.execute("SHOW wal_level").fetchone()[0]
     except psycopg.Error as e:
         fail(1, f"PostgreSQL is not reachable: {e}".splitlines()[0])

@@ -79,9 +79,7 @@ pub async fn verify(
 /// Where the verifier's memory stands after a step: at a million payments
 /// the peak is the verifier's, and these say which step makes it.
 fn resident(step: &str) {
-    use crate::context::memory::status_kb;
-    let (resident_mb, peak_mb) = (status_kb("VmRSS:") / 1024, status_kb("VmHWM:") / 1024);
-    tracing::debug!(resident_mb, peak_mb, "{step}");
+    crate::context::memory::log(tracing::Level::DEBUG, step);
 }
 
 /// For the stories: each subject's payment, and each payment's messages.

@@ -200,7 +200,7 @@ async fn execute_keeping(
     let t_verify = Instant::now();
     progress.phase(Phase::Verify);
     let history = sut.history(&ctx, emails, !stopped.stuck.is_empty());
-    crate::context::memory::hand_back_before_judging();
+    crate::context::memory::hand_back_before_judging(!ran.interrupted && ran.incomplete.is_none());
     sut.judge(&mut rep, &ctx, &mut ran, history).await;
     progress.finish();
     rep.timings.verify_ms = t_verify.elapsed().as_millis() as u64;
