@@ -80,8 +80,8 @@ PLANTS = {
     ),
     "read-stops-one-early": (
         "src/broker/kafka/mod.rs",
-        "        spans.push(Span { low, high, read: 0 });",
-        "        let high = (high - 1).max(low);\n        spans.push(Span { low, high, read: 0 });",
+        "        spans.push(Span { low, high, read: 0, skipped: 0 });",
+        "        let high = (high - 1).max(low);\n        spans.push(Span { low, high, read: 0, skipped: 0 });",
         "scenarios/payments.toml",
     ),
     "verifier-skips-partition-0": (
