@@ -1,7 +1,7 @@
 //! The injector every component of a run shares: it counts occurrences,
 //! decides, logs what fired, and waits for each firing's confirmation.
 
-use super::decide::ARMING_SALT;
+use super::decide::{draw_below, ARMING_SALT, SPREAD_SALT};
 use super::*;
 use crate::broker::{Position, Stretch};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,8 +59,8 @@ pub struct FaultInjector {
     draws: [AtomicU64; N],
     /// Per point, the draws that armed a process.
     armings: [AtomicU64; N],
-    /// The (point, component) pairs armed and not yet struck.
-    arms: Mutex<Vec<(FaultPoint, String)>>,
+    /// The processes armed and not yet struck.
+    arms: Mutex<Vec<Arm>>,
     /// Aimed kills' rates for one role's processes, over `rates`.
     role_rates: RoleRates,
     /// The consumers' group is rebalancing, as the coordinator last said
@@ -119,6 +119,22 @@ const LOG_CAP: usize = 10_000;
 /// Batches kept for the stories: a few megabytes at most (a run of a
 /// million payments takes about 40,000 batches, redeliveries included).
 pub const DELIVERY_LOG_CAP: usize = 200_000;
+
+/// An armed process for an aimed kill, waiting for its window.
+struct Arm {
+    point: FaultPoint,
+    component: String,
+    /// The windows it lets go by before the one struck.
+    pass: u64,
+}
+
+/// An armed process is struck at one of its next this many windows, drawn
+/// from the seed. A program's windows come in bursts (a message's
+/// statements, each its own commit; a batch's), and an arm drawn in a
+/// quiet second would always strike the first window of the next burst:
+/// the kill after a message's second statement, where a program that
+/// commits its effects one by one breaks, would never come.
+pub const ARM_SPREAD: u64 = 4;
 
 impl FaultInjector {
     pub fn new(seed: u64, rates: &FaultRates) -> Self {
@@ -238,8 +254,9 @@ impl FaultInjector {
 
     /// One second of `component`'s process life, for `point`: a seeded
     /// draw at the point's rate, which when it fires arms the process for
-    /// its next window. An armed process stays armed (once) until struck.
-    /// Returns whether this draw armed it.
+    /// one of its next [`ARM_SPREAD`] windows, drawn from the seed too. An
+    /// armed process stays armed (once) until struck. Returns whether this
+    /// draw armed it.
     pub fn arm(&self, point: FaultPoint, component: &str) -> bool {
         if !self.arms(point) || self.calmed(point) {
             return false;
@@ -253,8 +270,9 @@ impl FaultInjector {
         }
         self.armings[i].fetch_add(1, Ordering::Relaxed);
         let mut arms = self.arms.lock().unwrap_or_else(|p| p.into_inner());
-        if !arms.iter().any(|(p, c)| *p == point && c == component) {
-            arms.push((point, component.to_string()));
+        if !arms.iter().any(|a| a.point == point && a.component == component) {
+            let pass = draw_below(self.seed ^ SPREAD_SALT, point, n, ARM_SPREAD);
+            arms.push(Arm { point, component: component.to_string(), pass });
         }
         true
     }
@@ -276,10 +294,16 @@ impl FaultInjector {
         component.starts_with("notifier") && self.rebalancing.load(Ordering::Relaxed)
     }
 
-    /// Takes `component`'s arm for `point`: true when it was armed.
+    /// One window of `component` for `point`: true when it is struck, the
+    /// arm taken. An armed process lets the windows its arm was drawn to
+    /// pass go by first.
     fn disarm(&self, point: FaultPoint, component: &str) -> bool {
         let mut arms = self.arms.lock().unwrap_or_else(|p| p.into_inner());
-        match arms.iter().position(|(p, c)| *p == point && c == component) {
+        match arms.iter().position(|a| a.point == point && a.component == component) {
+            Some(i) if arms[i].pass > 0 => {
+                arms[i].pass -= 1;
+                false
+            }
             Some(i) => {
                 arms.swap_remove(i);
                 true
@@ -566,7 +590,10 @@ impl FaultInjector {
             .map(|p| FaultSummary {
                 point: p.name().to_string(),
                 unit: match self.arms(*p) {
-                    true => format!("second, per process (armed, then struck at its next {})", p.unit()),
+                    true => format!(
+                        "second, per process (armed, then struck at one of its next {ARM_SPREAD} windows: {})",
+                        p.unit()
+                    ),
                     false => p.unit().to_string(),
                 },
                 probability: self.probability(*p),

@@ -392,7 +392,9 @@ pub fn reference() -> String {
          **Aimed kills** (`db.kill_after_commit`, `db.hold_commit`, `kafka.kill_after_offset_commit`, \
          `kafka.kill_after_fetch`, `kafka.kill_after_produce_ack`) strike a process at a window of its protocol. \
          Their rate is per second of a process's life: each second is a draw at the rate, a draw that fires \
-         arms the process, and its next window of the point's kind (the table's *per*) is struck. A program that \
+         arms the process, and one of its next four windows of the point's kind (the table's *per*), drawn from \
+         the seed, is struck: a program's windows come in bursts, and the first after a quiet second is always \
+         a burst's first. A program that \
          commits once per message and one that commits per batch of ten then take about the same number of kills \
          from one scenario, where per window the first takes ten times as many. `[nemesis] aimed = \
          \"per-occurrence\"` reads the rate per window instead (the shipped scenarios sized that way say so); \
@@ -510,15 +512,16 @@ choices! {
     /// as many windows as one that commits per batch of ten, and so takes ten
     /// times the kills from the same scenario: a rate sized for one is a kill
     /// storm for the other. Per second, each process is armed at the rate
-    /// once a second of its life, and an armed process is struck at its next
-    /// window of the point's kind: the same scenario takes about the same
+    /// once a second of its life, and an armed process is struck at one of its
+    /// next four windows of the point's kind: the same scenario takes about the same
     /// number of kills from either program, and every kill still lands in
     /// the window it aims at.
     Aimed {
         /// Each window is an occurrence, decided at the rate.
         PerOccurrence = "per-occurrence",
         /// Each second of a process's life is a draw at the rate; a draw
-        /// that fires arms the process, and its next window is struck.
+        /// that fires arms the process, and one of its next four windows
+        /// (drawn from the seed) is struck.
         PerSecond = "per-second",
     }
 }

@@ -56,8 +56,11 @@ fn a_roles_own_rate_arms_that_roles_processes_only() {
     for _second in 0..400 {
         f.arm(point, "service-1");
         f.arm(point, "notifier-1");
-        service += f.strike(point, "service-1", String::new) as u64;
-        consumer += f.strike(point, "notifier-1", String::new) as u64;
+        // Windows enough each second for any arm to strike in it.
+        for _window in 0..ARM_SPREAD {
+            service += f.strike(point, "service-1", String::new) as u64;
+            consumer += f.strike(point, "notifier-1", String::new) as u64;
+        }
     }
     // About 160 and 40: four times the strikes, not the same.
     assert!((120..=200).contains(&service) && (20..=60).contains(&consumer), "{service} {consumer}");
@@ -76,9 +79,13 @@ fn an_arm_is_taken_once_by_its_own_process_and_a_schedule_ignores_it() {
     assert!(!f.strike(point, "notifier-1", String::new), "unarmed: a window is no kill");
     assert!(f.arm(point, "notifier-1") && f.arm(point, "notifier-1"), "rate 1 arms every second");
     assert!(!f.strike(point, "notifier-2", String::new), "another process's arm is not this one's");
-    assert!(f.strike(point, "notifier-1", String::new), "the armed process's next window");
-    assert!(!f.strike(point, "notifier-1", String::new), "two arms before a strike are one");
-    assert_eq!((f.occurrences[point.index()].load(Ordering::Relaxed), f.fired(point)), (4, 1));
+    let struck = (1..=ARM_SPREAD).find(|_| f.strike(point, "notifier-1", String::new));
+    assert!(struck.is_some(), "the armed process is struck within {ARM_SPREAD} windows");
+    for _ in 0..2 * ARM_SPREAD {
+        assert!(!f.strike(point, "notifier-1", String::new), "two arms before a strike are one");
+    }
+    let windows = 2 + struck.unwrap() + 2 * ARM_SPREAD;
+    assert_eq!((f.occurrences[point.index()].load(Ordering::Relaxed), f.fired(point)), (windows, 1));
     assert_eq!(f.armed(point), (2, 2));
     let s = f.summary().into_iter().find(|s| s.point == point.name()).unwrap();
     assert!(s.unit.starts_with("second, per process") && s.armed == Some((2, 2)), "{s:?}");
@@ -280,4 +287,26 @@ fn confirmations_from_the_checkers_add_to_the_summary_not_the_injector() {
     assert_eq!((of(FaultPoint::RelayAfterProduce), of(FaultPoint::WorkloadPoison)), (1, 2));
     assert_eq!(of(FaultPoint::NotifierMidBatch), 0);
     assert_eq!(f.confirmed(FaultPoint::RelayAfterProduce), 0, "nothing written back");
+}
+
+/// An arm strikes one of the process's next [`ARM_SPREAD`] windows, not
+/// always the first: a burst's later windows (a message's second
+/// statement) are struck too, and the same seed strikes the same one.
+#[test]
+fn an_arm_strikes_every_place_in_a_burst_of_windows_and_the_seed_says_which() {
+    let point = FaultPoint::DbKillAfterCommit;
+    let places = |seed| {
+        let f = FaultInjector::new(seed, &FaultRates::none().with(point, 1.0)).with_aimed(Aimed::PerSecond);
+        let mut counts = [0u32; ARM_SPREAD as usize];
+        for _second in 0..400 {
+            assert!(f.arm(point, "notifier-1"));
+            let place = (0..ARM_SPREAD).position(|_| f.strike(point, "notifier-1", String::new));
+            counts[place.expect("struck within the spread")] += 1;
+        }
+        counts
+    };
+    let counts = places(7);
+    // About 100 each.
+    assert!(counts.iter().all(|n| (60..=140).contains(n)), "{counts:?}");
+    assert_eq!(places(7), counts, "a replay of the seed strikes the same windows");
 }

@@ -216,7 +216,7 @@ pub struct RawNemesis {
     /// How `db.restart` restarts PostgreSQL in immediate mode.
     pub database_restart: Spanned<Vec<String>>,
     /// What an aimed kill's rate counts: `"per-second"` (each second of a
-    /// process's life arms it for its next window: the default, so that one
+    /// process's life arms it for one of its next four windows: the default, so that one
     /// scenario strikes every program alike) or `"per-occurrence"` (each
     /// window).
     pub aimed: Spanned<String>,

@@ -195,12 +195,14 @@ fn planted_bug_is_found_and_shrunk(backend: Backend, keep_going: bool) {
 
     // The printed replay command runs as printed: the schedule fires as
     // pinned, and nowhere else. An occurrence is counted as the threads
-    // reach the point, so on a loaded machine a replay may not reach it
-    // (the shrink gives a schedule only once most of three replays of it
-    // failed): up to five replays, at least one of which fires.
+    // reach the point, and how a notifier's batches form is timing, so on
+    // a loaded machine a replay may not reach a pinned occurrence (CI once
+    // saw five replays in a row stop short of `notifier.mid_batch` 6).
+    // What must hold is that every pinned occurrence a replay reaches
+    // fires; up to eight replays, at least one of which reaches one.
     let pinned = chaos::faults::Schedule::parse(sh["schedule"].as_str().unwrap()).unwrap().firings();
-    let mut fired_somewhere = false;
-    for _ in 0..5 {
+    let mut reached_somewhere = false;
+    for _ in 0..8 {
         let again = replay_run(Backend::Embedded, PLANTED, replay, dir.path());
         assert!(matches!(again.code, 0 | 1 | 4), "{}", again.stderr);
         let r = again.json();
@@ -209,12 +211,23 @@ fn planted_bug_is_found_and_shrunk(backend: Backend, keep_going: bool) {
         assert!(fired <= firings.len() as u64, "only the pinned firings fire: {fired}");
         let seen = chaos::faults::Schedule::parse(r["fired"].as_str().unwrap()).unwrap().firings();
         assert!(seen.iter().all(|f| pinned.contains(f)), "pinned {pinned:?}, fired {seen:?}");
-        if !seen.is_empty() {
-            fired_somewhere = true;
+        let occurrences = |point: chaos::faults::FaultPoint| {
+            r["faults"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|f| f["point"] == point.name())
+                .map_or(0, |f| f["occurrences"].as_u64().unwrap())
+        };
+        // Occurrences count from 0: one numbered n was reached once n + 1 were.
+        let reached: Vec<_> = pinned.iter().filter(|(p, n)| occurrences(*p) > *n).collect();
+        assert!(reached.iter().all(|f| seen.contains(f)), "reached {reached:?} but fired only {seen:?}");
+        if !reached.is_empty() {
+            reached_somewhere = true;
             break;
         }
     }
-    assert!(fired_somewhere, "the pinned firings {pinned:?} fired in none of five replays");
+    assert!(reached_somewhere, "no replay of eight reached a pinned firing of {pinned:?}");
 }
 
 #[test]

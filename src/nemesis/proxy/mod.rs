@@ -1138,8 +1138,8 @@ impl Drop for Claimed<'_> {
 /// a reset strikes, and the blackhole is armed for the slot's next read.
 /// With `[nemesis] aimed = "per-second"`, each aimed kill draws at the
 /// same instant for the slot's process, busy or idle, as long as it has a
-/// connection open (it lives): an armed process is struck at its next
-/// window ([`FaultInjector::arm`]).
+/// connection open (it lives): an armed process is struck at one of its next
+/// four windows ([`FaultInjector::arm`]).
 async fn nemesis(
     slot: Arc<Slot>,
     faults: Arc<FaultInjector>,
