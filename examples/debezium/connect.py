@@ -39,6 +39,7 @@ worker's own exit status.
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -275,7 +276,8 @@ def main():
         for k, v in worker_properties(mode, port, n["group"]).items():
             f.write(f"{k}={v}\n")
     java = [
-        "java", f"-Xmx{os.environ.get('CHAOS_CONNECT_HEAP', '512m')}", "-cp", os.path.join(lib, "*"),
+        # No perf data file: a SIGKILLed JVM would leave it in /tmp.
+        "java", f"-Xmx{os.environ.get('CHAOS_CONNECT_HEAP', '512m')}", "-XX:-UsePerfData", "-cp", os.path.join(lib, "*"),
         "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
         "-Dorg.slf4j.simpleLogger.log.io.debezium=info",
         "-Dorg.slf4j.simpleLogger.showDateTime=true",
@@ -294,7 +296,12 @@ def main():
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    how = register(worker, port, n["connector"], connector_config(mode, key, table, n))
+    try:
+        how = register(worker, port, n["connector"], connector_config(mode, key, table, n))
+    finally:
+        # The worker read its properties as it started, before it answered:
+        # nothing is left in /tmp, however this incarnation ends later.
+        shutil.rmtree(home, ignore_errors=True)
     running(worker, port, n["connector"])
     print(f"connect.py: connector {n['connector']} {how}, task RUNNING after "
           f"{time.monotonic() - started:.1f} s ({mode}, REST on 127.0.0.1:{port})", file=sys.stderr, flush=True)

@@ -89,3 +89,33 @@ fn a_partition_between_connect_and_postgresql_that_never_heals_is_a_stalled_rela
     assert!(!found.iter().any(|a| a == "lost event"), "unpublished events reported lost: {found:?}");
     assert_fired_and_confirmed(&r, "net.blackhole");
 }
+
+/// Connect's jars not fetched: connect.py exits 3 before the run acts, and
+/// the run ends with exit 3 and its one line naming the script that
+/// fetches them; no process outlives it, and no slot is left (the
+/// connector never existed).
+#[test]
+fn connect_without_its_jars_ends_the_run_with_exit_3_naming_the_script() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = chaos();
+    Backend::Services.apply(&mut c);
+    c.env("PATH", python_path())
+        .env("CHAOS_CONNECT_LIB", dir.path().join("no-jars-here"))
+        .args(["run", "examples/debezium/debezium.toml", "--reports-dir"])
+        .arg(dir.path());
+    let ran = run(&mut c);
+    assert_eq!(ran.code, 3, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    // One error line (the banner and the logs are stderr's too).
+    let errors: Vec<&str> = ran.stderr.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(errors.len(), 1, "one error line: {}", ran.stderr);
+    let err = errors[0];
+    assert!(err.contains("relay-1 exited with status 3 before the run began"), "{err}");
+    assert!(err.contains("jars are not in") && err.contains("no-jars-here"), "{err}");
+    assert!(err.contains("run scripts/services.sh up connect"), "{err}");
+    let run_id = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .find_map(|e| e.file_name().to_string_lossy().strip_suffix("-processes").map(String::from))
+        .expect("the run's process logs");
+    assert!(processes_of_run(&run_id).is_empty(), "a process outlived the run");
+}

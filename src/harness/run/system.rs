@@ -88,13 +88,22 @@ impl SystemUnderTest {
         }
     }
 
-    /// The first failure of a program under test, if one failed.
-    pub fn failure(&self) -> Option<String> {
-        let programs: Option<&Programs> = match self {
+    fn programs(&self) -> Option<&Programs> {
+        match self {
             Self::Reference(r) => r.programs(),
             Self::Declared(d) => d.programs(),
-        };
-        programs.and_then(|p| p.failure())
+        }
+    }
+
+    /// The first failure of a program under test, if one failed.
+    pub fn failure(&self) -> Option<String> {
+        self.programs().and_then(|p| p.failure())
+    }
+
+    /// What a program under test said it lacks (status 3 before the run
+    /// acted): the run then ends as one whose database is unreachable.
+    pub fn lacking(&self) -> Option<String> {
+        self.programs().and_then(|p| p.lacking())
     }
 
     /// The checkers' pass over what the run recorded, and the verdict.

@@ -27,6 +27,9 @@ pub(super) struct Keeper {
     pub(super) env: Env,
     pub(super) logs: PathBuf,
     pub(super) failure: watch::Sender<Option<String>>,
+    /// Set by a program that exited with status 3 before the run began to
+    /// act: the contract's word for "my environment lacks something".
+    pub(super) lacking: Arc<std::sync::OnceLock<String>>,
     pub(super) acting: watch::Receiver<bool>,
     pub(super) tail: Tail,
     pub(super) rng: rand::rngs::StdRng,
@@ -140,6 +143,7 @@ impl Keeper {
                         proc.started.elapsed().as_secs_f64(),
                         self.stderr_tail()
                     );
+                    self.lacks(status);
                     return self.fail(why);
                 }
             }
@@ -168,6 +172,22 @@ impl Keeper {
                 (false, _) => self.ctx.faults.preempt(point, &self.name, "its incarnation had ended before the kill"),
             }
         }
+    }
+
+    /// Status 3 before the run acts (docs/contract.md, section 2): the
+    /// program lacks a piece of its environment (jars not fetched, a
+    /// database setting), which the run ends with exit 3 for, in the
+    /// program's own last words, as it would for an unreachable database.
+    fn lacks(&self, status: ExitStatus) {
+        if status.code() != Some(3) || *self.acting.borrow() {
+            return;
+        }
+        let last = lock(&self.tail).iter().last().cloned().unwrap_or_else(|| "its stderr is empty".into());
+        let _ = self.lacking.set(format!(
+            "{} exited with status 3 before the run began, so its environment lacks something: {last} (logs in {})",
+            self.name,
+            self.logs.display()
+        ));
     }
 
     fn fail(&self, why: String) {
@@ -894,6 +914,7 @@ mod settling {
         let (failure, _) = watch::channel(None);
         let (_, acting) = watch::channel(false);
         let keeper = Keeper {
+            lacking: Default::default(),
             ctx: h.ctx.clone(),
             slot: 1,
             kill_rx,

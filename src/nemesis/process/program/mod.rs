@@ -76,6 +76,9 @@ pub struct Programs {
     /// shown its database session yet.
     relays: Vec<(String, Arc<std::sync::atomic::AtomicBool>)>,
     failure: watch::Sender<Option<String>>,
+    /// What a program that exited with status 3 before the run acted says
+    /// it lacks.
+    lacking: Arc<std::sync::OnceLock<String>>,
     acting: watch::Sender<bool>,
     /// Each slot's name and latest stderr lines, for errors raised outside
     /// a keeper.
@@ -132,6 +135,7 @@ impl Programs {
         }
         std::fs::create_dir_all(&logs).map_err(|e| crate::Error::io(&logs, e))?;
         let (failure, _) = watch::channel(None);
+        let lacking: Arc<std::sync::OnceLock<String>> = Default::default();
         let (acting, _) = watch::channel(false);
         let mut tasks = Vec::new();
         let mut tails = Vec::new();
@@ -176,6 +180,7 @@ impl Programs {
                     env,
                     logs: logs.clone(),
                     failure: failure.clone(),
+                    lacking: lacking.clone(),
                     acting: acting.subscribe(),
                     tail,
                     rng: Self::slot_rng(sc.seed, role, slot),
@@ -188,7 +193,7 @@ impl Programs {
             let nemesis = by_messages(ctx.clone(), acting.subscribe(), kills);
             tasks.push(("nemesis (process.kill_per_message)".into(), tokio::spawn(nemesis)));
         }
-        Ok(Some((Self { notifier, relays, failure, acting, tails, logs, service_ports }, tasks)))
+        Ok(Some((Self { notifier, relays, failure, lacking, acting, tails, logs, service_ports }, tasks)))
     }
 
     /// The pause before a killed process's slot starts again. A program
@@ -267,6 +272,12 @@ impl Programs {
     /// The first failure of any program, if one failed.
     pub fn failure(&self) -> Option<String> {
         self.failure.borrow().clone()
+    }
+
+    /// What a program said it lacks, by exiting with status 3 before the
+    /// run began to act.
+    pub fn lacking(&self) -> Option<String> {
+        self.lacking.get().cloned()
     }
 
     /// Turns the nemesis on (while the workload runs) or off.
