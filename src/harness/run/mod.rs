@@ -169,12 +169,9 @@ async fn execute_keeping(
     let slots = lanes.as_ref().map(|l| l.slots()).unwrap_or_default();
     components.extend(crate::nemesis::timeline::start(&ctx, acting.subscribe(), slots));
     let (series, stop_series) = drive::sample(ctx.stats.clone());
-    // A program that said it lacks something is the run's one error,
-    // whatever the wait it cut short (a service's health, a group).
-    let mut ran = match (sut.drive(&ctx, &acting, &progress).await, sut.lacking()) {
-        (_, Some(why)) => return Err(abandon(trigger, components, infra, crate::Error::Service(why)).await),
-        (Ok(ran), None) => ran,
-        (Err(e), None) => return Err(abandon(trigger, components, infra, e).await),
+    let mut ran = match sut.drive(&ctx, &acting, &progress).await {
+        Ok(ran) => ran,
+        Err(e) => return Err(abandon(trigger, components, infra, e).await),
     };
     trigger.trigger();
     components.extend(ctx.tasks.take());

@@ -80,11 +80,17 @@ impl SystemUnderTest {
     }
 
     /// The workload, then the drain. An error is a system that could not
-    /// be run at all (a service that never answered).
+    /// be run at all (a service that never answered). A program that said
+    /// it lacks something is the run's one error, whatever wait it cut
+    /// short (a service's health, the group's).
     pub async fn drive(&mut self, ctx: &Ctx, acting: &watch::Sender<bool>, progress: &Progress) -> Result<Ran> {
-        match self {
+        let ran = match self {
             Self::Reference(r) => r.drive(ctx, acting, progress).await,
             Self::Declared(d) => d.drive(ctx, acting, progress).await,
+        };
+        match self.lacking() {
+            Some(why) => Err(crate::Error::Service(why)),
+            None => ran,
         }
     }
 
