@@ -38,6 +38,7 @@ worker's own exit status.
 """
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -127,6 +128,22 @@ def check_wal_level():
 
 
 def free_port():
+    # Below the kernel's ephemeral range: a port the kernel picked and we
+    # released can go to any outgoing connection (the worker's own, to
+    # Kafka) before the worker binds its REST listener to it.
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_from = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_from = 32768
+    for _ in range(200):
+        port = random.randrange(10000, max(ephemeral_from, 11000))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -412,9 +412,26 @@ fn slot_env(
     Ok(env)
 }
 
-/// A port on 127.0.0.1 that nothing listens on now: the kernel's pick,
-/// released for the service to bind.
+/// A port on 127.0.0.1 that nothing listens on now, released for the
+/// service to bind, and bound again by each restart. It is taken below the
+/// kernel's ephemeral range: a port the kernel picked (bind to port 0) can
+/// be handed, once released, to any outgoing connection as its local port
+/// (a Kafka Connect worker opens dozens), and the service's bind then
+/// fails with "address already in use", as it once did in a Debezium run.
 fn free_port() -> crate::error::Result<u16> {
+    let ephemeral_from = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    const FROM: u16 = 10_000;
+    if ephemeral_from > FROM + 1_000 {
+        for _ in 0..200 {
+            let port = rand::Rng::gen_range(&mut rand::thread_rng(), FROM..ephemeral_from);
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
     let listener = std::net::TcpListener::bind("127.0.0.1:0")
         .map_err(|e| crate::Error::Internal(format!("finding a free port for a service: {e}")))?;
     listener.local_addr().map(|a| a.port()).map_err(|e| crate::Error::Internal(format!("finding a free port: {e}")))
