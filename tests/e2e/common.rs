@@ -171,6 +171,22 @@ fn made_by(script: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// A run that ended with an error before its report: its one `error:`
+/// line (the banner and the logs are stderr's too), and proof that no
+/// process it started (found by its `<run id>-processes` folder of logs
+/// in `reports`) outlived it.
+pub fn the_one_error_of_a_run_that_left_nothing(ran: &Ran, reports: &Path) -> String {
+    let errors: Vec<&str> = ran.stderr.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(errors.len(), 1, "one error line: {}", ran.stderr);
+    let run_id = std::fs::read_dir(reports)
+        .unwrap()
+        .flatten()
+        .find_map(|e| e.file_name().to_string_lossy().strip_suffix("-processes").map(String::from))
+        .expect("the run's process logs");
+    assert!(processes_of_run(&run_id).is_empty(), "a process outlived the run");
+    errors[0].to_string()
+}
+
 /// Processes alive now whose environment holds `CHAOS_RUN_ID=<run_id>`:
 /// what a run started and left behind.
 pub fn processes_of_run(run_id: &str) -> Vec<i32> {

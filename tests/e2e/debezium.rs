@@ -105,17 +105,8 @@ fn connect_without_its_jars_ends_the_run_with_exit_3_naming_the_script() {
         .arg(dir.path());
     let ran = run(&mut c);
     assert_eq!(ran.code, 3, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
-    // One error line (the banner and the logs are stderr's too).
-    let errors: Vec<&str> = ran.stderr.lines().filter(|l| l.starts_with("error: ")).collect();
-    assert_eq!(errors.len(), 1, "one error line: {}", ran.stderr);
-    let err = errors[0];
+    let err = the_one_error_of_a_run_that_left_nothing(&ran, dir.path());
     assert!(err.contains("relay-1 exited with status 3 before the run began"), "{err}");
     assert!(err.contains("jars are not in") && err.contains("no-jars-here"), "{err}");
     assert!(err.contains("run scripts/services.sh up connect"), "{err}");
-    let run_id = std::fs::read_dir(dir.path())
-        .unwrap()
-        .flatten()
-        .find_map(|e| e.file_name().to_string_lossy().strip_suffix("-processes").map(String::from))
-        .expect("the run's process logs");
-    assert!(processes_of_run(&run_id).is_empty(), "a process outlived the run");
 }
