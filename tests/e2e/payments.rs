@@ -181,9 +181,16 @@ fn the_planted_cause_is_named_first(backend: Backend) {
     let dup = r["anomalies"].as_array().unwrap().iter().find(|a| a["name"] == "duplicate effect").expect("duplicates");
     let followed = dup["followed"].as_array().expect("the examples tied to causes");
     assert!(!followed.is_empty(), "{dup}");
-    for f in followed {
+    // A receipt doubled by a redelivery (a loaded machine's consumer that
+    // lost its partitions before its commit; with the inbox off nothing
+    // absorbs it) has no cause in the data: its suspects are by time, as
+    // they should be (CI once saw one example of four so). Every example
+    // tied by data names the planted crash first, and one at least is.
+    let by_data: Vec<_> = followed.iter().filter(|f| f["faults"][0]["by"] == "data").collect();
+    assert!(!by_data.is_empty(), "no example tied to the planted crash by data: {dup}");
+    for f in by_data {
         let first = &f["faults"][0];
-        assert_eq!((first["point"].as_str(), first["by"].as_str()), (Some("relay.after_produce"), Some("data")), "{f}");
+        assert_eq!(first["point"].as_str(), Some("relay.after_produce"), "{f}");
         assert_eq!(first["component"], planted[0]["component"], "{f}");
         // The seq it names is one the crashed batch held.
         let matched = first["matched"].as_str().unwrap();
@@ -200,7 +207,14 @@ fn the_planted_cause_is_named_first(backend: Backend) {
     assert_eq!(text.code, 1, "{}", text.stderr);
     let cause =
         text.stdout.lines().find(|l| l.trim_start().starts_with("cause ")).unwrap_or_else(|| panic!("{}", text.stdout));
-    assert!(cause.contains("relay.after_produce on relay-") && cause.contains("held seq"), "{}", text.stdout);
+    // Its first example's first suspect, as the report has it.
+    let first = &followed.iter().find(|f| f["example"] == 0).expect("the first example is followed")["faults"][0];
+    match first["by"].as_str() {
+        Some("data") => {
+            assert!(cause.contains("relay.after_produce on relay-") && cause.contains("held seq"), "{}", text.stdout)
+        }
+        _ => assert!(cause.contains(first["point"].as_str().unwrap()), "{first} against {}", text.stdout),
+    }
 }
 
 #[test]
