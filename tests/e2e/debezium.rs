@@ -110,3 +110,84 @@ fn connect_without_its_jars_ends_the_run_with_exit_3_naming_the_script() {
     assert!(err.contains("jars are not in") && err.contains("no-jars-here"), "{err}");
     assert!(err.contains("run scripts/services.sh up connect"), "{err}");
 }
+
+/// PostgreSQL without logical decoding (a cluster of the test's own, on
+/// `wal_level=replica`, the default): connect.py exits 3 before the worker
+/// starts, and the run ends with exit 3 and one line naming the setting and
+/// the script that sets it. The suite's own cluster is left alone: turning
+/// its `wal_level` down would refuse to start while any slot exists.
+#[test]
+fn postgresql_without_logical_decoding_ends_the_run_with_exit_3_naming_the_fix() {
+    let pg = ThrowawayPostgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = chaos();
+    Backend::Services.apply(&mut c);
+    c.env("DATABASE_URL", &pg.url)
+        .env("PATH", python_path())
+        .args(["run", "examples/debezium/debezium.toml", "--reports-dir"])
+        .arg(dir.path());
+    let ran = run(&mut c);
+    assert_eq!(ran.code, 3, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    let err = the_one_error_of_a_run_that_left_nothing(&ran, dir.path());
+    assert!(err.contains("relay-1 exited with status 3 before the run began"), "{err}");
+    assert!(err.contains("wal_level=replica") && err.contains("wal_level=logical"), "{err}");
+    assert!(err.contains("run scripts/services.sh up postgres"), "{err}");
+}
+
+/// A PostgreSQL cluster in a temporary folder, on a port of its own, with
+/// the server's defaults (so `wal_level=replica`) and trust for local TCP;
+/// stopped and removed when dropped. The server refuses to run as root, so
+/// as root it runs as the `postgres` user that Debian's package creates.
+struct ThrowawayPostgres {
+    dir: tempfile::TempDir,
+    bin: std::path::PathBuf,
+    url: String,
+}
+
+impl ThrowawayPostgres {
+    fn start() -> Self {
+        let bin = Path::new("/usr/lib/postgresql/15/bin").to_path_buf();
+        let dir = tempfile::tempdir().unwrap();
+        if unsafe { libc::geteuid() } == 0 {
+            assert!(Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(dir.path())
+                .status()
+                .unwrap()
+                .success());
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let pg = ThrowawayPostgres { url: format!("postgres://chaos@127.0.0.1:{port}/postgres"), dir, bin };
+        let data = pg.dir.path().join("data");
+        let mut init = pg.as_owner("initdb");
+        pg.ok(init.args(["-A", "trust", "-U", "chaos", "-D"]).arg(&data));
+        let opts = format!("-p {port} -c listen_addresses=127.0.0.1 -k {}", pg.dir.path().display());
+        let mut start = pg.as_owner("pg_ctl");
+        start.args(["-w", "-l"]).arg(pg.dir.path().join("log")).args(["-o", &opts, "-D"]).arg(&data).arg("start");
+        pg.ok(&mut start);
+        pg
+    }
+
+    /// One of the cluster's programs, as the user that owns its folder.
+    fn as_owner(&self, program: &str) -> Command {
+        if unsafe { libc::geteuid() } != 0 {
+            return Command::new(self.bin.join(program));
+        }
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(self.bin.join(program));
+        c
+    }
+
+    fn ok(&self, c: &mut Command) {
+        let out = c.output().expect("the PostgreSQL 15 server programs");
+        assert!(out.status.success(), "{c:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+impl Drop for ThrowawayPostgres {
+    fn drop(&mut self) {
+        // No assertion here: a drop while a failed test unwinds must not panic.
+        let data = self.dir.path().join("data");
+        let _ = self.as_owner("pg_ctl").args(["-m", "immediate", "-D"]).arg(&data).arg("stop").output();
+    }
+}
