@@ -73,15 +73,17 @@ kafka_produce_ack_lost = 0.02
 targets = ["relay"]
 kafka = true
 '''),
-    "pg-reset": ("the fault proxy resets Connect's PostgreSQL connections (0.05 a second)", '''
+    # Like pause, the two proxy rows want --operations 1500 and 0.15 a
+    # second: at 600 orders most runs would draw no fault at all.
+    "pg-reset": ("the fault proxy resets Connect's PostgreSQL connections (0.15 a second)", '''
 [faults]
-net_reset = 0.05
+net_reset = 0.15
 [proxy]
 targets = ["relay"]
 '''),
-    "pg-blackhole": ("the fault proxy holds Connect's PostgreSQL traffic for 3 s (0.05 a second)", '''
+    "pg-blackhole": ("the fault proxy holds Connect's PostgreSQL traffic for 3 s (0.15 a second)", '''
 [faults]
-net_blackhole = 0.05
+net_blackhole = 0.15
 [proxy]
 targets = ["relay"]
 blackhole_ms = 3000

@@ -16,12 +16,12 @@
 use crate::context::Ctx;
 use crate::error::{Error, Result};
 use crate::faults::FaultPoint;
+use crate::nemesis::acting::Watch;
 use crate::nemesis::proxy::Slot;
 use crate::scenario::Timed;
 use crate::store::Store;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
@@ -33,7 +33,7 @@ const SEEN: Duration = Duration::from_secs(5);
 /// Starts one task per timeline entry; each waits for `acting` (the
 /// workload's start), then strikes on its schedule while acting lasts.
 /// `slots` are the fault proxy's, which the `net.*` entries strike.
-pub fn start(ctx: &Ctx, acting: watch::Receiver<bool>, slots: Vec<Arc<Slot>>) -> Vec<crate::context::Named> {
+pub fn start(ctx: &Ctx, acting: Watch, slots: Vec<Arc<Slot>>) -> Vec<crate::context::Named> {
     ctx.scenario
         .timeline
         .iter()
@@ -45,10 +45,11 @@ pub fn start(ctx: &Ctx, acting: watch::Receiver<bool>, slots: Vec<Arc<Slot>>) ->
         .collect()
 }
 
-async fn follow(ctx: Ctx, t: Timed, mut acting: watch::Receiver<bool>, slots: Vec<Arc<Slot>>) {
+async fn follow(ctx: Ctx, t: Timed, acting: Watch, slots: Vec<Arc<Slot>>) {
     let mut shutdown = ctx.shutdown.clone();
+    let mut on = acting.on.clone();
     tokio::select! {
-        r = acting.wait_for(|a| *a) => if r.is_err() { return },
+        r = on.wait_for(|a| *a) => if r.is_err() { return },
         _ = shutdown.wait() => return,
     }
     let mut next = Instant::now() + t.at;
@@ -57,9 +58,8 @@ async fn follow(ctx: Ctx, t: Timed, mut acting: watch::Receiver<bool>, slots: Ve
             _ = tokio::time::sleep_until(next) => {}
             _ = shutdown.wait() => return,
         }
-        if !*acting.borrow() {
-            return;
-        }
+        // Held through the act: stopping the faults waits for it.
+        let Some(_acting) = acting.act().await else { return };
         let target = target_of(&ctx, t.point);
         if has_target(&ctx, t.point, &slots).await
             && ctx.faults.strike(t.point, &target, || describe(&t, ctx.broker.embedded()))

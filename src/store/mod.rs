@@ -338,6 +338,18 @@ macro_rules! each {
 }
 
 impl Store {
+    /// The same database through a new pool of `n` connections, for the
+    /// harness's reads once the faults have stopped: after the nemesis
+    /// restarted PostgreSQL or ended sessions, the old pool's idle
+    /// connections are dead, and no read may meet one. SQLite's, or a pool
+    /// that cannot be made (the read will say why), stay as they are.
+    pub async fn renewed(&self, n: u32) -> Store {
+        match self {
+            Store::Postgres(pg) => Store::Postgres(pg.fresh(n).await.unwrap_or_else(|_| pg.clone())),
+            sqlite => sqlite.clone(),
+        }
+    }
+
     /// Which backend, for the report ("postgresql" or "sqlite").
     pub fn backend(&self) -> &'static str {
         match self {

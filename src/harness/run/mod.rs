@@ -12,6 +12,7 @@ mod system;
 use crate::context::{Named, ShutdownTrigger};
 use crate::error::{Error, Result};
 use crate::faults::FaultPoint;
+use crate::nemesis::acting::Acting;
 use crate::nemesis::proxy::Lanes;
 use crate::report::progress::{Phase, Progress};
 use crate::report::{assemble, Report, Timings};
@@ -23,7 +24,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 use system::SystemUnderTest;
-use tokio::sync::watch;
 use tracing::{info, warn};
 
 /// What `chaos run` was asked to do.
@@ -149,7 +149,7 @@ async fn execute_keeping(
     }
     // The proxy's and the timeline's faults strike from the workload's
     // start until the drain ends.
-    let (acting, _) = watch::channel(false);
+    let acting = Acting::default();
     let lanes = match (&endpoints.database_url, sc.proxied()) {
         (Some(url), true) => Some(Lanes::start(&ctx, url, acting.subscribe()).await?),
         _ => None,
@@ -167,7 +167,7 @@ async fn execute_keeping(
         Err(e) => return Err(abandon(trigger, Vec::new(), infra, e).await),
     };
     let slots = lanes.as_ref().map(|l| l.slots()).unwrap_or_default();
-    components.extend(crate::nemesis::timeline::start(&ctx, acting.subscribe(), slots));
+    components.extend(crate::nemesis::timeline::start(&ctx, acting.watch(), slots));
     let (series, stop_series) = drive::sample(ctx.stats.clone());
     let mut ran = match sut.drive(&ctx, &acting, &progress).await {
         Ok(ran) => ran,

@@ -12,6 +12,7 @@ use crate::domain::names::RunNames;
 use crate::error::{Error, Result};
 use crate::faults::{FaultPoint, Strike};
 use crate::harness::infra::Endpoints;
+use crate::nemesis::acting::Acting;
 use crate::nemesis::process::program::{Database, Programs};
 use crate::nemesis::proxy::Lanes;
 use crate::pipeline::{notifier, relay, workload};
@@ -22,7 +23,6 @@ use crate::store::{CommitGate, Store};
 use crate::verifier::{pass, verdict, Verdict};
 use std::path::Path;
 use std::time::{Duration, Instant};
-use tokio::sync::watch;
 use tracing::{info, warn};
 
 /// The reference pipeline under test: the program under test, when one
@@ -60,7 +60,7 @@ impl Reference {
         self.programs.as_ref()
     }
 
-    pub async fn drive(&self, ctx: &Ctx, acting: &watch::Sender<bool>, progress: &Progress) -> Result<Ran> {
+    pub async fn drive(&self, ctx: &Ctx, acting: &Acting, progress: &Progress) -> Result<Ran> {
         let Some(workload_ctx) = &self.workload_ctx else {
             return Err(Error::Internal("the pipeline was not started".into()));
         };
@@ -143,7 +143,7 @@ async fn drive(
     ctx: &Ctx,
     workload_ctx: &Ctx,
     programs: Option<&Programs>,
-    acting: &watch::Sender<bool>,
+    acting: &Acting,
     progress: &Progress,
 ) -> Ran {
     let mut ran = Ran::default();
@@ -159,7 +159,7 @@ async fn drive(
         // payment service has stopped writing.
         p.set_acting(true);
     }
-    let _ = acting.send(true);
+    acting.begin();
     // The calm goes on through the drain: it waits for the consumers too.
     let _calm = drive::calm_after(ctx, workload_ctx.stats.clone(), ctx.scenario.payments);
     if ran.incomplete.is_none() && !ran.interrupted {
@@ -193,15 +193,15 @@ async fn drive(
 async fn drain_or_judge(
     ctx: &Ctx,
     programs: Option<&Programs>,
-    acting: &watch::Sender<bool>,
+    acting: &Acting,
     mut failed: std::pin::Pin<&mut impl std::future::Future<Output = String>>,
     ran: &mut Ran,
 ) {
-    let stop_faults = || {
+    let stop_faults = || async {
         if let Some(p) = programs {
             p.set_acting(false);
         }
-        let _ = acting.send(false);
+        acting.stop().await;
     };
     // Undrained with outbox rows left, the faults from outside stop and the
     // relays get one more drain timeout, as a declared system's do: a relay
@@ -216,7 +216,7 @@ async fn drain_or_judge(
                 Err(u) if u.unpublished > 0 && !faults_off => {
                     info!(left = u.unpublished, "outbox rows still unpublished at the drain timeout: the faults stop, the relays get one more");
                     faults_off = true;
-                    stop_faults();
+                    stop_faults().await;
                 }
                 Err(u) if u.unpublished > 0 && u.lag == 0 => {
                     warn!(left = u.unpublished, "the relays left outbox rows unpublished with the faults off: judging the run");
@@ -231,7 +231,7 @@ async fn drain_or_judge(
             _ = crate::harness::interrupt::requested() => ran.interrupted = true,
         }
     }
-    stop_faults();
+    stop_faults().await;
 }
 
 /// How long the workload waits for the notifiers' group to settle: on a
@@ -321,11 +321,9 @@ pub(super) async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, h: History
     let sc = &ctx.scenario;
     // After the nemesis restarted PostgreSQL or ended sessions, the pool's
     // connections may be dead: the verifier reads through a new one.
-    let store = match &ctx.store {
-        Store::Postgres(pg) if sc.timeline.iter().any(|t| t.point.strike() == Strike::Database) => {
-            pg.fresh(2).await.map(Store::Postgres).unwrap_or_else(|_| ctx.store.clone())
-        }
-        other => other.clone(),
+    let store = match sc.timeline.iter().any(|t| t.point.strike() == Strike::Database) {
+        true => ctx.store.renewed(2).await,
+        false => ctx.store.clone(),
     };
     let verified = if ran.interrupted || still_running {
         None

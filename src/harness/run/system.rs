@@ -13,6 +13,7 @@ use crate::context::{Ctx, Named};
 use crate::domain::names::RunNames;
 use crate::error::Result;
 use crate::harness::infra::Endpoints;
+use crate::nemesis::acting::Acting;
 use crate::nemesis::process::program::Programs;
 use crate::nemesis::proxy::Lanes;
 use crate::provider::Record;
@@ -20,7 +21,6 @@ use crate::report::progress::Progress;
 use crate::report::Report;
 use crate::scenario::Scenario;
 use std::path::Path;
-use tokio::sync::watch;
 
 /// Each kind boxed: the skeleton moves one of them, of about 1 KB.
 pub(super) enum SystemUnderTest {
@@ -83,7 +83,7 @@ impl SystemUnderTest {
     /// be run at all (a service that never answered). A program that said
     /// it lacks something is the run's one error, whatever wait it cut
     /// short (a service's health, the group's).
-    pub async fn drive(&mut self, ctx: &Ctx, acting: &watch::Sender<bool>, progress: &Progress) -> Result<Ran> {
+    pub async fn drive(&mut self, ctx: &Ctx, acting: &Acting, progress: &Progress) -> Result<Ran> {
         let ran = match self {
             Self::Reference(r) => r.drive(ctx, acting, progress).await,
             Self::Declared(d) => d.drive(ctx, acting, progress).await,

@@ -16,6 +16,7 @@ use crate::domain::names::RunNames;
 use crate::domain::operations::Operation;
 use crate::error::{Error, Result};
 use crate::harness::infra::Endpoints;
+use crate::nemesis::acting::Acting;
 use crate::nemesis::process::program::{Database, Programs};
 use crate::nemesis::proxy::Lanes;
 use crate::report::progress::{Phase, Progress};
@@ -28,7 +29,6 @@ use crate::verifier::{attribution, verdict};
 use settle::Stalls;
 use std::path::Path;
 use std::sync::Arc;
-use tokio::sync::watch;
 
 /// The harness's own connections: the drain's probes and the verifier.
 const CONNECTIONS: u32 = 4;
@@ -99,7 +99,7 @@ impl Declared {
 
     /// The service's readiness (one that never answers cannot be reached:
     /// exit 3), the workload, then the drain and the settle.
-    pub async fn drive(&mut self, ctx: &Ctx, acting: &watch::Sender<bool>, progress: &Progress) -> Result<Ran> {
+    pub async fn drive(&mut self, ctx: &Ctx, acting: &Acting, progress: &Progress) -> Result<Ran> {
         let Some(programs) = &self.programs else {
             return Err(Error::Internal("a declared system not started".into()));
         };
@@ -111,7 +111,7 @@ impl Declared {
             _ = crate::harness::interrupt::requested() => ran.interrupted = true,
         }
         programs.set_acting(true);
-        let _ = acting.send(true);
+        acting.begin();
         // The calm goes on through the drain: it waits for the consumers too.
         let _calm = drive::calm_after(ctx, ctx.stats.clone(), self.sys.operation.count);
         if ran.incomplete.is_none() && !ran.interrupted {
@@ -156,10 +156,7 @@ impl Declared {
             None
         } else {
             // A fresh pool: the nemesis may have ended sessions.
-            let store = match &self.store {
-                Store::Postgres(pg) => Store::Postgres(pg.fresh(2).await.unwrap_or_else(|_| pg.clone())),
-                sqlite => sqlite.clone(),
-            };
+            let store = self.store.renewed(2).await;
             let books = Books::new(sys, ops.iter().cloned(), h.faults.log.clone(), h.faults.started_epoch_ms)
                 .with_pending(stalls.keys())
                 .with_unmarked_stall(stalls.relay.is_some())

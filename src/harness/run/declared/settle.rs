@@ -4,12 +4,12 @@
 use crate::context::Ctx;
 use crate::error::Result;
 use crate::harness::run::drive::{self, DrainClock, Left, Ran, Undrained};
+use crate::nemesis::acting::Acting;
 use crate::nemesis::process::program::Programs;
 use crate::scenario::{Published, System};
 use crate::store::declared as rows;
 use crate::store::Store;
 use std::time::{Duration, Instant};
-use tokio::sync::watch;
 use tracing::{info, warn};
 
 /// The drain, then the settle, each cut short by a program that failed or
@@ -24,15 +24,15 @@ pub(super) async fn come_to_rest(
     pg: &Store,
     sys: &System,
     programs: &Programs,
-    acting: &watch::Sender<bool>,
+    acting: &Acting,
     ran: &mut Ran,
 ) -> Stalls {
     let t_drain = Instant::now();
     let mut stalls = Stalls::default();
     let mut faults_off: Option<Instant> = None;
-    let stop_faults = || {
+    let stop_faults = || async {
         programs.set_acting(false);
-        let _ = acting.send(false);
+        acting.stop().await;
     };
     while ran.incomplete.is_none() && !ran.interrupted {
         tokio::select! {
@@ -41,7 +41,7 @@ pub(super) async fn come_to_rest(
                 Err(u) if u.unpublished > 0 && faults_off.is_none() => {
                     info!(left = u.unpublished, "outbox rows still unpublished at the drain timeout: the faults stop, the relays get one more");
                     faults_off = Some(Instant::now());
-                    stop_faults();
+                    stop_faults().await;
                 }
                 Err(u) if u.unpublished > 0 => {
                     let fault_free = faults_off.map(|t| t.elapsed()).unwrap_or_default();
@@ -54,10 +54,12 @@ pub(super) async fn come_to_rest(
             _ = crate::harness::interrupt::requested() => ran.interrupted = true,
         }
     }
-    stop_faults();
+    stop_faults().await;
     if ran.incomplete.is_none() && !ran.interrupted {
+        // A fresh pool, as the verifier's: the faults may have ended sessions.
+        let pg = pg.renewed(2).await;
         tokio::select! {
-            r = settle(ctx, pg, sys) => match r {
+            r = settle(ctx, &pg, sys) => match r {
                 Ok(Settled::Quiet) => {}
                 Ok(Settled::Stalled(s)) => stalls.consumer = Some(s),
                 Err(e) => ran.incomplete = Some(format!("the settle after the drain could not read the system: {e}")),
