@@ -57,14 +57,16 @@ fault = "db.restart"
 at = "5s"
 every = "15s"
 '''),
-    "broker-kill": ("the Kafka broker SIGKILLed for 5 s, then restarted, every 20 s", '''
+    # Once a run: a broker restart takes 10 to 20 s on the two-core
+    # machine, so one every 20 s left the broker up for a few seconds in
+    # twenty, and a drain that needs two readings in a row never ended.
+    "broker-kill": ("the Kafka broker SIGKILLed 5 s into the workload, restarted 5 s later", '''
 [faults]
 broker_kill = 1.0
 [[nemesis.timeline]]
 fault = "broker.kill"
 at = "5s"
 for = "5s"
-every = "20s"
 '''),
     "produce-ack-lost": ("the fault proxy withholds Connect's produce acknowledgements (0.02 each)", '''
 [faults]

@@ -46,6 +46,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -281,6 +282,24 @@ def running(worker, port, name):
     return wait_for(worker, "its task RUNNING", RUNNING_TIMEOUT_S, probe)
 
 
+def watch_task(port, name):
+    """Says once, on stderr, when the task fails after it ran. Connect does
+    not restart a failed task, so the relay publishes nothing more and the
+    run ends with a `stalled relay`; this line in the relay's log says why."""
+    while True:
+        time.sleep(2)
+        status, body = rest(port, "GET", f"/connectors/{name}/status")
+        if status != 200 or not isinstance(body, dict):
+            continue
+        for task in body.get("tasks", []):
+            if task.get("state") == "FAILED":
+                trace = [l.strip() for l in (task.get("trace") or "").splitlines()]
+                why = [l for l in trace if "Exception" in l and not l.startswith("at ")][:3]
+                print(f"connect.py: the connector's task FAILED, and Connect does not restart a failed task: "
+                      f"{' | '.join(why)}", file=sys.stderr, flush=True)
+                return
+
+
 def main():
     mode, key, table = args()
     lib = connect_lib()
@@ -325,6 +344,7 @@ def main():
     # The session chaos waits for (named by PGAPPNAME, which libpq reads).
     # Held, not used: if the database restarts under it, it just breaks.
     session = psycopg.connect(os.environ["CHAOS_DATABASE_URL"], connect_timeout=10)
+    threading.Thread(target=watch_task, args=(port, n["connector"]), daemon=True).start()
     code = worker.wait()
     session.close()
     fail(code or 1, f"the Connect worker exited with status {code}")

@@ -96,18 +96,9 @@ fn a_partition_between_connect_and_postgresql_that_never_heals_is_a_stalled_rela
 /// connector never existed).
 #[test]
 fn connect_without_its_jars_ends_the_run_with_exit_3_naming_the_script() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut c = chaos();
-    Backend::Services.apply(&mut c);
-    c.env("PATH", python_path())
-        .env("CHAOS_CONNECT_LIB", dir.path().join("no-jars-here"))
-        .args(["run", "examples/debezium/debezium.toml", "--reports-dir"])
-        .arg(dir.path());
-    let ran = run(&mut c);
-    assert_eq!(ran.code, 3, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
-    let err = the_one_error_of_a_run_that_left_nothing(&ran, dir.path());
-    assert!(err.contains("relay-1 exited with status 3 before the run began"), "{err}");
-    assert!(err.contains("jars are not in") && err.contains("no-jars-here"), "{err}");
+    let nowhere = std::env::temp_dir().join("chaos-no-jars-here");
+    let err = the_exit_3_line_of_debezium_toml_with("CHAOS_CONNECT_LIB", nowhere.to_str().unwrap());
+    assert!(err.contains("jars are not in") && err.contains("chaos-no-jars-here"), "{err}");
     assert!(err.contains("run scripts/services.sh up connect"), "{err}");
 }
 
@@ -119,19 +110,25 @@ fn connect_without_its_jars_ends_the_run_with_exit_3_naming_the_script() {
 #[test]
 fn postgresql_without_logical_decoding_ends_the_run_with_exit_3_naming_the_fix() {
     let pg = ThrowawayPostgres::start();
+    let err = the_exit_3_line_of_debezium_toml_with("DATABASE_URL", &pg.url);
+    assert!(err.contains("wal_level=replica") && err.contains("wal_level=logical"), "{err}");
+    assert!(err.contains("run scripts/services.sh up postgres"), "{err}");
+}
+
+/// examples/debezium/debezium.toml on the services, with `key` set to
+/// `value`: it must end with exit 3, before the run acts, its one error line
+/// saying that connect.py lacks something, and no process left.
+fn the_exit_3_line_of_debezium_toml_with(key: &str, value: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let mut c = chaos();
     Backend::Services.apply(&mut c);
-    c.env("DATABASE_URL", &pg.url)
-        .env("PATH", python_path())
-        .args(["run", "examples/debezium/debezium.toml", "--reports-dir"])
-        .arg(dir.path());
+    c.env("PATH", python_path()).env(key, value);
+    c.args(["run", "examples/debezium/debezium.toml", "--reports-dir"]).arg(dir.path());
     let ran = run(&mut c);
     assert_eq!(ran.code, 3, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
     let err = the_one_error_of_a_run_that_left_nothing(&ran, dir.path());
     assert!(err.contains("relay-1 exited with status 3 before the run began"), "{err}");
-    assert!(err.contains("wal_level=replica") && err.contains("wal_level=logical"), "{err}");
-    assert!(err.contains("run scripts/services.sh up postgres"), "{err}");
+    err
 }
 
 /// A PostgreSQL cluster in a temporary folder, on a port of its own, with
