@@ -58,8 +58,12 @@ async fn follow(ctx: Ctx, t: Timed, acting: Watch, slots: Vec<Arc<Slot>>) {
             _ = tokio::time::sleep_until(next) => {}
             _ = shutdown.wait() => return,
         }
-        // Held through the act: stopping the faults waits for it.
-        let Some(_acting) = acting.act().await else { return };
+        // Held through the act: stopping the faults waits for a service
+        // taken down to be back. Not a partition: it is the proxy's state,
+        // not a service down, and a planted one is meant to outlast the
+        // faults (examples/debezium/planted-stall.toml).
+        let Some(guard) = acting.act().await else { return };
+        let _held = (t.point != FaultPoint::NetBlackhole).then_some(guard);
         let target = target_of(&ctx, t.point);
         if has_target(&ctx, t.point, &slots).await
             && ctx.faults.strike(t.point, &target, || describe(&t, ctx.broker.embedded()))
