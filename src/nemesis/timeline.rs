@@ -58,12 +58,13 @@ async fn follow(ctx: Ctx, t: Timed, acting: Watch, slots: Vec<Arc<Slot>>) {
             _ = tokio::time::sleep_until(next) => {}
             _ = shutdown.wait() => return,
         }
-        // Held through the act: stopping the faults waits for a service
-        // taken down to be back. Not a partition: it is the proxy's state,
-        // not a service down, and a planted one is meant to outlast the
-        // faults (examples/debezium/planted-stall.toml).
+        // A service fault (a broker or PostgreSQL taken down) holds the
+        // guard through its act: stopping the faults waits for the service
+        // to be back. A proxy fault does not: a partition is the proxy's
+        // state, and a planted one is meant to outlast the faults
+        // (examples/debezium/planted-stall.toml).
         let Some(guard) = acting.act().await else { return };
-        let _held = (t.point != FaultPoint::NetBlackhole).then_some(guard);
+        let _held = t.point.is_service().then_some(guard);
         let target = target_of(&ctx, t.point);
         if has_target(&ctx, t.point, &slots).await
             && ctx.faults.strike(t.point, &target, || describe(&t, ctx.broker.embedded()))

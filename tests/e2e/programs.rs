@@ -12,12 +12,15 @@ fn run_program(scenario: &str, reports: &Path) -> Ran {
 }
 
 fn run_program_seeded(scenario: &str, reports: &Path, seed: Option<u64>) -> Ran {
+    let seed = seed.map(|s| s.to_string());
+    run_program_with(scenario, reports, seed.as_deref().map(|s| vec!["--seed", s]).unwrap_or_default().as_slice())
+}
+
+/// `chaos run scenario --json` with `extra` arguments after it.
+fn run_program_with(scenario: &str, reports: &Path, extra: &[&str]) -> Ran {
     let mut c = chaos();
     Backend::Services.apply(&mut c);
-    c.env("PATH", python_path()).args(["run", scenario, "--json", "--reports-dir"]).arg(reports);
-    if let Some(s) = seed {
-        c.args(["--seed", &s.to_string()]);
-    }
+    c.env("PATH", python_path()).args(["run", scenario, "--json", "--reports-dir"]).arg(reports).args(extra);
     run(&mut c)
 }
 
@@ -64,7 +67,9 @@ fn assert_incomplete_naming(ran: &Ran, words: &[&str]) -> serde_json::Value {
 #[test]
 fn the_correct_python_consumer_passes_under_real_kills() {
     let dir = tempfile::tempdir().unwrap();
-    let ran = run_program("examples/python/consumer.toml", dir.path());
+    // 600 of the example's 1,500 payments: the kills and pauses are per
+    // second, and the whole file took 93-186 s of the suite.
+    let ran = run_program_with("examples/python/consumer.toml", dir.path(), &["--payments", "600"]);
     assert_eq!(ran.code, 0, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
     let r = ran.json();
     assert_eq!(r["verdict"], "pass");
@@ -147,8 +152,10 @@ struct Power {
     caught_by: Option<&'static str>,
 }
 
-/// Runs each program under its recommended scenario on seeds 1 and 2,
-/// `at_once` runs side by side (the workload's spread keeps each consumer
+/// Runs each program under its recommended scenario on seed 1, the seed
+/// the file is written with, so the run a user makes first (the power over
+/// seeds 1-10 is scripts/power.py's, in docs/measurements.md; a second seed
+/// here cost the suite 4 minutes of its 30), `at_once` runs side by side (the workload's spread keeps each consumer
 /// run near a minute, whatever the program, and a run mostly waits; four
 /// at once, beside the suite's other tests, ran Debian's 100 PostgreSQL
 /// connections out, so scripts/services.sh allows 300), and checks
@@ -173,7 +180,7 @@ fn power(cases: &[Power], at_once: usize, check: impl Fn(&Power, &serde_json::Va
         }
         let wrote = run(&mut init);
         assert_eq!(wrote.code, 0, "{}", wrote.stderr);
-        runs.extend([1, 2].map(|seed| (case, path.clone(), seed)));
+        runs.push((case, path.clone(), 1));
     }
     let next = std::sync::atomic::AtomicUsize::new(0);
     let wrong = std::sync::Mutex::new(Vec::new());
