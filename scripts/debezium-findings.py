@@ -96,7 +96,6 @@ blackhole_ms = 3000
 def variant(fault, mode, operations, folder):
     text = open(EXAMPLE).read()
     here = os.path.dirname(EXAMPLE)
-    text = text.replace('setup = "schema.sql"', f'setup = "{os.path.join(here, "schema.sql")}"')
     text = text.replace('"../orders/', f'"{os.path.join(ROOT, "examples", "orders")}/')
     text = text.replace('["python3", "connect.py"]',
                         f'["python3", "{os.path.join(here, "connect.py")}", "--mode", "{mode}"]')

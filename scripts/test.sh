@@ -53,14 +53,41 @@ if [ -z "${DATABASE_URL:-}" ]; then
 fi
 export KAFKA_BROKERS="${KAFKA_BROKERS:-127.0.0.1:9092}"
 
+log "making the Python examples' virtual environment (scripts/python-env.sh)"
+bash scripts/python-env.sh >/dev/null
+
+log "installing the Node.js example's packages (scripts/node-env.sh)"
+bash scripts/node-env.sh >/dev/null
+
+log "fetching the JUnit schema and xmllint (scripts/junit-schema.sh)"
+bash scripts/junit-schema.sh >/dev/null
+
+# The services start while the build runs: their installs and the JVM's
+# start mostly wait, the build mostly computes. After the scripts above,
+# so that no two apt-get runs meet on dpkg's lock.
+svc_pid=
+svc_log="$(mktemp)"
 if docker info >/dev/null 2>&1; then
   log "Docker engine found: docker compose up -d --wait"
   docker compose up -d --wait
 else
-  log "no Docker engine: starting the native services (scripts/services.sh up)"
+  log "no Docker engine: starting the native services (scripts/services.sh up) while the build runs"
   # A broker this starts begins empty: old runs' topics only slow its start.
-  CHAOS_KAFKA_FRESH=1 bash scripts/services.sh up
+  CHAOS_KAFKA_FRESH=1 bash scripts/services.sh up >"$svc_log" 2>&1 &
+  svc_pid=$!
 fi
+
+log "building"
+cargo build --locked --all-targets
+
+if [ -n "$svc_pid" ]; then
+  if ! wait "$svc_pid"; then
+    cat "$svc_log" >&2
+    log "the services did not start (scripts/services.sh up, its output above)"; exit 1
+  fi
+  cat "$svc_log" >&2
+fi
+rm -f "$svc_log"
 bash scripts/services.sh status || true
 
 if [ -n "$fresh_db" ]; then
@@ -79,16 +106,5 @@ if [ -n "$fresh_db" ]; then
   fi
 fi
 
-log "making the Python examples' virtual environment (scripts/python-env.sh)"
-bash scripts/python-env.sh >/dev/null
-
-log "installing the Node.js example's packages (scripts/node-env.sh)"
-bash scripts/node-env.sh >/dev/null
-
-log "fetching the JUnit schema and xmllint (scripts/junit-schema.sh)"
-bash scripts/junit-schema.sh >/dev/null
-
-log "building"
-cargo build --locked --all-targets
 log "running the test suite against PostgreSQL at ${DATABASE_URL##*@} and Kafka ($KAFKA_BROKERS)"
 cargo test --locked "$@"

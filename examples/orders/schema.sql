@@ -25,6 +25,19 @@ CREATE TABLE order_events (
 -- Keeps the relay's claim cheap however many published rows pile up.
 CREATE INDEX order_events_unpublished ON order_events (seq) WHERE published_at IS NULL;
 
+-- The same outbox in Debezium's default layout, for `service.py --debezium`
+-- (examples/debezium: the outbox event router's defaults, id, aggregatetype,
+-- aggregateid, type, payload). Debezium reads inserts from the write-ahead
+-- log, so nothing here marks a row published; with --debezium-delete the
+-- table even stays empty. The other services leave it empty.
+CREATE TABLE outbox (
+    id            uuid PRIMARY KEY,
+    aggregatetype text NOT NULL,
+    aggregateid   text NOT NULL,
+    type          text NOT NULL,
+    payload       jsonb NOT NULL
+);
+
 -- The warehouse: the "stock" handler takes each order's quantity off here.
 -- chaos checks that, per sku, 1000 - on_hand equals the quantities ordered,
 -- so the starting figure must match the query in the .toml files.

@@ -10,7 +10,7 @@ use super::infra::Infra;
 use crate::context::{settled, Ctx, Named, Stats};
 use crate::domain::names::RunNames;
 use crate::error::{Error, Result};
-use crate::faults::{FaultPoint, Strike};
+use crate::faults::FaultPoint;
 use crate::harness::infra::Endpoints;
 use crate::nemesis::acting::Acting;
 use crate::nemesis::process::program::{Database, Programs};
@@ -319,12 +319,10 @@ pub(super) async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, h: History
     let History { intent, faults: history, summary, provider, still_running, .. } = h;
     let emails = provider.as_ref();
     let sc = &ctx.scenario;
-    // After the nemesis restarted PostgreSQL or ended sessions, the pool's
-    // connections may be dead: the verifier reads through a new one.
-    let store = match sc.timeline.iter().any(|t| t.point.strike() == Strike::Database) {
-        true => ctx.store.renewed(2).await,
-        false => ctx.store.clone(),
-    };
+    // A fresh pool, as the declared path's settle and verifier read
+    // through: after the nemesis restarted PostgreSQL or ended sessions,
+    // the pool's connections may be dead.
+    let store = ctx.store.renewed(2).await;
     let verified = if ran.interrupted || still_running {
         None
     } else {
