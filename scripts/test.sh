@@ -67,6 +67,7 @@ bash scripts/junit-schema.sh >/dev/null
 # so that no two apt-get runs meet on dpkg's lock.
 svc_pid=
 svc_log="$(mktemp)"
+trap 'rm -f "$svc_log"' EXIT
 if docker info >/dev/null 2>&1; then
   log "Docker engine found: docker compose up -d --wait"
   docker compose up -d --wait
@@ -87,7 +88,6 @@ if [ -n "$svc_pid" ]; then
   fi
   cat "$svc_log" >&2
 fi
-rm -f "$svc_log"
 bash scripts/services.sh status || true
 
 if [ -n "$fresh_db" ]; then

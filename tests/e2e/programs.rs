@@ -12,8 +12,10 @@ fn run_program(scenario: &str, reports: &Path) -> Ran {
 }
 
 fn run_program_seeded(scenario: &str, reports: &Path, seed: Option<u64>) -> Ran {
-    let seed = seed.map(|s| s.to_string());
-    run_program_with(scenario, reports, seed.as_deref().map(|s| vec!["--seed", s]).unwrap_or_default().as_slice())
+    match seed {
+        Some(s) => run_program_with(scenario, reports, &["--seed", &s.to_string()]),
+        None => run_program_with(scenario, reports, &[]),
+    }
 }
 
 /// `chaos run scenario --json` with `extra` arguments after it.
@@ -155,11 +157,11 @@ struct Power {
 /// Runs each program under its recommended scenario on seed 1, the seed
 /// the file is written with, so the run a user makes first (the power over
 /// seeds 1-10 is scripts/power.py's, in docs/measurements.md; a second seed
-/// here cost the suite 4 minutes of its 30), `at_once` runs side by side (the workload's spread keeps each consumer
-/// run near a minute, whatever the program, and a run mostly waits; four
-/// at once, beside the suite's other tests, ran Debian's 100 PostgreSQL
-/// connections out, so scripts/services.sh allows 300), and checks
-/// every verdict: each correct
+/// here cost the suite 4 minutes of its 30), `at_once` runs side by side
+/// (the workload's spread keeps each consumer run near a minute, whatever
+/// the program, and a run mostly waits; four at once, beside the suite's
+/// other tests, ran Debian's 100 PostgreSQL connections out, so
+/// scripts/services.sh allows 300), and checks every verdict: each correct
 /// program passes, each broken one is caught with its anomaly. A run whose
 /// faults never fired is inconclusive, and says nothing of the program: on
 /// a loaded machine a window can go unstruck. Such a run is made again

@@ -319,11 +319,14 @@ pub(super) async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, h: History
     let History { intent, faults: history, summary, provider, still_running, .. } = h;
     let emails = provider.as_ref();
     let sc = &ctx.scenario;
-    // A fresh pool, as the declared path's settle and verifier read
-    // through: after the nemesis restarted PostgreSQL or ended sessions,
-    // the pool's connections may be dead.
-    let store = ctx.store.renewed(2).await;
-    let verified = if ran.interrupted || still_running {
+    // The verifier reads through a fresh pool, as the declared path's
+    // does: after the nemesis restarted PostgreSQL or ended sessions, the
+    // pool's connections may be dead. Not for a run that will not be read:
+    // an interrupted one may have lost PostgreSQL, and a new pool would
+    // wait out its connect timeout for nothing.
+    let judged = !(ran.interrupted || still_running);
+    let store = if judged { ctx.store.renewed(2).await } else { ctx.store.clone() };
+    let verified = if !judged {
         None
     } else {
         tokio::select! {
