@@ -91,6 +91,15 @@ counters! {
     random_kills_without_session,
     pauses_measured,
     pauses_in_transaction,
+    /// Held writers' commits (`db.hold_commit` on a service,
+    /// `workload.slow_commit`) that went on; those while which another
+    /// writer committed rows, so that a row inserted later became visible
+    /// first (an overtake a relay reading by insert order skips past); and
+    /// those other commits. The evidence that a run reordered its outbox:
+    /// a hold alone proves nothing.
+    writer_holds,
+    writer_holds_overtaken,
+    overtakes,
 }
 
 /// What one run's components count: the stage marks and the payments

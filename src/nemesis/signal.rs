@@ -17,7 +17,16 @@
 //!   reaping). A pid it holds can so never be recycled: a signal it sends
 //!   reaches a live (or zombie) child of the run, or nothing;
 //! - one kill claims an incarnation. A second striker finds it claimed, or
-//!   the slot empty, and strikes nothing.
+//!   the slot empty, and strikes nothing;
+//! - one fault at a time. A fault that lasts (a held `COMMIT`, a pause)
+//!   *occupies* the incarnation until it resolves, and no other striker
+//!   draws on it meanwhile: its window is no occurrence of theirs, so it is
+//!   neither fired nor pre-empted. Only the occupying fault may go on to
+//!   kill it (a hold whose offsets moved). Faults so compose the way
+//!   Jepsen's combined nemesis schedules them, one per process at a time,
+//!   instead of the strongest erasing the others: a kill drawn while a
+//!   service's `COMMIT` is held waits for the next window after the hold,
+//!   and the hold's reorder reaches the relays.
 
 use crate::faults::FaultPoint;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -110,6 +119,9 @@ struct Live {
     serial: u64,
     /// A kill has claimed this incarnation.
     claimed: bool,
+    /// A fault that lasts is under way on it (a held COMMIT, a pause): no
+    /// other striker draws until it resolves.
+    occupied_by: Option<FaultPoint>,
 }
 
 /// A kill claimed on one incarnation: its holder alone may send it SIGSTOP
@@ -157,7 +169,7 @@ impl Occupant {
             return Err(format!("the slot still holds process group {}", live.pgid));
         }
         let serial = self.serials.fetch_add(1, Ordering::Relaxed) + 1;
-        *now = Some(Live { pgid: pid, serial, claimed: false });
+        *now = Some(Live { pgid: pid, serial, claimed: false, occupied_by: None });
         Ok(Lease { occupant: self.clone(), serial, pgid: pid })
     }
 
@@ -176,7 +188,7 @@ impl Occupant {
     /// `serial`: a kill decided on one incarnation never lands on the next.
     pub fn claim_on(&self, serial: u64, decide: impl FnOnce() -> bool) -> Option<Claim> {
         let mut now = self.lock();
-        let live = now.as_mut().filter(|l| !l.claimed && l.serial == serial)?;
+        let live = now.as_mut().filter(|l| !l.claimed && l.occupied_by.is_none() && l.serial == serial)?;
         if !decide() {
             return None;
         }
@@ -185,12 +197,44 @@ impl Occupant {
     }
 
     /// Claims the slot's incarnation for a kill. `decide` (the fault's
-    /// draw) runs only when there is an unclaimed incarnation, under the
-    /// lock, so a draw is an occurrence only when there is something to
-    /// strike, and two strikers never both claim one incarnation.
+    /// draw) runs only when there is an unclaimed incarnation that no
+    /// lasting fault occupies, under the lock, so a draw is an occurrence
+    /// only when there is something to strike, and two strikers never both
+    /// claim one incarnation.
     pub fn claim(&self, decide: impl FnOnce() -> bool) -> Option<Claim> {
         let serial = self.current()?;
         self.claim_on(serial, decide)
+    }
+
+    /// Occupies the slot's incarnation with a fault that lasts (`point`):
+    /// `decide` (its draw) runs only when the incarnation is unclaimed and
+    /// unoccupied, under the lock. Returns the serial to
+    /// [`Occupant::release`] once the fault resolves.
+    pub fn occupy(&self, point: FaultPoint, decide: impl FnOnce() -> bool) -> Option<u64> {
+        let mut now = self.lock();
+        let live = now.as_mut().filter(|l| !l.claimed && l.occupied_by.is_none())?;
+        if !decide() {
+            return None;
+        }
+        live.occupied_by = Some(point);
+        Some(live.serial)
+    }
+
+    /// The lasting fault on incarnation `serial` resolved: others may draw
+    /// on it again. A no-op once the incarnation has left.
+    pub fn release(&self, serial: u64) {
+        if let Some(l) = self.lock().as_mut().filter(|l| l.serial == serial) {
+            l.occupied_by = None;
+        }
+    }
+
+    /// The occupying fault's own kill (a hold whose offsets moved): claimed
+    /// only by the fault that occupies incarnation `serial`.
+    pub fn claim_occupied(&self, serial: u64, point: FaultPoint) -> Option<Claim> {
+        let mut now = self.lock();
+        let live = now.as_mut().filter(|l| !l.claimed && l.serial == serial && l.occupied_by == Some(point))?;
+        live.claimed = true;
+        Some(Claim { pgid: live.pgid, serial: live.serial })
     }
 
     /// A claimed kill's signal, sent only while its incarnation is still
@@ -392,6 +436,46 @@ mod tests {
         child.wait().unwrap();
         lease.ended();
         assert_eq!(o.signal_claimed(&first, libc::SIGKILL), Sent::Gone, "gone once it left");
+        assert!(!o.holds());
+    }
+
+    /// A lasting fault occupies its incarnation: while it is under way no
+    /// other striker draws (no firing, so nothing to pre-empt), a second
+    /// lasting fault is refused, and only the occupying fault may claim the
+    /// kill. Released, the others draw again.
+    #[test]
+    fn a_lasting_fault_holds_off_every_other_striker_until_it_resolves() {
+        let o = Arc::new(Occupant::default());
+        let mut child = std::process::Command::new("sleep").arg("30").process_group(0).spawn().unwrap();
+        let lease = o.enter(child.id() as i32).unwrap();
+        let hold = FaultPoint::DbHoldCommit;
+        let serial = o.occupy(hold, || true).expect("an unoccupied incarnation takes a hold");
+        let drawn = std::cell::Cell::new(0);
+        let draw = || {
+            drawn.set(drawn.get() + 1);
+            true
+        };
+        assert!(o.claim(draw).is_none(), "no kill on an occupied incarnation");
+        assert!(o.claim_on(serial, draw).is_none(), "nor one aimed at its serial");
+        assert!(o.occupy(FaultPoint::ProcessPause, draw).is_none(), "nor a pause over the hold");
+        assert_eq!(drawn.get(), 0, "an occupied incarnation is no occurrence of another fault");
+        assert!(o.claim_occupied(serial, FaultPoint::ProcessPause).is_none(), "only the occupier's own kill");
+        o.release(serial);
+        assert!(o.claim_occupied(serial, hold).is_none(), "a released hold claims nothing");
+        let kill = o.claim(draw).expect("released, the others draw again");
+        assert_eq!(drawn.get(), 1);
+        o.signal_claimed(&kill, libc::SIGKILL);
+        child.wait().unwrap();
+        lease.ended();
+        // Occupied, then killed by its own fault.
+        let mut child = std::process::Command::new("sleep").arg("30").process_group(0).spawn().unwrap();
+        let lease = o.enter(child.id() as i32).unwrap();
+        let serial = o.occupy(hold, || true).unwrap();
+        let own = o.claim_occupied(serial, hold).expect("the hold may kill what it holds");
+        assert_eq!(o.signal_claimed(&own, libc::SIGKILL), Sent::Delivered);
+        child.wait().unwrap();
+        lease.ended();
+        o.release(serial);
         assert!(!o.holds());
     }
 

@@ -1,26 +1,89 @@
-//! What a run could have caught: the protocol windows its confirmed strikes
-//! covered, and the classic mistakes a run with those strikes exposes. A
+//! What a run could have caught: the protocol windows the harness saw
+//! struck, and the classic mistakes a run with those strikes exposes. A
 //! user whose run passed reads here what it proved; a window no strike
 //! covered is a mistake this run could not have seen.
+//!
+//! A window is claimed only from evidence, never from a fault's firing:
+//! a kill confirmed by the process seen dying by SIGKILL in the window, a
+//! writer's held COMMIT that another writer's commit overtook, a hold on a
+//! consumer that ran its course, a key whose events the topic carries out
+//! of order.
 
 use super::Report;
 
-/// A window, the fault points whose confirmed firing covers it, and the
-/// mistakes a strike there exposes (seeds 001 and 003, docs/contract.md).
-const WINDOWS: &[(&str, &[&str], &str)] = &[
+/// The windows, what covers each, and the mistakes a strike there exposes
+/// (seeds 001 and 003, docs/contract.md).
+const WINDOWS: &[(&str, Evidence, &str)] = &[
     (
         "a kill after a commit with changes",
-        &["db.kill_after_commit"],
+        Evidence::Confirmed("db.kill_after_commit"),
         "effects and inbox in two transactions, a mark before the broker's ack, an answer before the commit",
     ),
-    ("a kill after an offset commit", &["kafka.kill_after_offset_commit"], "offsets committed before the effects"),
-    ("a kill after a fetch", &["kafka.kill_after_fetch"], "effects applied outside the inbox's transaction"),
-    ("a kill after a produce ack", &["kafka.kill_after_produce_ack"], "a new event id on a publish again"),
-    (REORDERED, &["workload.slow_commit", "db.hold_commit"], "an insert-ordered cursor (seq) in a relay"),
-    ("a commit held while offsets move", &["db.hold_commit"], "offsets left to auto-commit"),
+    (
+        "a kill after an offset commit",
+        Evidence::Confirmed("kafka.kill_after_offset_commit"),
+        "offsets committed before the effects",
+    ),
+    (
+        "a kill after a fetch",
+        Evidence::Confirmed("kafka.kill_after_fetch"),
+        "effects applied outside the inbox's transaction",
+    ),
+    (
+        "a kill after a produce ack",
+        Evidence::Confirmed("kafka.kill_after_produce_ack"),
+        "a new event id on a publish again",
+    ),
+    ("a reordered commit (a writer's, overtaken)", Evidence::Overtaken, "an insert-ordered cursor (seq) in a relay"),
+    ("a commit held while offsets move", Evidence::ConsumerHold, "offsets left to auto-commit"),
+    (
+        "a key's events delivered out of order",
+        Evidence::ReorderedKeys,
+        "a projection that keeps the last event it handled (last-write-wins)",
+    ),
 ];
 
-const REORDERED: &str = "a reordered commit (a writer's, held)";
+/// What the harness must have seen for a window to count as struck.
+#[derive(Clone, Copy)]
+enum Evidence {
+    /// The point's firings confirmed: for a kill, its process seen ending
+    /// by SIGKILL in the window.
+    Confirmed(&'static str),
+    /// A writer's held COMMIT that went on after another writer committed
+    /// rows: a row inserted later was visible first.
+    Overtaken,
+    /// A consumer's (a non-writer's) held COMMIT that ran its course or
+    /// was killed when its offsets moved.
+    ConsumerHold,
+    /// Keys whose `authorized` the topic carries after their `captured`.
+    ReorderedKeys,
+}
+
+impl Evidence {
+    /// Whether a fault that can open the window was set.
+    fn set(self, r: &Report) -> bool {
+        let rate = |p: &str| r.faults.iter().any(|f| f.point == p && f.probability > 0.0);
+        match self {
+            Evidence::Confirmed(p) => rate(p),
+            Evidence::Overtaken => rate("workload.slow_commit") || (rate("db.hold_commit") && r.system.is_some()),
+            Evidence::ConsumerHold => rate("db.hold_commit"),
+            Evidence::ReorderedKeys => rate("relay.slow_produce"),
+        }
+    }
+
+    /// Whether the harness saw the window struck.
+    fn seen(self, r: &Report) -> bool {
+        let confirmed = |p: &str| r.faults.iter().filter(|f| f.point == p).map(|f| f.confirmed).sum::<u64>();
+        match self {
+            Evidence::Confirmed(p) => confirmed(p) > 0,
+            Evidence::Overtaken => r.components.writer_holds_overtaken > 0,
+            // A writer's holds are confirmed too: only the rest are a
+            // consumer's.
+            Evidence::ConsumerHold => confirmed("db.hold_commit") > r.components.writer_holds,
+            Evidence::ReorderedKeys => r.counts.reordered_payments > 0,
+        }
+    }
+}
 
 /// A stretch without a kill this long, from the first kill to the end of
 /// the drain, gives a bug kept in memory (a cursor, a dedup set) time to
@@ -30,28 +93,14 @@ const CALM_MS: u64 = 10_000;
 /// "windows: struck a kill after a commit with changes, …; not struck: …"
 /// and "can expose: …"; None for a run without kills or aimed strikes.
 pub fn lines(r: &Report) -> Option<String> {
-    let confirmed = |p: &str| r.faults.iter().any(|f| f.point == p && f.confirmed > 0);
     let mut struck = Vec::new();
     let mut missed = Vec::new();
     let mut exposes = Vec::new();
-    for (window, points, mistakes) in WINDOWS {
-        let set = r.faults.iter().any(|f| points.contains(&f.point.as_str()) && f.probability > 0.0);
-        // A held COMMIT reorders the outbox only when a writer's is held:
-        // a consumer's held commit reorders nothing a relay reads.
-        let writer_held = || {
-            r.fault_log.iter().any(|f| {
-                f.point == "db.hold_commit"
-                    && (f.component.starts_with("service") || f.component.starts_with("workload"))
-            })
-        };
-        let covered = match *window {
-            REORDERED => confirmed("workload.slow_commit") || (confirmed("db.hold_commit") && writer_held()),
-            _ => points.iter().any(|p| confirmed(p)),
-        };
-        if covered {
+    for (window, evidence, mistakes) in WINDOWS {
+        if evidence.seen(r) {
             struck.push(*window);
             exposes.push(*mistakes);
-        } else if set {
+        } else if evidence.set(r) {
             missed.push(*window);
         }
     }
@@ -129,6 +178,7 @@ mod tests {
             })
             .collect();
         (r.timings.setup_ms, r.timings.workload_ms, r.timings.drain_ms) = (0, end_ms, 0);
+        r.counts.reordered_payments = 0;
         r
     }
 
@@ -151,5 +201,52 @@ mod tests {
         let text = lines(&busy).unwrap();
         assert!(text.contains("set but not struck: a stretch without kills"), "{text}");
         assert!(lines(&report(&[], &[], 30_000)).is_none());
+    }
+
+    /// The planted run of issue 63: every writer's hold fired and was
+    /// pre-empted, while the consumers' holds ran their course. The report
+    /// claims the consumers' window, never a reordered commit; a writer's
+    /// hold that went on but that nothing overtook proves no reorder
+    /// either; one overtake does.
+    #[test]
+    fn a_reordered_commit_is_claimed_only_from_an_overtake_seen() {
+        let mut r = report(&[("db.hold_commit", 0.05, 3), ("workload.slow_commit", 0.1, 0)], &[], 30_000);
+        let hold = r.faults.iter_mut().find(|f| f.point == "db.hold_commit").unwrap();
+        (hold.fired, hold.preempted) = (9, 6);
+        r.fault_log = (0..6)
+            .map(|i| crate::faults::FaultRecord {
+                point: "db.hold_commit".into(),
+                component: "service-1".into(),
+                at_ms: 1_000 * i,
+                hit: "a COMMIT, held".into(),
+                occurrence: None,
+                reach: Default::default(),
+            })
+            .collect();
+        let text = lines(&r).unwrap();
+        assert!(text.contains("struck a commit held while offsets move"), "{text}");
+        assert!(text.contains("set but not struck: a reordered commit"), "{text}");
+        assert!(!text.contains("insert-ordered cursor"), "{text}");
+        // Three holds went on, all of them a writer's, none overtaken.
+        r.components.writer_holds = 3;
+        let text = lines(&r).unwrap();
+        assert!(!text.contains("insert-ordered cursor"), "a hold nothing overtook: {text}");
+        assert!(!text.contains("struck a commit held"), "the writer's holds are not a consumer's: {text}");
+        (r.components.writer_holds_overtaken, r.components.overtakes) = (1, 4);
+        let text = lines(&r).unwrap();
+        assert!(text.contains("a reordered commit (a writer's, overtaken)"), "{text}");
+        assert!(text.contains("an insert-ordered cursor"), "{text}");
+    }
+
+    /// Keys delivered out of order are claimed only when the topic carried
+    /// some: a slow produce that reordered nothing claims nothing.
+    #[test]
+    fn reordered_keys_are_claimed_from_the_topic() {
+        let mut r = report(&[("relay.slow_produce", 0.1, 4)], &[], 30_000);
+        let text = lines(&r).unwrap();
+        assert!(text.contains("set but not struck: a key's events delivered out of order"), "{text}");
+        assert!(!text.contains("last-write-wins"), "{text}");
+        r.counts.reordered_payments = 12;
+        assert!(lines(&r).unwrap().contains("last-write-wins"));
     }
 }

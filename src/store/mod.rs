@@ -46,9 +46,13 @@ pub struct CommitGate(Option<Arc<Gate>>);
 
 struct Gate {
     injector: Arc<FaultInjector>,
+    stats: Arc<crate::context::Stats>,
     component: String,
     refuses: bool,
     holds: bool,
+    /// Commits through this gate so far: what a hold watches for the
+    /// other producers' commits that overtake it.
+    commits: std::sync::atomic::AtomicU64,
 }
 
 /// How long the `n`th held commit of a run is held: 50 to 500 ms, drawn
@@ -63,11 +67,14 @@ fn hold_of(n: u64) -> Duration {
 impl CommitGate {
     /// The gate of `component`'s commits; open (never refusing, never
     /// holding) when the scenario gives its points no rate.
-    pub fn new(injector: Arc<FaultInjector>, component: &str) -> Self {
+    pub fn new(injector: Arc<FaultInjector>, stats: Arc<crate::context::Stats>, component: &str) -> Self {
         let refuses = injector.probability(FaultPoint::StoreCommitRefused) > 0.0;
         let holds = component == "workload" && injector.probability(FaultPoint::WorkloadSlowCommit) > 0.0;
+        let component = component.to_string();
         match refuses || holds {
-            true => Self(Some(Arc::new(Gate { injector, component: component.to_string(), refuses, holds }))),
+            true => {
+                Self(Some(Arc::new(Gate { injector, stats, component, refuses, holds, commits: Default::default() })))
+            }
             false => Self(None),
         }
     }
@@ -77,8 +84,24 @@ impl CommitGate {
         let Some(g) = self.0.as_ref().filter(|g| g.holds) else { return };
         let point = FaultPoint::WorkloadSlowCommit;
         if g.injector.strike(point, &g.component, || format!("commit of {what}")) {
+            use crate::context::Stats;
+            use std::sync::atomic::Ordering::Relaxed;
+            let before = g.commits.load(Relaxed);
             tokio::time::sleep(hold_of(g.injector.fired(point))).await;
             g.injector.confirm(point, 1);
+            // Another producer's commit during the hold inserted after
+            // this transaction did and became visible first: an overtake.
+            let others = g.commits.load(Relaxed) - before;
+            Stats::add(&g.stats.writer_holds, 1);
+            Stats::add(&g.stats.writer_holds_overtaken, (others > 0) as u64);
+            Stats::add(&g.stats.overtakes, others);
+        }
+    }
+
+    /// A commit through the gate went through.
+    fn committed(&self) {
+        if let Some(g) = self.0.as_ref().filter(|g| g.holds) {
+            g.commits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -109,7 +132,9 @@ impl CommitGate {
             tx.rollback().await.map_err(|e| Error::db(format!("rolling back {what}"), e))?;
             return Err(self.refused(what));
         }
-        tx.commit().await.map_err(|e| Error::db(format!("committing {what}"), e))
+        tx.commit().await.map_err(|e| Error::db(format!("committing {what}"), e))?;
+        self.committed();
+        Ok(())
     }
 
     /// The same for a transaction driven by hand (`BEGIN` … `COMMIT`).
@@ -123,6 +148,7 @@ impl CommitGate {
             return Err(self.refused(what));
         }
         sqlx::query("COMMIT").execute(conn).await.map_err(|e| Error::db(format!("committing {what}"), e))?;
+        self.committed();
         Ok(())
     }
 }

@@ -110,6 +110,18 @@ pub struct Slot {
     /// that is (read only with `db.kill_after_commit` set): what its kill
     /// makes the group deliver again, past `committed`.
     fetched: kafka::FetchedBy,
+    /// Whether the slot writes the outbox (a service, the workload): its
+    /// held COMMIT is what reorders the outbox.
+    writer: bool,
+    /// Commits with changed rows of every writer slot, shared by the
+    /// proxy's slots: what a writer's held COMMIT watches for overtakes.
+    writer_commits: Arc<AtomicU64>,
+}
+
+/// Whether a slot of this name writes the outbox: the declared service's
+/// instances and the reference workload.
+fn writes_outbox(slot: &str) -> bool {
+    slot.starts_with("service") || slot.starts_with("workload")
 }
 
 /// An open connection: dropping the sender resets it.
@@ -159,6 +171,7 @@ impl Proxy {
         let mut slots = Vec::new();
         let mut tasks = Vec::new();
         let committed = Arc::new(kafka::Committed::default());
+        let writer_commits = Arc::new(AtomicU64::new(0));
         for (name, kafka) in s.slots.into_iter().zip(kafka) {
             let listener = TcpListener::bind("127.0.0.1:0")
                 .await
@@ -167,7 +180,6 @@ impl Proxy {
             let kafka_addr =
                 kafka.as_ref().map(|(l, _)| l.local_addr()).transpose().map_err(|e| Error::Internal(e.to_string()))?;
             let slot = Arc::new(Slot {
-                name,
                 addr,
                 kafka: kafka_addr,
                 shaping: s.shaping,
@@ -183,6 +195,9 @@ impl Proxy {
                 stats: s.stats.clone(),
                 committed: committed.clone(),
                 fetched: Default::default(),
+                writer: writes_outbox(&name),
+                writer_commits: writer_commits.clone(),
+                name,
             });
             tasks.push(tokio::spawn(accept(
                 listener,
@@ -260,6 +275,17 @@ impl Proxy {
 }
 
 impl Slot {
+    /// A writer's held COMMIT went on: the other writers' commits with
+    /// changed rows since `before` inserted after it and became visible
+    /// first. Each is an overtake; a hold none overtook reordered nothing.
+    fn overtaken(&self, before: u64) {
+        let others = self.writer_commits.load(Ordering::Relaxed).saturating_sub(before);
+        Stats::add(&self.stats.writer_holds, 1);
+        Stats::add(&self.stats.writer_holds_overtaken, (others > 0) as u64);
+        Stats::add(&self.stats.overtakes, others);
+        info!(slot = %self.name, overtakes = others, "db.hold_commit: a writer's COMMIT went on after the hold");
+    }
+
     /// Notes an answered commit; its reach is the messages it covered.
     fn committing(&self, positions: kafka::Positions, refused: &[i32]) -> Reach {
         Reach { seqs: vec![], spans: self.committed.answered(positions, refused) }
@@ -883,22 +909,25 @@ async fn pump_client(
                     passed = at;
                     // An empty or read-only transaction holds no work to
                     // lose: its COMMIT is no occurrence.
-                    let serial = slot.process.occupant.current().filter(|_| writing.load(Ordering::Relaxed));
-                    if let Some(serial) = serial {
-                        if faults.strike(FaultPoint::DbHoldCommit, &slot.name, || "a COMMIT, held".into()) {
-                            match hold_commit(slot, faults, began, serial).await {
-                                Held::GoOn => {}
-                                Held::Killed => {
-                                    return Err("the process killed, its COMMIT held (db.hold_commit)".into())
-                                }
-                                // A dead process's COMMIT must not reach the
-                                // server: its connection drops, and the
-                                // server rolls the transaction back.
-                                Held::Ended => {
-                                    return Err(
-                                        "the process ended during the hold; its COMMIT dropped (db.hold_commit)".into(),
-                                    )
-                                }
+                    // The hold occupies the process (nemesis::signal): no
+                    // other fault draws on it until the hold resolves.
+                    let occupied = match writing.load(Ordering::Relaxed) {
+                        true => slot.process.occupant.occupy(FaultPoint::DbHoldCommit, || {
+                            faults.strike(FaultPoint::DbHoldCommit, &slot.name, || "a COMMIT, held".into())
+                        }),
+                        false => None,
+                    };
+                    if let Some(serial) = occupied {
+                        match hold_commit(slot, faults, began, serial).await {
+                            Held::GoOn => {}
+                            Held::Killed => return Err("the process killed, its COMMIT held (db.hold_commit)".into()),
+                            // A dead process's COMMIT must not reach the
+                            // server: its connection drops, and the
+                            // server rolls the transaction back.
+                            Held::Ended => {
+                                return Err(
+                                    "the process ended during the hold; its COMMIT dropped (db.hold_commit)".into()
+                                )
                             }
                         }
                     }
@@ -924,17 +953,19 @@ enum Held {
 
 /// A fired hold not yet resolved. Dropped so (its pump ended mid-hold: a
 /// reset, the run's stop), the firing is pre-empted: it had no effect of
-/// its own to see.
+/// its own to see. Dropped either way, it releases the process it
+/// occupied, so the other faults draw on it again.
 struct Hold<'a> {
     faults: &'a FaultInjector,
-    slot: &'a str,
+    slot: &'a Slot,
+    serial: u64,
     open: bool,
 }
 
 impl Hold<'_> {
     fn preempted(&mut self, why: &str) {
         self.open = false;
-        self.faults.preempt(FaultPoint::DbHoldCommit, self.slot, why);
+        self.faults.preempt(FaultPoint::DbHoldCommit, &self.slot.name, why);
     }
 }
 
@@ -943,29 +974,35 @@ impl Drop for Hold<'_> {
         if self.open {
             self.preempted("the connection ended during the hold");
         }
+        self.slot.process.occupant.release(self.serial);
     }
 }
 
-/// A fired `db.hold_commit` on the slot's incarnation `serial`: killed
-/// because the slot's offsets moved after `began`; or the hold ended with
-/// them unmoved (confirmed here); or the incarnation ended or was claimed
-/// by another kill first (pre-empted).
+/// A fired `db.hold_commit` on the slot's incarnation `serial`, which it
+/// occupies ([`crate::nemesis::signal::Occupant::occupy`]): killed because
+/// the slot's offsets moved after `began`; or the hold ended with them
+/// unmoved (confirmed here); or the incarnation ended on its own first
+/// (pre-empted). No other fault strikes it meanwhile.
 async fn hold_commit(slot: &Slot, faults: &FaultInjector, began: u64, serial: u64) -> Held {
-    let mut hold = Hold { faults, slot: &slot.name, open: true };
+    let mut hold = Hold { faults, slot, serial, open: true };
+    let writers_before = slot.writer_commits.load(Ordering::Relaxed);
     let mut commits = slot.offset_commits.subscribe();
     let moved = tokio::time::timeout(COMMIT_HOLD, commits.wait_for(|n| *n != began)).await.is_ok();
     let occupant = &slot.process.occupant;
     if !moved {
         if occupant.current() != Some(serial) {
-            hold.preempted("the process ended during the hold, or another fault claimed its kill");
+            hold.preempted("the process ended on its own during the hold");
             return Held::Ended;
         }
         hold.open = false;
         info!(slot = %slot.name, "db.hold_commit: no offset commit during the hold; the COMMIT goes on");
         faults.confirm(FaultPoint::DbHoldCommit, 1);
+        if slot.writer {
+            slot.overtaken(writers_before);
+        }
         return Held::GoOn;
     }
-    match slot.process.claim_on(serial, FaultPoint::DbHoldCommit) {
+    match slot.process.claim_occupied(serial, FaultPoint::DbHoldCommit) {
         Some(kill) => {
             hold.open = false;
             info!(slot = %slot.name, "db.hold_commit: the offsets moved while the transaction was open; killing");
@@ -973,7 +1010,7 @@ async fn hold_commit(slot: &Slot, faults: &FaultInjector, began: u64, serial: u6
             Held::Killed
         }
         None => {
-            hold.preempted("the offsets moved, but the process had ended or another fault had claimed its kill");
+            hold.preempted("the offsets moved, but the process had ended on its own");
             Held::Ended
         }
     }
@@ -1024,6 +1061,9 @@ async fn pump_server(
             let start = &ack.start;
             let kind = if ack.wrote { &slot.stats.commits_written } else { &slot.stats.commits_empty };
             Stats::add(kind, 1);
+            if ack.wrote && slot.writer {
+                slot.writer_commits.fetch_add(1, Ordering::Relaxed);
+            }
             if faults.strike(FaultPoint::DbCommitAckLost, &slot.name, || "a commit's acknowledgement".into()) {
                 // Everything before the acknowledgement goes through; the
                 // acknowledgement and what follows it never do.
@@ -1089,11 +1129,10 @@ impl ProcessHandle {
         Some(Claimed { process: self, claim: Some(claim), point })
     }
 
-    /// A kill for a firing decided earlier on incarnation `serial`
-    /// (`db.hold_commit`): None when the slot no longer holds it, or
-    /// another kill claimed it.
-    fn claim_on(&self, serial: u64, point: FaultPoint) -> Option<Claimed<'_>> {
-        let claim = self.occupant.claim_on(serial, || true)?;
+    /// The kill of a lasting fault that occupies incarnation `serial`
+    /// (`db.hold_commit`): None when the slot no longer holds it.
+    fn claim_occupied(&self, serial: u64, point: FaultPoint) -> Option<Claimed<'_>> {
+        let claim = self.occupant.claim_occupied(serial, point)?;
         Some(Claimed { process: self, claim: Some(claim), point })
     }
 }
@@ -1211,7 +1250,7 @@ mod tests {
         let h = ProcessHandle::default();
         let (tx, mut rx) = mpsc::unbounded_channel();
         *h.keeper.lock().unwrap() = Some(tx);
-        assert!(h.claim_on(1, FaultPoint::DbHoldCommit).is_none(), "an empty slot has no process to kill");
+        assert!(h.claim_occupied(1, FaultPoint::DbHoldCommit).is_none(), "an empty slot has no process to kill");
         assert!(rx.try_recv().is_err(), "a failed claim told the keeper of a kill");
         let faults = FaultInjector::new(1, &crate::faults::FaultRates::none().with(FaultPoint::DbKillAfterCommit, 1.0));
         assert!(h.claim_kill(&faults, FaultPoint::DbKillAfterCommit, "notifier-1", || "x".into()).is_none());
@@ -1219,8 +1258,11 @@ mod tests {
         let mut child = std::process::Command::new("sleep").arg("30").process_group(0).spawn().unwrap();
         let lease = h.occupant.enter(child.id() as i32).unwrap();
         let first = h.claim_kill(&faults, FaultPoint::DbKillAfterCommit, "notifier-1", || "x".into()).expect("claimed");
-        assert!(h.claim_on(lease.serial(), FaultPoint::DbHoldCommit).is_none(), "one kill per incarnation");
-        assert!(h.claim_on(lease.serial() + 1, FaultPoint::DbHoldCommit).is_none(), "never on another incarnation");
+        assert!(h.claim_occupied(lease.serial(), FaultPoint::DbHoldCommit).is_none(), "one kill per incarnation");
+        assert!(
+            h.claim_occupied(lease.serial() + 1, FaultPoint::DbHoldCommit).is_none(),
+            "never on another incarnation"
+        );
         assert!(rx.try_recv().is_err(), "a failed claim told the keeper of a kill");
         drop(first);
         let (point, serial, claim) = rx.try_recv().expect("the kill is told to the keeper");
@@ -1234,7 +1276,7 @@ mod tests {
     /// unmoved (confirmed), or the incarnation went first (pre-empted,
     /// never a kill of the next one and never counted unconfirmed).
     #[tokio::test]
-    async fn a_hold_whose_process_another_fault_ended_is_pre_empted() {
+    async fn a_hold_keeps_its_process_from_other_faults_and_ends_one_of_three_ways() {
         let faults = Arc::new(FaultInjector::new(1, &crate::faults::FaultRates::none()));
         let (_trigger, shutdown) = crate::context::shutdown_pair();
         let settings = Settings {
@@ -1251,23 +1293,32 @@ mod tests {
         use std::os::unix::process::ExitStatusExt;
 
         // The offsets move during the hold: the held incarnation is killed.
+        let occupy = |serial| slot.process.occupant.occupy(FaultPoint::DbHoldCommit, || true) == Some(serial);
         let mut child = spawn();
         let lease = slot.process.occupant.enter(child.id() as i32).unwrap();
+        assert!(occupy(lease.serial()));
         slot.offset_commits.send_modify(|n| *n += 1);
         assert!(matches!(hold_commit(slot, &faults, 0, lease.serial()).await, Held::Killed));
         assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
         lease.ended();
         drop(lease);
 
-        // They move, but another fault had claimed the kill: pre-empted.
+        // Another striker during the hold draws nothing and claims
+        // nothing: the hold keeps its own kill, and nothing is pre-empted.
         let mut child = spawn();
         let lease = slot.process.occupant.enter(child.id() as i32).unwrap();
-        let other = slot.process.occupant.claim(|| true).unwrap();
+        assert!(occupy(lease.serial()));
+        let mut drawn = false;
+        let other = slot.process.occupant.claim(|| {
+            drawn = true;
+            true
+        });
+        assert!(other.is_none(), "another fault claimed a held process");
+        assert!(!drawn, "a kill drawn on a held process");
         slot.offset_commits.send_modify(|n| *n += 1);
-        assert!(matches!(hold_commit(slot, &faults, 1, lease.serial()).await, Held::Ended));
-        assert_eq!(faults.preempted(FaultPoint::DbHoldCommit), 1);
-        slot.process.occupant.signal_claimed(&other, libc::SIGKILL);
-        child.wait().unwrap();
+        assert!(matches!(hold_commit(slot, &faults, 1, lease.serial()).await, Held::Killed));
+        assert_eq!(faults.preempted(FaultPoint::DbHoldCommit), 0);
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
         lease.ended();
         drop(lease);
 
@@ -1276,6 +1327,7 @@ mod tests {
         let mut child = spawn();
         let lease = slot.process.occupant.enter(child.id() as i32).unwrap();
         let serial = lease.serial();
+        assert!(occupy(serial));
         let ender = async {
             tokio::time::sleep(Duration::from_millis(100)).await;
             child.kill().unwrap();
@@ -1284,7 +1336,7 @@ mod tests {
         };
         let (held, ()) = tokio::join!(hold_commit(slot, &faults, 2, serial), ender);
         assert!(matches!(held, Held::Ended));
-        assert_eq!(faults.preempted(FaultPoint::DbHoldCommit), 2);
+        assert_eq!(faults.preempted(FaultPoint::DbHoldCommit), 1);
         assert_eq!(faults.confirmed(FaultPoint::DbHoldCommit), 0);
         let why = faults.summary().into_iter().find(|f| f.point == "db.hold_commit").unwrap().preempted_why;
         assert!(why.iter().all(|w| w.starts_with("notifier-1 at ")), "{why:?}");

@@ -28,10 +28,20 @@ impl Books<'_> {
                         parts.push(format!("cause: {}", f.suspects(", ")))
                     }
                     _ => {
-                        let near: Vec<String> = self
+                        let mut near: Vec<&crate::faults::FaultRecord> = self
                             .faults
                             .iter()
                             .filter(|f| f.at_ms + AROUND_MS >= op.sent_ms && f.at_ms <= op.done_ms + AROUND_MS)
+                            .collect();
+                        // An event no relay published: a writer's held
+                        // COMMIT around its write is the likeliest cause
+                        // (a later row committed first, and a cursor read
+                        // past it), so it is named first.
+                        if matches!(anomaly, AnomalyKind::LostEvent | AnomalyKind::UnpublishedLeftover) {
+                            near.sort_by_key(|f| !held_writer(f));
+                        }
+                        let near: Vec<String> = near
+                            .iter()
                             .take(3)
                             .map(|f| format!("{} on {} at {:.2} s", f.point, f.component, f.at_ms as f64 / 1000.0))
                             .collect();
@@ -99,4 +109,10 @@ impl Books<'_> {
         });
         Some(Followed { example, subject: self.keys.get(key).to_string(), trace_ms, faults })
     }
+}
+
+/// A held COMMIT of a process that writes the outbox (a service).
+fn held_writer(f: &crate::faults::FaultRecord) -> bool {
+    f.point == crate::faults::FaultPoint::DbHoldCommit.name()
+        && (f.component.starts_with("service") || f.component.starts_with("workload"))
 }

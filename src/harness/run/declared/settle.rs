@@ -115,6 +115,7 @@ async fn distinct_on_topic(ctx: &Ctx) -> Result<i64> {
 
 /// Outbox rows the relays never published, not even once the faults had
 /// stopped and they had one more drain timeout.
+#[derive(Clone)]
 pub(super) struct RelayStall {
     /// How many rows were left at the drain's last reading.
     left: i64,
@@ -271,6 +272,24 @@ pub(super) fn stalled(stall: &Stall, faults: &[crate::faults::FaultRecord]) -> c
 /// The `stalled relay` anomaly: how many outbox rows were left, for how
 /// long the drain waited, which keys, and the last fault before (a
 /// relay's, when one was struck).
+/// The relay's stall as the verifier found it: with a mark (a column, a
+/// delete), every row left unmarked; without one, only the rows left
+/// after the last one published (`unpublished leftover`). Rows skipped
+/// while later ones went on to the topic are lost events, not a stall:
+/// None when every unpublished row was skipped.
+pub(super) fn left_by_the_relay(
+    stall: &RelayStall,
+    published: &Published,
+    anomalies: &[crate::verifier::Anomaly],
+) -> Option<RelayStall> {
+    if *published != Published::None {
+        return Some(stall.clone());
+    }
+    let leftover = crate::domain::anomaly::AnomalyKind::UnpublishedLeftover.as_str();
+    let left = anomalies.iter().find(|a| a.name == leftover).map_or(0, |a| a.count as i64);
+    (left > 0).then(|| RelayStall { left, ..stall.clone() })
+}
+
 pub(super) fn stalled_relay(stall: &RelayStall, faults: &[crate::faults::FaultRecord]) -> crate::verifier::Anomaly {
     let headline = format!(
         "{} outbox rows unpublished {:.1} s into the drain ({:.1} s of it fault-free); last fault before: {}",
@@ -287,15 +306,20 @@ pub(super) fn stalled_relay(stall: &RelayStall, faults: &[crate::faults::FaultRe
 /// breaks "no outbox row left unpublished" (its rows are the leftovers),
 /// and a system that declares `pending` promises its accepted work is
 /// applied before the run ends.
-pub(super) fn liveness(invariants: &mut Vec<crate::verifier::Invariant>, sys: &System, stalls: &Stalls) {
+pub(super) fn liveness(
+    invariants: &mut Vec<crate::verifier::Invariant>,
+    sys: &System,
+    consumer: Option<&Stall>,
+    relay_stalled: bool,
+) {
     use crate::domain::anomaly::AnomalyKind;
-    if stalls.relay.is_some() {
+    if relay_stalled {
         if let Some(i) = invariants.iter_mut().find(|i| i.name == crate::verifier::declared::UNPUBLISHED_INVARIANT) {
             i.anomalies.push(AnomalyKind::StalledRelay.as_str().into());
         }
     }
     if sys.pending.is_some() {
-        let left = stalls.consumer.as_ref().map_or(0, |s| s.keys.len() as u64);
+        let left = consumer.map_or(0, |s| s.keys.len() as u64);
         let mut i = crate::verifier::Invariant::eq(PENDING_INVARIANT, 0, left);
         i.anomalies = vec![AnomalyKind::StalledConsumer.as_str().into()];
         invariants.push(i);
@@ -304,3 +328,35 @@ pub(super) fn liveness(invariants: &mut Vec<crate::verifier::Invariant>, sys: &S
 
 /// The invariant of a system that declares its pending work.
 const PENDING_INVARIANT: &str = "the accepted work (system.pending) is applied before the run ends";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn anomaly(name: &str, count: u64) -> crate::verifier::Anomaly {
+        crate::verifier::Anomaly {
+            name: name.into(),
+            count,
+            examples: vec![],
+            allowed: false,
+            subjects: vec![],
+            followed: vec![],
+            found_by: vec![],
+        }
+    }
+
+    /// Issue 63: with no mark, a row skipped while later ones were
+    /// published is a lost event and no stall; the rows left after the
+    /// last one published are. With a mark, every unmarked row is.
+    #[test]
+    fn a_skipped_row_is_lost_and_only_the_rows_left_after_the_last_are_a_stall() {
+        let stall =
+            RelayStall { left: 3, keys: vec![], waited: Duration::from_secs(30), fault_free: Duration::from_secs(15) };
+        let skipped = [anomaly("lost event", 3)];
+        assert!(left_by_the_relay(&stall, &Published::None, &skipped).is_none(), "skipped rows are no stall");
+        let both = [anomaly("lost event", 1), anomaly("unpublished leftover", 2)];
+        assert_eq!(left_by_the_relay(&stall, &Published::None, &both).map(|s| s.left), Some(2));
+        let marked = Published::Column("published_at".into());
+        assert_eq!(left_by_the_relay(&stall, &marked, &skipped).map(|s| s.left), Some(3), "a mark's rows all stall");
+    }
+}

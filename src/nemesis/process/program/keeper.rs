@@ -42,6 +42,9 @@ pub(super) struct Keeper {
 pub(super) struct Watch {
     /// Stopped by a pause until then.
     paused_until: Option<Instant>,
+    /// The incarnation's serial while the pause occupies it (no other
+    /// fault draws on a paused process): released at its SIGCONT.
+    occupied: Option<u64>,
     /// The start of the second being drawn, and the instant within it.
     second: Instant,
     next: Instant,
@@ -300,6 +303,7 @@ impl Keeper {
         let app = self.application_name(proc.incarnation);
         let mut w = Watch {
             paused_until: None,
+            occupied: None,
             second: Instant::now(),
             next: Instant::now(),
             ready: !matches!(self.ctx.store, Store::Postgres(_)),
@@ -342,14 +346,23 @@ impl Keeper {
                 _ = tokio::time::sleep_until(w.paused_until.unwrap_or_else(Instant::now)), if w.paused_until.is_some() => {
                     self.signal(proc, None, libc::SIGCONT);
                     w.paused_until = None;
+                    if let Some(serial) = w.occupied.take() {
+                        self.occupant.release(serial);
+                    }
                     // The seconds spent stopped are not struck again.
                     w.restart_seconds(self);
                 }
                 Some(line) = proc.lines.recv() => match line {
                     Line::Halt { point, fires } => return self.halted(proc, point, fires).await,
                     Line::Stall { point, ms } => {
-                        if self.pause(proc, point, None).await {
+                        // The program asked for its stall: it lands even on
+                        // an occupied process, and occupies it when it can.
+                        let occupied = self.occupant.occupy(point, || true);
+                        if self.pause(proc, point).await {
                             w.paused_until = Some(Instant::now() + Duration::from_millis(ms));
+                            w.occupied = occupied;
+                        } else if let Some(serial) = occupied {
+                            self.occupant.release(serial);
                         }
                     }
                     other => self.count(proc, other),
@@ -432,19 +445,24 @@ impl Keeper {
         }
         let hit = || format!("pid {} (incarnation {})", proc.pid, proc.incarnation);
         // Drawn on the occupant: a second whose process a kill from
-        // elsewhere has claimed is no occurrence of either.
-        let mut pause = false;
-        let kill = self.occupant.claim(|| {
-            let (kill, p) = draw_second(&self.ctx.faults, &self.name, hit);
-            pause = p;
-            kill
-        });
-        // Both in one second: the pause lands, then the kill on the
-        // stopped process, so each firing has its effect.
-        if pause && self.pause(proc, FaultPoint::ProcessPause, kill.as_ref()).await {
-            w.paused_until = Some(Instant::now() + self.ctx.scenario.pause);
+        // elsewhere has claimed, or a held COMMIT occupies, is no
+        // occurrence of either. One fault a second, the pause drawn first:
+        // a kill on the stopped process would erase the zombie the pause
+        // is there to make, so a second that pauses draws no kill.
+        let faults = &self.ctx.faults;
+        let paused =
+            self.occupant.occupy(FaultPoint::ProcessPause, || faults.strike(FaultPoint::ProcessPause, &self.name, hit));
+        if let Some(serial) = paused {
+            match self.pause(proc, FaultPoint::ProcessPause).await {
+                true => {
+                    w.paused_until = Some(Instant::now() + self.ctx.scenario.pause);
+                    w.occupied = Some(serial);
+                }
+                false => self.occupant.release(serial),
+            }
+            return None;
         }
-        let claim = kill?;
+        let claim = self.occupant.claim(|| faults.strike(FaultPoint::ProcessKill, &self.name, hit))?;
         self.measure_kill(proc, &claim).await;
         Some(self.kill_for(proc, FaultPoint::ProcessKill, Some(claim)).await)
     }
@@ -598,9 +616,9 @@ impl Keeper {
     /// SIGSTOP to the process group for `point` (the nemesis's pause, or a
     /// reference notifier's stall), confirmed once the kernel shows the
     /// process stopped. False when it was not seen stopped.
-    /// With `claim`, the pause lands on a process this second's kill has
-    /// claimed; without, only on one no kill has.
-    async fn pause(&self, proc: &Proc, point: FaultPoint, claim: Option<&Claim>) -> bool {
+    /// It lands only on a process no kill has claimed.
+    async fn pause(&self, proc: &Proc, point: FaultPoint) -> bool {
+        let claim = None;
         Stats::add(&self.ctx.stats.processes_paused, 1);
         match self.stop_and_see(proc, claim).await {
             Seen::Stopped => {}
@@ -800,16 +818,6 @@ pub(super) async fn copy_lines(
     }
 }
 
-/// One second of a process's life under the nemesis: `process.kill` and
-/// `process.pause` each drawn at its own rate, independently, every second
-/// (a pause is not drawn only in the seconds no kill fired). Returns (kill,
-/// pause).
-pub(super) fn draw_second(faults: &FaultInjector, component: &str, hit: impl Fn() -> String) -> (bool, bool) {
-    let kill = faults.strike(FaultPoint::ProcessKill, component, &hit);
-    let pause = faults.strike(FaultPoint::ProcessPause, component, &hit);
-    (kill, pause)
-}
-
 /// Reads the consumers' group's state from the coordinator until the run
 /// stops, and tells the fault injector, so that no kill or pause of a
 /// consumer is drawn while its group rebalances
@@ -845,23 +853,6 @@ pub(super) fn watch_group(ctx: &Ctx) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn kills_and_pauses_are_drawn_at_their_own_rates_every_second() {
-        use crate::faults::FaultRates;
-        let rates = FaultRates::none().with(FaultPoint::ProcessKill, 0.8).with(FaultPoint::ProcessPause, 0.3);
-        let faults = FaultInjector::new(7, &rates);
-        let seconds = 2000;
-        for _ in 0..seconds {
-            draw_second(&faults, "notifier-1", || "pid 1".into());
-        }
-        // Each point is reached every second, kills or no kills.
-        assert_eq!(faults.reached(FaultPoint::ProcessKill), seconds);
-        assert_eq!(faults.reached(FaultPoint::ProcessPause), seconds);
-        let rate = |p| faults.fired(p) as f64 / seconds as f64;
-        assert!((rate(FaultPoint::ProcessKill) - 0.8).abs() < 0.04, "kills at {}", rate(FaultPoint::ProcessKill));
-        assert!((rate(FaultPoint::ProcessPause) - 0.3).abs() < 0.04, "pauses at {}", rate(FaultPoint::ProcessPause));
-    }
 
     #[test]
     fn a_stopped_process_shows_state_t() {

@@ -19,7 +19,7 @@
 //! by the kernel if `chaos` itself dies (`PR_SET_PDEATHSIG`).
 
 use crate::context::{Ctx, Stats, RESTART_FLOOR};
-use crate::faults::{Confirm, FaultInjector, FaultPoint};
+use crate::faults::{Confirm, FaultPoint};
 use crate::nemesis::process::protocol::Line;
 use crate::nemesis::signal::{Claim, Exit, Lease, Occupant, Sent, Struck};
 use crate::scenario::{Components, ProgramCommand};
