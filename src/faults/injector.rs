@@ -433,6 +433,17 @@ impl FaultInjector {
         self.confirmed[point.index()].load(Ordering::Relaxed)
     }
 
+    /// The points set to strike a process (kills, pauses, holds) that have
+    /// no confirmed firing yet: what the calm waits for, so that a run
+    /// does not end its faults with a window never struck.
+    pub fn unstruck(&self) -> Vec<FaultPoint> {
+        FaultPoint::ALL
+            .iter()
+            .copied()
+            .filter(|p| p.needs_process() && self.probability(*p) > 0.0 && self.confirmed(*p) == 0)
+            .collect()
+    }
+
     /// A firing of `point` on `component` had no effect of its own: another
     /// fault ended the process first (`why`). Counted apart, so a correct
     /// run is not inconclusive for it, and said in the report.

@@ -310,3 +310,23 @@ fn an_arm_strikes_every_place_in_a_burst_of_windows_and_the_seed_says_which() {
     assert!(counts.iter().all(|n| (60..=140).contains(n)), "{counts:?}");
     assert_eq!(places(7), counts, "a replay of the seed strikes the same windows");
 }
+
+/// What the calm waits for: the points set to strike a process with no
+/// confirmed firing yet. A firing alone does not count (a pre-empted one
+/// struck nothing), a point the run does not set never holds it up, and
+/// an in-process crash point is no process's window.
+#[test]
+fn the_unstruck_points_are_those_set_on_a_process_and_never_confirmed() {
+    let rates = FaultRates::none()
+        .with(FaultPoint::DbKillAfterCommit, 0.1)
+        .with(FaultPoint::DbHoldCommit, 0.1)
+        .with(FaultPoint::RelayAfterProduce, 0.1);
+    let f = FaultInjector::new(1, &rates);
+    let mut names: Vec<&str> = f.unstruck().iter().map(|p| p.name()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["db.hold_commit", "db.kill_after_commit"]);
+    f.confirm(FaultPoint::DbKillAfterCommit, 1);
+    assert_eq!(f.unstruck(), [FaultPoint::DbHoldCommit]);
+    f.confirm(FaultPoint::DbHoldCommit, 1);
+    assert!(f.unstruck().is_empty());
+}

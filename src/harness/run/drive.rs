@@ -268,8 +268,10 @@ pub(super) async fn stop(components: Vec<(String, tokio::task::JoinHandle<()>)>)
 /// an in-memory dedup set) still shows in the stretch after the last kill,
 /// and the backlog drains without restarts. The calm begins once that
 /// share of the `total` payments (or a declared system's operations) is
-/// written and the consumers' backlog (the group's lag) is no more than the
-/// messages of the payments still to come ([`Rest`]).
+/// written, the consumers' backlog (the group's lag) is no more than the
+/// messages of the payments still to come ([`Rest`]), and every point set
+/// to strike a process has struck once (confirmed): a window the kill
+/// stretch never reached would leave the run INCONCLUSIVE.
 ///
 /// The backlog counts because the faults are meant for the consumers' work,
 /// not the writer's: on a loaded machine a consumer fell behind, applied
@@ -299,10 +301,14 @@ pub(super) fn calm_after(ctx: &Ctx, stats: Arc<Stats>, total: u64) -> Option<Cal
             let held = ctx.broker.held(&ctx.topic()).unwrap_or(0);
             let rest = Rest { payments: total - at, written: Stats::get(&stats.payments_written), held };
             let caught_up = rest.holds(lag);
-            if caught_up || tokio::time::Instant::now() >= deadline {
+            // Every window the file sets is struck once before the calm: a
+            // run whose faults never fired proves nothing.
+            let unstruck = ctx.faults.unstruck();
+            if (caught_up && unstruck.is_empty()) || tokio::time::Instant::now() >= deadline {
                 // Whether the consumers caught up or the wait ran out.
                 let waited_ms = written.elapsed().as_millis() as u64;
-                tracing::info!(lag, caught_up, waited_ms, "the calm's share is written");
+                let unstruck: Vec<&str> = unstruck.iter().map(|p| p.name()).collect();
+                tracing::info!(lag, caught_up, ?unstruck, waited_ms, "the calm's share is written");
                 break;
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
