@@ -20,12 +20,29 @@ CHAOS_DATABASE_URL, CHAOS_SCHEMA, CHAOS_BATCH_SIZE, CHAOS_INSTANCE.
 outbox stays small without a cleanup job); declared with
 `published = "delete"` (orders-delete.toml).
 
-Deliberate bug, one flag:
+Deliberate bugs, one flag each:
   --stall-after-restart  an incarnation after the first never publishes
                          (as a relay whose cursor got stuck would): the rows
                          written after its restart wait forever. chaos must
                          say `stalled relay`, not `missing effect` and not
                          INCOMPLETE (broken-relay-stalls.toml).
+  --seq-cursor           THE CLASSIC MISTAKE OF AN INSERT-ORDERED CURSOR: the
+                         relay keeps its read position as the highest `seq`
+                         it has published, in a one-row table of its own
+                         (relay_cursor, created if missing), and reads
+                         `WHERE seq > cursor ORDER BY seq`. It looks right:
+                         seq only grows, the cursor survives restarts, the
+                         relays take turns on the cursor row (FOR UPDATE),
+                         and the produce, the acks, the mark and the cursor's
+                         advance are one transaction. But seq is taken at
+                         INSERT, and transactions commit in their own order:
+                         a service transaction that took seq 41 and commits
+                         after the one that took seq 42 was read becomes
+                         visible below the cursor, and no read ever looks
+                         at it again. Its order is never published, shipped
+                         or taken off the stock. chaos must say `stalled
+                         relay` and `unpublished leftover`
+                         (broken-relay-seq-cursor.toml).
 """
 import logging
 import os
@@ -52,6 +69,20 @@ FLAGS = set(sys.argv[1:])
 if "--delete" in FLAGS:
     MARK = "DELETE FROM order_events WHERE event_id = ANY(%s)"
 STALL_AFTER_RESTART = "--stall-after-restart" in FLAGS
+SEQ_CURSOR = "--seq-cursor" in FLAGS
+
+# --seq-cursor (THE BUG): the read position, the highest seq published, in a
+# one-row table the relay makes itself in its default schema (search_path is
+# the run's schema), so that it outlives a restart.
+CURSOR_TABLE = """CREATE TABLE IF NOT EXISTS relay_cursor (
+                      one      boolean PRIMARY KEY DEFAULT true CHECK (one),
+                      last_seq bigint NOT NULL)"""
+CURSOR_ROW = "INSERT INTO relay_cursor (one, last_seq) VALUES (true, 0) ON CONFLICT (one) DO NOTHING"
+# The relays take turns: whoever holds the cursor row reads past it.
+CURSOR_LOCK = "SELECT last_seq FROM relay_cursor FOR UPDATE"
+READ_PAST = """SELECT event_id, order_id, event_type, body::text, seq FROM order_events
+               WHERE seq > %s ORDER BY seq LIMIT %s"""
+CURSOR_ADVANCE = "UPDATE relay_cursor SET last_seq = %s"
 
 IDLE_SLEEP_SECS = 0.02   # nothing to publish: look again soon
 RETRY_SLEEP_SECS = 0.2   # after a failed batch: do not spin on a sick broker
@@ -141,6 +172,33 @@ def publish_batch(conn, publisher, batch_size):
     return len(rows)                                     # 3. committed here
 
 
+def ensure_cursor(conn):
+    """--seq-cursor: the cursor table and its one row, made if missing. Two
+    relays starting at once can race on CREATE TABLE IF NOT EXISTS; the
+    loser's error goes to the loop, which calls this again."""
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute(CURSOR_TABLE)
+        cur.execute(CURSOR_ROW)
+
+
+def publish_batch_past_cursor(conn, publisher, batch_size):
+    """--seq-cursor: reads, publishes and marks the rows past the cursor, and
+    advances it, in one transaction; returns the batch's size."""
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute(CURSOR_LOCK)
+        (last_seq,) = cur.fetchone()
+        cur.execute(READ_PAST, (last_seq, batch_size))
+        rows = cur.fetchall()
+        if not rows:
+            raise psycopg.Rollback()
+        publisher.send([row[:4] for row in rows])
+        cur.execute(MARK, ([row[0] for row in rows],))
+        # THE BUG: "everything up to here is published". A row below this
+        # seq whose transaction has not committed yet is skipped for ever.
+        cur.execute(CURSOR_ADVANCE, (rows[-1][4],))
+    return len(rows)
+
+
 def connect():
     # autocommit: transactions are opened with conn.transaction(), so the
     # session never idles inside one between batches.
@@ -157,7 +215,7 @@ def main():
     signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format=f"%(asctime)s {os.environ.get('CHAOS_INSTANCE', '-')} %(message)s")
-    unknown = FLAGS - {"--delete", "--stall-after-restart"}
+    unknown = FLAGS - {"--delete", "--stall-after-restart", "--seq-cursor"}
     if unknown:
         log.error("unknown arguments: %s", " ".join(sorted(unknown)))
         sys.exit(2)
@@ -167,12 +225,19 @@ def main():
     brokers, topic = os.environ["CHAOS_BROKERS"], os.environ["CHAOS_TOPIC"]
     batch_size = int(os.environ.get("CHAOS_BATCH_SIZE", "20"))
     publisher, conn = Publisher(brokers, topic), None
+    cursor_ready = False
 
     while not stopping:
         try:
             if conn is None or conn.closed:
                 conn = connect()
-            n = publish_batch(conn, publisher, batch_size) if publishes else 0
+            if SEQ_CURSOR:
+                if not cursor_ready:
+                    ensure_cursor(conn)
+                    cursor_ready = True
+                n = publish_batch_past_cursor(conn, publisher, batch_size)
+            else:
+                n = publish_batch(conn, publisher, batch_size) if publishes else 0
         except DeliveryFailed as e:
             log.warning("batch rolled back, claiming again: %s", e)
             if publisher.fatal:
