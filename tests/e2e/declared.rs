@@ -415,7 +415,8 @@ fn a_consumer_that_stops_applying_is_a_stalled_consumer() {
 /// Issue 39: `chaos init --system --from` puts the recommended faults
 /// under a declaration, unchanged: the correct orders system passes under
 /// them, and the inbox-first consumer, whose own scenario aims at its
-/// window, is caught by them too. Written beside a copy of the example,
+/// window, is caught by them too; so is a relay that reads by an
+/// insert-ordered cursor (issue 63), by the service's held commits. Written beside a copy of the example,
 /// where its commands and schema are.
 #[test]
 fn the_recommended_system_faults_pass_the_orders_system_and_catch_the_inbox_first_consumer() {
@@ -426,7 +427,11 @@ fn the_recommended_system_faults_pass_the_orders_system_and_catch_the_inbox_firs
         let f = f.unwrap().path();
         std::fs::copy(&f, orders.join(f.file_name().unwrap())).unwrap();
     }
-    let cases = [("orders.toml", None), ("broken-inbox-first.toml", Some("missing effect"))];
+    let cases = [
+        ("orders.toml", None),
+        ("broken-inbox-first.toml", Some("missing effect")),
+        ("broken-relay-seq-cursor.toml", Some("unpublished leftover")),
+    ];
     let paths: Vec<_> = cases
         .iter()
         .map(|(from, _)| {
@@ -448,6 +453,12 @@ fn the_recommended_system_faults_pass_the_orders_system_and_catch_the_inbox_firs
                 assert_eq!(ran.code, 0, "{from}: {}\nstderr:\n{}", r["reason"], ran.stderr);
                 assert_nothing_left(&r);
                 assert_fired_and_confirmed(&r, "db.kill_after_commit");
+                // Issue 63: the service's held commits went on, other
+                // commits overtook them, and no kill erased a hold.
+                let k = &r["components"];
+                assert!(k["writer_holds_overtaken"].as_u64() > Some(0), "no overtake seen: {k}");
+                let hold = r["faults"].as_array().unwrap().iter().find(|f| f["point"] == "db.hold_commit").unwrap();
+                assert!(hold["preempted"].as_u64().unwrap() * 20 <= hold["fired"].as_u64().unwrap(), "{hold}");
             }
             Some(a) => {
                 assert_eq!(ran.code, 1, "{from} was not caught: {}\nstderr:\n{}", r["reason"], ran.stderr);

@@ -251,6 +251,7 @@ fn the_recommended_consumer_scenario_passes_the_correct_consumers_and_catches_ev
         c("consumer_two_transactions.py", false, Some("missing effect")),
         c("consumer_effects_first.py", false, Some("duplicate effect")),
         c("consumer_email_no_key.py", true, Some("duplicate external effect")),
+        c("consumer_last_write_wins.py", false, Some("stale projection")),
     ];
     power(&cases, 4, |case, r| {
         if case.caught_by.is_some() {
