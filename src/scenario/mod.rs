@@ -111,8 +111,8 @@ use toml::Spanned;
 
 pub use raw::*;
 pub use system::{
-    CheckDecl, EffectDecl, Once, OperationDecl, OutboxDecl, ProviderFields, Published, ServiceDecl, Setup, System,
-    ValueGen,
+    CheckDecl, EffectDecl, Once, OperationDecl, OutboxDecl, OutboxField, ProviderFields, Published, ServiceDecl, Setup,
+    System, ValueGen,
 };
 pub use validate::{load, parse, parse_duration};
 
