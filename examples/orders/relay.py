@@ -20,6 +20,12 @@ CHAOS_DATABASE_URL, CHAOS_SCHEMA, CHAOS_BATCH_SIZE, CHAOS_INSTANCE.
 outbox stays small without a cleanup job); declared with
 `published = "delete"` (orders-delete.toml).
 
+--envelope: publish order_envelopes instead, the envelope outbox that
+`service.py --envelope` writes (orders-envelope.toml): each row is one
+serialized envelope, decoded here into the same message as above (key,
+headers event_id and event_type, value the event's body); rows are claimed
+and marked by their row_id.
+
 Deliberate bugs, one flag each:
   --stall-after-restart  an incarnation after the first never publishes
                          (as a relay whose cursor got stuck would): the rows
@@ -44,6 +50,7 @@ Deliberate bugs, one flag each:
                          relay` and `unpublished leftover`
                          (broken-relay-seq-cursor.toml).
 """
+import json
 import logging
 import os
 import signal
@@ -83,6 +90,15 @@ CURSOR_LOCK = "SELECT last_seq FROM relay_cursor FOR UPDATE"
 READ_PAST = """SELECT event_id, order_id, event_type, body::text, seq FROM order_events
                WHERE seq > %s ORDER BY seq LIMIT %s"""
 CURSOR_ADVANCE = "UPDATE relay_cursor SET last_seq = %s"
+# --envelope: the same claim and mark on the envelope outbox, by row_id.
+ENVELOPE = "--envelope" in FLAGS
+if ENVELOPE:
+    CLAIM = """SELECT row_id, envelope FROM order_envelopes
+               WHERE published_at IS NULL ORDER BY row_id LIMIT %s
+               FOR UPDATE SKIP LOCKED"""
+    MARK = "UPDATE order_envelopes SET published_at = clock_timestamp() WHERE row_id = ANY(%s)"
+    if "--delete" in FLAGS:
+        MARK = "DELETE FROM order_envelopes WHERE row_id = ANY(%s)"
 
 IDLE_SLEEP_SECS = 0.02   # nothing to publish: look again soon
 RETRY_SLEEP_SECS = 0.2   # after a failed batch: do not spin on a sick broker
@@ -154,6 +170,16 @@ class Publisher:
             raise DeliveryFailed(f"{len(failures)} of {len(rows)} deliveries failed: {failures[0]}")
 
 
+def message(row):
+    """A claimed row as (event_id, key, event_type, value): an order_events
+    row already is one; an envelope is decoded from its UTF-8 JSON."""
+    if not ENVELOPE:
+        return row
+    _row_id, envelope = row
+    e = json.loads(bytes(envelope).decode("utf-8"))
+    return e["eventId"], e["key"], e["type"], json.dumps(e["body"])
+
+
 def publish_batch(conn, publisher, batch_size):
     """Claims, publishes and marks one batch; returns its size (0: nothing to do)."""
     # Any exception inside the block rolls the claim back: the rows stay
@@ -167,7 +193,7 @@ def publish_batch(conn, publisher, batch_size):
             # COMMIT. It wrote nothing either way, and the fault proxy's
             # kill-after-commit then only strikes commits that marked rows.
             raise psycopg.Rollback()
-        publisher.send(rows)                             # 1. every ack...
+        publisher.send([message(r) for r in rows])       # 1. every ack...
         cur.execute(MARK, ([row[0] for row in rows],))   # 2. ...then the mark
     return len(rows)                                     # 3. committed here
 
@@ -215,7 +241,7 @@ def main():
     signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format=f"%(asctime)s {os.environ.get('CHAOS_INSTANCE', '-')} %(message)s")
-    unknown = FLAGS - {"--delete", "--stall-after-restart", "--seq-cursor"}
+    unknown = FLAGS - {"--delete", "--stall-after-restart", "--seq-cursor", "--envelope"}
     if unknown:
         log.error("unknown arguments: %s", " ".join(sorted(unknown)))
         sys.exit(2)

@@ -38,6 +38,21 @@ CREATE TABLE outbox (
     payload       jsonb NOT NULL
 );
 
+-- The same outbox as an envelope outbox, for `service.py --envelope` and
+-- `relay.py --envelope` (orders-envelope.toml): as many outbox libraries
+-- keep it, one serialized envelope per row under a row id of its own, the
+-- event's id, key and type inside it with its body:
+--   {"eventId": "<uuid>", "key": "<order_id>", "type": "OrderPlaced", "body": {...}}
+-- bytea, not jsonb: the library serializes, the database only stores.
+-- orders-envelope.toml reads the fields out with expressions, so the table
+-- needs no generated columns. The other services leave it empty.
+CREATE TABLE order_envelopes (
+    row_id       bigserial PRIMARY KEY,
+    envelope     bytea NOT NULL,
+    published_at timestamptz
+);
+CREATE INDEX order_envelopes_unpublished ON order_envelopes (row_id) WHERE published_at IS NULL;
+
 -- The warehouse: the "stock" handler takes each order's quantity off here.
 -- chaos checks that, per sku, 1000 - on_hand equals the quantities ordered,
 -- so the starting figure must match the query in the .toml files.

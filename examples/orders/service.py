@@ -31,6 +31,11 @@ router's key decides.
 --debezium-delete: the same, and the row is deleted again in the same
 transaction, as Debezium's documentation recommends: the insert stays in the
 write-ahead log, which is all Debezium reads, and the table stays empty.
+
+--envelope: the event goes to `order_envelopes (row_id, envelope, ...)`
+instead, as one serialized envelope per row (orders-envelope.toml), the way
+many outbox libraries store it: UTF-8 JSON bytes holding the event's id,
+key, type and body. relay.py --envelope publishes it.
 """
 import json
 import logging
@@ -51,6 +56,7 @@ log = logging.getLogger("service")
 TWO_TRANSACTIONS = "--two-transactions" in sys.argv[1:]
 DEBEZIUM_DELETE = "--debezium-delete" in sys.argv[1:]
 DEBEZIUM = DEBEZIUM_DELETE or "--debezium" in sys.argv[1:]
+ENVELOPE = "--envelope" in sys.argv[1:]
 MAX_BODY_BYTES = 64 * 1024
 
 INSERT_ORDER = """INSERT INTO orders (order_id, sku, quantity) VALUES (%s, %s, %s)
@@ -60,6 +66,7 @@ INSERT_EVENT = """INSERT INTO order_events (event_id, order_id, event_type, body
 if DEBEZIUM:
     INSERT_EVENT = """INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
                       VALUES (%s, 'order', %s, 'OrderPlaced', %s)"""
+INSERT_ENVELOPE = "INSERT INTO order_envelopes (envelope) VALUES (%s)"
 DELETE_EVENT = "DELETE FROM outbox WHERE id = %s"
 INSERT_CONFIRMED = """INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
                       VALUES (%s, 'order', %s, 'OrderConfirmed', %s)"""
@@ -133,6 +140,15 @@ def parse_order(raw):
     return order_id, sku, quantity
 
 
+def insert_event(cur, event_id, order_id, event):
+    """Writes one OrderPlaced event into the outbox, in the caller's transaction."""
+    if ENVELOPE:
+        envelope = {"eventId": str(event_id), "key": str(order_id), "type": "OrderPlaced", "body": event}
+        cur.execute(INSERT_ENVELOPE, (json.dumps(envelope).encode("utf-8"),))
+    else:
+        cur.execute(INSERT_EVENT, (event_id, order_id, Jsonb(event)))
+
+
 def place_order(conn, order_id, sku, quantity):
     """Writes the order and its event; returns (status, answer body)."""
     event = {"order_id": str(order_id), "sku": sku, "quantity": quantity}
@@ -143,7 +159,7 @@ def place_order(conn, order_id, sku, quantity):
             # Only a new order gets an event: a retried request that finds
             # its order already there must not announce it a second time.
             ids = [uuid.uuid4()]
-            cur.execute(INSERT_EVENT, (ids[0], order_id, Jsonb(event)))
+            insert_event(cur, ids[0], order_id, event)
             if DEBEZIUM:
                 ids.append(uuid.uuid4())
                 cur.execute(INSERT_CONFIRMED, (ids[1], order_id, Jsonb({"order_id": str(order_id)})))
@@ -172,7 +188,7 @@ def place_order_two_transactions(conn, order_id, sku, quantity):
     if not new:
         return HTTPStatus.OK, event
     with conn.transaction(), conn.cursor() as cur:   # the second transaction
-        cur.execute(INSERT_EVENT, (uuid.uuid4(), order_id, Jsonb(event)))
+        insert_event(cur, uuid.uuid4(), order_id, event)
     return HTTPStatus.CREATED, event
 
 

@@ -111,8 +111,8 @@ use toml::Spanned;
 
 pub use raw::*;
 pub use system::{
-    CheckDecl, EffectDecl, Once, OperationDecl, OutboxDecl, ProviderFields, Published, ServiceDecl, Setup, System,
-    ValueGen,
+    CheckDecl, EffectDecl, Once, OperationDecl, OutboxDecl, OutboxField, ProviderFields, Published, ServiceDecl, Setup,
+    System, ValueGen,
 };
 pub use validate::{load, parse, parse_duration};
 
@@ -661,7 +661,9 @@ mod tests {
         let skeleton = parse(RECOMMENDED_SYSTEM, &dir.join("system.toml")).expect("the skeleton");
         assert!(skeleton.system.is_some() && skeleton.faults.get(FaultPoint::DbHoldCommit) > 0.0);
         assert_eq!(skeleton.nemesis_targets, ["notifier-1", "notifier-2"]);
-        for name in ["orders.toml", "broken-inbox-first.toml", "broken-service-two-transactions.toml"] {
+        for name in
+            ["orders.toml", "orders-envelope.toml", "broken-inbox-first.toml", "broken-service-two-transactions.toml"]
+        {
             let text = std::fs::read_to_string(dir.join(name)).unwrap();
             let own = parse(&text, &dir.join(name)).unwrap();
             assert_ne!(rates(&own), rates(&skeleton), "{name} has faults of its own to replace");

@@ -229,14 +229,36 @@ pub enum ValueGen {
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct OutboxDecl {
     pub table: String,
-    pub id: String,
-    pub key: String,
-    pub kind: String,
-    pub payload: String,
+    pub id: OutboxField,
+    pub key: OutboxField,
+    pub kind: OutboxField,
+    pub payload: OutboxField,
     pub published: Published,
     /// What makes an event malformed, as a SQL condition on the outbox
     /// log's text columns; None when the service writes none.
     pub malformed: Option<String>,
+}
+
+/// One of `[system.outbox]`'s `id`, `key`, `type` and `payload`: a column
+/// of the outbox row, or an SQL expression over the row, for the libraries
+/// that keep one serialized envelope per row (`payload->>'eventId'`), so
+/// that their table is declared as it is.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum OutboxField {
+    /// A plain name (unquoted lowercase SQL: letters, digits, _): that column.
+    Column(String),
+    /// Any other value: evaluated over the row as written.
+    Expression(String),
+}
+
+impl From<&str> for OutboxField {
+    /// A plain name is a column, anything else an expression.
+    fn from(value: &str) -> Self {
+        match identifier(value) {
+            true => Self::Column(value.to_string()),
+            false => Self::Expression(value.to_string()),
+        }
+    }
 }
 
 /// How the user's relay marks an outbox row as published.
@@ -602,12 +624,20 @@ impl Validator<'_> {
             ("delete" | "none", Some(c)) => return self.err(c.span(), "`system.outbox.published_column` is set, and `published` is not \"column\"; remove one"),
             (other, _) => return self.err(raw.published.span(), &format!("`system.outbox.published` is {other:?}; expected \"column\", \"delete\" or \"none\"")),
         };
+        // A column or an expression; an expression's SQL is proved on the
+        // fresh schema (store::declared::probe_outbox), in the database's words.
+        let field = |v: &Spanned<String>, key: &str| -> Result<OutboxField, crate::Error> {
+            match v.get_ref().trim().is_empty() {
+                true => self.err(v.span(), &format!("`system.outbox.{key}` is empty; name a column of the outbox, or write an SQL expression over its row (\"payload->>'eventId'\")")),
+                false => Ok(OutboxField::from(v.get_ref().as_str())),
+            }
+        };
         Ok(OutboxDecl {
             table: ident(&raw.table, "table")?,
-            id: ident(&raw.id, "id")?,
-            key: ident(&raw.key, "key")?,
-            kind: ident(&raw.kind, "type")?,
-            payload: ident(&raw.payload, "payload")?,
+            id: field(&raw.id, "id")?,
+            key: field(&raw.key, "key")?,
+            kind: field(&raw.kind, "type")?,
+            payload: field(&raw.payload, "payload")?,
             published,
             malformed: raw.malformed.as_ref().map(|m| m.get_ref().clone()),
         })
@@ -650,6 +680,14 @@ mod tests {
         assert_eq!(placeholders("/orders/{key}/items/{sku}"), vec!["key", "sku"]);
         assert_eq!(placeholders("{not a name} {a}"), vec!["a"]);
         assert!(placeholders("no braces").is_empty());
+    }
+
+    #[test]
+    fn an_outbox_field_is_a_column_when_it_is_a_plain_name_and_an_expression_otherwise() {
+        assert_eq!(OutboxField::from("event_id"), OutboxField::Column("event_id".into()));
+        for e in ["payload->>'eventId'", "convert_from(envelope, 'UTF8')::jsonb->>'key'", "EventId", "\"eventId\""] {
+            assert_eq!(OutboxField::from(e), OutboxField::Expression(e.into()), "{e}");
+        }
     }
 
     #[test]

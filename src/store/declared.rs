@@ -5,7 +5,9 @@
 //!
 //! Every name spliced into the SQL below was checked by the scenario as an
 //! unquoted lowercase identifier, and is quoted anyway. The user's queries
-//! are the user's: they run as written, wrapped in a sub-select.
+//! are the user's: they run as written, wrapped in a sub-select. So are the
+//! outbox's fields written as expressions (an envelope's `payload->>'id'`):
+//! each is evaluated over one row of the outbox, in parentheses.
 //!
 //! Both backends: a user's declared system runs on PostgreSQL, and the
 //! reads run on SQLite too, against the reference migrations (tested
@@ -15,7 +17,7 @@
 
 use super::Store;
 use crate::error::{Error, Result};
-use crate::scenario::{CheckDecl, EffectDecl, Once, OutboxDecl, Published, System};
+use crate::scenario::{CheckDecl, EffectDecl, Once, OutboxDecl, OutboxField, Published, System};
 use futures::TryStreamExt;
 use sqlx::{Column, Executor, Row, TypeInfo};
 
@@ -37,6 +39,21 @@ pub struct BadDeclaration {
 
 fn q(ident: &str) -> String {
     format!("\"{}\"", ident.replace('"', "\"\""))
+}
+
+/// An outbox field as SQL over one row of the outbox table: a column by
+/// its quoted name, an expression as written, in parentheses. The line end
+/// closes a `--` comment the expression may end with.
+fn field(f: &OutboxField) -> String {
+    match f {
+        OutboxField::Column(c) => q(c),
+        OutboxField::Expression(e) => format!("({e}\n)"),
+    }
+}
+
+/// The outbox's fields, each with the key that declares it.
+fn fields(o: &OutboxDecl) -> [(&'static str, &OutboxField); 4] {
+    [("id", &o.id), ("key", &o.key), ("type", &o.kind), ("payload", &o.payload)]
 }
 
 /// The database's own message, without sqlx's wrapping.
@@ -74,7 +91,9 @@ pub async fn apply_setup(store: &Store, sql: &str) -> std::result::Result<(), St
 }
 
 /// Proves the outbox's declaration on the freshly set-up schema: the table
-/// and its declared columns exist. Nothing is written.
+/// and its declared columns exist, and each field's expression reads as
+/// one value of a row, as text. Nothing is written; each field's SQL is
+/// prepared, not run, so it is one statement.
 pub async fn probe_outbox(store: &Store, sys: &System) -> std::result::Result<(), BadDeclaration> {
     let bad = |key: &str, message: String| BadDeclaration { key: key.to_string(), message };
     let o = &sys.outbox;
@@ -82,14 +101,20 @@ pub async fn probe_outbox(store: &Store, sys: &System) -> std::result::Result<()
     execute(store, &format!("SELECT 1 FROM {table} LIMIT 0"))
         .await
         .map_err(|e| bad("system.outbox.table", db_message(&e)))?;
-    let mut columns = vec![("id", &o.id), ("key", &o.key), ("type", &o.kind), ("payload", &o.payload)];
-    if let Published::Column(c) = &o.published {
-        columns.push(("published_column", c));
-    }
-    for (key, col) in columns {
-        execute(store, &format!("SELECT {} FROM {table} LIMIT 0", q(col)))
+    for (key, f) in fields(o) {
+        let text = store.dialect().text(&field(f));
+        let key = format!("system.outbox.{key}");
+        prepare(store, &format!("SELECT {text} FROM {table} LIMIT 0")).await.map_err(|e| bad(&key, db_message(&e)))?;
+        // A condition admits neither an aggregate nor a set-returning
+        // function: one row of the outbox must give one value.
+        prepare(store, &format!("SELECT 1 FROM {table} WHERE {text} IS NULL LIMIT 0"))
             .await
-            .map_err(|e| bad(&format!("system.outbox.{key}"), db_message(&e)))?;
+            .map_err(|e| bad(&key, format!("must give one value per row: {}", db_message(&e))))?;
+    }
+    if let Published::Column(c) = &o.published {
+        execute(store, &format!("SELECT {} FROM {table} LIMIT 0", q(c)))
+            .await
+            .map_err(|e| bad("system.outbox.published_column", db_message(&e)))?;
     }
     Ok(())
 }
@@ -222,23 +247,36 @@ fn effect_sql(dialect: Dialect, e: &EffectDecl, present: &[&str], limit: Option<
 
 /// Adds [`OUTBOX_LOG`] and the trigger that fills it, and `chaos_text` on
 /// PostgreSQL (SQLite's connections register their own).
+///
+/// The trigger evaluates the fields over the inserted row as the probe and
+/// the reads of the outbox do over the table: a column or an expression,
+/// qualified by the table's name or not. On PostgreSQL the row is `NEW` as
+/// a one-row sub-select named after the table, and the function keeps the
+/// search_path it was made with, so an expression means what the probe
+/// proved whoever inserts; on SQLite, which has no `NEW.*`, it is the
+/// table's row just inserted, found by its rowid.
 pub async fn install_outbox_log(store: &Store, o: &OutboxDecl) -> Result<()> {
-    let columns = [&o.id, &o.key, &o.kind, &o.payload].map(|c| format!("NEW.{}", q(c)));
-    let values = columns.iter().map(|c| store.dialect().text(c)).collect::<Vec<_>>().join(", ");
+    let values = fields(o).map(|(_, f)| store.dialect().text(&field(f))).join(", ");
     let table = q(&o.table);
     let sql = match store {
         Store::Postgres(pg) => {
             let schema = q(&pg.schema);
             let log = format!("{schema}.{OUTBOX_LOG}");
+            // The field columns win over PL/pgSQL's own names (`found`).
+            let body = format!(
+                r#"#variable_conflict use_column
+                BEGIN
+                    INSERT INTO {log} (id, key, kind, payload) SELECT {values} FROM (SELECT NEW.*) AS {table};
+                    RETURN NEW;
+                END"#
+            );
+            let tag = dollar_tag(&body);
             format!(
                 r#"{function};
                 CREATE TABLE {log} (seq bigserial PRIMARY KEY, id text, key text, kind text, payload text,
                                     at timestamptz NOT NULL DEFAULT clock_timestamp());
-                CREATE FUNCTION {schema}.chaos_outbox_log_row() RETURNS trigger LANGUAGE plpgsql AS $chaos$
-                BEGIN
-                    INSERT INTO {log} (id, key, kind, payload) VALUES ({values});
-                    RETURN NEW;
-                END $chaos$;
+                CREATE FUNCTION {schema}.chaos_outbox_log_row() RETURNS trigger LANGUAGE plpgsql
+                    SET search_path FROM CURRENT AS {tag}{body}{tag};
                 CREATE TRIGGER chaos_outbox_log AFTER INSERT ON {schema}.{table}
                     FOR EACH ROW EXECUTE FUNCTION {schema}.chaos_outbox_log_row();"#,
                 function = super::text::POSTGRES,
@@ -249,10 +287,16 @@ pub async fn install_outbox_log(store: &Store, o: &OutboxDecl) -> Result<()> {
             r#"CREATE TABLE {OUTBOX_LOG} (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT, key TEXT, kind TEXT,
                 payload TEXT, at INTEGER NOT NULL DEFAULT (CAST(unixepoch('subsec') * 1000 AS INTEGER)));
             CREATE TRIGGER chaos_outbox_log AFTER INSERT ON {table} FOR EACH ROW
-            BEGIN INSERT INTO {OUTBOX_LOG} (id, key, kind, payload) VALUES ({values}); END;"#
+            BEGIN INSERT INTO {OUTBOX_LOG} (id, key, kind, payload) SELECT {values} FROM {table} WHERE rowid = NEW.rowid; END;"#
         ),
     };
     execute(store, &sql).await.map_err(|e| Error::db("adding the outbox log", e))
+}
+
+/// A dollar-quoting tag that `body` does not contain, so that no
+/// expression in it ends the function's text early.
+fn dollar_tag(body: &str) -> String {
+    (0..).map(|n| format!("$chaos{n}$")).find(|tag| !body.contains(tag.as_str())).expect("a body is finite")
 }
 
 /// The rows of the outbox not yet marked published: NULL in the column,
@@ -276,7 +320,7 @@ pub async fn unpublished(store: &Store, o: &OutboxDecl) -> Result<Option<i64>> {
 /// [`PENDING_READ`]; None when the relay keeps no mark.
 pub async fn unpublished_keys(store: &Store, o: &OutboxDecl) -> Result<Option<Vec<String>>> {
     let Some(rows) = unmarked(o) else { return Ok(None) };
-    let sql = format!("SELECT {} FROM {rows} LIMIT {PENDING_READ}", store.dialect().text(&q(&o.key)));
+    let sql = format!("SELECT {} FROM {rows} LIMIT {PENDING_READ}", store.dialect().text(&field(&o.key)));
     let mut keys = Vec::new();
     text_rows(store, &sql, "reading the unpublished outbox rows' keys", |mut r| {
         keys.push(r.swap_remove(0).unwrap_or_default())
@@ -318,7 +362,7 @@ pub async fn outbox_log(store: &Store, o: &OutboxDecl, mut on: impl FnMut(Logged
 /// The ids of the outbox rows still unmarked after the drain.
 pub async fn leftovers(store: &Store, o: &OutboxDecl, mut on: impl FnMut(String)) -> Result<()> {
     let Some(rows) = unmarked(o) else { return Ok(()) };
-    let sql = format!("SELECT {} FROM {rows}", store.dialect().text(&q(&o.id)));
+    let sql = format!("SELECT {} FROM {rows}", store.dialect().text(&field(&o.id)));
     text_rows(store, &sql, "reading unpublished outbox rows", |mut r| on(r.swap_remove(0).unwrap_or_default())).await
 }
 
@@ -422,6 +466,15 @@ async fn execute(store: &Store, sql: &str) -> std::result::Result<(), sqlx::Erro
     match store {
         Store::Postgres(pg) => sqlx::raw_sql(sql).execute(pg.conn_pool()).await.map(|_| ()),
         Store::Sqlite(s) => sqlx::raw_sql(sql).execute(s.conn_pool()).await.map(|_| ()),
+    }
+}
+
+/// Prepares one statement without running it: the database's words on
+/// what it would refuse to plan.
+async fn prepare(store: &Store, sql: &str) -> std::result::Result<(), sqlx::Error> {
+    match store {
+        Store::Postgres(pg) => pg.conn_pool().describe(sql).await.map(|_| ()),
+        Store::Sqlite(s) => s.conn_pool().describe(sql).await.map(|_| ()),
     }
 }
 
@@ -542,6 +595,53 @@ mod sqlite_reads {
         assert_eq!(n, 1);
         assert_eq!(examples, [format!(r#"{{"payment_id":"{key}","n":3}}"#)]);
         assert_eq!(super::logged(&store).await.unwrap(), 2);
+    }
+
+    /// An envelope: the key and type read out of the payload by
+    /// expressions, one qualified by the table's name, one ending in a
+    /// comment; the id a column. The log, the probe and the reads of the
+    /// unpublished rows all evaluate them.
+    #[tokio::test]
+    async fn expressions_over_the_row_are_read_as_columns_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = super::super::sqlite::SqliteStore::open(&dir.path().join("e.sqlite"), 2).await.unwrap();
+        let store = Store::Sqlite(s);
+        let o = OutboxDecl {
+            key: "json_extract(outbox.payload, '$.order') -- the envelope's key".into(),
+            kind: "upper(event_type)".into(),
+            ..outbox(None)
+        };
+        assert!(matches!(o.id, OutboxField::Column(_)) && matches!(o.key, OutboxField::Expression(_)));
+        let sys = System { outbox: o.clone(), ..crate::scenario::payments_declaration(false).unwrap() };
+        probe_outbox(&store, &sys).await.unwrap();
+        install_outbox_log(&store, &o).await.unwrap();
+        let pool = match &store {
+            Store::Sqlite(s) => s.conn_pool().clone(),
+            Store::Postgres(_) => unreachable!(),
+        };
+        let id = uuid::Uuid::new_v4();
+        sqlx::query("INSERT INTO outbox (id, aggregate_id, event_type, payload) VALUES (?, ?, 'placed', ?)")
+            .bind(id)
+            .bind(uuid::Uuid::new_v4())
+            .bind(r#"{"order": "o-1", "quantity": 3}"#)
+            .execute(&pool)
+            .await
+            .unwrap();
+        let mut logged = Vec::new();
+        outbox_log(&store, &o, |e| logged.push(e)).await.unwrap();
+        assert_eq!(logged.len(), 1);
+        let e = &logged[0];
+        assert_eq!((e.id.as_str(), e.key.as_str(), e.kind.as_str()), (id.to_string().as_str(), "o-1", "PLACED"));
+        assert_eq!(unpublished_keys(&store, &o).await.unwrap(), Some(vec!["o-1".to_string()]));
+        let mut left = Vec::new();
+        leftovers(&store, &o, |id| left.push(id)).await.unwrap();
+        assert_eq!(left, [id.to_string()]);
+
+        let bad = OutboxDecl { kind: "upper(event_typ)".into(), ..o };
+        let sys = System { outbox: bad, ..sys };
+        let err = probe_outbox(&store, &sys).await.unwrap_err();
+        assert_eq!(err.key, "system.outbox.type");
+        assert!(err.message.contains("no such column: event_typ"), "{}", err.message);
     }
 
     #[tokio::test]
