@@ -23,8 +23,9 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 log = logging.getLogger("relay")
 
 # SKIP LOCKED: several relays run at once and never wait on each other's
-# batches. payload::text is the value exactly as PostgreSQL renders it; the
-# verifier compares it byte for byte, so it is never parsed and re-serialized.
+# batches. payload::text is the value exactly as PostgreSQL renders it, sent
+# unchanged; the verifier compares it with the row as JSON, by value (key order
+# and spacing aside), so any changed value is a `message mismatch`.
 CLAIM = """SELECT id, aggregate_id, event_type, payload::text FROM outbox
            WHERE published_at IS NULL ORDER BY seq LIMIT %s
            FOR UPDATE SKIP LOCKED"""

@@ -19,6 +19,8 @@ choices! {
         /// A message on the topic that is no outbox event.
         ForeignEvent = "foreign event",
         /// A message whose key, type or payload differ from its outbox row.
+        /// A JSON payload counts by value: re-serialised with other key
+        /// order or spacing it is the same; a changed value is not.
         MessageMismatch = "message mismatch",
         /// One payment's events on more than one partition.
         SplitPayment = "split payment",

@@ -34,7 +34,9 @@ pub const HEADER_EVENT_TYPE: &str = "event_type";
 /// and a message whose fingerprint differs from its row's was changed on
 /// the way. A JSON payload counts as its canonical form
 /// ([`crate::domain::canonical`]): a relay that re-serialises it with other
-/// key order or spacing says the same thing; a changed value does not.
+/// key order or spacing says the same thing and passes; a changed value,
+/// or a number in another form (`100.0` for `100`), is a `message
+/// mismatch`.
 /// Any other payload counts as its bytes. FNV-1a, folded to 32 bits: a
 /// corrupted message slips through with odds of one in four billion, and
 /// a million payments keep four bytes per event.

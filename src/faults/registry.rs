@@ -360,7 +360,7 @@ impl FaultPoint {
     /// An aimed kill: the fault proxy kills the process at a window of
     /// its protocol (a commit acknowledged, an offset commit answered, a
     /// fetch with records, a produce acknowledged, a COMMIT held). Its rate
-    /// may be read per second of a process's life instead of per window
+    /// is per second of a process's life by default, or per window
     /// (`[nemesis] aimed`, [`Aimed`]).
     pub fn aimed(self) -> bool {
         use FaultPoint::*;
@@ -398,7 +398,8 @@ pub fn reference() -> String {
          commits once per message and one that commits per batch of ten then take about the same number of kills \
          from one scenario, where per window the first takes ten times as many. `[nemesis] aimed = \
          \"per-occurrence\"` reads the rate per window instead (the shipped scenarios sized that way say so); \
-         a replay's `--schedule` names windows either way. Every other point keeps its rate per occurrence: a \
+         a file that sets an aimed rate and no `aimed` key is read per second, and the run warns at its start. \
+         A replay's `--schedule` names windows either way. Every other point keeps its rate per occurrence: a \
          fault on each batch, each produce, each email is the point.\n\n\
          | fault point | `[faults]` key | per | needs | timeline | what happens | confirmed by |\n\
          |---|---|---|---|---|---|---|\n",

@@ -44,8 +44,14 @@ pub fn render(r: &Report, html: &str, width: usize) -> String {
     if judged {
         lines.push(("checks".into(), checks_line(r)));
     }
-    if r.verdict != Verdict::Pass {
-        lines.push(("why".into(), r.reason.clone()));
+    match r.verdict {
+        Verdict::Pass => {}
+        // Nothing broke: the reason is all there is to read, and the fix it
+        // names comes at its end, so it wraps rather than being cut.
+        Verdict::Inconclusive => {
+            wrap(&mut lines, "why", r.reason.split_whitespace().map(String::from).collect(), " ", width)
+        }
+        _ => lines.push(("why".into(), r.reason.clone())),
     }
     lines.push(("report".into(), html.to_string()));
     lines.push(("replay".into(), r.replay.clone()));
@@ -72,7 +78,7 @@ fn harm_lines(lines: &mut Vec<(String, String)>, r: &Report, width: usize) {
         lines.push(("harm".into(), line));
     } else {
         lines.push(("harm".into(), said));
-        wrap(lines, "", named, width);
+        wrap(lines, "", named, " · ", width);
     }
     if let Some(e) = worst.examples.first() {
         lines.push(("example".into(), e.clone()));
@@ -138,7 +144,7 @@ fn fault_lines(lines: &mut Vec<(String, String)>, r: &Report, width: usize) {
     if fired.is_empty() {
         lines.push(("faults".into(), "none set".into()));
     }
-    wrap(lines, "faults", fired, width);
+    wrap(lines, "faults", fired, " · ", width);
 }
 
 /// How many invariants and chaos checks held.
@@ -148,19 +154,19 @@ fn checks_line(r: &Report) -> String {
     format!("{held} of {} invariants hold · {chaos} of {} chaos checks", r.invariants.len(), r.chaos_checks.len())
 }
 
-/// Items joined by " · " onto as many labelled lines as they need to fit
-/// `width`, the label on the first.
-fn wrap(lines: &mut Vec<(String, String)>, label: &str, items: Vec<String>, width: usize) {
+/// Items joined by `sep` (" · ") onto as many labelled lines as they need
+/// to fit `width`, the label on the first.
+fn wrap(lines: &mut Vec<(String, String)>, label: &str, items: Vec<String>, sep: &str, width: usize) {
     let room = width.saturating_sub(12).max(20);
     let mut current = String::new();
     let mut first = true;
     for item in items {
-        if !current.is_empty() && current.chars().count() + 3 + item.chars().count() > room {
+        if !current.is_empty() && current.chars().count() + sep.chars().count() + item.chars().count() > room {
             lines.push((if first { label } else { "" }.into(), std::mem::take(&mut current)));
             first = false;
         }
         if !current.is_empty() {
-            current.push_str(" · ");
+            current.push_str(sep);
         }
         current.push_str(&item);
     }
@@ -319,6 +325,23 @@ mod tests {
             lines[4], "  cause     relay.after_produce on relay-1 at 0.825 s: its batch (outbox seq 1..=22) held seq 1",
             "{s}"
         );
+    }
+
+    /// An inconclusive run's reason ends with its fix: it wraps, whole.
+    #[test]
+    fn an_inconclusive_reason_wraps_rather_than_being_cut() {
+        let mut r = report();
+        r.verdict = Verdict::Inconclusive;
+        r.reason =
+            format!("the chaos did not happen: {} set `[nemesis] aimed = \"per-occurrence\"`", "word ".repeat(40));
+        let s = render(&r, "reports/x.html", 80);
+        assert!(s.lines().all(|l| l.chars().count() <= 80), "{s}");
+        assert!(!s.contains('…'), "{s}");
+        let why: Vec<&str> =
+            s.lines().skip_while(|l| !l.starts_with("  why ")).take_while(|l| !l.starts_with("  report")).collect();
+        assert!(why.len() > 1, "{s}");
+        let joined: Vec<&str> = why.iter().flat_map(|l| l.split_whitespace()).skip(1).collect();
+        assert_eq!(joined.join(" "), r.reason.split_whitespace().collect::<Vec<_>>().join(" "), "nothing lost");
     }
 
     #[test]

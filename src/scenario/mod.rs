@@ -315,6 +315,12 @@ pub struct Settings {
     pub broker_restart: Vec<String>,
     /// What an aimed kill's rate counts (`[nemesis] aimed`).
     pub aimed: crate::faults::Aimed,
+    /// The file has no `[nemesis] aimed` key, so `aimed` is the default:
+    /// a file written when aimed rates counted windows reads this way too
+    /// ([`Settings::aimed_warning`]). How the file was written, not what
+    /// the run does: left out of the settings' JSON.
+    #[serde(skip)]
+    pub aimed_implied: bool,
     /// Aimed kills' rates for one role's processes (`[faults.service]`).
     #[serde(default)]
     pub role_rates: crate::faults::RoleRates,
@@ -431,6 +437,34 @@ impl Settings {
             || self.proxy.kafka
             || self.proxy.shaping != Shaping::default()
             || FaultPoint::ALL.iter().any(|p| p.proxied() && self.faults.get(*p) > 0.0)
+    }
+
+    /// The warning for a file that may have been written when aimed kills'
+    /// rates counted windows: it sets an aimed kill's rate and has no
+    /// `[nemesis] aimed` key, so the rate is read per second of a process's
+    /// life (the default), whatever it was sized for. A file with a role's
+    /// own rate (`[faults.service]`) was written for per second, the only
+    /// reading such rates have; a schedule pins windows either way. None
+    /// otherwise.
+    pub fn aimed_warning(&self) -> Option<String> {
+        if !self.aimed_implied || !self.role_rates.is_empty() || self.schedule.is_some() {
+            return None;
+        }
+        let set: Vec<String> = FaultPoint::ALL
+            .iter()
+            .filter(|p| p.aimed() && self.faults.get(**p) > 0.0)
+            .map(|p| format!("{} = {}", p.key(), self.faults.get(*p)))
+            .collect();
+        if set.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "{}: no `[nemesis] aimed` key, so the aimed kill rate(s) {} count seconds of a process's life (the default), not windows; \
+             a file sized per window (each commit, produce or fetch) needs `aimed = \"per-occurrence\"` under `[nemesis]`, \
+             and `aimed = \"per-second\"` there keeps per second and ends this warning",
+            self.path.display(),
+            set.join(", ")
+        ))
     }
 
     /// Whether the fault proxy stands in front of Kafka too: `[proxy]
@@ -948,6 +982,49 @@ mod tests {
         assert_eq!(p("name = \"t\"\n").unwrap().aimed, crate::faults::Aimed::PerSecond, "the default");
         let pinned = p("[nemesis]\naimed = \"per-occurrence\"\n").unwrap();
         assert_eq!(pinned.aimed, crate::faults::Aimed::PerOccurrence);
+    }
+
+    /// A file with an aimed kill's rate and no `[nemesis] aimed` key may
+    /// have been sized per window, before per second was the default: the
+    /// run warns, naming the rates and both fixes. Any `aimed` line, a
+    /// role's own rate, or no aimed rate at all: no warning.
+    #[test]
+    fn an_aimed_rate_without_an_aimed_key_is_warned_of() {
+        let base =
+            "[run]\ncomponents = \"process\"\n[faults]\ndb_kill_after_commit = 0.05\nkafka_kill_after_fetch = 0.1\n";
+        let warning = p(base).unwrap().aimed_warning();
+        assert_eq!(
+            warning.as_deref(),
+            Some(
+                "t.toml: no `[nemesis] aimed` key, so the aimed kill rate(s) db_kill_after_commit = 0.05, \
+                 kafka_kill_after_fetch = 0.1 count seconds of a process's life (the default), not windows; \
+                 a file sized per window (each commit, produce or fetch) needs `aimed = \"per-occurrence\"` under `[nemesis]`, \
+                 and `aimed = \"per-second\"` there keeps per second and ends this warning"
+            )
+        );
+        for aimed in ["per-second", "per-occurrence"] {
+            let sc = p(&format!("{base}[nemesis]\naimed = \"{aimed}\"\n")).unwrap();
+            assert_eq!(sc.aimed_warning(), None, "{aimed} said");
+        }
+        let own = p(&format!("{base}[faults.service]\ndb_kill_after_commit = 0.3\n")).unwrap();
+        assert_eq!(own.aimed_warning(), None, "a role's own rate is per second only");
+        let unaimed = p("[run]\ncomponents = \"process\"\n[faults]\nprocess_kill = 0.1\n").unwrap();
+        assert_eq!(unaimed.aimed_warning(), None, "no aimed kill");
+        // Lowered to 0 on the command line: nothing left to read per second.
+        let off = p(base)
+            .unwrap()
+            .with_rate(crate::faults::FaultPoint::DbKillAfterCommit, 0.0)
+            .and_then(|s| s.with_rate(crate::faults::FaultPoint::KafkaKillAfterFetch, 0.0))
+            .unwrap();
+        assert_eq!(off.aimed_warning(), None);
+        // The recommended files say what their aimed rates count.
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/orders");
+        for (name, text) in
+            [("consumer", RECOMMENDED_CONSUMER), ("relay", RECOMMENDED_RELAY), ("system", RECOMMENDED_SYSTEM)]
+        {
+            let sc = parse(text, &dir.join(format!("{name}.toml"))).unwrap();
+            assert_eq!(sc.aimed_warning(), None, "{name}");
+        }
     }
 
     /// `[faults.service]`: an aimed kill's own rate for one role, over

@@ -190,6 +190,7 @@ impl Validator<'_> {
             broker_restart: self.argv(&raw.nemesis.broker_restart, "nemesis.broker_restart")?,
             database_restart: self.argv(&raw.nemesis.database_restart, "nemesis.database_restart")?,
             aimed: self.choice(&raw.nemesis.aimed, "nemesis.aimed", Aimed::parse, Aimed::names)?,
+            aimed_implied: raw.nemesis.aimed.span() == (0..0),
             role_rates: self.role_rates(&raw)?,
             calm_after: self.calm_after(&raw)?,
             nemesis_targets: self.targets(&raw, &raw.nemesis.targets, "nemesis.targets", false)?,

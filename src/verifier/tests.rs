@@ -285,6 +285,34 @@ fn a_message_that_differs_from_its_outbox_row_fails_alone() {
     assert!(anomaly(&r, "message mismatch").examples[0].contains("differs from its outbox row"));
 }
 
+/// A relay that parses the payload and writes it out again publishes the
+/// same event when the values are the same: JSON payloads are compared by
+/// value, key order and spacing aside ([`crate::domain::canonical`]). A
+/// changed value, or a number written in another form (`100.0` for
+/// `100`), is a `message mismatch`.
+#[test]
+fn a_reserialised_payload_is_the_same_event_and_a_changed_value_a_mismatch() {
+    let w = healthy(2);
+    let (p, m) = (w.intent[0], &w.topic[1]);
+    let sent = |payload: String| {
+        let mut w = w.clone();
+        let kind = m.kind.unwrap().event_type();
+        w.topic[1].fingerprint = fingerprint(p.id.to_string().as_bytes(), kind.as_bytes(), payload.as_bytes());
+        w
+    };
+    let (id, account, amount) = (p.id, p.account_id, p.amount_cents);
+    // Keys in another order, spaced and broken over lines: the same event.
+    let redumped = format!("{{ \"amount_cents\" : {amount},\n  \"account_id\": {account}, \"payment_id\": \"{id}\" }}");
+    let r = sent(redumped).reconcile();
+    assert!(failing(&r).is_empty() && r.anomalies.is_empty(), "{:?} {:#?}", failing(&r), r.anomalies);
+    // A changed value, or the same number in another form: caught.
+    for changed in [amount.to_string() + "1", format!("{amount}.0")] {
+        let payload = format!(r#"{{"payment_id":"{id}","account_id":{account},"amount_cents":{changed}}}"#);
+        let r = fails_with(&sent(payload), &["every message equals its outbox row"]);
+        assert_eq!(anomaly(&r, "message mismatch").count, 1, "{changed}");
+    }
+}
+
 #[test]
 fn a_payment_on_two_partitions_fails_alone() {
     let mut w = healthy(3);

@@ -83,11 +83,15 @@ pub fn allow(anomalies: &mut [Anomaly], allowed: &[AnomalyKind]) {
 }
 
 /// What a failed chaos check says did not happen, in words: a fault that
-/// never fired, or firings whose effect was not seen.
-fn not_happened(check: &Invariant) -> String {
+/// never fired, or firings whose effect was not seen. An aimed kill read
+/// per second says what its seconds drew ([`unarmed`]).
+fn not_happened(check: &Invariant, faults: &[FaultSummary]) -> String {
     let Some(rest) = check.name.strip_prefix("fault ") else { return check.name.clone() };
     if let Some(point) = rest.strip_suffix(" fired") {
-        return format!("{point} never fired");
+        return match faults.iter().find(|f| f.point == point).and_then(unarmed) {
+            Some(why) => format!("{point} never fired: {why}"),
+            None => format!("{point} never fired"),
+        };
     }
     match rest.split_once(" confirmed: ") {
         Some((point, seen)) => {
@@ -101,6 +105,49 @@ fn not_happened(check: &Invariant) -> String {
     }
 }
 
+/// Arms a run asks for when it tells how to raise an aimed kill's rate:
+/// with three expected, a run draws none about one time in twenty.
+const ARMS_WANTED: f64 = 3.0;
+
+/// Why an aimed kill read per second never fired, with the fix: what its
+/// process-seconds drew, and, when they armed nothing, the rate per second
+/// that expects a few arms in as many seconds, or `aimed = "per-occurrence"`
+/// for a rate sized per window (a file written before per second was the
+/// default). None for any other point, or one that fired.
+fn unarmed(f: &FaultSummary) -> Option<String> {
+    let (seconds, arms) = f.armed?;
+    if f.fired > 0 {
+        return None;
+    }
+    let drawn = format!("{arms} arm(s) in {seconds} process-second(s) at {} per second", f.rates());
+    if arms > 0 {
+        return Some(format!("{drawn}, and no armed process met a window of its kind"));
+    }
+    if seconds == 0 {
+        return Some(drawn);
+    }
+    let key = FaultPoint::from_name(&f.point).map_or(f.point.as_str(), |p| p.key());
+    let (expected, raise) = if f.per_role.is_empty() {
+        let rate = ((ARMS_WANTED / seconds as f64 * 100.0).ceil() / 100.0).min(1.0);
+        (
+            format!(", {} expected", short(f.probability * seconds as f64)),
+            format!("raise `{key}` to {rate} for about {} arm(s) here", (rate * seconds as f64).floor()),
+        )
+    } else {
+        (String::new(), format!("raise `{key}` and the roles' own rates"))
+    };
+    Some(format!(
+        "{drawn}{expected} (an aimed kill's rate is per second of a process's life, the default: {raise}, or set `[nemesis] aimed = \"per-occurrence\"` if {} counts windows)",
+        f.probability
+    ))
+}
+
+/// A figure with at most two decimals, and none it does not need.
+fn short(x: f64) -> String {
+    let s = format!("{x:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
 /// The verdict, and one line saying why. A violated invariant whose every
 /// anomaly is allowed is no violation; an anomaly not allowed always is.
 pub fn verdict(
@@ -108,6 +155,7 @@ pub fn verdict(
     invariants: &[Invariant],
     anomalies: &[Anomaly],
     chaos: &[Invariant],
+    faults: &[FaultSummary],
 ) -> (Verdict, String) {
     let allowed = |name: &String| anomalies.iter().any(|a| &a.name == name && a.allowed);
     let mut violated: Vec<&str> = invariants
@@ -120,7 +168,7 @@ pub fn verdict(
             violated.push(a.name.as_str());
         }
     }
-    let quiet: Vec<String> = chaos.iter().filter(|i| !i.ok).map(not_happened).collect();
+    let quiet: Vec<String> = chaos.iter().filter(|i| !i.ok).map(|i| not_happened(i, faults)).collect();
     if !violated.is_empty() {
         let list = violated.join("; ");
         return if exactly_once {
@@ -164,10 +212,10 @@ mod tests {
         held.preempted = 1;
         let chaos = chaos_checks(&[held.clone()]);
         assert!(chaos.iter().all(|i| i.ok), "{chaos:?}");
-        assert_eq!(verdict(true, &[Invariant::eq("x", 1, 1)], &[], &chaos).0, Verdict::Pass);
+        assert_eq!(verdict(true, &[Invariant::eq("x", 1, 1)], &[], &chaos, &[]).0, Verdict::Pass);
         // One short even with the pre-empted one: inconclusive, and said.
         held.confirmed = 3;
-        let (v, why) = verdict(true, &[Invariant::eq("x", 1, 1)], &[], &chaos_checks(&[held.clone()]));
+        let (v, why) = verdict(true, &[Invariant::eq("x", 1, 1)], &[], &chaos_checks(&[held.clone()]), &[]);
         assert_eq!(v, Verdict::Inconclusive);
         assert!(
             why.contains("fired 5 time(s), 3 confirmed by") && why.ends_with("; 1 pre-empted by another fault"),
@@ -176,7 +224,10 @@ mod tests {
         // Every firing pre-empted: the fault proved nothing.
         held.confirmed = 0;
         held.preempted = 5;
-        assert_eq!(verdict(true, &[Invariant::eq("x", 1, 1)], &[], &chaos_checks(&[held])).0, Verdict::Inconclusive);
+        assert_eq!(
+            verdict(true, &[Invariant::eq("x", 1, 1)], &[], &chaos_checks(&[held]), &[]).0,
+            Verdict::Inconclusive
+        );
     }
 
     fn anomaly(name: AnomalyKind, allowed: bool) -> Anomaly {
@@ -199,13 +250,13 @@ mod tests {
     fn a_fault_that_never_fired_is_inconclusive() {
         let quiet = chaos_checks(&[summary(FaultPoint::RelayAfterProduce, 0.1, 0, 0)]);
         assert_eq!(quiet.len(), 1);
-        assert_eq!(verdict(true, &[Invariant::eq("x", 1, 1)], &[], &quiet).0, Verdict::Inconclusive);
+        assert_eq!(verdict(true, &[Invariant::eq("x", 1, 1)], &[], &quiet, &[]).0, Verdict::Inconclusive);
     }
 
     #[test]
     fn a_fault_fired_but_not_confirmed_is_inconclusive_and_named() {
         let chaos = chaos_checks(&[summary(FaultPoint::NotifierBeforeOffsetCommit, 0.1, 3, 2)]);
-        let (v, why) = verdict(true, &[Invariant::eq("x", 1, 1)], &[], &chaos);
+        let (v, why) = verdict(true, &[Invariant::eq("x", 1, 1)], &[], &chaos, &[]);
         assert_eq!(v, Verdict::Inconclusive);
         assert!(why.contains("notifier.before_offset_commit fired 3 time(s), 2 confirmed"), "{why}");
     }
@@ -217,8 +268,8 @@ mod tests {
             summary(FaultPoint::WorkloadPoison, 0.0, 0, 0),
         ]);
         assert!(chaos.iter().all(|i| i.ok));
-        assert_eq!(verdict(true, &[Invariant::eq("x", 1, 1)], &[], &chaos).0, Verdict::Pass);
-        assert_eq!(verdict(false, &[Invariant::eq("x", 1, 1)], &[], &chaos).0, Verdict::Fail);
+        assert_eq!(verdict(true, &[Invariant::eq("x", 1, 1)], &[], &chaos, &[]).0, Verdict::Pass);
+        assert_eq!(verdict(false, &[Invariant::eq("x", 1, 1)], &[], &chaos, &[]).0, Verdict::Fail);
     }
 
     #[test]
@@ -226,14 +277,15 @@ mod tests {
         let quiet = chaos_checks(&[summary(FaultPoint::RelayAfterProduce, 0.1, 0, 0)]);
         let bad = [broken("x", AnomalyKind::LostEvent)];
         let found = [anomaly(AnomalyKind::LostEvent, false)];
-        assert_eq!(verdict(true, &bad, &found, &quiet).0, Verdict::Fail);
-        assert_eq!(verdict(false, &bad, &found, &quiet).0, Verdict::Pass, "expected and found");
+        assert_eq!(verdict(true, &bad, &found, &quiet, &[]).0, Verdict::Fail);
+        assert_eq!(verdict(false, &bad, &found, &quiet, &[]).0, Verdict::Pass, "expected and found");
     }
 
     #[test]
     fn an_anomaly_alone_fails_the_run() {
         // No report says PASS above an anomaly table, whatever the invariants say.
-        let (v, why) = verdict(true, &[Invariant::eq("x", 1, 1)], &[anomaly(AnomalyKind::CounterDrift, false)], &[]);
+        let (v, why) =
+            verdict(true, &[Invariant::eq("x", 1, 1)], &[anomaly(AnomalyKind::CounterDrift, false)], &[], &[]);
         assert_eq!(v, Verdict::Fail);
         assert!(why.contains("counter drift"), "{why}");
     }
@@ -244,18 +296,18 @@ mod tests {
         let mut found = [anomaly(AnomalyKind::SplitPayment, false)];
         allow(&mut found, &[AnomalyKind::SplitPayment]);
         assert!(found[0].allowed);
-        assert_eq!(verdict(true, &bad, &found, &[]).0, Verdict::Pass);
+        assert_eq!(verdict(true, &bad, &found, &[], &[]).0, Verdict::Pass);
         // Allowing one kind does not excuse another on the same invariant.
         let two = [Invariant { anomalies: vec!["split payment".into(), "lost event".into()], ..bad[0].clone() }];
         let found = [found[0].clone(), anomaly(AnomalyKind::LostEvent, false)];
-        assert_eq!(verdict(true, &two, &found, &[]).0, Verdict::Fail);
+        assert_eq!(verdict(true, &two, &found, &[], &[]).0, Verdict::Fail);
     }
 
     #[test]
     fn an_inconclusive_reason_names_what_did_not_happen() {
         let chaos =
             chaos_checks(&[summary(FaultPoint::ProcessPause, 0.2, 0, 0), summary(FaultPoint::ProcessKill, 0.2, 5, 3)]);
-        let (v, why) = verdict(true, &[], &[], &chaos);
+        let (v, why) = verdict(true, &[], &[], &chaos, &[]);
         assert_eq!(v, Verdict::Inconclusive);
         assert!(why.contains("process.pause never fired"), "{why}");
         assert!(
@@ -263,5 +315,45 @@ mod tests {
             "{why}"
         );
         assert!(!why.contains("pause fired;"), "a fault that fired 0 times is never said to have fired: {why}");
+    }
+
+    /// A file whose aimed rates were sized per window, read per second (the
+    /// default): its seconds armed nothing, and `why` says so with the fix.
+    #[test]
+    fn an_aimed_kill_that_armed_nothing_says_why_and_the_fix() {
+        let mut f = summary(FaultPoint::DbKillAfterCommit, 0.05, 0, 0);
+        f.armed = Some((7, 0));
+        let faults = [f.clone()];
+        let (v, why) = verdict(true, &[Invariant::eq("x", 1, 1)], &[], &chaos_checks(&faults), &faults);
+        assert_eq!(v, Verdict::Inconclusive);
+        assert_eq!(
+            why,
+            "the chaos did not happen: db.kill_after_commit never fired: 0 arm(s) in 7 process-second(s) at 0.05 per second, \
+             0.35 expected (an aimed kill's rate is per second of a process's life, the default: raise `db_kill_after_commit` \
+             to 0.43 for about 3 arm(s) here, or set `[nemesis] aimed = \"per-occurrence\"` if 0.05 counts windows)"
+        );
+        // Too few seconds for three arms: the rate stops at 1.
+        f.armed = Some((2, 0));
+        let (_, why) = verdict(true, &[], &[], &chaos_checks(&[f.clone()]), &[f.clone()]);
+        assert!(why.contains("raise `db_kill_after_commit` to 1 for about 2 arm(s) here"), "{why}");
+        // A role's own rate: no figure the run cannot stand behind.
+        f.per_role = vec![("service".into(), 0.3)];
+        let (_, why) = verdict(true, &[], &[], &chaos_checks(&[f.clone()]), &[f.clone()]);
+        assert!(why.contains("at 0.05, service 0.3 per second (an aimed kill's"), "{why}");
+        assert!(why.contains("raise `db_kill_after_commit` and the roles' own rates, or set"), "{why}");
+        // Armed, but no window came: the rate is not what to change.
+        f.per_role.clear();
+        f.armed = Some((7, 2));
+        let (_, why) = verdict(true, &[], &[], &chaos_checks(&[f.clone()]), &[f.clone()]);
+        assert!(
+            why.ends_with(
+                "2 arm(s) in 7 process-second(s) at 0.05 per second, and no armed process met a window of its kind"
+            ),
+            "{why}"
+        );
+        // Read per window, or fired: the old words.
+        f.armed = None;
+        let (_, why) = verdict(true, &[], &[], &chaos_checks(&[f.clone()]), &[f]);
+        assert!(why.ends_with("db.kill_after_commit never fired"), "{why}");
     }
 }

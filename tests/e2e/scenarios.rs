@@ -10,7 +10,9 @@ fn every_shipped_scenario_is_valid() {
     for entry in std::fs::read_dir(root().join("scenarios")).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().map(|e| e == "toml").unwrap_or(false) {
-            chaos::scenario::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let sc = chaos::scenario::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            // A shipped file says what its aimed rates count.
+            assert_eq!(sc.aimed_warning(), None, "{}", path.display());
             n += 1;
         }
     }

@@ -48,7 +48,8 @@ pub struct RunOptions {
 
 impl RunOptions {
     /// Loads the scenario file and applies the command line's changes, each
-    /// checked as the file's keys are.
+    /// checked as the file's keys are. A file whose aimed rates may count
+    /// windows is warned of here, once for a run or a sweep's seeds.
     pub fn scenario(&self) -> Result<Scenario> {
         let mut sc = scenario::load(&self.scenario)?;
         if let Some(seed) = self.seed {
@@ -65,6 +66,9 @@ impl RunOptions {
         }
         if let Some(s) = &self.schedule {
             sc = sc.with_schedule(s.clone())?;
+        }
+        if let Some(w) = sc.aimed_warning() {
+            warn!("{w}");
         }
         Ok(sc)
     }

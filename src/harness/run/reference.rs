@@ -350,7 +350,7 @@ pub(super) async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, h: History
     rep.faults = summary;
     crate::faults::add_confirmed(&mut rep.faults, &confirmed);
     let chaos = verdict::chaos_checks(&rep.faults);
-    let (v, why) = verdict::verdict(sc.exactly_once, &r.invariants, &anomalies, &chaos);
+    let (v, why) = verdict::verdict(sc.exactly_once, &r.invariants, &anomalies, &chaos, &rep.faults);
     rep.counts = r.counts;
     rep.invariants = r.invariants;
     rep.anomalies = anomalies;

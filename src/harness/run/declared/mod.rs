@@ -189,7 +189,7 @@ impl Declared {
         verdict::allow(&mut anomalies, &sc.allowed_anomalies);
         rep.faults = h.summary.clone();
         let chaos = verdict::chaos_checks(&rep.faults);
-        let (v, why) = verdict::verdict(sc.exactly_once, &invariants, &anomalies, &chaos);
+        let (v, why) = verdict::verdict(sc.exactly_once, &invariants, &anomalies, &chaos, &rep.faults);
         rep.invariants = invariants;
         rep.anomalies = anomalies;
         rep.chaos_checks = chaos;
