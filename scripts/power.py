@@ -20,8 +20,10 @@ with python3, `.js` or `.mjs` with node; anything else runs as given.
 SCENARIO.toml runs a scenario file as it is.
 
 Prints one Markdown row per program: the seeds caught (exit 1) and passed
-(exit 0), any other exit, the fastest and slowest run, and how many runs
-took over 90 s. `--jobs N` runs N at once: they share the fault proxy's
+(exit 0), any other exit, the fastest and slowest run, how many runs
+took over 90 s, the faults' firings another end pre-empted of all those
+fired, and the reorders the runs saw (writers' held commits overtaken,
+keys whose events the topic carries out of order), summed over the seeds. `--jobs N` runs N at once: they share the fault proxy's
 Kafka slots, and each time is then a run's own under that load, less what
 it waited for slots the others held. It needs PostgreSQL and Kafka
 up (scripts/services.sh up) and the Python venv first on PATH
@@ -69,7 +71,9 @@ def recommended(chaos, kind, program, into, email=False):
 def recommended_system(chaos, declaration):
     """Writes `chaos init --system --from DECLARATION` beside it and returns its path."""
     folder, name = os.path.split(os.path.abspath(declaration))
-    out = os.path.join(folder, f".power-{name}")
+    # The pid in the name: two measurements of one declaration at once
+    # never take each other's file.
+    out = os.path.join(folder, f".power-{os.getpid()}-{name}")
     subprocess.run([chaos, "init", "--system", "--from", declaration, out],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return out
@@ -95,24 +99,39 @@ def run_one(chaos, path, label, seed, reports):
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     took = time.monotonic() - start
     try:
-        waited = json.loads(ran.stdout)["components"]["waited_for_ports_ms"] / 1000
-    except (ValueError, KeyError, TypeError):
-        waited = 0.0
+        report = json.loads(ran.stdout)
+    except ValueError:
+        report = {}
+    components = report.get("components") or {}
+    waited = components.get("waited_for_ports_ms", 0) / 1000
     took -= waited
-    print(f"  {label} seed {seed}: exit {ran.returncode} in {took:.1f} s"
+    # What the faults did: their firings and those another end pre-empted,
+    # and the evidence of the reorders (writers' holds overtaken, keys
+    # whose events the topic carries out of order).
+    faults = report.get("faults") or []
+    fired = sum(f.get("fired", 0) for f in faults)
+    preempted = sum(f.get("preempted", 0) for f in faults)
+    overtaken = components.get("writer_holds_overtaken", 0)
+    reordered = (report.get("counts") or {}).get("reordered_payments", 0)
+    print(f"  {label} seed {seed}: exit {ran.returncode} in {took:.1f} s, {preempted} of {fired} firings pre-empted,"
+          f" {overtaken} writer holds overtaken, {reordered} keys reordered"
           + (f" (and {waited:.1f} s waiting for the proxy's slots)" if waited else ""), file=sys.stderr, flush=True)
-    return ran.returncode, took
+    return ran.returncode, took, (fired, preempted, overtaken, reordered)
 
 
 def row(results, seeds):
     """The Markdown cells of one program's runs, in seed order."""
-    codes = [c for c, _ in results]
-    times = [t for _, t in results]
+    codes = [c for c, _, _ in results]
+    times = [t for _, t, _ in results]
+    fired, preempted, overtaken, reordered = (sum(x) for x in zip(*(e for _, _, e in results)))
     n = len(seeds)
     other = ", ".join(f"seed {s}: exit {c}" for s, c in zip(seeds, codes) if c not in (0, 1)) or "none"
     over = sum(t > 90 for t in times)
+    share = f"{preempted}/{fired} ({100 * preempted / fired:.1f}%)" if fired else "0/0"
+    evidence = [f"{overtaken} writer holds overtaken"] if overtaken else []
+    evidence += [f"{reordered} keys reordered"] if reordered else []
     return (f"| {codes.count(1)}/{n} | {codes.count(0)}/{n} | {other} | "
-            f"{min(times):.0f}-{max(times):.0f} s | {over} |")
+            f"{min(times):.0f}-{max(times):.0f} s | {over} | {share} | {', '.join(evidence) or 'none'} |")
 
 
 def main():
@@ -135,8 +154,9 @@ def main():
         ap.error("--jobs must be 1 or more")
     chaos = os.path.abspath(a.chaos)
     print(f"seeds {a.seeds[0]}-{a.seeds[-1]}, {a.jobs} run(s) at once", file=sys.stderr)
-    print("| program | scenario | caught (exit 1) | passed (exit 0) | other | run times | over 90 s |")
-    print("|---|---|---|---|---|---|---|")
+    print("| program | scenario | caught (exit 1) | passed (exit 0) | other | run times | over 90 s "
+          "| pre-empted of fired | reorders seen |")
+    print("|---|---|---|---|---|---|---|---|---|")
     written = []
     try:
         with tempfile.TemporaryDirectory() as work:

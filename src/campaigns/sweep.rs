@@ -167,7 +167,7 @@ pub struct Summary {
 pub fn fingerprint(sc: &crate::scenario::Scenario) -> String {
     let json = serde_json::to_string(&sc.clone().with_seed(0)).unwrap_or_default();
     let digest = json.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
-    format!("chaos {} · scenario {digest:016x}", env!("CARGO_PKG_VERSION"))
+    format!("chaos {} ({}) · scenario {digest:016x}", env!("CARGO_PKG_VERSION"), env!("CHAOS_COMMIT"))
 }
 
 impl Summary {
@@ -217,7 +217,9 @@ impl Summary {
 /// scenario, first seed, seed count and swarm, each shard once. The rows
 /// in seed order, the totals added up, the time the longest shard took
 /// (they ran side by side), the first failure's shrink. Shards not given
-/// are named, and their seeds count as never run.
+/// are named, and their seeds count as never run (the command then exits
+/// 5 unless told to judge a partial sweep). Shards of another backend or
+/// another build are refused.
 pub fn merge(mut parts: Vec<Summary>) -> Result<Summary> {
     let Some(first) = parts.first().cloned() else { return Err(Error::Usage("chaos merge: no summary given".into())) };
     let first = &first;
@@ -241,6 +243,12 @@ pub fn merge(mut parts: Vec<Summary>) -> Result<Summary> {
             return Err(Error::Usage(format!(
                 "chaos merge: {} ran {:?} and {} ran {:?}: another build or another scenario; run every shard with the same chaos and the same file",
                 p.sweep_id, p.fingerprint, first.sweep_id, first.fingerprint
+            )));
+        }
+        if p.backend != first.backend {
+            return Err(Error::Usage(format!(
+                "chaos merge: {} ran on {} and {} on {}: a sweep's shards run on one backend; run every shard against the same services",
+                p.sweep_id, p.backend, first.sweep_id, first.backend
             )));
         }
         if s.count != count || !same(first, p) {
@@ -275,9 +283,6 @@ pub fn merge(mut parts: Vec<Summary>) -> Result<Summary> {
         out.incomplete += p.incomplete;
         out.interrupted |= p.interrupted;
         out.seconds = out.seconds.max(p.seconds);
-        if out.backend != p.backend {
-            out.backend = format!("{} and {}", out.backend, p.backend);
-        }
         out.rows.extend(p.rows);
         if let Some(sh) = p.shrink {
             if out.shrink.as_ref().is_none_or(|o| sh.seed < o.seed) {
@@ -287,6 +292,28 @@ pub fn merge(mut parts: Vec<Summary>) -> Result<Summary> {
     }
     out.rows.sort_by_key(|r| r.seed);
     Ok(out)
+}
+
+/// The seeds of the shards a merge was not given, as ranges
+/// ("8-9, 12"), or "none".
+pub fn missing_seeds(s: &Summary) -> String {
+    let owned = s.seeds_owned();
+    let all: Vec<u64> = (0..s.seeds_asked as u64).map(|i| s.first_seed + i).filter(|x| !owned.contains(x)).collect();
+    let mut ranges: Vec<(u64, u64)> = Vec::new();
+    for seed in all {
+        match ranges.last_mut() {
+            Some((_, end)) if *end + 1 == seed => *end = seed,
+            _ => ranges.push((seed, seed)),
+        }
+    }
+    match ranges.is_empty() {
+        true => "none".into(),
+        false => ranges
+            .iter()
+            .map(|(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") })
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
 }
 
 /// The rates a seed runs with under `--swarm`: a pure function of the
@@ -807,5 +834,28 @@ mod tests {
         whole.shard = None;
         assert!(e(vec![whole]).contains("is a whole sweep, not a shard"));
         assert!(e(vec![]).contains("no summary given"));
+        // An embedded shard beside one of the real services: refused,
+        // naming both backends.
+        let mut real = shard_summary(2, 2, 5, None);
+        real.backend = "PostgreSQL + Kafka".into();
+        let refused = e(vec![shard_summary(1, 2, 5, None), real]);
+        assert!(refused.contains("ran on PostgreSQL + Kafka") && refused.contains("one backend"), "{refused}");
+    }
+
+    /// A merge missing shards names the seeds that never ran, as ranges.
+    #[test]
+    fn the_missing_shards_seeds_are_named() {
+        let part = merge(vec![shard_summary(1, 3, 9, None)]).unwrap();
+        assert_eq!(missing_seeds(&part), "2-3, 5-6, 8-9");
+        let whole = merge(vec![shard_summary(1, 2, 4, None), shard_summary(2, 2, 4, None)]).unwrap();
+        assert_eq!(missing_seeds(&whole), "none");
+    }
+
+    /// Two builds of one version are told apart: the fingerprint carries
+    /// the commit the binary was built from.
+    #[test]
+    fn the_fingerprint_names_the_build() {
+        let sc = crate::scenario::parse("name = \"x\"\n", std::path::Path::new("x.toml")).unwrap();
+        assert!(fingerprint(&sc).contains(env!("CHAOS_COMMIT")), "{}", fingerprint(&sc));
     }
 }

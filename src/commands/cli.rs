@@ -7,7 +7,7 @@ use std::path::PathBuf;
 #[derive(Debug, Parser)]
 #[command(
     name = "chaos",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("CHAOS_COMMIT"), ")"),
     about = "Crash an outbox/inbox payments pipeline at named fault points and prove whether each payment produced exactly one receipt.",
     long_about = "Crash an outbox/inbox payments pipeline at named fault points and prove whether each payment produced exactly one receipt.\n\n\
 The pipeline: a payment service writes payments and outbox events in one transaction; relays publish them to Kafka; \
@@ -15,7 +15,7 @@ a notifier consumes them through an inbox. The verifier reconciles the database 
 With `[notifier] command = [...]` in the scenario, your own consumer runs in place of the reference notifier, as OS processes \
 that the harness kills (SIGKILL) and pauses (SIGSTOP) for real; its contract is docs/contract.md.\n\n\
 Exit codes: 0 pass, 1 invariant violated or anomaly found, 2 bad input, 3 PostgreSQL/Kafka (or pgbench) unreachable or unusable, \
-4 inconclusive (a fault never fired or its effect was never seen), 5 incomplete (did not drain, a component panicked or hung, \
+4 inconclusive (a fault never fired or its effect was never seen), 5 incomplete (a merge missing a shard, did not drain, a component panicked or hung, \
 a short topic read, a program under test that could not start, exited or never joined), 6 a benchmark target missed, 70 internal error, 74 cannot write a report or file, 130 interrupted.",
     after_help = "First run (embedded, nothing installed): chaos run scenarios/payments.toml\n\
 On the real services: scripts/services.sh up, then DATABASE_URL=postgres://chaos:chaos@127.0.0.1:5432/chaos KAFKA_BROKERS=127.0.0.1:9092 chaos run scenarios/payments.toml\n\
@@ -184,7 +184,7 @@ pub struct InitArgs {
 
 #[derive(Debug, Args)]
 pub struct MergeArgs {
-    /// The shards' summaries, reports/sweep-<id>.json, one per shard.
+    /// The shards' summaries, reports/sweep-<id>.json, one per shard; or a folder, whose sweep-*.json files are taken.
     #[arg(required = true)]
     pub summaries: Vec<PathBuf>,
     /// Where the merged summary is written.
@@ -196,6 +196,10 @@ pub struct MergeArgs {
     /// Also write JUnit XML here: a test case per seed, the seeds of missing shards skipped.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+    /// Judge the shards given even when others are missing: exit with the merged verdict of the seeds that ran.
+    /// Without it, a missing shard ends the merge with exit 5 (incomplete), naming its seeds: they never ran.
+    #[arg(long)]
+    pub allow_partial: bool,
 }
 
 /// `chaos doctor`'s flags: the same as a run's, but an unset one is probed

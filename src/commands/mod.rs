@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::harness::run::{self, RunOptions};
 use crate::report::{self, Report, Style};
 use exit::Exit;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Writes to stdout, where tables and JSON go. A reader that went away
 /// (`chaos report x.json | head`) is no error: the rest has nowhere to go,
@@ -306,7 +306,7 @@ fn show_sweep(
 /// `chaos merge`: the shards' summaries as one sweep.
 fn merge(a: MergeArgs) -> Result<Exit> {
     let mut parts = Vec::new();
-    for path in &a.summaries {
+    for path in &shard_files(&a.summaries)? {
         match crate::campaigns::sweep::Summary::load_if_sweep(path)? {
             Some(s) => parts.push(s),
             None => {
@@ -318,7 +318,55 @@ fn merge(a: MergeArgs) -> Result<Exit> {
         }
     }
     let summary = crate::campaigns::sweep::merge(parts)?;
-    show_sweep(&summary, &a.reports_dir, a.junit.as_deref(), a.json)
+    let exit = show_sweep(&summary, &a.reports_dir, a.junit.as_deref(), a.json)?;
+    // A shard that never arrived is seeds never run: the gate cannot judge
+    // them, and says so, unless the user asked for the shards given alone.
+    if summary.missing_shards.is_empty() || a.allow_partial {
+        return Ok(exit);
+    }
+    let count = summary.merged.len() + summary.missing_shards.len();
+    let missing: Vec<String> = summary.missing_shards.iter().map(|k| format!("{k}/{count}")).collect();
+    let seeds = crate::campaigns::sweep::missing_seeds(&summary);
+    eprintln!(
+        "chaos merge: shard(s) {} not given, so seeds {} never ran: give every shard's summary, or --allow-partial to judge only the {} given (exit 5)",
+        missing.join(", "),
+        seeds,
+        summary.merged.len()
+    );
+    Ok(match exit {
+        Exit::Fail | Exit::Interrupted => exit,
+        _ => Exit::Incomplete,
+    })
+}
+
+/// The summaries `chaos merge` is given: each file, and the `sweep-*.json`
+/// files of each folder, in name order.
+fn shard_files(given: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for path in given {
+        if !path.is_dir() {
+            files.push(path.clone());
+            continue;
+        }
+        let read = std::fs::read_dir(path)
+            .map_err(|e| Error::ReportRead { path: path.clone(), cause: format!("reading the folder: {e}") })?;
+        let mut found: Vec<PathBuf> = read
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                name.starts_with("sweep-") && name.ends_with(".json")
+            })
+            .collect();
+        if found.is_empty() {
+            return Err(Error::ReportRead {
+                path: path.clone(),
+                cause: "a folder with no sweep-*.json summary in it".into(),
+            });
+        }
+        found.sort();
+        files.extend(found);
+    }
+    Ok(files)
 }
 
 async fn sweep(a: SweepArgs) -> Result<Exit> {

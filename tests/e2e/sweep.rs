@@ -314,15 +314,35 @@ fn shards_of_a_sweep_merge_into_the_whole_sweep() {
         assert!(dir.path().join(&run_page).exists(), "{run_page} is linked and missing");
     }
 
-    // One shard alone: its seeds, and the other's skipped.
+    // A folder of shards is the shards in it.
+    let folder = dir.path().join("shards");
+    std::fs::create_dir(&folder).unwrap();
+    for p in &parts {
+        std::fs::copy(p, folder.join(p.file_name().unwrap())).unwrap();
+    }
+    let mut c = chaos();
+    c.arg("merge").arg(&folder).arg("--json").arg("--reports-dir").arg(dir.path());
+    let from_folder = run(&mut c);
+    assert_eq!(from_folder.code, 0, "{}", from_folder.stderr);
+    assert_eq!(from_folder.json()["passed"], 4);
+
+    // One shard alone: its seeds, and the other's skipped. A gate that
+    // cannot judge seeds that never ran fails closed (exit 5, naming
+    // them), unless told to judge the shards given.
     let mut c = chaos();
     c.arg("merge").arg(&parts[0]).arg("--reports-dir").arg(dir.path()).arg("--junit").arg(&junit);
     let half = run(&mut c);
-    assert_eq!(half.code, 0, "{}", half.stderr);
+    assert_eq!(half.code, 5, "a missing shard passed the gate: {}", half.stderr);
     assert!(half.stdout.contains("shards not merged, their seeds not run here: 2/2"), "{}", half.stdout);
+    assert!(half.stderr.contains("shard(s) 2/2 not given, so seeds 2, 4 never ran"), "{}", half.stderr);
+    assert!(half.stderr.contains("--allow-partial"), "{}", half.stderr);
     let cases = junit_cases(&junit);
     let skipped = cases.iter().filter(|c| matches!(c.status, quick_junit::TestCaseStatus::Skipped { .. })).count();
     assert_eq!((cases.len(), skipped), (4, 2));
+    let mut c = chaos();
+    c.arg("merge").arg(&parts[0]).arg("--allow-partial").arg("--reports-dir").arg(dir.path());
+    let partial = run(&mut c);
+    assert_eq!(partial.code, 0, "--allow-partial judges the shards given: {}", partial.stderr);
 
     // The whole sweep on one machine, two seeds at once: the same seeds and
     // totals as the two shards merged, and the runs overlapped in time.
