@@ -247,7 +247,7 @@ fault_points! {
     /// `COMMIT` reaches the server. Only a program whose offsets run ahead
     /// of its database loses anything.
     DbHoldCommit = "db.hold_commit", key db_hold_commit, per "`COMMIT` of a transaction that changed rows, from a component process", by BothWiresKill, confirm Seen,
-        what "a `COMMIT` is an occurrence only when the server's tags show its transaction changed rows (an empty or read-only one is passed on). The fault proxy holds the `COMMIT` (a simple query `COMMIT` or `END`) for up to 6 s, longer than the 5 s auto-commit interval of librdkafka and the Java client, and watches the process's Kafka wire. If an `OffsetCommit` is answered while the transaction is open, before the `COMMIT` or during the hold, the harness `SIGKILL`s the process and the `COMMIT` never reaches the server: the offsets are ahead of a transaction that rolls back. A consumer that commits its offsets only after its database commit is never killed by it; the hold ends and the `COMMIT` goes on",
+        what "a `COMMIT` is an occurrence only when the server's tags show its transaction changed rows (an empty or read-only one is passed on). The fault proxy holds the `COMMIT` (a simple query `COMMIT` or `END`) for up to 6 s, longer than the 5 s auto-commit interval of librdkafka and the Java client, and watches the process's Kafka wire. If an `OffsetCommit` is answered while the transaction is open, before the `COMMIT` or during the hold, the harness `SIGKILL`s the process and the `COMMIT` never reaches the server: the offsets are ahead of a transaction that rolls back. A consumer that commits its offsets only after its database commit is never killed by it; the hold ends and the `COMMIT` goes on. A service's held `COMMIT` (a process that writes the outbox) goes on after the hold while its other requests commit: rows committed out of insert order, counted as overtakes when another writer committed meanwhile. While a hold lasts, no other fault strikes its process",
         confirmed by "the process seen ending by SIGKILL, or the hold seen ending with the offsets unmoved";
     /// The email provider sends the email, then drops the connection with
     /// no response: the ambiguous outcome, which only an idempotency key
@@ -482,7 +482,7 @@ impl Strike {
             Strike::DbWireKill => "PostgreSQL (the fault proxy) and a component that runs as a process",
             Strike::KafkaWire => "PostgreSQL and a real Kafka broker with the slot listeners (the fault proxy)",
             Strike::KafkaWireKill => "the same as `kafka.produce_ack_lost`, and a component that runs as a process",
-            Strike::BothWiresKill => "the same as `kafka.produce_ack_lost`, and a consumer that runs as a process",
+            Strike::BothWiresKill => "the same as `kafka.produce_ack_lost`, and a program that runs as a process (a consumer's hold may kill it; a service's is let through, reordering its commits)",
             Strike::Provider => "a notifier that sends emails (`notifier.email`, on by default for the reference notifier); either backend",
             Strike::Broker => "a Kafka broker process on this machine, or the mock cluster; a timeline entry",
             Strike::Database => "PostgreSQL; a timeline entry",
