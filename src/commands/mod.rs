@@ -65,6 +65,10 @@ pub async fn execute(command: Command) -> Result<Exit> {
 /// written where the user can edit it, or printed with `-`; with
 /// `--consumer CMD` or `--relay CMD`, the recommended scenario for that
 /// program.
+/// What `chaos init` says of a recommended file for a program.
+const RECOMMENDED: &str =
+    "the recommended scenario for your program; change nothing but the command and run it as it is";
+
 fn init(a: &InitArgs) -> Result<Exit> {
     let program = |flag: &str, cmd: &str, template: &str| {
         let argv: Vec<String> = cmd.split_whitespace().map(str::to_string).collect();
@@ -72,7 +76,7 @@ fn init(a: &InitArgs) -> Result<Exit> {
             true => Err(Error::Usage(format!(
                 "{flag} is empty; give the command that starts your program, e.g. {flag} \"python3 app.py\""
             ))),
-            false => Ok((crate::scenario::with_command(template, &argv), "the recommended scenario for your program")),
+            false => Ok((crate::scenario::with_command(template, &argv), RECOMMENDED)),
         }
     };
     let (text, what) = match (&a.consumer, &a.relay, &a.from) {
@@ -96,7 +100,7 @@ fn init(a: &InitArgs) -> Result<Exit> {
             }
             (
                 crate::scenario::system_from(&declaration, &from.display().to_string()),
-                "your declaration under the recommended faults",
+                "your declaration under the recommended faults; run it as it is",
             )
         }
         _ if a.system => (
@@ -121,7 +125,12 @@ fn init(a: &InitArgs) -> Result<Exit> {
         Ok(mut f) => {
             use std::io::Write;
             f.write_all(text.as_bytes()).map_err(|e| Error::Write { path: a.path.clone(), cause: e.to_string() })?;
-            outln!("wrote {shown}: {what}; edit it, then: chaos run {shown}");
+            // One instruction: a recommended file is run as written; the
+            // reference and the skeleton are there to be edited.
+            match what.ends_with("as it is") {
+                true => outln!("wrote {shown}: {what}: chaos run {shown}"),
+                false => outln!("wrote {shown}: {what}; edit it, then: chaos run {shown}"),
+            }
             Ok(Exit::Pass)
         }
     }

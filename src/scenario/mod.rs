@@ -35,17 +35,40 @@ const SYSTEM_FAULTS: &str = "# ---- the recommended faults: keep them as written
 /// kept line for line, comments included.
 pub fn system_from(declaration: &str, from: &str) -> String {
     const REPLACED: [&str; 6] = ["workload", "faults", "proxy", "nemesis", "nemesis.timeline", "run"];
-    let mut out = format!("# chaos init --system --from {from}: its declaration, then the recommended faults\n");
+    let mut out = format!(
+        "# chaos init --system --from {from}: its declaration (its name\n\
+         # given -recommended), then the recommended faults, each said beside it. Run it as it is:\n\
+         #\n\
+         #   chaos run <this file>     # exit 0: exactly once held; 1: an anomaly, named\n"
+    );
     let mut dropping = false;
+    // The source's header speaks of its own faults ("no faults. Expected:
+    // PASS."): it is left out, and the file gets a name of its own.
+    let mut header = true;
+    let mut top = true;
     for line in declaration.lines() {
         let t = line.trim_start();
+        header &= t.is_empty() || t.starts_with('#');
+        if header {
+            continue;
+        }
         if t.starts_with('[') {
+            top = false;
             let table = t.trim_start_matches('[').split(']').next().unwrap_or("").trim();
             dropping = REPLACED.contains(&table);
         }
-        if !dropping {
-            out.push_str(line);
-            out.push('\n');
+        if dropping {
+            continue;
+        }
+        match (top, line.split_once('=')) {
+            (true, Some((key, value))) if key.trim() == "name" => {
+                let name = value.split('#').next().unwrap_or("").trim().trim_matches('"');
+                out.push_str(&format!("name = \"{name}-recommended\"\n"));
+            }
+            _ => {
+                out.push_str(line);
+                out.push('\n');
+            }
         }
     }
     let faults = RECOMMENDED_SYSTEM.find(SYSTEM_FAULTS).map_or("", |at| &RECOMMENDED_SYSTEM[at..]);
@@ -704,7 +727,11 @@ mod tests {
             let merged = system_from(&text, name);
             let sc = parse(&merged, &dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}\n{merged}"));
             assert_eq!(rates(&sc), rates(&skeleton), "{name}");
-            assert_eq!(sc.name, own.name, "{name}");
+            // A name of its own, and none of the source's header (which
+            // speaks of the source's faults).
+            assert_eq!(sc.name, format!("{}-recommended", own.name), "{name}");
+            let header = text.lines().take_while(|l| l.starts_with('#')).find(|l| l.len() > 20);
+            assert!(header.is_none_or(|h| !merged.contains(h)), "{name}: the source's header kept: {header:?}");
             assert_eq!(serde_json::to_value(&sc.system).unwrap(), serde_json::to_value(&own.system).unwrap(), "{name}");
             // A declaration with a provider effect gets the provider's faults.
             let uses = own.system.as_ref().is_some_and(|s| s.uses_provider());
