@@ -64,7 +64,7 @@ pub enum Command {
     Sweep(SweepArgs),
     /// Merge the summaries of a sweep's shards (`chaos sweep --shard K/N` on N machines) into one: a table, a summary JSON, JUnit, and the sweep's exit code.
     Merge(MergeArgs),
-    /// Write a scenario file with every key at its default and one line of meaning (scenarios/reference.toml), to copy from; or, with --consumer CMD or --relay CMD, the recommended scenario for your program.
+    /// Write a scenario file with every key at its default and one line of meaning (scenarios/reference.toml), to copy from; or, with --consumer CMD or --relay CMD, the recommended scenario for your program; with --system (and --from FILE), the recommended scenario for your whole declared system.
     Init(InitArgs),
     /// One relay or notifier instance as a process of its own; started by `chaos run` with components = "process".
     #[command(hide = true)]

@@ -267,3 +267,43 @@ fn shell_words(line: &str) -> Vec<String> {
     }
     words
 }
+
+/// The counts the README and the measurements state of the README itself
+/// stay true: "`--tables` lists all N" is the N of its own payments sample
+/// runs' "X of N invariants hold", and the README's size in measurements.md is
+/// within a kilobyte of its size today.
+#[test]
+fn the_readmes_counts_agree_with_its_samples_and_its_size() {
+    let readme = readme();
+    let number_before = |text: &str, marker: &str| -> Vec<u64> {
+        text.match_indices(marker)
+            .filter_map(|(at, _)| {
+                let digits: String = text[..at]
+                    .chars()
+                    .rev()
+                    .take_while(|c| c.is_ascii_digit())
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
+                digits.parse().ok()
+            })
+            .collect()
+    };
+    let listed: Vec<u64> = readme
+        .match_indices("lists all ")
+        .filter_map(|(at, m)| readme[at + m.len()..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+        .collect();
+    let sampled = number_before(&readme, " invariants hold");
+    assert!(!listed.is_empty() && !sampled.is_empty(), "the README states no count: {listed:?} {sampled:?}");
+    // The first two samples are the payments runs that sentence speaks of.
+    assert!(
+        sampled.iter().take(2).all(|n| listed == [*n]),
+        "the README lists {listed:?} invariants; its payments samples show {sampled:?}"
+    );
+    let measurements = std::fs::read_to_string(root().join("docs/measurements.md")).unwrap();
+    let row = measurements.lines().find(|l| l.starts_with("| the README | ")).expect("the README's size row");
+    let kb: f64 = row["| the README | ".len()..].split(' ').next().unwrap().parse().expect("a size in KB");
+    let actual = std::fs::read_to_string(root().join("README.md")).unwrap().len() as f64 / 1000.0;
+    assert!((kb - actual).abs() <= 1.0, "docs/measurements.md says the README is {kb} KB; it is {actual:.1} KB");
+}
