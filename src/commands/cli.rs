@@ -66,6 +66,13 @@ pub enum Command {
     Merge(MergeArgs),
     /// Write a scenario file with every key at its default and one line of meaning (scenarios/reference.toml), to copy from; or, with --consumer CMD or --relay CMD, the recommended scenario for your program; with --system (and --from FILE), the recommended scenario for your whole declared system.
     Init(InitArgs),
+    /// Print a shell completion script: `chaos completions bash > ~/.local/share/bash-completion/completions/chaos`.
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff): `chaos man > ~/.local/share/man/man1/chaos.1`, then `man chaos`.
+    Man,
     /// One relay or notifier instance as a process of its own; started by `chaos run` with components = "process".
     #[command(hide = true)]
     Component,

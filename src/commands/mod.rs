@@ -57,6 +57,22 @@ pub async fn execute(command: Command) -> Result<Exit> {
         Command::Sweep(a) => sweep(a).await,
         Command::Merge(a) => merge(a),
         Command::Init(a) => init(&a),
+        Command::Completions { shell } => {
+            let mut cmd = <cli::Cli as clap::CommandFactory>::command();
+            let mut text = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "chaos", &mut text);
+            out!("{}", String::from_utf8_lossy(&text));
+            Ok(Exit::Pass)
+        }
+        Command::Man => {
+            let cmd = <cli::Cli as clap::CommandFactory>::command();
+            let mut text = Vec::new();
+            clap_mangen::Man::new(cmd)
+                .render(&mut text)
+                .map_err(|e| Error::Internal(format!("rendering the man page: {e}")))?;
+            out!("{}", String::from_utf8_lossy(&text));
+            Ok(Exit::Pass)
+        }
         Command::Component => crate::harness::component::serve().await.map(|()| Exit::Pass),
     }
 }

@@ -307,3 +307,25 @@ fn the_readmes_counts_agree_with_its_samples_and_its_size() {
     let actual = std::fs::read_to_string(root().join("README.md")).unwrap().len() as f64 / 1000.0;
     assert!((kb - actual).abs() <= 1.0, "docs/measurements.md says the README is {kb} KB; it is {actual:.1} KB");
 }
+
+/// The conventions of a CLI: a completion script bash accepts, naming every
+/// subcommand, and a man page with them; a shell it does not know is a
+/// usage error.
+#[test]
+fn completions_and_the_man_page_are_generated() {
+    let bash = run(chaos().args(["completions", "bash"]));
+    assert_eq!(bash.code, 0, "{}", bash.stderr);
+    let man = run(chaos().arg("man"));
+    assert_eq!(man.code, 0, "{}", man.stderr);
+    assert!(man.stdout.starts_with(".ie") && man.stdout.contains(".TH chaos 1"), "{}", &man.stdout[..200]);
+    for sub in ["run", "report", "sweep", "merge", "init", "selftest", "clean", "doctor", "bench"] {
+        assert!(bash.stdout.contains(&format!("chaos__subcmd__{sub}")), "the completions lack {sub}");
+        assert!(man.stdout.contains(&format!("chaos\\-{sub}")), "the man page lacks {sub}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("chaos.bash");
+    std::fs::write(&script, &bash.stdout).unwrap();
+    let syntax = std::process::Command::new("bash").arg("-n").arg(&script).output().unwrap();
+    assert!(syntax.status.success(), "bash refuses the script: {}", String::from_utf8_lossy(&syntax.stderr));
+    assert_eq!(run(chaos().args(["completions", "nosh"])).code, 2);
+}
