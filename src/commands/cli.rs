@@ -17,7 +17,7 @@ that the harness kills (SIGKILL) and pauses (SIGSTOP) for real; its contract is 
 Exit codes: 0 pass, 1 invariant violated or anomaly found, 2 bad input, 3 PostgreSQL/Kafka (or pgbench) unreachable or unusable, \
 4 inconclusive (a fault never fired or its effect was never seen), 5 incomplete (a merge missing a shard, did not drain, a component panicked or hung, \
 a short topic read, a program under test that could not start, exited or never joined), 6 a benchmark target missed, 70 internal error, 74 cannot write a report or file, 130 interrupted.",
-    after_help = "First run (embedded, nothing installed): chaos run scenarios/payments.toml\n\
+    after_help = "First run (embedded, nothing installed): chaos init --example payments payments.toml, then chaos run payments.toml (in a checkout: chaos run scenarios/payments.toml)\n\
 On the real services: scripts/services.sh up, then DATABASE_URL=postgres://chaos:chaos@127.0.0.1:5432/chaos KAFKA_BROKERS=127.0.0.1:9092 chaos run scenarios/payments.toml\n\
 Prove the verifier can fail: chaos selftest\n\
 Your own consumer: PATH=\"$(scripts/python-env.sh):$PATH\" chaos run examples/python/consumer.toml (docs/contract.md)"
@@ -187,6 +187,10 @@ pub struct InitArgs {
     /// With --system: keep the declaration of this scenario file (its [system] tables, [topic], [relay], [notifier]) and put the recommended faults under it in place of its own. Write the new file beside it: commands and `setup` are relative to the file's folder.
     #[arg(long, value_name = "FILE", requires = "system")]
     pub from: Option<PathBuf>,
+    /// Write one of the shipped scenarios instead (the binary carries them, no checkout needed): payments, smoke,
+    /// inbox-off, heavy-faults, infra-faults, broker-failover, many-partitions, bench.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["consumer", "relay", "system"])]
+    pub example: Option<String>,
 }
 
 #[derive(Debug, Args)]

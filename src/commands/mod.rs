@@ -95,6 +95,16 @@ fn init(a: &InitArgs) -> Result<Exit> {
             false => Ok((crate::scenario::with_command(template, &argv), RECOMMENDED)),
         }
     };
+    if let Some(name) = &a.example {
+        let Some((_, text)) = crate::scenario::EXAMPLES.iter().find(|(n, _)| n == name) else {
+            let names: Vec<&str> = crate::scenario::EXAMPLES.iter().map(|(n, _)| *n).collect();
+            return Err(Error::Usage(format!(
+                "--example {name:?} is no shipped scenario; name one of: {}",
+                names.join(", ")
+            )));
+        };
+        return write_scenario(&a.path, text, &format!("the shipped scenario {name}; run it as it is"));
+    }
     let (text, what) = match (&a.consumer, &a.relay, &a.from) {
         (Some(c), _, _) => {
             let (text, what) = program("--consumer", c, crate::scenario::RECOMMENDED_CONSUMER)?;
@@ -125,22 +135,28 @@ fn init(a: &InitArgs) -> Result<Exit> {
         ),
         _ => (crate::scenario::REFERENCE.to_string(), "every scenario key at its default"),
     };
-    let text = text.as_str();
-    if a.path.as_os_str() == "-" {
+    write_scenario(&a.path, &text, what)
+}
+
+/// Writes a scenario `chaos init` made at `path` (`-`: stdout), never over
+/// an existing file, and says how to run it.
+fn write_scenario(path: &Path, text: &str, what: &str) -> Result<Exit> {
+    if path.as_os_str() == "-" {
         out!("{text}");
         return Ok(Exit::Pass);
     }
-    let shown = a.path.display();
+    let shown = path.display();
     // create_new: an existing scenario is the user's work, never replaced.
-    let file = std::fs::OpenOptions::new().write(true).create_new(true).open(&a.path);
+    let file = std::fs::OpenOptions::new().write(true).create_new(true).open(path);
     match file {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(Error::Usage(format!(
             "{shown} already exists; name another file (chaos init my.toml) or print it with chaos init -"
         ))),
-        Err(e) => Err(Error::Write { path: a.path.clone(), cause: e.to_string() }),
+        Err(e) => Err(Error::Write { path: path.to_path_buf(), cause: e.to_string() }),
         Ok(mut f) => {
             use std::io::Write;
-            f.write_all(text.as_bytes()).map_err(|e| Error::Write { path: a.path.clone(), cause: e.to_string() })?;
+            f.write_all(text.as_bytes())
+                .map_err(|e| Error::Write { path: path.to_path_buf(), cause: e.to_string() })?;
             // One instruction: a recommended file is run as written; the
             // reference and the skeleton are there to be edited.
             match what.ends_with("as it is") {

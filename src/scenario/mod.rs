@@ -14,6 +14,19 @@ mod validate;
 /// meaning. `chaos init` writes it; a test holds it to the code.
 pub const REFERENCE: &str = include_str!("../../scenarios/reference.toml");
 
+/// The shipped scenarios `chaos init --example NAME` writes, by name: an
+/// installed binary carries them, so a hint never needs a checkout.
+pub const EXAMPLES: &[(&str, &str)] = &[
+    ("payments", include_str!("../../scenarios/payments.toml")),
+    ("smoke", include_str!("../../scenarios/smoke.toml")),
+    ("inbox-off", include_str!("../../scenarios/inbox-off.toml")),
+    ("heavy-faults", include_str!("../../scenarios/heavy-faults.toml")),
+    ("infra-faults", include_str!("../../scenarios/infra-faults.toml")),
+    ("broker-failover", include_str!("../../scenarios/broker-failover.toml")),
+    ("many-partitions", include_str!("../../scenarios/many-partitions.toml")),
+    ("bench", include_str!("../../scenarios/bench.toml")),
+];
+
 /// The recommended scenario per kind of program under test, with the
 /// command of the one we ship (`chaos init --consumer CMD`, `--relay CMD`
 /// write it with the user's): the faults that expose that kind's classic
@@ -740,6 +753,27 @@ mod tests {
         assert!(provider.iter().all(|p| skeleton.faults.get(*p) == 0.0), "the skeleton declares no provider");
         let text = "[system]\n[[system.effects]]\nname = \"e\"\nprovider = { message_id = \"m\", key = \"k\" }\n";
         assert!(declares_provider(text) && !declares_provider("[system]\n") && !declares_provider("[system"));
+    }
+
+    /// `chaos init --example NAME` carries every shipped scenario of the
+    /// folder (the reference and the declared payments have commands of
+    /// their own), each valid as written.
+    #[test]
+    fn the_examples_are_the_shipped_scenarios() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+        let mut shipped: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.unwrap().file_name().to_str()?.strip_suffix(".toml").map(str::to_string))
+            .filter(|n| n != "reference" && n != "payments-declared")
+            .collect();
+        shipped.sort();
+        let mut carried: Vec<String> = EXAMPLES.iter().map(|(n, _)| n.to_string()).collect();
+        carried.sort();
+        assert_eq!(carried, shipped);
+        for (name, text) in EXAMPLES {
+            assert_eq!(*text, std::fs::read_to_string(dir.join(format!("{name}.toml"))).unwrap());
+            parse(text, &dir.join(format!("{name}.toml"))).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
     }
 
     /// `[nemesis] targets` resolves roles to instances, keeps instances as

@@ -15,7 +15,7 @@ pub fn load(path: &Path) -> Result<Scenario, crate::Error> {
     let shown = path.display().to_string();
     if path.is_dir() {
         return Err(crate::Error::Scenario(format!(
-            "{shown}: is a directory; pass a scenario file such as scenarios/payments.toml"
+            "{shown}: is a directory; pass a scenario file (chaos init --example payments payments.toml writes one)"
         )));
     }
     let text = std::fs::read_to_string(path).map_err(|e| {
@@ -31,7 +31,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Scenario, crate::Error> {
     let shown = path.display().to_string();
     if text.trim().is_empty() {
         return Err(crate::Error::Scenario(format!(
-            "{shown}: the file is empty; copy scenarios/smoke.toml for a starting point"
+            "{shown}: the file is empty; chaos init my.toml writes every key at its default to start from"
         )));
     }
     // A fault point's name works as its key (`relay.after_produce` for
@@ -71,7 +71,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Scenario, crate::Error> {
         // A syntax error, not a wrong key or value: say so, and what the format is.
         if text.parse::<toml::Table>().is_err() {
             let json = if text.trim_start().starts_with('{') { " (it looks like JSON)" } else { "" };
-            msg.push_str(&format!("; the file is not valid TOML{json}, see scenarios/smoke.toml for the format"));
+            msg.push_str(&format!("; the file is not valid TOML{json}, see the format in what chaos init - prints"));
         }
         crate::Error::Scenario(format!("{shown}{at}: {msg}"))
     })?;
