@@ -593,3 +593,60 @@ every = "700ms"
     assert_eq!(holes.len(), 1, "one scheduled partition, no per-second ones: {holes:?}");
     assert_eq!(holes[0]["component"], "every proxied component");
 }
+
+/// Issue 67: the kill after a commit keeps its promise. A program that acts
+/// on a commit's acknowledgement (here: appends the row's number to a
+/// marker file the moment `COMMIT` returns) is killed before it can: the
+/// proxy lands the SIGKILL before it writes the acknowledgement on. Each
+/// incarnation's first write is committed (durable) and never marked. Were
+/// the acknowledgement written first, a process the machine schedules
+/// before the proxy's signal would mark it: a relay that marks before it
+/// produces would then produce, and hide its mistake.
+#[tokio::test]
+async fn a_program_never_acts_on_the_acknowledgement_of_the_commit_it_is_killed_at() {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let rates = FaultRates::none().with(FaultPoint::DbKillAfterCommit, 1.0);
+    let (p, faults, _stop) = proxy(rates, Shaping::default()).await;
+    let slot = p.slot("test").unwrap();
+    let mut direct = sqlx::PgConnection::connect(&database_url()).await.unwrap();
+    let table = format!("chaos_ack_test_{}", std::process::id());
+    sqlx::query(&format!("DROP TABLE IF EXISTS {table}")).execute(&mut direct).await.unwrap();
+    sqlx::query(&format!("CREATE TABLE {table} (n int)")).execute(&mut direct).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("acted");
+    // Commits rows one by one and marks each once its COMMIT returned.
+    let program = format!(
+        "import psycopg, sys\n\
+         conn = psycopg.connect(sys.argv[1])\n\
+         for n in range(int(sys.argv[2]), int(sys.argv[2]) + 5):\n\
+         \x20   conn.execute('INSERT INTO {table} VALUES (%s)', (n,))\n\
+         \x20   conn.commit()\n\
+         \x20   with open(sys.argv[3], 'a') as f:\n\
+         \x20       f.write(f'{{n}}\\n')\n"
+    );
+    let rounds = 12;
+    for round in 0..rounds {
+        let first = (round * 10).to_string();
+        let mut child = std::process::Command::new("python3")
+            .env("PATH", python_path())
+            .args(["-c", &program, &through(&p), &first])
+            .arg(&marker)
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let lease = slot.process.occupant.enter(child.id() as i32).unwrap();
+        let status = tokio::task::spawn_blocking(move || child.wait().unwrap()).await.unwrap();
+        lease.ended();
+        drop(lease);
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "round {round}: the program was not killed ({status})");
+    }
+    let committed: Vec<i32> =
+        sqlx::query_scalar(&format!("SELECT n FROM {table} ORDER BY n")).fetch_all(&mut direct).await.unwrap();
+    sqlx::query(&format!("DROP TABLE {table}")).execute(&mut direct).await.unwrap();
+    let acted = std::fs::read_to_string(&marker).unwrap_or_default();
+    // Each round's first row is committed, and no round acted on it.
+    let firsts: Vec<i32> = (0..rounds).map(|r| r * 10).collect();
+    assert_eq!(committed, firsts, "each incarnation commits its first row, durable, and is killed there");
+    assert_eq!(acted.trim(), "", "a program acted on the acknowledgement of the commit it was killed at");
+    assert_eq!(faults.fired(FaultPoint::DbKillAfterCommit), rounds as u64);
+}
