@@ -28,6 +28,26 @@ Deliberate bugs, one flag each (see the broken-*.toml files):
                          their own before the effects run in a second one.
                          A kill between the two commits marks the event
                          handled when it never was: no shipment, no stock.
+  --auto-commit          the Kafka client commits the offsets on its own
+                         timer (enable.auto.commit, the default 5 s
+                         interval) instead of after the database commit:
+                         offsets can move past a batch whose transaction
+                         then dies, and the batch is lost.
+  --check-then-act       no unique guard: the inbox is a table of the
+                         consumer's own without a unique key, read with a
+                         SELECT, then the effects are applied and the rows
+                         inserted with plain INSERTs. Two processes holding
+                         the same event at once (a zombie and the new owner
+                         of its partition) both find it unhandled and both
+                         apply it: the stock is taken off twice.
+  --retry-reapplies      a COMMIT that fails (an error, or the connection
+                         lost while committing) is retried by applying the
+                         batch's effects again on a new connection, with
+                         the claim kept from the first attempt instead of
+                         claiming the inbox again. If the first COMMIT did
+                         happen, the stock is taken off twice; if it did
+                         not, the effects land without their inbox rows and
+                         a redelivery applies them again.
 """
 import json
 import urllib.error
@@ -47,9 +67,17 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 log = logging.getLogger("consumer")
 
 FLAGS = set(sys.argv[1:])
-KNOWN_FLAGS = {"--stock-without-inbox", "--inbox-first", "--email-without-key"}
+KNOWN_FLAGS = {"--stock-without-inbox", "--inbox-first", "--email-without-key",
+               "--auto-commit", "--check-then-act", "--retry-reapplies"}
 STOCK_WITHOUT_INBOX = "--stock-without-inbox" in FLAGS
 INBOX_FIRST = "--inbox-first" in FLAGS
+# THE BUG (--auto-commit): offsets left to the client's timer.
+AUTO_COMMIT = "--auto-commit" in FLAGS
+# THE BUG (--check-then-act): an inbox read, then written, with no unique key.
+CHECK_THEN_ACT = "--check-then-act" in FLAGS
+# THE BUG (--retry-reapplies): a failed COMMIT retried by re-applying the
+# effects under the claim remembered from the first attempt.
+RETRY_REAPPLIES = "--retry-reapplies" in FLAGS
 # THE BUG (--email-without-key): the confirmation call carries no
 # idempotency key, so a retry after a lost answer sends a second email.
 EMAIL_WITHOUT_KEY = "--email-without-key" in FLAGS
@@ -209,9 +237,9 @@ def record_rejected(cur, decoded):
             (r.partition, r.offset, r.event_id, r.payload, r.error))
 
 
-def apply_claimed(cur, events, claimed):
+def apply_claimed(cur, events, claimed, shipper=ship):
     take_stock(cur, [e for e in events if (e.event_id, "stock") in claimed])
-    ship(cur, [e for e in events if (e.event_id, "shipping") in claimed])
+    shipper(cur, [e for e in events if (e.event_id, "shipping") in claimed])
     if PROVIDER_URL:
         confirm([e for e in events if (e.event_id, "confirmation") in claimed])
 
@@ -254,10 +282,101 @@ def handle_inbox_first(conn, events, decoded):
     return len(claimed), len(pairs)
 
 
+def ship_unless_shipped(cur, events):
+    """The shipping handler of --check-then-act and --retry-reapplies, as it
+    is written by someone who counts on the shipments' unique index rather
+    than on the inbox: each shipment is inserted under a savepoint, and a
+    unique violation is taken for "already shipped" and skipped. With the
+    plain ship() above, a second shipment would fail the whole transaction,
+    the stock decrement included, and the index would hide the mistake; a
+    system without that index (or whose effects have no natural key) has
+    nothing to hide it. The stock has no key to refuse a second decrement."""
+    for e in events:
+        try:
+            with cur.connection.transaction():
+                cur.execute("INSERT INTO shipments (order_id, message_id) VALUES (%s, %s)",
+                            (e.order_id, e.event_id))
+        except psycopg.errors.UniqueViolation:
+            log.info("order %s already shipped", e.order_id)
+
+
+# --check-then-act: the consumer's own inbox, made by the consumer in its
+# default schema (the run's), as someone writes it who has not met
+# ON CONFLICT: a log of what was handled, with no unique key.
+HANDLED_TABLE = """CREATE TABLE IF NOT EXISTS handled_messages (
+                       message_id uuid NOT NULL,
+                       handler    text NOT NULL,
+                       handled_at timestamptz NOT NULL DEFAULT now())"""
+handled_table_ready = []
+
+
+def handle_check_then_act(conn, events, decoded):
+    """THE BUG (--check-then-act): "have I handled this?" is a SELECT, and
+    "I handled it" a plain INSERT, with nothing unique between them. One
+    transaction, at PostgreSQL's default READ COMMITTED: it sees what other
+    transactions had committed when each statement began, and nothing makes
+    a second reader of the same event wait. Two processes holding the same
+    event at once (a consumer paused past its session timeout wakes up a
+    zombie with its batch in hand while the new owner of its partition
+    handles the same messages) both find it unhandled and both apply it."""
+    if not handled_table_ready:
+        # Two consumers starting at once can race on CREATE TABLE IF NOT
+        # EXISTS; the loser's error rolls the batch back and it comes again.
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute(HANDLED_TABLE)
+        handled_table_ready.append(True)
+    pairs = [(e.event_id, h) for e in events for h in HANDLERS]
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute("SELECT message_id, handler FROM handled_messages WHERE message_id = ANY(%s)",
+                    ([e.event_id for e in events],))
+        seen = set(cur.fetchall())
+        todo = {p for p in pairs if p not in seen}
+        # <- the window: another process can read "not handled" until this commits
+        apply_claimed(cur, events, todo, ship_unless_shipped)
+        if todo:
+            cur.executemany("INSERT INTO handled_messages (message_id, handler) VALUES (%s, %s)",
+                            sorted(todo, key=lambda p: (str(p[0]), p[1])))
+        record_rejected(cur, decoded)
+    return len(todo), len(pairs)
+
+
+def handle_retry_reapplies(conn, events, decoded):
+    """THE BUG (--retry-reapplies): the claim and the effects are one
+    transaction, as they should be, but a COMMIT that fails is taken for a
+    blip: "the claim came back, so these pairs are ours", and the effects
+    are applied again on a new connection under the claim remembered from
+    the first attempt, without claiming the inbox again. A COMMIT can fail
+    after it took effect (the connection lost before its acknowledgement
+    came): the retry then takes the stock off a second time. If it did not
+    take effect, the retry's effects land without their inbox rows, and the
+    next delivery of the batch claims and applies them again."""
+    pairs = [(e.event_id, h) for e in events for h in HANDLERS]
+    claimed, committing = set(), False
+    try:
+        with conn.transaction(), conn.cursor() as cur:
+            claimed = claim(cur, pairs)
+            apply_claimed(cur, events, claimed, ship_unless_shipped)
+            record_rejected(cur, decoded)
+            committing = True
+    except psycopg.OperationalError as e:
+        if not committing:
+            raise  # failed before the COMMIT: rolled back, the batch comes again
+        log.warning("COMMIT failed (%s); the %d claimed pairs are ours, applying them again "
+                    "on a new connection", e, len(claimed))
+        with connect() as retry, retry.transaction(), retry.cursor() as cur:
+            apply_claimed(cur, events, claimed, ship_unless_shipped)
+            record_rejected(cur, decoded)
+    return len(claimed), len(pairs)
+
+
 if STOCK_WITHOUT_INBOX:
     HANDLE = handle_stock_without_inbox
 elif INBOX_FIRST:
     HANDLE = handle_inbox_first
+elif CHECK_THEN_ACT:
+    HANDLE = handle_check_then_act
+elif RETRY_REAPPLIES:
+    HANDLE = handle_retry_reapplies
 else:
     HANDLE = handle_correct
 
@@ -318,7 +437,10 @@ def make_consumer():
         # predecessor's partitions at once, without waiting out a session.
         "group.instance.id": os.environ["CHAOS_INSTANCE"],
         # Offsets are committed by hand, after the database: never on a timer.
-        "enable.auto.commit": False,
+        # (--auto-commit, THE BUG: the client's timer commits them, every
+        # auto.commit.interval.ms, left at its default of 5 s, whatever the
+        # batch in hand has come to.)
+        "enable.auto.commit": AUTO_COMMIT,
         "auto.offset.reset": "earliest",
         "session.timeout.ms": int(os.environ.get("CHAOS_SESSION_TIMEOUT_MS", "6000")),
         "client.id": os.environ["CHAOS_INSTANCE"],
@@ -380,7 +502,8 @@ def main():
             if conn.closed or conn.broken:
                 conn = connect()
             handle_batch(conn, msgs)      # 1. inbox and effects, committed
-            commit_offsets(consumer, msgs)  # 2. only then the batch's offsets
+            if not AUTO_COMMIT:             # (--auto-commit: the client's timer does it)
+                commit_offsets(consumer, msgs)  # 2. only then the batch's offsets
         except (psycopg.Error, RuntimeError, ProviderFailed) as e:
             # Rolled back. Rewind to the last committed offsets, so the
             # batch comes again rather than being skipped by the next poll.

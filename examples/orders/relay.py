@@ -49,6 +49,25 @@ Deliberate bugs, one flag each:
                          or taken off the stock. chaos must say `stalled
                          relay` and `unpublished leftover`
                          (broken-relay-seq-cursor.toml).
+  --mark-first           marks the claimed rows published and commits the
+                         mark, then produces them and waits for the acks
+                         ("don't hold row locks while waiting on the
+                         broker"). Between that commit and the acks the
+                         batch exists only in this process: a kill there
+                         loses it, and no relay claims the rows again.
+                         chaos must say `lost event`
+                         (broken-relay-mark-first.toml).
+  --mark-range           produces its claimed batch and waits for every
+                         ack, as it should, but marks by range: every
+                         unpublished row up to the highest `seq` it sent
+                         (`WHERE seq <= max_sent AND published_at IS
+                         NULL`), not the rows it sent. A row below that seq
+                         that it never sent is marked with them: one whose
+                         transaction committed after the claim (seq is
+                         taken at INSERT), or one another relay claimed and
+                         then gave back (killed, or its delivery failed).
+                         chaos must say `lost event`
+                         (broken-relay-mark-range.toml).
 """
 import json
 import logging
@@ -77,6 +96,16 @@ if "--delete" in FLAGS:
     MARK = "DELETE FROM order_events WHERE event_id = ANY(%s)"
 STALL_AFTER_RESTART = "--stall-after-restart" in FLAGS
 SEQ_CURSOR = "--seq-cursor" in FLAGS
+MARK_FIRST = "--mark-first" in FLAGS
+MARK_RANGE = "--mark-range" in FLAGS
+
+# --mark-range (THE BUG): the claim also reads seq, and the mark covers
+# everything unpublished up to the highest seq sent.
+CLAIM_WITH_SEQ = """SELECT event_id, order_id, event_type, body::text, seq FROM order_events
+                    WHERE published_at IS NULL ORDER BY seq LIMIT %s
+                    FOR UPDATE SKIP LOCKED"""
+MARK_UP_TO = """UPDATE order_events SET published_at = clock_timestamp()
+                WHERE seq <= %s AND published_at IS NULL"""
 
 # --seq-cursor (THE BUG): the read position, the highest seq published, in a
 # one-row table the relay makes itself in its default schema (search_path is
@@ -198,6 +227,40 @@ def publish_batch(conn, publisher, batch_size):
     return len(rows)                                     # 3. committed here
 
 
+def publish_batch_mark_first(conn, publisher, batch_size):
+    """THE BUG (--mark-first): claims and marks in one transaction and
+    commits, so no row lock is held while the broker is waited for; then
+    produces the batch and waits for every ack. A kill after the COMMIT and
+    before the acks, or a delivery that fails, leaves rows marked published
+    that are not on the topic, and nothing ever claims them again."""
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute(CLAIM, (batch_size,))
+        rows = cur.fetchall()
+        if not rows:
+            raise psycopg.Rollback()
+        cur.execute(MARK, ([row[0] for row in rows],))   # 1. the mark, committed...
+    publisher.send([message(r) for r in rows])           # 2. ...then the produce and its acks
+    return len(rows)
+
+
+def publish_batch_mark_range(conn, publisher, batch_size):
+    """THE BUG (--mark-range): claims, produces and waits for every ack in
+    one transaction, as publish_batch does, then marks "everything up to
+    where I got": every unpublished row whose seq is at most the highest
+    seq it sent. Rows it never sent are in that range: an order committed
+    after the claim with a lower seq (its transaction took the seq first),
+    and rows another relay claimed and gave back (the UPDATE waits for that
+    relay's locks; if it rolls back, they are marked here)."""
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute(CLAIM_WITH_SEQ, (batch_size,))
+        rows = cur.fetchall()
+        if not rows:
+            raise psycopg.Rollback()
+        publisher.send([row[:4] for row in rows])
+        cur.execute(MARK_UP_TO, (max(row[4] for row in rows),))
+    return len(rows)
+
+
 def ensure_cursor(conn):
     """--seq-cursor: the cursor table and its one row, made if missing. Two
     relays starting at once can race on CREATE TABLE IF NOT EXISTS; the
@@ -241,7 +304,8 @@ def main():
     signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format=f"%(asctime)s {os.environ.get('CHAOS_INSTANCE', '-')} %(message)s")
-    unknown = FLAGS - {"--delete", "--stall-after-restart", "--seq-cursor", "--envelope"}
+    unknown = FLAGS - {"--delete", "--stall-after-restart", "--seq-cursor", "--envelope",
+                       "--mark-first", "--mark-range"}
     if unknown:
         log.error("unknown arguments: %s", " ".join(sorted(unknown)))
         sys.exit(2)
@@ -262,6 +326,10 @@ def main():
                     ensure_cursor(conn)
                     cursor_ready = True
                 n = publish_batch_past_cursor(conn, publisher, batch_size)
+            elif MARK_FIRST:
+                n = publish_batch_mark_first(conn, publisher, batch_size)
+            elif MARK_RANGE:
+                n = publish_batch_mark_range(conn, publisher, batch_size)
             else:
                 n = publish_batch(conn, publisher, batch_size) if publishes else 0
         except DeliveryFailed as e:
