@@ -100,6 +100,10 @@ counters! {
     writer_holds,
     writer_holds_overtaken,
     overtakes,
+    /// Consumers' (notifiers') held COMMITs that ran their course or were
+    /// killed as their offsets moved: the evidence that a run held a
+    /// consumer's transaction while auto-commit could have moved them.
+    consumer_holds,
 }
 
 /// What one run's components count: the stage marks and the payments

@@ -52,8 +52,8 @@ enum Evidence {
     /// A writer's held COMMIT that went on after another writer committed
     /// rows: a row inserted later was visible first.
     Overtaken,
-    /// A consumer's (a non-writer's) held COMMIT that ran its course or
-    /// was killed when its offsets moved.
+    /// A consumer's held COMMIT that ran its course or was killed when its
+    /// offsets moved (a relay's or a service's is not one).
     ConsumerHold,
     /// Keys whose `authorized` the topic carries after their `captured`.
     ReorderedKeys,
@@ -77,9 +77,7 @@ impl Evidence {
         match self {
             Evidence::Confirmed(p) => confirmed(p) > 0,
             Evidence::Overtaken => r.components.writer_holds_overtaken > 0,
-            // A writer's holds are confirmed too: only the rest are a
-            // consumer's.
-            Evidence::ConsumerHold => confirmed("db.hold_commit") > r.components.writer_holds,
+            Evidence::ConsumerHold => r.components.consumer_holds > 0,
             Evidence::ReorderedKeys => r.counts.reordered_payments > 0,
         }
     }
@@ -223,15 +221,17 @@ mod tests {
                 reach: Default::default(),
             })
             .collect();
+        r.components.consumer_holds = 3;
         let text = lines(&r).unwrap();
         assert!(text.contains("struck a commit held while offsets move"), "{text}");
         assert!(text.contains("set but not struck: a reordered commit"), "{text}");
         assert!(!text.contains("insert-ordered cursor"), "{text}");
-        // Three holds went on, all of them a writer's, none overtaken.
-        r.components.writer_holds = 3;
+        // Three holds went on, all of them a writer's or a relay's, none
+        // overtaken: neither window was struck.
+        (r.components.writer_holds, r.components.consumer_holds) = (3, 0);
         let text = lines(&r).unwrap();
         assert!(!text.contains("insert-ordered cursor"), "a hold nothing overtook: {text}");
-        assert!(!text.contains("struck a commit held"), "the writer's holds are not a consumer's: {text}");
+        assert!(!text.contains("struck a commit held"), "no consumer's commit was held: {text}");
         (r.components.writer_holds_overtaken, r.components.overtakes) = (1, 4);
         let text = lines(&r).unwrap();
         assert!(text.contains("a reordered commit (a writer's, overtaken)"), "{text}");

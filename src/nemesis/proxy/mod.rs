@@ -116,6 +116,10 @@ pub struct Slot {
     /// Commits with changed rows of every writer slot, shared by the
     /// proxy's slots: what a writer's held COMMIT watches for overtakes.
     writer_commits: Arc<AtomicU64>,
+    /// `Produce` requests the relays' slots have sent, shared by the
+    /// proxy's slots: a writer's held COMMIT is let through as one goes
+    /// out, while that relay is between its claim and its mark.
+    relay_produces: Arc<watch::Sender<u64>>,
 }
 
 /// Whether a slot of this name writes the outbox: the declared service's
@@ -172,6 +176,7 @@ impl Proxy {
         let mut tasks = Vec::new();
         let committed = Arc::new(kafka::Committed::default());
         let writer_commits = Arc::new(AtomicU64::new(0));
+        let relay_produces = Arc::new(watch::channel(0).0);
         for (name, kafka) in s.slots.into_iter().zip(kafka) {
             let listener = TcpListener::bind("127.0.0.1:0")
                 .await
@@ -197,6 +202,7 @@ impl Proxy {
                 fetched: Default::default(),
                 writer: writes_outbox(&name),
                 writer_commits: writer_commits.clone(),
+                relay_produces: relay_produces.clone(),
                 name,
             });
             tasks.push(tokio::spawn(accept(
@@ -653,6 +659,9 @@ async fn pump_bytes(
         if let Some(in_flight) = requests {
             match framing.feed(&buf[..n]) {
                 Ok(seen) => {
+                    if slot.name.starts_with("relay") && seen.iter().any(|r| r.api_key == kafka::PRODUCE) {
+                        slot.relay_produces.send_modify(|n| *n += 1);
+                    }
                     seen.into_iter().for_each(|r| in_flight.sent(r));
                     framing.commits().into_iter().for_each(|(c, p)| in_flight.commits(c, p));
                 }
@@ -871,6 +880,10 @@ fn occurrence(
 /// consumer committing in the background does so during the hold.
 const COMMIT_HOLD: Duration = Duration::from_secs(6);
 
+/// How long a writer's held COMMIT waits, after [`COMMIT_HOLD`], for a
+/// relay to send a batch before it goes on anyway.
+const RELAY_WAIT: Duration = Duration::from_secs(3);
+
 /// Client to server on PostgreSQL's wire, with `db.hold_commit` set: each
 /// `BEGIN` notes how many offset commits the slot had, and each `COMMIT`
 /// of a process is an occurrence. A fired one kills the process, the
@@ -988,6 +1001,15 @@ async fn hold_commit(slot: &Slot, faults: &FaultInjector, began: u64, serial: u6
     let writers_before = slot.writer_commits.load(Ordering::Relaxed);
     let mut commits = slot.offset_commits.subscribe();
     let moved = tokio::time::timeout(COMMIT_HOLD, commits.wait_for(|n| *n != began)).await.is_ok();
+    if !moved && slot.writer {
+        // A writer's row is let through as a relay sends a batch: that
+        // relay has claimed rows inserted after it and not yet marked
+        // them, so a mark by range (every row up to the highest sent)
+        // takes this one too. A correct relay's mark names its rows.
+        let mut produces = slot.relay_produces.subscribe();
+        produces.borrow_and_update();
+        let _ = tokio::time::timeout(RELAY_WAIT, produces.changed()).await;
+    }
     let occupant = &slot.process.occupant;
     if !moved {
         if occupant.current() != Some(serial) {
@@ -1000,11 +1022,15 @@ async fn hold_commit(slot: &Slot, faults: &FaultInjector, began: u64, serial: u6
         if slot.writer {
             slot.overtaken(writers_before);
         }
+        if slot.name.starts_with("notifier") {
+            Stats::add(&slot.stats.consumer_holds, 1);
+        }
         return Held::GoOn;
     }
     match slot.process.claim_occupied(serial, FaultPoint::DbHoldCommit) {
         Some(kill) => {
             hold.open = false;
+            Stats::add(&slot.stats.consumer_holds, 1);
             info!(slot = %slot.name, "db.hold_commit: the offsets moved while the transaction was open; killing");
             drop(kill);
             Held::Killed

@@ -39,12 +39,18 @@ pub(super) struct Keeper {
 }
 
 /// What the keeper's watch of one incarnation tracks between its turns.
+/// How long a paused process stays out of the other faults' reach after
+/// its SIGCONT: the zombie's time to act on what it held.
+const PAUSE_AFTERMATH: Duration = Duration::from_secs(3);
+
 pub(super) struct Watch {
     /// Stopped by a pause until then.
     paused_until: Option<Instant>,
     /// The incarnation's serial while the pause occupies it (no other
-    /// fault draws on a paused process): released at its SIGCONT.
+    /// fault draws on a paused process): released [`PAUSE_AFTERMATH`]
+    /// after its SIGCONT, at `release_at`.
     occupied: Option<u64>,
+    release_at: Option<Instant>,
     /// The start of the second being drawn, and the instant within it.
     second: Instant,
     next: Instant,
@@ -304,6 +310,7 @@ impl Keeper {
         let mut w = Watch {
             paused_until: None,
             occupied: None,
+            release_at: None,
             second: Instant::now(),
             next: Instant::now(),
             ready: !matches!(self.ctx.store, Store::Postgres(_)),
@@ -346,11 +353,19 @@ impl Keeper {
                 _ = tokio::time::sleep_until(w.paused_until.unwrap_or_else(Instant::now)), if w.paused_until.is_some() => {
                     self.signal(proc, None, libc::SIGCONT);
                     w.paused_until = None;
+                    // The zombie wakes and acts on what it held (commits a
+                    // transaction its group has given away) before any other
+                    // fault may strike it: a kill or a hold there would
+                    // erase what the pause was for.
+                    w.release_at = w.occupied.map(|_| Instant::now() + PAUSE_AFTERMATH);
+                    // The seconds spent stopped are not struck again.
+                    w.restart_seconds(self);
+                }
+                _ = tokio::time::sleep_until(w.release_at.unwrap_or_else(Instant::now)), if w.release_at.is_some() => {
+                    w.release_at = None;
                     if let Some(serial) = w.occupied.take() {
                         self.occupant.release(serial);
                     }
-                    // The seconds spent stopped are not struck again.
-                    w.restart_seconds(self);
                 }
                 Some(line) = proc.lines.recv() => match line {
                     Line::Halt { point, fires } => return self.halted(proc, point, fires).await,
