@@ -457,20 +457,28 @@ pub fn esc(s: &str) -> String {
     out
 }
 
-const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1040px;color:#222}\
+/// The page's style. The verdict's colours are picked for a contrast of at
+/// least 4.5 (WCAG's level for text) with white text on them, or on the
+/// tiles' grey as text; the browser test measures it. `.verdict.pass`
+/// outranks `span.pass` (the sweep page's coloured words), so each badge
+/// names its white text with its background.
+const STYLE: &str = ":root{--pass:#1e7b1e;--fail:#c0392b;--other:#8a6400}\
+body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1040px;color:#222}\
 h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}h3{font-size:15px}\
-.verdict{padding:2px 10px;border-radius:4px;color:#fff;font-size:16px}.verdict.pass{background:#2a8a2a}\
-.verdict.fail{background:#c0392b}.verdict.inconclusive,.verdict.incomplete,.verdict.interrupted{background:#b8860b}\
+.verdict{padding:2px 10px;border-radius:4px;color:#fff;font-size:16px}.verdict.pass{background:var(--pass);color:#fff}\
+.verdict.fail{background:var(--fail);color:#fff}\
+.verdict.inconclusive,.verdict.incomplete,.verdict.interrupted{background:var(--other);color:#fff}\
 .meta,.why{color:#444}table{border-collapse:collapse;margin:8px 0;font-size:13px}\
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}th{background:#f3f3f3}\
-td.ok{color:#2a8a2a}td.bad,.bad{color:#c0392b}.story{border-left:4px solid #c0392b;padding-left:12px;margin:18px 0}\
+td.ok{color:var(--pass)}td.bad,.bad{color:var(--fail)}.story{border-left:4px solid var(--fail);padding-left:12px;margin:18px 0}\
 .msg{display:inline-block;background:#eef;border:1px solid #99c;border-radius:3px;padding:0 5px;margin:2px;\
 font-family:monospace;font-size:12px}code{font-size:12px}.chart svg{max-width:100%;height:auto}\
-.tiles{display:grid;grid-template-columns:repeat(auto-fit,minmax(128px,1fr));gap:10px;margin:14px 0}\
+.tiles{display:grid;grid-template-columns:minmax(0,1.8fr) repeat(6,minmax(0,1fr));gap:10px;margin:14px 0}\
+@media (max-width:820px){.tiles{grid-template-columns:repeat(auto-fit,minmax(128px,1fr))}#tile-verdict{grid-column:span 2}}\
 .tile{border:1px solid #ccc;border-top:5px solid #888;border-radius:6px;padding:8px 10px;background:#fafafa}\
 .tile .label{font-size:12px;color:#555;text-transform:uppercase;letter-spacing:.04em}\
 .tile .value{font-size:22px;font-weight:600;margin:2px 0;white-space:nowrap}.tile .detail{font-size:12px;color:#555}\
-.tile.ok,.tile.pass{border-top-color:#2a8a2a}.tile.bad,.tile.fail{border-top-color:#c0392b}\
-.tile.bad .value,.tile.fail .value{color:#c0392b}.tile.pass .value{color:#2a8a2a}\
-.codes .code{margin-right:10px;white-space:nowrap}.tile.inconclusive,.tile.incomplete,.tile.interrupted{border-top-color:#b8860b}\
-span.pass,td.pass{color:#2a8a2a}span.fail,td.fail{color:#c0392b;font-weight:bold}span.other,td.other{color:#b26a00}";
+.tile.ok,.tile.pass{border-top-color:var(--pass)}.tile.bad,.tile.fail{border-top-color:var(--fail)}\
+.tile.bad .value,.tile.fail .value{color:var(--fail)}.tile.pass .value{color:var(--pass)}\
+.codes .code{margin-right:10px;white-space:nowrap}.tile.inconclusive,.tile.incomplete,.tile.interrupted{border-top-color:var(--other)}\
+span.pass,td.pass{color:var(--pass)}span.fail,td.fail{color:var(--fail);font-weight:bold}span.other,td.other{color:var(--other)}";
