@@ -12,9 +12,9 @@
 //! instance its lane, and draw no chart text under 12 px; a story's labels
 //! never cover each other. The verdict is read first: its badge and tile
 //! are readable (the browser's computed colours give a contrast ratio of at
-//! least 4.5, WCAG's level for text) and not clipped.
-//! `CHAOS_UPDATE_SCREENSHOT=1` makes the failing run on the services take
-//! docs/report-failing.png again.
+//! least 4.5, WCAG's level for text) and not clipped, and a failing page
+//! opens with the terminal's `harm` line. `CHAOS_UPDATE_SCREENSHOT=1`
+//! makes the failing run on the services take docs/report-failing.png again.
 
 use crate::common::*;
 use std::path::{Path, PathBuf};
@@ -198,6 +198,29 @@ fn the_verdict_is_readable(page: &Path, verdict: &str) -> Vec<(&'static str, f64
     }
     assert!(wrong.is_empty(), "the verdict of the {verdict} page:\n{}", wrong.join("\n"));
     ratios
+}
+
+/// A failing page opens with the harm, as the terminal's summary does:
+/// right under the title, before the tiles, the summary's `harm` line.
+fn the_harm_leads_the_page(json: &Path, dom: &str) {
+    let summary = run(chaos().arg("report").arg(json).arg("--summary").env("COLUMNS", "1000"));
+    let harm = summary.stdout.lines().find_map(|l| l.trim_start().strip_prefix("harm")).map(str::trim);
+    let harm = harm.unwrap_or_else(|| panic!("no harm line in the summary:\n{}", summary.stdout));
+    let at = dom.find("id=\"harm\"").unwrap_or_else(|| panic!("no harm on the page"));
+    let opened = dom[..at].rfind('<').unwrap();
+    let title_end = dom.find("</h1>").unwrap() + "</h1>".len();
+    assert!(
+        title_end <= opened && dom[title_end..opened].trim().is_empty(),
+        "the harm comes right after the title, first of all: {:?} comes between",
+        &dom[title_end.min(opened)..opened]
+    );
+    let lead = &dom[at..];
+    let lead = &lead[..lead.find("</section>").unwrap()];
+    let words = |s: &str| {
+        let text: String = s.split('<').map(|t| t.split_once('>').map_or(t, |(_, w)| w)).collect();
+        text.replace("&amp;", "&").split_whitespace().collect::<Vec<_>>().join(" ")
+    };
+    assert!(words(lead).contains(harm), "the page's harm {:?} is the summary's {harm:?}", words(lead));
 }
 
 /// The run's page, checked; returns the report and the page's path.
@@ -440,6 +463,7 @@ fn a_failing_run_tells_each_examples_story(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let (r, page, dom) = run_and_check(backend, "tests/fixtures/html/broken.toml", dir.path());
     assert_eq!(r["verdict"], "fail", "{}", r["reason"]);
+    the_harm_leads_the_page(&dir.path().join(format!("{}.json", r["run_id"].as_str().unwrap())), &dom);
     let stories = r["stories"].as_array().expect("stories in the report");
     assert!(!stories.is_empty(), "no story for the anomalies: {}", r["anomalies"]);
     let dup = stories.iter().find(|s| s["anomaly"] == "duplicate effect").expect("a duplicate effect's story");

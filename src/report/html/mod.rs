@@ -3,6 +3,8 @@
 //! saved run again). Nothing is loaded from the network: the styles are
 //! inline and the charts are SVG drawn by plotters into the page.
 //!
+//! - The verdict, then the harm in the terminal summary's words, then
+//!   tiles of the figures a reader looks for first.
 //! - Events written, published and processed over time, each fault a mark
 //!   at its time, or a band where the scenario says how long it lasts.
 //! - The latency distribution (its buckets; the percentiles in older reports).
@@ -47,6 +49,7 @@ pub fn render(r: &Report) -> String {
     let verdict = r.verdict.as_str();
     // One time axis for every chart that spans the run, so they line up.
     let axis = TimeAxis::of(r);
+    harm(r, &mut out);
     let _ = writeln!(out, "<p class=\"why\">{}</p>", esc(&r.reason));
     tiles(r, &mut out);
     header(r, &mut out);
@@ -115,6 +118,28 @@ pub fn render(r: &Report) -> String {
     let heading =
         format!("chaos run {} <span class=\"verdict {verdict}\">{}</span>", esc(&r.run_id), verdict.to_uppercase());
     page(&format!("chaos run {} · {verdict}", r.run_id), &heading, &out)
+}
+
+/// The harm first, in the lines the terminal's summary opens with (its
+/// `harm`, the anomalies by name, one example and its cause), so a
+/// failing page is read as the terminal is. Nothing when no harm was found.
+fn harm(r: &Report, out: &mut String) {
+    let mut lines: Vec<(String, String)> = Vec::new();
+    // One line per label: the page wraps them, the terminal's width does not apply.
+    report::summary::harm_lines(&mut lines, r, usize::MAX);
+    if lines.is_empty() {
+        return;
+    }
+    out.push_str("<section id=\"harm\" class=\"harm\"><dl>");
+    for (i, (label, text)) in lines.iter().enumerate() {
+        match (i, label.as_str()) {
+            // A line without a label goes on with the one above it.
+            (_, "") => _ = write!(out, "<dd>{}</dd>", esc(text)),
+            (0, _) => _ = write!(out, "<dt>{}</dt><dd class=\"first\">{}</dd>", esc(label), esc(text)),
+            _ => _ = write!(out, "<dt>{}</dt><dd>{}</dd>", esc(label), esc(text)),
+        }
+    }
+    out.push_str("</dl></section>\n");
 }
 
 /// The run at a glance, one tile per figure a reader looks for first:
@@ -468,6 +493,9 @@ h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd
 .verdict{padding:2px 10px;border-radius:4px;color:#fff;font-size:16px}.verdict.pass{background:var(--pass);color:#fff}\
 .verdict.fail{background:var(--fail);color:#fff}\
 .verdict.inconclusive,.verdict.incomplete,.verdict.interrupted{background:var(--other);color:#fff}\
+.harm{border-left:4px solid var(--fail);padding:4px 12px;margin:12px 0}\
+.harm dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;margin:0}.harm dt{grid-column:1;color:#555}\
+.harm dd{grid-column:2;margin:0;overflow-wrap:anywhere}.harm dd.first{font-size:18px;font-weight:600;color:var(--fail)}\
 .meta,.why{color:#444}table{border-collapse:collapse;margin:8px 0;font-size:13px}\
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}th{background:#f3f3f3}\
 td.ok{color:var(--pass)}td.bad,.bad{color:var(--fail)}.story{border-left:4px solid var(--fail);padding-left:12px;margin:18px 0}\
