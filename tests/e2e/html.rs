@@ -13,8 +13,9 @@
 //! never cover each other. The verdict is read first: its badge and tile
 //! are readable (the browser's computed colours give a contrast ratio of at
 //! least 4.5, WCAG's level for text) and not clipped, and a failing page
-//! opens with the terminal's `harm` line. `CHAOS_UPDATE_SCREENSHOT=1`
-//! makes the failing run on the services take docs/report-failing.png again.
+//! opens with the terminal's `harm` line. The charts' legends sit beside
+//! them, not on their data. `CHAOS_UPDATE_SCREENSHOT=1` makes the failing
+//! run on the services take docs/report-failing.png again.
 
 use crate::common::*;
 use std::path::{Path, PathBuf};
@@ -200,6 +201,28 @@ fn the_verdict_is_readable(page: &Path, verdict: &str) -> Vec<(&'static str, f64
     ratios
 }
 
+/// Each chart's legend sits beside it, in the page, not over its data:
+/// the events chart's names its three lines, the latency chart's its
+/// percentiles, and neither chart draws a legend of its own.
+fn legends_sit_beside_the_charts(dom: &str) {
+    for (id, names) in [
+        ("throughput", &["payments written", "messages published", "events processed"][..]),
+        ("latency", &["p50", "p99", "max"][..]),
+    ] {
+        let s = section(dom, id);
+        let Some(svg_at) = s.find("<svg") else { continue };
+        let legend =
+            s.find("class=\"legend\"").map(|at| &s[at..]).unwrap_or_else(|| panic!("no legend beside the {id} chart"));
+        let legend = &legend[..legend.find("</p>").unwrap()];
+        let svg = &s[svg_at..s.find("</svg>").unwrap()];
+        let drawn: Vec<String> = text_boxes(svg).into_iter().map(|(_, w)| w).collect();
+        for name in names {
+            assert!(legend.contains(name), "the {id} chart's legend names {name}: {legend}");
+            assert!(!drawn.iter().any(|w| w.starts_with(name)), "the {id} chart draws {name} over its data: {drawn:?}");
+        }
+    }
+}
+
 /// A failing page opens with the harm, as the terminal's summary does:
 /// right under the title, before the tiles, the summary's `harm` line.
 fn the_harm_leads_the_page(json: &Path, dom: &str) {
@@ -234,6 +257,7 @@ fn run_and_check(backend: Backend, scenario: &str, dir: &Path) -> (serde_json::V
     assert!(r["series"].as_array().is_some_and(|s| s.len() >= 4), "the run sampled its counters: {}", r["series"]);
     let dom = rendered_dom(&page);
     the_verdict_is_readable(&page, r["verdict"].as_str().unwrap());
+    legends_sit_beside_the_charts(&dom);
     // The events chart: plotters draws each counter as a polyline through
     // its samples, in its own colour (legends and fault marks have 2 points).
     let chart = section(&dom, "throughput");

@@ -67,6 +67,7 @@ pub fn render(r: &Report) -> String {
             report::SAMPLE_EVERY_MS
         );
         out.push_str(&charts::events_chart(r, &axis));
+        charts::events_legend(r, out);
         charts::code_legend(r, out);
     });
     let lanes = charts::instances(r);
@@ -107,6 +108,7 @@ pub fn render(r: &Report) -> String {
                 l.events, l.p50, l.p95, l.p99, l.max
             );
             out.push_str(&charts::latency_chart(l));
+            charts::latency_legend(l, out);
         }
         None => out.push_str(
             "<p>No latency was measured: it is read from the projection's inbox claims, and this run has none \
@@ -501,6 +503,8 @@ th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}t
 td.ok{color:var(--pass)}td.bad,.bad{color:var(--fail)}.story{border-left:4px solid var(--fail);padding-left:12px;margin:18px 0}\
 .msg{display:inline-block;background:#eef;border:1px solid #99c;border-radius:3px;padding:0 5px;margin:2px;\
 font-family:monospace;font-size:12px}code{font-size:12px}.chart svg{max-width:100%;height:auto}\
+.legend{margin:0 0 6px;font-size:13px}.legend .key{margin-right:16px;white-space:nowrap}\
+.legend i{display:inline-block;width:20px;height:3px;vertical-align:middle;margin-right:6px}.legend i.band{height:12px}\
 .tiles{display:grid;grid-template-columns:minmax(0,1.8fr) repeat(6,minmax(0,1fr));gap:10px;margin:14px 0}\
 @media (max-width:820px){.tiles{grid-template-columns:repeat(auto-fit,minmax(128px,1fr))}#tile-verdict{grid-column:span 2}}\
 .tile{border:1px solid #ccc;border-top:5px solid #888;border-radius:6px;padding:8px 10px;background:#fafafa}\
