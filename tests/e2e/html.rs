@@ -248,12 +248,15 @@ fn the_harm_leads_the_page(json: &Path, dom: &str) {
 
 /// The run's page, checked; returns the report and the page's path.
 fn run_and_check(backend: Backend, scenario: &str, dir: &Path) -> (serde_json::Value, PathBuf, String) {
-    let ran = run_scenario(backend, &root().join(scenario), dir, &[]);
+    // Relative to the checkout (where `chaos()` runs), as a user types it:
+    // the page, and the README's picture of it, show no path of this machine.
+    let ran = run_scenario(backend, Path::new(scenario), dir, &[]);
     let r = ran.json();
     let id = r["run_id"].as_str().unwrap().to_string();
     let page = dir.join(format!("{id}.html"));
     let html = std::fs::read_to_string(&page).unwrap_or_else(|e| panic!("no {}: {e}", page.display()));
     loads_nothing(&html);
+    assert!(!html.contains(&root().display().to_string()), "the page shows the checkout's path");
     assert!(r["series"].as_array().is_some_and(|s| s.len() >= 4), "the run sampled its counters: {}", r["series"]);
     let dom = rendered_dom(&page);
     the_verdict_is_readable(&page, r["verdict"].as_str().unwrap());
@@ -534,6 +537,10 @@ fn a_failing_run_tells_each_examples_story(backend: Backend) {
     screenshot_is_a_picture(&page, dir.path());
     // The picture of a failing page in the docs, taken again only when asked.
     if backend == Backend::Services && std::env::var("CHAOS_UPDATE_SCREENSHOT").is_ok_and(|v| v == "1") {
+        // No path of this machine on the picture: not the checkout's (checked
+        // on every page), nor the reports' folder.
+        let html = std::fs::read_to_string(&page).unwrap();
+        assert!(!html.contains(&dir.path().display().to_string()), "the page shows the reports' folder");
         let png = dir.path().join("docs.png");
         let mut c = Command::new("bash");
         c.arg(root().join("scripts/screenshot.sh")).arg(&page).arg(&png).arg("1000x1400");
