@@ -157,8 +157,8 @@ fn contrast(a: [f64; 3], b: [f64; 3]) -> f64 {
 /// The verdict as Chromium draws `page` in a 1000 px wide window: the
 /// badge beside the title and the first tile each read `verdict` (upper
 /// case), in a colour at least [`READABLE`] against what is behind it,
-/// not clipped. Returns each one's contrast ratio.
-fn the_verdict_is_readable(page: &Path, verdict: &str) -> Vec<(&'static str, f64)> {
+/// not clipped. Each one's contrast is printed (`--nocapture` shows it).
+fn the_verdict_is_readable(page: &Path, verdict: &str) {
     let html = std::fs::read_to_string(page).unwrap();
     let probed = page.with_file_name("probe.html");
     std::fs::write(&probed, html.replace("</body>", &format!("{PROBE}</body>"))).unwrap();
@@ -177,7 +177,6 @@ fn the_verdict_is_readable(page: &Path, verdict: &str) -> Vec<(&'static str, f64
         [c[0], c[1], c[2]]
     };
     // Both are measured before either is judged, so a failure shows both.
-    let mut ratios = Vec::new();
     let mut wrong = Vec::new();
     for what in ["badge", "tile"] {
         let s = &seen[what];
@@ -195,10 +194,8 @@ fn the_verdict_is_readable(page: &Path, verdict: &str) -> Vec<(&'static str, f64
         if s["clipped"] != false {
             wrong.push(format!("its {what}'s text is clipped: {s}"));
         }
-        ratios.push((what, ratio));
     }
     assert!(wrong.is_empty(), "the verdict of the {verdict} page:\n{}", wrong.join("\n"));
-    ratios
 }
 
 /// Each chart's legend sits beside it, in the page, not over its data:
@@ -262,7 +259,7 @@ fn run_and_check(backend: Backend, scenario: &str, dir: &Path) -> (serde_json::V
     the_verdict_is_readable(&page, r["verdict"].as_str().unwrap());
     legends_sit_beside_the_charts(&dom);
     // The events chart: plotters draws each counter as a polyline through
-    // its samples, in its own colour (legends and fault marks have 2 points).
+    // its samples, in its own colour (fault marks have 2 points).
     let chart = section(&dom, "throughput");
     assert!(chart.contains("<svg"), "no chart in the events section:\n{chart}");
     let lines = polylines(chart);
@@ -481,7 +478,8 @@ fn a_passing_run_draws_its_page(backend: Backend) {
         let json = dir.path().join("inconclusive.json");
         std::fs::write(&json, other.to_string()).unwrap();
         let again = dir.path().join("inconclusive.html");
-        run(chaos().arg("report").arg(&json).arg("--html").arg("--out").arg(&again));
+        let redrawn = run(chaos().arg("report").arg(&json).arg("--html").arg("--out").arg(&again));
+        assert_eq!(redrawn.stdout.trim(), again.display().to_string(), "{}", redrawn.stderr);
         the_verdict_is_readable(&again, "inconclusive");
     }
 }
