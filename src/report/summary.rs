@@ -66,8 +66,9 @@ pub fn render(r: &Report, html: &str, width: usize) -> String {
 }
 
 /// The harm in the user's words first, then every anomaly by name, then
-/// one example and what caused it. Nothing when no harm was found.
-fn harm_lines(lines: &mut Vec<(String, String)>, r: &Report, width: usize) {
+/// one example and what caused it. Nothing when no harm was found. The
+/// HTML page opens with the same lines.
+pub(crate) fn harm_lines(lines: &mut Vec<(String, String)>, r: &Report, width: usize) {
     let harmful: Vec<_> = r.anomalies.iter().filter(|a| !a.allowed).collect();
     let Some(worst) = harmful.first() else { return };
     let named: Vec<String> = harmful.iter().map(|a| format!("{} × {}", a.count, a.name)).collect();

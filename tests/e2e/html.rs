@@ -10,7 +10,11 @@
 //! pages open with tiles of the report's figures, list every logged firing
 //! in a fault log, give each fault mark its code and each component
 //! instance its lane, and draw no chart text under 12 px; a story's labels
-//! never cover each other. `CHAOS_UPDATE_SCREENSHOT=1` makes the failing
+//! never cover each other. The verdict is read first: its badge and tile
+//! are readable (the browser's computed colours give a contrast ratio of at
+//! least 4.5, WCAG's level for text) and not clipped, and a failing page
+//! opens with the terminal's `harm` line. The charts' legends sit beside
+//! them, not on their data. `CHAOS_UPDATE_SCREENSHOT=1` makes the failing
 //! run on the services take docs/report-failing.png again.
 
 use crate::common::*;
@@ -98,18 +102,164 @@ fn loads_nothing(html: &str) {
     }
 }
 
+/// WCAG 2's level for text: the verdict must reach it against its background.
+const READABLE: f64 = 4.5;
+
+/// A script the test adds to a copy of the page (the page itself runs
+/// none): for the verdict's badge and tile it writes what the browser
+/// computed, as JSON in `<pre id="probe">`, which `--dump-dom` then
+/// prints. The text's colour and everything behind it (each background up
+/// to the page's white, with its alpha, and the opacities) are flattened
+/// to the colours a reader sees; `clipped` is text running out of its box.
+const PROBE: &str = r#"<script>
+const rgba = s => { const n = s.match(/[\d.]+/g).map(Number); return [n[0], n[1], n[2], n.length > 3 ? n[3] : 1]; };
+const over = (top, under, a) => [0, 1, 2].map(i => top[i] * a + under[i] * (1 - a));
+const seen = el => {
+  const layers = [];
+  let opacity = 1;
+  for (let e = el; e; e = e.parentElement) {
+    const cs = getComputedStyle(e);
+    opacity *= Number(cs.opacity);
+    layers.push(rgba(cs.backgroundColor));
+  }
+  const bg = layers.reverse().reduce((under, c) => over(c, under, c[3]), [255, 255, 255]);
+  const fg = rgba(getComputedStyle(el).color);
+  const range = document.createRange();
+  range.selectNodeContents(el);
+  const text = range.getBoundingClientRect(), frame = (el.closest('.tile') || el).getBoundingClientRect();
+  const clipped = text.width === 0 || text.left < frame.left - 0.5 || text.right > frame.right + 0.5;
+  return { text: el.textContent.trim(), fg: over(fg, bg, fg[3] * opacity), bg, clipped };
+};
+const probe = document.createElement('pre');
+probe.id = 'probe';
+probe.textContent = JSON.stringify({ badge: seen(document.querySelector('h1 .verdict')),
+  tile: seen(document.querySelector('#tile-verdict .value')) });
+document.body.append(probe);
+</script>"#;
+
+/// WCAG 2's contrast ratio of two sRGB colours (0–255), from 1 to 21.
+fn contrast(a: [f64; 3], b: [f64; 3]) -> f64 {
+    let luminance = |c: [f64; 3]| {
+        let lin = |v: f64| {
+            let s = v / 255.0;
+            if s <= 0.03928 {
+                s / 12.92
+            } else {
+                ((s + 0.055) / 1.055).powf(2.4)
+            }
+        };
+        0.2126 * lin(c[0]) + 0.7152 * lin(c[1]) + 0.0722 * lin(c[2])
+    };
+    let (x, y) = (luminance(a), luminance(b));
+    (x.max(y) + 0.05) / (x.min(y) + 0.05)
+}
+
+/// The verdict as Chromium draws `page` in a 1000 px wide window: the
+/// badge beside the title and the first tile each read `verdict` (upper
+/// case), in a colour at least [`READABLE`] against what is behind it,
+/// not clipped. Each one's contrast is printed (`--nocapture` shows it).
+fn the_verdict_is_readable(page: &Path, verdict: &str) {
+    let html = std::fs::read_to_string(page).unwrap();
+    let probed = page.with_file_name("probe.html");
+    std::fs::write(&probed, html.replace("</body>", &format!("{PROBE}</body>"))).unwrap();
+    let profile = tempfile::tempdir().unwrap();
+    let mut c = Command::new(chromium());
+    c.args(["--headless", "--no-sandbox", "--disable-gpu", "--window-size=1000,1600", "--dump-dom"])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("file://{}", probed.canonicalize().unwrap().display()));
+    let dom = bounded(&mut c, Duration::from_secs(60));
+    let json = dom.split("<pre id=\"probe\">").nth(1).and_then(|p| p.split("</pre>").next());
+    let json = json.unwrap_or_else(|| panic!("the probe wrote nothing into {}:\n{dom}", probed.display()));
+    let json = json.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&");
+    let seen: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let rgb = |v: &serde_json::Value| -> [f64; 3] {
+        let c: Vec<f64> = v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        [c[0], c[1], c[2]]
+    };
+    // Both are measured before either is judged, so a failure shows both.
+    let mut wrong = Vec::new();
+    for what in ["badge", "tile"] {
+        let s = &seen[what];
+        let (fg, bg) = (rgb(&s["fg"]), rgb(&s["bg"]));
+        let ratio = contrast(fg, bg);
+        eprintln!("the verdict's {what} on the {verdict} page: text {fg:?} on {bg:?}, contrast {ratio:.2}");
+        if s["text"] != verdict.to_uppercase().as_str() {
+            wrong.push(format!("its {what} says {} instead of the verdict", s["text"]));
+        }
+        if ratio < READABLE {
+            wrong.push(format!(
+                "its {what} is unreadable: text {fg:?} on {bg:?}, contrast {ratio:.2} (at least {READABLE} needed)"
+            ));
+        }
+        if s["clipped"] != false {
+            wrong.push(format!("its {what}'s text is clipped: {s}"));
+        }
+    }
+    assert!(wrong.is_empty(), "the verdict of the {verdict} page:\n{}", wrong.join("\n"));
+}
+
+/// Each chart's legend sits beside it, in the page, not over its data:
+/// the events chart's names its three lines, the latency chart's its
+/// percentiles, and neither chart draws a legend of its own.
+fn legends_sit_beside_the_charts(dom: &str) {
+    for (id, names) in [
+        ("throughput", &["payments written", "messages published", "events processed"][..]),
+        ("latency", &["p50", "p99", "max"][..]),
+    ] {
+        let s = section(dom, id);
+        let Some(svg_at) = s.find("<svg") else { continue };
+        let legend =
+            s.find("class=\"legend\"").map(|at| &s[at..]).unwrap_or_else(|| panic!("no legend beside the {id} chart"));
+        let legend = &legend[..legend.find("</p>").unwrap()];
+        let svg = &s[svg_at..s.find("</svg>").unwrap()];
+        let drawn: Vec<String> = text_boxes(svg).into_iter().map(|(_, w)| w).collect();
+        for name in names {
+            assert!(legend.contains(name), "the {id} chart's legend names {name}: {legend}");
+            assert!(!drawn.iter().any(|w| w.starts_with(name)), "the {id} chart draws {name} over its data: {drawn:?}");
+        }
+    }
+}
+
+/// A failing page opens with the harm, as the terminal's summary does:
+/// right under the title, before the tiles, the summary's `harm` line.
+fn the_harm_leads_the_page(json: &Path, dom: &str) {
+    let summary = run(chaos().arg("report").arg(json).arg("--summary").env("COLUMNS", "1000"));
+    let harm = summary.stdout.lines().find_map(|l| l.trim_start().strip_prefix("harm")).map(str::trim);
+    let harm = harm.unwrap_or_else(|| panic!("no harm line in the summary:\n{}", summary.stdout));
+    let at = dom.find("id=\"harm\"").unwrap_or_else(|| panic!("no harm on the page"));
+    let opened = dom[..at].rfind('<').unwrap();
+    let title_end = dom.find("</h1>").unwrap() + "</h1>".len();
+    assert!(
+        title_end <= opened && dom[title_end..opened].trim().is_empty(),
+        "the harm comes right after the title, first of all: {:?} comes between",
+        &dom[title_end.min(opened)..opened]
+    );
+    let lead = &dom[at..];
+    let lead = &lead[..lead.find("</section>").unwrap()];
+    let words = |s: &str| {
+        let text: String = s.split('<').map(|t| t.split_once('>').map_or(t, |(_, w)| w)).collect();
+        text.replace("&amp;", "&").split_whitespace().collect::<Vec<_>>().join(" ")
+    };
+    assert!(words(lead).contains(harm), "the page's harm {:?} is the summary's {harm:?}", words(lead));
+}
+
 /// The run's page, checked; returns the report and the page's path.
 fn run_and_check(backend: Backend, scenario: &str, dir: &Path) -> (serde_json::Value, PathBuf, String) {
-    let ran = run_scenario(backend, &root().join(scenario), dir, &[]);
+    // Relative to the checkout (where `chaos()` runs), as a user types it:
+    // the page, and the README's picture of it, show no path of this machine.
+    let ran = run_scenario(backend, Path::new(scenario), dir, &[]);
     let r = ran.json();
     let id = r["run_id"].as_str().unwrap().to_string();
     let page = dir.join(format!("{id}.html"));
     let html = std::fs::read_to_string(&page).unwrap_or_else(|e| panic!("no {}: {e}", page.display()));
     loads_nothing(&html);
+    assert!(!html.contains(&root().display().to_string()), "the page shows the checkout's path");
     assert!(r["series"].as_array().is_some_and(|s| s.len() >= 4), "the run sampled its counters: {}", r["series"]);
     let dom = rendered_dom(&page);
+    the_verdict_is_readable(&page, r["verdict"].as_str().unwrap());
+    legends_sit_beside_the_charts(&dom);
     // The events chart: plotters draws each counter as a polyline through
-    // its samples, in its own colour (legends and fault marks have 2 points).
+    // its samples, in its own colour (fault marks have 2 points).
     let chart = section(&dom, "throughput");
     assert!(chart.contains("<svg"), "no chart in the events section:\n{chart}");
     let lines = polylines(chart);
@@ -320,12 +470,25 @@ fn a_passing_run_draws_its_page(backend: Backend) {
     assert!(r["latency_ms"]["buckets"].as_array().is_some_and(|b| !b.is_empty()), "no latency buckets");
     assert!(!dom.contains("class=\"story\""), "a passing run has no stories");
     screenshot_is_a_picture(&page, dir.path());
+    // The verdicts neither passing nor failing share a colour: the page
+    // drawn again as the longest of them, INCONCLUSIVE, reads as well.
+    if backend == Backend::Embedded {
+        let mut other = r.clone();
+        other["verdict"] = "inconclusive".into();
+        let json = dir.path().join("inconclusive.json");
+        std::fs::write(&json, other.to_string()).unwrap();
+        let again = dir.path().join("inconclusive.html");
+        let redrawn = run(chaos().arg("report").arg(&json).arg("--html").arg("--out").arg(&again));
+        assert_eq!(redrawn.stdout.trim(), again.display().to_string(), "{}", redrawn.stderr);
+        the_verdict_is_readable(&again, "inconclusive");
+    }
 }
 
 fn a_failing_run_tells_each_examples_story(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let (r, page, dom) = run_and_check(backend, "tests/fixtures/html/broken.toml", dir.path());
     assert_eq!(r["verdict"], "fail", "{}", r["reason"]);
+    the_harm_leads_the_page(&dir.path().join(format!("{}.json", r["run_id"].as_str().unwrap())), &dom);
     let stories = r["stories"].as_array().expect("stories in the report");
     assert!(!stories.is_empty(), "no story for the anomalies: {}", r["anomalies"]);
     let dup = stories.iter().find(|s| s["anomaly"] == "duplicate effect").expect("a duplicate effect's story");
@@ -372,6 +535,10 @@ fn a_failing_run_tells_each_examples_story(backend: Backend) {
     screenshot_is_a_picture(&page, dir.path());
     // The picture of a failing page in the docs, taken again only when asked.
     if backend == Backend::Services && std::env::var("CHAOS_UPDATE_SCREENSHOT").is_ok_and(|v| v == "1") {
+        // No path of this machine on the picture: not the checkout's (checked
+        // on every page), nor the reports' folder.
+        let html = std::fs::read_to_string(&page).unwrap();
+        assert!(!html.contains(&dir.path().display().to_string()), "the page shows the reports' folder");
         let png = dir.path().join("docs.png");
         let mut c = Command::new("bash");
         c.arg(root().join("scripts/screenshot.sh")).arg(&page).arg(&png).arg("1000x1400");

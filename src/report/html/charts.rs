@@ -87,35 +87,47 @@ fn throughput(
     time_mesh(&mut c).y_desc("count").y_label_formatter(&|v| format!("{v:.0}")).draw().map_err(e)?;
     fault_marks(&mut c, &r.fault_log, &r.fault_spans_ms, y_top).map_err(e)?;
     code_labels(area, &c, &r.fault_log, y_top).map_err(e)?;
-    let lines = [
-        ("payments written", RGBColor(31, 119, 180), (|s: &report::Sample| s.written) as fn(&report::Sample) -> u64),
-        ("messages published", RGBColor(44, 160, 44), |s| s.published),
-        ("events processed", RGBColor(148, 103, 189), |s| s.applied),
-    ];
-    for (label, colour, value) in lines {
+    for (_, colour, value) in SERIES {
         let points = r.series.iter().map(|s| (seconds(s.at_ms), value(s) as f64));
-        c.draw_series(LineSeries::new(points, colour.stroke_width(2)))
-            .map_err(e)?
-            .label(label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
+        c.draw_series(LineSeries::new(points, colour.stroke_width(2))).map_err(e)?;
     }
-    for (kind, label) in FAULT_KINDS {
-        if r.fault_log.iter().any(|f| fault_kind(&f.point) == kind) {
-            let colour = fault_colour(if kind == "infra" { "net" } else { kind });
-            c.draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
-                .map_err(e)?
-                .label(label)
-                .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 20, y + 6)], colour.mix(0.5).filled()));
-        }
-    }
-    c.configure_series_labels()
-        .label_font(font(TEXT_PX))
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.3))
-        .draw()
-        .map_err(e)?;
     Ok(())
+}
+
+/// A line of the events chart: its name, its colour and its count in a sample.
+type Series = (&'static str, RGBColor, fn(&report::Sample) -> u64);
+
+/// The events chart's lines.
+const SERIES: [Series; 3] = [
+    ("payments written", RGBColor(31, 119, 180), |s| s.written),
+    ("messages published", RGBColor(44, 160, 44), |s| s.published),
+    ("events processed", RGBColor(148, 103, 189), |s| s.applied),
+];
+
+/// The events chart's legend, in HTML under it rather than drawn over its
+/// lines: each line, then each kind of fault that fired.
+pub(super) fn events_legend(r: &Report, out: &mut String) {
+    let keys = SERIES.iter().map(|(name, colour, _)| (*name, *colour, false));
+    let kinds = FAULT_KINDS
+        .iter()
+        .filter(|(kind, _)| r.fault_log.iter().any(|f| fault_kind(&f.point) == *kind))
+        .map(|(kind, name)| (*name, fault_colour(if *kind == "infra" { "net" } else { kind }), true));
+    legend(keys.chain(kinds), out);
+}
+
+/// A legend beside a chart: each key a swatch in its colour (a line, or a
+/// band for a fault's marks) and its name.
+fn legend<'a>(keys: impl Iterator<Item = (&'a str, RGBColor, bool)>, out: &mut String) {
+    out.push_str("<p class=\"legend\">");
+    for (name, RGBColor(red, green, blue), band) in keys {
+        let _ = write!(
+            out,
+            "<span class=\"key\"><i{} style=\"background:#{red:02x}{green:02x}{blue:02x}\"></i>{}</span>",
+            if band { " class=\"band\"" } else { "" },
+            esc(name)
+        );
+    }
+    out.push_str("</p>\n");
 }
 
 fn fault_kind(point: &str) -> &'static str {
@@ -395,22 +407,30 @@ fn latency(l: &report::Latency, area: &DrawingArea<SVGBackend<'_>, Shift>) -> st
             .map(|(b, low)| Rectangle::new([(low, 0.0), (bounds(b), b.events as f64)], bar.mix(0.8).filled())),
     )
     .map_err(e)?;
-    for (name, v, colour) in [
+    for (_, v, colour) in marks(l) {
+        let x = v.max(lo);
+        c.draw_series(std::iter::once(PathElement::new(vec![(x, 0.0), (x, top)], colour.stroke_width(2))))
+            .map_err(e)?;
+    }
+    Ok(())
+}
+
+/// The percentiles the latency chart marks: each one's name, value and colour.
+fn marks(l: &report::Latency) -> [(&'static str, f64, RGBColor); 3] {
+    [
         ("p50", l.p50, RGBColor(44, 160, 44)),
         ("p99", l.p99, RGBColor(230, 120, 0)),
         ("max", l.max, RGBColor(200, 30, 30)),
-    ] {
-        let x = v.max(lo);
-        c.draw_series(std::iter::once(PathElement::new(vec![(x, 0.0), (x, top)], colour.stroke_width(2))))
-            .map_err(e)?
-            .label(format!("{name} {v:.0} ms"))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
+    ]
+}
+
+/// The latency chart's legend, in HTML under it rather than over its bars:
+/// the percentiles it marks (a report from before the buckets has bars, no marks).
+pub(super) fn latency_legend(l: &report::Latency, out: &mut String) {
+    if l.buckets.is_empty() {
+        return;
     }
-    c.configure_series_labels()
-        .label_font(font(TEXT_PX))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.3))
-        .draw()
-        .map_err(e)?;
-    Ok(())
+    let names: Vec<(String, RGBColor)> =
+        marks(l).iter().map(|(name, v, colour)| (format!("{name} {v:.0} ms"), *colour)).collect();
+    legend(names.iter().map(|(name, colour)| (name.as_str(), *colour, false)), out);
 }

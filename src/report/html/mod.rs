@@ -3,6 +3,8 @@
 //! saved run again). Nothing is loaded from the network: the styles are
 //! inline and the charts are SVG drawn by plotters into the page.
 //!
+//! - The verdict, then the harm in the terminal summary's words, then
+//!   tiles of the figures a reader looks for first.
 //! - Events written, published and processed over time, each fault a mark
 //!   at its time, or a band where the scenario says how long it lasts.
 //! - The latency distribution (its buckets; the percentiles in older reports).
@@ -47,6 +49,7 @@ pub fn render(r: &Report) -> String {
     let verdict = r.verdict.as_str();
     // One time axis for every chart that spans the run, so they line up.
     let axis = TimeAxis::of(r);
+    harm(r, &mut out);
     let _ = writeln!(out, "<p class=\"why\">{}</p>", esc(&r.reason));
     tiles(r, &mut out);
     header(r, &mut out);
@@ -64,6 +67,7 @@ pub fn render(r: &Report) -> String {
             report::SAMPLE_EVERY_MS
         );
         out.push_str(&charts::events_chart(r, &axis));
+        charts::events_legend(r, out);
         charts::code_legend(r, out);
     });
     let lanes = charts::instances(r);
@@ -104,6 +108,7 @@ pub fn render(r: &Report) -> String {
                 l.events, l.p50, l.p95, l.p99, l.max
             );
             out.push_str(&charts::latency_chart(l));
+            charts::latency_legend(l, out);
         }
         None => out.push_str(
             "<p>No latency was measured: it is read from the projection's inbox claims, and this run has none \
@@ -115,6 +120,28 @@ pub fn render(r: &Report) -> String {
     let heading =
         format!("chaos run {} <span class=\"verdict {verdict}\">{}</span>", esc(&r.run_id), verdict.to_uppercase());
     page(&format!("chaos run {} · {verdict}", r.run_id), &heading, &out)
+}
+
+/// The harm first, in the lines the terminal's summary opens with (its
+/// `harm`, the anomalies by name, one example and its cause), so a
+/// failing page is read as the terminal is. Nothing when no harm was found.
+fn harm(r: &Report, out: &mut String) {
+    let mut lines: Vec<(String, String)> = Vec::new();
+    // One line per label: the page wraps them, the terminal's width does not apply.
+    report::summary::harm_lines(&mut lines, r, usize::MAX);
+    if lines.is_empty() {
+        return;
+    }
+    out.push_str("<section id=\"harm\" class=\"harm\"><dl>");
+    for (i, (label, text)) in lines.iter().enumerate() {
+        match (i, label.as_str()) {
+            // A line without a label goes on with the one above it.
+            (_, "") => _ = write!(out, "<dd>{}</dd>", esc(text)),
+            (0, _) => _ = write!(out, "<dt>{}</dt><dd class=\"first\">{}</dd>", esc(label), esc(text)),
+            _ => _ = write!(out, "<dt>{}</dt><dd>{}</dd>", esc(label), esc(text)),
+        }
+    }
+    out.push_str("</dl></section>\n");
 }
 
 /// The run at a glance, one tile per figure a reader looks for first:
@@ -457,20 +484,33 @@ pub fn esc(s: &str) -> String {
     out
 }
 
-const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1040px;color:#222}\
+/// The page's style. The verdict's colours are picked for a contrast of at
+/// least 4.5 (WCAG's level for text) with white text on them, or on the
+/// tiles' grey as text; the browser test measures it. `.verdict.pass`
+/// outranks `span.pass` (the sweep page's coloured words), so each badge
+/// names its white text with its background.
+const STYLE: &str = ":root{--pass:#1e7b1e;--fail:#c0392b;--other:#8a6400}\
+body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1040px;color:#222}\
 h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}h3{font-size:15px}\
-.verdict{padding:2px 10px;border-radius:4px;color:#fff;font-size:16px}.verdict.pass{background:#2a8a2a}\
-.verdict.fail{background:#c0392b}.verdict.inconclusive,.verdict.incomplete,.verdict.interrupted{background:#b8860b}\
+.verdict{padding:2px 10px;border-radius:4px;color:#fff;font-size:16px}.verdict.pass{background:var(--pass);color:#fff}\
+.verdict.fail{background:var(--fail);color:#fff}\
+.verdict.inconclusive,.verdict.incomplete,.verdict.interrupted{background:var(--other);color:#fff}\
+.harm{border-left:4px solid var(--fail);padding:4px 12px;margin:12px 0}\
+.harm dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;margin:0}.harm dt{grid-column:1;color:#555}\
+.harm dd{grid-column:2;margin:0;overflow-wrap:anywhere}.harm dd.first{font-size:18px;font-weight:600;color:var(--fail)}\
 .meta,.why{color:#444}table{border-collapse:collapse;margin:8px 0;font-size:13px}\
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}th{background:#f3f3f3}\
-td.ok{color:#2a8a2a}td.bad,.bad{color:#c0392b}.story{border-left:4px solid #c0392b;padding-left:12px;margin:18px 0}\
+td.ok{color:var(--pass)}td.bad,.bad{color:var(--fail)}.story{border-left:4px solid var(--fail);padding-left:12px;margin:18px 0}\
 .msg{display:inline-block;background:#eef;border:1px solid #99c;border-radius:3px;padding:0 5px;margin:2px;\
 font-family:monospace;font-size:12px}code{font-size:12px}.chart svg{max-width:100%;height:auto}\
-.tiles{display:grid;grid-template-columns:repeat(auto-fit,minmax(128px,1fr));gap:10px;margin:14px 0}\
+.legend{margin:0 0 6px;font-size:13px}.legend .key{margin-right:16px;white-space:nowrap}\
+.legend i{display:inline-block;width:20px;height:3px;vertical-align:middle;margin-right:6px}.legend i.band{height:12px}\
+.tiles{display:grid;grid-template-columns:minmax(0,1.8fr) repeat(6,minmax(0,1fr));gap:10px;margin:14px 0}\
+@media (max-width:820px){.tiles{grid-template-columns:repeat(auto-fit,minmax(128px,1fr))}#tile-verdict{grid-column:span 2}}\
 .tile{border:1px solid #ccc;border-top:5px solid #888;border-radius:6px;padding:8px 10px;background:#fafafa}\
 .tile .label{font-size:12px;color:#555;text-transform:uppercase;letter-spacing:.04em}\
 .tile .value{font-size:22px;font-weight:600;margin:2px 0;white-space:nowrap}.tile .detail{font-size:12px;color:#555}\
-.tile.ok,.tile.pass{border-top-color:#2a8a2a}.tile.bad,.tile.fail{border-top-color:#c0392b}\
-.tile.bad .value,.tile.fail .value{color:#c0392b}.tile.pass .value{color:#2a8a2a}\
-.codes .code{margin-right:10px;white-space:nowrap}.tile.inconclusive,.tile.incomplete,.tile.interrupted{border-top-color:#b8860b}\
-span.pass,td.pass{color:#2a8a2a}span.fail,td.fail{color:#c0392b;font-weight:bold}span.other,td.other{color:#b26a00}";
+.tile.ok,.tile.pass{border-top-color:var(--pass)}.tile.bad,.tile.fail{border-top-color:var(--fail)}\
+.tile.bad .value,.tile.fail .value{color:var(--fail)}.tile.pass .value{color:var(--pass)}\
+.codes .code{margin-right:10px;white-space:nowrap}.tile.inconclusive,.tile.incomplete,.tile.interrupted{border-top-color:var(--other)}\
+span.pass,td.pass{color:var(--pass)}span.fail,td.fail{color:var(--fail);font-weight:bold}span.other,td.other{color:var(--other)}";

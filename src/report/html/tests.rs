@@ -137,6 +137,36 @@ fn the_tiles_sum_up_the_run() {
     assert_eq!(tile(&render(&r), "invariants"), "–/28", "an unjudged run holds and breaks nothing");
 }
 
+#[test]
+fn a_failing_page_opens_with_the_summarys_harm() {
+    use crate::verifier::Anomaly;
+    let mut r = busy();
+    assert!(!render(&r).contains("id=\"harm\""), "a passing page has no harm");
+    r.verdict = Verdict::Fail;
+    r.counts.payments_with_many_receipts = 61;
+    let anomaly = |name: &str, count| Anomaly {
+        name: name.into(),
+        count,
+        examples: vec![format!("{name} <example>")],
+        allowed: false,
+        subjects: vec![],
+        followed: vec![],
+        found_by: vec![],
+    };
+    r.anomalies = vec![anomaly("duplicate effect", 122), anomaly("counter drift", 46)];
+    let page = render(&r);
+    // Right under the title, before the reason and the tiles; the terminal's lines, escaped.
+    let body = &page[page.find("</h1>\n").unwrap() + 6..];
+    assert!(body.starts_with("<section id=\"harm\" class=\"harm\"><dl><dt>harm</dt>"), "{body}");
+    let harm = &body[..body.find("</section>").unwrap()];
+    assert_eq!(
+        harm,
+        "<section id=\"harm\" class=\"harm\"><dl><dt>harm</dt><dd class=\"first\">61 payments got 2 or more \
+         receipts</dd><dd>122 × duplicate effect · 46 × counter drift</dd><dt>example</dt><dd>duplicate effect \
+         &lt;example&gt;</dd></dl>"
+    );
+}
+
 /// The rows of the table in `<section id="{id}">`.
 fn rows_in(page: &str, id: &str) -> Vec<String> {
     let at = page.find(&format!("<section id=\"{id}\"")).unwrap_or_else(|| panic!("no section {id}"));
