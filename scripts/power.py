@@ -115,7 +115,8 @@ def run_one(chaos, path, label, seed, reports):
     reordered = (report.get("counts") or {}).get("reordered_payments", 0)
     print(f"  {label} seed {seed}: exit {ran.returncode} in {took:.1f} s, {preempted} of {fired} firings pre-empted,"
           f" {overtaken} writer holds overtaken, {reordered} keys reordered"
-          + (f" (and {waited:.1f} s waiting for the proxy's slots)" if waited else ""), file=sys.stderr, flush=True)
+          + (f" (and {waited:.1f} s waiting for the proxy's slots)" if waited else "")
+          + (f"; why: {report.get('reason')}" if ran.returncode not in (0, 1) else ""), file=sys.stderr, flush=True)
     return ran.returncode, took, (fired, preempted, overtaken, reordered)
 
 
