@@ -365,6 +365,16 @@ pub(crate) fn system_rows(f: &crate::verifier::declared::Figures) -> Vec<(&'stat
     ]
 }
 
+/// The items a report keeps of `all`, joined by "; ", and how many it left
+/// out: "a; b; c … and 1 more". A list never looks whole when it is not.
+fn listed(kept: &[String], all: u64) -> String {
+    let text = kept.join("; ");
+    match all.saturating_sub(kept.len() as u64) {
+        0 => text,
+        more => format!("{text} … and {more} more"),
+    }
+}
+
 /// The verification table's rows, for the text and the HTML reports.
 pub(crate) fn verification_rows(c: &Counts) -> Vec<(&'static str, String)> {
     let mut rows = vec![
@@ -444,7 +454,7 @@ fn render_faults(r: &Report, style: Style, out: &mut String) {
             f.point,
             f.preempted,
             f.fired,
-            f.preempted_why.join("; ")
+            listed(&f.preempted_why, f.preempted)
         ));
     }
     // Aimed kills read per second: the seconds drawn, the arms, and how
@@ -698,6 +708,24 @@ mod tests {
         let partial = section(&render(&r, Style::Terminal));
         let rows = &partial[..partial.find("not judged").expect("says it was not judged")];
         assert!(!rows.contains('✔') && !rows.contains('✘'), "{rows}");
+    }
+
+    /// The report keeps the first five reasons of pre-empted firings: a
+    /// sixth is counted, not silently dropped.
+    #[test]
+    fn a_list_that_leaves_items_out_says_how_many() {
+        let mut r: Report =
+            serde_json::from_str(include_str!("../../reports/sample-payments-postgres-kafka.json")).unwrap();
+        let line = |r: &Report| {
+            let text = render(r, Style::Markdown);
+            text.lines().find(|l| l.starts_with("pre-empted: ")).expect(&text).to_string()
+        };
+        let f = &mut r.faults[0];
+        (f.fired, f.preempted) = (9, 6);
+        f.preempted_why = (1..=5).map(|i| format!("notifier-1 at {i} ms: killed first")).collect();
+        assert!(line(&r).ends_with("notifier-1 at 5 ms: killed first … and 1 more"), "{}", line(&r));
+        r.faults[0].preempted = 5;
+        assert!(line(&r).ends_with("at 5 ms: killed first"), "all five shown: {}", line(&r));
     }
 
     #[test]
