@@ -129,6 +129,11 @@ fn effects_lines(lines: &mut Vec<(String, String)>, r: &Report) {
                 ),
             ));
             lines.push(("topic".into(), format!("{} messages ({} duplicates)", f.messages, f.duplicate_messages)));
+            // The wait for a consumer's stored work, which a run's length
+            // otherwise leaves unexplained.
+            if f.pending_at_settle.is_some_and(|n| n > 0) {
+                lines.push(("settled".into(), super::settled(r).unwrap_or_default()));
+            }
         }
         None => {
             let c = &r.counts;
@@ -497,6 +502,19 @@ mod tests {
         assert!(s.starts_with("PASS "), "{s}");
         assert!(!s.contains("harm") && !s.contains("  why "), "{s}");
         assert!(s.contains("replay    chaos run"), "{s}");
+    }
+
+    /// A declared run that waited for pending work says how long and for
+    /// how much; one that found none pending says nothing of it.
+    #[test]
+    fn a_settle_that_waited_for_pending_work_has_its_line() {
+        let mut r = report();
+        r.timings.settle_ms = Some(15_010);
+        r.system = Some(crate::verifier::declared::Figures { pending_at_settle: Some(250), ..Default::default() });
+        let s = render(&r, "reports/x.html", 100);
+        assert_eq!(labelled(&s, "settled"), ["  settled   15.0 s after the drain, for 250 rows of system.pending"]);
+        r.system = Some(crate::verifier::declared::Figures { pending_at_settle: Some(0), ..Default::default() });
+        assert!(!render(&r, "reports/x.html", 100).contains("settled"));
     }
 
     #[test]
