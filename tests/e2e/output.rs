@@ -84,7 +84,10 @@ fn a_failing_run_leads_with_its_harm_and_keeps_its_database() {
     );
     assert!(lines[2].contains("× duplicate effect"), "{}", ran.stdout);
     assert!(lines[3].trim_start().starts_with("example   payment "), "{}", ran.stdout);
-    assert!(lines[4].trim_start().starts_with("cause     ") && lines[4].contains("held"), "{}", ran.stdout);
+    // After the example (a long one wraps onto lines of its own), its cause.
+    let cause = lines.iter().position(|l| l.trim_start().starts_with("cause     ")).expect(&ran.stdout);
+    assert!(lines[4..cause].iter().all(|l| l.starts_with(&" ".repeat(12))), "{}", ran.stdout);
+    assert!(labelled(&ran.stdout, "cause").join(" ").contains("held"), "{}", ran.stdout);
     assert!(lines.iter().any(|l| l.trim_start().starts_with("why")), "{}", ran.stdout);
     assert!(lines.iter().all(|l| l.chars().count() <= 100), "{}", ran.stdout);
     // Its database stays beside its report, to be looked into.
