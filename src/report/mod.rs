@@ -156,6 +156,11 @@ pub struct Timings {
     pub workload_ms: u64,
     /// From the end of the workload to an empty outbox and zero group lag.
     pub drain_ms: u64,
+    /// A declared system's settle after the drain: until its pending work
+    /// is gone and its effects stay unchanged. Absent for the payments
+    /// pipeline, which has no settle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settle_ms: Option<u64>,
     pub verify_ms: u64,
     pub total_ms: u64,
 }
@@ -328,7 +333,7 @@ pub(crate) fn verification(r: &Report) -> (&'static str, Vec<(&'static str, Stri
     match &r.system {
         Some(f) => (
             "Verification (from the record of intent, the outbox log, the full topic and your queries)",
-            system_rows(f),
+            system_rows(f, r),
         ),
         None => ("Verification (from the database and the full topic)", verification_rows(&r.counts)),
     }
@@ -351,8 +356,8 @@ pub(crate) fn driven(r: &Report) -> &'static str {
 }
 
 /// A declared system's verification rows.
-pub(crate) fn system_rows(f: &crate::verifier::declared::Figures) -> Vec<(&'static str, String)> {
-    vec![
+pub(crate) fn system_rows(f: &crate::verifier::declared::Figures, r: &Report) -> Vec<(&'static str, String)> {
+    let mut rows = vec![
         (
             "operations asked for",
             format!(
@@ -362,7 +367,42 @@ pub(crate) fn system_rows(f: &crate::verifier::declared::Figures) -> Vec<(&'stat
         ),
         ("outbox events written", f.outbox_events.to_string()),
         ("messages on the topic", format!("{} ({} duplicates)", f.messages, f.duplicate_messages)),
-    ]
+    ];
+    if let Some(s) = settled(r) {
+        rows.push(("settled", s));
+    }
+    rows
+}
+
+/// The items a report keeps of `all`, joined by "; ", and how many it left
+/// out: "a; b; c … and 1 more". A list never looks whole when it is not.
+fn listed(kept: &[String], all: u64) -> String {
+    let text = kept.join("; ");
+    match all.saturating_sub(kept.len() as u64) {
+        0 => text,
+        more => format!("{text} … and {more} more"),
+    }
+}
+
+/// A declared run's settle after the drain, in a few words: "17.1 s after
+/// the drain, for 42 rows of system.pending"; None for a run that did not
+/// settle (the payments pipeline, a run cut short before it).
+pub(crate) fn settled(r: &Report) -> Option<String> {
+    let secs = r.timings.settle_ms? as f64 / 1000.0;
+    Some(match r.system.as_ref().and_then(|f| f.pending_at_settle) {
+        Some(n) => format!("{secs:.1} s after the drain, for {n} rows of system.pending"),
+        None => format!("{secs:.1} s after the drain (no system.pending declared: until the effects were unchanged)"),
+    })
+}
+
+/// The timings in one line: "setup 258 ms · workload 3055 ms · …", the
+/// settle among them when the run had one.
+pub(crate) fn timings_line(tm: &Timings) -> String {
+    let settle = tm.settle_ms.map(|ms| format!(" · settle {ms} ms")).unwrap_or_default();
+    format!(
+        "setup {} ms · workload {} ms · drain {} ms{settle} · verify {} ms · total {} ms",
+        tm.setup_ms, tm.workload_ms, tm.drain_ms, tm.verify_ms, tm.total_ms
+    )
 }
 
 /// The verification table's rows, for the text and the HTML reports.
@@ -444,7 +484,7 @@ fn render_faults(r: &Report, style: Style, out: &mut String) {
             f.point,
             f.preempted,
             f.fired,
-            f.preempted_why.join("; ")
+            listed(&f.preempted_why, f.preempted)
         ));
     }
     // Aimed kills read per second: the seconds drawn, the arms, and how
@@ -609,10 +649,7 @@ pub fn cause_column() -> String {
 /// Timings, latency, the replay command and the verdict.
 fn render_footer(r: &Report, out: &mut String) {
     let tm = &r.timings;
-    out.push_str(&format!(
-        "\ntimings: setup {} ms · workload {} ms · drain {} ms · verify {} ms · total {} ms\n",
-        tm.setup_ms, tm.workload_ms, tm.drain_ms, tm.verify_ms, tm.total_ms
-    ));
+    out.push_str(&format!("\ntimings: {}\n", timings_line(tm)));
     if let Some(l) = &r.latency_ms {
         out.push_str(&format!(
             "latency outbox → inbox over {} events: p50 {:.0} ms · p95 {:.0} ms · p99 {:.0} ms · max {:.0} ms\n",
@@ -698,6 +735,39 @@ mod tests {
         let partial = section(&render(&r, Style::Terminal));
         let rows = &partial[..partial.find("not judged").expect("says it was not judged")];
         assert!(!rows.contains('✔') && !rows.contains('✘'), "{rows}");
+    }
+
+    /// The report keeps the first five reasons of pre-empted firings: a
+    /// sixth is counted, not silently dropped.
+    #[test]
+    fn a_list_that_leaves_items_out_says_how_many() {
+        let mut r: Report =
+            serde_json::from_str(include_str!("../../reports/sample-payments-postgres-kafka.json")).unwrap();
+        let line = |r: &Report| {
+            let text = render(r, Style::Markdown);
+            text.lines().find(|l| l.starts_with("pre-empted: ")).expect(&text).to_string()
+        };
+        let f = &mut r.faults[0];
+        (f.fired, f.preempted) = (9, 6);
+        f.preempted_why = (1..=5).map(|i| format!("notifier-1 at {i} ms: killed first")).collect();
+        assert!(line(&r).ends_with("notifier-1 at 5 ms: killed first … and 1 more"), "{}", line(&r));
+        r.faults[0].preempted = 5;
+        assert!(line(&r).ends_with("at 5 ms: killed first"), "all five shown: {}", line(&r));
+    }
+
+    /// A declared run's settle is in its timings and its verification
+    /// table: how long, and how much pending work it waited for.
+    #[test]
+    fn a_settle_is_shown_with_the_work_it_waited_for() {
+        let mut r: Report =
+            serde_json::from_str(include_str!("../../reports/sample-payments-postgres-kafka.json")).unwrap();
+        assert!(!render(&r, Style::Markdown).contains("settle"), "the payments pipeline has no settle");
+        r.timings.settle_ms = Some(17_140);
+        r.system = Some(crate::verifier::declared::Figures { pending_at_settle: Some(42), ..Default::default() });
+        let text = render(&r, Style::Markdown);
+        assert!(text.contains(" · settle 17140 ms · "), "{text}");
+        let row = text.lines().find(|l| l.starts_with("| settled ")).expect(&text);
+        assert!(row.contains("| 17.1 s after the drain, for 42 rows of system.pending "), "{row}");
     }
 
     #[test]

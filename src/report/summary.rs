@@ -3,23 +3,47 @@
 //! example and its cause), the effects, the
 //! topic, the faults that fired, the checks, where the report is and how
 //! to replay it. `chaos run` prints this; `--tables` prints every table.
+//! A line longer than the width wraps at its spaces, never cut: the `why`
+//! and the `replay` are what a user copies out of a CI log.
 
 use super::Report;
 use crate::verifier::Verdict;
 
-/// The width a summary fits when the terminal does not say (`COLUMNS`).
+/// The width a summary fits when stdout is not a terminal and `COLUMNS`
+/// does not say.
 pub const DEFAULT_WIDTH: usize = 100;
 
-/// The terminal's width: `COLUMNS` when set and sane, else [`DEFAULT_WIDTH`].
+/// Where a labelled line's text starts: two spaces, the label in nine
+/// columns, one space. Continuation lines start there too.
+const INDENT: usize = 12;
+
+/// The width to fit: `COLUMNS` when set and sane, else the terminal's own
+/// when stdout is one, else [`DEFAULT_WIDTH`].
 pub fn width() -> usize {
+    let sane = 40..=1000;
     std::env::var("COLUMNS")
         .ok()
         .and_then(|c| c.parse().ok())
-        .filter(|w| (40..=1000).contains(w))
+        .filter(|w| sane.contains(w))
+        .or_else(|| terminal_width().map(|w| w.clamp(*sane.start(), *sane.end())))
         .unwrap_or(DEFAULT_WIDTH)
 }
 
-/// The summary of `r`, every line at most `width` characters.
+/// The columns of the terminal stdout is, if it is one.
+fn terminal_width() -> Option<usize> {
+    use std::io::IsTerminal;
+    if !std::io::stdout().is_terminal() {
+        return None;
+    }
+    // SAFETY: TIOCGWINSZ only fills the winsize it is given, and stdout is
+    // a terminal (checked above).
+    let mut size: libc::winsize = unsafe { std::mem::zeroed() };
+    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) } == 0;
+    (ok && size.ws_col > 0).then_some(size.ws_col as usize)
+}
+
+/// The summary of `r`, every line at most `width` characters unless one
+/// word alone is longer (a path): words are never cut.
 pub fn render(r: &Report, html: &str, width: usize) -> String {
     let mut lines: Vec<(String, String)> = Vec::new();
     let infra = match (r.infra.database.as_str(), r.infra.broker.contains("mock")) {
@@ -44,23 +68,26 @@ pub fn render(r: &Report, html: &str, width: usize) -> String {
     if judged {
         lines.push(("checks".into(), checks_line(r)));
     }
-    match r.verdict {
-        Verdict::Pass => {}
-        // Nothing broke: the reason is all there is to read, and the fix it
-        // names comes at its end, so it wraps rather than being cut.
-        Verdict::Inconclusive => {
-            wrap(&mut lines, "why", r.reason.split_whitespace().map(String::from).collect(), " ", width)
-        }
-        _ => lines.push(("why".into(), r.reason.clone())),
+    if r.verdict != Verdict::Pass {
+        lines.push(("why".into(), r.reason.clone()));
     }
     lines.push(("report".into(), html.to_string()));
     lines.push(("replay".into(), r.replay.clone()));
 
-    let mut out = fit(&head, width);
-    out.push('\n');
+    let room = width.saturating_sub(INDENT).max(20);
+    let mut out = String::new();
+    for (i, row) in words(&head, width).into_iter().enumerate() {
+        let indent = if i == 0 { "" } else { &" ".repeat(INDENT) };
+        out.push_str(&format!("{indent}{row}\n"));
+    }
     for (label, text) in lines {
-        out.push_str(&fit(&format!("  {label:<9} {text}"), width));
-        out.push('\n');
+        // The replay is a command: its rows end with `\` so that the
+        // block pasted into a shell is one command, all of it.
+        let rows = if label == "replay" { command_rows(&text, room) } else { words(&text, room) };
+        for (i, row) in rows.into_iter().enumerate() {
+            let label = if i == 0 { label.as_str() } else { "" };
+            out.push_str(&format!("  {label:<9} {row}\n"));
+        }
     }
     out
 }
@@ -103,6 +130,11 @@ fn effects_lines(lines: &mut Vec<(String, String)>, r: &Report) {
                 ),
             ));
             lines.push(("topic".into(), format!("{} messages ({} duplicates)", f.messages, f.duplicate_messages)));
+            // The wait for a consumer's stored work, which a run's length
+            // otherwise leaves unexplained.
+            if f.pending_at_settle.is_some_and(|n| n > 0) {
+                lines.push(("settled".into(), super::settled(r).unwrap_or_default()));
+            }
         }
         None => {
             let c = &r.counts;
@@ -211,7 +243,8 @@ fn harm(a: &crate::verifier::Anomaly, c: &crate::verifier::reconcile::Counts) ->
 
 /// Text whose every line fits `width` characters: a longer line breaks at
 /// its spaces, its continuations indented by two; a word longer than the
-/// line is cut. Lines that fit (a table's) are left as they are.
+/// line stays whole on a line of its own. Lines that fit (a table's) are
+/// left as they are.
 pub fn wrap_text(text: &str, width: usize) -> String {
     let width = width.max(20);
     let mut out = String::with_capacity(text.len());
@@ -224,7 +257,7 @@ pub fn wrap_text(text: &str, width: usize) -> String {
         let mut current = String::new();
         for word in body.split(' ').filter(|w| !w.is_empty()) {
             if !current.trim().is_empty() && current.chars().count() + 1 + word.chars().count() > width {
-                out.push_str(&fit(&current, width));
+                out.push_str(&current);
                 out.push('\n');
                 current = "  ".to_string();
             } else if !current.is_empty() {
@@ -232,20 +265,83 @@ pub fn wrap_text(text: &str, width: usize) -> String {
             }
             current.push_str(word);
         }
-        out.push_str(&fit(&current, width));
+        out.push_str(&current);
         out.push_str(end);
     }
     out
 }
 
-/// A line cut to `width` characters, with "…" where it was cut.
-fn fit(line: &str, width: usize) -> String {
-    if line.chars().count() <= width {
-        return line.to_string();
+/// `text` in rows of at most `room` characters, broken at its spaces; a
+/// word longer than `room` has a row of its own, whole. Text that fits
+/// is left as it is (the verdict's column on the first line).
+fn words(text: &str, room: usize) -> Vec<String> {
+    if text.chars().count() <= room {
+        return vec![text.to_string()];
     }
-    let mut cut: String = line.chars().take(width.saturating_sub(1)).collect();
-    cut.push('…');
-    cut
+    fill(text.split(' ').filter(|w| !w.is_empty()).map(String::from), room, "")
+}
+
+/// A shell command in rows of at most `room` characters, each but the last
+/// ending with ` \`: broken only between its arguments, never inside a
+/// quoted one, and an option kept with its value (`--fault point=rate`).
+fn command_rows(cmd: &str, room: usize) -> Vec<String> {
+    let mut items: Vec<String> = Vec::new();
+    for arg in shell_args(cmd) {
+        match items.last_mut() {
+            Some(last) if last.starts_with("--") && !last.contains(' ') && !arg.starts_with('-') => {
+                last.push(' ');
+                last.push_str(&arg);
+            }
+            _ => items.push(arg),
+        }
+    }
+    fill(items.into_iter(), room.saturating_sub(2), " \\")
+}
+
+/// Items joined by spaces into rows of at most `room` characters, every
+/// row but the last followed by `cont`.
+fn fill(items: impl Iterator<Item = String>, room: usize, cont: &str) -> Vec<String> {
+    let mut rows = Vec::new();
+    let mut current = String::new();
+    for item in items {
+        if !current.is_empty() && current.chars().count() + 1 + item.chars().count() > room {
+            rows.push(std::mem::take(&mut current) + cont);
+        }
+        if !current.is_empty() {
+            current.push(' ');
+        }
+        current.push_str(&item);
+    }
+    rows.push(current);
+    rows
+}
+
+/// A command's arguments as the shell splits them, each as written
+/// (quotes kept): the spaces inside quotes or after a backslash are not
+/// breaks.
+fn shell_args(cmd: &str) -> Vec<String> {
+    let (mut args, mut current) = (Vec::new(), String::new());
+    let (mut single, mut double, mut escaped) = (false, false, false);
+    for c in cmd.chars() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if !single => escaped = true,
+            '\'' if !double => single = !single,
+            '"' if !single => double = !double,
+            ' ' if !single && !double => {
+                if !current.is_empty() {
+                    args.push(std::mem::take(&mut current));
+                }
+                continue;
+            }
+            _ => {}
+        }
+        current.push(c);
+    }
+    if !current.is_empty() {
+        args.push(current);
+    }
+    args
 }
 
 #[cfg(test)]
@@ -266,7 +362,7 @@ mod tests {
         r.anomalies = vec![Anomaly {
             name: "duplicate effect".into(),
             count: 135,
-            examples: vec!["payment 01a2… got 2 receipts ".repeat(20)],
+            examples: vec!["payment 01a2… got 2 receipts ".repeat(4)],
             allowed: false,
             subjects: vec![],
             followed: vec![],
@@ -281,10 +377,11 @@ mod tests {
             "{s}"
         );
         assert!(lines[2].contains("example") && lines[2].contains("payment 01a2"), "{s}");
+        assert!(lines[3].starts_with(&" ".repeat(INDENT)) && lines[3].ends_with("got 2 receipts"), "wraps whole:\n{s}");
         assert!(lines.iter().all(|l| l.chars().count() <= 80), "{s}");
         assert!(s.contains("0 of 1 invariants hold"), "{s}");
         assert!(s.contains("  why "), "{s}");
-        assert!(lines.len() <= 15, "{s}");
+        assert!(lines.len() <= 16, "{s}");
     }
 
     #[test]
@@ -328,21 +425,72 @@ mod tests {
         );
     }
 
-    /// An inconclusive run's reason ends with its fix: it wraps, whole.
+    /// The lines of `s` from the one labelled `label` to the next label.
+    fn labelled<'a>(s: &'a str, label: &str) -> Vec<&'a str> {
+        let start = format!("  {label:<9} ");
+        let mut rows = s.lines().skip_while(|l| !l.starts_with(&start));
+        let first = rows.next().into_iter();
+        first.chain(rows.take_while(|l| l.starts_with(&" ".repeat(INDENT)))).collect()
+    }
+
+    /// Whatever the verdict, the reason wraps at its spaces, whole: an
+    /// inconclusive one ends with its fix, an incomplete one with the
+    /// program's own last words, a failing one names pre-empted holds.
     #[test]
-    fn an_inconclusive_reason_wraps_rather_than_being_cut() {
+    fn every_reason_wraps_rather_than_being_cut() {
+        for verdict in [Verdict::Fail, Verdict::Inconclusive, Verdict::Incomplete, Verdict::Interrupted] {
+            let mut r = report();
+            r.verdict = verdict;
+            r.reason = format!(
+                "{} its stderr ends: psycopg.OperationalError: connection refused (logs in reports/x-processes)",
+                "word ".repeat(40)
+            );
+            let s = render(&r, "reports/x.html", 80);
+            assert!(s.lines().all(|l| l.chars().count() <= 80), "{s}");
+            assert!(!s.contains('…'), "{s}");
+            let why = labelled(&s, "why");
+            assert!(why.len() > 1, "{verdict:?}:\n{s}");
+            let joined: Vec<&str> = why.iter().flat_map(|l| l.split_whitespace()).skip(1).collect();
+            assert_eq!(joined.join(" "), r.reason.split_whitespace().collect::<Vec<_>>().join(" "), "nothing lost");
+        }
+    }
+
+    /// The replay wraps between its arguments, each row but the last ending
+    /// with ` \`, so that the rows pasted into a shell are the command.
+    #[test]
+    fn a_long_replay_wraps_as_one_shell_command() {
         let mut r = report();
-        r.verdict = Verdict::Inconclusive;
-        r.reason =
-            format!("the chaos did not happen: {} set `[nemesis] aimed = \"per-occurrence\"`", "word ".repeat(40));
+        r.replay = format!(
+            "chaos run scenarios/payments.toml --seed 42 {}--schedule 'relay.after_produce:1,5;notifier.before_offset_commit:3'",
+            "--fault relay.after_produce=0.00001 ".repeat(4)
+        );
         let s = render(&r, "reports/x.html", 80);
-        assert!(s.lines().all(|l| l.chars().count() <= 80), "{s}");
-        assert!(!s.contains('…'), "{s}");
-        let why: Vec<&str> =
-            s.lines().skip_while(|l| !l.starts_with("  why ")).take_while(|l| !l.starts_with("  report")).collect();
-        assert!(why.len() > 1, "{s}");
-        let joined: Vec<&str> = why.iter().flat_map(|l| l.split_whitespace()).skip(1).collect();
-        assert_eq!(joined.join(" "), r.reason.split_whitespace().collect::<Vec<_>>().join(" "), "nothing lost");
+        let rows = labelled(&s, "replay");
+        assert!(rows.len() > 1, "{s}");
+        assert!(rows.iter().all(|l| l.chars().count() <= 80), "{s}");
+        let (last, before) = rows.split_last().unwrap();
+        assert!(before.iter().all(|l| l.ends_with(" \\")) && !last.ends_with('\\'), "{s}");
+        assert!(rows.iter().all(|l| !l.ends_with("--fault \\")), "an option stays with its value:\n{s}");
+        let pasted: String = rows.iter().map(|l| l[INDENT..].trim_end_matches(" \\")).collect::<Vec<_>>().join(" ");
+        assert_eq!(pasted, r.replay, "nothing lost");
+    }
+
+    #[test]
+    fn a_commands_arguments_are_split_as_the_shell_splits_them() {
+        assert_eq!(
+            shell_args(r#"chaos run 'my dir/x.toml' --x "a b" c\ d --schedule 'p:1;q:2'"#),
+            ["chaos", "run", "'my dir/x.toml'", "--x", "\"a b\"", "c\\ d", "--schedule", "'p:1;q:2'"]
+        );
+    }
+
+    /// A word longer than the room (a path) is never cut: it has a row of
+    /// its own and overflows.
+    #[test]
+    fn a_word_longer_than_the_line_stays_whole() {
+        let path = format!("reports/{}.html", "x".repeat(120));
+        let s = render(&report(), &path, 80);
+        assert!(labelled(&s, "report")[0].ends_with(&path), "{s}");
+        assert_eq!(words(&format!("a {path} b"), 20), ["a", path.as_str(), "b"]);
     }
 
     #[test]
@@ -355,6 +503,19 @@ mod tests {
         assert!(s.starts_with("PASS "), "{s}");
         assert!(!s.contains("harm") && !s.contains("  why "), "{s}");
         assert!(s.contains("replay    chaos run"), "{s}");
+    }
+
+    /// A declared run that waited for pending work says how long and for
+    /// how much; one that found none pending says nothing of it.
+    #[test]
+    fn a_settle_that_waited_for_pending_work_has_its_line() {
+        let mut r = report();
+        r.timings.settle_ms = Some(15_010);
+        r.system = Some(crate::verifier::declared::Figures { pending_at_settle: Some(250), ..Default::default() });
+        let s = render(&r, "reports/x.html", 100);
+        assert_eq!(labelled(&s, "settled"), ["  settled   15.0 s after the drain, for 250 rows of system.pending"]);
+        r.system = Some(crate::verifier::declared::Figures { pending_at_settle: Some(0), ..Default::default() });
+        assert!(!render(&r, "reports/x.html", 100).contains("settled"));
     }
 
     #[test]
@@ -377,11 +538,5 @@ mod tests {
         assert!(w.ends_with("│ a ┆ b │\n"), "{w}");
         let joined: String = w.split_whitespace().collect::<Vec<_>>().join(" ");
         assert_eq!(joined, text.split_whitespace().collect::<Vec<_>>().join(" "), "nothing lost");
-    }
-
-    #[test]
-    fn cutting_marks_the_cut() {
-        assert_eq!(fit("abcdef", 4), "abc…");
-        assert_eq!(fit("abc", 4), "abc");
     }
 }

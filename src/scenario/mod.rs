@@ -640,7 +640,7 @@ impl Scenario {
     /// The command that replays this scenario's fault decisions: its file,
     /// seed and every command-line change.
     pub fn replay(&self) -> String {
-        let mut cmd = format!("chaos run {} --seed {}", self.0.path.display(), self.0.seed);
+        let mut cmd = format!("chaos run {} --seed {}", shell_quoted(&self.0.path.display().to_string()), self.0.seed);
         if let Some(n) = self.0.overrides.payments {
             cmd.push_str(&format!(" --payments {n}"));
         }
@@ -651,6 +651,16 @@ impl Scenario {
             cmd.push_str(&format!(" --schedule '{s}'"));
         }
         cmd
+    }
+}
+
+/// `word` as a shell reads it back: as it is when it has nothing the shell
+/// treats specially, else in single quotes (a path with a space).
+fn shell_quoted(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+:=@%,".contains(c);
+    match !word.is_empty() && word.chars().all(plain) {
+        true => word.to_string(),
+        false => format!("'{}'", word.replace('\'', r"'\''")),
     }
 }
 
@@ -697,6 +707,14 @@ mod tests {
 
     /// The pipeline's own declaration, built in, is the file's: what
     /// every payments run's core checker judges by.
+    /// The replay is pasted into a shell: a path with a space is quoted.
+    #[test]
+    fn the_replay_quotes_a_path_the_shell_would_split() {
+        let at = |path: &str| parse("name = \"x\"\n", Path::new(path)).unwrap().replay();
+        assert_eq!(at("scenarios/x.toml"), "chaos run scenarios/x.toml --seed 42");
+        assert_eq!(at("my runs/it's.toml"), r"chaos run 'my runs/it'\''s.toml' --seed 42");
+    }
+
     #[test]
     fn the_built_in_declaration_is_the_files() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));

@@ -303,12 +303,11 @@ impl Ledger {
         c.payments_committed = ps.iter().filter(|p| p.has(flag::INTENDED)).count() as u64;
         c.payments = ps.iter().filter(|p| p.has(flag::IN_TABLE)).count() as u64;
         c.payments_captured = ps.iter().filter(|p| p.has(flag::TABLE_CAPTURED)).count() as u64;
-        let mut short = AnomalyBuilder::new(AnomalyKind::LostPayment);
-        if c.payments_committed != spec.payments {
-            let n = c.payments_committed;
-            short.hit(|| format!("the workload committed {n} of the scenario's {} payments", spec.payments));
-        }
-        f.check("payments committed = the scenario's payments", spec.payments, c.payments_committed, vec![short]);
+        // A workload that committed fewer payments than the scenario asks
+        // (a run cut short: a program under test that never started) breaks
+        // this invariant and names no anomaly: the payments it did not
+        // commit were never anyone's, so none of them is lost.
+        f.check("payments committed = the scenario's payments", spec.payments, c.payments_committed, vec![]);
         let mut lost = AnomalyBuilder::new(AnomalyKind::LostPayment);
         for p in ps.iter().filter(|p| p.has(flag::INTENDED) && !p.has(flag::IN_TABLE)) {
             lost.hit_on(p.id, || format!("payment {} was committed but has no row", p.id));

@@ -141,7 +141,10 @@ fn fails_with(w: &World, want: &[&str]) -> Reconciliation {
     got.sort_unstable();
     want.sort_unstable();
     assert_eq!(got, want, "{:#?}", r.anomalies);
-    for i in r.invariants.iter().filter(|i| !i.ok) {
+    // Every failing invariant shows its anomaly, but the workload's own
+    // count: a shortfall is a run cut short, which harms no payment.
+    let workload = "payments committed = the scenario's payments";
+    for i in r.invariants.iter().filter(|i| !i.ok && i.name != workload) {
         assert!(!i.anomalies.is_empty(), "{} failed without an anomaly to show", i.name);
     }
     r
@@ -203,12 +206,14 @@ fn replayed_batch_counts_duplicates_and_reordering_but_no_violation() {
     assert_eq!(r.counts.reordered_payments, 1);
 }
 
+/// A workload that falls short fails its invariant, and invents no harm:
+/// the payment it never committed was nobody's, so it is not a lost one.
 #[test]
-fn a_workload_that_writes_one_payment_fewer_fails() {
+fn a_workload_that_writes_one_payment_fewer_fails_and_loses_nothing() {
     let mut w = healthy(4);
     w.scenario_payments = 5;
     let r = fails_with(&w, &["payments committed = the scenario's payments"]);
-    assert!(anomaly(&r, "lost payment").examples[0].contains("committed 4 of the scenario's 5"));
+    assert!(r.anomalies.is_empty(), "{:?}", r.anomalies);
 }
 
 #[test]

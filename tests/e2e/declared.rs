@@ -381,6 +381,8 @@ fn an_envelope_outbox_declared_by_expressions_passes() {
 /// inbox as a queue) has no lag long before its work is done. Judged at
 /// the drain it would fail for effects that arrive seconds later; it
 /// declares its pending work, and the run settles before it is judged.
+/// Issue 64: the report says so, in the JSON (`timings.settle_ms`,
+/// `system.pending_at_settle`), the Markdown and the summary.
 #[test]
 fn a_consumer_that_applies_later_passes_once_its_pending_work_is_done() {
     let dir = tempfile::tempdir().unwrap();
@@ -391,6 +393,20 @@ fn a_consumer_that_applies_later_passes_once_its_pending_work_is_done() {
     assert_nothing_left(&r);
     assert_fired_and_confirmed(&r, "db.kill_after_commit");
     assert_eq!(r["system"]["acknowledged"], 300, "{}", r["system"]);
+    // The work it waited for: about 20 orders a second, so hundreds of
+    // them are still pending when the drain ends; and the settle lasts at
+    // least the quiet period after the last of them (2 s).
+    let pending = r["system"]["pending_at_settle"].as_u64().expect("the pending work waited for");
+    assert!((1..=300).contains(&pending), "{}", r["system"]);
+    let settle_ms = r["timings"]["settle_ms"].as_u64().expect("the settle's time");
+    assert!(settle_ms >= 2_000, "{}", r["timings"]);
+    let saved = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.path());
+    let json = saved.into_iter().find(|p| p.extension().is_some_and(|e| e == "json")).expect("the saved report");
+    let md = std::fs::read_to_string(json.with_extension("md")).unwrap();
+    let settled = format!("{:.1} s after the drain, for {pending} rows of system.pending", settle_ms as f64 / 1000.0);
+    assert!(md.contains(&format!("settle {settle_ms} ms")) && md.contains(&settled), "{md}");
+    let summary = run(chaos().arg("report").arg(&json).arg("--summary"));
+    assert!(summary.stdout.contains(&format!("  settled   {settled}")), "{}", summary.stdout);
     // The same run judged at the drain, without the settle: the work still
     // pending then is reported missing. The settle makes the difference.
     let mut c = chaos();
@@ -399,6 +415,7 @@ fn a_consumer_that_applies_later_passes_once_its_pending_work_is_done() {
     c.args(["--json", "--reports-dir"]).arg(dir.path());
     let hasty = run(&mut c);
     assert_eq!(hasty.code, 1, "judged at the drain, it must look broken:\n{}", hasty.stderr);
+    assert!(hasty.json()["system"]["pending_at_settle"].is_null(), "no settle, no pending work waited for");
     assert!(anomalies(&hasty.json()).contains(&"missing effect".to_string()), "{:?}", anomalies(&hasty.json()));
 }
 
@@ -429,7 +446,7 @@ fn a_consumer_still_applying_its_backlog_after_a_drain_timeout_is_late_not_stall
     let r = ran.json();
     assert_nothing_left(&r);
     assert_eq!(ran.code, 0, "{}: {:?}\nstderr:\n{}", r["reason"], anomalies(&r), ran.stderr);
-    let rest = r["timings"]["drain_ms"].as_u64().unwrap();
+    let rest = r["timings"]["drain_ms"].as_u64().unwrap() + r["timings"]["settle_ms"].as_u64().unwrap();
     assert!(
         rest > 8_000,
         "the drain and the settle took {rest} ms: the backlog did not outlast the timeout, so this run proves nothing"

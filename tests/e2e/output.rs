@@ -84,7 +84,10 @@ fn a_failing_run_leads_with_its_harm_and_keeps_its_database() {
     );
     assert!(lines[2].contains("× duplicate effect"), "{}", ran.stdout);
     assert!(lines[3].trim_start().starts_with("example   payment "), "{}", ran.stdout);
-    assert!(lines[4].trim_start().starts_with("cause     ") && lines[4].contains("held"), "{}", ran.stdout);
+    // After the example (a long one wraps onto lines of its own), its cause.
+    let cause = lines.iter().position(|l| l.trim_start().starts_with("cause     ")).expect(&ran.stdout);
+    assert!(lines[4..cause].iter().all(|l| l.starts_with(&" ".repeat(12))), "{}", ran.stdout);
+    assert!(labelled(&ran.stdout, "cause").join(" ").contains("held"), "{}", ran.stdout);
     assert!(lines.iter().any(|l| l.trim_start().starts_with("why")), "{}", ran.stdout);
     assert!(lines.iter().all(|l| l.chars().count() <= 100), "{}", ran.stdout);
     // Its database stays beside its report, to be looked into.
@@ -112,4 +115,77 @@ fn a_closed_stdout_is_no_error() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "stderr:\n{stderr}");
     assert!(!stderr.contains("panicked"), "stderr:\n{stderr}");
+}
+
+/// Issue 64: in a CI log (stdout a pipe, no `COLUMNS`) the summary is 100
+/// columns wide, and nothing a user copies is cut: the `why` and the
+/// `replay` wrap at their spaces, whole, the replay's rows ending with
+/// ` \` so that they paste as one command. A failing run, and an
+/// INCOMPLETE one whose consumer cannot start: its `why` ends with the
+/// program's own last words, and no `harm` is made up for payments the
+/// workload never committed.
+#[test]
+fn nothing_a_user_copies_is_cut_and_a_run_that_never_started_invents_no_harm() {
+    let dir = tempfile::tempdir().unwrap();
+    let failing = dir.path().join("failing");
+    let mut c = chaos();
+    Backend::Embedded.apply(&mut c);
+    c.env_remove("COLUMNS").args(["run", "scenarios/inbox-off.toml", "--payments", "100"]);
+    c.args(["--fault", "relay.after_produce=0.2", "--fault", "notifier.before_offset_commit=0.01", "--reports-dir"]);
+    let ran = run(c.arg(&failing));
+    assert_eq!(ran.code, 1, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    assert_whole(&ran.stdout, &saved_report(&failing));
+
+    // A consumer that exits at once, as one that cannot reach its database.
+    let scenario = dir.path().join("cannot-start.toml");
+    let said = "psycopg.OperationalError: connection to server at 127.0.0.1, port 5433 failed: Connection refused";
+    let command = format!(r#"["sh", "-c", "echo '{said}' >&2; exit 1"]"#);
+    std::fs::write(
+        &scenario,
+        format!("name = \"cannot-start\"\n[workload]\npayments = 20\n[notifier]\ncommand = {command}\n"),
+    )
+    .unwrap();
+    let incomplete = dir.path().join("incomplete");
+    let mut c = chaos();
+    Backend::Services.apply(&mut c);
+    c.env_remove("COLUMNS").arg("run").arg(&scenario).arg("--reports-dir");
+    let ran = run(c.arg(&incomplete));
+    assert_eq!(ran.code, 5, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    assert!(ran.stdout.starts_with("INCOMPLETE cannot-start"), "{}", ran.stdout);
+    let r = saved_report(&incomplete);
+    assert_whole(&ran.stdout, &r);
+    assert!(!ran.stdout.contains("  harm "), "harm made up for a run that never started:\n{}", ran.stdout);
+    assert_eq!(r["anomalies"], serde_json::json!([]), "{}", r["anomalies"]);
+    let why: Vec<&str> = labelled(&ran.stdout, "why").iter().flat_map(|l| l.split_whitespace()).collect();
+    assert!(why.join(" ").contains(said), "the why quotes the program's stderr:\n{}", ran.stdout);
+}
+
+/// The report a run saved in `dir`.
+fn saved_report(dir: &std::path::Path) -> serde_json::Value {
+    let saved = std::fs::read_dir(dir).unwrap().flatten().map(|e| e.path());
+    let json = saved.into_iter().find(|p| p.extension().is_some_and(|e| e == "json")).expect("the saved report");
+    serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap()
+}
+
+/// A summary's rows labelled `label`: its first and the continuations.
+fn labelled<'a>(summary: &'a str, label: &str) -> Vec<&'a str> {
+    let first = format!("  {label:<9} ");
+    let mut rows = summary.lines().skip_while(|l| !l.starts_with(&first));
+    let head = rows.next().into_iter();
+    head.chain(rows.take_while(|l| l.starts_with(&" ".repeat(12)))).collect()
+}
+
+/// Every line of `summary` within 100 columns and none cut; its `why`
+/// holds the report's reason word for word, its `replay` rows pasted
+/// together the report's command.
+fn assert_whole(summary: &str, r: &serde_json::Value) {
+    assert!(summary.lines().all(|l| l.chars().count() <= 100 && !l.ends_with('…')), "{summary}");
+    let why: Vec<&str> = labelled(summary, "why").iter().flat_map(|l| l.split_whitespace()).skip(1).collect();
+    let reason: Vec<&str> = r["reason"].as_str().unwrap().split_whitespace().collect();
+    assert_eq!(why, reason, "the why, word for word:\n{summary}");
+    let rows = labelled(summary, "replay");
+    let (last, before) = rows.split_last().expect("a replay line");
+    assert!(before.iter().all(|l| l.ends_with(" \\")) && !last.ends_with('\\'), "{summary}");
+    let pasted: Vec<&str> = rows.iter().map(|l| l[12..].trim_end_matches(" \\")).collect();
+    assert_eq!(pasted.join(" "), r["replay"].as_str().unwrap(), "the replay, whole:\n{summary}");
 }

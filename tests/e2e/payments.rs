@@ -205,8 +205,11 @@ fn the_planted_cause_is_named_first(backend: Backend) {
     c.arg("report").arg(&saved).arg("--summary");
     let text = run(&mut c);
     assert_eq!(text.code, 1, "{}", text.stderr);
-    let cause =
-        text.stdout.lines().find(|l| l.trim_start().starts_with("cause ")).unwrap_or_else(|| panic!("{}", text.stdout));
+    // The cause line and its continuations (a long one wraps), as one.
+    let mut rows = text.stdout.lines().skip_while(|l| !l.trim_start().starts_with("cause "));
+    let first_row = rows.next().unwrap_or_else(|| panic!("{}", text.stdout));
+    let rows = std::iter::once(first_row).chain(rows.take_while(|l| l.starts_with(&" ".repeat(12))));
+    let cause = rows.flat_map(str::split_whitespace).collect::<Vec<_>>().join(" ");
     // Its first example's first suspect, as the report has it.
     let first = &followed.iter().find(|f| f["example"] == 0).expect("the first example is followed")["faults"][0];
     match first["by"].as_str() {

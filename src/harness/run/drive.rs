@@ -20,6 +20,17 @@ pub(super) struct Ran {
     pub interrupted: bool,
     pub workload_ms: u64,
     pub drain_ms: u64,
+    /// A declared system's settle after the drain, when it ran.
+    pub settle: Option<Settle>,
+}
+
+/// How long a declared system took to settle after the drain, and how
+/// much pending work it had when the settle began.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Settle {
+    pub ms: u64,
+    /// Rows of `[system] pending`; None when the system declares none.
+    pub pending: Option<u64>,
 }
 
 impl Ran {

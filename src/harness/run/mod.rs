@@ -200,7 +200,13 @@ async fn execute_keeping(
     let mut rep = assemble::skeleton(&sc, &names, &infra.info, &ctx.faults, &ctx.stats);
     sut.shape(&mut rep);
     rep.series = series;
-    rep.timings = Timings { setup_ms, workload_ms: ran.workload_ms, drain_ms: ran.drain_ms, ..Default::default() };
+    rep.timings = Timings {
+        setup_ms,
+        workload_ms: ran.workload_ms,
+        drain_ms: ran.drain_ms,
+        settle_ms: ran.settle.map(|s| s.ms),
+        ..Default::default()
+    };
     let t_verify = Instant::now();
     progress.phase(Phase::Verify);
     let history = sut.history(&ctx, emails, !stopped.stuck.is_empty());

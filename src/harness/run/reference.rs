@@ -360,6 +360,10 @@ pub(super) async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, h: History
         None
     });
     let (v, why) = match &ran.incomplete {
+        // Nothing ran, so there are no figures to call partial.
+        Some(reason) if rep.counts.payments_committed == 0 => {
+            (Verdict::Incomplete, format!("{reason}; the workload never started, so nothing was judged"))
+        }
         Some(reason) => (Verdict::Incomplete, format!("{reason}; the figures above are partial")),
         None => (v, why),
     };

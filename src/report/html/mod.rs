@@ -332,12 +332,7 @@ fn tables(r: &Report, out: &mut String) {
                 k.notifier_errors
             );
         }
-        let t = &r.timings;
-        let _ = write!(
-            out,
-            "<p>timings: setup {} ms · workload {} ms · drain {} ms · verify {} ms · total {} ms</p>",
-            t.setup_ms, t.workload_ms, t.drain_ms, t.verify_ms, t.total_ms
-        );
+        let _ = write!(out, "<p>timings: {}</p>", super::timings_line(&r.timings));
     });
     fault_log(r, out);
     section(out, "invariants", "Invariants", |out| {

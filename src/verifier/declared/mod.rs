@@ -57,6 +57,10 @@ pub struct Figures {
     pub outbox_events: u64,
     pub messages: u64,
     pub duplicate_messages: u64,
+    /// Rows of `[system] pending` when the settle after the drain began:
+    /// the work the run waited for. Absent when the system declares none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_at_settle: Option<u64>,
 }
 
 /// Marks no event, no operation: the columns below hold indices as `u32`.

@@ -193,7 +193,8 @@ impl Declared {
         rep.invariants = invariants;
         rep.anomalies = anomalies;
         rep.chaos_checks = chaos;
-        rep.system = Some(found.figures);
+        let pending_at_settle = ran.settle.and_then(|s| s.pending);
+        rep.system = Some(crate::verifier::declared::Figures { pending_at_settle, ..found.figures });
         rep.judged(v, why, ctx.faults.fired_schedule());
     }
 }

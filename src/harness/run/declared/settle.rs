@@ -3,7 +3,7 @@
 
 use crate::context::Ctx;
 use crate::error::Result;
-use crate::harness::run::drive::{self, DrainClock, Left, Ran, Undrained};
+use crate::harness::run::drive::{self, DrainClock, Left, Ran, Settle, Undrained};
 use crate::nemesis::acting::Acting;
 use crate::nemesis::process::program::Programs;
 use crate::scenario::{Published, System};
@@ -55,11 +55,15 @@ pub(super) async fn come_to_rest(
         }
     }
     stop_faults().await;
+    ran.drain_ms = t_drain.elapsed().as_millis() as u64;
     if ran.incomplete.is_none() && !ran.interrupted {
+        let t_settle = Instant::now();
         // A fresh pool, as the verifier's: the faults may have ended sessions.
         let pg = pg.renewed(2).await;
+        // The pending work the settle found at its first reading, once read.
+        let mut pending = None;
         tokio::select! {
-            r = settle(ctx, &pg, sys) => match r {
+            r = settle(ctx, &pg, sys, &mut pending) => match r {
                 Ok(Settled::Quiet) => {}
                 Ok(Settled::Stalled(s)) => stalls.consumer = Some(s),
                 Err(e) => ran.incomplete = Some(format!("the settle after the drain could not read the system: {e}")),
@@ -67,8 +71,8 @@ pub(super) async fn come_to_rest(
             why = programs.failed() => ran.incomplete = Some(why),
             _ = crate::harness::interrupt::requested() => ran.interrupted = true,
         }
+        ran.settle = Some(Settle { ms: t_settle.elapsed().as_millis() as u64, pending });
     }
-    ran.drain_ms = t_drain.elapsed().as_millis() as u64;
     stalls
 }
 
@@ -187,7 +191,9 @@ pub(super) struct Stall {
 /// Counts still moving when it runs out are judged as they are; pending
 /// work still there is a stall. `CHAOS_SKIP_SETTLE=1` judges at once (a
 /// switch for tests that show the settle is what makes the difference).
-async fn settle(ctx: &Ctx, pg: &Store, sys: &System) -> Result<Settled> {
+/// `first` gets the pending rows of the first reading: the work the run
+/// waits for, which the report shows.
+async fn settle(ctx: &Ctx, pg: &Store, sys: &System, first: &mut Option<u64>) -> Result<Settled> {
     if std::env::var_os("CHAOS_SKIP_SETTLE").is_some() {
         warn!("CHAOS_SKIP_SETTLE: judging at once, without waiting for pending work");
         return Ok(Settled::Quiet);
@@ -201,6 +207,9 @@ async fn settle(ctx: &Ctx, pg: &Store, sys: &System) -> Result<Settled> {
             Some(q) => rows::pending(pg, q).await?,
             None => Vec::new(),
         };
+        if sys.pending.is_some() && first.is_none() {
+            *first = Some(pending.len() as u64);
+        }
         let counts = rows::effect_counts(pg, sys).await?;
         clock.left(pending.len() as i64);
         if !pending.is_empty() || last.as_ref() != Some(&counts) {
@@ -208,7 +217,7 @@ async fn settle(ctx: &Ctx, pg: &Store, sys: &System) -> Result<Settled> {
         }
         last = Some(counts);
         if pending.is_empty() && since.elapsed() >= quiet {
-            info!(ms = started.elapsed().as_millis() as u64, "settled: no pending work, effects unchanged");
+            info!(ms = started.elapsed().as_millis() as u64, waited_for = ?first, "settled: no pending work, effects unchanged");
             return Ok(Settled::Quiet);
         }
         tokio::time::sleep(SETTLE_POLL).await;
