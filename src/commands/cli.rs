@@ -172,7 +172,7 @@ pub struct InitArgs {
     /// The file to write; an existing file is never overwritten. `-` prints it on stdout.
     #[arg(default_value = "scenario.toml")]
     pub path: PathBuf,
-    /// Write the recommended scenario for your consumer instead, running this command (split at spaces, run from the file's folder), e.g. --consumer "python3 consumer.py": the faults that expose the classic consumer mistakes, one line of meaning each.
+    /// Write the recommended scenario for your consumer instead, running this command (split as a shell would, quotes kept together; run from the file's folder), e.g. --consumer "python3 consumer.py": the faults that expose the classic consumer mistakes, one line of meaning each.
     #[arg(long, value_name = "CMD", conflicts_with_all = ["relay", "system"])]
     pub consumer: Option<String>,
     /// Write the recommended scenario for your outbox relay instead, running this command, e.g. --relay "python3 relay.py": held commits that part commit order from insert order, kills right after its marks and after the broker's acks, then a calm half without kills.

@@ -87,7 +87,12 @@ const RECOMMENDED: &str =
 
 fn init(a: &InitArgs) -> Result<Exit> {
     let program = |flag: &str, cmd: &str, template: &str| {
-        let argv: Vec<String> = cmd.split_whitespace().map(str::to_string).collect();
+        // Split as a shell would, quotes kept together: --consumer "python3 -c 'import x'".
+        let argv: Vec<String> = shlex::split(cmd).ok_or_else(|| {
+            Error::Usage(format!(
+                "{flag} {cmd:?} has an unclosed quote; close it, e.g. {flag} \"python3 app.py --name 'a b'\""
+            ))
+        })?;
         match argv.is_empty() {
             true => Err(Error::Usage(format!(
                 "{flag} is empty; give the command that starts your program, e.g. {flag} \"python3 app.py\""

@@ -59,3 +59,15 @@ fn init_writes_the_reference_which_runs() {
     assert_eq!(ran.code, 0, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
     assert_eq!(ran.json()["scenario"]["name"], "my-scenario");
 }
+
+/// `chaos init --consumer CMD` splits CMD as a shell would: a quoted
+/// argument stays one; an unclosed quote is a usage error naming the fix.
+#[test]
+fn init_splits_a_command_as_a_shell_would() {
+    let wrote = run(chaos().args(["init", "--consumer", "python3 -c 'import sys; sys.exit(1)'", "-"]));
+    assert_eq!(wrote.code, 0, "{}", wrote.stderr);
+    assert!(wrote.stdout.contains(r#"command = ["python3", "-c", "import sys; sys.exit(1)"]"#), "{}", wrote.stdout);
+    let refused = run(chaos().args(["init", "--relay", "python3 'relay.py", "-"]));
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(refused.stderr.contains("unclosed quote"), "{}", refused.stderr);
+}
