@@ -166,6 +166,20 @@ impl Stats {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// A writer's held commit went on, `others` commits of other writers
+    /// having overtaken it.
+    pub fn writer_hold(&self, others: u64) {
+        Stats::add(&self.writer_holds, 1);
+        Stats::add(&self.writer_holds_overtaken, (others > 0) as u64);
+        Stats::add(&self.overtakes, others);
+    }
+
+    /// [`Stats::writer_hold`] as the payment service's commit gate calls it.
+    pub fn on_writer_hold(self: &std::sync::Arc<Self>) -> std::sync::Arc<dyn Fn(u64) + Send + Sync> {
+        let stats = self.clone();
+        std::sync::Arc::new(move |others| stats.writer_hold(others))
+    }
+
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
     }

@@ -131,7 +131,7 @@ pub async fn serve() -> Result<()> {
     let (trigger, shutdown) = shutdown_pair();
     let ctx = Ctx {
         scenario: Arc::new(sc),
-        store: store.gated(crate::store::CommitGate::new(faults.clone(), stats.clone(), &instance)),
+        store: store.gated(crate::store::CommitGate::new(faults.clone(), &instance, Some(stats.on_writer_hold()))),
         faults: faults.clone(),
         stats: stats.clone(),
         coord: coord.clone(),

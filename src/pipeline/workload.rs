@@ -423,7 +423,7 @@ mod tests {
         // Not 1, which a scenario may not ask for (a run that refuses every
         // commit never ends); with seed 3 the first commit draws a firing.
         let h = harness("name = \"unit\"\nseed = 3\n[faults]\nstore_commit_refused = 0.99\n").await;
-        let store = h.ctx.store.gated(CommitGate::new(h.ctx.faults.clone(), h.ctx.stats.clone(), "workload"));
+        let store = h.ctx.store.gated(CommitGate::new(h.ctx.faults.clone(), "workload", None));
         let ps = vec![NewPayment { id: uuid::Uuid::new_v4(), account_id: 1, amount_cents: 100 }];
         let err = store.authorize(&ps, true).await.expect_err("refused");
         assert!(matches!(err, crate::Error::Database { .. }), "{err}");
@@ -447,11 +447,11 @@ mod tests {
         use crate::faults::FaultPoint::WorkloadSlowCommit;
         let h = harness("name = \"unit\"\nseed = 3\n[faults]\nworkload_slow_commit = 0.99\n").await;
         let faults = &h.ctx.faults;
-        let relay = h.ctx.store.gated(CommitGate::new(faults.clone(), h.ctx.stats.clone(), "relay-1"));
+        let relay = h.ctx.store.gated(CommitGate::new(faults.clone(), "relay-1", None));
         let ps = vec![NewPayment { id: uuid::Uuid::new_v4(), account_id: 1, amount_cents: 100 }];
         relay.authorize(&ps, true).await.expect("committed");
         assert_eq!(faults.reached(WorkloadSlowCommit), 0, "only the payment service's commits are occurrences");
-        let store = h.ctx.store.gated(CommitGate::new(faults.clone(), h.ctx.stats.clone(), "workload"));
+        let store = h.ctx.store.gated(CommitGate::new(faults.clone(), "workload", Some(h.ctx.stats.on_writer_hold())));
         let mut held = Vec::new();
         for _ in 0..3 {
             let ps = vec![NewPayment { id: uuid::Uuid::new_v4(), account_id: 1, amount_cents: 100 }];

@@ -44,9 +44,14 @@ pub const PURGE_CHUNK: i64 = 10_000;
 #[derive(Clone, Default)]
 pub struct CommitGate(Option<Arc<Gate>>);
 
+/// What a held commit of the payment service tells once it went on: how
+/// many other commits of the producers overtook it (0: it reordered
+/// nothing). The run counts these as the evidence of a reorder.
+pub type OnHold = Arc<dyn Fn(u64) + Send + Sync>;
+
 struct Gate {
     injector: Arc<FaultInjector>,
-    stats: Arc<crate::context::Stats>,
+    on_hold: Option<OnHold>,
     component: String,
     refuses: bool,
     holds: bool,
@@ -67,13 +72,13 @@ fn hold_of(n: u64) -> Duration {
 impl CommitGate {
     /// The gate of `component`'s commits; open (never refusing, never
     /// holding) when the scenario gives its points no rate.
-    pub fn new(injector: Arc<FaultInjector>, stats: Arc<crate::context::Stats>, component: &str) -> Self {
+    pub fn new(injector: Arc<FaultInjector>, component: &str, on_hold: Option<OnHold>) -> Self {
         let refuses = injector.probability(FaultPoint::StoreCommitRefused) > 0.0;
         let holds = component == "workload" && injector.probability(FaultPoint::WorkloadSlowCommit) > 0.0;
         let component = component.to_string();
         match refuses || holds {
             true => {
-                Self(Some(Arc::new(Gate { injector, stats, component, refuses, holds, commits: Default::default() })))
+                Self(Some(Arc::new(Gate { injector, on_hold, component, refuses, holds, commits: Default::default() })))
             }
             false => Self(None),
         }
@@ -84,17 +89,15 @@ impl CommitGate {
         let Some(g) = self.0.as_ref().filter(|g| g.holds) else { return };
         let point = FaultPoint::WorkloadSlowCommit;
         if g.injector.strike(point, &g.component, || format!("commit of {what}")) {
-            use crate::context::Stats;
             use std::sync::atomic::Ordering::Relaxed;
             let before = g.commits.load(Relaxed);
             tokio::time::sleep(hold_of(g.injector.fired(point))).await;
             g.injector.confirm(point, 1);
             // Another producer's commit during the hold inserted after
             // this transaction did and became visible first: an overtake.
-            let others = g.commits.load(Relaxed) - before;
-            Stats::add(&g.stats.writer_holds, 1);
-            Stats::add(&g.stats.writer_holds_overtaken, (others > 0) as u64);
-            Stats::add(&g.stats.overtakes, others);
+            if let Some(told) = &g.on_hold {
+                told(g.commits.load(Relaxed) - before);
+            }
         }
     }
 

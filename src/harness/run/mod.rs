@@ -200,13 +200,7 @@ async fn execute_keeping(
     let mut rep = assemble::skeleton(&sc, &names, &infra.info, &ctx.faults, &ctx.stats);
     sut.shape(&mut rep);
     rep.series = series;
-    rep.timings = Timings {
-        setup_ms,
-        workload_ms: ran.workload_ms,
-        drain_ms: ran.drain_ms,
-        settle_ms: ran.settle.map(|s| s.ms),
-        ..Default::default()
-    };
+    rep.timings = timings(setup_ms, &ran);
     let t_verify = Instant::now();
     progress.phase(Phase::Verify);
     let history = sut.history(&ctx, emails, !stopped.stuck.is_empty());
@@ -216,6 +210,17 @@ async fn execute_keeping(
     rep.timings.verify_ms = t_verify.elapsed().as_millis() as u64;
     rep.timings.total_ms = started.elapsed().as_millis() as u64;
     finish(rep, infra, reports_dir, reporter, keep).await
+}
+
+/// The run's timings as far as the drain and the settle.
+fn timings(setup_ms: u64, ran: &Ran) -> Timings {
+    Timings {
+        setup_ms,
+        workload_ms: ran.workload_ms,
+        drain_ms: ran.drain_ms,
+        settle_ms: ran.settle.map(|s| s.ms),
+        ..Default::default()
+    }
 }
 
 /// The banner's infra line, the fault proxy's lanes included (and noted

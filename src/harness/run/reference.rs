@@ -91,7 +91,7 @@ async fn start_components(
             }
             _ => ctx.clone(),
         };
-        c.store = c.store.gated(CommitGate::new(c.faults.clone(), c.stats.clone(), &name));
+        c.store = c.store.gated(CommitGate::new(c.faults.clone(), &name, Some(c.stats.on_writer_hold())));
         Ok::<Ctx, Error>(c)
     };
     let workload_ctx = through("workload".into(), ctx.scenario.producers as u32 + 1).await?;

@@ -286,9 +286,7 @@ impl Slot {
     /// first. Each is an overtake; a hold none overtook reordered nothing.
     fn overtaken(&self, before: u64) {
         let others = self.writer_commits.load(Ordering::Relaxed).saturating_sub(before);
-        Stats::add(&self.stats.writer_holds, 1);
-        Stats::add(&self.stats.writer_holds_overtaken, (others > 0) as u64);
-        Stats::add(&self.stats.overtakes, others);
+        self.stats.writer_hold(others);
         info!(slot = %self.name, overtakes = others, "db.hold_commit: a writer's COMMIT went on after the hold");
     }
 

@@ -28,23 +28,7 @@ impl Books<'_> {
                         parts.push(format!("cause: {}", f.suspects(", ")))
                     }
                     _ => {
-                        let mut near: Vec<&crate::faults::FaultRecord> = self
-                            .faults
-                            .iter()
-                            .filter(|f| f.at_ms + AROUND_MS >= op.sent_ms && f.at_ms <= op.done_ms + AROUND_MS)
-                            .collect();
-                        // An event no relay published: a writer's held
-                        // COMMIT around its write is the likeliest cause
-                        // (a later row committed first, and a cursor read
-                        // past it), so it is named first.
-                        if matches!(anomaly, AnomalyKind::LostEvent | AnomalyKind::UnpublishedLeftover) {
-                            near.sort_by_key(|f| !held_writer(f));
-                        }
-                        let near: Vec<String> = near
-                            .iter()
-                            .take(3)
-                            .map(|f| format!("{} on {} at {:.2} s", f.point, f.component, f.at_ms as f64 / 1000.0))
-                            .collect();
+                        let near = self.near(op.sent_ms, op.done_ms, anomaly);
                         if !near.is_empty() {
                             parts.push(format!("faults around it, by time: {}", near.join(", ")));
                         }
@@ -87,6 +71,23 @@ impl Books<'_> {
             parts.push(format!("effects: {}", effects.join(", ")));
         }
         format!("key {}: {}", self.keys.get(key), parts.join("; "))
+    }
+
+    /// The first three faults around an operation (from `sent_ms` to
+    /// `done_ms`, with [`AROUND_MS`] either side), by time. For an event no
+    /// relay published, a writer's held COMMIT around its write is the
+    /// likeliest cause (a later row committed first, and a cursor read past
+    /// it), so it is named first.
+    fn near(&self, sent_ms: u64, done_ms: u64, anomaly: AnomalyKind) -> Vec<String> {
+        let mut near: Vec<&crate::faults::FaultRecord> =
+            self.faults.iter().filter(|f| f.at_ms + AROUND_MS >= sent_ms && f.at_ms <= done_ms + AROUND_MS).collect();
+        if matches!(anomaly, AnomalyKind::LostEvent | AnomalyKind::UnpublishedLeftover) {
+            near.sort_by_key(|f| !held_writer(f));
+        }
+        near.iter()
+            .take(3)
+            .map(|f| format!("{} on {} at {:.2} s", f.point, f.component, f.at_ms as f64 / 1000.0))
+            .collect()
     }
 
     /// When a key's story ends, in milliseconds since the run started: the

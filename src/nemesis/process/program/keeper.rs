@@ -351,15 +351,7 @@ impl Keeper {
                     }
                 }
                 _ = tokio::time::sleep_until(w.paused_until.unwrap_or_else(Instant::now)), if w.paused_until.is_some() => {
-                    self.signal(proc, None, libc::SIGCONT);
-                    w.paused_until = None;
-                    // The zombie wakes and acts on what it held (commits a
-                    // transaction its group has given away) before any other
-                    // fault may strike it: a kill or a hold there would
-                    // erase what the pause was for.
-                    w.release_at = w.occupied.map(|_| Instant::now() + PAUSE_AFTERMATH);
-                    // The seconds spent stopped are not struck again.
-                    w.restart_seconds(self);
+                    self.resume(proc, &mut w);
                 }
                 _ = tokio::time::sleep_until(w.release_at.unwrap_or_else(Instant::now)), if w.release_at.is_some() => {
                     w.release_at = None;
@@ -369,17 +361,7 @@ impl Keeper {
                 }
                 Some(line) = proc.lines.recv() => match line {
                     Line::Halt { point, fires } => return self.halted(proc, point, fires).await,
-                    Line::Stall { point, ms } => {
-                        // The program asked for its stall: it lands even on
-                        // an occupied process, and occupies it when it can.
-                        let occupied = self.occupant.occupy(point, || true);
-                        if self.pause(proc, point).await {
-                            w.paused_until = Some(Instant::now() + Duration::from_millis(ms));
-                            w.occupied = occupied;
-                        } else if let Some(serial) = occupied {
-                            self.occupant.release(serial);
-                        }
-                    }
+                    Line::Stall { point, ms } => self.stall(proc, &mut w, point, ms).await,
                     other => self.count(proc, other),
                 },
                 // A switch gone (its run ending) is no change: the branch
@@ -393,6 +375,30 @@ impl Keeper {
                     return End::Stopped;
                 }
             }
+        }
+    }
+
+    /// A pause's end: SIGCONT. The zombie wakes and acts on what it held
+    /// (commits a transaction its group has given away) before any other
+    /// fault may strike it, [`PAUSE_AFTERMATH`]: a kill or a hold there
+    /// would erase what the pause was for.
+    fn resume(&mut self, proc: &Proc, w: &mut Watch) {
+        self.signal(proc, None, libc::SIGCONT);
+        w.paused_until = None;
+        w.release_at = w.occupied.map(|_| Instant::now() + PAUSE_AFTERMATH);
+        // The seconds spent stopped are not struck again.
+        w.restart_seconds(self);
+    }
+
+    /// A reference component asked for its stall: it lands even on an
+    /// occupied process, and occupies it when it can.
+    async fn stall(&mut self, proc: &Proc, w: &mut Watch, point: FaultPoint, ms: u64) {
+        let occupied = self.occupant.occupy(point, || true);
+        if self.pause(proc, point).await {
+            w.paused_until = Some(Instant::now() + Duration::from_millis(ms));
+            w.occupied = occupied;
+        } else if let Some(serial) = occupied {
+            self.occupant.release(serial);
         }
     }
 
