@@ -45,6 +45,25 @@ fn the_fault_point_reference_is_the_registry() {
 }
 
 #[test]
+fn the_json_schemas_are_the_types() {
+    // docs/schema/ is generated from `Report` and `RawScenario`; CHAOS_BLESS=1
+    // writes it again after a type changed.
+    for (file, want) in
+        [("report.schema.json", chaos::report_json_schema()), ("scenario.schema.json", chaos::scenario::json_schema())]
+    {
+        let path = root().join("docs/schema").join(file);
+        if std::env::var_os("CHAOS_BLESS").is_some() {
+            std::fs::write(&path, &want).unwrap();
+        }
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            have == want,
+            "docs/schema/{file} differs from the types: run `CHAOS_BLESS=1 cargo test --test e2e json_schemas`"
+        );
+    }
+}
+
+#[test]
 fn the_readme_and_help_list_every_exit_code() {
     let readme = readme();
     let help = run(chaos().arg("--help"));
