@@ -21,6 +21,10 @@ pub fn json_schema() -> String {
         .into_generator()
         .into_root_schema_for::<RawScenario>();
     schema.insert("title".into(), "chaos scenario".into());
+    // RawScenario's own doc speaks to whoever changes the code.
+    let about = "A chaos scenario: the run, the system under test and the faults to strike. Every key is optional; \
+                 docs/scenarios.md says what each does, and `chaos init` writes every key at its default.";
+    schema.insert("description".into(), about.into());
     serde_json::to_string_pretty(&schema).expect("a schema is JSON") + "\n"
 }
 
