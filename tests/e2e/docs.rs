@@ -60,6 +60,11 @@ fn the_json_schemas_are_the_types() {
             have == want,
             "docs/schema/{file} differs from the types: run `CHAOS_BLESS=1 cargo test --test e2e json_schemas`"
         );
+        // What an installed binary prints is the same file.
+        let of = file.split('.').next().unwrap();
+        let printed = run(chaos().args(["schema", of]));
+        assert_eq!(printed.code, 0, "{}", printed.stderr);
+        assert!(printed.stdout == want, "chaos schema {of} differs from docs/schema/{file}");
     }
 }
 
@@ -337,7 +342,7 @@ fn completions_and_the_man_page_are_generated() {
     let man = run(chaos().arg("man"));
     assert_eq!(man.code, 0, "{}", man.stderr);
     assert!(man.stdout.starts_with(".ie") && man.stdout.contains(".TH chaos 1"), "{}", &man.stdout[..200]);
-    for sub in ["run", "report", "sweep", "merge", "init", "selftest", "clean", "doctor", "bench"] {
+    for sub in ["run", "report", "sweep", "merge", "init", "selftest", "clean", "doctor", "bench", "schema"] {
         assert!(bash.stdout.contains(&format!("chaos__subcmd__{sub}")), "the completions lack {sub}");
         assert!(man.stdout.contains(&format!("chaos\\-{sub}")), "the man page lacks {sub}");
     }
