@@ -24,8 +24,9 @@ macro_rules! counters {
 
         /// The counters at one moment. Shown for insight; the verdict never
         /// rests on these.
-        #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+        #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
         #[serde(default)]
+        #[schemars(rename = "ComponentFigures")]
         pub struct Counts {
             $( $(#[$doc])* pub $name: u64, )*
         }

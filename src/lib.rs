@@ -57,3 +57,4 @@ pub use context::{shutdown_pair, ShutdownTrigger};
 pub use error::{redact, Error};
 pub use harness::interrupt::deliver as deliver_interrupt;
 pub use pipeline::{inbox::apply_batch, notifier::incoming};
+pub use report::schema::json_schema as report_json_schema;

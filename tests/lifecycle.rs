@@ -58,6 +58,7 @@ fn interrupted_by(signal: i32) {
     assert!(t.elapsed() < Duration::from_secs(20), "took {:?} to stop", t.elapsed());
     assert_eq!(out.status.code(), Some(130), "{}", stderr.join().unwrap());
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_valid_report(&r);
     assert_eq!(r["verdict"], "interrupted");
     assert!(r["invariants"].as_array().unwrap().is_empty(), "nothing is verified after an interruption");
     let id = r["run_id"].as_str().unwrap();
@@ -94,6 +95,7 @@ fn survives(outage: impl FnOnce()) -> serde_json::Value {
     let stderr = stderr.join().unwrap();
     let r: serde_json::Value =
         serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("no report; exit {code:?}\n{stderr}"));
+    assert_valid_report(&r);
     match code {
         Some(0) => {
             assert_eq!(r["verdict"], "pass");

@@ -6,12 +6,14 @@
 //! knows that a lane is a partition and a place an offset, and only here
 //! are they written out as such, in the report's text and its JSON.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
 /// One message's place on the topic: its lane, and its place in the lane.
 /// Ordered by lane, then by place: within a lane, the broker's order.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+#[schemars(with = "Named")]
 pub struct Position {
     lane: i32,
     at: i64,
@@ -55,7 +57,8 @@ impl fmt::Display for Position {
 
 /// As the JSON report has always written a message's place: `partition`
 /// and `offset` (flattened into the message that carries it).
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize, Deserialize, JsonSchema)]
+#[schemars(rename = "Position")]
 struct Named {
     partition: i32,
     offset: i64,
@@ -77,7 +80,7 @@ impl<'de> Deserialize<'de> for Position {
 /// The places `first..=last` of one lane: what a batch held (a consumer
 /// reads a lane in order, so a batch holds a stretch of it). Written in
 /// JSON as `[lane, first, last]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 pub struct Stretch(i32, i64, i64);
 
 impl Stretch {

@@ -73,6 +73,12 @@ pub enum Command {
     },
     /// Print the man page (roff): `chaos man > ~/.local/share/man/man1/chaos.1`, then `man chaos`.
     Man,
+    /// Print a JSON Schema: `chaos schema scenario > chaos.schema.json` for an editor to complete and check scenarios with (Taplo: a scenario's first line `#:schema ./chaos.schema.json`); `chaos schema report` for what reports/<run-id>.json holds.
+    Schema {
+        /// Which: report or scenario.
+        #[arg(value_name = "KIND")]
+        of: SchemaOf,
+    },
     /// One relay or notifier instance as a process of its own; started by `chaos run` with components = "process".
     #[command(hide = true)]
     Component,
@@ -359,4 +365,13 @@ pub struct BenchArgs {
     /// Print the figures as JSON instead of the tables.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The files `chaos schema` describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SchemaOf {
+    /// A run's report, `reports/<run-id>.json` (docs/schema/report.schema.json).
+    Report,
+    /// A scenario file, as TOML (docs/schema/scenario.schema.json).
+    Scenario,
 }

@@ -73,6 +73,16 @@ pub async fn execute(command: Command) -> Result<Exit> {
             out!("{}", String::from_utf8_lossy(&text));
             Ok(Exit::Pass)
         }
+        Command::Schema { of } => {
+            out!(
+                "{}",
+                match of {
+                    cli::SchemaOf::Report => crate::report::schema::json_schema(),
+                    cli::SchemaOf::Scenario => crate::scenario::json_schema(),
+                }
+            );
+            Ok(Exit::Pass)
+        }
         Command::Component => crate::harness::component::serve().await.map(|()| Exit::Pass),
     }
 }

@@ -3,10 +3,11 @@
 
 use super::*;
 use crate::broker::{Position, Stretch};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// One fault that fired.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct FaultRecord {
     pub point: String,
     pub component: String,
@@ -29,7 +30,7 @@ pub struct FaultRecord {
 /// The data a firing hit: the outbox rows of a relay's batch, the topic
 /// positions of a notifier's batch. Empty when the striker cannot know
 /// (a proxy, a signal to a process).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Reach {
     /// The outbox seqs of the batch, as runs of consecutive seqs (first,
     /// last): a relay's claim skips rows other relays hold, so its batch
@@ -98,7 +99,7 @@ impl DeliveryRecord {
 }
 
 /// Per-point totals for the report.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct FaultSummary {
     pub point: String,
     pub unit: String,

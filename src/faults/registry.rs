@@ -71,15 +71,18 @@ macro_rules! fault_points {
 
         /// The `[faults]` table as written: a probability per fault point,
         /// keyed by its name with `_` for `.`; 0 when absent.
-        #[derive(Debug, Deserialize)]
+        #[derive(Debug, Deserialize, schemars::JsonSchema)]
         #[serde(deny_unknown_fields, default)]
         pub struct RawFaults {
-            $($(#[$doc])* pub $key: toml::Spanned<f64>,)+
+            $($(#[$doc])* #[schemars(with = "f64", range(min = 0.0, max = 1.0))] pub $key: toml::Spanned<f64>,)+
             /// `[faults.service]`, `[faults.relay]`, `[faults.notifier]`:
             /// an aimed kill's rate per second for that role's processes,
             /// over the one above.
+            #[schemars(with = "Option<AimedRates>")]
             pub service: Option<RawRoleRates>,
+            #[schemars(with = "Option<AimedRates>")]
             pub relay: Option<RawRoleRates>,
+            #[schemars(with = "Option<AimedRates>")]
             pub notifier: Option<RawRoleRates>,
         }
 
@@ -101,6 +104,52 @@ macro_rules! fault_points {
 /// One role's aimed-kill rates as written (`[faults.service]`), each key
 /// a fault point's key with where it was written.
 pub type RawRoleRates = toml::Spanned<std::collections::BTreeMap<String, toml::Spanned<f64>>>;
+
+/// The schema of a role's own rates (`[faults.service]`): a table keyed by
+/// the aimed kills' `[faults]` keys, each a probability.
+pub struct AimedRates;
+
+impl schemars::JsonSchema for AimedRates {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "AimedRates".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let keys: serde_json::Map<String, serde_json::Value> = FaultPoint::ALL
+            .iter()
+            .filter(|p| p.aimed())
+            .map(|p| {
+                let rate = serde_json::json!({ "type": "number", "minimum": 0, "maximum": 1, "description": p.what() });
+                (p.key().to_string(), rate)
+            })
+            .collect();
+        schemars::json_schema!({
+            "description": "An aimed kill's rate per second for this role's processes, by its `[faults]` key.",
+            "type": "object",
+            "properties": keys,
+            "additionalProperties": false,
+        })
+    }
+}
+
+/// The schema of a `[[nemesis.timeline]]` entry's `fault`: the name of a
+/// point the timeline may schedule.
+pub struct TimelineFault;
+
+impl schemars::JsonSchema for TimelineFault {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "TimelineFault".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let names: Vec<serde_json::Value> = FaultPoint::ALL
+            .iter()
+            .filter(|p| p.schedulable())
+            .map(|p| serde_json::json!({ "const": p.name(), "description": p.what() }))
+            .collect();
+        schemars::json_schema!({ "type": "string", "oneOf": names })
+    }
+}
 
 fault_points! {
     /// A relay crashes after the broker acked its batch and before it marks

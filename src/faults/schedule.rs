@@ -1,6 +1,7 @@
 //! Firings pinned by occurrence (`--schedule`, and what a shrink shrinks).
 
 use super::*;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Fault firings pinned by occurrence, in place of the seeded decisions
@@ -11,7 +12,7 @@ use serde::{Deserialize, Serialize};
 /// threads reach the points in the same order.
 ///
 /// In JSON it is the text `--schedule` reads.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(into = "String", try_from = "String")]
 pub struct Schedule(pub std::collections::BTreeMap<FaultPoint, std::collections::BTreeSet<u64>>);
 

@@ -7,6 +7,7 @@ pub mod assemble;
 pub mod html;
 pub mod junit;
 pub mod progress;
+pub mod schema;
 pub mod summary;
 mod windows;
 
@@ -14,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::faults::{FaultRecord, FaultSummary};
 use crate::verifier::{Anomaly, Counts, Invariant, Verdict};
 use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -21,7 +23,9 @@ use std::path::{Path, PathBuf};
 /// Bumped whenever a field changes meaning or disappears.
 pub const SCHEMA_VERSION: u32 = 1;
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// One run's report: what `chaos run` writes as `reports/<run-id>.json`
+/// and prints with `--json`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct Report {
     pub schema_version: u32,
     pub run_id: String,
@@ -72,7 +76,7 @@ pub struct Report {
     pub reason: String,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct ScenarioInfo {
     pub name: String,
     pub path: String,
@@ -90,7 +94,7 @@ pub struct ScenarioInfo {
     pub relay_command: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct InfraInfo {
     pub database: String,
     /// host:port/database; never a password.
@@ -117,7 +121,7 @@ pub use crate::verifier::latency::{Latency, LatencyBucket};
 
 /// The run's counters at one moment, in ms since the run started (the
 /// fault log's clock).
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, JsonSchema)]
 pub struct Sample {
     pub at_ms: u64,
     pub written: u64,
@@ -140,7 +144,7 @@ pub struct Saved {
 }
 
 /// First and last activity of each stage, in ms since the run started.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 pub struct Stages {
     pub first_write_ms: u64,
     pub last_write_ms: u64,
@@ -150,7 +154,7 @@ pub struct Stages {
     pub last_apply_ms: u64,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 pub struct Timings {
     pub setup_ms: u64,
     pub workload_ms: u64,

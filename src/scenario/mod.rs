@@ -7,6 +7,7 @@
 
 mod preflight;
 mod raw;
+mod schema;
 mod system;
 mod validate;
 
@@ -140,12 +141,14 @@ pub fn with_email_lines(template: &str) -> String {
 use crate::domain::anomaly::AnomalyKind;
 use crate::faults::FaultPoint;
 pub use crate::faults::{FaultRates, RawFaults};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toml::Spanned;
 
 pub use raw::*;
+pub use schema::json_schema;
 pub use system::{
     CheckDecl, EffectDecl, Once, OperationDecl, OutboxDecl, OutboxField, ProviderFields, Published, ServiceDecl, Setup,
     System, ValueGen,

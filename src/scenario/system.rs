@@ -8,16 +8,19 @@ use super::*;
 use std::collections::BTreeMap;
 
 /// `[system]` as written.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawSystem {
     /// A SQL file applied in the run's schema before anything starts.
+    #[schemars(with = "Option<String>")]
     pub setup: Option<Spanned<String>>,
     /// Or the user's migrations, run once.
+    #[schemars(with = "Option<Vec<String>>")]
     pub setup_command: Option<Spanned<Vec<String>>>,
     /// Work the system has accepted and not finished (inbox rows a
     /// consumer stored and has not yet applied): one row each, with an
     /// optional `key` column naming its key.
+    #[schemars(with = "Option<String>")]
     pub pending: Option<Spanned<String>>,
     /// Unset in the payments pipeline's own declaration, which judges its runs.
     pub service: Option<RawService>,
@@ -29,92 +32,121 @@ pub struct RawSystem {
     pub checks: Vec<RawCheck>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawService {
+    #[schemars(with = "Vec<String>")]
     pub command: Spanned<Vec<String>>,
     #[serde(default = "one")]
+    #[schemars(with = "i64")]
     pub instances: Spanned<i64>,
     /// The path a GET must answer 2xx on once the service is ready.
     #[serde(default = "health")]
+    #[schemars(with = "String")]
     pub health: Spanned<String>,
     /// Or: a text the service writes on its stdout or stderr once ready.
+    #[schemars(with = "Option<String>")]
     pub ready_line: Option<Spanned<String>>,
     #[serde(default = "thirty")]
+    #[schemars(with = "i64")]
     pub ready_timeout_secs: Spanned<i64>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawOperation {
     #[serde(default = "three_hundred")]
+    #[schemars(with = "i64")]
     pub count: Spanned<i64>,
     #[serde(default = "eight")]
+    #[schemars(with = "i64")]
     pub concurrency: Spanned<i64>,
     #[serde(default = "post")]
+    #[schemars(with = "String")]
     pub method: Spanned<String>,
     /// Unset in a declaration that only judges another run.
+    #[schemars(with = "Option<String>")]
     pub path: Option<Spanned<String>>,
     /// A JSON body template: a string that is exactly `"{name}"` becomes
     /// the value with its type.
+    #[schemars(with = "Option<serde_json::Value>")]
     pub body: Option<toml::Value>,
     #[serde(default = "two_seconds")]
+    #[schemars(with = "i64")]
     pub timeout_ms: Spanned<i64>,
     /// The outbox event types each operation must produce.
+    #[schemars(with = "Vec<String>")]
     pub events: Spanned<Vec<String>>,
     #[serde(default)]
+    #[schemars(with = "BTreeMap<String, RawValue>")]
     pub values: BTreeMap<String, Spanned<RawValue>>,
 }
 
 /// How an operation's value is drawn from the seed.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawValue {
     /// Inclusive bounds of an integer.
     pub range: Option<[i64; 2]>,
     /// One of these, each equally likely.
+    #[schemars(with = "Option<Vec<serde_json::Value>>")]
     pub one_of: Option<Vec<toml::Value>>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawOutbox {
+    #[schemars(with = "String")]
     pub table: Spanned<String>,
+    #[schemars(with = "String")]
     pub id: Spanned<String>,
+    #[schemars(with = "String")]
     pub key: Spanned<String>,
     #[serde(rename = "type")]
+    #[schemars(with = "String")]
     pub kind: Spanned<String>,
+    #[schemars(with = "String")]
     pub payload: Spanned<String>,
     /// `"column"`, `"delete"` or `"none"`.
     #[serde(default = "column")]
+    #[schemars(with = "String", extend("enum" = ["column", "delete", "none"]))]
     pub published: Spanned<String>,
+    #[schemars(with = "Option<String>")]
     pub published_column: Option<Spanned<String>>,
     /// A SQL condition on the outbox log's text columns (`id`, `key`,
     /// `kind`, `payload`) true for a malformed event.
+    #[schemars(with = "Option<String>")]
     pub malformed: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawEffect {
+    #[schemars(with = "String")]
     pub name: Spanned<String>,
     /// A query returning one row per effect; or `provider`.
+    #[schemars(with = "Option<String>")]
     pub query: Option<Spanned<String>>,
     /// The effect is a call to the provider `chaos` runs: its record's
     /// requests that sent something, with these body fields.
+    #[schemars(with = "Option<RawProviderFields>")]
     pub provider: Option<Spanned<RawProviderFields>>,
     /// `"per-message"`, `"per-key"` or `"none"`.
     #[serde(default = "per_message")]
+    #[schemars(with = "Once")]
     pub once: Spanned<String>,
+    #[schemars(with = "Option<Vec<String>>")]
     pub types: Option<Spanned<Vec<String>>>,
     /// The operation value the rows' `key` column holds.
+    #[schemars(with = "Option<String>")]
     pub key: Option<Spanned<String>>,
     /// An integer operation value whose sum per key the amounts equal.
+    #[schemars(with = "Option<String>")]
     pub conserve: Option<Spanned<String>>,
 }
 
 /// Which fields of a provider request's JSON body an effect row takes.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawProviderFields {
     pub message_id: Option<String>,
@@ -122,10 +154,12 @@ pub struct RawProviderFields {
     pub amount: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawCheck {
+    #[schemars(with = "String")]
     pub name: Spanned<String>,
+    #[schemars(with = "String")]
     pub query: Spanned<String>,
 }
 

@@ -35,6 +35,7 @@ use crate::broker::{range, Position};
 use crate::faults::FaultPoint;
 use crate::faults::{DeliveryRecord, FaultRecord};
 use crate::scenario::Scenario;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use uuid::Uuid;
@@ -48,7 +49,7 @@ pub const AFTER_MS: u64 = 2_000;
 pub const SUSPECTS: usize = 3;
 
 /// One example's last trace and the faults that caused it, or came near it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Followed {
     /// Index into the anomaly's `examples`.
     pub example: usize,
@@ -80,7 +81,7 @@ impl Followed {
 }
 
 /// How a suspect was tied to its example.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum By {
     /// The firing's reach held the example's event or message.
@@ -91,7 +92,7 @@ pub enum By {
 }
 
 /// A fault tied to an example, by data or by time.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Suspect {
     pub point: String,
     pub component: String,

@@ -5,10 +5,11 @@
 //! two different statistics under one name.)
 
 use hdrhistogram::Histogram;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// End-to-end latency percentiles, in milliseconds.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct Latency {
     pub events: u64,
     pub p50: f64,
@@ -23,7 +24,7 @@ pub struct Latency {
 
 /// Events whose latency was above the previous bucket's `up_to_ms` and at
 /// most this one's.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct LatencyBucket {
     pub up_to_ms: u64,
     pub events: u64,

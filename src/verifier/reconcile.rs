@@ -24,6 +24,7 @@ use super::ledger::{flag, mark, Ledger, MessageEntry, PaymentEntry};
 use crate::domain::events::EventKind;
 use crate::domain::handlers::Handler;
 use crate::verifier::spec::handlers_fed_by;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -34,7 +35,7 @@ pub use crate::domain::anomaly::AnomalyKind;
 
 /// The figures of a run, all read from the ground truth. `serde(default)`:
 /// reports saved before a figure existed still load.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
 pub struct Counts {
     /// Payments the workload committed (its own record, not the table's).
@@ -79,7 +80,7 @@ pub struct Counts {
 }
 
 /// A property that must hold, with what was expected and what was found.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Invariant {
     /// A stable id, the same in every run of the scenario whatever the
     /// seed: what a script or a CI system keys on (the name, lowercase,
@@ -127,7 +128,7 @@ pub fn slug(name: &str) -> String {
 }
 
 /// A named violation, with examples an engineer can look up.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Anomaly {
     /// One of the [`AnomalyKind`] names.
     pub name: String,

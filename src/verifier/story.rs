@@ -17,6 +17,7 @@
 use super::Anomaly;
 use crate::broker::Position;
 use crate::domain::events::EventKind;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use uuid::Uuid;
@@ -29,7 +30,7 @@ pub const PER_ANOMALY: usize = 5;
 pub const DELIVERIES: usize = 24;
 
 /// One example's payment, step by step.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Story {
     /// The anomaly's name.
     pub anomaly: String,
@@ -49,7 +50,7 @@ pub struct Story {
 }
 
 /// One dated row of a payment's story.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Step {
     /// Milliseconds since the run started (the fault log's clock); negative
     /// if the database's clock stepped back.
@@ -64,7 +65,7 @@ pub struct Step {
 }
 
 /// A message carrying the payment's key, as the verifier read it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct TopicMessage {
     #[serde(flatten)]
     pub at: Position,

@@ -7,9 +7,10 @@
 
 use super::reconcile::{Anomaly, AnomalyKind, Invariant};
 use crate::faults::{FaultPoint, FaultSummary};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     /// Expectations held and the faults really fired.

@@ -36,10 +36,74 @@ pub struct Ran {
 }
 
 impl Ran {
+    /// Stdout as JSON. A run's report (its `schema_version`, as `chaos
+    /// report` knows one) is checked against the checked-in schema, so
+    /// every end-to-end run holds docs/schema/report.schema.json to what
+    /// `chaos` really writes.
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}\nstderr:\n{}", self.stdout, self.stderr))
+        let v: serde_json::Value = serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}\nstderr:\n{}", self.stdout, self.stderr));
+        if v.get("schema_version").is_some() {
+            assert_valid_report(&v);
+        }
+        v
     }
+}
+
+/// Panics, naming each place that fails, unless `report` validates
+/// against docs/schema/report.schema.json.
+pub fn assert_valid_report(report: &serde_json::Value) {
+    let errors = schema_errors(report_schema(), report);
+    assert!(
+        errors.is_empty(),
+        "the report does not validate against docs/schema/report.schema.json:\n{}",
+        errors.join("\n")
+    );
+}
+
+/// Every run report saved in `dir` (a sweep's runs, say) validates
+/// against docs/schema/report.schema.json; returns how many there were.
+pub fn assert_saved_reports_valid(dir: &Path) -> usize {
+    let mut n = 0;
+    for path in std::fs::read_dir(dir).unwrap().flatten().map(|e| e.path()) {
+        let Ok(text) = std::fs::read_to_string(&path) else { continue };
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else { continue };
+        if v.get("schema_version").is_some() {
+            let errors = schema_errors(report_schema(), &v);
+            assert!(
+                errors.is_empty(),
+                "{} does not validate against the report schema:\n{}",
+                path.display(),
+                errors.join("\n")
+            );
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Where `value` breaks `schema`, at most ten places, each as
+/// `/json/pointer: what is wrong`; empty when it validates.
+pub fn schema_errors(schema: &jsonschema::Validator, value: &serde_json::Value) -> Vec<String> {
+    schema.iter_errors(value).take(10).map(|e| format!("{}: {e}", e.instance_path())).collect()
+}
+
+/// docs/schema/report.schema.json, compiled once per test binary.
+pub fn report_schema() -> &'static jsonschema::Validator {
+    static SCHEMA: std::sync::OnceLock<jsonschema::Validator> = std::sync::OnceLock::new();
+    SCHEMA.get_or_init(|| compiled("docs/schema/report.schema.json"))
+}
+
+/// docs/schema/scenario.schema.json, compiled once per test binary.
+pub fn scenario_schema() -> &'static jsonschema::Validator {
+    static SCHEMA: std::sync::OnceLock<jsonschema::Validator> = std::sync::OnceLock::new();
+    SCHEMA.get_or_init(|| compiled("docs/schema/scenario.schema.json"))
+}
+
+fn compiled(file: &str) -> jsonschema::Validator {
+    let text = std::fs::read_to_string(root().join(file)).unwrap_or_else(|e| panic!("cannot read {file}: {e}"));
+    let schema: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{file} is not JSON: {e}"));
+    jsonschema::validator_for(&schema).unwrap_or_else(|e| panic!("{file} is not a JSON Schema: {e}"))
 }
 
 pub fn run(cmd: &mut Command) -> Ran {

@@ -45,6 +45,30 @@ fn the_fault_point_reference_is_the_registry() {
 }
 
 #[test]
+fn the_json_schemas_are_the_types() {
+    // docs/schema/ is generated from `Report` and `RawScenario`; CHAOS_BLESS=1
+    // writes it again after a type changed.
+    for (file, want) in
+        [("report.schema.json", chaos::report_json_schema()), ("scenario.schema.json", chaos::scenario::json_schema())]
+    {
+        let path = root().join("docs/schema").join(file);
+        if std::env::var_os("CHAOS_BLESS").is_some() {
+            std::fs::write(&path, &want).unwrap();
+        }
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            have == want,
+            "docs/schema/{file} differs from the types: run `CHAOS_BLESS=1 cargo test --test e2e json_schemas`"
+        );
+        // What an installed binary prints is the same file.
+        let of = file.split('.').next().unwrap();
+        let printed = run(chaos().args(["schema", of]));
+        assert_eq!(printed.code, 0, "{}", printed.stderr);
+        assert!(printed.stdout == want, "chaos schema {of} differs from docs/schema/{file}");
+    }
+}
+
+#[test]
 fn the_readme_and_help_list_every_exit_code() {
     let readme = readme();
     let help = run(chaos().arg("--help"));
@@ -318,7 +342,7 @@ fn completions_and_the_man_page_are_generated() {
     let man = run(chaos().arg("man"));
     assert_eq!(man.code, 0, "{}", man.stderr);
     assert!(man.stdout.starts_with(".ie") && man.stdout.contains(".TH chaos 1"), "{}", &man.stdout[..200]);
-    for sub in ["run", "report", "sweep", "merge", "init", "selftest", "clean", "doctor", "bench"] {
+    for sub in ["run", "report", "sweep", "merge", "init", "selftest", "clean", "doctor", "bench", "schema"] {
         assert!(bash.stdout.contains(&format!("chaos__subcmd__{sub}")), "the completions lack {sub}");
         assert!(man.stdout.contains(&format!("chaos\\-{sub}")), "the man page lacks {sub}");
     }

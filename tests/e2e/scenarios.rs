@@ -19,6 +19,71 @@ fn every_shipped_scenario_is_valid() {
     assert!(n >= 5, "expected the shipped scenarios, found {n}");
 }
 
+/// The bad fixtures whose mistake a schema can state: a wrong type, an
+/// unknown key or choice, a probability out of its bounds. The others
+/// (a zero count, a bad duration, one key against another) only
+/// validation knows.
+const REFUSED_BY_THE_SCHEMA: &[&str] = &[
+    "bool_for_string",
+    "float_for_integer",
+    "probability_above_one_notifier_before_offset_commit",
+    "probability_above_one_relay_after_produce",
+    "probability_as_percent",
+    "probability_negative_notifier_before_offset_commit",
+    "probability_negative_relay_after_produce",
+    "probability_negative_workload_poison",
+    "string_for_integer",
+    "string_for_probability",
+    "table_as_value",
+    "unknown_allowed_anomaly",
+    "unknown_email_mode",
+    "unknown_key_in_relay",
+    "unknown_notifier_inbox",
+    "unknown_notifier_projection",
+    "unknown_relay_acks",
+    "unknown_relay_order",
+    "unknown_top_level_key",
+    "unknown_workload_publish",
+];
+
+#[test]
+fn every_scenario_validates_against_the_schema_and_the_bad_ones_do_not() {
+    // What an editor checks a file with (docs/schema/scenario.schema.json)
+    // accepts every scenario chaos ships, its examples and its test
+    // fixtures, read from TOML as JSON; and is no looser than it can be.
+    fn toml_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for p in std::fs::read_dir(dir).unwrap().flatten().map(|e| e.path()) {
+            let name = p.file_name().unwrap_or_default().to_string_lossy().into_owned();
+            if p.is_dir() && !name.starts_with('.') && name != "node_modules" {
+                toml_files(&p, out);
+            } else if p.extension().is_some_and(|e| e == "toml") {
+                out.push(p);
+            }
+        }
+    }
+    let read = |p: &std::path::Path| -> serde_json::Value {
+        toml::from_str(&std::fs::read_to_string(p).unwrap()).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    };
+    let mut good = Vec::new();
+    for dir in ["scenarios", "examples", "tests/fixtures/html", "tests/fixtures/programs"] {
+        toml_files(&root().join(dir), &mut good);
+    }
+    assert!(good.len() >= 40, "expected the repository's scenarios, found {}", good.len());
+    for p in &good {
+        let errors = schema_errors(scenario_schema(), &read(p));
+        assert!(
+            errors.is_empty(),
+            "{} does not validate against the scenario schema:\n{}",
+            p.display(),
+            errors.join("\n")
+        );
+    }
+    for name in REFUSED_BY_THE_SCHEMA {
+        let p = root().join(format!("tests/fixtures/bad/{name}.toml"));
+        assert!(!schema_errors(scenario_schema(), &read(&p)).is_empty(), "the scenario schema accepts {}", p.display());
+    }
+}
+
 #[test]
 fn payments_toml_reproduces_the_experiment() {
     let s = chaos::scenario::load(&root().join("scenarios/payments.toml")).unwrap();

@@ -92,6 +92,8 @@ fn swarm_is_clean_on_the_correct_pipeline(backend: Backend) {
     let saved = dir.path().join(format!("{}.json", s["sweep_id"].as_str().unwrap()));
     let back: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(saved).unwrap()).unwrap();
     assert_eq!(back["rows"], s["rows"]);
+    // The seeds' saved reports, which no stdout carried, hold to the schema too.
+    assert_eq!(assert_saved_reports_valid(dir.path()), 4);
     // `chaos report <dir>` lists the seeds' runs, not the sweep's summary.
     let mut c = chaos();
     c.arg("report").arg(dir.path());

@@ -48,7 +48,7 @@ pub struct Found {
     pub figures: Figures,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Figures {
     pub operations: u64,
     pub acknowledged: u64,
