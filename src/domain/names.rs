@@ -106,6 +106,12 @@ pub fn run_id_time(id: &str) -> Option<u64> {
     u64::try_from(days * 86_400 + hh * 3600 + mm * 60 + ss).ok()
 }
 
+/// Whether a component writes the outbox (a declared service's instance,
+/// the reference workload): its held COMMIT is what reorders the outbox.
+pub fn writes_outbox(component: &str) -> bool {
+    component.starts_with("service") || component.starts_with("workload")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -113,6 +113,10 @@ pub struct Slot {
     /// Whether the slot writes the outbox (a service, the workload): its
     /// held COMMIT is what reorders the outbox.
     writer: bool,
+    /// Whether the slot is a relay's (its `Produce` requests are counted)
+    /// or a consumer's (its holds are the auto-commit window's evidence).
+    relay: bool,
+    consumer: bool,
     /// Commits with changed rows of every writer slot, shared by the
     /// proxy's slots: what a writer's held COMMIT watches for overtakes.
     writer_commits: Arc<AtomicU64>,
@@ -120,12 +124,6 @@ pub struct Slot {
     /// proxy's slots: a writer's held COMMIT is let through as one goes
     /// out, while that relay is between its claim and its mark.
     relay_produces: Arc<watch::Sender<u64>>,
-}
-
-/// Whether a slot of this name writes the outbox: the declared service's
-/// instances and the reference workload.
-fn writes_outbox(slot: &str) -> bool {
-    slot.starts_with("service") || slot.starts_with("workload")
 }
 
 /// An open connection: dropping the sender resets it.
@@ -200,7 +198,9 @@ impl Proxy {
                 stats: s.stats.clone(),
                 committed: committed.clone(),
                 fetched: Default::default(),
-                writer: writes_outbox(&name),
+                writer: crate::domain::names::writes_outbox(&name),
+                relay: name.starts_with("relay"),
+                consumer: name.starts_with("notifier"),
                 writer_commits: writer_commits.clone(),
                 relay_produces: relay_produces.clone(),
                 name,
@@ -657,7 +657,7 @@ async fn pump_bytes(
         if let Some(in_flight) = requests {
             match framing.feed(&buf[..n]) {
                 Ok(seen) => {
-                    if slot.name.starts_with("relay") && seen.iter().any(|r| r.api_key == kafka::PRODUCE) {
+                    if slot.relay && seen.iter().any(|r| r.api_key == kafka::PRODUCE) {
                         slot.relay_produces.send_modify(|n| *n += 1);
                     }
                     seen.into_iter().for_each(|r| in_flight.sent(r));
@@ -1020,7 +1020,7 @@ async fn hold_commit(slot: &Slot, faults: &FaultInjector, began: u64, serial: u6
         if slot.writer {
             slot.overtaken(writers_before);
         }
-        if slot.name.starts_with("notifier") {
+        if slot.consumer {
             Stats::add(&slot.stats.consumer_holds, 1);
         }
         return Held::GoOn;

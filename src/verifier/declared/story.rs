@@ -114,6 +114,5 @@ impl Books<'_> {
 
 /// A held COMMIT of a process that writes the outbox (a service).
 fn held_writer(f: &crate::faults::FaultRecord) -> bool {
-    f.point == crate::faults::FaultPoint::DbHoldCommit.name()
-        && (f.component.starts_with("service") || f.component.starts_with("workload"))
+    f.point == crate::faults::FaultPoint::DbHoldCommit.name() && crate::domain::names::writes_outbox(&f.component)
 }
