@@ -298,6 +298,16 @@ fault_points! {
     DbHoldCommit = "db.hold_commit", key db_hold_commit, per "`COMMIT` of a transaction that changed rows, from a component process", by BothWiresKill, confirm Seen,
         what "a `COMMIT` is an occurrence only when the server's tags show its transaction changed rows (an empty or read-only one is passed on). The fault proxy holds the `COMMIT` (a simple query `COMMIT` or `END`) for up to 6 s, longer than the 5 s auto-commit interval of librdkafka and the Java client, and watches the process's Kafka wire. If an `OffsetCommit` is answered while the transaction is open, before the `COMMIT` or during the hold, the harness `SIGKILL`s the process and the `COMMIT` never reaches the server: the offsets are ahead of a transaction that rolls back. A consumer that commits its offsets only after its database commit is never killed by it; the hold ends and the `COMMIT` goes on. A service's held `COMMIT` (a process that writes the outbox) goes on after the hold while its other requests commit: rows committed out of insert order, counted as overtakes when another writer committed meanwhile. While a hold lasts, no other fault strikes its process",
         confirmed by "the process seen ending by SIGKILL, or the hold seen ending with the offsets unmoved";
+    /// A consumer made a zombie inside its transaction: the fault proxy
+    /// lets its first statement after `BEGIN` go and the harness stops the
+    /// process past its session timeout, before its second; its group
+    /// gives its partitions away, and their new owner handles the same
+    /// messages while the zombie's transaction is open. It wakes and goes
+    /// on. Only a claim that is no unique guard (read, then written) lets
+    /// both apply them.
+    DbPauseInTransaction = "db.pause_in_transaction", key db_pause_in_transaction, per "transaction of a consumer (a `BEGIN` sent as a simple query), its first statement sent", by DbWireKill, confirm Seen,
+        what "a consumer (a notifier slot) opens a transaction and sends its first statement (the inbox's claim, or its read of the inbox); the fault proxy lets it through and the harness `SIGSTOP`s the process before its second, for 6 s more than `[nemesis] pause_secs` (unset: 8 s past its session timeout: the group notices, gives the partitions away, and their new owner fetches them). Its group gives its partitions away while its transaction is open, and their new owner handles the same messages; then the zombie wakes and finishes its transaction, 3 s out of the other faults' reach. A consumer whose claim is a unique insert holds it: the new owner waits on it and finds it taken. One that reads its inbox first and writes it after (check-then-act) took nothing: both find the messages unhandled and both apply them. While it lasts, no other fault strikes the process, nor the other consumers (the new owner must live to handle the messages)",
+        confirmed by "the process seen stopped, then woken with its transaction still open";
     /// The email provider sends the email, then drops the connection with
     /// no response: the ambiguous outcome, which only an idempotency key
     /// makes safe to retry.
@@ -417,6 +427,7 @@ impl FaultPoint {
             self,
             DbKillAfterCommit
                 | DbHoldCommit
+                | DbPauseInTransaction
                 | KafkaKillAfterOffsetCommit
                 | KafkaKillAfterFetch
                 | KafkaKillAfterProduceAck
@@ -438,12 +449,14 @@ pub fn reference() -> String {
          a test fails when this file and the registry differ. Keys in `[faults]` are the \
          point names with `_` for `.`. A fault counts as *fired* when the injector decides it, \
          and as *confirmed* only when the harness sees its effect.\n\n\
-         **Aimed kills** (`db.kill_after_commit`, `db.hold_commit`, `kafka.kill_after_offset_commit`, \
+         **Aimed kills** (`db.kill_after_commit`, `db.hold_commit`, `db.pause_in_transaction`, `kafka.kill_after_offset_commit`, \
          `kafka.kill_after_fetch`, `kafka.kill_after_produce_ack`) strike a process at a window of its protocol. \
          Their rate is per second of a process's life: each second is a draw at the rate, a draw that fires \
          arms the process, and one of its next four windows of the point's kind (the table's *per*), drawn from \
          the seed, is struck: a program's windows come in bursts, and the first after a quiet second is always \
-         a burst's first. A program that \
+         a burst's first. A process is armed only for the windows it can meet: a fetch, an offset commit \
+         and a zombie's transaction are a consumer's (a notifier slot's), a produce's acknowledgement a relay's \
+         or a service's. A program that \
          commits once per message and one that commits per batch of ten then take about the same number of kills \
          from one scenario, where per window the first takes ten times as many. `[nemesis] aimed = \
          \"per-occurrence\"` reads the rate per window instead (the shipped scenarios sized that way say so); \

@@ -238,7 +238,8 @@ fn the_categories_the_registry_derives_are_the_lists_they_replace() {
             KafkaKillAfterProduceAck,
             KafkaKillAfterOffsetCommit,
             KafkaKillAfterFetch,
-            DbHoldCommit
+            DbHoldCommit,
+            DbPauseInTransaction
         ]
     );
     assert_eq!(
@@ -256,7 +257,8 @@ fn the_categories_the_registry_derives_are_the_lists_they_replace() {
             KafkaKillAfterProduceAck,
             KafkaKillAfterOffsetCommit,
             KafkaKillAfterFetch,
-            DbHoldCommit
+            DbHoldCommit,
+            DbPauseInTransaction
         ]
     );
     assert_eq!(

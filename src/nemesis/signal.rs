@@ -111,6 +111,9 @@ pub struct Occupant {
     now: Mutex<Option<Live>>,
     /// The last incarnation's serial: a claim names the one it was made on.
     serials: AtomicU64,
+    /// Counts the pauses the keeper ended (or could not begin): what a
+    /// striker that asked for a pause waits on.
+    wakes: std::sync::OnceLock<tokio::sync::watch::Sender<u64>>,
 }
 
 #[derive(Debug)]
@@ -218,6 +221,22 @@ impl Occupant {
         }
         live.occupied_by = Some(point);
         Some(live.serial)
+    }
+
+    fn wake_channel(&self) -> &tokio::sync::watch::Sender<u64> {
+        self.wakes.get_or_init(|| tokio::sync::watch::channel(0).0)
+    }
+
+    /// What a striker that asked the keeper for a pause waits on: it
+    /// changes when the keeper woke the process, or found it could not
+    /// stop it.
+    pub fn wakes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.wake_channel().subscribe()
+    }
+
+    /// The keeper's word that a pause asked for from outside is over.
+    pub fn woke(&self) {
+        self.wake_channel().send_modify(|n| *n += 1);
     }
 
     /// The lasting fault on incarnation `serial` resolved: others may draw

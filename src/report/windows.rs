@@ -37,6 +37,11 @@ const WINDOWS: &[(&str, Evidence, &str)] = &[
     ("a reordered commit (a writer's, overtaken)", Evidence::Overtaken, "an insert-ordered cursor (seq) in a relay"),
     ("a commit held while offsets move", Evidence::ConsumerHold, "offsets left to auto-commit"),
     (
+        "a zombie's transaction (a consumer stopped inside it)",
+        Evidence::Confirmed("db.pause_in_transaction"),
+        "an inbox read, then written, with no unique guard (check-then-act)",
+    ),
+    (
         "a key's events delivered out of order",
         Evidence::ReorderedKeys,
         "a projection that keeps the last event it handled (last-write-wins)",
@@ -236,6 +241,22 @@ mod tests {
         let text = lines(&r).unwrap();
         assert!(text.contains("a reordered commit (a writer's, overtaken)"), "{text}");
         assert!(text.contains("an insert-ordered cursor"), "{text}");
+    }
+
+    /// A zombie's transaction is claimed only once a process woke with its
+    /// transaction open (the proxy confirms it then): a pause whose
+    /// process died, or that was never seen stopped, claims nothing.
+    #[test]
+    fn a_zombies_transaction_is_claimed_only_once_one_woke_inside_it() {
+        let mut r = report(&[("db.pause_in_transaction", 0.04, 0)], &[], 30_000);
+        r.faults[0].fired = 2;
+        let text = lines(&r).unwrap();
+        assert!(text.contains("set but not struck: a zombie's transaction"), "{text}");
+        assert!(!text.contains("check-then-act"), "{text}");
+        r.faults[0].confirmed = 1;
+        let text = lines(&r).unwrap();
+        assert!(text.contains("struck a zombie's transaction"), "{text}");
+        assert!(text.contains("check-then-act"), "{text}");
     }
 
     /// Keys delivered out of order are claimed only when the topic carried

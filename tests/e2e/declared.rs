@@ -503,8 +503,10 @@ fn a_consumer_that_stops_applying_is_a_stalled_consumer() {
 /// under a declaration, unchanged: the correct orders system passes under
 /// them, and the inbox-first consumer, whose own scenario aims at its
 /// window, is caught by them too; so is a relay that reads by an
-/// insert-ordered cursor (issue 63), by the service's held commits. Written beside a copy of the example,
-/// where its commands and schema are.
+/// insert-ordered cursor (issue 63), by the service's held commits, and a
+/// consumer whose inbox is read then written (issue 67), by a zombie's
+/// commit. Written beside a copy of the example, where its commands and
+/// schema are.
 #[test]
 fn the_recommended_system_faults_pass_the_orders_system_and_catch_the_inbox_first_consumer() {
     let dir = tempfile::tempdir().unwrap();
@@ -518,6 +520,8 @@ fn the_recommended_system_faults_pass_the_orders_system_and_catch_the_inbox_firs
         ("orders.toml", None),
         ("broken-inbox-first.toml", Some("missing effect")),
         ("broken-relay-seq-cursor.toml", Some("unpublished leftover")),
+        // Issue 67: by a zombie's commit (db.pause_in_transaction).
+        ("broken-check-then-act.toml", Some("counter drift")),
     ];
     let paths: Vec<_> = cases
         .iter()
@@ -540,6 +544,9 @@ fn the_recommended_system_faults_pass_the_orders_system_and_catch_the_inbox_firs
                 assert_eq!(ran.code, 0, "{from}: {}\nstderr:\n{}", r["reason"], ran.stderr);
                 assert_nothing_left(&r);
                 assert_fired_and_confirmed(&r, "db.kill_after_commit");
+                // Issue 67: a zombie's commit went on, and the inbox's
+                // unique claim made its new owner skip the messages.
+                assert_fired_and_confirmed(&r, "db.pause_in_transaction");
                 // Issue 63: the service's held commits went on, other
                 // commits overtook them, and no kill erased a hold.
                 let k = &r["components"];

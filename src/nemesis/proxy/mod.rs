@@ -124,6 +124,11 @@ pub struct Slot {
     /// proxy's slots: a writer's held COMMIT is let through as one goes
     /// out, while that relay is between its claim and its mark.
     relay_produces: Arc<watch::Sender<u64>>,
+    /// Every consumer slot's name and occupant, shared by the proxy's
+    /// slots (set once they all exist): a zombie keeps the other consumers
+    /// out of the faults' reach, so that its partitions' new owner lives to
+    /// handle the same messages.
+    consumers: Arc<std::sync::OnceLock<Vec<(String, Arc<Occupant>)>>>,
 }
 
 /// An open connection: dropping the sender resets it.
@@ -175,6 +180,7 @@ impl Proxy {
         let committed = Arc::new(kafka::Committed::default());
         let writer_commits = Arc::new(AtomicU64::new(0));
         let relay_produces = Arc::new(watch::channel(0).0);
+        let consumers = Arc::new(std::sync::OnceLock::new());
         for (name, kafka) in s.slots.into_iter().zip(kafka) {
             let listener = TcpListener::bind("127.0.0.1:0")
                 .await
@@ -203,6 +209,7 @@ impl Proxy {
                 consumer: name.starts_with("notifier"),
                 writer_commits: writer_commits.clone(),
                 relay_produces: relay_produces.clone(),
+                consumers: consumers.clone(),
                 name,
             });
             tasks.push(tokio::spawn(accept(
@@ -218,6 +225,7 @@ impl Proxy {
             }
             slots.push(slot);
         }
+        let _ = consumers.set(slots.iter().filter(|s| s.consumer).map(|s| (s.name.clone(), s.process.occupant.clone())).collect());
         info!(slots = slots.len(), %upstream, "fault proxy listening");
         Ok(Self { slots, upstream, tasks })
     }
@@ -264,7 +272,8 @@ impl Proxy {
         }
         for (i, slot) in self.slots.iter().enumerate() {
             let rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x7072_6f78 ^ ((i as u64) << 32));
-            let task = nemesis(slot.clone(), faults.clone(), acting.clone(), rng, struck.clone(), shutdown.clone());
+            let struck = struck.iter().copied().filter(|p| slot.has_window(*p)).collect();
+            let task = nemesis(slot.clone(), faults.clone(), acting.clone(), rng, struck, shutdown.clone());
             self.tasks.push(tokio::spawn(task));
         }
     }
@@ -281,6 +290,21 @@ impl Proxy {
 }
 
 impl Slot {
+    /// Whether the slot's process can meet `point`'s window, so is armed
+    /// for it: a fetch, an offset commit and a zombie's commit are a
+    /// consumer's; a produce's acknowledgement is a relay's (or a
+    /// service's that produces itself). An arm on a process that never
+    /// meets its window would wait out the run and prove nothing.
+    fn has_window(&self, point: FaultPoint) -> bool {
+        match point {
+            FaultPoint::KafkaKillAfterFetch | FaultPoint::KafkaKillAfterOffsetCommit | FaultPoint::DbPauseInTransaction => {
+                self.consumer
+            }
+            FaultPoint::KafkaKillAfterProduceAck => !self.consumer,
+            _ => true,
+        }
+    }
+
     /// A writer's held COMMIT went on: the other writers' commits with
     /// changed rows since `before` inserted after it and became visible
     /// first. Each is an overtake; a hold none overtook reordered nothing.
@@ -501,7 +525,10 @@ async fn relay_connection(
     let outcome = match wire {
         Wire::Postgres => {
             let startup_left = opening(&mut client_r, &mut client_w, &mut server_w).await?;
-            let holds = faults.probability(FaultPoint::DbHoldCommit) > 0.0;
+            let holds = [FaultPoint::DbHoldCommit, FaultPoint::DbPauseInTransaction]
+                .iter()
+                .any(|p| faults.probability(*p) > 0.0);
+
             // Whether the connection's open transaction has changed rows, as
             // the server's tags show: only such a COMMIT may be held.
             let writing = std::sync::atomic::AtomicBool::new(false);
@@ -900,6 +927,8 @@ async fn pump_client(
     let mut rng = rand::rngs::StdRng::from_entropy();
     let mut queries = pg::Queries::after(startup_left);
     let mut began = *slot.offset_commits.borrow();
+    // Requests sent since the transaction's BEGIN; None outside one.
+    let mut statements: Option<u32> = None;
     loop {
         let Some(n) = read_shaped(from, &mut chunk, &mut to, slot, &mut rng, faults).await? else { return Ok(()) };
         buf.extend_from_slice(&chunk[..n]);
@@ -914,10 +943,22 @@ async fn pump_client(
         let mut passed = 0;
         for (at, block) in scan.blocks {
             match block {
-                pg::Block::Begin => began = *slot.offset_commits.borrow(),
+                pg::Block::Begin => {
+                    began = *slot.offset_commits.borrow();
+                    statements = Some(0);
+                }
+                pg::Block::Request => {
+                    let Some(serial) = zombie_drawn(slot, faults, &mut statements) else { continue };
+                    to.write_all(&buf[passed..at]).await.map_err(|e| e.to_string())?;
+                    passed = at;
+                    if !zombie(slot, faults, serial).await {
+                        return Err("the process ended during its pause (db.pause_in_transaction)".into());
+                    }
+                }
                 pg::Block::Commit => {
                     to.write_all(&buf[passed..at]).await.map_err(|e| e.to_string())?;
                     passed = at;
+                    statements = None;
                     // An empty or read-only transaction holds no work to
                     // lose: its COMMIT is no occurrence.
                     // The hold occupies the process (nemesis::signal): no
@@ -949,6 +990,85 @@ async fn pump_client(
         to.write_all(&buf[passed..scan.safe]).await.map_err(|e| e.to_string())?;
         buf.drain(..scan.safe);
     }
+}
+
+/// One more request sent in the open transaction (`statements`, None
+/// outside one): the incarnation `db.pause_in_transaction` struck and
+/// occupies, when this was a consumer's first statement and the draw
+/// fired. The zombie is stopped before its second: the inbox's claim, or
+/// its read, has gone.
+fn zombie_drawn(slot: &Slot, faults: &FaultInjector, statements: &mut Option<u32>) -> Option<u64> {
+    let n = statements.as_mut()?;
+    *n += 1;
+    if *n != 1 || !slot.consumer {
+        return None;
+    }
+    // With Kafka's wire read, only a transaction with fetched messages in
+    // hand is an occurrence: one that makes the program's tables, or an
+    // idle poll's, holds nothing a new owner could handle too.
+    let occupant = &slot.process.occupant;
+    let reach = slot.uncommitted(occupant.current());
+    if slot.kafka.is_some() && reach.spans.is_empty() {
+        return None;
+    }
+    occupant.occupy(FaultPoint::DbPauseInTransaction, || {
+        let hit = || "a transaction, its first statement sent".into();
+        faults.strike_reaching(FaultPoint::DbPauseInTransaction, &slot.name, hit, || reach)
+    })
+}
+
+/// How long a zombie stays out of the other faults' reach once it wakes
+/// (`db.pause_in_transaction`): its time to finish the transaction it
+/// held open and commit it.
+const ZOMBIE_AFTERMATH: Duration = Duration::from_secs(3);
+
+/// Longest wait for the keeper to wake a paused process: past any pause
+/// a scenario sets, so a keeper gone is not a proxy stuck.
+const PAUSE_BOUND: Duration = Duration::from_secs(120);
+
+/// A fired `db.pause_in_transaction` on incarnation `serial`, which it
+/// occupies: the keeper stops the process (its group gives its partitions
+/// away while its transaction is open) and wakes it after the scenario's
+/// pause, confirmed here. The occupant is released [`ZOMBIE_AFTERMATH`]
+/// after the wake. False when the incarnation ended first: its next
+/// statement must not reach the server.
+async fn zombie(slot: &Slot, faults: &FaultInjector, serial: u64) -> bool {
+    let occupant = &slot.process.occupant;
+    // The other consumers, kept from the faults meanwhile (those already
+    // under one keep it): a kill of the new owner would hand the messages
+    // on again, and the zombie would wake before anyone handled them.
+    let mut quiet: Vec<(Arc<Occupant>, u64)> = slot
+        .consumers
+        .get()
+        .into_iter()
+        .flatten()
+        .filter(|(name, _)| *name != slot.name)
+        .filter_map(|(_, o)| o.occupy(FaultPoint::DbPauseInTransaction, || true).map(|s| (o.clone(), s)))
+        .collect();
+    quiet.push((occupant.clone(), serial));
+    let mut wakes = occupant.wakes();
+    wakes.borrow_and_update();
+    let told = match &*slot.process.keeper.lock().unwrap_or_else(|p| p.into_inner()) {
+        Some(keeper) => keeper.send((FaultPoint::DbPauseInTransaction, serial, None)).is_ok(),
+        None => false,
+    };
+    let woke = told && tokio::time::timeout(PAUSE_BOUND, wakes.changed()).await.is_ok_and(|r| r.is_ok());
+    let alive = occupant.current() == Some(serial);
+    match (woke, alive) {
+        (true, true) => {
+            info!(slot = %slot.name, "db.pause_in_transaction: the zombie woke with its transaction open");
+            faults.confirm(FaultPoint::DbPauseInTransaction, 1);
+            tokio::spawn(async move {
+                tokio::time::sleep(ZOMBIE_AFTERMATH).await;
+                quiet.iter().for_each(|(o, s)| o.release(*s));
+            });
+            return true;
+        }
+        (false, true) => faults.preempt(FaultPoint::DbPauseInTransaction, &slot.name, "the process was not seen stopped"),
+        (_, false) => faults.preempt(FaultPoint::DbPauseInTransaction, &slot.name, "the process ended during its pause"),
+    }
+    quiet.iter().for_each(|(o, s)| o.release(*s));
+    alive
 }
 
 /// How a fired `db.hold_commit` ended.

@@ -177,11 +177,15 @@ fn rows(tag: &[u8]) -> u64 {
     text.rsplit(' ').next().and_then(|n| n.parse().ok()).unwrap_or(0)
 }
 
-/// A simple query that opens or ends a transaction block.
+/// A simple query that opens or ends a transaction block, or the end of
+/// any other request the client then waits on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Block {
     Begin,
     Commit,
+    /// The end of a simple query (not a `BEGIN` or a `COMMIT`) or of an
+    /// extended query's `Sync`: found at the byte after it.
+    Request,
 }
 
 /// The longest simple query held until it is whole: `COMMIT` and `BEGIN`
@@ -198,6 +202,8 @@ const MAX_MESSAGE: usize = 1 << 30;
 pub struct Queries {
     /// The bytes of a long message begun in an earlier buffer still to come.
     left: usize,
+    /// That message's type byte (0 for the startup message).
+    kind: u8,
 }
 
 /// What [`Queries::scan`] found.
@@ -214,7 +220,7 @@ impl Queries {
     /// A reader whose stream starts with `startup_left` bytes of the
     /// startup message, which has no type byte.
     pub fn after(startup_left: usize) -> Self {
-        Self { left: startup_left }
+        Self { left: startup_left, kind: 0 }
     }
 
     /// `Err` with the offset of a length no client sends.
@@ -222,6 +228,9 @@ impl Queries {
         let mut at = self.left.min(buf.len());
         self.left -= at;
         let mut blocks = Vec::new();
+        if at > 0 && self.left == 0 && ends_request(self.kind) {
+            blocks.push((at, Block::Request));
+        }
         while self.left == 0 && buf.len() - at >= 5 {
             let len = u32::from_be_bytes([buf[at + 1], buf[at + 2], buf[at + 3], buf[at + 4]]) as usize;
             if !(4..=MAX_MESSAGE).contains(&len) {
@@ -232,19 +241,30 @@ impl Queries {
                 if end > buf.len() {
                     break;
                 }
-                if let Some(b) = block(&buf[at + 5..end]) {
-                    blocks.push((at, b));
+                match block(&buf[at + 5..end]) {
+                    Some(b) => blocks.push((at, b)),
+                    None => blocks.push((end, Block::Request)),
                 }
                 at = end;
             } else if end <= buf.len() {
+                if ends_request(buf[at]) {
+                    blocks.push((end, Block::Request));
+                }
                 at = end;
             } else {
                 self.left = end - buf.len();
+                self.kind = buf[at];
                 at = buf.len();
             }
         }
         Ok(QueryScan { blocks, safe: at })
     }
+}
+
+/// Whether a message of this type ends a request the client waits on: a
+/// simple query, or the `Sync` of an extended query.
+fn ends_request(kind: u8) -> bool {
+    matches!(kind, b'Q' | b'S')
 }
 
 /// Whether a simple query's text (NUL-terminated) opens or ends a block.
@@ -286,15 +306,33 @@ mod tests {
                 held.extend_from_slice(piece);
                 let s = q.scan(&held).unwrap();
                 for (at, b) in &s.blocks {
-                    // A block is whole in the buffer when it is found.
-                    assert!(at + query("BEGIN").len().min(query(" commit; ").len()) <= held.len());
+                    // A block is whole in the buffer when it is found; a
+                    // request's end is at most the buffer's.
+                    let whole = if *b == Block::Request { 0 } else { query("BEGIN").len().min(query(" commit; ").len()) };
+                    assert!(at + whole <= held.len());
                     seen.push((passed + at, *b));
                 }
                 passed += s.safe;
                 held.drain(..s.safe);
             }
-            assert_eq!(seen, vec![(0, Block::Begin), (commit_at, Block::Commit)], "cut at {cut}");
+            let requests = [query("BEGIN").len() + query(&long).len(), stream.len()];
+            assert_eq!(
+                seen,
+                vec![(0, Block::Begin), (requests[0], Block::Request), (commit_at, Block::Commit), (requests[1], Block::Request)],
+                "cut at {cut}"
+            );
             assert_eq!((passed, held.len()), (stream.len(), 0), "cut at {cut}");
+        }
+        // An extended query's request ends at its Sync, whatever the cuts.
+        let extended: Vec<u8> = [parse.clone(), msg(b'B', b"\0\0\0\0\0\0"), msg(b'E', b"\0\0\0\0\0"), msg(b'S', b"")].concat();
+        for cut in 1..extended.len() {
+            let mut q = Queries::default();
+            let first = q.scan(&extended[..cut]).unwrap();
+            let mut held = extended[first.safe..cut].to_vec();
+            held.extend_from_slice(&extended[cut..]);
+            let second = q.scan(&held).unwrap();
+            let ends: Vec<usize> = first.blocks.iter().map(|b| b.0).chain(second.blocks.iter().map(|b| first.safe + b.0)).collect();
+            assert_eq!(ends, [extended.len()], "cut at {cut}");
         }
         // A short query cut short is held from its first byte.
         let s = Queries::default().scan(&stream[..commit_at + 3]).unwrap();
