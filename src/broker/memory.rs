@@ -144,6 +144,12 @@ impl Broker for Memory {
         Ok((0..topic.lanes as usize).map(|p| (0, parts.get(p).map_or(0, |v| v.len() as i64))).collect())
     }
 
+    fn group_committed(&self, group: &str, _topic: &Topic) -> Result<Option<i64>> {
+        let s = self.state();
+        let committed = s.groups.get(group).map(|g| &g.committed).filter(|c| !c.is_empty());
+        Ok(committed.map(|c| c.values().sum()))
+    }
+
     fn group_lag<'a>(&'a self, group: &'a str, topic: &'a Topic) -> BoxFuture<'a, Result<i64>> {
         let marks = match self.watermarks(topic) {
             Ok(m) => m,

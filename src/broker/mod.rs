@@ -168,6 +168,17 @@ pub trait Broker: Send + Sync {
         Ok(self.watermarks(topic)?.iter().map(|(low, high)| high - low).sum())
     }
 
+    /// How many messages were ever written to `topic`: the sum of its
+    /// high watermarks (`held` less what retention removed). Blocking.
+    fn written_to(&self, topic: &Topic) -> Result<i64> {
+        Ok(self.watermarks(topic)?.iter().map(|(_, high)| high).sum())
+    }
+
+    /// How far `group` has committed on `topic`: its committed offsets,
+    /// summed over the partitions it has committed on; None when it has
+    /// committed on none. Blocking.
+    fn group_committed(&self, group: &str, topic: &Topic) -> Result<Option<i64>>;
+
     /// The group's lag: per partition, high watermark minus committed
     /// offset, summed.
     fn group_lag<'a>(&'a self, group: &'a str, topic: &'a Topic) -> BoxFuture<'a, Result<i64>>;

@@ -12,7 +12,7 @@
 use crate::campaigns::{Listener, Progress};
 use crate::error::{Error, Result};
 use crate::harness::run::{execute, Quiet};
-use crate::report::{Latency, Report};
+use crate::report::{Latency, Report, Stages};
 use crate::scenario::{Components, EmailMode, Scenario};
 use crate::store::postgres::PgStore;
 use crate::store::Backend;
@@ -165,7 +165,7 @@ fn per_s(n: u64, ms: u64) -> f64 {
 /// A run's end-to-end clock, first payment written to last effect
 /// committed: milliseconds, and distinct events per second over them.
 fn end_to_end(rep: &Report) -> (u64, f64) {
-    let ms = rep.stages.last_apply_ms.saturating_sub(rep.stages.first_write_ms);
+    let ms = Stages::between(rep.stages.first_write_ms, rep.stages.last_apply_ms);
     (ms, per_s(rep.counts.topic_distinct_events, ms))
 }
 
@@ -522,12 +522,12 @@ fn figures(
         events: rep.counts.topic_distinct_events,
         end_to_end_ms: end_to_end(&rep).0,
         end_to_end_events_per_s: e2e,
-        workload_events_per_s: per_s(rep.counts.outbox_events, s.last_write_ms.saturating_sub(s.first_write_ms)),
+        workload_events_per_s: per_s(rep.counts.outbox_events, Stages::between(s.first_write_ms, s.last_write_ms)),
         relay_messages_per_s: per_s(
             rep.components.messages_published,
-            s.last_publish_ms.saturating_sub(s.first_publish_ms),
+            Stages::between(s.first_publish_ms, s.last_publish_ms),
         ),
-        notifier_events_per_s: per_s(rep.components.events_applied, s.last_apply_ms.saturating_sub(s.first_apply_ms)),
+        notifier_events_per_s: per_s(rep.components.events_applied, Stages::between(s.first_apply_ms, s.last_apply_ms)),
         verify_ms: rep.timings.verify_ms,
         total_ms: rep.timings.total_ms,
         latency_ms: rep.latency_ms.clone(),

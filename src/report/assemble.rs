@@ -41,7 +41,7 @@ pub fn skeleton(sc: &Scenario, names: &RunNames, infra: &InfraInfo, faults: &Fau
         components: stats.counts(),
         timings: Timings::default(),
         latency_ms: None,
-        stages: stages(stats),
+        stages: stages_of(stats),
         series: vec![],
         fault_spans_ms: crate::verifier::attribution::spans(sc),
         stories: vec![],
@@ -51,17 +51,16 @@ pub fn skeleton(sc: &Scenario, names: &RunNames, infra: &InfraInfo, faults: &Fau
     }
 }
 
-fn stages(s: &Stats) -> Stages {
-    let first = |a: &std::sync::atomic::AtomicU64| match Stats::get(a) {
-        u64::MAX => 0,
-        v => v,
+/// The stage marks the components (and the series' broker reads) made.
+pub fn stages_of(s: &Stats) -> Stages {
+    // A stage never marked keeps its first mark at u64::MAX: it never
+    // acted, and both its marks are absent.
+    let stage = |first: &std::sync::atomic::AtomicU64, last: &std::sync::atomic::AtomicU64| match Stats::get(first) {
+        u64::MAX => (None, None),
+        f => (Some(f), Some(Stats::get(last))),
     };
-    Stages {
-        first_write_ms: first(&s.first_write_ms),
-        last_write_ms: Stats::get(&s.last_write_ms),
-        first_publish_ms: first(&s.first_publish_ms),
-        last_publish_ms: Stats::get(&s.last_publish_ms),
-        first_apply_ms: first(&s.first_apply_ms),
-        last_apply_ms: Stats::get(&s.last_apply_ms),
-    }
+    let (first_write_ms, last_write_ms) = stage(&s.first_write_ms, &s.last_write_ms);
+    let (first_publish_ms, last_publish_ms) = stage(&s.first_publish_ms, &s.last_publish_ms);
+    let (first_apply_ms, last_apply_ms) = stage(&s.first_apply_ms, &s.last_apply_ms);
+    Stages { first_write_ms, last_write_ms, first_publish_ms, last_publish_ms, first_apply_ms, last_apply_ms }
 }

@@ -124,9 +124,23 @@ pub use crate::verifier::latency::{Latency, LatencyBucket};
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, JsonSchema)]
 pub struct Sample {
     pub at_ms: u64,
+    /// Payments written; for a declared system, the operations its service
+    /// acknowledged.
     pub written: u64,
-    pub published: u64,
-    pub applied: u64,
+    /// Messages published, as the relays count them. For relays that count
+    /// nothing for the harness (a declared system's, a program under test)
+    /// the messages on the topic, read from its high watermarks: absent
+    /// where the broker did not answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub published: Option<u64>,
+    /// Events processed, as the notifiers count them. For consumers that
+    /// count nothing for the harness, the offsets their group committed,
+    /// summed over the partitions: absent where the broker did not answer,
+    /// and in every sample of a run whose group committed none (its
+    /// consumers keep their positions elsewhere, and nothing the harness
+    /// reads says what they applied).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied: Option<u64>,
 }
 
 /// How often the run samples its counters for [`Report::series`].
@@ -144,14 +158,34 @@ pub struct Saved {
 }
 
 /// First and last activity of each stage, in ms since the run started.
+/// A stage never seen to act has neither: absent, not 0. Where the series
+/// reads a stage's figure from the broker (a declared system's published
+/// and applied), its marks are the samples that saw the figure grow: late
+/// by up to one sampling interval.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 pub struct Stages {
-    pub first_write_ms: u64,
-    pub last_write_ms: u64,
-    pub first_publish_ms: u64,
-    pub last_publish_ms: u64,
-    pub first_apply_ms: u64,
-    pub last_apply_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_write_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_write_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_publish_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_publish_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_apply_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_apply_ms: Option<u64>,
+}
+
+impl Stages {
+    /// Milliseconds from `first` to `last`; 0 when either was never seen.
+    pub fn between(first: Option<u64>, last: Option<u64>) -> u64 {
+        match (first, last) {
+            (Some(f), Some(l)) => l.saturating_sub(f),
+            _ => 0,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
@@ -778,6 +812,9 @@ mod tests {
     fn the_emails_line_shows_only_when_emails_were_checked() {
         let mut r: Report =
             serde_json::from_str(include_str!("../../reports/sample-payments-postgres-kafka.json")).unwrap();
+        // The sample sent its receipts as emails: without them, it is a
+        // run whose scenario sends none.
+        (r.counts.emails_sent, r.counts.emails_absorbed, r.counts.emails_refused) = (None, None, None);
         assert!(!render(&r, Style::Terminal).contains("emails sent"), "a run without emails reads as before");
         r.counts.payments_captured = 1000;
         (r.counts.emails_sent, r.counts.emails_absorbed, r.counts.emails_refused) = (Some(1000), Some(37), Some(0));

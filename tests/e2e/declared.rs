@@ -54,6 +54,35 @@ fn the_orders_system_passes_under_real_kills() {
     ] {
         assert!(names.contains(&want), "{want} not checked: {names:?}");
     }
+    assert_series_and_stages(&r);
+}
+
+/// Issue 64: a declared system's programs count nothing for the harness,
+/// and its series showed 0 published and 0 applied for the whole run, its
+/// stages all 0. Published is now the topic's messages and applied the
+/// offsets the consumer group committed, both read from the broker; each
+/// grows to the run's events, and their stages are marked where they grew.
+fn assert_series_and_stages(r: &serde_json::Value) {
+    let series = r["series"].as_array().expect("a series");
+    let most = |k: &str| series.iter().filter_map(|s| s[k].as_u64()).max().unwrap_or(0);
+    let (events, acknowledged) = (r["system"]["outbox_events"].as_u64().unwrap(), r["system"]["acknowledged"].as_u64());
+    assert_eq!(Some(most("written")), acknowledged, "written: the operations acknowledged");
+    assert!(most("published") >= events, "every event on the topic, duplicates too: {} of {events}", most("published"));
+    assert!(most("applied") >= events, "the group committed past every event: {} of {events}", most("applied"));
+    for s in series {
+        let (p, a) = (s["published"].as_u64(), s["applied"].as_u64());
+        assert!(a.zip(p).is_none_or(|(a, p)| a <= p), "more committed than published: {s}");
+    }
+    let st = &r["stages"];
+    let at = |k: &str| st[k].as_u64().unwrap_or_else(|| panic!("stage {k} absent: {st}"));
+    for stage in ["write", "publish", "apply"] {
+        let (first, last) = (at(&format!("first_{stage}_ms")), at(&format!("last_{stage}_ms")));
+        assert!(0 < first && first <= last, "{stage}: {first}..{last}: {st}");
+    }
+    // A message is committed only once it is on the topic, and the series
+    // reads the offsets before the topic: publishing starts no later than
+    // applying, and ends no later.
+    assert!(at("first_publish_ms") <= at("first_apply_ms") && at("last_publish_ms") <= at("last_apply_ms"), "{st}");
 }
 
 /// Each broken variant, on seeds 1 and 2: its kills are aimed at the

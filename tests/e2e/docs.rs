@@ -66,6 +66,12 @@ fn the_json_schemas_are_the_types() {
         assert_eq!(printed.code, 0, "{}", printed.stderr);
         assert!(printed.stdout == want, "chaos schema {of} differs from docs/schema/{file}");
     }
+    // The sample report kept for readers is a real run of this chaos
+    // (docs/reports.md says how to make it again): it holds to the schema
+    // as every run's report does.
+    let sample = root().join("reports/sample-payments-postgres-kafka.json");
+    let text = std::fs::read_to_string(&sample).unwrap_or_else(|e| panic!("{}: {e}", sample.display()));
+    assert_valid_report(&serde_json::from_str(&text).expect("the sample report is JSON"));
 }
 
 #[test]

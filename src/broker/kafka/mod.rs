@@ -82,6 +82,10 @@ pub struct Kafka {
     mock_join_wait: Duration,
     /// One client for the watermark reads a run makes every 50 ms.
     probe: Mutex<Option<BaseConsumer>>,
+    /// One client, with its group's id, for the committed offsets the
+    /// run's series reads every 250 ms: a client made per read would
+    /// connect (and start its threads) four times a second.
+    offsets: Mutex<Option<(String, BaseConsumer)>>,
     /// Per notifier member, on the mock cluster: its replacements unjoined.
     strandings: Mutex<std::collections::HashMap<String, consumer::Strandings>>,
 }
@@ -110,6 +114,7 @@ impl Kafka {
             mock_session: MOCK_SESSION,
             mock_join_wait: consumer::MOCK_JOIN_WAIT,
             probe: Mutex::new(None),
+            offsets: Mutex::new(None),
             strandings: Default::default(),
         }
     }
@@ -248,6 +253,36 @@ impl Broker for Kafka {
             .collect()
     }
 
+    fn group_committed(&self, group: &str, topic: &Topic) -> Result<Option<i64>> {
+        let mut offsets = self.offsets.lock().unwrap_or_else(|p| p.into_inner());
+        if offsets.as_ref().is_none_or(|(g, _)| g != group) {
+            // A group.id and no subscription: it reads the group's offsets
+            // and never joins it, so the consumers never rebalance for it.
+            let c: BaseConsumer = config(&self.bootstrap)
+                .set("group.id", group)
+                .set("enable.auto.commit", "false")
+                .create()
+                .map_err(|e| Error::kafka("creating the offsets probe", e))?;
+            if let Some(old) = offsets.replace((group.to_string(), c)) {
+                super::drop_off_runtime(old);
+            }
+        }
+        let Some((_, c)) = offsets.as_ref() else { return Ok(None) };
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..topic.lanes {
+            tpl.add_partition(&topic.name, p);
+        }
+        let committed =
+            c.committed_offsets(tpl, CONNECT_TIMEOUT).map_err(|e| Error::kafka("reading committed offsets", e))?;
+        let on: Vec<i64> = (0..topic.lanes)
+            .filter_map(|p| match committed.find_partition(&topic.name, p).map(|e| e.offset()) {
+                Some(Offset::Offset(o)) => Some(o),
+                _ => None,
+            })
+            .collect();
+        Ok((!on.is_empty()).then(|| on.iter().sum()))
+    }
+
     fn group_lag<'a>(&'a self, group: &'a str, topic: &'a Topic) -> BoxFuture<'a, Result<i64>> {
         let (brokers, group, topic) = (self.bootstrap.clone(), group.to_string(), topic.clone());
         Box::pin(blocking(move || group_lag(&brokers, &group, &topic.name, topic.lanes)))
@@ -326,6 +361,9 @@ impl Drop for Kafka {
     fn drop(&mut self) {
         if let Some(p) = self.probe.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
             super::drop_off_runtime(p);
+        }
+        if let Some(o) = self.offsets.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
+            super::drop_off_runtime(o);
         }
     }
 }

@@ -1,9 +1,8 @@
 //! What every run's drive shares: how it went, the drain's clock and
-//! loop, the stop, and the counters sampled for the chart.
+//! loop, and the stop.
 
 use crate::context::{Ctx, Stats};
 use crate::error::Result;
-use crate::report::{self, Sample};
 use crate::verifier::Verdict;
 use std::sync::Arc;
 use std::time::Duration;
@@ -196,37 +195,6 @@ pub(super) fn kill_storm(ctx: &Ctx, lag: i64) -> String {
         "; {killed} processes killed and {started} started in {secs:.0} s ({:.1} kills a second): a consumer killed faster than it rejoins its group never catches up. Give it static membership (group.instance.id = CHAOS_INSTANCE) and CHAOS_SESSION_TIMEOUT_MS, or lower the kill rates",
         killed as f64 / secs
     )
-}
-
-/// Samples the counters the progress line shows, for the report's chart,
-/// until told to stop (then once more). Past [`report::SERIES_MAX`]
-/// samples it keeps every other one and samples half as often.
-pub(super) fn sample(stats: Arc<Stats>) -> (tokio::task::JoinHandle<Vec<Sample>>, tokio::sync::oneshot::Sender<()>) {
-    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        let mut every = Duration::from_millis(report::SAMPLE_EVERY_MS);
-        let mut series = Vec::new();
-        let now = |s: &Stats| Sample {
-            at_ms: s.origin.elapsed().as_millis() as u64,
-            written: Stats::get(&s.payments_written),
-            published: Stats::get(&s.messages_published),
-            applied: Stats::get(&s.events_applied),
-        };
-        loop {
-            series.push(now(&stats));
-            if series.len() >= report::SERIES_MAX {
-                series = series.into_iter().step_by(2).collect();
-                every *= 2;
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(every) => {}
-                _ = &mut stopped => break,
-            }
-        }
-        series.push(now(&stats));
-        series
-    });
-    (task, stop)
 }
 
 /// How long the components get to stop once told to: a component stuck on
@@ -503,20 +471,5 @@ mod tests {
         let why = stopped.why().unwrap();
         assert_eq!(why, "notifier-2 panicked; notifier-1 zombie did not stop within 15 s");
         assert!(Stopped::default().why().is_none());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_series_stays_bounded_however_long_the_run() {
-        let stats = Arc::new(Stats::default());
-        Stats::add(&stats.payments_written, 7);
-        let (task, stop) = sample(stats);
-        // Three times as long as SERIES_MAX samples at the first rate.
-        let long = Duration::from_millis(report::SAMPLE_EVERY_MS * 3 * report::SERIES_MAX as u64);
-        tokio::time::sleep(long).await;
-        let _ = stop.send(());
-        let series = task.await.unwrap();
-        assert!(series.len() <= report::SERIES_MAX, "{} samples", series.len());
-        assert!(series.len() >= report::SERIES_MAX / 2, "thinned too far: {} samples", series.len());
-        assert!(series.iter().all(|s| s.written == 7));
     }
 }

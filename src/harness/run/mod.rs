@@ -7,6 +7,7 @@ mod drive;
 mod history;
 mod infra;
 mod reference;
+mod series;
 mod system;
 
 use crate::context::{Named, ShutdownTrigger};
@@ -172,7 +173,7 @@ async fn execute_keeping(
     };
     let slots = lanes.as_ref().map(|l| l.slots()).unwrap_or_default();
     components.extend(crate::nemesis::timeline::start(&ctx, acting.watch(), slots));
-    let (series, stop_series) = drive::sample(ctx.stats.clone());
+    let (series, stop_series) = series::sample(ctx.stats.clone(), sut.from_broker(&ctx));
     let mut ran = match sut.drive(&ctx, &acting, &progress).await {
         Ok(ran) => ran,
         Err(e) => return Err(abandon(trigger, components, infra, e).await),

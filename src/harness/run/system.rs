@@ -9,6 +9,7 @@ use super::drive::Ran;
 use super::history::History;
 use super::infra::Infra;
 use super::reference::{self, Reference};
+use super::series::FromBroker;
 use crate::context::{Ctx, Named};
 use crate::domain::names::RunNames;
 use crate::error::Result;
@@ -134,6 +135,18 @@ impl SystemUnderTest {
             summary: ctx.faults.summary(),
             provider,
             still_running,
+        }
+    }
+
+    /// The series' figures the system's components do not count for the
+    /// harness, read from the broker instead: a declared system's programs
+    /// count nothing, and in the payments pipeline a program under test
+    /// (`relay.command`, `notifier.command`) counts nothing for its role.
+    pub fn from_broker(&self, ctx: &Ctx) -> Option<FromBroker> {
+        let sc = &ctx.scenario;
+        match self {
+            Self::Declared(_) => FromBroker::of(ctx, true, true),
+            Self::Reference(_) => FromBroker::of(ctx, sc.relay.command.is_some(), sc.notifier.command.is_some()),
         }
     }
 

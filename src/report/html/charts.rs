@@ -80,34 +80,76 @@ fn throughput(
 ) -> std::result::Result<(), String> {
     let e = |e: DrawingAreaErrorKind<_>| e.to_string();
     area.fill(&WHITE).map_err(e)?;
-    let top = r.series.iter().map(|s| s.written.max(s.published).max(s.applied)).max().unwrap_or(0).max(10);
+    let top = r
+        .series
+        .iter()
+        .map(|s| s.written.max(s.published.unwrap_or(0)).max(s.applied.unwrap_or(0)))
+        .max()
+        .unwrap_or(0)
+        .max(10);
     let y_top = top as f64 * 1.05;
     // The rows of codes sit between the margin and the plot.
     let mut c = axis.plot(area, MARGIN_PX + CODES_PX + 6, 0f64..y_top).map_err(e)?;
     time_mesh(&mut c).y_desc("count").y_label_formatter(&|v| format!("{v:.0}")).draw().map_err(e)?;
     fault_marks(&mut c, &r.fault_log, &r.fault_spans_ms, y_top).map_err(e)?;
     code_labels(area, &c, &r.fault_log, y_top).map_err(e)?;
-    for (_, colour, value) in SERIES {
-        let points = r.series.iter().map(|s| (seconds(s.at_ms), value(s) as f64));
-        c.draw_series(LineSeries::new(points, colour.stroke_width(2))).map_err(e)?;
+    for (_, colour, value) in series(r) {
+        // A figure a sample lacks (the broker did not answer) breaks its
+        // line: drawn through, it would claim a count no one read.
+        for run in r.series.split(|s| value(s).is_none()).filter(|run| !run.is_empty()) {
+            let points = run.iter().filter_map(|s| value(s).map(|v| (seconds(s.at_ms), v as f64)));
+            c.draw_series(LineSeries::new(points, colour.stroke_width(2))).map_err(e)?;
+        }
     }
     Ok(())
 }
 
 /// A line of the events chart: its name, its colour and its count in a sample.
-type Series = (&'static str, RGBColor, fn(&report::Sample) -> u64);
+type Series = (&'static str, RGBColor, fn(&report::Sample) -> Option<u64>);
 
-/// The events chart's lines.
-const SERIES: [Series; 3] = [
-    ("payments written", RGBColor(31, 119, 180), |s| s.written),
-    ("messages published", RGBColor(44, 160, 44), |s| s.published),
-    ("events processed", RGBColor(148, 103, 189), |s| s.applied),
-];
+/// The events chart's lines, named for what they count: a declared
+/// system's operations, and the broker's figures where the components
+/// count nothing for the harness (a declared system's programs, a program
+/// under test): the topic's messages and the group's committed offsets.
+fn series(r: &Report) -> [Series; 3] {
+    let declared = r.system.is_some();
+    let pick = |read: bool, broker: &'static str, counted: &'static str| if read { broker } else { counted };
+    [
+        (pick(declared, "operations acknowledged", "payments written"), RGBColor(31, 119, 180), |s| Some(s.written)),
+        (
+            pick(declared || r.scenario.relay_command.is_some(), "messages on the topic", "messages published"),
+            RGBColor(44, 160, 44),
+            |s| s.published,
+        ),
+        (
+            pick(declared || r.scenario.notifier_command.is_some(), "offsets committed", "events processed"),
+            RGBColor(148, 103, 189),
+            |s| s.applied,
+        ),
+    ]
+}
+
+/// Where the events chart's figures come from, in the page's words: the
+/// broker's where the components count nothing for the harness
+/// ([`series`]).
+pub(super) fn sampled_from(r: &Report) -> &'static str {
+    if r.system.is_some() {
+        "from the workload's answers and from the broker: a declared system's programs count nothing for the harness, \
+         so the messages on its topic and the offsets its consumer group committed are read there, and a gap in a line \
+         is a sample the broker did not answer for"
+    } else if r.scenario.relay_command.is_some() || r.scenario.notifier_command.is_some() {
+        "from the shared counters and, for the program under test, from the broker (the messages on the topic, the \
+         offsets its consumer group committed)"
+    } else {
+        "from the shared counters"
+    }
+}
 
 /// The events chart's legend, in HTML under it rather than drawn over its
 /// lines: each line, then each kind of fault that fired.
 pub(super) fn events_legend(r: &Report, out: &mut String) {
-    let keys = SERIES.iter().map(|(name, colour, _)| (*name, *colour, false));
+    let lines = series(r);
+    let keys = lines.iter().map(|(name, colour, _)| (*name, *colour, false));
     let kinds = FAULT_KINDS
         .iter()
         .filter(|(kind, _)| r.fault_log.iter().any(|f| fault_kind(&f.point) == *kind))

@@ -62,9 +62,10 @@ pub fn render(r: &Report) -> String {
         };
         let _ = write!(
             out,
-            "<p>Sampled every {} ms from the shared counters. Each fault is a vertical mark at its time, \
+            "<p>Sampled every {} ms {}. Each fault is a vertical mark at its time, \
              or a band where the scenario gives its length, with its point's code above the chart.{note}</p>",
-            report::SAMPLE_EVERY_MS
+            report::SAMPLE_EVERY_MS,
+            charts::sampled_from(r)
         );
         out.push_str(&charts::events_chart(r, &axis));
         charts::events_legend(r, out);

@@ -139,6 +139,9 @@ pub async fn run(
                     Sent::NeverReached => Outcome::Refused,
                 };
                 if outcome == Outcome::Acknowledged {
+                    // The service said it wrote the operation: the write
+                    // stage, as a payment written is the pipeline's.
+                    stats.mark(&stats.first_write_ms, &stats.last_write_ms);
                     Stats::add(&stats.payments_written, 1);
                 }
                 let status = if let Sent::Answered(s) = status { s } else { 0 };
