@@ -927,8 +927,6 @@ async fn pump_client(
     let mut rng = rand::rngs::StdRng::from_entropy();
     let mut queries = pg::Queries::after(startup_left);
     let mut began = *slot.offset_commits.borrow();
-    // Requests sent since the transaction's BEGIN; None outside one.
-    let mut statements: Option<u32> = None;
     loop {
         let Some(n) = read_shaped(from, &mut chunk, &mut to, slot, &mut rng, faults).await? else { return Ok(()) };
         buf.extend_from_slice(&chunk[..n]);
@@ -943,22 +941,10 @@ async fn pump_client(
         let mut passed = 0;
         for (at, block) in scan.blocks {
             match block {
-                pg::Block::Begin => {
-                    began = *slot.offset_commits.borrow();
-                    statements = Some(0);
-                }
-                pg::Block::Request => {
-                    let Some(serial) = zombie_drawn(slot, faults, &mut statements) else { continue };
-                    to.write_all(&buf[passed..at]).await.map_err(|e| e.to_string())?;
-                    passed = at;
-                    if !zombie(slot, faults, serial).await {
-                        return Err("the process ended during its pause (db.pause_in_transaction)".into());
-                    }
-                }
+                pg::Block::Begin => began = *slot.offset_commits.borrow(),
                 pg::Block::Commit => {
                     to.write_all(&buf[passed..at]).await.map_err(|e| e.to_string())?;
                     passed = at;
-                    statements = None;
                     // An empty or read-only transaction holds no work to
                     // lose: its COMMIT is no occurrence.
                     // The hold occupies the process (nemesis::signal): no
@@ -992,15 +978,41 @@ async fn pump_client(
     }
 }
 
-/// One more request sent in the open transaction (`statements`, None
-/// outside one): the incarnation `db.pause_in_transaction` struck and
-/// occupies, when this was a consumer's first statement and the draw
-/// fired. The zombie is stopped before its second: the inbox's claim, or
-/// its read, has gone.
-fn zombie_drawn(slot: &Slot, faults: &FaultInjector, statements: &mut Option<u32>) -> Option<u64> {
-    let n = statements.as_mut()?;
-    *n += 1;
-    if *n != 1 || !slot.consumer {
+/// `db.pause_in_transaction` in a scan of the server's stream: a zombie is
+/// stopped before its block's first statement's answer reaches it (what
+/// comes before is written), unless a commit's acknowledgement, to be seen
+/// first, comes before it. Returns how much of `buf` was written.
+async fn stop_zombie(
+    slot: &Slot,
+    faults: &FaultInjector,
+    buf: &[u8],
+    scan: &pg::Scan,
+    to: &mut OwnedWriteHalf,
+) -> std::result::Result<usize, String> {
+    let at = scan.firsts.first().copied().filter(|at| {
+        *at <= scan.safe
+            && scan.acks.iter().all(|a| a.start >= *at)
+            && faults.probability(FaultPoint::DbPauseInTransaction) > 0.0
+    });
+    let Some((at, quiet)) = at.and_then(|at| Some((at, zombie_drawn(slot, faults)?))) else { return Ok(0) };
+    to.write_all(&buf[..at]).await.map_err(|e| e.to_string())?;
+    match zombie(slot, faults, quiet).await {
+        true => Ok(at),
+        false => Err("the process ended during its pause (db.pause_in_transaction)".into()),
+    }
+}
+
+/// A consumer's block just had its first statement that read or wrote
+/// rows answered (the inbox's read, or its claim): the incarnation
+/// `db.pause_in_transaction` struck and occupies, when the draw fired. The
+/// zombie is stopped before the answer reaches it.
+///
+/// Only while every other consumer is free of faults, which it then keeps
+/// from them until the zombie has acted (returned after its own serial):
+/// a new owner killed, or a zombie itself, would hand the messages on
+/// again before anyone handled them.
+fn zombie_drawn(slot: &Slot, faults: &FaultInjector) -> Option<Vec<(Arc<Occupant>, u64)>> {
+    if !slot.consumer {
         return None;
     }
     // With Kafka's wire read, only a transaction with fetched messages in
@@ -1011,10 +1023,28 @@ fn zombie_drawn(slot: &Slot, faults: &FaultInjector, statements: &mut Option<u32
     if slot.kafka.is_some() && reach.spans.is_empty() {
         return None;
     }
-    occupant.occupy(FaultPoint::DbPauseInTransaction, || {
-        let hit = || "a transaction, its first statement sent".into();
-        faults.strike_reaching(FaultPoint::DbPauseInTransaction, &slot.name, hit, || reach)
-    })
+    let point = FaultPoint::DbPauseInTransaction;
+    let mut quiet = Vec::new();
+    for (_, other) in slot.consumers.get().into_iter().flatten().filter(|(name, _)| *name != slot.name) {
+        match other.occupy(point, || true) {
+            Some(serial) => quiet.push((other.clone(), serial)),
+            None => {
+                quiet.iter().for_each(|(o, s): &(Arc<Occupant>, u64)| o.release(*s));
+                return None;
+            }
+        }
+    }
+    let hit = || "a transaction, its first statement sent".into();
+    match occupant.occupy(point, || faults.strike_reaching(point, &slot.name, hit, || reach)) {
+        Some(serial) => {
+            quiet.insert(0, (occupant.clone(), serial));
+            Some(quiet)
+        }
+        None => {
+            quiet.iter().for_each(|(o, s)| o.release(*s));
+            None
+        }
+    }
 }
 
 /// How long a zombie stays out of the other faults' reach once it wakes
@@ -1026,26 +1056,15 @@ const ZOMBIE_AFTERMATH: Duration = Duration::from_secs(3);
 /// a scenario sets, so a keeper gone is not a proxy stuck.
 const PAUSE_BOUND: Duration = Duration::from_secs(120);
 
-/// A fired `db.pause_in_transaction` on incarnation `serial`, which it
-/// occupies: the keeper stops the process (its group gives its partitions
-/// away while its transaction is open) and wakes it after the scenario's
-/// pause, confirmed here. The occupant is released [`ZOMBIE_AFTERMATH`]
-/// after the wake. False when the incarnation ended first: its next
-/// statement must not reach the server.
-async fn zombie(slot: &Slot, faults: &FaultInjector, serial: u64) -> bool {
+/// A fired `db.pause_in_transaction` on the incarnation it occupies (the
+/// first of `quiet`; the other consumers follow): the keeper stops the
+/// process (its group gives its partitions away while its transaction is
+/// open) and wakes it after the scenario's pause, confirmed here. All are
+/// released [`ZOMBIE_AFTERMATH`] after the wake. False when the
+/// incarnation ended first: its next statement must not reach the server.
+async fn zombie(slot: &Slot, faults: &FaultInjector, quiet: Vec<(Arc<Occupant>, u64)>) -> bool {
     let occupant = &slot.process.occupant;
-    // The other consumers, kept from the faults meanwhile (those already
-    // under one keep it): a kill of the new owner would hand the messages
-    // on again, and the zombie would wake before anyone handled them.
-    let mut quiet: Vec<(Arc<Occupant>, u64)> = slot
-        .consumers
-        .get()
-        .into_iter()
-        .flatten()
-        .filter(|(name, _)| *name != slot.name)
-        .filter_map(|(_, o)| o.occupy(FaultPoint::DbPauseInTransaction, || true).map(|s| (o.clone(), s)))
-        .collect();
-    quiet.push((occupant.clone(), serial));
+    let serial = quiet[0].1;
     let mut wakes = occupant.wakes();
     wakes.borrow_and_update();
     let told = match &*slot.process.keeper.lock().unwrap_or_else(|p| p.into_inner()) {
@@ -1195,6 +1214,7 @@ async fn pump_server(
             }
         };
         writing.store(acks.writing(), Ordering::Relaxed);
+        let written = stop_zombie(slot, faults, &buf, &scan, to).await?;
         let mut kill = None;
         for ack in &scan.acks {
             // Acknowledgements after a claimed kill go to a process about
@@ -1211,7 +1231,7 @@ async fn pump_server(
             if faults.strike(FaultPoint::DbCommitAckLost, &slot.name, || "a commit's acknowledgement".into()) {
                 // Everything before the acknowledgement goes through; the
                 // acknowledgement and what follows it never do.
-                to.write_all(&buf[..*start]).await.map_err(|e| e.to_string())?;
+                to.write_all(&buf[written..*start]).await.map_err(|e| e.to_string())?;
                 faults.confirm(FaultPoint::DbCommitAckLost, 1);
                 return Err("reset after withholding a commit's acknowledgement (db.commit_ack_lost)".into());
             }
@@ -1236,7 +1256,7 @@ async fn pump_server(
         // machine schedules before the proxy could act on it (a mark-first
         // relay producing what it had just marked) and hide the window.
         drop(kill);
-        to.write_all(&buf[..scan.safe]).await.map_err(|e| e.to_string())?;
+        to.write_all(&buf[written.min(scan.safe)..scan.safe]).await.map_err(|e| e.to_string())?;
         buf.drain(..scan.safe);
         acks.consumed(scan.safe);
     }

@@ -74,6 +74,10 @@ fn messages(buf: &[u8], from: usize) -> Result<Vec<Message>, usize> {
 /// commits on its own (autocommit), with no COMMIT on the wire.
 const WRITE_TAGS: [&[u8]; 5] = [b"INSERT ", b"UPDATE ", b"DELETE ", b"MERGE ", b"COPY "];
 
+/// The tags of a statement that read or wrote rows: a block's first such
+/// statement is where a consumer reads or claims its inbox.
+const ROW_TAGS: [&[u8]; 6] = [b"SELECT ", b"INSERT ", b"UPDATE ", b"DELETE ", b"MERGE ", b"FETCH "];
+
 /// Finds the moments the server acknowledges a commit, from its messages
 /// alone. A commit is acknowledged by the `ReadyForQuery` that reports the
 /// session idle (`I`) after a `CommandComplete` of `COMMIT`, or of a write
@@ -96,6 +100,9 @@ pub struct Acks {
     wrote: bool,
     /// How far `buf` has been read into whole messages.
     parsed: usize,
+    /// Inside a block a `BEGIN` opened: how many of its statements read or
+    /// wrote rows so far.
+    block: Option<u32>,
 }
 
 /// One commit's acknowledgement: its first byte, its end, and whether its
@@ -116,14 +123,22 @@ pub struct Scan {
     /// (an incomplete message, or a commit's `CommandComplete` whose
     /// `ReadyForQuery` has not come).
     pub safe: usize,
+    /// The `CommandComplete` of each block's first statement that read or
+    /// wrote rows (`SELECT 0`, `INSERT 0 3`, ...): its first byte. A
+    /// `BEGIN`'s own, a `CREATE TABLE`'s or a `SET`'s is not one.
+    pub firsts: Vec<usize>,
 }
 
 impl Acks {
     /// Reads the whole messages `buf` gained since the last scan.
     pub fn scan(&mut self, buf: &[u8]) -> Result<Scan, usize> {
         let mut acks = Vec::new();
+        let mut firsts = Vec::new();
         for m in messages(buf, self.parsed)? {
             let body = &buf[m.start + 5..m.end];
+            if m.kind == b'C' && self.first_in_block(body) {
+                firsts.push(m.start);
+            }
             match m.kind {
                 b'C' if body == b"COMMIT\0" => {
                     self.pending.get_or_insert(m.start);
@@ -145,13 +160,28 @@ impl Acks {
                     }
                     if idle {
                         self.wrote = false;
+                        self.block = None;
                     }
                 }
                 _ => {}
             }
             self.parsed = m.end;
         }
-        Ok(Scan { acks, safe: self.pending.unwrap_or(self.parsed) })
+        Ok(Scan { acks, safe: self.pending.unwrap_or(self.parsed), firsts })
+    }
+
+    /// Notes a `CommandComplete`: whether it is its block's first that
+    /// read or wrote rows.
+    fn first_in_block(&mut self, tag: &[u8]) -> bool {
+        if tag.starts_with(b"BEGIN") {
+            self.block = Some(0);
+            return false;
+        }
+        let Some(n) = self.block.as_mut().filter(|_| ROW_TAGS.iter().any(|t| tag.starts_with(t))) else {
+            return false;
+        };
+        *n += 1;
+        *n == 1
     }
 
     /// Whether the transaction open now has changed rows so far: what a
@@ -177,15 +207,11 @@ fn rows(tag: &[u8]) -> u64 {
     text.rsplit(' ').next().and_then(|n| n.parse().ok()).unwrap_or(0)
 }
 
-/// A simple query that opens or ends a transaction block, or the end of
-/// any other request the client then waits on.
+/// A simple query that opens or ends a transaction block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Block {
     Begin,
     Commit,
-    /// The end of a simple query (not a `BEGIN` or a `COMMIT`) or of an
-    /// extended query's `Sync`: found at the byte after it.
-    Request,
 }
 
 /// The longest simple query held until it is whole: `COMMIT` and `BEGIN`
@@ -202,8 +228,6 @@ const MAX_MESSAGE: usize = 1 << 30;
 pub struct Queries {
     /// The bytes of a long message begun in an earlier buffer still to come.
     left: usize,
-    /// That message's type byte (0 for the startup message).
-    kind: u8,
 }
 
 /// What [`Queries::scan`] found.
@@ -220,7 +244,7 @@ impl Queries {
     /// A reader whose stream starts with `startup_left` bytes of the
     /// startup message, which has no type byte.
     pub fn after(startup_left: usize) -> Self {
-        Self { left: startup_left, kind: 0 }
+        Self { left: startup_left }
     }
 
     /// `Err` with the offset of a length no client sends.
@@ -228,9 +252,6 @@ impl Queries {
         let mut at = self.left.min(buf.len());
         self.left -= at;
         let mut blocks = Vec::new();
-        if at > 0 && self.left == 0 && ends_request(self.kind) {
-            blocks.push((at, Block::Request));
-        }
         while self.left == 0 && buf.len() - at >= 5 {
             let len = u32::from_be_bytes([buf[at + 1], buf[at + 2], buf[at + 3], buf[at + 4]]) as usize;
             if !(4..=MAX_MESSAGE).contains(&len) {
@@ -241,30 +262,19 @@ impl Queries {
                 if end > buf.len() {
                     break;
                 }
-                match block(&buf[at + 5..end]) {
-                    Some(b) => blocks.push((at, b)),
-                    None => blocks.push((end, Block::Request)),
+                if let Some(b) = block(&buf[at + 5..end]) {
+                    blocks.push((at, b));
                 }
                 at = end;
             } else if end <= buf.len() {
-                if ends_request(buf[at]) {
-                    blocks.push((end, Block::Request));
-                }
                 at = end;
             } else {
                 self.left = end - buf.len();
-                self.kind = buf[at];
                 at = buf.len();
             }
         }
         Ok(QueryScan { blocks, safe: at })
     }
-}
-
-/// Whether a message of this type ends a request the client waits on: a
-/// simple query, or the `Sync` of an extended query.
-fn ends_request(kind: u8) -> bool {
-    matches!(kind, b'Q' | b'S')
 }
 
 /// Whether a simple query's text (NUL-terminated) opens or ends a block.
@@ -306,33 +316,15 @@ mod tests {
                 held.extend_from_slice(piece);
                 let s = q.scan(&held).unwrap();
                 for (at, b) in &s.blocks {
-                    // A block is whole in the buffer when it is found; a
-                    // request's end is at most the buffer's.
-                    let whole = if *b == Block::Request { 0 } else { query("BEGIN").len().min(query(" commit; ").len()) };
-                    assert!(at + whole <= held.len());
+                    // A block is whole in the buffer when it is found.
+                    assert!(at + query("BEGIN").len().min(query(" commit; ").len()) <= held.len());
                     seen.push((passed + at, *b));
                 }
                 passed += s.safe;
                 held.drain(..s.safe);
             }
-            let requests = [query("BEGIN").len() + query(&long).len(), stream.len()];
-            assert_eq!(
-                seen,
-                vec![(0, Block::Begin), (requests[0], Block::Request), (commit_at, Block::Commit), (requests[1], Block::Request)],
-                "cut at {cut}"
-            );
+            assert_eq!(seen, vec![(0, Block::Begin), (commit_at, Block::Commit)], "cut at {cut}");
             assert_eq!((passed, held.len()), (stream.len(), 0), "cut at {cut}");
-        }
-        // An extended query's request ends at its Sync, whatever the cuts.
-        let extended: Vec<u8> = [parse.clone(), msg(b'B', b"\0\0\0\0\0\0"), msg(b'E', b"\0\0\0\0\0"), msg(b'S', b"")].concat();
-        for cut in 1..extended.len() {
-            let mut q = Queries::default();
-            let first = q.scan(&extended[..cut]).unwrap();
-            let mut held = extended[first.safe..cut].to_vec();
-            held.extend_from_slice(&extended[cut..]);
-            let second = q.scan(&held).unwrap();
-            let ends: Vec<usize> = first.blocks.iter().map(|b| b.0).chain(second.blocks.iter().map(|b| first.safe + b.0)).collect();
-            assert_eq!(ends, [extended.len()], "cut at {cut}");
         }
         // A short query cut short is held from its first byte.
         let s = Queries::default().scan(&stream[..commit_at + 3]).unwrap();
@@ -480,6 +472,37 @@ mod tests {
             assert!(found_wrote.iter().all(|w| !w), "cut at {cut}: nothing was written");
             assert_eq!(sent, stream, "cut at {cut}");
         }
+    }
+
+    /// A block's first statement that read or wrote rows is found, not its
+    /// BEGIN, not a CREATE TABLE before it, and not its later statements;
+    /// outside a block nothing is.
+    #[test]
+    fn a_blocks_first_statement_with_rows_is_found() {
+        let rfq = |s: &[u8]| msg(b'Z', s);
+        let buf = [
+            msg(b'C', b"SELECT 1\0"),
+            rfq(b"I"),
+            msg(b'C', b"BEGIN\0"),
+            rfq(b"T"),
+            msg(b'C', b"CREATE TABLE\0"),
+            rfq(b"T"),
+            msg(b'C', b"SELECT 0\0"),
+            rfq(b"T"),
+            msg(b'C', b"UPDATE 2\0"),
+            rfq(b"T"),
+            msg(b'C', b"COMMIT\0"),
+            rfq(b"I"),
+        ];
+        let at = buf[..6].iter().map(Vec::len).sum::<usize>();
+        let whole = buf.concat();
+        assert_eq!(acks_of(&whole).firsts, [at]);
+        // The next block has its own first.
+        let mut acks = Acks::default();
+        let mut twice = whole.clone();
+        assert_eq!(acks.scan(&twice).unwrap().firsts, [at]);
+        twice.extend_from_slice(&[msg(b'C', b"BEGIN\0"), rfq(b"T"), msg(b'C', b"INSERT 0 3\0")].concat());
+        assert_eq!(acks.scan(&twice).unwrap().firsts, [whole.len() + msg(b'C', b"BEGIN\0").len() + rfq(b"T").len()]);
     }
 
     #[test]
