@@ -242,8 +242,9 @@ impl FaultInjector {
         self.aimed == Aimed::PerSecond && point.aimed() && self.schedule.is_none() && self.rates[point.index()] > 0.0
     }
 
-    /// `point`'s rate per second for `component`: its role's own
-    /// (`service` for `service-1`), or the scenario's.
+    /// `point`'s rate for `component` (per second for an aimed kill, per
+    /// occurrence otherwise): its role's own (`service` for `service-1`),
+    /// or the scenario's.
     fn rate_for(&self, point: FaultPoint, component: &str) -> f64 {
         let role = component.split_once('-').map_or(component, |(role, _)| role);
         self.role_rates
@@ -371,7 +372,9 @@ impl FaultInjector {
             // Every window is an occurrence (what a schedule pins); only
             // an armed process's is struck.
             None if self.arms(point) => self.disarm(point, component),
-            None => decide(self.seed, point, n, self.rates[i]),
+            // A role's own rate per occurrence (`db_commit_ack_lost` in
+            // `[faults.notifier]`), or the scenario's.
+            None => decide(self.seed, point, n, self.rate_for(point, component)),
         };
         if !fires {
             return false;

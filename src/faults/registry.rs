@@ -117,7 +117,7 @@ impl schemars::JsonSchema for AimedRates {
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         let keys: serde_json::Map<String, serde_json::Value> = FaultPoint::ALL
             .iter()
-            .filter(|p| p.aimed())
+            .filter(|p| p.role_rated())
             .map(|p| {
                 let rate = serde_json::json!({ "type": "number", "minimum": 0, "maximum": 1, "description": p.what() });
                 (p.key().to_string(), rate)
@@ -432,6 +432,14 @@ impl FaultPoint {
                 | KafkaKillAfterFetch
                 | KafkaKillAfterProduceAck
         )
+    }
+
+    /// Whether `[faults.service]`, `[faults.relay]` or `[faults.notifier]`
+    /// may give it a rate of its own: the aimed kills (per second), and an
+    /// ambiguous commit (per commit), which a consumer's few commits would
+    /// otherwise rarely meet beside a service's and relays' many.
+    pub fn role_rated(self) -> bool {
+        self.aimed() || self == FaultPoint::DbCommitAckLost
     }
 
     /// Struck by the proxy in front of Kafka as well.

@@ -71,6 +71,24 @@ fn a_roles_own_rate_arms_that_roles_processes_only() {
     assert!(!f.arm(FaultPoint::KafkaKillAfterFetch, "service-1"));
 }
 
+/// `[faults.notifier] db_commit_ack_lost`: a per-commit rate of the
+/// consumers' own, drawn at each of their commits; every other process's
+/// commits keep the scenario's.
+#[test]
+fn a_roles_own_rate_per_commit_strikes_that_roles_commits() {
+    let point = FaultPoint::DbCommitAckLost;
+    let f = FaultInjector::new(5, &FaultRates::none().with(point, 0.03))
+        .with_aimed(Aimed::PerSecond)
+        .with_role_rates(vec![RoleRate { role: "notifier".into(), point, rate: 0.3 }]);
+    let (mut service, mut consumer) = (0, 0);
+    for _commit in 0..1000 {
+        service += f.strike(point, "service-1", String::new) as u64;
+        consumer += f.strike(point, "notifier-2", String::new) as u64;
+    }
+    // About 30 and 300.
+    assert!((10..=60).contains(&service) && (240..=360).contains(&consumer), "{service} {consumer}");
+}
+
 #[test]
 fn an_arm_is_taken_once_by_its_own_process_and_a_schedule_ignores_it() {
     let point = FaultPoint::KafkaKillAfterFetch;

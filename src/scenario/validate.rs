@@ -295,9 +295,8 @@ impl Validator<'_> {
     }
 
     /// `[faults.service]`, `[faults.relay]`, `[faults.notifier]`: an aimed
-    /// kill's rate per second for that role's processes, over `[faults]`.
-    /// Only aimed kills drawn per second have one: a window's rate per
-    /// occurrence already differs with the program.
+    /// kill's rate per second for that role's processes, over `[faults]`,
+    /// or an ambiguous commit's per commit (`db_commit_ack_lost`).
     fn role_rates(&self, raw: &RawScenario) -> Result<crate::faults::RoleRates, crate::Error> {
         let f = &raw.faults;
         let mut out = Vec::new();
@@ -309,13 +308,13 @@ impl Validator<'_> {
                     &format!("`[faults.{role}]` needs `[nemesis] aimed = \"per-second\"`: a role's own rate counts seconds of its processes' lives; remove the table or the `aimed` line"),
                 );
             }
-            let aimed = || FaultPoint::ALL.iter().filter(|p| p.aimed()).map(|p| p.key()).collect::<Vec<_>>().join(", ");
+            let aimed = || FaultPoint::ALL.iter().filter(|p| p.role_rated()).map(|p| p.key()).collect::<Vec<_>>().join(", ");
             for (key, rate) in table.get_ref() {
-                let Some(point) = FaultPoint::ALL.iter().copied().find(|p| p.key() == key && p.aimed()) else {
+                let Some(point) = FaultPoint::ALL.iter().copied().find(|p| p.key() == key && p.role_rated()) else {
                     return self.err(
                         table.span(),
                         &format!(
-                            "`faults.{role}.{key}` is not an aimed kill; a role's own rate is for one of: {}",
+                            "`faults.{role}.{key}` cannot have a role's own rate; it is for one of: {}",
                             aimed()
                         ),
                     );
