@@ -751,7 +751,10 @@ mod tests {
         };
         let skeleton = parse(RECOMMENDED_SYSTEM, &dir.join("system.toml")).expect("the skeleton");
         assert!(skeleton.system.is_some() && skeleton.faults.get(FaultPoint::DbHoldCommit) > 0.0);
-        assert_eq!(skeleton.nemesis_targets, ["notifier-1", "notifier-2"]);
+        // The zombie is made inside a consumer's transaction, not by a
+        // random pause.
+        assert!(skeleton.faults.get(FaultPoint::DbPauseInTransaction) > 0.0);
+        assert_eq!(skeleton.faults.get(FaultPoint::ProcessPause), 0.0);
         for name in
             ["orders.toml", "orders-envelope.toml", "broken-inbox-first.toml", "broken-service-two-transactions.toml"]
         {
