@@ -1126,10 +1126,7 @@ mod tests {
         assert_eq!(sc.role_rates, vec![want]);
         assert_eq!(sc.faults.get(crate::faults::FaultPoint::DbKillAfterCommit), 0.1);
         let e = p(&format!("{base}[faults.service]\nprocess_kill = 0.3\n")).unwrap_err();
-        assert!(
-            e.contains("`faults.service.process_kill` cannot have a role's own rate; it is for one of: "),
-            "{e}"
-        );
+        assert!(e.contains("`faults.service.process_kill` cannot have a role's own rate; it is for one of: "), "{e}");
         assert!(e.contains("db_kill_after_commit") && e.contains("db_commit_ack_lost"), "{e}");
         let e = p("[run]\ncomponents = \"process\"\n[faults.relay]\ndb_kill_after_commit = 0.3\n").unwrap_err();
         assert!(e.contains("stands over `faults.db_kill_after_commit`, which is 0"), "{e}");

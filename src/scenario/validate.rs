@@ -308,15 +308,13 @@ impl Validator<'_> {
                     &format!("`[faults.{role}]` needs `[nemesis] aimed = \"per-second\"`: a role's own rate counts seconds of its processes' lives; remove the table or the `aimed` line"),
                 );
             }
-            let aimed = || FaultPoint::ALL.iter().filter(|p| p.role_rated()).map(|p| p.key()).collect::<Vec<_>>().join(", ");
+            let aimed =
+                || FaultPoint::ALL.iter().filter(|p| p.role_rated()).map(|p| p.key()).collect::<Vec<_>>().join(", ");
             for (key, rate) in table.get_ref() {
                 let Some(point) = FaultPoint::ALL.iter().copied().find(|p| p.key() == key && p.role_rated()) else {
                     return self.err(
                         table.span(),
-                        &format!(
-                            "`faults.{role}.{key}` cannot have a role's own rate; it is for one of: {}",
-                            aimed()
-                        ),
+                        &format!("`faults.{role}.{key}` cannot have a role's own rate; it is for one of: {}", aimed()),
                     );
                 };
                 if *f.get(point).get_ref() == 0.0 {

@@ -225,7 +225,8 @@ impl Proxy {
             }
             slots.push(slot);
         }
-        let _ = consumers.set(slots.iter().filter(|s| s.consumer).map(|s| (s.name.clone(), s.process.occupant.clone())).collect());
+        let _ = consumers
+            .set(slots.iter().filter(|s| s.consumer).map(|s| (s.name.clone(), s.process.occupant.clone())).collect());
         info!(slots = slots.len(), %upstream, "fault proxy listening");
         Ok(Self { slots, upstream, tasks })
     }
@@ -297,9 +298,9 @@ impl Slot {
     /// meets its window would wait out the run and prove nothing.
     fn has_window(&self, point: FaultPoint) -> bool {
         match point {
-            FaultPoint::KafkaKillAfterFetch | FaultPoint::KafkaKillAfterOffsetCommit | FaultPoint::DbPauseInTransaction => {
-                self.consumer
-            }
+            FaultPoint::KafkaKillAfterFetch
+            | FaultPoint::KafkaKillAfterOffsetCommit
+            | FaultPoint::DbPauseInTransaction => self.consumer,
             FaultPoint::KafkaKillAfterProduceAck => !self.consumer,
             _ => true,
         }
@@ -1083,8 +1084,12 @@ async fn zombie(slot: &Slot, faults: &FaultInjector, quiet: Vec<(Arc<Occupant>, 
             });
             return true;
         }
-        (false, true) => faults.preempt(FaultPoint::DbPauseInTransaction, &slot.name, "the process was not seen stopped"),
-        (_, false) => faults.preempt(FaultPoint::DbPauseInTransaction, &slot.name, "the process ended during its pause"),
+        (false, true) => {
+            faults.preempt(FaultPoint::DbPauseInTransaction, &slot.name, "the process was not seen stopped")
+        }
+        (_, false) => {
+            faults.preempt(FaultPoint::DbPauseInTransaction, &slot.name, "the process ended during its pause")
+        }
     }
     quiet.iter().for_each(|(o, s)| o.release(*s));
     alive
