@@ -105,6 +105,11 @@ fn forbidden(target: Target) -> Option<String> {
     }
 }
 
+/// How long a woken zombie stays out of the other faults' reach after its
+/// SIGCONT, whichever fault stopped it (a pause, or a stop inside its
+/// transaction): its time to act on what it held.
+pub const PAUSE_AFTERMATH: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// The process a slot holds now, shared by everything that may strike it.
 #[derive(Default)]
 pub struct Occupant {

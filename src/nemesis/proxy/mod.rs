@@ -1048,11 +1048,6 @@ fn zombie_drawn(slot: &Slot, faults: &FaultInjector) -> Option<Vec<(Arc<Occupant
     }
 }
 
-/// How long a zombie stays out of the other faults' reach once it wakes
-/// (`db.pause_in_transaction`): its time to finish the transaction it
-/// held open and commit it.
-const ZOMBIE_AFTERMATH: Duration = Duration::from_secs(3);
-
 /// Longest wait for the keeper to wake a paused process: past any pause
 /// a scenario sets, so a keeper gone is not a proxy stuck.
 const PAUSE_BOUND: Duration = Duration::from_secs(120);
@@ -1061,7 +1056,7 @@ const PAUSE_BOUND: Duration = Duration::from_secs(120);
 /// first of `quiet`; the other consumers follow): the keeper stops the
 /// process (its group gives its partitions away while its transaction is
 /// open) and wakes it after the scenario's pause, confirmed here. All are
-/// released [`ZOMBIE_AFTERMATH`] after the wake. False when the
+/// released [`crate::nemesis::signal::PAUSE_AFTERMATH`] after the wake. False when the
 /// incarnation ended first: its next statement must not reach the server.
 async fn zombie(slot: &Slot, faults: &FaultInjector, quiet: Vec<(Arc<Occupant>, u64)>) -> bool {
     let occupant = &slot.process.occupant;
@@ -1079,7 +1074,7 @@ async fn zombie(slot: &Slot, faults: &FaultInjector, quiet: Vec<(Arc<Occupant>, 
             info!(slot = %slot.name, "db.pause_in_transaction: the zombie woke with its transaction open");
             faults.confirm(FaultPoint::DbPauseInTransaction, 1);
             tokio::spawn(async move {
-                tokio::time::sleep(ZOMBIE_AFTERMATH).await;
+                tokio::time::sleep(crate::nemesis::signal::PAUSE_AFTERMATH).await;
                 quiet.iter().for_each(|(o, s)| o.release(*s));
             });
             return true;

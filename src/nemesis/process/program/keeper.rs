@@ -2,6 +2,7 @@
 //! nemesis for its process, one incarnation after another.
 
 use super::*;
+use crate::nemesis::signal::PAUSE_AFTERMATH;
 
 /// One slot: its process, one incarnation after another.
 pub(super) struct Keeper {
@@ -38,11 +39,6 @@ pub(super) struct Keeper {
     pub(super) shown: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
-/// What the keeper's watch of one incarnation tracks between its turns.
-/// How long a paused process stays out of the other faults' reach after
-/// its SIGCONT: the zombie's time to act on what it held.
-const PAUSE_AFTERMATH: Duration = Duration::from_secs(3);
-
 /// How much longer than a pause a zombie made inside its transaction
 /// (`db.pause_in_transaction`) stays stopped: a pause outlasts the session
 /// timeout by 2 s, and the group then still has to notice (a heartbeat, up
@@ -51,6 +47,7 @@ const PAUSE_AFTERMATH: Duration = Duration::from_secs(3);
 /// owner of the orders example had not fetched them in 3 runs of 4.
 const ZOMBIE_LONGER: Duration = Duration::from_secs(6);
 
+/// What the keeper's watch of one incarnation tracks between its turns.
 pub(super) struct Watch {
     /// Stopped by a pause until then.
     paused_until: Option<Instant>,
