@@ -124,11 +124,36 @@ pub struct Slot {
     /// proxy's slots: a writer's held COMMIT is let through as one goes
     /// out, while that relay is between its claim and its mark.
     relay_produces: Arc<watch::Sender<u64>>,
-    /// Every consumer slot's name and occupant, shared by the proxy's
-    /// slots (set once they all exist): a zombie keeps the other consumers
-    /// out of the faults' reach, so that its partitions' new owner lives to
-    /// handle the same messages.
-    consumers: Arc<std::sync::OnceLock<Vec<(String, Arc<Occupant>)>>>,
+    /// The consumers' zombies (`db.pause_in_transaction`), shared by the
+    /// proxy's slots.
+    zombies: Arc<Zombies>,
+}
+
+/// What every consumer slot's zombie shares.
+#[derive(Default)]
+struct Zombies {
+    /// Every consumer slot's name and occupant (set once they all exist):
+    /// a zombie keeps the other consumers out of the faults' reach, so that
+    /// its partitions' new owner lives to handle the same messages.
+    consumers: std::sync::OnceLock<Vec<(String, Arc<Occupant>)>>,
+    /// Until when no new zombie is drawn: after each, a rest as long as it
+    /// lasted. A zombie occupies every consumer for its whole span (the
+    /// pause, the wake, the aftermath: some 17 s); drawn back to back they
+    /// would take every second from the consumers' other faults, which then
+    /// never fire. The rest leaves them at least half.
+    rest_until: Mutex<Option<tokio::time::Instant>>,
+}
+
+impl Zombies {
+    fn resting(&self) -> bool {
+        self.rest_until.lock().unwrap_or_else(|p| p.into_inner()).is_some_and(|t| tokio::time::Instant::now() < t)
+    }
+
+    /// A zombie drawn at `drawn` is over: the next waits as long again.
+    fn rest(&self, drawn: tokio::time::Instant) {
+        let until = tokio::time::Instant::now() + drawn.elapsed();
+        *self.rest_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(until);
+    }
 }
 
 /// An open connection: dropping the sender resets it.
@@ -180,7 +205,7 @@ impl Proxy {
         let committed = Arc::new(kafka::Committed::default());
         let writer_commits = Arc::new(AtomicU64::new(0));
         let relay_produces = Arc::new(watch::channel(0).0);
-        let consumers = Arc::new(std::sync::OnceLock::new());
+        let zombies = Arc::new(Zombies::default());
         for (name, kafka) in s.slots.into_iter().zip(kafka) {
             let listener = TcpListener::bind("127.0.0.1:0")
                 .await
@@ -209,7 +234,7 @@ impl Proxy {
                 consumer: name.starts_with("notifier"),
                 writer_commits: writer_commits.clone(),
                 relay_produces: relay_produces.clone(),
-                consumers: consumers.clone(),
+                zombies: zombies.clone(),
                 name,
             });
             tasks.push(tokio::spawn(accept(
@@ -225,7 +250,8 @@ impl Proxy {
             }
             slots.push(slot);
         }
-        let _ = consumers
+        let _ = zombies
+            .consumers
             .set(slots.iter().filter(|s| s.consumer).map(|s| (s.name.clone(), s.process.occupant.clone())).collect());
         info!(slots = slots.len(), %upstream, "fault proxy listening");
         Ok(Self { slots, upstream, tasks })
@@ -1013,7 +1039,7 @@ async fn stop_zombie(
 /// a new owner killed, or a zombie itself, would hand the messages on
 /// again before anyone handled them.
 fn zombie_drawn(slot: &Slot, faults: &FaultInjector) -> Option<Vec<(Arc<Occupant>, u64)>> {
-    if !slot.consumer {
+    if !slot.consumer || slot.zombies.resting() {
         return None;
     }
     // With Kafka's wire read, only a transaction with fetched messages in
@@ -1026,7 +1052,7 @@ fn zombie_drawn(slot: &Slot, faults: &FaultInjector) -> Option<Vec<(Arc<Occupant
     }
     let point = FaultPoint::DbPauseInTransaction;
     let mut quiet = Vec::new();
-    for (_, other) in slot.consumers.get().into_iter().flatten().filter(|(name, _)| *name != slot.name) {
+    for (_, other) in slot.zombies.consumers.get().into_iter().flatten().filter(|(name, _)| *name != slot.name) {
         match other.occupy(point, || true) {
             Some(serial) => quiet.push((other.clone(), serial)),
             None => {
@@ -1059,7 +1085,7 @@ const PAUSE_BOUND: Duration = Duration::from_secs(120);
 /// released [`crate::nemesis::signal::PAUSE_AFTERMATH`] after the wake. False when the
 /// incarnation ended first: its next statement must not reach the server.
 async fn zombie(slot: &Slot, faults: &FaultInjector, quiet: Vec<(Arc<Occupant>, u64)>) -> bool {
-    let occupant = &slot.process.occupant;
+    let (occupant, drawn) = (&slot.process.occupant, tokio::time::Instant::now());
     let serial = quiet[0].1;
     let mut wakes = occupant.wakes();
     wakes.borrow_and_update();
@@ -1073,9 +1099,11 @@ async fn zombie(slot: &Slot, faults: &FaultInjector, quiet: Vec<(Arc<Occupant>, 
         (true, true) => {
             info!(slot = %slot.name, "db.pause_in_transaction: the zombie woke with its transaction open");
             faults.confirm(FaultPoint::DbPauseInTransaction, 1);
+            let zombies = slot.zombies.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(crate::nemesis::signal::PAUSE_AFTERMATH).await;
                 quiet.iter().for_each(|(o, s)| o.release(*s));
+                zombies.rest(drawn);
             });
             return true;
         }
@@ -1087,6 +1115,7 @@ async fn zombie(slot: &Slot, faults: &FaultInjector, quiet: Vec<(Arc<Occupant>, 
         }
     }
     quiet.iter().for_each(|(o, s)| o.release(*s));
+    slot.zombies.rest(drawn);
     alive
 }
 

@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
 /// The drain, then the settle, each cut short by a program that failed or
-/// a signal. Undrained with outbox rows left, the faults stop and the
-/// relays get one more drain timeout: a relay the faults only slowed
-/// publishes then, and one that still does not has stalled (a `stalled
-/// relay`, judged, not an INCOMPLETE run). Drained is not done: a consumer
+/// a signal. Undrained, the faults stop and the system gets one more drain
+/// timeout: a relay or a consumer the faults only slowed catches up then.
+/// A relay that still does not has stalled (a `stalled relay`, judged, not
+/// an INCOMPLETE run); consumers still behind leave the run INCOMPLETE. Drained is not done: a consumer
 /// that stores first and applies later has work left, so the system
 /// settles, its faults over, before it is judged.
 pub(super) async fn come_to_rest(
@@ -38,8 +38,8 @@ pub(super) async fn come_to_rest(
         tokio::select! {
             r = drain(ctx, pg, sys) => match r {
                 Ok(()) => break,
-                Err(u) if u.unpublished > 0 && faults_off.is_none() => {
-                    info!(left = u.unpublished, "outbox rows still unpublished at the drain timeout: the faults stop, the relays get one more");
+                Err(u) if faults_off.is_none() => {
+                    info!(left = u.unpublished, lag = u.lag, "work left at the drain timeout: the faults stop, the system gets one more");
                     faults_off = Some(Instant::now());
                     stop_faults().await;
                 }
@@ -92,7 +92,9 @@ async fn drain(ctx: &Ctx, pg: &Store, sys: &System) -> std::result::Result<(), U
                 _ => (rows::logged(pg).await? - distinct_on_topic(ctx).await?).max(0),
             },
         };
-        Ok(Left { unpublished, busy: false })
+        // A process the nemesis holds stopped (a zombie) holds up the
+        // rest, a correct consumer's new owner waiting on its claim.
+        Ok(Left { unpublished, busy: ctx.coord.zombies() > 0 })
     };
     let what = match sys.outbox.published {
         Published::Column(_) | Published::Delete => "outbox rows unpublished",

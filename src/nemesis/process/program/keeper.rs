@@ -51,6 +51,10 @@ const ZOMBIE_LONGER: Duration = Duration::from_secs(6);
 pub(super) struct Watch {
     /// Stopped by a pause until then.
     paused_until: Option<Instant>,
+    /// Counted among the run's zombies while stopped: a drain's clock of
+    /// no progress does not run while the nemesis holds a process stopped
+    /// (a correct consumer's new owner waits on the zombie's claim).
+    stopped: Option<crate::context::ZombieGuard>,
     /// The incarnation's serial while the pause occupies it (no other
     /// fault draws on a paused process): released [`PAUSE_AFTERMATH`]
     /// after its SIGCONT, at `release_at`.
@@ -67,6 +71,16 @@ pub(super) struct Watch {
 }
 
 impl Watch {
+    fn stop_until(&mut self, until: Instant, ctx: &Ctx) {
+        self.paused_until = Some(until);
+        self.stopped = Some(ctx.coord.zombie());
+    }
+
+    fn woke(&mut self) {
+        self.paused_until = None;
+        self.stopped = None;
+    }
+
     /// Seconds are drawn from now on: a pause, readiness or the nemesis's
     /// switch restarts them.
     fn restart_seconds(&mut self, keeper: &mut Keeper) {
@@ -319,6 +333,7 @@ impl Keeper {
         let app = self.application_name(proc.incarnation);
         let mut w = Watch {
             paused_until: None,
+            stopped: None,
             occupied: None,
             release_at: None,
             second: Instant::now(),
@@ -381,6 +396,7 @@ impl Keeper {
                     if w.paused_until.is_some() {
                         self.signal(proc, None, libc::SIGCONT);
                         self.occupant.woke();
+                        w.woke();
                     }
                     self.stop(proc).await;
                     return End::Stopped;
@@ -395,7 +411,7 @@ impl Keeper {
     /// would erase what the pause was for.
     fn resume(&mut self, proc: &Proc, w: &mut Watch) {
         self.signal(proc, None, libc::SIGCONT);
-        w.paused_until = None;
+        w.woke();
         self.occupant.woke();
         w.release_at = w.occupied.map(|_| Instant::now() + PAUSE_AFTERMATH);
         // The seconds spent stopped are not struck again.
@@ -407,7 +423,7 @@ impl Keeper {
     async fn stall(&mut self, proc: &Proc, w: &mut Watch, point: FaultPoint, ms: u64) {
         let occupied = self.occupant.occupy(point, || true);
         if self.pause(proc, point).await {
-            w.paused_until = Some(Instant::now() + Duration::from_millis(ms));
+            w.stop_until(Instant::now() + Duration::from_millis(ms), &self.ctx);
             w.occupied = occupied;
         } else if let Some(serial) = occupied {
             self.occupant.release(serial);
@@ -430,7 +446,7 @@ impl Keeper {
             // (telling the proxy) after the scenario's pause. The proxy
             // counts the firing's end.
             match serial == proc.lease.serial() && self.pause(proc, point).await {
-                true => w.paused_until = Some(Instant::now() + self.ctx.scenario.pause + ZOMBIE_LONGER),
+                true => w.stop_until(Instant::now() + self.ctx.scenario.pause + ZOMBIE_LONGER, &self.ctx),
                 false => self.occupant.woke(),
             }
             return None;
@@ -499,7 +515,7 @@ impl Keeper {
         if let Some(serial) = paused {
             match self.pause(proc, FaultPoint::ProcessPause).await {
                 true => {
-                    w.paused_until = Some(Instant::now() + self.ctx.scenario.pause);
+                    w.stop_until(Instant::now() + self.ctx.scenario.pause, &self.ctx);
                     w.occupied = Some(serial);
                 }
                 false => self.occupant.release(serial),
