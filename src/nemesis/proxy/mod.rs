@@ -1434,6 +1434,21 @@ mod tests {
     use super::*;
     use std::os::unix::process::CommandExt;
 
+    /// A zombie takes every consumer from the other faults for its span;
+    /// the next one waits as long again, so those faults keep half.
+    #[tokio::test(start_paused = true)]
+    async fn a_zombie_is_followed_by_a_rest_as_long_as_it() {
+        let z = Zombies::default();
+        assert!(!z.resting(), "no zombie yet, no rest");
+        let drawn = tokio::time::Instant::now();
+        tokio::time::advance(Duration::from_secs(17)).await;
+        z.rest(drawn);
+        tokio::time::advance(Duration::from_secs(16)).await;
+        assert!(z.resting(), "16 s after a 17 s zombie");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(!z.resting(), "18 s after it");
+    }
+
     /// Issue 41's cause: `(pgid > 0).then_some(Claimed { .. })` built the
     /// kill eagerly, and on an empty or claimed slot dropped it at once:
     /// its drop told the keeper of a kill and sent `kill(-0, SIGKILL)`,
