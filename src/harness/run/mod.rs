@@ -162,8 +162,9 @@ async fn execute_keeping(
     let infra_line = banner(&mut infra, &names, lanes.as_ref());
     reporter.event(&Event::Started { run_id: &names.run_id, scenario: &sc.name, seed: sc.seed, infra: &infra_line })?;
     info!(run_id = %names.run_id, seed = sc.seed, "starting");
-    let progress =
-        Progress::start(sut.operations(&sc), ctx.stats.clone(), ctx.faults.clone(), reporter.shows_progress());
+    let (latest, follows) = tokio::sync::watch::channel(None);
+    let total = (sut.operations(&sc), sut.unit());
+    let progress = Progress::start(total, ctx.stats.clone(), ctx.faults.clone(), follows, reporter.shows_progress());
     infra.broker.create_topic(&sc.topic(&names.topic)).await?;
     let setup_ms = started.elapsed().as_millis() as u64;
 
@@ -173,7 +174,7 @@ async fn execute_keeping(
     };
     let slots = lanes.as_ref().map(|l| l.slots()).unwrap_or_default();
     components.extend(crate::nemesis::timeline::start(&ctx, acting.watch(), slots));
-    let (series, stop_series) = series::sample(ctx.stats.clone(), sut.from_broker(&ctx));
+    let (series, stop_series) = series::sample(ctx.stats.clone(), sut.from_broker(&ctx), latest);
     let mut ran = match sut.drive(&ctx, &acting, &progress).await {
         Ok(ran) => ran,
         Err(e) => return Err(abandon(trigger, components, infra, e).await),

@@ -177,6 +177,7 @@ impl Sampler {
 pub(super) fn sample(
     stats: Arc<Stats>,
     from: Option<FromBroker>,
+    latest: tokio::sync::watch::Sender<Option<Sample>>,
 ) -> (tokio::task::JoinHandle<Vec<Sample>>, tokio::sync::oneshot::Sender<()>) {
     let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
     let reader = from.map(|f| Reader { from: Arc::new(f), pending: None });
@@ -185,7 +186,9 @@ pub(super) fn sample(
         let mut every = Duration::from_millis(report::SAMPLE_EVERY_MS);
         let mut series = Vec::new();
         loop {
-            series.push(sampler.sample().await);
+            let sample = sampler.sample().await;
+            latest.send_replace(Some(sample.clone()));
+            series.push(sample);
             if series.len() >= report::SERIES_MAX {
                 series = series.into_iter().step_by(2).collect();
                 every *= 2;
@@ -212,7 +215,7 @@ mod tests {
     async fn the_series_stays_bounded_however_long_the_run() {
         let stats = Arc::new(Stats::default());
         Stats::add(&stats.payments_written, 7);
-        let (task, stop) = sample(stats, None);
+        let (task, stop) = sample(stats, None, tokio::sync::watch::channel(None).0);
         // Three times as long as SERIES_MAX samples at the first rate.
         let long = Duration::from_millis(report::SAMPLE_EVERY_MS * 3 * report::SERIES_MAX as u64);
         tokio::time::sleep(long).await;
@@ -235,7 +238,7 @@ mod tests {
 
     async fn sampled(from: FromBroker, run: Duration) -> (Vec<Sample>, Arc<Stats>) {
         let stats = Arc::new(Stats::default());
-        let (task, stop) = sample(stats.clone(), Some(from));
+        let (task, stop) = sample(stats.clone(), Some(from), tokio::sync::watch::channel(None).0);
         tokio::time::sleep(run).await;
         let _ = stop.send(());
         (task.await.unwrap(), stats)

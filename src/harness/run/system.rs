@@ -66,6 +66,14 @@ impl SystemUnderTest {
         }
     }
 
+    /// What one operation is called on the progress line.
+    pub fn unit(&self) -> &'static str {
+        match self {
+            Self::Reference(_) => "payments",
+            Self::Declared(_) => "operations",
+        }
+    }
+
     /// Starts the system's components and programs, each a named task.
     pub async fn start(
         &mut self,

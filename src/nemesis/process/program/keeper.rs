@@ -71,6 +71,21 @@ pub(super) struct Watch {
 }
 
 impl Watch {
+    fn new(ready: bool) -> Self {
+        let now = Instant::now();
+        Self {
+            paused_until: None,
+            stopped: None,
+            occupied: None,
+            release_at: None,
+            second: now,
+            next: now,
+            ready,
+            ready_check: now,
+            deferred: None,
+        }
+    }
+
     fn stop_until(&mut self, until: Instant, ctx: &Ctx) {
         self.paused_until = Some(until);
         self.stopped = Some(ctx.coord.zombie());
@@ -331,17 +346,7 @@ impl Keeper {
         // starting up are not drawn, and a per-message kill that comes
         // before waits for it. On SQLite nothing shows it: ready at once.
         let app = self.application_name(proc.incarnation);
-        let mut w = Watch {
-            paused_until: None,
-            stopped: None,
-            occupied: None,
-            release_at: None,
-            second: Instant::now(),
-            next: Instant::now(),
-            ready: !matches!(self.ctx.store, Store::Postgres(_)),
-            ready_check: Instant::now(),
-            deferred: None,
-        };
+        let mut w = Watch::new(!matches!(self.ctx.store, Store::Postgres(_)));
         w.restart_seconds(self);
         if w.ready {
             self.mark_shown();
