@@ -2,7 +2,7 @@
 """Debezium's findings under chaos: for each fault on the relay and each of
 Kafka Connect's two modes, N seeds of examples/debezium/debezium.toml with
 that fault alone, one run at a time, and a Markdown table of what they
-found (docs/debezium-findings.md holds the measured one).
+found (docs/findings/debezium.md holds the measured one).
 
     PATH="$(scripts/python-env.sh):$PATH" python3 scripts/debezium-findings.py \
         --seeds 10 [--faults kill,pause] [--modes at-least-once,exactly-once] \
