@@ -508,3 +508,57 @@ fn the_checkers_read_the_runs_history_taken_once() {
     assert!(all.iter().any(|f| allowed.contains(f)), "run/system.rs was not found");
     assert!(taking.is_empty(), "files of the harness that take the run's record themselves: {taking:?}");
 }
+
+/// Whether `code` asks the broker a question in Kafka's shape (a group's
+/// lag, members or committed offsets, a topic's watermarks) or opens a
+/// `Position` or `Stretch` (its lane and its place in it).
+fn reads_kafkas_answers(code: &str) -> bool {
+    let code = without_strings(code);
+    [
+        ".group_lag(",
+        ".watermarks(",
+        ".group_members(",
+        ".group_stable(",
+        ".group_committed(",
+        ".written_to(",
+        "Position::new(",
+        "Stretch::new(",
+        ".lane()",
+        ".at()",
+    ]
+    .iter()
+    .any(|w| code.contains(w))
+}
+
+#[test]
+fn the_broker_row_of_the_development_doc_names_every_file_that_reads_kafkas_answers() {
+    // Issue 65: docs/development.md said a second broker touched "the
+    // folder and 3 lines". The trait's answers are Kafka's in shape, so
+    // each file outside the folder that reads them would have to be read
+    // again for a broker whose lanes, groups or positions differ. The row
+    // names them, and this test keeps it true as the list shrinks.
+    let mut all = Vec::new();
+    files(&src(), &mut all);
+    let skip = test_only_files(&all);
+    let kafka_wire = src().join("nemesis/proxy/kafka.rs");
+    let reading: Vec<String> = all
+        .iter()
+        .filter(|f| !f.starts_with(src().join("broker")) && **f != kafka_wire && !skip.contains(*f))
+        .filter(|f| reads_kafkas_answers(&code(&std::fs::read_to_string(f).unwrap())))
+        .map(|f| f.strip_prefix(src()).unwrap().display().to_string())
+        .collect();
+    let doc = std::fs::read_to_string(src().join("../docs/development.md")).unwrap();
+    let row = doc.lines().find(|l| l.starts_with("| a broker |")).expect("the broker row of docs/development.md");
+    let count = format!("{} files outside `src/broker/`", reading.len());
+    assert!(row.contains(&count), "the broker row must say \"{count}\": {reading:?}");
+    for f in &reading {
+        assert!(row.contains(&format!("`{f}`")), "the broker row must name `{f}`: {reading:?}");
+    }
+}
+
+#[test]
+fn the_kafka_answer_check_sees_a_lag_and_an_opened_position() {
+    assert!(reads_kafkas_answers("let lag = ctx.broker.group_lag(&g, &t).await;"));
+    assert!(reads_kafkas_answers("let (l, a) = (p.lane(), p.at());"));
+    assert!(!reads_kafkas_answers("let s = \".group_lag(\"; let at = deadline;"));
+}
