@@ -245,7 +245,8 @@ impl FaultInjector {
     /// `point`'s rate for `component` (per second for an aimed kill, per
     /// occurrence otherwise): its role's own (`service` for `service-1`),
     /// or the scenario's.
-    fn rate_for(&self, point: FaultPoint, component: &str) -> f64 {
+    /// `point`'s rate on `component` (a role's own, else the point's).
+    pub fn rate_for(&self, point: FaultPoint, component: &str) -> f64 {
         let role = component.split_once('-').map_or(component, |(role, _)| role);
         self.role_rates
             .iter()

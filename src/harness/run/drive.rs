@@ -292,11 +292,19 @@ pub(super) fn calm_after(ctx: &Ctx, stats: Arc<Stats>, total: u64) -> Option<Cal
             let caught_up = rest.holds(lag);
             // Every window the file sets is struck once before the calm: a
             // run whose faults never fired proves nothing.
-            let unstruck = ctx.faults.unstruck();
+            let mut unstruck: Vec<&str> = ctx.faults.unstruck().iter().map(|p| p.name()).collect();
+            // A writer's held COMMIT opens its window (rows committed out of
+            // insert order) only once another writer's commit overtakes it:
+            // a hold confirmed with none reordered nothing. One run in ten of
+            // a relay that marks a range passed so, its service's holds never
+            // overtaken before the calm.
+            let holds = ctx.faults.rate_for(crate::faults::FaultPoint::DbHoldCommit, "service") > 0.0;
+            if holds && Stats::get(&stats.writer_holds_overtaken) == 0 {
+                unstruck.push("db.hold_commit (a writer's, overtaken)");
+            }
             if (caught_up && unstruck.is_empty()) || tokio::time::Instant::now() >= deadline {
                 // Whether the consumers caught up or the wait ran out.
                 let waited_ms = written.elapsed().as_millis() as u64;
-                let unstruck: Vec<&str> = unstruck.iter().map(|p| p.name()).collect();
                 tracing::info!(lag, caught_up, ?unstruck, waited_ms, "the calm's share is written");
                 break;
             }
@@ -397,6 +405,33 @@ mod tests {
         ctx.stats.payments_written.store(8, std::sync::atomic::Ordering::Relaxed);
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(ctx.faults.is_calm(), "a backlog within the rest: the calm begins once the share is written");
+    }
+
+    /// With the service's COMMITs held, the calm waits for one that another
+    /// writer's commit overtook: a hold none overtook reordered nothing.
+    #[tokio::test]
+    async fn the_calm_waits_for_a_writers_hold_that_was_overtaken() {
+        let file = "[workload]\npayments = 10\n[run]\ncomponents = \"process\"\n[nemesis]\ncalm_after = 0.8\n[faults]\ndb_hold_commit = 0.05\n\
+                    [faults.service]\ndb_hold_commit = 0.15\n";
+        let h = crate::pipeline::testing::harness(file).await;
+        let ctx = &h.ctx;
+        assert!(
+            ctx.faults.rate_for(crate::faults::FaultPoint::DbHoldCommit, "service-1") > 0.0,
+            "the service's own rate"
+        );
+        tokio::time::pause();
+        let _calm = calm_after(ctx, ctx.stats.clone(), 10).expect("calm_after is set");
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        ctx.stats.payments_written.store(8, std::sync::atomic::Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // Confirmed, as a consumer's hold or a writer's none overtook is.
+        ctx.faults.confirm(crate::faults::FaultPoint::DbHoldCommit, 1);
+        ctx.stats.writer_hold(0);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!ctx.faults.is_calm(), "caught up, but the one writer's hold was overtaken by none");
+        ctx.stats.writer_hold(2);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(ctx.faults.is_calm(), "a hold two commits overtook: the calm begins");
     }
 
     /// A slow machine makes a drain slower, not failed: each new low of the
