@@ -114,14 +114,31 @@ async function main() {
     [shutdownListener] = initializePollingMessageListener(inboxConfig, [orderPlacedHandler], logger);
   }
 
+  // A client of the pool for executeTransaction, as the README's
+  // `executeTransaction(await pool.connect(), ...)`, with one difference: an
+  // 'error' listener. The pool removes its own while a client is checked
+  // out, and a connection reset mid-transaction (the fault proxy's lost
+  // COMMIT answer) then emits an 'error' no one listens to, which ends the
+  // process: the README's code as written did, in the first run of
+  // recommended.toml. The query in flight fails as well; executeTransaction
+  // rolls back and releases the client with the error (the pool drops it).
+  const checkout = async () => {
+    const client = await pool.connect();
+    if (!client.ptoErrorListener) {
+      client.ptoErrorListener = true;
+      client.on('error', e => logger.warn(`database connection lost: ${e.message}`));
+    }
+    return client;
+  };
+
   // The receive half.
   const store = async message => {
     if (applyDirectly) {
       // THE BUG: no inbox, the effect straight from the topic.
-      await executeTransaction(await pool.connect(), client => applyOrderPlaced(message, client), IsolationLevel.ReadCommitted);
+      await executeTransaction(await checkout(), client => applyOrderPlaced(message, client), IsolationLevel.ReadCommitted);
       return;
     }
-    await executeTransaction(await pool.connect(), client => storeInboxMessage(message, client), IsolationLevel.ReadCommitted);
+    await executeTransaction(await checkout(), client => storeInboxMessage(message, client), IsolationLevel.ReadCommitted);
   };
 
   const kafka = new Kafka({ clientId: INSTANCE, brokers: (process.env.CHAOS_BROKERS || '').split(','), logLevel: logLevel.WARN });
