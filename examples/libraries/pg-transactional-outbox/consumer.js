@@ -16,8 +16,9 @@
 //            the library's transaction, which has locked the inbox row and
 //            checked it is not processed, insert the shipment (message id,
 //            order id) and take the quantity off the stock; the library then
-//            sets processed_at and commits. Max-attempts and poisonous-message
-//            protection on, as the README advises for the inbox.
+//            sets processed_at and commits. No message is ever given up
+//            (common.js: the README's protections give up on healthy
+//            messages under faults; --readme-protections puts them back).
 //
 // A kill before the store's commit: the offset was not committed, the
 // message comes again. After it: the row is durable; a redelivery stores
@@ -39,7 +40,7 @@ const {
   initializeMessageStorage,
   initializePollingMessageListener,
 } = require('pg-transactional-outbox');
-const { dbConfig, pollingConfig, logger: makeLogger, INSTANCE, sleep } = require('./common');
+const { README_PROTECTIONS, dbConfig, pollingConfig, logger: makeLogger, INSTANCE, sleep } = require('./common');
 
 const logger = makeLogger('consumer');
 const inboxConfig = pollingConfig('inbox');
@@ -91,7 +92,7 @@ async function main() {
   process.on('SIGINT', stop);
   process.on('unhandledRejection', e => logger.error(`unhandled: ${(e && e.stack) || e}`));
   const applyDirectly = process.argv.includes('--apply-directly');
-  logger.info(`start: incarnation ${process.env.CHAOS_INCARNATION || '?'}${applyDirectly ? ' (THE BUG: --apply-directly)' : ''}`);
+  logger.info(`start: incarnation ${process.env.CHAOS_INCARNATION || '?'}${applyDirectly ? ' (THE BUG: --apply-directly)' : ''}${README_PROTECTIONS ? ' (--readme-protections)' : ''}`);
   const sessionTimeout = parseInt(process.env.CHAOS_SESSION_TIMEOUT_MS || '6000', 10);
 
   // The database first: the harness strikes a process only once its

@@ -15,7 +15,8 @@
 // the broker acknowledged the message (acks -1): a kill before the COMMIT
 // sends the message again once its lock has run out (a duplicate, which the
 // inbox absorbs), never loses it. A send that fails throws: the library
-// counts a finished attempt and the message comes again after its lock.
+// counts a finished attempt and the message comes again after its lock
+// (never given up: common.js).
 //
 // On the topic: key = aggregateId (the order id), headers event_id = the
 // message id and event_type = messageType, value = the message as JSON
@@ -24,7 +25,7 @@
 'use strict';
 const { Kafka, logLevel } = require('kafkajs');
 const { initializePollingMessageListener } = require('pg-transactional-outbox');
-const { pollingConfig, logger: makeLogger, transportMessage, INSTANCE, sleep } = require('./common');
+const { README_PROTECTIONS, pollingConfig, logger: makeLogger, transportMessage, INSTANCE, sleep } = require('./common');
 
 const logger = makeLogger('relay');
 const topic = process.env.CHAOS_TOPIC;
@@ -43,7 +44,7 @@ async function main() {
   process.on('SIGINT', stop);
   // Nothing may end this process but a signal (contract, section 5).
   process.on('unhandledRejection', e => logger.error(`unhandled: ${(e && e.stack) || e}`));
-  logger.info(`start: incarnation ${process.env.CHAOS_INCARNATION || '?'}`);
+  logger.info(`start: incarnation ${process.env.CHAOS_INCARNATION || '?'}${README_PROTECTIONS ? ' (--readme-protections)' : ''}`);
 
   const kafka = new Kafka({
     clientId: INSTANCE,
