@@ -29,7 +29,7 @@
 // kafkajs has no static membership (CHAOS_INSTANCE unused): a restart
 // rebalances the group. sessionTimeout from CHAOS_SESSION_TIMEOUT_MS.
 //
-// --apply-directly (THE BUG, not used by the .toml files yet): skips the
+// --apply-directly (THE BUG, broken-apply-directly.toml): skips the
 // inbox and applies the effect in the Kafka handler's own transaction.
 'use strict';
 const { Kafka, logLevel } = require('kafkajs');
