@@ -6,6 +6,13 @@
 # Usage:
 #   NODE_PATH="$(scripts/node-env.sh)" PATH="$(scripts/python-env.sh):$PATH" \
 #     chaos run examples/node/orders-node.toml
+#   NODE_PATH="$(scripts/node-env.sh examples/libraries/pg-transactional-outbox)" \
+#     chaos run examples/libraries/pg-transactional-outbox/orders-pto.toml
+#
+# With no argument it installs examples/node's packages into node-env; with
+# an example folder (one holding a package.json and a package-lock.json,
+# relative to the current directory or absolute) it installs that folder's
+# into node-env-<the folder's name>, so each example keeps its own.
 #
 # The packages live at ${CHAOS_CACHE_DIR:-$HOME/.cache/chaos}/node-env, beside
 # the Python venv. They are installed with `npm ci` from a copy of the
@@ -16,13 +23,22 @@
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-EXAMPLE="$SCRIPT_DIR/../examples/node"
 CACHE="${CHAOS_CACHE_DIR:-$HOME/.cache/chaos}"
-ENV_DIR="$CACHE/node-env"
-STAMP="$ENV_DIR/.lock.sha256"
 
 log() { printf 'node-env: %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+
+if [[ $# -eq 0 ]]; then
+  EXAMPLE="$SCRIPT_DIR/../examples/node"
+  ENV_DIR="$CACHE/node-env"
+elif [[ $# -eq 1 ]]; then
+  [[ -d "$1" ]] || die "no such folder: $1"
+  EXAMPLE="$(cd "$1" && pwd)"
+  ENV_DIR="$CACHE/node-env-$(basename "$EXAMPLE")"
+else
+  die "usage: scripts/node-env.sh [example folder]"
+fi
+STAMP="$ENV_DIR/.lock.sha256"
 
 # A machine without Node.js gets Debian's, as root with apt-get: the
 # examples are written for Node.js 20; kafkajs 2.2.4 and pg 8 also run on
