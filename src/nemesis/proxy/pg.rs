@@ -173,7 +173,9 @@ impl Acks {
     /// Notes a `CommandComplete`: whether it is its block's first that
     /// read or wrote rows.
     fn first_in_block(&mut self, tag: &[u8]) -> bool {
-        if tag.starts_with(b"BEGIN") {
+        // `START TRANSACTION` (node-postgres libraries with an isolation
+        // level send it) is answered with its own tag, not `BEGIN`.
+        if tag.starts_with(b"BEGIN") || tag.starts_with(b"START TRANSACTION") {
             self.block = Some(0);
             return false;
         }
@@ -503,6 +505,10 @@ mod tests {
         assert_eq!(acks.scan(&twice).unwrap().firsts, [at]);
         twice.extend_from_slice(&[msg(b'C', b"BEGIN\0"), rfq(b"T"), msg(b'C', b"INSERT 0 3\0")].concat());
         assert_eq!(acks.scan(&twice).unwrap().firsts, [whole.len() + msg(b'C', b"BEGIN\0").len() + rfq(b"T").len()]);
+        // A block opened by START TRANSACTION has its first too.
+        let start = [msg(b'C', b"START TRANSACTION\0"), rfq(b"T")].concat();
+        let block = [start.clone(), msg(b'C', b"INSERT 0 1\0"), rfq(b"T")].concat();
+        assert_eq!(Acks::default().scan(&block).unwrap().firsts, [start.len()]);
     }
 
     #[test]
