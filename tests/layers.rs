@@ -442,6 +442,21 @@ fn without_strings(code: &str) -> String {
     out
 }
 
+/// The files outside `src/broker/` and the proxy's Kafka wire, tests
+/// aside, whose code `matches`.
+fn outside_the_broker(matches: fn(&str) -> bool) -> Vec<String> {
+    let mut all = Vec::new();
+    files(&src(), &mut all);
+    assert!(all.len() > 50, "the source files were not found");
+    let skip = test_only_files(&all);
+    let kafka_wire = src().join("nemesis/proxy/kafka.rs");
+    all.iter()
+        .filter(|f| !f.starts_with(src().join("broker")) && **f != kafka_wire && !skip.contains(*f))
+        .filter(|f| matches(&code(&std::fs::read_to_string(f).unwrap())))
+        .map(|f| f.strip_prefix(src()).unwrap().display().to_string())
+        .collect()
+}
+
 /// Whether `code` names a topic position in Kafka's words: `partition`,
 /// `offset` or `watermark` (or their plurals) as a whole identifier. The
 /// iterator method `.partition(` is not one.
@@ -459,17 +474,7 @@ fn positions_are_the_brokers_words() {
     // `Topic` now; only Kafka's own code (the adapter, the proxy's wire
     // code) and the scenario's `[topic] partitions`, with its echo in the
     // report, say partition.
-    let mut all = Vec::new();
-    files(&src(), &mut all);
-    let skip = test_only_files(&all);
-    let kafka_wire = src().join("nemesis/proxy/kafka.rs");
-    let naming: Vec<String> = all
-        .iter()
-        .filter(|f| !f.starts_with(src().join("broker")) && **f != kafka_wire && !skip.contains(*f))
-        .filter(|f| names_a_position(&code(&std::fs::read_to_string(f).unwrap())))
-        .map(|f| f.strip_prefix(src()).unwrap().display().to_string())
-        .collect();
-    assert!(all.len() > 50, "the source files were not found");
+    let naming = outside_the_broker(names_a_position);
     assert!(
         naming.len() <= 6,
         "{} files outside src/broker/ name a partition, an offset or a watermark: {naming:?}",
@@ -537,16 +542,7 @@ fn the_broker_row_of_the_development_doc_names_every_file_that_reads_kafkas_answ
     // each file outside the folder that reads them would have to be read
     // again for a broker whose lanes, groups or positions differ. The row
     // names them, and this test keeps it true as the list shrinks.
-    let mut all = Vec::new();
-    files(&src(), &mut all);
-    let skip = test_only_files(&all);
-    let kafka_wire = src().join("nemesis/proxy/kafka.rs");
-    let reading: Vec<String> = all
-        .iter()
-        .filter(|f| !f.starts_with(src().join("broker")) && **f != kafka_wire && !skip.contains(*f))
-        .filter(|f| reads_kafkas_answers(&code(&std::fs::read_to_string(f).unwrap())))
-        .map(|f| f.strip_prefix(src()).unwrap().display().to_string())
-        .collect();
+    let reading = outside_the_broker(reads_kafkas_answers);
     let doc = std::fs::read_to_string(src().join("../docs/development.md")).unwrap();
     let row = doc.lines().find(|l| l.starts_with("| a broker |")).expect("the broker row of docs/development.md");
     let count = format!("{} files outside `src/broker/`", reading.len());

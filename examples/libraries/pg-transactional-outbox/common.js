@@ -101,4 +101,18 @@ function transportMessage(m) {
 
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
 
-module.exports = { README_PROTECTIONS, SCHEMA, INSTANCE, dbConfig, listenerSettings, pollingConfig, logger, transportMessage, sleep };
+// One connection before anything else: the harness strikes a process only
+// once its session shows, and nothing is served before the database answers.
+async function untilReachable(pool, log, stopping) {
+  while (!stopping()) {
+    try {
+      (await pool.connect()).release();
+      return;
+    } catch (e) {
+      log.warn(`database not reachable yet: ${e.message}`);
+      await sleep(500);
+    }
+  }
+}
+
+module.exports = { README_PROTECTIONS, SCHEMA, INSTANCE, dbConfig, listenerSettings, pollingConfig, logger, transportMessage, sleep, untilReachable };

@@ -40,7 +40,7 @@ const {
   initializeMessageStorage,
   initializePollingMessageListener,
 } = require('pg-transactional-outbox');
-const { README_PROTECTIONS, dbConfig, pollingConfig, logger: makeLogger, INSTANCE, sleep } = require('./common');
+const { README_PROTECTIONS, dbConfig, pollingConfig, logger: makeLogger, INSTANCE, sleep, untilReachable } = require('./common');
 
 const logger = makeLogger('consumer');
 const inboxConfig = pollingConfig('inbox');
@@ -99,15 +99,7 @@ async function main() {
   // session shows.
   const pool = new Pool({ ...dbConfig(), max: 4, idleTimeoutMillis: 0 });
   pool.on('error', e => logger.warn(`idle database connection lost: ${e.message}`));
-  while (!stopping) {
-    try {
-      (await pool.connect()).release();
-      break;
-    } catch (e) {
-      logger.warn(`database not reachable yet: ${e.message}`);
-      await sleep(500);
-    }
-  }
+  await untilReachable(pool, logger, () => stopping);
 
   // The apply half: the library's inbox listener.
   let shutdownListener = null;

@@ -32,7 +32,7 @@ const http = require('node:http');
 const { randomUUID } = require('node:crypto');
 const { Pool } = require('pg');
 const { initializeMessageStorage } = require('pg-transactional-outbox');
-const { dbConfig, pollingConfig, logger: makeLogger, INSTANCE } = require('./common');
+const { dbConfig, pollingConfig, logger: makeLogger, INSTANCE, untilReachable } = require('./common');
 
 const TWO_TRANSACTIONS = process.argv.includes('--two-transactions');
 const logger = makeLogger('service');
@@ -177,15 +177,7 @@ async function main() {
 
   // One connection before listening: the harness sees the session, and
   // /health never answers before the database does.
-  while (!stopping) {
-    try {
-      (await pool.connect()).release();
-      break;
-    } catch (e) {
-      logger.warn(`database not reachable yet: ${e.message}`);
-      await new Promise(r => setTimeout(r, 500));
-    }
-  }
+  await untilReachable(pool, logger, () => stopping);
   if (stopping) return;
   const port = parseInt(process.env.CHAOS_PORT || '8080', 10);
   server = http.createServer((req, res) =>

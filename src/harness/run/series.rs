@@ -187,7 +187,7 @@ pub(super) fn sample(
         let mut series = Vec::new();
         loop {
             let sample = sampler.sample().await;
-            latest.send_replace(Some(sample.clone()));
+            latest.send_replace(Some(sample));
             series.push(sample);
             if series.len() >= report::SERIES_MAX {
                 series = series.into_iter().step_by(2).collect();
