@@ -514,6 +514,58 @@ fn the_checkers_read_the_runs_history_taken_once() {
     assert!(taking.is_empty(), "files of the harness that take the run's record themselves: {taking:?}");
 }
 
+/// The words of a loop that belongs to the run's skeleton: waiting on a
+/// signal, turning the nemesis on or off, the calm, the stall of the
+/// workload, and the verdict.
+const THE_SKELETONS_WORDS: [&str; 8] = [
+    "interrupt::requested",
+    "set_acting(",
+    "acting.begin",
+    "acting.stop",
+    "calm_after(",
+    "verdict::verdict",
+    ".judged(",
+    "judgeable(",
+];
+
+/// Which of the skeleton's words `code` says.
+fn skeletons_words(code: &str) -> Vec<&'static str> {
+    THE_SKELETONS_WORDS.iter().copied().filter(|w| code.contains(w)).collect()
+}
+
+#[test]
+fn no_system_kind_owns_a_phase_of_the_run() {
+    // Issue 65: each kind of system had its own drive, its own loop that
+    // turned the faults off and drained, and its own judge, and they
+    // drifted (an incomplete payments run was verified, a declared one was
+    // not; a stalled relay was judged only at zero lag on one path). The
+    // skeleton (`run/phases.rs`) owns every phase; a kind answers
+    // questions (`run/reference.rs`, `run/declared/`).
+    let run = src().join("harness/run");
+    let mut kinds = vec![run.join("reference.rs")];
+    files(&run.join("declared"), &mut kinds);
+    let skip = test_only_files(&kinds);
+    let owning: Vec<String> = kinds
+        .iter()
+        .filter(|f| !skip.contains(*f))
+        .filter_map(|f| {
+            let words = skeletons_words(&code(&std::fs::read_to_string(f).unwrap()));
+            (!words.is_empty()).then(|| format!("{} says {words:?}", f.strip_prefix(src()).unwrap().display()))
+        })
+        .collect();
+    assert!(kinds.len() >= 4, "the kinds' files were not found: {kinds:?}");
+    assert!(owning.is_empty(), "a system kind runs a phase of the run itself: {owning:?}");
+    let skeleton = code(&std::fs::read_to_string(run.join("phases.rs")).expect("run/phases.rs"));
+    assert_eq!(skeletons_words(&skeleton).len(), THE_SKELETONS_WORDS.len(), "the skeleton's phases moved");
+}
+
+#[test]
+fn the_phase_check_sees_a_kind_with_its_own_drain_loop() {
+    let own = "loop { tokio::select! { r = drain(ctx) => {}, _ = crate::harness::interrupt::requested() => {} } }";
+    assert_eq!(skeletons_words(own), vec!["interrupt::requested"]);
+    assert!(skeletons_words("fn left(ctx: &Ctx) -> Left { todo!() }").is_empty());
+}
+
 /// Whether `code` asks the broker a question in Kafka's shape (a group's
 /// lag, members or committed offsets, a topic's watermarks) or opens a
 /// `Position` or `Stretch` (its lane and its place in it).

@@ -528,6 +528,26 @@ fn a_consumer_that_stops_applying_is_a_stalled_consumer() {
     );
 }
 
+/// Issue 65: one rule for an incomplete run, whatever the system: a
+/// declared run cut short by a consumer that exits on its own is verified
+/// as a payments run is, and its figures are shown as partial (it was not
+/// verified at all).
+#[test]
+fn an_incomplete_declared_run_is_verified_and_shown_partial() {
+    let dir = tempfile::tempdir().unwrap();
+    let consumer = root().join("examples/orders/consumer.py");
+    let exits = format!("command = [\"sh\", \"-c\", \"python3 {} & sleep 6; kill $!; exit 7\"]", consumer.display());
+    let path = variant(dir.path(), "command = [\"python3\", \"consumer.py\"]", &exits);
+    let ran = run_declared(&path, dir.path(), None);
+    let r = ran.json();
+    assert_eq!(ran.code, 5, "{}\nstderr:\n{}", r["reason"], ran.stderr);
+    let reason = r["reason"].as_str().unwrap();
+    assert!(reason.contains("exit") && reason.ends_with("the figures above are partial"), "{reason}");
+    let judged = r["invariants"].as_array().unwrap();
+    assert!(judged.len() >= 5, "an incomplete run's invariants: {judged:?}");
+    assert!(r["system"]["acknowledged"].as_u64().unwrap() > 0, "{}", r["system"]);
+}
+
 /// Issue 39: `chaos init --system --from` puts the recommended faults
 /// under a declaration, unchanged: the correct orders system passes under
 /// them, and the inbox-first consumer, whose own scenario aims at its

@@ -6,6 +6,7 @@ mod declared;
 mod drive;
 mod history;
 mod infra;
+mod phases;
 mod reference;
 mod series;
 mod system;
@@ -175,15 +176,15 @@ async fn execute_keeping(
     let slots = lanes.as_ref().map(|l| l.slots()).unwrap_or_default();
     components.extend(crate::nemesis::timeline::start(&ctx, acting.watch(), slots));
     let (series, stop_series) = series::sample(ctx.stats.clone(), sut.from_broker(&ctx), latest);
-    let mut ran = match sut.drive(&ctx, &acting, &progress).await {
-        Ok(ran) => ran,
+    let mut driven = match phases::drive(&ctx, &sut, &acting, &progress).await {
+        Ok(driven) => driven,
         Err(e) => return Err(abandon(trigger, components, infra, e).await),
     };
     trigger.trigger();
     components.extend(ctx.tasks.take());
     let stopped = tokio::select! {
         s = drive::stop(components) => s,
-        _ = crate::harness::interrupt::requested(), if !ran.interrupted => { ran.interrupted = true; Stopped::default() }
+        _ = crate::harness::interrupt::requested(), if !driven.ran.interrupted => { driven.ran.interrupted = true; Stopped::default() }
     };
     let _ = stop_series.send(());
     let series = series.await.unwrap_or_default();
@@ -197,17 +198,17 @@ async fn execute_keeping(
         Some(p) => Some(p.stop_and_take_record().await),
         None => None,
     };
-    why_incomplete(&mut ran, sut.failure(), &stopped);
+    why_incomplete(&mut driven.ran, sut.failure(), &stopped);
 
     let mut rep = assemble::skeleton(&sc, &names, &infra.info, &ctx.faults, &ctx.stats);
     sut.shape(&mut rep);
     rep.series = series;
-    rep.timings = timings(setup_ms, &ran);
+    rep.timings = timings(setup_ms, &driven.ran);
     let t_verify = Instant::now();
     progress.phase(Phase::Verify);
     let history = sut.history(&ctx, emails, !stopped.stuck.is_empty());
-    crate::context::memory::hand_back_before_judging(!ran.interrupted && ran.incomplete.is_none());
-    sut.judge(&mut rep, &ctx, &mut ran, history).await;
+    crate::context::memory::hand_back_before_judging(!driven.ran.interrupted && driven.ran.incomplete.is_none());
+    phases::judge(&mut rep, &ctx, &sut, &mut driven, history).await;
     progress.finish();
     rep.timings.verify_ms = t_verify.elapsed().as_millis() as u64;
     rep.timings.total_ms = started.elapsed().as_millis() as u64;

@@ -4,15 +4,15 @@
 //! after the notifiers' group has settled, the drain, and the payments
 //! verifier.
 
-use super::drive::{self, Left, Ran, Undrained};
+use super::drive::{self, Left, Undrained};
 use super::history::History;
 use super::infra::Infra;
-use crate::context::{settled, Ctx, Named, Stats};
+use super::phases::Checked;
+use crate::context::{settled, Ctx, Named};
 use crate::domain::names::RunNames;
 use crate::error::{Error, Result};
 use crate::faults::FaultPoint;
 use crate::harness::infra::Endpoints;
-use crate::nemesis::acting::Acting;
 use crate::nemesis::process::program::{Database, Programs};
 use crate::nemesis::proxy::Lanes;
 use crate::pipeline::{notifier, relay, workload};
@@ -20,7 +20,7 @@ use crate::report::progress::{Phase, Progress};
 use crate::report::Report;
 use crate::scenario::{Components, Scenario};
 use crate::store::{CommitGate, Store};
-use crate::verifier::{pass, verdict, Verdict};
+use crate::verifier::pass;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
@@ -60,11 +60,18 @@ impl Reference {
         self.programs.as_ref()
     }
 
-    pub async fn drive(&self, ctx: &Ctx, acting: &Acting, progress: &Progress) -> Result<Ran> {
+    /// The payment workload, after the notifiers' group has settled (when
+    /// the notifiers are ours): it records its intent in the context.
+    pub async fn workload(&self, ctx: &Ctx, progress: &Progress) -> Result<()> {
         let Some(workload_ctx) = &self.workload_ctx else {
             return Err(Error::Internal("the pipeline was not started".into()));
         };
-        Ok(drive(ctx, workload_ctx, self.programs.as_ref(), acting, progress).await)
+        if !self.programs.as_ref().is_some_and(|p| p.has_notifier()) {
+            progress.phase(Phase::Group);
+            group_ready(ctx).await;
+        }
+        progress.phase(Phase::Workload);
+        workload::run(workload_ctx.clone()).await
     }
 }
 
@@ -126,114 +133,6 @@ async fn start_components(
     Ok((programs, components, workload_ctx))
 }
 
-/// Resolves with the first failure of a program under test; never, when
-/// the notifier is the reference one.
-async fn program_failure(programs: Option<&Programs>) -> String {
-    match programs {
-        Some(p) => p.failed().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The workload (after the group wait, until it writes no payment for
-/// [`WORKLOAD_STALL`]),
-/// then the drain; either may be cut short by a signal, or by a program
-/// under test that failed. After a signal, a second one exits at once.
-async fn drive(
-    ctx: &Ctx,
-    workload_ctx: &Ctx,
-    programs: Option<&Programs>,
-    acting: &Acting,
-    progress: &Progress,
-) -> Ran {
-    let mut ran = Ran::default();
-    let mut failed = std::pin::pin!(program_failure(programs));
-    let t_work = Instant::now();
-    if let Some(p) = programs {
-        tokio::select! {
-            r = p.ready(ctx) => if let Err(why) = r { ran.incomplete = Some(why) },
-            _ = crate::harness::interrupt::requested() => ran.interrupted = true,
-        }
-        // The nemesis acts from here until the pipeline has drained: a
-        // consumer does most of its work while it catches up, after the
-        // payment service has stopped writing.
-        p.set_acting(true);
-    }
-    acting.begin();
-    // The calm goes on through the drain: it waits for the consumers too.
-    let _calm = drive::calm_after(ctx, workload_ctx.stats.clone(), ctx.scenario.payments);
-    if ran.incomplete.is_none() && !ran.interrupted {
-        let workload = async {
-            if !programs.is_some_and(|p| p.has_notifier()) {
-                progress.phase(Phase::Group);
-                group_ready(ctx).await;
-            }
-            progress.phase(Phase::Workload);
-            workload::run(workload_ctx.clone()).await
-        };
-        tokio::select! {
-            r = workload => if let Err(e) = r {
-                ran.incomplete = Some(format!("the workload stopped: {e}"))
-            },
-            why = workload_stalled(&workload_ctx.stats, ctx.scenario.payments) => ran.incomplete = Some(why),
-            why = &mut failed => ran.incomplete = Some(why),
-            _ = crate::harness::interrupt::requested() => ran.interrupted = true,
-        }
-    }
-    ran.workload_ms = t_work.elapsed().as_millis() as u64;
-    let t_drain = Instant::now();
-    progress.phase(Phase::Drain);
-    drain_or_judge(ctx, programs, acting, failed, &mut ran).await;
-    ran.drain_ms = t_drain.elapsed().as_millis() as u64;
-    ran
-}
-
-/// The drain, cut short by a program that failed or a signal; the faults
-/// from outside stop when it ends.
-async fn drain_or_judge(
-    ctx: &Ctx,
-    programs: Option<&Programs>,
-    acting: &Acting,
-    mut failed: std::pin::Pin<&mut impl std::future::Future<Output = String>>,
-    ran: &mut Ran,
-) {
-    let stop_faults = || async {
-        if let Some(p) = programs {
-            p.set_acting(false);
-        }
-        acting.stop().await;
-    };
-    // Undrained with outbox rows left, the faults from outside stop and the
-    // relays get one more drain timeout, as a declared system's do: a relay
-    // the faults only slowed publishes then. One that still leaves rows
-    // behind while the consumers have caught up has stalled: the run is
-    // judged (its rows are `unpublished leftover`s), not INCOMPLETE.
-    let mut faults_off = false;
-    while ran.incomplete.is_none() && !ran.interrupted {
-        tokio::select! {
-            r = drain(ctx) => match r {
-                Ok(()) => break,
-                Err(u) if u.unpublished > 0 && !faults_off => {
-                    info!(left = u.unpublished, "outbox rows still unpublished at the drain timeout: the faults stop, the relays get one more");
-                    faults_off = true;
-                    stop_faults().await;
-                }
-                Err(u) if u.unpublished > 0 && u.lag == 0 => {
-                    warn!(left = u.unpublished, "the relays left outbox rows unpublished with the faults off: judging the run");
-                    break;
-                }
-                Err(u) => ran.incomplete = Some(match programs {
-                    Some(p) => format!("{}; {}", u.why, p.stderr_of_first()),
-                    None => u.why,
-                }),
-            },
-            why = &mut failed => ran.incomplete = Some(why),
-            _ = crate::harness::interrupt::requested() => ran.interrupted = true,
-        }
-    }
-    stop_faults().await;
-}
-
 /// How long the workload waits for the notifiers' group to settle: on a
 /// real broker (measured: 0.6-2.1 s), and on the mock cluster, where a group
 /// settles in about 1.1 s, or 3.1 s when a notifier had to join again
@@ -281,120 +180,30 @@ const STILL_SETTLED: Duration = Duration::from_millis(50);
 
 /// The reference pipeline's drain: its outbox rows unpublished, its
 /// notifiers' zombies.
-async fn drain(ctx: &Ctx) -> std::result::Result<(), Undrained> {
+pub(super) async fn drain(ctx: &Ctx) -> std::result::Result<(), Undrained> {
     let left = || async { Ok(Left { unpublished: ctx.store.unpublished().await?, busy: ctx.coord.zombies() > 0 }) };
     drive::drain_until_done(ctx, "the pipeline", "outbox rows unpublished", left).await
 }
 
-/// How long the workload may go without writing a payment, group wait
-/// included. A bound on progress, not on the whole: a busy machine, or a
-/// PostgreSQL recovering from `db.restart` beside it, makes the workload
-/// slower, and only one that is stuck stops writing for this long. (A
-/// bound of 120 s on the whole of 1,000 payments ended the infrastructure
-/// faults' run INCOMPLETE beside two busy loops.)
-const WORKLOAD_STALL: Duration = Duration::from_secs(120);
-
-/// Returns, with the reason, once the workload has written no payment for
-/// [`WORKLOAD_STALL`]; never while it writes.
-async fn workload_stalled(stats: &Stats, payments: u64) -> String {
-    let mut last = Stats::get(&stats.payments_written);
-    let mut since = tokio::time::Instant::now();
-    loop {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let now = Stats::get(&stats.payments_written);
-        if now != last {
-            (last, since) = (now, tokio::time::Instant::now());
-        } else if since.elapsed() >= WORKLOAD_STALL {
-            return format!(
-                "the workload wrote no payment for {} s ({last} of {payments} written); a component or service may be stuck",
-                WORKLOAD_STALL.as_secs()
-            );
-        }
-    }
-}
-
-/// Verifies the run from its history, unless it was interrupted or
-/// something may still write, and sets the report's findings and verdict.
-pub(super) async fn judge(rep: &mut Report, ctx: &Ctx, ran: &mut Ran, h: History) {
-    let History { intent, faults: history, summary, provider, still_running, .. } = h;
-    let emails = provider.as_ref();
-    let sc = &ctx.scenario;
-    // The verifier reads through a fresh pool, as the declared path's
-    // does: after the nemesis restarted PostgreSQL or ended sessions, the
-    // pool's connections may be dead. Not for a run that will not be read:
-    // an interrupted one may have lost PostgreSQL, and a new pool would
-    // wait out its connect timeout for nothing.
-    let judged = !(ran.interrupted || still_running);
-    let store = if judged { ctx.store.renewed(2).await } else { ctx.store.clone() };
-    let verified = if !judged {
-        None
-    } else {
-        tokio::select! {
-            r = pass::verify(&store, &ctx.broker, &ctx.names.topic, sc, intent, &history, emails) => Some(r),
-            _ = crate::harness::interrupt::requested() => { ran.interrupted = true; None }
-        }
-    };
-    let pass::Verified { reconciliation: r, topic_side, confirmed } = match ran.judgeable(still_running, verified) {
-        Ok(found) => found,
-        Err((v, why)) => return rep.judged(v, why, ctx.faults.fired_schedule()),
-    };
+/// What the payments pipeline judges that no other system has: the
+/// ledger's pass over its tables and topic (the core checker composed
+/// under it), each anomaly's story and cause, the receipts' provider
+/// calls, the counts and the latency.
+pub(super) async fn check(rep: &mut Report, ctx: &Ctx, store: &Store, h: History) -> Result<Checked> {
+    let History { intent, faults: history, provider, .. } = h;
+    let (sc, emails) = (&ctx.scenario, provider.as_ref());
+    let verified = pass::verify(store, &ctx.broker, &ctx.names.topic, sc, intent, &history, emails).await?;
+    let pass::Verified { reconciliation: r, topic_side, confirmed } = verified;
     let mut anomalies = r.anomalies;
-    verdict::allow(&mut anomalies, &sc.allowed_anomalies);
-    rep.stories = pass::stories(&store, &anomalies, topic_side, &history).await;
-    pass::attribute(&store, &mut anomalies, &rep.stories, &history, sc).await;
+    rep.stories = pass::stories(store, &anomalies, topic_side, &history).await;
+    pass::attribute(store, &mut anomalies, &rep.stories, &history, sc).await;
     if let Some(record) = emails {
         crate::verifier::add_provider_calls(&mut rep.stories, record, history.started_epoch_ms);
     }
-    // The injector's counts and what the checkers found confirmed: the
-    // injector keeps what the run recorded, and nothing is written back.
-    rep.faults = summary;
-    crate::faults::add_confirmed(&mut rep.faults, &confirmed);
-    let chaos = verdict::chaos_checks(&rep.faults);
-    let (v, why) = verdict::verdict(sc.exactly_once, &r.invariants, &anomalies, &chaos, &rep.faults);
     rep.counts = r.counts;
-    rep.invariants = r.invariants;
-    rep.anomalies = anomalies;
-    rep.chaos_checks = chaos;
-    rep.latency_ms = pass::latency(&store).await.unwrap_or_else(|e| {
+    rep.latency_ms = pass::latency(store).await.unwrap_or_else(|e| {
         warn!(cause = %e, "measuring the latency failed");
         None
     });
-    let (v, why) = match &ran.incomplete {
-        // Nothing ran, so there are no figures to call partial.
-        Some(reason) if rep.counts.payments_committed == 0 => {
-            (Verdict::Incomplete, format!("{reason}; the workload never started, so nothing was judged"))
-        }
-        Some(reason) => (Verdict::Incomplete, format!("{reason}; the figures above are partial")),
-        None => (v, why),
-    };
-    rep.judged(v, why, ctx.faults.fired_schedule());
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The workload's bound is on progress: a slow workload that keeps
-    /// writing is never cut, one that stops is, 120 s after its last write.
-    #[tokio::test(start_paused = true)]
-    async fn a_workload_is_cut_only_when_it_stops_writing() {
-        let stats = std::sync::Arc::new(Stats::default());
-        let writer = {
-            let stats = stats.clone();
-            tokio::spawn(async move {
-                // One payment a minute for five minutes: slower than any
-                // whole-run bound of 120 s would allow.
-                for _ in 0..5 {
-                    tokio::time::sleep(Duration::from_secs(60)).await;
-                    Stats::add(&stats.payments_written, 1);
-                }
-            })
-        };
-        let started = tokio::time::Instant::now();
-        let why = workload_stalled(&stats, 9).await;
-        writer.await.unwrap();
-        let took = started.elapsed();
-        assert!(took >= Duration::from_secs(300 + 120) && took <= Duration::from_secs(300 + 122), "{took:?}");
-        assert!(why.contains("no payment for 120 s (5 of 9 written)"), "{why}");
-    }
+    Ok(Checked { invariants: r.invariants, anomalies, confirmed })
 }

@@ -4,24 +4,26 @@
 //! consumers as processes). The run's skeleton (`super::execute_keeping`)
 //! asks each the same questions in the same order.
 
-use super::declared::Declared;
-use super::drive::Ran;
+use super::declared::{Declared, RelayStall, Stall, Stalls};
+use super::drive::Undrained;
 use super::history::History;
 use super::infra::Infra;
+use super::phases::Checked;
 use super::reference::{self, Reference};
 use super::series::FromBroker;
 use crate::context::{Ctx, Named};
 use crate::domain::names::RunNames;
 use crate::error::Result;
 use crate::harness::infra::Endpoints;
-use crate::nemesis::acting::Acting;
 use crate::nemesis::process::program::Programs;
 use crate::nemesis::proxy::Lanes;
 use crate::provider::Record;
 use crate::report::progress::Progress;
 use crate::report::Report;
 use crate::scenario::Scenario;
+use crate::store::Store;
 use std::path::Path;
+use std::time::Duration;
 
 /// Each kind boxed: the skeleton moves one of them, of about 1 KB.
 pub(super) enum SystemUnderTest {
@@ -88,22 +90,59 @@ impl SystemUnderTest {
         }
     }
 
-    /// The workload, then the drain. An error is a system that could not
-    /// be run at all (a service that never answered). A program that said
-    /// it lacks something is the run's one error, whatever wait it cut
-    /// short (a service's health, the group's).
-    pub async fn drive(&mut self, ctx: &Ctx, acting: &Acting, progress: &Progress) -> Result<Ran> {
-        let ran = match self {
-            Self::Reference(r) => r.drive(ctx, acting, progress).await,
-            Self::Declared(d) => d.drive(ctx, acting, progress).await,
-        };
-        match self.lacking() {
-            Some(why) => Err(crate::Error::Service(why)),
-            None => ran,
+    /// Reaches the system before anything else: a declared service that
+    /// never answers is an error (exit 3).
+    pub async fn reach(&self, ctx: &Ctx) -> Result<()> {
+        match self {
+            Self::Reference(_) => Ok(()),
+            Self::Declared(d) => d.reach(ctx).await,
         }
     }
 
-    fn programs(&self) -> Option<&Programs> {
+    /// The workload, which records its intent as it goes (the payments
+    /// pipeline's in the context, a declared system's in its record).
+    pub async fn workload(&self, ctx: &Ctx, progress: &Progress) -> Result<()> {
+        match self {
+            Self::Reference(r) => r.workload(ctx, progress).await,
+            Self::Declared(d) => d.workload(ctx, progress).await,
+        }
+    }
+
+    /// The drain: until nothing is left to publish or consume, or its clock
+    /// runs out (`drive::drain_until_done`).
+    pub async fn drain(&self, ctx: &Ctx) -> std::result::Result<(), Undrained> {
+        match self {
+            Self::Reference(_) => reference::drain(ctx).await,
+            Self::Declared(d) => d.drain(ctx).await,
+        }
+    }
+
+    /// The rows a relay left with the faults off, as its stall, when the
+    /// system's checkers tell a stall apart (the payments checker counts
+    /// them as `unpublished leftover`s).
+    pub async fn relay_stall(&self, left: i64, waited: Duration, fault_free: Duration) -> Option<RelayStall> {
+        match self {
+            Self::Reference(_) => None,
+            Self::Declared(d) => Some(d.relay_stall(left, waited, fault_free).await),
+        }
+    }
+
+    /// Whether the system can say what it has pending, and so settles.
+    pub fn settles(&self) -> bool {
+        matches!(self, Self::Declared(_))
+    }
+
+    /// The settle after the drain: None once quiet, the stall when its
+    /// pending work outlasted the clock.
+    pub async fn settle(&self, ctx: &Ctx, first: &mut Option<u64>) -> Result<Option<Stall>> {
+        match self {
+            Self::Reference(_) => Ok(None),
+            Self::Declared(d) => d.settle(ctx, first).await,
+        }
+    }
+
+    /// The programs under test, when the system runs any.
+    pub fn programs(&self) -> Option<&Programs> {
         match self {
             Self::Reference(r) => r.programs(),
             Self::Declared(d) => d.programs(),
@@ -121,17 +160,26 @@ impl SystemUnderTest {
         self.programs().and_then(|p| p.lacking())
     }
 
-    /// The checkers' pass over what the run recorded, and the verdict.
-    pub async fn judge(&self, rep: &mut Report, ctx: &Ctx, ran: &mut Ran, history: History) {
+    /// The kind's checkers over what the run recorded and its ground
+    /// truth (read through `store`).
+    pub async fn check(
+        &self,
+        rep: &mut Report,
+        ctx: &Ctx,
+        store: &Store,
+        history: History,
+        stalls: &Stalls,
+        pending: Option<u64>,
+    ) -> Result<Checked> {
         match self {
-            Self::Reference(_) => reference::judge(rep, ctx, ran, history).await,
-            Self::Declared(d) => d.judge(rep, ctx, ran, history).await,
+            Self::Reference(_) => reference::check(rep, ctx, store, history).await,
+            Self::Declared(d) => d.check(rep, ctx, store, history, stalls, pending).await,
         }
     }
 
     /// What the run recorded, taken once, now that every component has
     /// stopped: the checkers read it ([`History`]).
-    pub fn history(&mut self, ctx: &Ctx, provider: Option<Record>, still_running: bool) -> History {
+    pub fn history(&self, ctx: &Ctx, provider: Option<Record>, still_running: bool) -> History {
         let (intent, operations) = match self {
             Self::Reference(_) => (ctx.intent.take(), vec![]),
             Self::Declared(d) => (vec![], d.take_operations()),

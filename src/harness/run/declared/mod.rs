@@ -8,15 +8,17 @@ mod settle;
 mod setup;
 mod workload;
 
-use super::drive::{self, Ran};
+pub(super) use settle::{RelayStall, Stall, Stalls};
+
+use super::drive::Undrained;
 use super::history::History;
 use super::infra::Infra;
+use super::phases::Checked;
 use crate::context::{Ctx, Named};
 use crate::domain::names::RunNames;
 use crate::domain::operations::Operation;
 use crate::error::{Error, Result};
 use crate::harness::infra::Endpoints;
-use crate::nemesis::acting::Acting;
 use crate::nemesis::process::program::{Database, Programs};
 use crate::nemesis::proxy::Lanes;
 use crate::report::progress::{Phase, Progress};
@@ -24,11 +26,11 @@ use crate::report::Report;
 use crate::scenario::{Scenario, ServiceDecl, System};
 use crate::store::postgres::PgStore;
 use crate::store::Store;
+use crate::verifier::attribution;
 use crate::verifier::declared::Books;
-use crate::verifier::{attribution, verdict};
-use settle::Stalls;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The harness's own connections: the drain's probes and the verifier.
 const CONNECTIONS: u32 = 4;
@@ -42,9 +44,7 @@ pub(super) struct Declared {
     store: Store,
     programs: Option<Programs>,
     /// The workload's record of intent.
-    ops: Vec<Operation>,
-    /// What never finished: late, not lost.
-    stalls: Stalls,
+    record: workload::Record,
 }
 
 impl Declared {
@@ -66,20 +66,13 @@ impl Declared {
         let store = Store::Postgres(pg);
         setup::set_up(&store, sys, sc, &url, names).await?;
         let infra = Infra::with_store(store.clone(), endpoints, names).await?;
-        let me =
-            Self { sys: sys.clone(), service, url, store, programs: None, ops: Vec::new(), stalls: Stalls::default() };
+        let me = Self { sys: sys.clone(), service, url, store, programs: None, record: Default::default() };
         Ok((me, infra))
     }
 
     /// How many operations the workload sends.
     pub fn operations(&self) -> u64 {
         self.sys.operation.count
-    }
-
-    /// The operations the workload asked for and how each ended, for the
-    /// run's history.
-    pub fn take_operations(&mut self) -> Vec<Operation> {
-        std::mem::take(&mut self.ops)
     }
 
     /// The user's programs, each behind its proxy slot when it has one.
@@ -97,47 +90,48 @@ impl Declared {
         self.programs.as_ref()
     }
 
-    /// The service's readiness (one that never answers cannot be reached:
-    /// exit 3), the workload, then the drain and the settle.
-    pub async fn drive(&mut self, ctx: &Ctx, acting: &Acting, progress: &Progress) -> Result<Ran> {
+    /// The service's health: one that never answers cannot be reached
+    /// (exit 3).
+    pub async fn reach(&self, ctx: &Ctx) -> Result<()> {
         let Some(programs) = &self.programs else {
             return Err(Error::Internal("a declared system not started".into()));
         };
-        let mut ran = Ran::default();
-        let t_work = std::time::Instant::now();
-        setup::healthy(programs, &self.service, ctx).await?;
-        tokio::select! {
-            r = programs.ready(ctx) => if let Err(why) = r { ran.incomplete = Some(why) },
-            _ = crate::harness::interrupt::requested() => ran.interrupted = true,
-        }
-        programs.set_acting(true);
-        acting.begin();
-        // The calm goes on through the drain: it waits for the consumers too.
-        let _calm = drive::calm_after(ctx, ctx.stats.clone(), self.sys.operation.count);
-        if ran.incomplete.is_none() && !ran.interrupted {
-            progress.phase(Phase::Workload);
-            let ports = programs.service_ports().to_vec();
-            let work = workload::run(
-                Arc::new(self.sys.operation.clone()),
-                ctx.scenario.spread,
-                ctx.scenario.seed,
-                ports,
-                ctx.faults.clone(),
-                ctx.stats.clone(),
-            );
-            tokio::select! {
-                r = work => match r {
-                    Ok(o) => self.ops = o,
-                    Err(e) => ran.incomplete = Some(format!("the workload stopped: {e}")),
-                },
-                why = programs.failed() => ran.incomplete = Some(why),
-                _ = crate::harness::interrupt::requested() => ran.interrupted = true,
-            }
-        }
-        ran.workload_ms = t_work.elapsed().as_millis() as u64;
-        progress.phase(Phase::Drain);
-        self.stalls = settle::come_to_rest(ctx, &self.store, &self.sys, programs, acting, &mut ran).await;
-        Ok(ran)
+        setup::healthy(programs, &self.service, ctx).await
+    }
+
+    /// The HTTP workload, into its record of intent: each operation asked
+    /// for and how it ended.
+    pub async fn workload(&self, ctx: &Ctx, progress: &Progress) -> Result<()> {
+        let Some(programs) = &self.programs else {
+            return Err(Error::Internal("a declared system not started".into()));
+        };
+        progress.phase(Phase::Workload);
+        let (sc, ports) = (&ctx.scenario, programs.service_ports().to_vec());
+        let op = Arc::new(self.sys.operation.clone());
+        workload::run(op, sc.spread, sc.seed, ports, ctx.faults.clone(), ctx.stats.clone(), self.record.clone()).await
+    }
+
+    /// The operations the workload sent and how each ended, for the run's
+    /// history: all of them, or as many as it sent before the run was cut
+    /// short.
+    pub fn take_operations(&self) -> Vec<Operation> {
+        workload::take(&self.record)
+    }
+
+    /// What the drain waits for: outbox rows unpublished, the group's lag.
+    pub async fn drain(&self, ctx: &Ctx) -> std::result::Result<(), Undrained> {
+        settle::drain(ctx, &self.store, &self.sys).await
+    }
+
+    /// The rows a stalled relay left, with their keys when it marks them.
+    pub async fn relay_stall(&self, left: i64, waited: Duration, fault_free: Duration) -> RelayStall {
+        RelayStall::read(&self.store, &self.sys, left, waited, fault_free).await
+    }
+
+    /// The settle's wait for the declared pending work, on a fresh pool
+    /// (the faults may have ended sessions): None once it is quiet.
+    pub async fn settle(&self, ctx: &Ctx, first: &mut Option<u64>) -> Result<Option<Stall>> {
+        settle::settle(ctx, &self.store.renewed(2).await, &self.sys, first).await
     }
 
     /// What the report says of the run's shape.
@@ -146,31 +140,25 @@ impl Declared {
         rep.scenario.inbox = "declared".into();
     }
 
-    /// The generic verifier's pass, unless the run was interrupted or
-    /// something may still write, and the verdict.
-    pub async fn judge(&self, rep: &mut Report, ctx: &Ctx, ran: &mut Ran, h: History) {
-        let (sys, ops, stalls) = (&self.sys, &h.operations, &self.stalls);
-        let (still_running, record) = (h.still_running, h.provider.as_ref());
-        let sc = &ctx.scenario;
-        let verified = if ran.interrupted || still_running || ran.incomplete.is_some() {
-            None
-        } else {
-            // A fresh pool: the nemesis may have ended sessions.
-            let store = self.store.renewed(2).await;
-            let books = Books::new(sys, ops.iter().cloned(), h.faults.log.clone(), h.faults.started_epoch_ms)
-                .with_pending(stalls.keys())
-                .with_unmarked_stall(stalls.relay.is_some())
-                .with_spans(attribution::spans(sc));
-            let read = crate::verifier::declared::verify(&store, ctx.broker.clone(), ctx.topic(), books, record);
-            tokio::select! {
-                r = read => Some(r),
-                _ = crate::harness::interrupt::requested() => { ran.interrupted = true; None }
-            }
-        };
-        let found = match ran.judgeable(still_running, verified) {
-            Ok(found) => found,
-            Err((v, why)) => return rep.judged(v, why, ctx.faults.fired_schedule()),
-        };
+    /// The generic verifier's pass, with what never finished: its keys are
+    /// late, not lost, and its liveness anomalies lead.
+    pub async fn check(
+        &self,
+        rep: &mut Report,
+        ctx: &Ctx,
+        store: &Store,
+        h: History,
+        stalls: &Stalls,
+        pending_at_settle: Option<u64>,
+    ) -> Result<Checked> {
+        let sys = &self.sys;
+        let books = Books::new(sys, h.operations.into_iter(), h.faults.log.clone(), h.faults.started_epoch_ms)
+            .with_pending(stalls.keys())
+            .with_unmarked_stall(stalls.relay.is_some())
+            .with_spans(attribution::spans(&ctx.scenario));
+        let found =
+            crate::verifier::declared::verify(store, ctx.broker.clone(), ctx.topic(), books, h.provider.as_ref())
+                .await?;
         let mut anomalies = found.anomalies;
         // Late is not lost: the stall leads, and its keys are left out of
         // the missing effects.
@@ -186,15 +174,7 @@ impl Declared {
         }
         let mut invariants = found.invariants;
         settle::liveness(&mut invariants, sys, stalls.consumer.as_ref(), relay.is_some());
-        verdict::allow(&mut anomalies, &sc.allowed_anomalies);
-        rep.faults = h.summary.clone();
-        let chaos = verdict::chaos_checks(&rep.faults);
-        let (v, why) = verdict::verdict(sc.exactly_once, &invariants, &anomalies, &chaos, &rep.faults);
-        rep.invariants = invariants;
-        rep.anomalies = anomalies;
-        rep.chaos_checks = chaos;
-        let pending_at_settle = ran.settle.and_then(|s| s.pending);
         rep.system = Some(crate::verifier::declared::Figures { pending_at_settle, ..found.figures });
-        rep.judged(v, why, ctx.faults.fired_schedule());
+        Ok(Checked { invariants, anomalies, confirmed: Vec::new() })
     }
 }

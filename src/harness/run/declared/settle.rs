@@ -1,85 +1,21 @@
-//! A declared system coming to rest: the drain, the settle after it, and
-//! the liveness anomalies of what never finished (late, not lost).
+//! What a declared system answers as it comes to rest (the run's skeleton
+//! owns the loops, `super::super::phases`): its work left for the drain,
+//! its pending work for the settle, and the liveness anomalies of what
+//! never finished (late, not lost).
 
 use crate::context::Ctx;
 use crate::error::Result;
-use crate::harness::run::drive::{self, DrainClock, Left, Ran, Settle, Undrained};
-use crate::nemesis::acting::Acting;
-use crate::nemesis::process::program::Programs;
+use crate::harness::run::drive::{self, DrainClock, Left, Undrained};
 use crate::scenario::{Published, System};
 use crate::store::declared as rows;
 use crate::store::Store;
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
-/// The drain, then the settle, each cut short by a program that failed or
-/// a signal. Undrained, the faults stop and the system gets one more drain
-/// timeout: a relay or a consumer the faults only slowed catches up then.
-/// A relay that still does not has stalled (a `stalled relay`, judged, not
-/// an INCOMPLETE run); consumers still behind leave the run INCOMPLETE. Drained is not done: a consumer
-/// that stores first and applies later has work left, so the system
-/// settles, its faults over, before it is judged.
-pub(super) async fn come_to_rest(
-    ctx: &Ctx,
-    pg: &Store,
-    sys: &System,
-    programs: &Programs,
-    acting: &Acting,
-    ran: &mut Ran,
-) -> Stalls {
-    let t_drain = Instant::now();
-    let mut stalls = Stalls::default();
-    let mut faults_off: Option<Instant> = None;
-    let stop_faults = || async {
-        programs.set_acting(false);
-        acting.stop().await;
-    };
-    while ran.incomplete.is_none() && !ran.interrupted {
-        tokio::select! {
-            r = drain(ctx, pg, sys) => match r {
-                Ok(()) => break,
-                Err(u) if faults_off.is_none() => {
-                    info!(left = u.unpublished, lag = u.lag, "work left at the drain timeout: the faults stop, the system gets one more");
-                    faults_off = Some(Instant::now());
-                    stop_faults().await;
-                }
-                Err(u) if u.unpublished > 0 => {
-                    let fault_free = faults_off.map(|t| t.elapsed()).unwrap_or_default();
-                    stalls.relay = Some(RelayStall::read(pg, sys, u.unpublished, t_drain.elapsed(), fault_free).await);
-                    break;
-                }
-                Err(u) => ran.incomplete = Some(format!("{}; {}", u.why, programs.stderr_of_first())),
-            },
-            why = programs.failed() => ran.incomplete = Some(why),
-            _ = crate::harness::interrupt::requested() => ran.interrupted = true,
-        }
-    }
-    stop_faults().await;
-    ran.drain_ms = t_drain.elapsed().as_millis() as u64;
-    if ran.incomplete.is_none() && !ran.interrupted {
-        let t_settle = Instant::now();
-        // A fresh pool, as the verifier's: the faults may have ended sessions.
-        let pg = pg.renewed(2).await;
-        // The pending work the settle found at its first reading, once read.
-        let mut pending = None;
-        tokio::select! {
-            r = settle(ctx, &pg, sys, &mut pending) => match r {
-                Ok(Settled::Quiet) => {}
-                Ok(Settled::Stalled(s)) => stalls.consumer = Some(s),
-                Err(e) => ran.incomplete = Some(format!("the settle after the drain could not read the system: {e}")),
-            },
-            why = programs.failed() => ran.incomplete = Some(why),
-            _ = crate::harness::interrupt::requested() => ran.interrupted = true,
-        }
-        ran.settle = Some(Settle { ms: t_settle.elapsed().as_millis() as u64, pending });
-    }
-    stalls
-}
-
 /// Waits until every outbox row is marked published (or, with no mark,
 /// the topic holds as many messages as the outbox log) and the consumer
 /// group's lag is zero, twice in a row.
-async fn drain(ctx: &Ctx, pg: &Store, sys: &System) -> std::result::Result<(), Undrained> {
+pub(super) async fn drain(ctx: &Ctx, pg: &Store, sys: &System) -> std::result::Result<(), Undrained> {
     let left = || async {
         let unpublished = match rows::unpublished(pg, &sys.outbox).await? {
             Some(n) => n,
@@ -122,7 +58,7 @@ async fn distinct_on_topic(ctx: &Ctx) -> Result<i64> {
 /// Outbox rows the relays never published, not even once the faults had
 /// stopped and they had one more drain timeout.
 #[derive(Clone)]
-pub(super) struct RelayStall {
+pub(crate) struct RelayStall {
     /// How many rows were left at the drain's last reading.
     left: i64,
     /// Their keys, when the relay keeps a mark (a column or a delete).
@@ -149,7 +85,7 @@ impl RelayStall {
 /// What never finished: work a consumer accepted, outbox rows no relay
 /// published. Their keys are late, not lost.
 #[derive(Default)]
-pub(super) struct Stalls {
+pub(crate) struct Stalls {
     pub consumer: Option<Stall>,
     pub relay: Option<RelayStall>,
 }
@@ -166,16 +102,8 @@ impl Stalls {
 /// How often the settle reads the pending work and the effects' counts.
 const SETTLE_POLL: Duration = Duration::from_millis(200);
 
-/// How a drained system came to rest.
-enum Settled {
-    /// No pending work, every effect's count unchanged for the quiet period.
-    Quiet,
-    /// The time ran out with declared pending work still there.
-    Stalled(Stall),
-}
-
 /// Work the system accepted and never applied, when the settle ran out.
-pub(super) struct Stall {
+pub(crate) struct Stall {
     /// The pending rows' keys (an empty string for a row without one).
     keys: Vec<String>,
     /// How long the settle waited after the drain.
@@ -195,10 +123,10 @@ pub(super) struct Stall {
 /// switch for tests that show the settle is what makes the difference).
 /// `first` gets the pending rows of the first reading: the work the run
 /// waits for, which the report shows.
-async fn settle(ctx: &Ctx, pg: &Store, sys: &System, first: &mut Option<u64>) -> Result<Settled> {
+pub(super) async fn settle(ctx: &Ctx, pg: &Store, sys: &System, first: &mut Option<u64>) -> Result<Option<Stall>> {
     if std::env::var_os("CHAOS_SKIP_SETTLE").is_some() {
         warn!("CHAOS_SKIP_SETTLE: judging at once, without waiting for pending work");
-        return Ok(Settled::Quiet);
+        return Ok(None);
     }
     let quiet = ctx.scenario.settle_quiet;
     let started = Instant::now();
@@ -220,15 +148,15 @@ async fn settle(ctx: &Ctx, pg: &Store, sys: &System, first: &mut Option<u64>) ->
         last = Some(counts);
         if pending.is_empty() && since.elapsed() >= quiet {
             info!(ms = started.elapsed().as_millis() as u64, waited_for = ?first, "settled: no pending work, effects unchanged");
-            return Ok(Settled::Quiet);
+            return Ok(None);
         }
         tokio::time::sleep(SETTLE_POLL).await;
         if !clock.running() {
             if pending.is_empty() {
                 warn!("the effects were still changing when the settle ran out; judging them as they are");
-                return Ok(Settled::Quiet);
+                return Ok(None);
             }
-            return Ok(Settled::Stalled(Stall { keys: pending, waited: started.elapsed(), why: clock.why() }));
+            return Ok(Some(Stall { keys: pending, waited: started.elapsed(), why: clock.why() }));
         }
     }
 }

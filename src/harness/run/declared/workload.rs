@@ -94,8 +94,18 @@ pub fn outcome_of(status: Option<u16>) -> Outcome {
     }
 }
 
+/// The workload's record of intent, in the plan's order: each operation
+/// as it was sent (ambiguous until answered), then as it ended. Kept
+/// outside the workload, so that a run cut short keeps what it sent.
+pub type Record = Arc<Mutex<Vec<Option<Operation>>>>;
+
+/// Takes what the record holds: the operations sent, in the plan's order.
+pub fn take(record: &Record) -> Vec<Operation> {
+    std::mem::take(&mut *record.lock().unwrap_or_else(|p| p.into_inner())).into_iter().flatten().collect()
+}
+
 /// Sends every operation, `concurrency` at a time, over the service's
-/// slots, and returns the record of intent in the plan's order.
+/// slots, into `record`. Dropped (the run cut short), its senders stop.
 pub async fn run(
     op: Arc<OperationDecl>,
     spread: Option<std::time::Duration>,
@@ -103,7 +113,8 @@ pub async fn run(
     ports: Vec<u16>,
     faults: Arc<FaultInjector>,
     stats: Arc<Stats>,
-) -> crate::error::Result<Vec<Operation>> {
+    record: Record,
+) -> crate::error::Result<()> {
     let planned = Arc::new(plan(&op, seed));
     let client = reqwest::Client::builder()
         .timeout(op.timeout)
@@ -111,14 +122,14 @@ pub async fn run(
         .build()
         .map_err(|e| crate::Error::Internal(format!("making the workload's HTTP client: {e}")))?;
     let next = Arc::new(AtomicU64::new(0));
-    let record: Arc<Mutex<Vec<Option<Operation>>>> = Arc::new(Mutex::new(vec![None; planned.len()]));
+    *record.lock().unwrap_or_else(|p| p.into_inner()) = vec![None; planned.len()];
     let clock = Clock { origin_epoch_ms: faults.started_epoch_ms() };
     let pace = spread.map(|s| crate::pipeline::workload::Pace::new(s, op.count));
-    let mut workers = Vec::new();
+    let mut workers = tokio::task::JoinSet::new();
     for _ in 0..op.concurrency {
         let (op, planned, client, next, record, ports, stats) =
             (op.clone(), planned.clone(), client.clone(), next.clone(), record.clone(), ports.clone(), stats.clone());
-        workers.push(tokio::spawn(async move {
+        workers.spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed) as usize;
                 let Some((key, values)) = planned.get(i) else { break };
@@ -132,6 +143,10 @@ pub async fn run(
                 );
                 let body = op.body.as_ref().map(|b| fill(b, &op, key, values));
                 let sent_ms = clock.now();
+                // Sent and not yet answered: ambiguous, if the run ends now.
+                let (outcome, status, done_ms) = (Outcome::Ambiguous, 0, sent_ms);
+                let sent = Operation { key: *key, values: values.clone(), outcome, status, sent_ms, done_ms };
+                record.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(sent);
                 let status = send(&client, &op.method, &url, body.as_ref()).await;
                 let outcome = match status {
                     Sent::Answered(s) => outcome_of(Some(s)),
@@ -149,13 +164,12 @@ pub async fn run(
                     Operation { key: *key, values: values.clone(), outcome, status, sent_ms, done_ms: clock.now() };
                 record.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(done);
             }
-        }));
+        });
     }
-    for w in workers {
-        w.await.map_err(|e| crate::Error::Internal(format!("a workload task failed: {e}")))?;
+    while let Some(w) = workers.join_next().await {
+        w.map_err(|e| crate::Error::Internal(format!("a workload task failed: {e}")))?;
     }
-    let record = std::mem::take(&mut *record.lock().unwrap_or_else(|p| p.into_inner()));
-    Ok(record.into_iter().flatten().collect())
+    Ok(())
 }
 
 #[derive(Clone, Copy)]
