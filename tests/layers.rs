@@ -566,6 +566,33 @@ fn the_phase_check_sees_a_kind_with_its_own_drain_loop() {
     assert!(skeletons_words("fn left(ctx: &Ctx) -> Left { todo!() }").is_empty());
 }
 
+#[test]
+fn the_report_and_the_judge_read_the_history_never_the_injector() {
+    // Issue 65: the report's skeleton read the live injector for the
+    // faults' counts and log, and the judges read it again for the
+    // firings that replay the run, after the checkers were done. The
+    // history (taken once, in `run/system.rs`) carries all three.
+    let mut all = Vec::new();
+    files(&src().join("report"), &mut all);
+    let mut skip = test_only_files(&all);
+    // The live progress line reads the injector while the run goes on;
+    // it draws nothing of the report.
+    skip.insert(src().join("report/progress.rs"));
+    let holding: Vec<String> = all
+        .iter()
+        .filter(|f| !skip.contains(*f) && code(&std::fs::read_to_string(f).unwrap()).contains("FaultInjector"))
+        .map(|f| f.strip_prefix(src()).unwrap().display().to_string())
+        .collect();
+    assert!(all.len() > 5, "the report's files were not found");
+    assert!(holding.is_empty(), "report files that name the fault injector: {holding:?}");
+    let phases = code(&std::fs::read_to_string(src().join("harness/run/phases.rs")).expect("run/phases.rs"));
+    let judge = phases.split("async fn judge(").nth(1).expect("the skeleton's judge");
+    let judge = judge.split("\n}\n").next().unwrap();
+    for read in ["ctx.faults", "ctx.intent", "ctx.store.unpublished"] {
+        assert!(!judge.contains(read), "the judge reads `{read}` itself: take it into the history");
+    }
+}
+
 /// Whether `code` asks the broker a question in Kafka's shape (a group's
 /// lag, members or committed offsets, a topic's watermarks) or opens a
 /// `Position` or `Stretch` (its lane and its place in it).

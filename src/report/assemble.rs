@@ -1,9 +1,10 @@
-//! The report of one run, assembled before verification: what ran, what
-//! the components counted, no verdict yet.
+//! The report of one run, assembled before verification from what the run
+//! recorded (its history, taken once: never the live injector): what ran,
+//! what the components counted, no verdict yet.
 
 use crate::context::Stats;
 use crate::domain::names::RunNames;
-use crate::faults::FaultInjector;
+use crate::faults::{FaultRecord, FaultSummary};
 use crate::report::{self, InfraInfo, Report, ScenarioInfo, Stages, Timings};
 use crate::scenario::Scenario;
 use crate::verifier::Verdict;
@@ -11,8 +12,16 @@ use crate::verifier::Verdict;
 /// Fault firings listed one by one in the report (the counts count all).
 const REPORT_FAULT_LOG: usize = 200;
 
-/// The report before verification: what ran, what the components say, no verdict yet.
-pub fn skeleton(sc: &Scenario, names: &RunNames, infra: &InfraInfo, faults: &FaultInjector, stats: &Stats) -> Report {
+/// The report before verification: what ran, what the components say, no
+/// verdict yet. `summary` and `log` are the faults as the run's history
+/// holds them.
+pub fn skeleton(
+    sc: &Scenario,
+    names: &RunNames,
+    infra: &InfraInfo,
+    (summary, log): (&[FaultSummary], &[FaultRecord]),
+    stats: &Stats,
+) -> Report {
     Report {
         schema_version: report::SCHEMA_VERSION,
         run_id: names.run_id.clone(),
@@ -32,8 +41,8 @@ pub fn skeleton(sc: &Scenario, names: &RunNames, infra: &InfraInfo, faults: &Fau
         replay: sc.replay(),
         infra: infra.clone(),
         counts: Default::default(),
-        faults: faults.summary(),
-        fault_log: faults.log().into_iter().take(REPORT_FAULT_LOG).collect(),
+        faults: summary.to_vec(),
+        fault_log: log.iter().take(REPORT_FAULT_LOG).cloned().collect(),
         fired: Default::default(),
         invariants: vec![],
         chaos_checks: vec![],

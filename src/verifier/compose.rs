@@ -12,6 +12,7 @@
 
 use super::declared::Books;
 use super::reconcile::{Anomaly, Reconciliation, Spec, EXAMPLES};
+use super::story::Calls;
 use super::topic::Read;
 use super::Ledger;
 use crate::domain::events::EventKind;
@@ -88,6 +89,8 @@ pub struct Truth<'a> {
     /// The declaration's check, as its query would return it: the
     /// projection rows not captured, or set by another payment's event.
     check: Option<(String, i64, Vec<String>)>,
+    /// The emails' findings, judged once the database is read.
+    emails: Option<Reconciliation>,
 }
 
 impl<'a> Truth<'a> {
@@ -98,7 +101,12 @@ impl<'a> Truth<'a> {
             ledger.add_intended(p);
         }
         let check = sys.checks.first().map(|c| (c.name.clone(), 0, Vec::new()));
-        Self { sys, ledger, books: books.told_by_the_report(), effects: Effects::of(sys), check }
+        Self { sys, ledger, books: books.told_by_the_report(), effects: Effects::of(sys), check, emails: None }
+    }
+
+    /// How many messages the topic read will bring, at most.
+    pub fn expect_messages(&mut self, n: usize) {
+        self.ledger.expect_messages(n);
     }
 
     /// One message of the topic read, to both.
@@ -115,15 +123,35 @@ impl<'a> Truth<'a> {
         }
     }
 
-    /// Both checkers' findings, composed ([`compose`]). The ledger comes back for the look-ups that follow (the stories',
-    /// the confirmations').
-    pub fn finish(mut self, spec: &Spec, provider: Option<&Record>) -> (Reconciliation, Ledger) {
+    /// The provider's record, once the database is read: the emails are
+    /// judged against the payments, events and receipts now, and only what
+    /// the stories show of each call is kept ([`Calls`]), so the record is
+    /// not held through the topic read, the verifier's peak of memory.
+    pub fn provider_record(&mut self, provider: Option<crate::provider::Record>) -> Option<Calls> {
+        let Some(record) = provider else {
+            if self.sys.uses_provider() {
+                self.books.add_provider_record(&Record::default());
+            }
+            return None;
+        };
+        let mut found = Reconciliation::default();
+        self.ledger.check_emails(&record, &mut found);
+        self.books.add_provider_record(&record);
+        self.emails = Some(found);
+        Some(Calls::of(&record))
+    }
+
+    /// Both checkers' findings, composed ([`compose`]), the emails' after
+    /// the payments checker's own. The ledger comes back for the look-ups
+    /// that follow (the stories', the confirmations').
+    pub fn finish(mut self, spec: &Spec) -> (Reconciliation, Ledger) {
         let mut r = self.ledger.check(spec);
-        if let Some(emails) = provider {
-            self.ledger.check_emails(emails, &mut r);
-            self.books.add_provider_record(emails);
-        } else if self.sys.uses_provider() {
-            self.books.add_provider_record(&Record::default());
+        if let Some(emails) = self.emails.take() {
+            let c = &mut r.counts;
+            (c.emails_sent, c.emails_absorbed, c.emails_refused) =
+                (emails.counts.emails_sent, emails.counts.emails_absorbed, emails.counts.emails_refused);
+            r.invariants.extend(emails.invariants);
+            r.anomalies.extend(emails.anomalies);
         }
         if let Some((name, n, examples)) = self.check.take() {
             self.books.add_check(&name, n, examples);

@@ -39,5 +39,5 @@ mod tests;
 
 pub use ledger::Ledger;
 pub use reconcile::{Anomaly, AnomalyKind, Counts, Invariant, Spec};
-pub use story::add_provider_calls;
+pub use story::{add_provider_calls, Calls};
 pub use verdict::Verdict;

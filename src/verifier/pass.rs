@@ -30,6 +30,9 @@ pub struct Verified {
     pub reconciliation: reconcile::Reconciliation,
     pub topic_side: TopicSide,
     pub confirmed: Vec<(FaultPoint, u64)>,
+    /// What the stories show of the provider's calls, when the run sent
+    /// emails.
+    pub calls: Option<story::Calls>,
 }
 
 /// Reads the ground truth against the workload's record of intent, finds
@@ -45,7 +48,7 @@ pub async fn verify(
     sc: &Scenario,
     intent: Vec<Intended>,
     faults: &FaultHistory,
-    emails: Option<&crate::provider::Record>,
+    emails: Option<crate::provider::Record>,
 ) -> Result<Verified> {
     // Its receipt emails are judged when the run sent emails.
     let Some(sys) = crate::scenario::payments_declaration(emails.is_some()) else {
@@ -56,11 +59,18 @@ pub async fn verify(
     let mut truth = compose::Truth::new(&sys, intent, books);
     store.ground_truth(&mut truth).await?;
     resident("the database is read");
+    let calls = truth.provider_record(emails);
+    resident("the emails are judged");
     let limit = TOPIC_READ_FLOOR.max(TOPIC_READ_PER_PAYMENT * sc.payments.min(u32::MAX as u64) as u32);
-    topic::stream(broker.clone(), sc.topic(topic_name), limit, |m| truth.add_message(m)).await?;
+    let topic = sc.topic(topic_name);
+    // The read re-checks the count itself; this only sizes the books.
+    if let Ok(held) = broker.held(&topic) {
+        truth.expect_messages(held.max(0) as usize);
+    }
+    topic::stream(broker.clone(), topic, limit, |m| truth.add_message(m)).await?;
     resident("the topic is read");
     let spec = reconcile::Spec { payments: sc.payments, outbox: sc.publish == crate::scenario::PublishMode::Outbox };
-    let (r, mut ledger) = truth.finish(&spec, emails);
+    let (r, mut ledger) = truth.finish(&spec);
     resident("the checkers have judged");
     let mut confirmed: Vec<(FaultPoint, u64)> = faults
         .awaited_copies
@@ -73,7 +83,7 @@ pub async fn verify(
     // What the stories need of the topic, while the ledger still holds it.
     let subjects: Vec<_> = story::wanted(&r.anomalies).into_iter().map(|(_, _, s)| s).collect();
     let topic_side = if subjects.is_empty() { TopicSide::default() } else { ledger.messages_of(&subjects) };
-    Ok(Verified { reconciliation: r, topic_side, confirmed })
+    Ok(Verified { reconciliation: r, topic_side, confirmed, calls })
 }
 
 /// Where the verifier's memory stands after a step: at a million payments

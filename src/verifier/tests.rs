@@ -47,12 +47,14 @@ impl World {
         self.dead_letters.iter().for_each(|d| t.dead_letter(d));
         self.loyalty.iter().for_each(|(a, n)| t.loyalty(*a, *n));
         self.credits.iter().for_each(|(e, a, n)| t.credit(*e, *a, *n));
+        // As the verifier does: the emails once the database is read.
+        t.provider_record(self.emails.clone());
         for m in &self.topic {
             let key = m.payment_id.map(|p| p.to_string().into_bytes()).unwrap_or_default();
             let id = m.event_id.map(|e| e.to_string().into_bytes());
             t.add_message(Read { record: m.clone(), key, id });
         }
-        t.finish(&Spec { payments: self.scenario_payments, outbox: true }, self.emails.as_ref()).0
+        t.finish(&Spec { payments: self.scenario_payments, outbox: true }).0
     }
 
     /// The event of payment `i` of this kind.

@@ -6,7 +6,7 @@
 
 use crate::domain::intent::Intended;
 use crate::domain::operations::Operation;
-use crate::faults::{FaultHistory, FaultSummary};
+use crate::faults::{FaultHistory, FaultSummary, Schedule};
 use crate::provider::Record;
 
 pub(crate) struct History {
@@ -22,6 +22,8 @@ pub(crate) struct History {
     /// The injector's totals per fault point: what it counted, before the
     /// checkers add what they find confirmed.
     pub summary: Vec<FaultSummary>,
+    /// The firings, by occurrence, that replay the run (`--schedule`).
+    pub fired: Schedule,
     /// The email provider's record of every request, when the run ran it.
     pub provider: Option<Record>,
     /// A component did not stop: something may still write, so the run

@@ -200,13 +200,13 @@ async fn execute_keeping(
     };
     why_incomplete(&mut driven.ran, sut.failure(), &stopped);
 
-    let mut rep = assemble::skeleton(&sc, &names, &infra.info, &ctx.faults, &ctx.stats);
+    let history = sut.history(&ctx, emails, !stopped.stuck.is_empty());
+    let mut rep = assemble::skeleton(&sc, &names, &infra.info, (&history.summary, &history.faults.log), &ctx.stats);
     sut.shape(&mut rep);
     rep.series = series;
     rep.timings = timings(setup_ms, &driven.ran);
     let t_verify = Instant::now();
     progress.phase(Phase::Verify);
-    let history = sut.history(&ctx, emails, !stopped.stuck.is_empty());
     crate::context::memory::hand_back_before_judging(!driven.ran.interrupted && driven.ran.incomplete.is_none());
     phases::judge(&mut rep, &ctx, &sut, &mut driven, history).await;
     progress.finish();

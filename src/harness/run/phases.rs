@@ -218,6 +218,7 @@ pub(super) async fn judge(rep: &mut Report, ctx: &Ctx, sut: &SystemUnderTest, dr
     let (ran, stalls) = (&mut driven.ran, &driven.stalls);
     let still_running = h.still_running;
     let summary = std::mem::take(&mut h.summary);
+    let fired = std::mem::take(&mut h.fired);
     let verified = if ran.interrupted || still_running {
         None
     } else {
@@ -230,7 +231,7 @@ pub(super) async fn judge(rep: &mut Report, ctx: &Ctx, sut: &SystemUnderTest, dr
     };
     let Checked { invariants, mut anomalies, confirmed } = match ran.judgeable(still_running, verified) {
         Ok(found) => found,
-        Err((v, why)) => return rep.judged(v, why, ctx.faults.fired_schedule()),
+        Err((v, why)) => return rep.judged(v, why, fired),
     };
     verdict::allow(&mut anomalies, &sc.allowed_anomalies);
     // The injector's counts and what the checkers found confirmed: the
@@ -250,7 +251,7 @@ pub(super) async fn judge(rep: &mut Report, ctx: &Ctx, sut: &SystemUnderTest, dr
         Some(reason) => (Verdict::Incomplete, format!("{reason}; the figures above are partial")),
         None => (v, why),
     };
-    rep.judged(v, why, ctx.faults.fired_schedule());
+    rep.judged(v, why, fired);
 }
 
 #[cfg(test)]

@@ -191,14 +191,14 @@ pub(super) async fn drain(ctx: &Ctx) -> std::result::Result<(), Undrained> {
 /// calls, the counts and the latency.
 pub(super) async fn check(rep: &mut Report, ctx: &Ctx, store: &Store, h: History) -> Result<Checked> {
     let History { intent, faults: history, provider, .. } = h;
-    let (sc, emails) = (&ctx.scenario, provider.as_ref());
-    let verified = pass::verify(store, &ctx.broker, &ctx.names.topic, sc, intent, &history, emails).await?;
-    let pass::Verified { reconciliation: r, topic_side, confirmed } = verified;
+    let sc = &ctx.scenario;
+    let verified = pass::verify(store, &ctx.broker, &ctx.names.topic, sc, intent, &history, provider).await?;
+    let pass::Verified { reconciliation: r, topic_side, confirmed, calls } = verified;
     let mut anomalies = r.anomalies;
     rep.stories = pass::stories(store, &anomalies, topic_side, &history).await;
     pass::attribute(store, &mut anomalies, &rep.stories, &history, sc).await;
-    if let Some(record) = emails {
-        crate::verifier::add_provider_calls(&mut rep.stories, record, history.started_epoch_ms);
+    if let Some(calls) = &calls {
+        crate::verifier::add_provider_calls(&mut rep.stories, calls, history.started_epoch_ms);
     }
     rep.counts = r.counts;
     rep.latency_ms = pass::latency(store).await.unwrap_or_else(|e| {

@@ -189,6 +189,7 @@ impl SystemUnderTest {
             operations,
             faults: ctx.faults.history(),
             summary: ctx.faults.summary(),
+            fired: ctx.faults.fired_schedule(),
             provider,
             still_running,
         }
