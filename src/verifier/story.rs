@@ -191,8 +191,9 @@ impl Calls {
                 Some(Call { payment, at_ms: r.at_ms, outcome: r.outcome.clone(), key, key_len })
             })
             .collect();
-        // Stable: each payment's calls stay in arrival order.
-        calls.sort_by_key(|c| c.payment);
+        // In place (a stable sort takes half as much again while it runs):
+        // a story sorts its steps by time anyway.
+        calls.sort_unstable_by_key(|c| (c.payment, c.at_ms));
         Self { calls, started_epoch_ms: record.started_epoch_ms }
     }
 

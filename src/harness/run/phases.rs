@@ -77,7 +77,7 @@ pub(super) async fn drive(ctx: &Ctx, sut: &SystemUnderTest, acting: &Acting, pro
             r = sut.workload(ctx, progress) => if let Err(e) = r {
                 ran.incomplete = Some(format!("the workload stopped: {e}"))
             },
-            why = workload_stalled(&ctx.stats, total, sut.unit()) => ran.incomplete = Some(why),
+            why = workload_stalled(&ctx.stats, total, sut.unit(), stall_bound(ctx, total)) => ran.incomplete = Some(why),
             why = &mut failed => ran.incomplete = Some(why),
             _ = interrupt::requested() => ran.interrupted = true,
         }
@@ -186,9 +186,17 @@ async fn settle(
     stall
 }
 
+/// How long the workload may go without writing: [`WORKLOAD_STALL`], or
+/// twice the gap between two operations of a workload spread thinner
+/// (`[workload] spread_secs`), which writes nothing for that long by design.
+fn stall_bound(ctx: &Ctx, total: u64) -> Duration {
+    let gap = ctx.scenario.spread.map_or(Duration::ZERO, |s| s / total.clamp(1, u32::MAX as u64) as u32);
+    WORKLOAD_STALL.max(gap * 2)
+}
+
 /// Returns, with the reason, once the workload has written nothing for
-/// [`WORKLOAD_STALL`]; never while it writes.
-async fn workload_stalled(stats: &Stats, total: u64, unit: &str) -> String {
+/// `bound`; never while it writes.
+async fn workload_stalled(stats: &Stats, total: u64, unit: &str, bound: Duration) -> String {
     let mut last = Stats::get(&stats.payments_written);
     let mut since = tokio::time::Instant::now();
     loop {
@@ -196,10 +204,10 @@ async fn workload_stalled(stats: &Stats, total: u64, unit: &str) -> String {
         let now = Stats::get(&stats.payments_written);
         if now != last {
             (last, since) = (now, tokio::time::Instant::now());
-        } else if since.elapsed() >= WORKLOAD_STALL {
+        } else if since.elapsed() >= bound {
             return format!(
                 "the workload wrote none of its {unit} for {} s ({last} of {total} written); a component or service may be stuck",
-                WORKLOAD_STALL.as_secs()
+                bound.as_secs()
             );
         }
     }
@@ -275,7 +283,7 @@ mod tests {
             })
         };
         let started = tokio::time::Instant::now();
-        let why = workload_stalled(&stats, 9, "payments").await;
+        let why = workload_stalled(&stats, 9, "payments", WORKLOAD_STALL).await;
         writer.await.unwrap();
         let took = started.elapsed();
         assert!(took >= Duration::from_secs(300 + 120) && took <= Duration::from_secs(300 + 122), "{took:?}");
