@@ -325,6 +325,10 @@ mod tests {
                 call(1, 100, p, None, Outcome::SentResponseLost { id: EmailId(1) }),
                 call(2, 150, Uuid::from_u128(2), None, Outcome::Sent { id: EmailId(2) }),
                 call(3, 400, p, Some("abcdefgh-rest:receipts"), Outcome::Replayed { id: EmailId(1) }),
+                // A key cut inside a character is shown to the boundary
+                // before it; a short key whole.
+                call(4, 500, p, Some("abcdefgé-x"), Outcome::Conflict),
+                call(5, 600, p, Some("k1"), Outcome::InUse),
             ],
             started_epoch_ms: 10_050,
             keep: keep.clone(),
@@ -339,6 +343,8 @@ mod tests {
                 (150, "provider", "email em_1 sent, answer lost (no key)"),
                 (300, "effect", "receipt sent"),
                 (450, "provider", "repeat absorbed, em_1 replayed (key abcdefgh…)"),
+                (550, "provider", "409, key reused with another body (key abcdefg…)"),
+                (650, "provider", "409, key in use (key k1…)"),
             ],
             "another payment's call is not in this story"
         );
