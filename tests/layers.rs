@@ -524,7 +524,7 @@ const THE_SKELETONS_WORDS: [&str; 8] = [
     "acting.stop",
     "calm_after(",
     "verdict::verdict",
-    ".judged(",
+    "Judged {",
     "judgeable(",
 ];
 

@@ -1,27 +1,57 @@
-//! The report of one run, assembled before verification from what the run
-//! recorded (its history, taken once: never the live injector): what ran,
-//! what the components counted, no verdict yet.
+//! The report of one run, built once, at the end: from what the run
+//! recorded (its history, taken once: never the live injector), what the
+//! components counted, and what the judge found ([`Judged`]).
 
 use crate::context::Stats;
 use crate::domain::names::RunNames;
-use crate::faults::{FaultRecord, FaultSummary};
+use crate::faults::{FaultRecord, FaultSummary, Schedule};
 use crate::report::{self, InfraInfo, Report, ScenarioInfo, Stages, Timings};
 use crate::scenario::Scenario;
-use crate::verifier::Verdict;
+use crate::verifier::latency::Latency;
+use crate::verifier::reconcile::Counts;
+use crate::verifier::story::Story;
+use crate::verifier::{Anomaly, Invariant, Verdict};
+
+/// The report's sections a system kind's checkers fill: the payments
+/// pipeline's counts, stories and latency; a declared system's figures.
+#[derive(Debug, Default)]
+pub struct Sections {
+    pub counts: Counts,
+    pub stories: Vec<Story>,
+    pub latency_ms: Option<Latency>,
+    pub system: Option<crate::verifier::declared::Figures>,
+}
+
+/// What the judge found: the verdict and its reason, the firings that
+/// replay the run, the faults' totals with what the checkers confirmed,
+/// the invariants, chaos checks and anomalies, and the kind's sections.
+/// Empty but for the verdict when the run could not be judged.
+#[derive(Debug)]
+pub struct Judged {
+    pub verdict: Verdict,
+    pub reason: String,
+    pub fired: Schedule,
+    pub faults: Vec<FaultSummary>,
+    pub invariants: Vec<Invariant>,
+    pub chaos_checks: Vec<Invariant>,
+    pub anomalies: Vec<Anomaly>,
+    pub sections: Sections,
+}
 
 /// Fault firings listed one by one in the report (the counts count all).
-const REPORT_FAULT_LOG: usize = 200;
+pub const REPORT_FAULT_LOG: usize = 200;
 
-/// The report before verification: what ran, what the components say, no
-/// verdict yet. `summary` and `log` are the faults as the run's history
-/// holds them.
-pub fn skeleton(
+/// The whole report: what ran, what the components counted, the faults
+/// as the history holds them (`log`) and the judge's findings.
+pub fn build(
     sc: &Scenario,
     names: &RunNames,
     infra: &InfraInfo,
-    (summary, log): (&[FaultSummary], &[FaultRecord]),
+    log: &[FaultRecord],
     stats: &Stats,
+    judged: Judged,
 ) -> Report {
+    let Judged { verdict, reason, fired, faults, invariants, chaos_checks, anomalies, sections } = judged;
     Report {
         schema_version: report::SCHEMA_VERSION,
         run_id: names.run_id.clone(),
@@ -40,23 +70,23 @@ pub fn skeleton(
         seed: sc.seed,
         replay: sc.replay(),
         infra: infra.clone(),
-        counts: Default::default(),
-        faults: summary.to_vec(),
+        counts: sections.counts,
+        faults,
         fault_log: log.iter().take(REPORT_FAULT_LOG).cloned().collect(),
-        fired: Default::default(),
-        invariants: vec![],
-        chaos_checks: vec![],
-        anomalies: vec![],
+        fired,
+        invariants,
+        chaos_checks,
+        anomalies,
         components: stats.counts(),
         timings: Timings::default(),
-        latency_ms: None,
+        latency_ms: sections.latency_ms,
         stages: stages_of(stats),
         series: vec![],
         fault_spans_ms: crate::verifier::attribution::spans(sc),
-        stories: vec![],
-        system: None,
-        verdict: Verdict::Incomplete,
-        reason: String::new(),
+        stories: sections.stories,
+        system: sections.system,
+        verdict,
+        reason,
     }
 }
 

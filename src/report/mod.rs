@@ -204,13 +204,6 @@ pub struct Timings {
 }
 
 impl Report {
-    /// Sets the run's verdict, its reason, and the firings that replay it.
-    pub fn judged(&mut self, verdict: Verdict, reason: String, fired: crate::faults::Schedule) {
-        self.verdict = verdict;
-        self.reason = reason;
-        self.fired = fired;
-    }
-
     /// Writes `<dir>/<run-id>.json`, `.md` and `.html`; returns the paths.
     pub fn save(&self, dir: &Path) -> Result<Saved> {
         std::fs::create_dir_all(dir).map_err(|e| Error::Write { path: dir.into(), cause: e.to_string() })?;

@@ -201,28 +201,30 @@ async fn execute_keeping(
     why_incomplete(&mut driven.ran, sut.failure(), &stopped);
 
     let history = sut.history(&ctx, emails, !stopped.stuck.is_empty());
-    let mut rep = assemble::skeleton(&sc, &names, &infra.info, (&history.summary, &history.faults.log), &ctx.stats);
-    sut.shape(&mut rep);
-    rep.series = series;
-    rep.timings = timings(setup_ms, &driven.ran);
+    let log: Vec<_> = history.faults.log.iter().take(assemble::REPORT_FAULT_LOG).cloned().collect();
     let t_verify = Instant::now();
     progress.phase(Phase::Verify);
     crate::context::memory::hand_back_before_judging(!driven.ran.interrupted && driven.ran.incomplete.is_none());
-    phases::judge(&mut rep, &ctx, &sut, &mut driven, history).await;
+    let judged = phases::judge(&ctx, &sut, &mut driven, history).await;
     progress.finish();
-    rep.timings.verify_ms = t_verify.elapsed().as_millis() as u64;
-    rep.timings.total_ms = started.elapsed().as_millis() as u64;
+    // Built once, from the history and what the judge found.
+    let mut rep = assemble::build(&sc, &names, &infra.info, &log, &ctx.stats, judged);
+    sut.shape(&mut rep);
+    rep.series = series;
+    rep.timings = timings(setup_ms, &driven.ran, t_verify, started);
     finish(rep, infra, reports_dir, reporter, keep).await
 }
 
-/// The run's timings as far as the drain and the settle.
-fn timings(setup_ms: u64, ran: &Ran) -> Timings {
+/// The run's timings: setup, workload, drain and settle, the verification
+/// (from `t_verify`) and the whole (from `started`).
+fn timings(setup_ms: u64, ran: &Ran, t_verify: Instant, started: Instant) -> Timings {
     Timings {
         setup_ms,
         workload_ms: ran.workload_ms,
         drain_ms: ran.drain_ms,
         settle_ms: ran.settle.map(|s| s.ms),
-        ..Default::default()
+        verify_ms: t_verify.elapsed().as_millis() as u64,
+        total_ms: started.elapsed().as_millis() as u64,
     }
 }
 

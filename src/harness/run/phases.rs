@@ -12,12 +12,12 @@ use super::history::History;
 use super::system::SystemUnderTest;
 use crate::context::{Ctx, Stats};
 use crate::error::Result;
-use crate::faults::FaultPoint;
+use crate::faults::{FaultPoint, FaultSummary, Schedule};
 use crate::harness::interrupt;
 use crate::nemesis::acting::Acting;
 use crate::nemesis::process::program::Programs;
+use crate::report::assemble::{Judged, Sections};
 use crate::report::progress::{Phase, Progress};
-use crate::report::Report;
 use crate::verifier::{verdict, Anomaly, Invariant, Verdict};
 use std::time::{Duration, Instant};
 use tracing::info;
@@ -36,6 +36,8 @@ pub(super) struct Checked {
     pub anomalies: Vec<Anomaly>,
     /// Firings whose effect the ground truth shows.
     pub confirmed: Vec<(FaultPoint, u64)>,
+    /// The report's sections the kind fills.
+    pub sections: Sections,
 }
 
 /// How long the workload may go without writing, group wait included. A
@@ -220,12 +222,12 @@ async fn workload_stalled(stats: &Stats, total: u64, unit: &str, bound: Duration
 /// PostgreSQL or ended sessions, the run's connections may be dead. Not
 /// for a run that will not be read: an interrupted one may have lost
 /// PostgreSQL, and a new pool would wait out its connect timeout for
-/// nothing.
-pub(super) async fn judge(rep: &mut Report, ctx: &Ctx, sut: &SystemUnderTest, driven: &mut Driven, mut h: History) {
+/// nothing. Returns what the report is built from.
+pub(super) async fn judge(ctx: &Ctx, sut: &SystemUnderTest, driven: &mut Driven, mut h: History) -> Judged {
     let sc = &ctx.scenario;
     let (ran, stalls) = (&mut driven.ran, &driven.stalls);
     let still_running = h.still_running;
-    let summary = std::mem::take(&mut h.summary);
+    let mut faults = std::mem::take(&mut h.summary);
     let fired = std::mem::take(&mut h.fired);
     let verified = if ran.interrupted || still_running {
         None
@@ -233,25 +235,21 @@ pub(super) async fn judge(rep: &mut Report, ctx: &Ctx, sut: &SystemUnderTest, dr
         let store = ctx.store.renewed(2).await;
         let pending = ran.settle.and_then(|s| s.pending);
         tokio::select! {
-            r = sut.check(rep, ctx, &store, h, stalls, pending) => Some(r),
+            r = sut.check(ctx, &store, h, stalls, pending) => Some(r),
             _ = interrupt::requested() => { ran.interrupted = true; None }
         }
     };
-    let Checked { invariants, mut anomalies, confirmed } = match ran.judgeable(still_running, verified) {
+    let Checked { invariants, mut anomalies, confirmed, sections } = match ran.judgeable(still_running, verified) {
         Ok(found) => found,
-        Err((v, why)) => return rep.judged(v, why, fired),
+        Err((verdict, reason)) => return unjudged(verdict, reason, fired, faults),
     };
     verdict::allow(&mut anomalies, &sc.allowed_anomalies);
     // The injector's counts and what the checkers found confirmed: the
     // injector keeps what the run recorded, and nothing is written back.
-    rep.faults = summary;
-    crate::faults::add_confirmed(&mut rep.faults, &confirmed);
-    let chaos = verdict::chaos_checks(&rep.faults);
-    let (v, why) = verdict::verdict(sc.exactly_once, &invariants, &anomalies, &chaos, &rep.faults);
-    rep.invariants = invariants;
-    rep.anomalies = anomalies;
-    rep.chaos_checks = chaos;
-    let (v, why) = match &ran.incomplete {
+    crate::faults::add_confirmed(&mut faults, &confirmed);
+    let chaos_checks = verdict::chaos_checks(&faults);
+    let (v, why) = verdict::verdict(sc.exactly_once, &invariants, &anomalies, &chaos_checks, &faults);
+    let (verdict, reason) = match &ran.incomplete {
         // Nothing ran, so there are no figures to call partial.
         Some(reason) if Stats::get(&ctx.stats.payments_written) == 0 => {
             (Verdict::Incomplete, format!("{reason}; the workload never started, so nothing was judged"))
@@ -259,7 +257,14 @@ pub(super) async fn judge(rep: &mut Report, ctx: &Ctx, sut: &SystemUnderTest, dr
         Some(reason) => (Verdict::Incomplete, format!("{reason}; the figures above are partial")),
         None => (v, why),
     };
-    rep.judged(v, why, fired);
+    Judged { verdict, reason, fired, faults, invariants, chaos_checks, anomalies, sections }
+}
+
+/// A run that could not be judged: its verdict and reason, and the faults
+/// as the injector counted them.
+fn unjudged(verdict: Verdict, reason: String, fired: Schedule, faults: Vec<FaultSummary>) -> Judged {
+    let (invariants, chaos_checks, anomalies, sections) = Default::default();
+    Judged { verdict, reason, fired, faults, invariants, chaos_checks, anomalies, sections }
 }
 
 #[cfg(test)]

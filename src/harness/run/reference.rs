@@ -16,8 +16,8 @@ use crate::harness::infra::Endpoints;
 use crate::nemesis::process::program::{Database, Programs};
 use crate::nemesis::proxy::Lanes;
 use crate::pipeline::{notifier, relay, workload};
+use crate::report::assemble::Sections;
 use crate::report::progress::{Phase, Progress};
-use crate::report::Report;
 use crate::scenario::{Components, Scenario};
 use crate::store::{CommitGate, Store};
 use crate::verifier::pass;
@@ -189,21 +189,21 @@ pub(super) async fn drain(ctx: &Ctx) -> std::result::Result<(), Undrained> {
 /// ledger's pass over its tables and topic (the core checker composed
 /// under it), each anomaly's story and cause, the receipts' provider
 /// calls, the counts and the latency.
-pub(super) async fn check(rep: &mut Report, ctx: &Ctx, store: &Store, h: History) -> Result<Checked> {
+pub(super) async fn check(ctx: &Ctx, store: &Store, h: History) -> Result<Checked> {
     let History { intent, faults: history, provider, .. } = h;
     let sc = &ctx.scenario;
     let verified = pass::verify(store, &ctx.broker, &ctx.names.topic, sc, intent, &history, provider).await?;
     let pass::Verified { reconciliation: r, topic_side, confirmed, calls } = verified;
     let mut anomalies = r.anomalies;
-    rep.stories = pass::stories(store, &anomalies, topic_side, &history).await;
-    pass::attribute(store, &mut anomalies, &rep.stories, &history, sc).await;
+    let mut stories = pass::stories(store, &anomalies, topic_side, &history).await;
+    pass::attribute(store, &mut anomalies, &stories, &history, sc).await;
     if let Some(calls) = &calls {
-        crate::verifier::add_provider_calls(&mut rep.stories, calls, history.started_epoch_ms);
+        crate::verifier::add_provider_calls(&mut stories, calls, history.started_epoch_ms);
     }
-    rep.counts = r.counts;
-    rep.latency_ms = pass::latency(store).await.unwrap_or_else(|e| {
+    let latency_ms = pass::latency(store).await.unwrap_or_else(|e| {
         warn!(cause = %e, "measuring the latency failed");
         None
     });
-    Ok(Checked { invariants: r.invariants, anomalies, confirmed })
+    let sections = Sections { counts: r.counts, stories, latency_ms, system: None };
+    Ok(Checked { invariants: r.invariants, anomalies, confirmed, sections })
 }

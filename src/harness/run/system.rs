@@ -164,7 +164,6 @@ impl SystemUnderTest {
     /// truth (read through `store`).
     pub async fn check(
         &self,
-        rep: &mut Report,
         ctx: &Ctx,
         store: &Store,
         history: History,
@@ -172,8 +171,8 @@ impl SystemUnderTest {
         pending: Option<u64>,
     ) -> Result<Checked> {
         match self {
-            Self::Reference(_) => reference::check(rep, ctx, store, history).await,
-            Self::Declared(d) => d.check(rep, ctx, store, history, stalls, pending).await,
+            Self::Reference(_) => reference::check(ctx, store, history).await,
+            Self::Declared(d) => d.check(ctx, store, history, stalls, pending).await,
         }
     }
 

@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::harness::infra::Endpoints;
 use crate::nemesis::process::program::{Database, Programs};
 use crate::nemesis::proxy::Lanes;
+use crate::report::assemble::Sections;
 use crate::report::progress::{Phase, Progress};
 use crate::report::Report;
 use crate::scenario::{Scenario, ServiceDecl, System};
@@ -144,7 +145,6 @@ impl Declared {
     /// late, not lost, and its liveness anomalies lead.
     pub async fn check(
         &self,
-        rep: &mut Report,
         ctx: &Ctx,
         store: &Store,
         h: History,
@@ -174,7 +174,8 @@ impl Declared {
         }
         let mut invariants = found.invariants;
         settle::liveness(&mut invariants, sys, stalls.consumer.as_ref(), relay.is_some());
-        rep.system = Some(crate::verifier::declared::Figures { pending_at_settle, ..found.figures });
-        Ok(Checked { invariants, anomalies, confirmed: Vec::new() })
+        let system = Some(crate::verifier::declared::Figures { pending_at_settle, ..found.figures });
+        let sections = Sections { system, ..Default::default() };
+        Ok(Checked { invariants, anomalies, confirmed: Vec::new(), sections })
     }
 }
