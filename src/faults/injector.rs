@@ -69,6 +69,9 @@ pub struct FaultInjector {
     /// The calm stretch (`[nemesis] calm_after`) has begun: no point that
     /// kills or pauses a process strikes from here on.
     calm: std::sync::atomic::AtomicBool,
+    /// The faults have stopped (the drain's last timeout, the settle, the
+    /// verification): no point strikes or counts an occurrence.
+    stopped: std::sync::atomic::AtomicBool,
 
     /// Every in-process firing by occurrence, uncapped: the schedule a
     /// shrink starts from.
@@ -155,6 +158,7 @@ impl FaultInjector {
             role_rates: Vec::new(),
             rebalancing: Default::default(),
             calm: Default::default(),
+            stopped: Default::default(),
             fired_at: Mutex::new(Vec::new()),
             deliveries: Mutex::new(Vec::new()),
             started: Instant::now(),
@@ -337,6 +341,17 @@ impl FaultInjector {
         }
     }
 
+    /// No fault strikes from now on, of any point: what the harness says
+    /// when it turns the faults off for the drain's last timeout. Before
+    /// it, a point struck per commit or per batch (`db.commit_ack_lost`)
+    /// kept striking in the stretch the report called fault-free: a
+    /// library's relay lost a COMMIT answer 36 s into it.
+    pub fn stop(&self) {
+        if !self.stopped.swap(true, Ordering::Relaxed) {
+            tracing::info!("the faults stop: no point strikes from here on");
+        }
+    }
+
     /// Whether the calm stretch has begun.
     pub fn is_calm(&self) -> bool {
         self.calm.load(Ordering::Relaxed)
@@ -362,8 +377,9 @@ impl FaultInjector {
         reach: impl FnOnce() -> Reach,
     ) -> bool {
         // In the calm stretch a kill or a pause is no occurrence at all:
-        // the rate still means the same per window before it.
-        if self.calmed(point) {
+        // the rate still means the same per window before it; once the
+        // faults have stopped, nothing is.
+        if self.calmed(point) || self.stopped.load(Ordering::Relaxed) {
             return false;
         }
         let i = point.index();

@@ -89,6 +89,22 @@ fn a_roles_own_rate_per_commit_strikes_that_roles_commits() {
     assert!((10..=60).contains(&service) && (240..=360).contains(&consumer), "{service} {consumer}");
 }
 
+/// Once the harness stops the faults (the drain's last timeout), no point
+/// strikes, a per-commit one included: `db.commit_ack_lost` kept striking
+/// a library's relay 36 s into the stretch the report called fault-free.
+#[test]
+fn no_point_strikes_once_the_faults_have_stopped() {
+    let point = FaultPoint::DbCommitAckLost;
+    let f = FaultInjector::new(5, &FaultRates::none().with(point, 1.0).with(FaultPoint::RelayAfterProduce, 1.0));
+    assert!(f.strike(point, "relay-1", String::new), "rate 1 strikes every commit");
+    f.stop();
+    for _commit in 0..100 {
+        assert!(!f.strike(point, "relay-1", String::new), "a commit struck after the faults stopped");
+        assert!(!f.strike(FaultPoint::RelayAfterProduce, "relay-1", String::new));
+    }
+    assert_eq!(f.fired(point), 1);
+}
+
 #[test]
 fn an_arm_is_taken_once_by_its_own_process_and_a_schedule_ignores_it() {
     let point = FaultPoint::KafkaKillAfterFetch;

@@ -132,6 +132,7 @@ async fn come_to_rest(
             p.set_acting(false);
         }
         acting.stop().await;
+        ctx.faults.stop();
     };
     while going(ran) {
         tokio::select! {
