@@ -4,6 +4,12 @@
 #
 # Usage:
 #   PATH="$(scripts/python-env.sh):$PATH" chaos run examples/python/consumer.toml
+#   PATH="$(scripts/python-env.sh examples/libraries/faststream-outbox):$PATH" \
+#     chaos run examples/libraries/faststream-outbox/orders-fso.toml
+#
+# With an example folder (one holding a requirements.txt, relative to the
+# current directory or absolute) it installs that folder's requirements into
+# python-venv-<the folder's name> instead, so each example keeps its own.
 #
 # The venv lives at ${CHAOS_CACHE_DIR:-$HOME/.cache/chaos}/python-venv. The
 # packages of examples/python/requirements.txt are installed with pip only
@@ -13,13 +19,22 @@
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REQUIREMENTS="$SCRIPT_DIR/../examples/python/requirements.txt"
 CACHE="${CHAOS_CACHE_DIR:-$HOME/.cache/chaos}"
-VENV="$CACHE/python-venv"
-STAMP="$VENV/.requirements.sha256"
 
 log() { printf 'python-env: %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+
+if [[ $# -eq 0 ]]; then
+  REQUIREMENTS="$SCRIPT_DIR/../examples/python/requirements.txt"
+  VENV="$CACHE/python-venv"
+elif [[ $# -eq 1 ]]; then
+  [[ -d "$1" ]] || die "no such folder: $1"
+  REQUIREMENTS="$(cd "$1" && pwd)/requirements.txt"
+  VENV="$CACHE/python-venv-$(basename "$(cd "$1" && pwd)")"
+else
+  die "usage: scripts/python-env.sh [example folder]"
+fi
+STAMP="$VENV/.requirements.sha256"
 
 command -v python3 >/dev/null 2>&1 || die "python3 not found on PATH (install Python 3.9 or newer with its venv module)"
 [[ -f "$REQUIREMENTS" ]] || die "missing $REQUIREMENTS"
