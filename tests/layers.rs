@@ -637,3 +637,44 @@ fn the_kafka_answer_check_sees_a_lag_and_an_opened_position() {
     assert!(reads_kafkas_answers("let (l, a) = (p.lane(), p.at());"));
     assert!(!reads_kafkas_answers("let s = \".group_lag(\"; let at = deadline;"));
 }
+
+/// Whether `code` reads a report's section of one kind of system to
+/// decide what to draw: a declared system's figures (`r.system`), or its
+/// absence, which meant the payments pipeline.
+fn asks_which_kind_ran(code: &str) -> bool {
+    let code = without_strings(code);
+    code.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
+        .any(|w| w.ends_with(".system") || w.contains(".system."))
+}
+
+#[test]
+fn nothing_under_the_report_asks_which_kind_of_system_ran() {
+    // Issue 65: eight branches on `r.system` under `src/report/` chose a
+    // declared system's words or the payments pipeline's, so a new kind
+    // of system touched five report files. The kind chooses its words
+    // once (`report::shown::Shown`, from `harness/run/system.rs`); the
+    // reports draw them. Only the report's assembly carries the section
+    // across (`system: sections.system`).
+    let mut all = Vec::new();
+    files(&src().join("report"), &mut all);
+    let skip = test_only_files(&all);
+    let asking: Vec<String> = all
+        .iter()
+        .filter(|f| !skip.contains(*f))
+        .filter(|f| {
+            let text = code(&std::fs::read_to_string(f).unwrap()).replace("system: sections.system,", "");
+            asks_which_kind_ran(&text)
+        })
+        .map(|f| f.strip_prefix(src()).unwrap().display().to_string())
+        .collect();
+    assert!(all.len() > 5, "the report's files were not found");
+    assert!(asking.is_empty(), "report files that ask which kind of system ran: {asking:?}");
+}
+
+#[test]
+fn the_kind_check_sees_a_branch_on_the_system_section() {
+    assert!(asks_which_kind_ran("match &r.system { Some(f) => a(f), None => b() }"));
+    assert!(asks_which_kind_ran("if r.system.is_none() { x() }"));
+    assert!(asks_which_kind_ran("let d = report.system.as_ref();"));
+    assert!(!asks_which_kind_ran("let s = \"r.system\"; let t = r.shown.driven; mod system;"));
+}

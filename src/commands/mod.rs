@@ -222,15 +222,23 @@ fn show_report(file: &Path, markdown: bool) -> Result<Exit> {
         out!("{}", crate::campaigns::sweep::render(&s));
         return Ok(exits::of_sweep(&s));
     }
-    let r = Report::load(file)?;
+    let r = saved_report(file)?;
     out!("{}", report::render(&r, if markdown { Style::Markdown } else { Style::Terminal }));
     Ok(exits::of_verdict(r.verdict))
+}
+
+/// A saved report, with its kind of system's words when it was saved
+/// before the report carried them.
+fn saved_report(file: &Path) -> Result<Report> {
+    let mut r = Report::load(file)?;
+    crate::harness::run::shown_of_saved(&mut r);
+    Ok(r)
 }
 
 /// `chaos report <file.json> --summary`: the lines `chaos run` printed at
 /// the end of that run, drawn again from the saved report alone.
 fn show_summary(file: &Path) -> Result<Exit> {
-    let r = Report::load(file)?;
+    let r = saved_report(file)?;
     let html = file.with_extension("html");
     out!("{}", report::summary::render(&r, &html.display().to_string(), report::summary::width()));
     Ok(exits::of_verdict(r.verdict))
@@ -252,7 +260,7 @@ fn html_report(file: &Path, out: Option<&Path>) -> Result<Exit> {
             file.display()
         )));
     }
-    let r = Report::load(file)?;
+    let r = saved_report(file)?;
     let path = match out {
         Some(p) => p.to_path_buf(),
         None => file.with_file_name(format!("{}.html", r.run_id)),

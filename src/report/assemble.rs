@@ -85,6 +85,8 @@ pub fn build(
         fault_spans_ms: crate::verifier::attribution::spans(sc),
         stories: sections.stories,
         system: sections.system,
+        // The kind of system chooses its words once the report is built.
+        shown: Default::default(),
         verdict,
         reason,
     }

@@ -8,6 +8,7 @@ pub mod html;
 pub mod junit;
 pub mod progress;
 pub mod schema;
+pub mod shown;
 pub mod summary;
 mod windows;
 
@@ -72,6 +73,10 @@ pub struct Report {
     /// messages); absent for the payments pipeline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system: Option<crate::verifier::declared::Figures>,
+    /// What the run drove and what came of it, in its kind of system's
+    /// words: every report draws these, never asking which kind ran.
+    #[serde(default)]
+    pub shown: shown::Shown,
     pub verdict: Verdict,
     pub reason: String,
 }
@@ -320,7 +325,7 @@ fn render_header(r: &Report, style: Style, out: &mut String) {
         r.scenario.path,
         r.seed,
         r.scenario.payments,
-        driven(r),
+        r.shown.driven,
         r.scenario.relays,
         r.scenario.notifiers,
         r.scenario.partitions,
@@ -349,60 +354,18 @@ fn render_header(r: &Report, style: Style, out: &mut String) {
 
 /// The counts read from the ground truth.
 fn render_verification(r: &Report, style: Style, out: &mut String) {
-    let (title, rows) = verification(r);
-    out.push_str(&heading(style, title));
+    out.push_str(&heading(style, &r.shown.verification_title));
     let mut t = table(style, &["measure", "value"]);
-    for (k, v) in rows {
+    for (k, v) in &r.shown.verification {
         t.add_row(vec![Cell::new(k), Cell::new(v)]);
     }
     out.push_str(&format!("{t}\n"));
 }
 
-/// The verification table's title and rows, for the text and HTML reports:
-/// a declared system's, or the payments pipeline's.
-pub(crate) fn verification(r: &Report) -> (&'static str, Vec<(&'static str, String)>) {
-    match &r.system {
-        Some(f) => (
-            "Verification (from the record of intent, the outbox log, the full topic and your queries)",
-            system_rows(f, r),
-        ),
-        None => ("Verification (from the database and the full topic)", verification_rows(&r.counts)),
-    }
-}
-
-/// The fault rows a report shows: every point for the payments pipeline;
-/// for a declared system, which strikes only from outside, the points it
-/// sets or that fired.
+/// The fault rows a report shows: every point, or for a system struck
+/// only from outside, the points it sets or that fired.
 pub(crate) fn shown_faults(r: &Report) -> impl Iterator<Item = &FaultSummary> {
-    r.faults.iter().filter(|f| r.system.is_none() || f.probability > 0.0 || f.fired > 0)
-}
-
-/// What a run drove: payments, or a declared system's operations.
-pub(crate) fn driven(r: &Report) -> &'static str {
-    if r.system.is_some() {
-        "operations of a declared system"
-    } else {
-        "payments"
-    }
-}
-
-/// A declared system's verification rows.
-pub(crate) fn system_rows(f: &crate::verifier::declared::Figures, r: &Report) -> Vec<(&'static str, String)> {
-    let mut rows = vec![
-        (
-            "operations asked for",
-            format!(
-                "{} ({} acknowledged, {} refused, {} ambiguous)",
-                f.operations, f.acknowledged, f.refused, f.ambiguous
-            ),
-        ),
-        ("outbox events written", f.outbox_events.to_string()),
-        ("messages on the topic", format!("{} ({} duplicates)", f.messages, f.duplicate_messages)),
-    ];
-    if let Some(s) = settled(r) {
-        rows.push(("settled", s));
-    }
-    rows
+    r.faults.iter().filter(|f| r.shown.every_fault_point || f.probability > 0.0 || f.fired > 0)
 }
 
 /// The items a report keeps of `all`, joined by "; ", and how many it left
@@ -413,17 +376,6 @@ fn listed(kept: &[String], all: u64) -> String {
         0 => text,
         more => format!("{text} … and {more} more"),
     }
-}
-
-/// A declared run's settle after the drain, in a few words: "17.1 s after
-/// the drain, for 42 rows of system.pending"; None for a run that did not
-/// settle (the payments pipeline, a run cut short before it).
-pub(crate) fn settled(r: &Report) -> Option<String> {
-    let secs = r.timings.settle_ms? as f64 / 1000.0;
-    Some(match r.system.as_ref().and_then(|f| f.pending_at_settle) {
-        Some(n) => format!("{secs:.1} s after the drain, for {n} rows of system.pending"),
-        None => format!("{secs:.1} s after the drain (no system.pending declared: until the effects were unchanged)"),
-    })
 }
 
 /// The timings in one line: "setup 258 ms · workload 3055 ms · …", the
@@ -530,7 +482,7 @@ fn render_faults(r: &Report, style: Style, out: &mut String) {
         }
     }
     let k = &r.components;
-    if r.system.is_none() {
+    if r.shown.components_counted {
         out.push_str(&format!(
         "components: {} relay batches, {}, {} duplicates absorbed by the inbox, {} stale events ignored by the projection, {} relay errors, {} notifier errors; purged {} outbox and {} inbox rows\n",
         k.relay_batches, crashes(r), k.duplicates_absorbed, k.stale_ignored, k.relay_errors, k.notifier_errors, k.purged_outbox_rows, k.purged_inbox_rows
@@ -755,10 +707,17 @@ fn short_reason(reason: &str) -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_run_that_was_not_judged_marks_no_invariant() {
+    /// The sample report, in the payments pipeline's words.
+    fn sample() -> Report {
         let mut r: Report =
             serde_json::from_str(include_str!("../../reports/sample-payments-postgres-kafka.json")).unwrap();
+        r.shown = shown::Shown::payments(&r);
+        r
+    }
+
+    #[test]
+    fn a_run_that_was_not_judged_marks_no_invariant() {
+        let mut r = sample();
         assert!(!r.invariants.is_empty());
         let section = |text: &str| text[text.find("Invariants").unwrap()..].to_string();
         assert!(section(&render(&r, Style::Terminal)).contains('✔'), "a judged run marks its checks");
@@ -772,8 +731,7 @@ mod tests {
     /// sixth is counted, not silently dropped.
     #[test]
     fn a_list_that_leaves_items_out_says_how_many() {
-        let mut r: Report =
-            serde_json::from_str(include_str!("../../reports/sample-payments-postgres-kafka.json")).unwrap();
+        let mut r = sample();
         let line = |r: &Report| {
             let text = render(r, Style::Markdown);
             text.lines().find(|l| l.starts_with("pre-empted: ")).expect(&text).to_string()
@@ -790,11 +748,11 @@ mod tests {
     /// table: how long, and how much pending work it waited for.
     #[test]
     fn a_settle_is_shown_with_the_work_it_waited_for() {
-        let mut r: Report =
-            serde_json::from_str(include_str!("../../reports/sample-payments-postgres-kafka.json")).unwrap();
+        let mut r = sample();
         assert!(!render(&r, Style::Markdown).contains("settle"), "the payments pipeline has no settle");
         r.timings.settle_ms = Some(17_140);
-        r.system = Some(crate::verifier::declared::Figures { pending_at_settle: Some(42), ..Default::default() });
+        let figures = crate::verifier::declared::Figures { pending_at_settle: Some(42), ..Default::default() };
+        r.shown = shown::Shown::declared(&r, &figures);
         let text = render(&r, Style::Markdown);
         assert!(text.contains(" · settle 17140 ms · "), "{text}");
         let row = text.lines().find(|l| l.starts_with("| settled ")).expect(&text);
@@ -803,27 +761,28 @@ mod tests {
 
     #[test]
     fn the_emails_line_shows_only_when_emails_were_checked() {
-        let mut r: Report =
-            serde_json::from_str(include_str!("../../reports/sample-payments-postgres-kafka.json")).unwrap();
+        let mut r = sample();
         // The sample sent its receipts as emails: without them, it is a
         // run whose scenario sends none.
         (r.counts.emails_sent, r.counts.emails_absorbed, r.counts.emails_refused) = (None, None, None);
+        r.shown = shown::Shown::payments(&r);
         assert!(!render(&r, Style::Terminal).contains("emails sent"), "a run without emails reads as before");
         r.counts.payments_captured = 1000;
         (r.counts.emails_sent, r.counts.emails_absorbed, r.counts.emails_refused) = (Some(1000), Some(37), Some(0));
+        r.shown = shown::Shown::payments(&r);
         // Markdown keeps a cell on one line; the terminal wraps it to its width.
         let text = render(&r, Style::Markdown);
         assert!(text.contains("1000 for 1000 payments (37 repeats absorbed by the provider)"), "{text}");
         assert!(render(&r, Style::Terminal).contains("repeats absorbed"));
         r.counts.emails_refused = Some(2);
+        r.shown = shown::Shown::payments(&r);
         let text = render(&r, Style::Markdown);
         assert!(text.contains("(37 repeats absorbed by the provider, 2 requests refused)"), "{text}");
     }
 
     #[test]
     fn a_program_under_test_is_counted_by_its_kills() {
-        let mut r: Report =
-            serde_json::from_str(include_str!("../../reports/sample-payments-postgres-kafka.json")).unwrap();
+        let mut r = sample();
         r.scenario.notifier_command = Some("python3 consumer.py".into());
         r.components.processes_killed = 23;
         r.components.notifier_crashes = 0;

@@ -117,44 +117,10 @@ pub(crate) fn harm_lines(lines: &mut Vec<(String, String)>, r: &Report, width: u
     }
 }
 
-/// What the run's operations came to: a declared system's operations and
-/// events, or the payments' receipts and emails; then the topic.
+/// What the run's operations came to, and the topic, in its kind of
+/// system's words.
 fn effects_lines(lines: &mut Vec<(String, String)>, r: &Report) {
-    match &r.system {
-        Some(f) => {
-            lines.push((
-                "effects".into(),
-                format!(
-                    "{} operations: {} acknowledged, {} refused, {} ambiguous → {} events",
-                    f.operations, f.acknowledged, f.refused, f.ambiguous, f.outbox_events
-                ),
-            ));
-            lines.push(("topic".into(), format!("{} messages ({} duplicates)", f.messages, f.duplicate_messages)));
-            // The wait for a consumer's stored work, which a run's length
-            // otherwise leaves unexplained.
-            if f.pending_at_settle.is_some_and(|n| n > 0) {
-                lines.push(("settled".into(), super::settled(r).unwrap_or_default()));
-            }
-        }
-        None => {
-            let c = &r.counts;
-            let mut effects = format!(
-                "{} payments → {} receipts ({} missing, {} doubled)",
-                c.payments_captured, c.receipts, c.payments_without_receipt, c.payments_with_many_receipts
-            );
-            if let Some(sent) = c.emails_sent {
-                effects.push_str(&format!(" · {sent} emails"));
-            }
-            lines.push(("effects".into(), effects));
-            lines.push((
-                "topic".into(),
-                format!(
-                    "{} messages for {} events ({} duplicates)",
-                    c.topic_messages, c.outbox_events, c.topic_duplicates
-                ),
-            ));
-        }
-    }
+    lines.extend(r.shown.effects.iter().cloned());
 }
 
 /// Every fault that fired or could have, with its confirmation mark: its
@@ -352,7 +318,9 @@ mod tests {
     fn report() -> Report {
         // A real run's report (scenarios/smoke.toml, embedded), trimmed.
         let json = include_str!("../../tests/fixtures/reports/smoke.json");
-        serde_json::from_str(json).expect("the fixture report")
+        let mut r: Report = serde_json::from_str(json).expect("the fixture report");
+        r.shown = crate::report::shown::Shown::payments(&r);
+        r
     }
 
     #[test]
@@ -511,10 +479,12 @@ mod tests {
     fn a_settle_that_waited_for_pending_work_has_its_line() {
         let mut r = report();
         r.timings.settle_ms = Some(15_010);
-        r.system = Some(crate::verifier::declared::Figures { pending_at_settle: Some(250), ..Default::default() });
+        let mut figures = crate::verifier::declared::Figures { pending_at_settle: Some(250), ..Default::default() };
+        r.shown = crate::report::shown::Shown::declared(&r, &figures);
         let s = render(&r, "reports/x.html", 100);
         assert_eq!(labelled(&s, "settled"), ["  settled   15.0 s after the drain, for 250 rows of system.pending"]);
-        r.system = Some(crate::verifier::declared::Figures { pending_at_settle: Some(0), ..Default::default() });
+        figures.pending_at_settle = Some(0);
+        r.shown = crate::report::shown::Shown::declared(&r, &figures);
         assert!(!render(&r, "reports/x.html", 100).contains("settled"));
     }
 

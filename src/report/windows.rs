@@ -70,7 +70,7 @@ impl Evidence {
         let rate = |p: &str| r.faults.iter().any(|f| f.point == p && f.probability > 0.0);
         match self {
             Evidence::Confirmed(p) => rate(p),
-            Evidence::Overtaken => rate("workload.slow_commit") || (rate("db.hold_commit") && r.system.is_some()),
+            Evidence::Overtaken => rate("workload.slow_commit") || (rate("db.hold_commit") && r.shown.writers_held),
             Evidence::ConsumerHold => rate("db.hold_commit"),
             Evidence::ReorderedKeys => rate("relay.slow_produce"),
         }
@@ -154,6 +154,7 @@ mod tests {
     fn report(faults: &[(&str, f64, u64)], kills_at: &[u64], end_ms: u64) -> Report {
         let mut r: Report =
             serde_json::from_str(include_str!("../../reports/sample-payments-postgres-kafka.json")).unwrap();
+        r.shown = crate::report::shown::Shown::payments(&r);
         r.faults = faults
             .iter()
             .map(|(p, prob, confirmed)| crate::faults::FaultSummary {

@@ -10,6 +10,7 @@ mod phases;
 mod reference;
 mod series;
 mod system;
+pub use system::shown_of_saved;
 
 use crate::context::{Named, ShutdownTrigger};
 use crate::error::{Error, Result};
@@ -209,9 +210,9 @@ async fn execute_keeping(
     progress.finish();
     // Built once, from the history and what the judge found.
     let mut rep = assemble::build(&sc, &names, &infra.info, &log, &ctx.stats, judged);
-    sut.shape(&mut rep);
     rep.series = series;
     rep.timings = timings(setup_ms, &driven.ran, t_verify, started);
+    sut.shape(&mut rep);
     finish(rep, infra, reports_dir, reporter, keep).await
 }
 

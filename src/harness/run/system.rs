@@ -19,6 +19,7 @@ use crate::nemesis::process::program::Programs;
 use crate::nemesis::proxy::Lanes;
 use crate::provider::Record;
 use crate::report::progress::Progress;
+use crate::report::shown::Shown;
 use crate::report::Report;
 use crate::scenario::Scenario;
 use crate::store::Store;
@@ -206,10 +207,30 @@ impl SystemUnderTest {
         }
     }
 
-    /// What the report's scenario section says of the system's shape.
+    /// What the report says of the system: its scenario section's shape,
+    /// and its words for what the run drove ([`Shown`]), chosen here once
+    /// so that no report asks which kind ran. Once the report is built, its
+    /// timings included.
     pub fn shape(&self, rep: &mut Report) {
-        if let Self::Declared(d) = self {
-            d.shape(rep);
-        }
+        rep.shown = match self {
+            Self::Reference(_) => Shown::payments(rep),
+            Self::Declared(d) => {
+                d.shape(rep);
+                // A run cut short before its checkers has no figures: its
+                // words are still a declared system's.
+                Shown::declared(rep, &rep.system.clone().unwrap_or_default())
+            }
+        };
+    }
+}
+
+/// The words of a report saved before its kind chose them (`chaos report`
+/// reads those too): a report with a declared system's figures is one.
+pub fn shown_of_saved(rep: &mut Report) {
+    if rep.shown.driven.is_empty() {
+        rep.shown = match &rep.system {
+            Some(f) => Shown::declared(rep, f),
+            None => Shown::payments(rep),
+        };
     }
 }

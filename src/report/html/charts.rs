@@ -105,44 +105,24 @@ fn throughput(
 }
 
 /// A line of the events chart: its name, its colour and its count in a sample.
-type Series = (&'static str, RGBColor, fn(&report::Sample) -> Option<u64>);
+type Series<'a> = (&'a str, RGBColor, fn(&report::Sample) -> Option<u64>);
 
-/// The events chart's lines, named for what they count: a declared
-/// system's operations, and the broker's figures where the components
-/// count nothing for the harness (a declared system's programs, a program
-/// under test): the topic's messages and the group's committed offsets.
-fn series(r: &Report) -> [Series; 3] {
-    let declared = r.system.is_some();
-    let pick = |read: bool, broker: &'static str, counted: &'static str| if read { broker } else { counted };
+/// The events chart's lines, named in the kind of system's words for
+/// what they count: where its components count nothing for the harness
+/// (a declared system's programs, a program under test), the broker's
+/// figures, the topic's messages and the group's committed offsets.
+fn series(r: &Report) -> [Series<'_>; 3] {
+    let [written, published, applied] = &r.shown.series;
     [
-        (pick(declared, "operations acknowledged", "payments written"), RGBColor(31, 119, 180), |s| Some(s.written)),
-        (
-            pick(declared || r.scenario.relay_command.is_some(), "messages on the topic", "messages published"),
-            RGBColor(44, 160, 44),
-            |s| s.published,
-        ),
-        (
-            pick(declared || r.scenario.notifier_command.is_some(), "offsets committed", "events processed"),
-            RGBColor(148, 103, 189),
-            |s| s.applied,
-        ),
+        (written.as_str(), RGBColor(31, 119, 180), |s| Some(s.written)),
+        (published.as_str(), RGBColor(44, 160, 44), |s| s.published),
+        (applied.as_str(), RGBColor(148, 103, 189), |s| s.applied),
     ]
 }
 
-/// Where the events chart's figures come from, in the page's words: the
-/// broker's where the components count nothing for the harness
-/// ([`series`]).
-pub(super) fn sampled_from(r: &Report) -> &'static str {
-    if r.system.is_some() {
-        "from the workload's answers and from the broker: a declared system's programs count nothing for the harness, \
-         so the messages on its topic and the offsets its consumer group committed are read there, and a gap in a line \
-         is a sample the broker did not answer for"
-    } else if r.scenario.relay_command.is_some() || r.scenario.notifier_command.is_some() {
-        "from the shared counters and, for the program under test, from the broker (the messages on the topic, the \
-         offsets its consumer group committed)"
-    } else {
-        "from the shared counters"
-    }
+/// Where the events chart's figures come from, in the page's words.
+pub(super) fn sampled_from(r: &Report) -> &str {
+    &r.shown.sampled_from
 }
 
 /// The events chart's legend, in HTML under it rather than drawn over its
@@ -279,15 +259,7 @@ const LANE_PX: u32 = 34;
 /// place) and every component a fault fired in, the payment service
 /// first, then relays, notifiers and the rest, each by its number.
 pub(super) fn instances(r: &Report) -> Vec<String> {
-    let mut names: Vec<String> = Vec::new();
-    if r.system.is_none() {
-        if r.scenario.relay_command.is_none() {
-            names.extend((1..=r.scenario.relays).map(|i| format!("relay-{i}")));
-        }
-        if r.scenario.notifier_command.is_none() {
-            names.extend((1..=r.scenario.notifiers).map(|i| format!("notifier-{i}")));
-        }
-    }
+    let mut names = r.shown.instances.clone();
     for f in &r.fault_log {
         if !names.contains(&f.component) {
             names.push(f.component.clone());

@@ -198,61 +198,16 @@ fn tiles(r: &Report, out: &mut String) {
 /// A tile: its id, label, value, detail and CSS class.
 type Tile<'a> = (&'a str, &'a str, String, String, &'a str);
 
-/// The three tiles of what the run drove and what came of it: a declared
-/// system's operations, events and messages, or the payments' receipts.
-fn effect_tiles(r: &Report, judged: bool) -> Vec<Tile<'static>> {
-    let c = &r.counts;
-    let bad = |b: bool| if b { "bad" } else { "ok" };
-    let mut out = Vec::new();
-    match &r.system {
-        Some(f) => {
-            out.push((
-                "driven",
-                "operations",
-                f.operations.to_string(),
-                format!("{} acknowledged · {} refused · {} ambiguous", f.acknowledged, f.refused, f.ambiguous),
-                "",
-            ));
-            out.push(("effects", "outbox events", f.outbox_events.to_string(), String::new(), ""));
-            out.push((
-                "messages",
-                "messages",
-                f.messages.to_string(),
-                format!("{} duplicates", f.duplicate_messages),
-                "",
-            ));
-        }
-        None => {
-            out.push((
-                "driven",
-                "payments",
-                c.payments.to_string(),
-                format!("{} captured · {} committed", c.payments_captured, c.payments_committed),
-                "",
-            ));
-            out.push((
-                "effects",
-                "receipts",
-                c.receipts.to_string(),
-                format!(
-                    "{} payments with several · {} with none",
-                    c.payments_with_many_receipts, c.payments_without_receipt
-                ),
-                bad(judged && c.payments_with_many_receipts + c.payments_without_receipt > 0),
-            ));
-            out.push((
-                "messages",
-                "messages",
-                c.topic_messages.to_string(),
-                format!(
-                    "{} duplicates · {} absorbed by the inbox",
-                    c.topic_duplicates, r.components.duplicates_absorbed
-                ),
-                "",
-            ));
-        }
-    }
-    out
+/// The three tiles of what the run drove and what came of it, in its kind
+/// of system's words; a run not judged marks none of them good or bad.
+fn effect_tiles(r: &Report, judged: bool) -> Vec<Tile<'_>> {
+    let shown = r.shown.tiles.iter();
+    shown
+        .map(|t| {
+            let class = if judged || t.class != "bad" { t.class.as_str() } else { "" };
+            (t.id.as_str(), t.label.as_str(), t.value.clone(), t.detail.clone(), class)
+        })
+        .collect()
 }
 
 /// Every firing the run counted, logged or not.
@@ -277,7 +232,7 @@ fn header(r: &Report, out: &mut String) {
         esc(&s.path),
         r.seed,
         s.payments,
-        report::driven(r),
+        esc(&r.shown.driven),
         s.relays,
         s.notifiers,
         s.partitions,
@@ -293,9 +248,9 @@ fn header(r: &Report, out: &mut String) {
 
 /// The verification, fault and invariant tables.
 fn tables(r: &Report, out: &mut String) {
-    let (title, verification) = report::verification(r);
+    let (title, verification) = (&r.shown.verification_title, &r.shown.verification);
     section(out, "verification", title, |out| {
-        let rows: Vec<Vec<String>> = verification.into_iter().map(|(k, v)| vec![k.to_string(), v]).collect();
+        let rows: Vec<Vec<String>> = verification.iter().map(|(k, v)| vec![k.clone(), v.clone()]).collect();
         table(out, &["measure", "value"], &rows);
     });
     section(out, "faults", "Faults", |out| {
@@ -313,7 +268,7 @@ fn tables(r: &Report, out: &mut String) {
             .collect();
         table(out, &["fault point", "probability", "per", "reached", "fired", "confirmed"], &rows);
         let k = &r.components;
-        if r.system.is_some() {
+        if !r.shown.components_counted {
             let _ = write!(
                 out,
                 "<p>processes: {} started, {} killed, {} paused</p>",

@@ -14,7 +14,8 @@ fn a_report_from_before_the_charts_still_draws() {
     if let Some(latency) = fields.get_mut("latency_ms").and_then(|l| l.as_object_mut()) {
         latency.remove("buckets");
     }
-    let r: Report = serde_json::from_value(old).unwrap();
+    let mut r: Report = serde_json::from_value(old).unwrap();
+    r.shown = crate::report::shown::Shown::payments(&r);
     assert!(r.series.is_empty() && r.stories.is_empty());
     let page = render(&r);
     assert_eq!(page.matches("<svg").count(), 3, "the events chart, the instances' lanes and the percentiles");
@@ -30,6 +31,7 @@ pub(crate) fn busy() -> Report {
     use crate::verifier::story::{Step, TopicMessage};
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/sample-payments-postgres-kafka.json");
     let mut r = Report::load(&path).unwrap();
+    r.shown = crate::report::shown::Shown::payments(&r);
     r.series = (0..40)
         .map(|i| report::Sample { at_ms: i * 250, written: i * 25, published: Some(i * 24), applied: Some(i * 23) })
         .collect();
@@ -78,7 +80,7 @@ pub(crate) fn busy() -> Report {
 #[test]
 fn a_declared_systems_chart_names_the_brokers_figures_and_breaks_at_a_gap() {
     let mut r = busy();
-    r.system = Some(Default::default());
+    r.shown = crate::report::shown::Shown::declared(&r, &Default::default());
     r.series[10].published = None;
     r.series[10].applied = None;
     let page = render(&r);
@@ -154,10 +156,10 @@ fn the_tiles_sum_up_the_run() {
     assert_eq!(tile(&page, "verdict"), "PASS");
     assert_eq!(tile(&page, "driven"), "1000");
     assert_eq!(tile(&page, "effects"), "1000");
-    assert_eq!(tile(&page, "messages"), "2156");
+    assert_eq!(tile(&page, "messages"), "2160");
     assert_eq!(tile(&page, "faults"), "34");
     assert_eq!(tile(&page, "invariants"), "37/37");
-    assert_eq!(tile(&page, "latency"), "1253 ms");
+    assert_eq!(tile(&page, "latency"), "2157 ms");
     r.invariants[3].ok = false;
     r.verdict = Verdict::Fail;
     r.latency_ms = None;
@@ -213,7 +215,7 @@ fn the_fault_log_lists_every_firing_up_to_its_cap() {
     let mut r = busy();
     let rows = rows_in(&render(&r), "fault-log");
     assert_eq!(rows.len(), r.fault_log.len());
-    assert!(rows[0].contains("<td>0.649</td><td>relay.after_produce</td><td>relay-2</td>"), "{}", rows[0]);
+    assert!(rows[0].contains("<td>0.181</td><td>relay.after_produce</td><td>relay-2</td>"), "{}", rows[0]);
     assert!(rows[0].contains("<td>outbox seqs 3–4, 10</td>"), "{}", rows[0]);
     assert!(rows[1].contains("<td>topic 0:5–9, 2:1</td>"), "{}", rows[1]);
     let first = r.fault_log[0].clone();
