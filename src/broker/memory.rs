@@ -10,7 +10,7 @@
 //! timing. A test on it says what the code does with the semantics; the
 //! end-to-end tests on Kafka say the semantics are Kafka's.
 
-use super::{Broker, Consumer, ConsumerSpec, Producer, Span, Topic};
+use super::{Broker, Consumer, ConsumerSpec, GroupState, Producer, Span, Topic};
 use crate::broker::Delivery;
 use crate::domain::events::Envelope;
 use crate::error::{Error, Result};
@@ -144,13 +144,13 @@ impl Broker for Memory {
         Ok((0..topic.lanes as usize).map(|p| (0, parts.get(p).map_or(0, |v| v.len() as i64))).collect())
     }
 
-    fn group_committed(&self, group: &str, _topic: &Topic) -> Result<Option<i64>> {
+    fn taken(&self, group: &str, _topic: &Topic) -> Result<Option<i64>> {
         let s = self.state();
         let committed = s.groups.get(group).map(|g| &g.committed).filter(|c| !c.is_empty());
         Ok(committed.map(|c| c.values().sum()))
     }
 
-    fn group_lag<'a>(&'a self, group: &'a str, topic: &'a Topic) -> BoxFuture<'a, Result<i64>> {
+    fn backlog<'a>(&'a self, group: &'a str, topic: &'a Topic) -> BoxFuture<'a, Result<i64>> {
         let marks = match self.watermarks(topic) {
             Ok(m) => m,
             Err(e) => return ready(Err(e)),
@@ -160,8 +160,10 @@ impl Broker for Memory {
         ready(Ok(marks.iter().enumerate().map(|(p, (_, high))| (high - committed(p)).max(0)).sum()))
     }
 
-    fn group_members<'a>(&'a self, group: &'a str) -> BoxFuture<'a, Result<Option<usize>>> {
-        ready(Ok(Some(self.state().groups.get(group).map_or(0, |g| g.members.len()))))
+    fn group<'a>(&'a self, group: &'a str) -> BoxFuture<'a, Result<Option<GroupState>>> {
+        // No rebalance here: a member is assigned as it joins.
+        let members = self.state().groups.get(group).map_or(0, |g| g.members.len());
+        ready(Ok(Some(GroupState { members, settled: true })))
     }
 
     fn read_topic(&self, topic: &Topic, _limit: Duration, sink: &mut dyn FnMut(Delivery<'_>)) -> Result<Vec<Span>> {
@@ -386,7 +388,7 @@ mod tests {
         drop(first);
         assert_eq!(b.committed("g", 0), Some(p0));
         assert_eq!(b.committed("g", 1), None, "partition 1 was never committed");
-        assert_eq!(b.group_lag("g", &Topic::new("t", 2)).await.unwrap(), 10 - p0);
+        assert_eq!(b.backlog("g", &Topic::new("t", 2)).await.unwrap(), 10 - p0);
         let second = b.consumer(spec("a")).unwrap();
         second.join().unwrap();
         let again = offsets(second.as_ref()).await;
@@ -409,7 +411,7 @@ mod tests {
         let (got_a, got_c) = (offsets(a.as_ref()).await, offsets(c.as_ref()).await);
         assert!(got_a.iter().all(|(p, _)| *p == 0) && got_c.iter().all(|(p, _)| *p == 1));
         assert_eq!(got_a.len() + got_c.len(), 20, "both restart from the committed offsets (none)");
-        assert_eq!(b.group_members("g").await.unwrap(), Some(2));
+        assert_eq!(b.group("g").await.unwrap().map(|g| g.members), Some(2));
     }
 
     #[tokio::test]

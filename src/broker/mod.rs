@@ -1,8 +1,12 @@
 //! The broker boundary: everything the pipeline asks of a message broker,
-//! and nothing of how a given broker does it. The relay produces a batch
-//! and awaits its acks; the notifier consumes in a group and commits its
-//! offsets by hand; the run creates the topic, watches the group's lag and
-//! the topic's growth; the verifier reads every partition whole.
+//! and nothing of how a given broker does it. A broker here is a log with
+//! numbered lanes and consumer groups, as Jepsen's Kafka test models one:
+//! the relay produces a batch and awaits its acks; the notifier consumes
+//! in a group and commits its positions by hand; the run creates the
+//! topic, asks what the group has yet to take (its backlog) and whether it
+//! has settled; the verifier reads every lane whole. Where a message sits
+//! in its lane is the broker's ([`Position`], opaque; [`Packed`] in eight
+//! bytes): only the dead letters' columns open one outside this folder.
 //!
 //! - `kafka/`: Apache Kafka through rdkafka, and librdkafka's mock cluster
 //!   for the embedded mode. The mock's quirks live there and nowhere else.
@@ -23,7 +27,7 @@ mod position;
 mod read;
 
 pub use kafka::READ_ISOLATION;
-pub use position::{range, Position, Stretch};
+pub use position::{range, Packed, Position, Stretch};
 pub use read::read_checked;
 
 use crate::domain::events::Envelope;
@@ -31,6 +35,13 @@ use crate::error::Result;
 use futures::future::BoxFuture;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// A consumer group as the broker describes it ([`Broker::group`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupState {
+    pub members: usize,
+    pub settled: bool,
+}
 
 /// A topic as the broker is asked about it: its name, and how many
 /// ordering lanes it has (Kafka's partitions, the scenario's `[topic]
@@ -168,29 +179,27 @@ pub trait Broker: Send + Sync {
         Ok(self.watermarks(topic)?.iter().map(|(low, high)| high - low).sum())
     }
 
-    /// How many messages were ever written to `topic`: the sum of its
-    /// high watermarks (`held` less what retention removed). Blocking.
-    fn written_to(&self, topic: &Topic) -> Result<i64> {
+    /// How many messages were ever written to `topic` (`held` less what
+    /// retention removed): the sum of its lanes' ends. Blocking.
+    fn written(&self, topic: &Topic) -> Result<i64> {
         Ok(self.watermarks(topic)?.iter().map(|(_, high)| high).sum())
     }
 
-    /// How far `group` has committed on `topic`: its committed offsets,
-    /// summed over the partitions it has committed on; None when it has
-    /// committed on none. Blocking.
-    fn group_committed(&self, group: &str, topic: &Topic) -> Result<Option<i64>>;
+    /// How many messages `group` has taken from `topic`: its committed
+    /// positions, summed over the lanes it has committed on; None when it
+    /// has committed on none. Blocking.
+    fn taken(&self, group: &str, topic: &Topic) -> Result<Option<i64>>;
 
-    /// The group's lag: per partition, high watermark minus committed
-    /// offset, summed.
-    fn group_lag<'a>(&'a self, group: &'a str, topic: &'a Topic) -> BoxFuture<'a, Result<i64>>;
+    /// What `group` has yet to take from `topic`: per lane, the messages
+    /// after its committed position, summed (Kafka's lag, which the
+    /// adapter reads without counting a transaction's markers).
+    fn backlog<'a>(&'a self, group: &'a str, topic: &'a Topic) -> BoxFuture<'a, Result<i64>>;
 
-    /// How many members the group has; None when the broker cannot say.
-    fn group_members<'a>(&'a self, group: &'a str) -> BoxFuture<'a, Result<Option<usize>>>;
-
-    /// Whether the group is stable (its last rebalance over, every member
-    /// assigned), as the coordinator says; None when the broker cannot say.
-    fn group_stable<'a>(&'a self, _group: &'a str) -> BoxFuture<'a, Result<Option<bool>>> {
-        Box::pin(std::future::ready(Ok(None)))
-    }
+    /// The group's members and whether it has settled (its last rebalance
+    /// over, every member assigned), as the broker says; None when the
+    /// broker cannot say. What "settled" means for a broker is its
+    /// adapter's to decide.
+    fn group<'a>(&'a self, group: &'a str) -> BoxFuture<'a, Result<Option<GroupState>>>;
 
     /// Reads every partition from its low to its high watermark as found
     /// at the start, handing each message to `sink`, within `limit`. Says

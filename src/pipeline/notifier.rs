@@ -452,7 +452,7 @@ mod tests {
             format!("a second reconcile 1 s later: {:?}", anomalies(&h.reconcile().await))
         };
         let fresh = format!("{fresh}; {again}");
-        let lag = h.ctx.broker.group_lag(&h.ctx.names.group, &h.ctx.topic()).await;
+        let lag = h.ctx.broker.backlog(&h.ctx.names.group, &h.ctx.topic()).await;
         let marks = h.ctx.broker.watermarks(&h.ctx.topic());
         assert_eq!(
             anomalies(&r),

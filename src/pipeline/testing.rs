@@ -61,7 +61,7 @@ impl Harness {
             // (seen under load: a batch's effects missing at the tails).
             let unpublished = c.store.unpublished().await;
             let lag = match notifiers {
-                true => c.broker.group_lag(&c.names.group, &c.topic()).await,
+                true => c.broker.backlog(&c.names.group, &c.topic()).await,
                 false => Ok(0),
             };
             let zombies = c.coord.zombies();

@@ -32,7 +32,7 @@ pub struct Request {
 
 impl Request {
     /// When it arrived, since the provider started.
-    pub fn at(&self) -> Duration {
+    pub fn arrived(&self) -> Duration {
         Duration::from_millis(u64::from(self.at_ms))
     }
 }

@@ -209,7 +209,7 @@ async fn the_record_keeps_arrival_order_and_every_outcome() {
     let record = p.record();
     let seqs: Vec<u64> = record.requests.iter().map(|r| r.seq).collect();
     assert_eq!(seqs, [0, 1, 2, 3, 4, 5]);
-    assert!(record.requests.windows(2).all(|w| w[0].at() <= w[1].at()));
+    assert!(record.requests.windows(2).all(|w| w[0].arrived() <= w[1].arrived()));
     let keys: Vec<Option<String>> = record.requests.iter().map(|r| r.key.as_ref().map(|k| k.to_string())).collect();
     let k = |t: &str| Some(t.to_string());
     assert_eq!(keys, [k("k1"), k("k1"), k("k1"), k("k2"), k("k2"), None]);

@@ -562,7 +562,8 @@ pub fn newly_captured(ps: &[(NewPayment, bool)], changed: &HashSet<Uuid>) -> Vec
 /// The key a dead letter is recorded under: the event id when readable,
 /// else the message's place on the topic.
 pub fn dead_letter_key(m: &Incoming) -> String {
-    m.raw_event_id.clone().unwrap_or_else(|| format!("p{}-o{}", m.position.lane(), m.position.at()))
+    let (lane, place) = m.position.as_row();
+    m.raw_event_id.clone().unwrap_or_else(|| format!("p{lane}-o{place}"))
 }
 
 pub use crate::domain::rows::{OutboxRecord, PaymentRow, StoryRow};

@@ -486,8 +486,7 @@ pub async fn dead_letters(tx: &mut PgTx, bad: &[&Incoming]) -> Result<u64> {
         return Ok(0);
     }
     let ids: Vec<String> = bad.iter().map(|m| dead_letter_key(m)).collect();
-    let parts: Vec<i32> = bad.iter().map(|m| m.position.lane()).collect();
-    let offs: Vec<i64> = bad.iter().map(|m| m.position.at()).collect();
+    let (parts, offs): (Vec<i32>, Vec<i64>) = bad.iter().map(|m| m.position.as_row()).unzip();
     let payloads: Vec<String> = bad.iter().map(|m| m.raw_payload.clone()).collect();
     let errors: Vec<String> = bad.iter().map(|m| m.decoded.as_ref().err().cloned().unwrap_or_default()).collect();
     let r = sqlx::query(

@@ -447,10 +447,11 @@ pub async fn dead_letters(tx: &mut SqliteTx, bad: &[&Incoming]) -> Result<u64> {
         );
         let mut q = sqlx::query(&sql);
         for m in chunk {
+            let (lane, place) = m.position.as_row();
             q = q
                 .bind(dead_letter_key(m))
-                .bind(m.position.lane())
-                .bind(m.position.at())
+                .bind(lane)
+                .bind(place)
                 .bind(&m.raw_payload)
                 .bind(m.decoded.as_ref().err().cloned().unwrap_or_default());
         }

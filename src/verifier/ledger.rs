@@ -12,7 +12,7 @@
 
 use super::reconcile::{AnomalyBuilder, AnomalyKind};
 use super::topic::TopicRecord;
-use crate::broker::Position;
+use crate::broker::{Packed, Position};
 use crate::domain::events::{EventKind, PaymentEvent};
 use crate::domain::handlers::Handler;
 use crate::domain::intent::Intended;
@@ -99,7 +99,7 @@ pub(super) struct EventEntry {
 
 impl MessageEntry {
     pub fn position(&self) -> Position {
-        Position::new(self.lane as i32, self.at)
+        self.at.position()
     }
 }
 
@@ -112,10 +112,9 @@ impl EventEntry {
 /// One message on the topic that carries a known payment's key: 16 bytes.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct MessageEntry {
-    /// Its position, kept as two fields so the entry stays 16 bytes.
-    pub at: i64,
+    /// Its position, packed so the entry stays 16 bytes.
+    pub at: Packed,
     pub payment: u32,
-    pub lane: u16,
     pub kind: Option<EventKind>,
 }
 
@@ -469,9 +468,7 @@ impl Ledger {
             e.seen = e.seen.saturating_add(1);
         }
         if let Some(i) = m.payment_id.and_then(|p| self.payment(p)) {
-            // Lanes fit: a scenario has at most 1,024.
-            let lane = m.position.lane().clamp(0, u16::MAX as i32) as u16;
-            self.messages.push(MessageEntry { at: m.position.at(), payment: i as u32, lane, kind: m.kind });
+            self.messages.push(MessageEntry { at: m.position.packed(), payment: i as u32, kind: m.kind });
         }
     }
 

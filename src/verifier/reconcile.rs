@@ -382,7 +382,7 @@ impl Ledger {
                 c.payments_missing_events += 1;
                 absent.hit_on(p.id, || format!("payment {}: no {} message on the topic", p.id, missing.join(" or ")));
             }
-            if msgs.iter().any(|m| m.lane != msgs[0].lane) {
+            if msgs.iter().any(|m| m.position().lane() != msgs[0].position().lane()) {
                 split.hit_on(p.id, || format!("payment {}: {}", p.id, locate(msgs)));
             }
         }
@@ -537,7 +537,7 @@ fn reordered(msgs: &[MessageEntry]) -> bool {
     let of = |k: EventKind| msgs.iter().filter(move |m| m.kind == Some(k));
     let last_auth = of(EventKind::Authorized).max_by_key(|m| m.at);
     let first_cap = of(EventKind::Captured).min_by_key(|m| m.at);
-    matches!((last_auth, first_cap), (Some(a), Some(k)) if a.lane == k.lane && a.at > k.at)
+    matches!((last_auth, first_cap), (Some(a), Some(k)) if a.position().lane() == k.position().lane() && a.at > k.at)
 }
 
 /// Where a payment's messages sit on the topic, for examples.

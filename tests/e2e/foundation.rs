@@ -72,7 +72,7 @@ async fn outbox_to_kafka_to_inbox_round_trip() {
     // 4. Commit the offset by hand and read it back from the broker.
     consumer.commit(&[incoming_at.next()], true).unwrap();
     assert_eq!(
-        kafka.group_lag(&group, &chaos::broker::Topic::new(topic.as_str(), 1)).await.unwrap(),
+        kafka.backlog(&group, &chaos::broker::Topic::new(topic.as_str(), 1)).await.unwrap(),
         0,
         "the group's committed offset is past the message"
     );

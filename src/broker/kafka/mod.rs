@@ -7,7 +7,7 @@ mod consumer;
 pub mod mock;
 mod producer;
 
-use super::{Broker, ConsumerSpec, Span, Topic};
+use super::{Broker, ConsumerSpec, GroupState, Span, Topic};
 use crate::broker::Delivery;
 use crate::error::{Error, Result};
 use futures::future::BoxFuture;
@@ -253,7 +253,7 @@ impl Broker for Kafka {
             .collect()
     }
 
-    fn group_committed(&self, group: &str, topic: &Topic) -> Result<Option<i64>> {
+    fn taken(&self, group: &str, topic: &Topic) -> Result<Option<i64>> {
         let mut offsets = self.offsets.lock().unwrap_or_else(|p| p.into_inner());
         if offsets.as_ref().is_none_or(|(g, _)| g != group) {
             // A group.id and no subscription: it reads the group's offsets
@@ -283,20 +283,19 @@ impl Broker for Kafka {
         Ok((!on.is_empty()).then(|| on.iter().sum()))
     }
 
-    fn group_lag<'a>(&'a self, group: &'a str, topic: &'a Topic) -> BoxFuture<'a, Result<i64>> {
+    fn backlog<'a>(&'a self, group: &'a str, topic: &'a Topic) -> BoxFuture<'a, Result<i64>> {
         let (brokers, group, topic) = (self.bootstrap.clone(), group.to_string(), topic.clone());
         Box::pin(blocking(move || group_lag(&brokers, &group, &topic.name, topic.lanes)))
     }
 
-    fn group_members<'a>(&'a self, group: &'a str) -> BoxFuture<'a, Result<Option<usize>>> {
-        Box::pin(self.read_group(group, |mine| mine.iter().map(|g| g.members().len()).sum()))
-    }
-
-    fn group_stable<'a>(&'a self, group: &'a str) -> BoxFuture<'a, Result<Option<bool>>> {
+    fn group<'a>(&'a self, group: &'a str) -> BoxFuture<'a, Result<Option<GroupState>>> {
         // Only "Stable" is settled: "PreparingRebalance" and
         // "CompletingRebalance" are a rebalance under way, "Empty" a group
         // whose every member is gone.
-        Box::pin(self.read_group(group, |mine| mine.iter().any(|g| g.state() == "Stable")))
+        Box::pin(self.read_group(group, |mine| GroupState {
+            members: mine.iter().map(|g| g.members().len()).sum(),
+            settled: mine.iter().any(|g| g.state() == "Stable"),
+        }))
     }
 
     fn read_topic(&self, topic: &Topic, limit: Duration, sink: &mut dyn FnMut(Delivery<'_>)) -> Result<Vec<Span>> {

@@ -155,7 +155,7 @@ where
     let mut last = (0i64, 0i64);
     while clock.running() {
         let now = left().await;
-        let lag = ctx.broker.group_lag(&ctx.names.group, &ctx.topic()).await;
+        let lag = ctx.broker.backlog(&ctx.names.group, &ctx.topic()).await;
         match (now, lag) {
             (Ok(Left { unpublished: 0, busy: false }), Ok(0)) => {
                 quiet += 1;
@@ -286,7 +286,7 @@ pub(super) fn calm_after(ctx: &Ctx, stats: Arc<Stats>, total: u64) -> Option<Cal
         let deadline = written + started.elapsed() / 2;
         loop {
             // A lag that cannot be read is no reason to keep killing.
-            let lag = ctx.broker.group_lag(&ctx.names.group, &ctx.topic()).await.unwrap_or(0);
+            let lag = ctx.broker.backlog(&ctx.names.group, &ctx.topic()).await.unwrap_or(0);
             let held = ctx.broker.held(&ctx.topic()).unwrap_or(0);
             let rest = Rest { payments: total - at, written: Stats::get(&stats.payments_written), held };
             let caught_up = rest.holds(lag);

@@ -63,11 +63,11 @@ impl FromBroker {
         // applied than published, and the apply stage never starts before
         // the publish stage.
         let committed = match self.applied {
-            true => self.broker.group_committed(&self.group, &self.topic).ok(),
+            true => self.broker.taken(&self.group, &self.topic).ok(),
             false => None,
         };
         let published = match self.published {
-            true => self.broker.written_to(&self.topic).ok().map(|n| n.max(0) as u64),
+            true => self.broker.written(&self.topic).ok().map(|n| n.max(0) as u64),
             false => None,
         };
         // Nothing committed yet reads as 0; whether the group ever commits

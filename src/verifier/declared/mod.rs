@@ -17,7 +17,7 @@
 //! - [`read`]: [`verify`], the reads streamed into the books.
 
 use super::{Anomaly, AnomalyKind, Invariant};
-use crate::broker::Position;
+use crate::broker::{Packed, Position};
 use crate::domain::events::fingerprint;
 use crate::domain::operations::{Operation, Outcome};
 use crate::faults::FaultRecord;
@@ -71,11 +71,10 @@ const NONE: u32 = u32::MAX;
 /// payments there are two million of them.
 #[derive(Debug, Clone)]
 struct Event {
-    /// Its first message on the topic, as (partition, offset), when
-    /// `on_topic`; the others, rare, are in [`Books::more_copies`]. Two
-    /// fields, where a `Position` would pad to sixteen bytes.
-    copy_at: i64,
-    copy_lane: i32,
+    /// Its first message on the topic, when `on_topic`; the others, rare,
+    /// are in [`Books::more_copies`]. Packed: a `Position` would pad to
+    /// sixteen bytes.
+    copy: Packed,
     key: u32,
     /// The next event of its key, in the order added; the key's last one
     /// points back to its first (see [`Books::events_of`]).
@@ -424,7 +423,7 @@ impl<'a> Books<'a> {
         };
         let at_ms = (at_epoch_ms - self.started_epoch_ms).clamp(i32::MIN.into(), i32::MAX.into()) as i32;
         let flags = if malformed { MALFORMED } else { 0 };
-        self.events.push(Event { copy_at: 0, copy_lane: 0, key, next_of_key, fingerprint, at_ms, kind, flags });
+        self.events.push(Event { copy: Packed::default(), key, next_of_key, fingerprint, at_ms, kind, flags });
     }
 
     /// Whether an outbox event's key is `key`.
@@ -461,9 +460,8 @@ impl<'a> Books<'a> {
                 let id =
                     id.map(String::from_utf8_lossy).map_or("no event_id header".into(), |s| format!("event_id {s}"));
                 self.foreign.push(format!(
-                    "message p{}@{} ({id}, key {}): no outbox row has this id",
-                    at.lane(),
-                    at.at(),
+                    "message {} ({id}, key {}): no outbox row has this id",
+                    at.short(),
                     String::from_utf8_lossy(key)
                 ));
             }
@@ -473,7 +471,7 @@ impl<'a> Books<'a> {
         if e.on_topic() {
             self.more_copies.entry(i).or_default().push(at);
         } else {
-            (e.copy_lane, e.copy_at) = (at.lane(), at.at());
+            e.copy = at.packed();
             e.flags |= ON_TOPIC;
         }
         if fp != e.fingerprint {
@@ -576,7 +574,7 @@ impl<'a> Books<'a> {
                 let example = format!(
                     "key {} sent again with another body at {:.2} s",
                     r.key.as_ref().map_or("?".into(), |k| k.text()),
-                    r.at().as_secs_f64()
+                    r.arrived().as_secs_f64()
                 );
                 reused.push((example, about.and_then(|v| self.keys.find(&v.text()))));
             }
@@ -644,7 +642,7 @@ impl<'a> Books<'a> {
     /// An event's messages on the topic, in the order read.
     fn copies(&self, i: usize) -> impl Iterator<Item = Position> + '_ {
         let e = &self.events[i];
-        let first = e.on_topic().then(|| Position::new(e.copy_lane, e.copy_at));
+        let first = e.on_topic().then(|| e.copy.position());
         let more = self.more_copies.get(&(i as u32)).map(Vec::as_slice).unwrap_or_default();
         first.into_iter().chain(more.iter().copied())
     }

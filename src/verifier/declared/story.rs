@@ -50,11 +50,7 @@ impl Books<'_> {
             true => "outbox: none".into(),
             false => format!("outbox: {}", outbox.join(", ")),
         });
-        let copies: Vec<String> = self
-            .events_of(key)
-            .flat_map(|i| self.copies(i).map(|p| format!("p{}@{}", p.lane(), p.at())))
-            .take(8)
-            .collect();
+        let copies: Vec<String> = self.events_of(key).flat_map(|i| self.copies(i).map(|p| p.short())).take(8).collect();
         parts.push(match copies.is_empty() {
             true => "topic: none".into(),
             false => format!("topic: {}", copies.join(", ")),

@@ -904,8 +904,8 @@ pub(super) fn watch_group(ctx: &Ctx) {
         (ctx.broker.clone(), ctx.names.group.clone(), ctx.faults.clone(), ctx.shutdown.clone());
     ctx.tasks.spawn("the consumer group's watch".into(), async move {
         loop {
-            match broker.group_stable(&group).await {
-                Ok(Some(stable)) => faults.set_group_stable(stable),
+            match broker.group(&group).await {
+                Ok(Some(g)) => faults.set_group_stable(g.settled),
                 // A broker that cannot say: never wait on it.
                 Ok(None) => return faults.set_group_stable(true),
                 // Unread this time (the broker paused or killed by the

@@ -303,13 +303,13 @@ impl Programs {
             if let Some(f) = self.failure.borrow().clone() {
                 return Err(f);
             }
-            match ctx.broker.group_members(&ctx.names.group).await {
-                Ok(Some(n)) if n >= *instances => {
-                    info!(ms = started.elapsed().as_millis() as u64, members = n, "notifier group settled");
+            match ctx.broker.group(&ctx.names.group).await {
+                Ok(Some(g)) if g.members >= *instances => {
+                    info!(ms = started.elapsed().as_millis() as u64, members = g.members, "notifier group settled");
                     watch_group(ctx);
                     return Ok(());
                 }
-                Ok(Some(n)) => seen = (n, String::new()),
+                Ok(Some(g)) => seen = (g.members, String::new()),
                 Ok(None) => {
                     // The mock cluster cannot list groups: nothing to wait on.
                     warn!("the broker cannot describe consumer groups; starting without waiting for the group");
