@@ -22,7 +22,8 @@ choices! {
         /// A JSON payload counts by value: re-serialised with other key
         /// order or spacing it is the same; a changed value is not.
         MessageMismatch = "message mismatch",
-        /// One payment's events on more than one partition.
+        /// The payments pipeline's former name for a split key, which no
+        /// check finds now: a scenario that allows it allows `split key`.
         SplitPayment = "split payment",
         /// An outbox row still unpublished after the drain.
         UnpublishedLeftover = "unpublished leftover",
@@ -54,8 +55,8 @@ choices! {
         /// Events for a key the workload never asked for, or whose
         /// request the service refused.
         PhantomOperation = "phantom operation",
-        /// One key's messages on more than one partition (a declared
-        /// system's "split payment").
+        /// One key's messages on more than one partition (for the payments
+        /// pipeline, one payment's: its key is its id).
         SplitKey = "split key",
         /// A declared check (`[[system.checks]]`) returned rows.
         FailedCheck = "failed check",

@@ -377,7 +377,7 @@ pub struct RawExpect {
     /// pipeline and the verifier is expected to find violations.
     pub exactly_once: bool,
     /// Anomalies reported but not counted as violations, by name (Jepsen's
-    /// allowed anomalies): e.g. `["split payment"]` for a relay that
+    /// allowed anomalies): e.g. `["split key"]` for a relay that
     /// partitions by something else on purpose. Empty: every anomaly fails.
     #[schemars(with = "Vec<AnomalyKind>")]
     pub allowed_anomalies: Vec<Spanned<String>>,

@@ -341,9 +341,10 @@ impl Ledger {
     }
 
     /// The topic as payments see it: each payment's events by key and
-    /// type, whatever the outbox says (a dual write has no outbox), and on
-    /// one partition. Every event on the topic, no foreign message, each
-    /// equal to its row and no leftover: the core checks those.
+    /// type, whatever the outbox says (a dual write has no outbox). Every
+    /// event on the topic, no foreign message, each equal to its row, a
+    /// key's messages on one partition and no leftover: the core checks
+    /// those.
     fn check_topic(&mut self, c: &mut Counts, f: &mut Findings) {
         let events = &self.events;
         c.outbox_events = events.len() as u64;
@@ -355,17 +356,14 @@ impl Ledger {
         // Payment by payment, with its messages side by side: the messages
         // sorted by payment, then by place on the topic.
         self.messages.sort_unstable_by_key(|m| (m.payment, m.position()));
-        let (absent, split) = self.payments_on_topic(c);
+        let absent = self.payments_on_topic(c);
         f.check("every payment's events on the topic", 0, c.payments_missing_events, vec![absent]);
-        f.check("each payment's events on one partition", 0, split.count, vec![split]);
     }
 
     /// Each payment's messages, sorted by payment: payments with an event
-    /// absent from the topic, and payments split across partitions. Counts
-    /// the reordered payments on the way.
-    fn payments_on_topic(&self, c: &mut Counts) -> (AnomalyBuilder, AnomalyBuilder) {
+    /// absent from the topic. Counts the reordered payments on the way.
+    fn payments_on_topic(&self, c: &mut Counts) -> AnomalyBuilder {
         let mut absent = AnomalyBuilder::new(AnomalyKind::LostEvent);
-        let mut split = AnomalyBuilder::new(AnomalyKind::SplitPayment);
         for (_, p, msgs) in by_payment(&self.payments, &self.messages) {
             if reordered(msgs) {
                 c.reordered_payments += 1;
@@ -382,11 +380,8 @@ impl Ledger {
                 c.payments_missing_events += 1;
                 absent.hit_on(p.id, || format!("payment {}: no {} message on the topic", p.id, missing.join(" or ")));
             }
-            if msgs.iter().any(|m| m.position().lane() != msgs[0].position().lane()) {
-                split.hit_on(p.id, || format!("payment {}: {}", p.id, locate(msgs)));
-            }
         }
-        (absent, split)
+        absent
     }
 
     /// Exactly one receipt per captured payment, whatever events name
