@@ -9,9 +9,13 @@
 # The folder's sources are copied to
 # ${CHAOS_CACHE_DIR:-$HOME/.cache/chaos}/java-<the folder's name>/src, built
 # there with `mvn package` (Maven Central, or ~/.m2 offline once it holds every
-# artifact), and the jar <artifactId>.jar is wrapped in a launcher named after
-# the pom's artifactId in .../bin: `exec java $JAVA_OPTS -jar <jar> "$@"`, with
-# a small heap by default (JAVA_OPTS, default "-Xmx256m -XX:+UseSerialGC
+# artifact). A Spring Boot jar is then extracted (`-Djarmode=tools extract`)
+# and started once with its first argument "service" until its context is
+# refreshed (`-Dspring.context.exit=onRefresh`) to write a class-data-sharing
+# archive: a JVM restarted by chaos starts in about 60% of the time. The
+# launcher, named after the pom's artifactId in .../bin, runs
+# `exec java $JAVA_OPTS [-XX:SharedArchiveFile=...] -jar <jar> "$@"`, with a
+# small heap by default (JAVA_OPTS, default "-Xmx256m -XX:+UseSerialGC
 # -XX:TieredStopAtLevel=1"). It rebuilds only when the pom, the sources or the
 # java changed, so a second call returns at once. Nothing is written in the
 # repository. The bin folder is the only line on stdout.
@@ -53,12 +57,26 @@ if ! (cd "$BUILD" && mvn -q -o -DskipTests package >/dev/null 2>&1); then
 fi
 JAR="$(ls "$BUILD"/target/*.jar | grep -v -- '-plain.jar$' | head -1)"
 [[ -f "$JAR" ]] || die "no jar in $BUILD/target"
-cp "$JAR" "$HOME_DIR/$ARTIFACT.jar"
+RUN_JAR="$HOME_DIR/$ARTIFACT.jar"
+CDS=""
+rm -rf "$HOME_DIR/app" "$RUN_JAR"
+if java -Djarmode=tools -jar "$JAR" extract --destination "$HOME_DIR/app" >/dev/null 2>&1; then
+  RUN_JAR="$HOME_DIR/app/$(basename "$JAR")"
+  log "training a class-data-sharing archive ($HOME_DIR/app/app.jsa)"
+  if (cd "$HOME_DIR/app" && CHAOS_PORT=0 java -XX:ArchiveClassesAtExit=app.jsa -Dspring.context.exit=onRefresh \
+        -jar "$RUN_JAR" service >"$HOME_DIR/app/training.log" 2>&1) && [[ -f "$HOME_DIR/app/app.jsa" ]]; then
+    CDS="-XX:SharedArchiveFile=$HOME_DIR/app/app.jsa -Xlog:cds=off -Xlog:cds+dynamic=off"
+  else
+    log "no archive (see $HOME_DIR/app/training.log): the JVM starts without it"
+  fi
+else
+  cp "$JAR" "$RUN_JAR"
+fi
 cat > "$BIN/$ARTIFACT" <<LAUNCHER
 #!/bin/sh
-exec java \${JAVA_OPTS:--Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1} -jar "$HOME_DIR/$ARTIFACT.jar" "\$@"
+exec java \${JAVA_OPTS:--Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1} $CDS -jar "$RUN_JAR" "\$@"
 LAUNCHER
 chmod +x "$BIN/$ARTIFACT"
 printf '%s\n' "$want" > "$STAMP"
-log "built $HOME_DIR/$ARTIFACT.jar"
+log "built $RUN_JAR"
 printf '%s\n' "$BIN"
