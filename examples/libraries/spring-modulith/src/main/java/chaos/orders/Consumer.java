@@ -1,6 +1,7 @@
 package chaos.orders;
 
 import java.nio.charset.StandardCharsets;
+import java.util.List;
 import java.util.UUID;
 
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -24,12 +25,13 @@ import tools.jackson.databind.JsonNode;
 import tools.jackson.databind.json.JsonMapper;
 
 /**
- * The consumer: a Spring Kafka @KafkaListener in CHAOS_GROUP (static member
- * CHAOS_INSTANCE) that applies each OrderPlaced once. In ONE transaction the
- * message's event_id is claimed in processed_messages (INSERT ... ON CONFLICT DO
- * NOTHING) and, only if the claim is new, the order shipped and its quantity
- * taken off the stock. The offset is committed after that transaction
- * (AckMode.MANUAL_IMMEDIATE, Acknowledgment.acknowledge() once it committed);
+ * The consumer: a Spring Kafka batch @KafkaListener in CHAOS_GROUP (static
+ * member CHAOS_INSTANCE) that applies each OrderPlaced once. For each poll (up to
+ * CHAOS_BATCH_SIZE records), in ONE transaction, each message's event_id is
+ * claimed in processed_messages (INSERT ... ON CONFLICT DO NOTHING) and, only if
+ * the claim is new, the order shipped and its quantity taken off the stock. The
+ * offsets are committed after that transaction (AckMode.MANUAL_IMMEDIATE,
+ * Acknowledgment.acknowledge() once it committed);
  * on an error the container seeks back and retries every second, for ever (the
  * default error handler gives up after 10 quick attempts and skips the record).
  *
@@ -61,20 +63,22 @@ class Consumer {
 			ConcurrentKafkaListenerContainerFactoryConfigurer configurer, ConsumerFactory<Object, Object> consumers) {
 		var factory = new ConcurrentKafkaListenerContainerFactory<Object, Object>();
 		configurer.configure(factory, consumers);
+		factory.setBatchListener(true);
 		factory.getContainerProperties().setAckMode(AckMode.MANUAL_IMMEDIATE);
 		factory.setCommonErrorHandler(new DefaultErrorHandler(new FixedBackOff(1000L, FixedBackOff.UNLIMITED_ATTEMPTS)));
 		return factory;
 	}
 
 	@KafkaListener(id = "orders", idIsGroup = false, topics = "${chaos.topic}")
-	void onMessage(ConsumerRecord<String, String> record, Acknowledgment ack) {
+	void onMessages(List<ConsumerRecord<String, String>> records, Acknowledgment ack) {
 		if (ackFirst) {
 			ack.acknowledge();
 		}
 		try {
-			apply(record);
+			tx.executeWithoutResult(s -> records.forEach(this::apply));
 		} catch (RuntimeException e) {
-			log.warn("offset {}-{} not applied: {}", record.partition(), record.offset(), e.toString());
+			log.warn("{} records from offset {}-{} not applied: {}", records.size(), records.get(0).partition(),
+					records.get(0).offset(), e.toString());
 			throw e;
 		}
 		if (!ackFirst) {
@@ -82,20 +86,19 @@ class Consumer {
 		}
 	}
 
+	/** One message, inside the batch's transaction. */
 	private void apply(ConsumerRecord<String, String> record) {
 		UUID eventId = UUID.fromString(header(record, "event_id"));
 		JsonNode event = json.readTree(record.value());
 		UUID orderId = UUID.fromString(event.get("orderId").asString());
 		String sku = event.get("sku").asString();
 		int quantity = event.get("quantity").asInt();
-		tx.executeWithoutResult(s -> {
-			if (!noDedup && jdbc.update(
-					"INSERT INTO processed_messages (message_id) VALUES (?) ON CONFLICT DO NOTHING", eventId) == 0) {
-				return; // handled before: a duplicate or a redelivery
-			}
-			jdbc.update("INSERT INTO shipments (order_id, message_id) VALUES (?, ?)", orderId, eventId);
-			jdbc.update("UPDATE stock SET on_hand = on_hand - ? WHERE sku = ?", quantity, sku);
-		});
+		if (!noDedup && jdbc.update(
+				"INSERT INTO processed_messages (message_id) VALUES (?) ON CONFLICT DO NOTHING", eventId) == 0) {
+			return; // handled before: a duplicate or a redelivery
+		}
+		jdbc.update("INSERT INTO shipments (order_id, message_id) VALUES (?, ?)", orderId, eventId);
+		jdbc.update("UPDATE stock SET on_hand = on_hand - ? WHERE sku = ?", quantity, sku);
 	}
 
 	private static String header(ConsumerRecord<?, ?> record, String name) {
