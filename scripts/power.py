@@ -147,6 +147,8 @@ def main():
     ap.add_argument("--relay", action="append", default=[], metavar="PROGRAM")
     ap.add_argument("--system", action="append", default=[], metavar="DECLARATION",
                     help="a declared system: `chaos init --system --from DECLARATION`")
+    ap.add_argument("--reports", metavar="DIR",
+                    help="keep every run's reports (and its processes' logs) in DIR; by default they go with a temporary folder")
     ap.add_argument("scenarios", nargs="*")
     a = ap.parse_args()
     if not (a.consumer or a.consumer_email or a.relay or a.system or a.scenarios):
@@ -161,7 +163,7 @@ def main():
     written = []
     try:
         with tempfile.TemporaryDirectory() as work:
-            reports = os.path.join(work, "reports")
+            reports = os.path.abspath(a.reports) if a.reports else os.path.join(work, "reports")
             rows = []
             for kind, programs, email in (("consumer", a.consumer, False), ("consumer", a.consumer_email, True),
                                           ("relay", a.relay, False)):
