@@ -196,6 +196,9 @@ pub struct Books<'a> {
     /// Keys of work the system still held as pending when the run settled
     /// (`[system] pending`): late, not lost, so never a missing effect.
     pending: HashSet<String>,
+    /// Keys of the rows a stalled relay left unmarked, told apart once the
+    /// topic is read ([`Books::with_unpublished`]).
+    unpublished: HashSet<String>,
     /// A relay that keeps no mark (`published = "none"`) stalled: what it
     /// never published is its leftover, not lost.
     unmarked_stall: bool,
@@ -293,6 +296,7 @@ impl<'a> Books<'a> {
             faults,
             started_epoch_ms,
             pending: HashSet::new(),
+            unpublished: HashSet::new(),
             unmarked_stall: false,
             spans: Default::default(),
             brief: false,
@@ -327,6 +331,15 @@ impl<'a> Books<'a> {
         self
     }
 
+    /// The keys of the outbox rows a stalled relay left unmarked: late, not
+    /// lost, while none of the key's events reached the topic. A row
+    /// published whose mark was lost (its message read on the topic) is no
+    /// late work: its effects are expected, and its amounts counted.
+    pub fn with_unpublished(mut self, keys: impl IntoIterator<Item = String>) -> Self {
+        self.unpublished = keys.into_iter().filter(|k| !k.is_empty()).collect();
+        self
+    }
+
     /// The run found the relay stalled, and it keeps no mark of what it
     /// published (`published = "none"`, a change-data-capture reader):
     /// only the topic tells what it left.
@@ -344,10 +357,15 @@ impl<'a> Books<'a> {
     /// commit order, so it is lost. A key with some events through is
     /// judged as usual.
     pub(super) fn take_stall_leftovers(&mut self) {
+        let reached: HashSet<u32> = self.events.iter().filter(|e| e.on_topic()).map(|e| e.key).collect();
+        for key in std::mem::take(&mut self.unpublished) {
+            if self.keys.find(&key).is_none_or(|k| !reached.contains(&k)) {
+                self.pending.insert(key);
+            }
+        }
         if !self.unmarked_stall {
             return;
         }
-        let reached: HashSet<u32> = self.events.iter().filter(|e| e.on_topic()).map(|e| e.key).collect();
         let last_published = self.events.iter().filter(|e| e.on_topic()).map(|e| e.at_ms).max().unwrap_or(i32::MIN);
         let left: Vec<(u32, u32)> = (0..self.events.len() as u32)
             .filter(|&i| {

@@ -318,6 +318,44 @@ fn work_still_pending_is_not_a_missing_effect() {
     assert!(!drift(&both), "pending orders are not expected in the sums yet: {:?}", both.anomalies);
 }
 
+/// A row the stalled relay left unmarked is late only while its message
+/// never reached the topic. One whose message was read on the topic (the
+/// relay sent it, then lost its mark) was applied: its effects are
+/// expected and its amounts counted, or the sums drift by its quantity
+/// (Spring Modulith's publications completed on the topic, their
+/// `completion_date` never set: docs/findings/spring-modulith.md).
+#[test]
+fn a_row_published_whose_mark_was_lost_is_not_late() {
+    let ops = vec![op(1, Outcome::Acknowledged, 2, "apple"), op(2, Outcome::Acknowledged, 3, "apple")];
+    let sys = Box::leak(Box::new(system()));
+    let unmarked = vec![Uuid::from_u128(1).to_string(), Uuid::from_u128(2).to_string()];
+    let mut b = Books::new(sys, ops.iter().cloned(), vec![], 0).with_unpublished(unmarked);
+    // Order 1: published and applied, its mark lost. Order 2: its row
+    // written, never sent, nothing applied.
+    correct(&mut b, 11, 1, 2, "apple", 0);
+    let payload = format!(r#"{{"order_id": "{}", "quantity": 3}}"#, Uuid::from_u128(2));
+    b.add_event(event(12, 2, &payload));
+    let f = b.finish();
+    assert!(!names(&f).contains(&"counter drift"), "order 1 counted in the sums: {:?}", f.anomalies);
+    assert!(!names(&f).contains(&"missing effect"), "order 2 is late, not lost: {:?}", f.anomalies);
+    // Planted: order 1's effects gone although its message was read: a
+    // missing effect, which a late key would have hidden.
+    let mut b = Books::new(sys, ops.iter().cloned(), vec![], 0)
+        .with_unpublished(vec![Uuid::from_u128(1).to_string(), Uuid::from_u128(2).to_string()]);
+    let payload = format!(r#"{{"order_id": "{}", "quantity": 2}}"#, Uuid::from_u128(1));
+    b.add_event(event(11, 1, &payload));
+    let (k, i) = (Uuid::from_u128(1).to_string(), Uuid::from_u128(11).to_string());
+    b.add_message(
+        Position::new(0, 11),
+        k.as_bytes(),
+        Some(i.as_bytes()),
+        fingerprint(k.as_bytes(), b"OrderPlaced", payload.as_bytes()),
+    );
+    b.add_event(event(12, 2, &format!(r#"{{"order_id": "{}", "quantity": 3}}"#, Uuid::from_u128(2))));
+    let f = b.finish();
+    assert!(names(&f).contains(&"missing effect"), "{:?}", f.anomalies);
+}
+
 /// A declared system's missing effect names its cause by data when a
 /// firing's reach held its message (a kill right after an offset
 /// commit that covered it), and only by time, said so, when none did.

@@ -153,7 +153,8 @@ impl Declared {
     ) -> Result<Checked> {
         let sys = &self.sys;
         let books = Books::new(sys, h.operations.into_iter(), h.faults.log.clone(), h.faults.started_epoch_ms)
-            .with_pending(stalls.keys())
+            .with_pending(stalls.pending())
+            .with_unpublished(stalls.unpublished())
             .with_unmarked_stall(stalls.relay.is_some())
             .with_spans(attribution::spans(&ctx.scenario));
         let found =

@@ -91,11 +91,16 @@ pub(crate) struct Stalls {
 }
 
 impl Stalls {
-    /// The keys whose effects are not expected yet.
-    pub(super) fn keys(&self) -> Vec<String> {
-        let mut keys: Vec<String> = self.consumer.iter().flat_map(|s| s.keys.iter().cloned()).collect();
-        keys.extend(self.relay.iter().flat_map(|r| r.keys.iter().cloned()));
-        keys
+    /// The keys whose work a consumer still held: their effects are not
+    /// expected yet.
+    pub(super) fn pending(&self) -> Vec<String> {
+        self.consumer.iter().flat_map(|s| s.keys.iter().cloned()).collect()
+    }
+
+    /// The keys of the rows the relay left unmarked: late, unless the
+    /// topic shows them published (`Books::with_unpublished`).
+    pub(super) fn unpublished(&self) -> Vec<String> {
+        self.relay.iter().flat_map(|r| r.keys.iter().cloned()).collect()
     }
 }
 
