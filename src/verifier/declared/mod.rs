@@ -348,6 +348,9 @@ impl<'a> Books<'a> {
         self
     }
 
+    /// The relay's unmarked keys ([`Books::with_unpublished`]) become work
+    /// still pending unless one of their events reached the topic.
+    ///
     /// With an unmarked stall, the events not on the topic written after
     /// the last one that reached it are the relay's leftovers, and a key
     /// none of whose events reached the topic is work still pending: late,
