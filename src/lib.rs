@@ -56,5 +56,6 @@ pub use campaigns::selftest::{Variant, CATALOGUE};
 pub use context::{shutdown_pair, ShutdownTrigger};
 pub use error::{redact, Error};
 pub use harness::interrupt::deliver as deliver_interrupt;
+pub use harness::run::{execute, Quiet};
 pub use pipeline::{inbox::apply_batch, notifier::incoming};
 pub use report::schema::json_schema as report_json_schema;

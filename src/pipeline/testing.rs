@@ -24,6 +24,9 @@ pub async fn harness(toml: &str) -> Harness {
     let sc = crate::scenario::parse(toml, std::path::Path::new("unit.toml")).expect("a valid unit scenario");
     let dir = tempfile::tempdir().expect("a temporary folder");
     let store = Store::Sqlite(SqliteStore::open(&dir.path().join("unit.sqlite"), 8).await.expect("SQLite"));
+    // As a run's: the built-in declaration's queries join the outbox log.
+    let sys = sc.payments_declaration(false).expect("the built-in declaration");
+    crate::store::declared::install_outbox_log(&store, &sys.outbox).await.expect("the outbox log");
     let broker = Memory::new();
     let names = RunNames::new();
     broker.create_topic(&sc.topic(&names.topic)).await.expect("a topic");

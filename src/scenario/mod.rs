@@ -393,6 +393,11 @@ pub struct Settings {
     /// The user's own system, declared: it replaces the payments pipeline.
     #[serde(default)]
     pub system: Option<System>,
+    /// The declaration a payments run is judged by, when not the built-in
+    /// one: a test plants a wrong query here to see the run fail. Never
+    /// read from a scenario file.
+    #[serde(skip)]
+    pub declaration: Option<System>,
 }
 
 /// The command line's changes to a scenario file, in the order given:
@@ -542,9 +547,6 @@ impl Scenario {
         self
     }
 
-    /// The same scenario with every component's database traffic, and its
-    /// Kafka traffic when `kafka`, through the fault proxy, with no fault
-    /// set (`chaos bench --proxy`).
     /// The same scenario with the notifier's emails set another way
     /// (`chaos bench --emails-off`); provider faults go with them when off.
     pub fn with_email(mut self, email: EmailMode) -> Self {
@@ -557,10 +559,23 @@ impl Scenario {
         self
     }
 
+    /// The same scenario with every component's database traffic, and its
+    /// Kafka traffic when `kafka`, through the fault proxy, with no fault
+    /// set (`chaos bench --proxy`).
     pub fn with_proxy_always(mut self, kafka: bool) -> Self {
         self.0.proxy.always = true;
         self.0.proxy.kafka = kafka;
         self
+    }
+
+    /// The same scenario judged by another declaration of the payments
+    /// pipeline than the built-in one: `text` is a declaration file's, as
+    /// `scenarios/payments-declared.toml` is.
+    pub fn with_declaration(mut self, text: &str) -> Result<Self, crate::Error> {
+        let sys = parse(text, Path::new("the planted declaration"))?.0.system;
+        let sys = sys.ok_or_else(|| crate::Error::Usage("the planted declaration has no [system]".into()))?;
+        self.0.declaration = Some(sys);
+        Ok(self)
     }
 
     /// The same scenario with another payment count (`chaos bench
@@ -1169,7 +1184,21 @@ const PAYMENTS_DECLARATION_PATH: &str = "scenarios/payments-declared.toml (built
 /// which a unit test rules out.
 pub fn payments_declaration(emails: bool) -> Option<System> {
     let built_in = parse(PAYMENTS_DECLARATION, Path::new(PAYMENTS_DECLARATION_PATH)).ok()?;
-    let mut sys = built_in.0.system?;
+    without_emails(built_in.0.system?, emails)
+}
+
+impl Settings {
+    /// The declaration this payments run is judged by: the built-in one,
+    /// or the one planted ([`Scenario::with_declaration`]).
+    pub fn payments_declaration(&self, emails: bool) -> Option<System> {
+        match &self.declaration {
+            Some(sys) => without_emails(sys.clone(), emails),
+            None => payments_declaration(emails),
+        }
+    }
+}
+
+fn without_emails(mut sys: System, emails: bool) -> Option<System> {
     if !emails {
         sys.effects.retain(|e| e.provider.is_none());
     }

@@ -216,6 +216,7 @@ impl Validator<'_> {
             schedule: None,
             overrides: Overrides::default(),
             system,
+            declaration: None,
         }))
     }
 

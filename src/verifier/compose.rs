@@ -21,7 +21,9 @@ use crate::domain::operations::{Operation, Outcome};
 use crate::domain::rows::{OutboxRecord, PaymentRow, TruthSink};
 use crate::provider::Record;
 use crate::scenario::System;
-use crate::store::declared::EffectRow;
+use crate::error::Result;
+use crate::store::declared as rows;
+use crate::store::Store;
 use uuid::Uuid;
 
 /// The payments the workload committed, as the core's record of intent:
@@ -46,49 +48,11 @@ pub fn operations<'s>(sys: &'s System, intent: &'s [Intended]) -> impl Iterator<
     })
 }
 
-/// Where each of the pipeline's tables goes among the declaration's
-/// effects, by name: the built-in declaration names them so (a unit test
-/// holds it to that).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Effects {
-    receipts: Option<usize>,
-    credits: Option<usize>,
-    points: Option<usize>,
-    projection: Option<usize>,
-    dead_letters: Option<usize>,
-}
-
-impl Effects {
-    pub(crate) fn of(sys: &System) -> Self {
-        let at = |name: &str| sys.effects.iter().position(|e| e.name == name);
-        Self {
-            receipts: at("receipts"),
-            credits: at("loyalty credits"),
-            points: at("loyalty points"),
-            projection: at("projection"),
-            dead_letters: at("dead letters"),
-        }
-    }
-
-    /// Whether every table has its effect.
-    #[cfg(test)]
-    pub(crate) fn complete(&self) -> bool {
-        [self.receipts, self.credits, self.points, self.projection, self.dead_letters].iter().all(Option::is_some)
-    }
-}
-
-/// Examples a declared check keeps.
-const CHECK_EXAMPLES: usize = 5;
-
 /// Both checkers' ground truth, fed by one read of each source.
 pub struct Truth<'a> {
     sys: &'a System,
     ledger: Ledger,
     books: Books<'a>,
-    effects: Effects,
-    /// The declaration's check, as its query would return it: the
-    /// projection rows not captured, or set by another payment's event.
-    check: Option<(String, i64, Vec<String>)>,
     /// The emails' findings, judged once the database is read.
     emails: Option<Reconciliation>,
 }
@@ -100,8 +64,23 @@ impl<'a> Truth<'a> {
         for p in intent {
             ledger.add_intended(p);
         }
-        let check = sys.checks.first().map(|c| (c.name.clone(), 0, Vec::new()));
-        Self { sys, ledger, books: books.told_by_the_report(), effects: Effects::of(sys), check, emails: None }
+        Self { sys, ledger, books: books.told_by_the_report(), emails: None }
+    }
+
+    /// The declaration's own queries, each effect's and each check's, run
+    /// on the store into the core's books, as a declared system's are
+    /// ([`super::declared::read`]): after the database's read, so that the
+    /// books hold every outbox event the rows name.
+    pub async fn read_declared(&mut self, store: &Store) -> Result<()> {
+        let sys = self.sys;
+        for (n, e) in sys.effects.iter().enumerate().filter(|(_, e)| e.provider.is_none()) {
+            rows::effect_rows(store, e, |r| self.books.add_effect_row(n, r)).await?;
+        }
+        for c in &sys.checks {
+            let (n, examples) = rows::check_rows(store, c).await?;
+            self.books.add_check(&c.name, n, examples);
+        }
+        Ok(())
     }
 
     /// How many messages the topic read will bring, at most.
@@ -113,14 +92,6 @@ impl<'a> Truth<'a> {
     pub fn add_message(&mut self, m: Read) {
         self.books.add_message(m.record.position, &m.key, m.id.as_deref(), m.record.fingerprint);
         self.ledger.add_message(m.record);
-    }
-
-    /// A row of effect `n`, when the declaration has it; without a key,
-    /// the key of the event it names.
-    fn effect(&mut self, n: Option<usize>, message: Option<Uuid>, key: Option<Uuid>) {
-        if let Some(n) = n {
-            self.books.add_uuid_row(n, message, key);
-        }
     }
 
     /// The provider's record, once the database is read: the emails are
@@ -152,9 +123,6 @@ impl<'a> Truth<'a> {
                 (emails.counts.emails_sent, emails.counts.emails_absorbed, emails.counts.emails_refused);
             r.invariants.extend(emails.invariants);
             r.anomalies.extend(emails.anomalies);
-        }
-        if let Some((name, n, examples)) = self.check.take() {
-            self.books.add_check(&name, n, examples);
         }
         let core = self.books.finish();
         (compose(core.invariants, core.anomalies, r), self.ledger)
@@ -190,7 +158,7 @@ fn compose(invariants: Vec<super::Invariant>, anomalies: Vec<Anomaly>, payments:
 }
 
 /// The database streams into both: the ledger takes every row; the books
-/// take the outbox and each row as the declaration's query gives it.
+/// take the outbox, and read the effects by the declaration's own queries.
 impl TruthSink for Truth<'_> {
     fn payment(&mut self, row: PaymentRow) {
         self.ledger.add_payment(row)
@@ -211,67 +179,22 @@ impl TruthSink for Truth<'_> {
     }
 
     fn receipt(&mut self, payment: Uuid, message: Uuid) {
-        self.effect(self.effects.receipts, Some(message), Some(payment));
         self.ledger.add_receipt(payment, message)
     }
 
     fn projection(&mut self, payment: Uuid, captured: bool, event: Option<Uuid>) {
-        self.effect(self.effects.projection, None, Some(payment));
-        let by_its_own = event.is_some_and(|e| self.books.event_has_key(e, payment));
-        if let Some((_, n, examples)) = self.check.as_mut() {
-            if !captured || !by_its_own {
-                *n += 1;
-                if examples.len() < CHECK_EXAMPLES {
-                    let status = if captured { "captured" } else { "authorized" };
-                    examples.push(serde_json::json!({ "payment_id": payment, "status": status }).to_string());
-                }
-            }
-        }
         self.ledger.add_projection(payment, captured, event)
     }
 
     fn dead_letter(&mut self, message_id: &str) {
-        if let Some(n) = self.effects.dead_letters {
-            match Uuid::parse_str(message_id) {
-                Ok(id) => self.books.add_uuid_row(n, Some(id), None),
-                // No outbox event has it: the row names it as it is.
-                Err(_) => {
-                    let row = EffectRow { message_id: Some(message_id.to_string()), key: None, amount: None };
-                    self.books.add_effect_row(n, row);
-                }
-            }
-        }
         self.ledger.add_dead_letter(message_id)
     }
 
     fn loyalty(&mut self, account: i32, points: i64) {
-        if let Some(n) = self.effects.points {
-            let row = EffectRow { message_id: None, key: Some(account.to_string()), amount: Some(points) };
-            self.books.add_effect_row(n, row);
-        }
         self.ledger.add_loyalty(account, points)
     }
 
     fn credit(&mut self, event: Uuid, account: i32, points: i64) {
-        self.effect(self.effects.credits, Some(event), None);
         self.ledger.add_credit(event, account, points)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Every table of the pipeline finds its effect in the built-in
-    /// declaration, with and without emails: a renamed effect would
-    /// otherwise go unjudged by the core.
-    #[test]
-    fn every_table_has_its_effect_in_the_built_in_declaration() {
-        for emails in [false, true] {
-            let sys = crate::scenario::payments_declaration(emails).expect("the built-in declaration parses");
-            assert!(Effects::of(&sys).complete(), "{:?}", Effects::of(&sys));
-            assert_eq!(sys.uses_provider(), emails);
-            assert_eq!(sys.checks.len(), 1, "the projection check");
-        }
     }
 }

@@ -51,13 +51,14 @@ pub async fn verify(
     emails: Option<crate::provider::Record>,
 ) -> Result<Verified> {
     // Its receipt emails are judged when the run sent emails.
-    let Some(sys) = crate::scenario::payments_declaration(emails.is_some()) else {
+    let Some(sys) = sc.payments_declaration(emails.is_some()) else {
         return Err(crate::Error::Internal("the payments pipeline's built-in declaration does not parse".into()));
     };
     let ops = compose::operations(&sys, &intent);
     let books = Books::new(&sys, ops, faults.log.clone(), faults.started_epoch_ms).with_spans(attribution::spans(sc));
     let mut truth = compose::Truth::new(&sys, intent, books);
     store.ground_truth(&mut truth).await?;
+    truth.read_declared(store).await?;
     resident("the database is read");
     let calls = truth.provider_record(emails);
     resident("the emails are judged");

@@ -10,6 +10,7 @@ use crate::broker::Position;
 use crate::domain::events::{fingerprint, EventKind, PaymentEvent};
 use crate::domain::intent::Intended;
 use crate::provider::{Body, EmailId, IdempotencyKey, Outcome, Record, Request};
+use crate::store::{sqlite::SqliteStore, Store};
 use uuid::Uuid;
 
 /// Hand-made ground truth, fed to a [`Ledger`] as the readers feed it.
@@ -34,8 +35,15 @@ impl World {
     /// Judged as a run is: the core checker and the payments checker,
     /// composed, fed the same rows through one sink.
     fn reconcile(&self) -> Reconciliation {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(self.reconcile_on_sqlite())
+    }
+
+    async fn reconcile_on_sqlite(&self) -> Reconciliation {
         use crate::domain::rows::TruthSink;
         let sys = crate::scenario::payments_declaration(self.emails.is_some()).expect("the built-in declaration");
+        let dir = tempfile::tempdir().unwrap();
+        let store = self.tables(&sys, dir.path()).await;
         let ops = compose::operations(&sys, &self.intent);
         let books = Books::new(&sys, ops, vec![], 0);
         let mut t = compose::Truth::new(&sys, self.intent.clone(), books);
@@ -47,7 +55,9 @@ impl World {
         self.dead_letters.iter().for_each(|d| t.dead_letter(d));
         self.loyalty.iter().for_each(|(a, n)| t.loyalty(*a, *n));
         self.credits.iter().for_each(|(e, a, n)| t.credit(*e, *a, *n));
-        // As the verifier does: the emails once the database is read.
+        // As the verifier does: the declaration's queries after the
+        // database's read, the emails once the database is read.
+        t.read_declared(&store).await.expect("the built-in declaration's queries");
         t.provider_record(self.emails.clone());
         for m in &self.topic {
             let key = m.payment_id.map(|p| p.to_string().into_bytes()).unwrap_or_default();
@@ -55,6 +65,53 @@ impl World {
             t.add_message(Read { record: m.clone(), key, id });
         }
         t.finish(&Spec { payments: self.scenario_payments, outbox: true }).0
+    }
+
+    /// The tables the built-in declaration's queries read, as a run
+    /// leaves them in the embedded store: the pipeline's migrations and
+    /// the outbox log's trigger, the outbox, receipts, projection, points,
+    /// credits and dead letters.
+    async fn tables(&self, sys: &crate::scenario::System, dir: &std::path::Path) -> Store {
+        let store = Store::Sqlite(SqliteStore::open(&dir.join("world.sqlite"), 2).await.unwrap());
+        crate::store::declared::install_outbox_log(&store, &sys.outbox).await.unwrap();
+        let Store::Sqlite(s) = &store else { unreachable!() };
+        let pool = s.read_pool();
+        let run = |sql: &'static str| sqlx::query(sql);
+        for o in &self.outbox {
+            let kind = o.kind.map_or("malformed", EventKind::event_type);
+            let payload = o.body.as_ref().map_or_else(|| r#"{"poison": true}"#.to_string(), |b| serde_json::to_string(b).unwrap());
+            run("INSERT INTO outbox (id, aggregate_id, event_type, payload) VALUES (?, ?, ?, ?)")
+                .bind(o.id)
+                .bind(o.payment_id)
+                .bind(kind)
+                .bind(payload)
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+        for (payment, message) in &self.receipts {
+            let q = run("INSERT INTO receipts (payment_id, message_id) VALUES (?, ?)");
+            q.bind(payment).bind(message).execute(&pool).await.unwrap();
+        }
+        for (payment, captured, event) in &self.projection {
+            let status = if *captured { "captured" } else { "authorized" };
+            let q = run("INSERT INTO payment_projection (payment_id, status, event_id) VALUES (?, ?, ?)");
+            q.bind(payment).bind(status).bind(event).execute(&pool).await.unwrap();
+        }
+        for (stripe, (account, points)) in self.loyalty.iter().enumerate() {
+            let q = run("INSERT INTO loyalty_points (account_id, stripe, points) VALUES (?, ?, ?)");
+            q.bind(account).bind(stripe as i64).bind(points).execute(&pool).await.unwrap();
+        }
+        for (event, account, points) in &self.credits {
+            let q = run("INSERT INTO loyalty_credits (event_id, account_id, points) VALUES (?, ?, ?)");
+            q.bind(event).bind(account).bind(points).execute(&pool).await.unwrap();
+        }
+        for (offset, message) in self.dead_letters.iter().enumerate() {
+            let q = run("INSERT INTO dead_letters (message_id, topic_partition, topic_offset, payload, error) \
+                         VALUES (?, 0, ?, '', 'malformed')");
+            q.bind(message).bind(offset as i64).execute(&pool).await.unwrap();
+        }
+        store
     }
 
     /// The event of payment `i` of this kind.

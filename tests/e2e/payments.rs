@@ -230,6 +230,47 @@ fn the_planted_cause_is_named_first_embedded() {
     the_planted_cause_is_named_first(Backend::Embedded);
 }
 
+/// The built-in declaration's own queries judge every payments run on
+/// both backends: planted wrong (receipts read as none; each loyalty
+/// credit keyed by its event instead of its payment, as a broken join on
+/// the outbox log would give), the run fails on exactly those two
+/// effects, found by the core alone: the payments checker reads the same
+/// tables its own way and finds them right.
+fn a_wrong_query_in_the_built_in_declaration_fails_the_run(backend: Backend) {
+    let text = chaos::scenario::PAYMENTS_DECLARATION;
+    let planted = text
+        .replace("FROM receipts\"", "FROM receipts WHERE 1 = 0\"")
+        .replace("SELECT c.event_id AS message_id, l.key FROM", "SELECT c.event_id AS message_id, chaos_text(c.event_id) AS key FROM");
+    assert_eq!(planted.matches("WHERE 1 = 0").count() + planted.matches("chaos_text(c.event_id) AS key").count(), 2);
+    let sc = chaos::scenario::load(&root().join("scenarios/smoke.toml")).unwrap().with_declaration(&planted).unwrap();
+    let (db, brokers) = match backend {
+        Backend::Services => (Some(database_url()), Some(self::brokers())),
+        _ => (None, None),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let report = rt.block_on(chaos::execute(sc, db, brokers, dir.path(), &chaos::Quiet)).expect("the run ends");
+    let r = serde_json::to_value(&report).unwrap();
+    assert_eq!(r["verdict"], "fail", "{:?}", violated(&r));
+    let mut failed = violated(&r);
+    failed.sort();
+    assert_eq!(failed.len(), 2, "{failed:?}");
+    assert!(failed[0].starts_with("effect loyalty credits:") && failed[1].starts_with("effect receipts:"), "{failed:?}");
+    for a in r["anomalies"].as_array().unwrap() {
+        assert_eq!(a["found_by"], serde_json::json!(["core"]), "{a}");
+    }
+}
+
+#[test]
+fn a_wrong_query_in_the_built_in_declaration_fails_the_run_on_postgres_and_kafka() {
+    a_wrong_query_in_the_built_in_declaration_fails_the_run(Backend::Services);
+}
+
+#[test]
+fn a_wrong_query_in_the_built_in_declaration_fails_the_run_embedded() {
+    a_wrong_query_in_the_built_in_declaration_fails_the_run(Backend::Embedded);
+}
+
 fn smoke_passes(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let junit = dir.path().join("ci/smoke.junit.xml");

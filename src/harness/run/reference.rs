@@ -41,6 +41,10 @@ impl Reference {
         reports_dir: &Path,
     ) -> Result<(Self, Infra)> {
         let infra = Infra::open(sc, endpoints, names, reports_dir).await?;
+        // The built-in declaration's queries join the outbox log: every
+        // event's key, though the purger deletes published rows.
+        let sys = sc.payments_declaration(false).ok_or_else(|| Error::Internal("the built-in declaration".into()))?;
+        crate::store::declared::install_outbox_log(&infra.store, &sys.outbox).await?;
         Ok((Self { programs: None, workload_ctx: None }, infra))
     }
 

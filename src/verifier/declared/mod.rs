@@ -447,13 +447,6 @@ impl<'a> Books<'a> {
         self.events.push(Event { copy: Packed::default(), key, next_of_key, fingerprint, at_ms, kind, flags });
     }
 
-    /// Whether an outbox event's key is `key`.
-    pub(crate) fn event_has_key(&self, id: uuid::Uuid, key: uuid::Uuid) -> bool {
-        let event = self.event_ids.find_id(IdRef::Uuid(*id.as_bytes()));
-        let key = self.keys.find_id(IdRef::Uuid(*key.as_bytes()));
-        matches!((event, key), (Some(e), Some(k)) if self.events[e as usize].key == k)
-    }
-
     /// A message read from the topic.
     pub fn add_message(&mut self, at: Position, key: &[u8], id: Option<&[u8]>, fp: u32) {
         self.messages += 1;
@@ -509,22 +502,6 @@ impl<'a> Books<'a> {
     pub fn add_effect_row(&mut self, n: usize, row: EffectRow) {
         let (key, _) = self.keys.insert(IdRef::of(row.key.as_deref().unwrap_or_default()));
         self.add_row(n, row.message_id.as_deref().map(IdRef::of), key, row.amount);
-    }
-
-    /// A row of the `n`th effect as the payments pipeline's own read has
-    /// it, its ids UUIDs already: none is written as text to be parsed
-    /// back. Without a `key`, the row takes the key of the event it names,
-    /// as the declaration's join on the outbox log gives it.
-    pub(crate) fn add_uuid_row(&mut self, n: usize, message: Option<uuid::Uuid>, key: Option<uuid::Uuid>) {
-        let message = message.map(|m| IdRef::Uuid(*m.as_bytes()));
-        let key = match key {
-            Some(k) => self.keys.insert(IdRef::Uuid(*k.as_bytes())).0,
-            None => match message.and_then(|m| self.event_ids.find_id(m)) {
-                Some(i) => self.events[i as usize].key,
-                None => self.keys.insert(IdRef::Text("")).0,
-            },
-        };
-        self.add_row(n, message, key, None);
     }
 
     fn add_row(&mut self, n: usize, message: Option<IdRef>, key: u32, amount: Option<i64>) {
