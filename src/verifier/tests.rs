@@ -79,7 +79,10 @@ impl World {
         let run = |sql: &'static str| sqlx::query(sql);
         for o in &self.outbox {
             let kind = o.kind.map_or("malformed", EventKind::event_type);
-            let payload = o.body.as_ref().map_or_else(|| r#"{"poison": true}"#.to_string(), |b| serde_json::to_string(b).unwrap());
+            let payload = o
+                .body
+                .as_ref()
+                .map_or_else(|| r#"{"poison": true}"#.to_string(), |b| serde_json::to_string(b).unwrap());
             run("INSERT INTO outbox (id, aggregate_id, event_type, payload) VALUES (?, ?, ?, ?)")
                 .bind(o.id)
                 .bind(o.payment_id)

@@ -238,9 +238,10 @@ fn the_planted_cause_is_named_first_embedded() {
 /// tables its own way and finds them right.
 fn a_wrong_query_in_the_built_in_declaration_fails_the_run(backend: Backend) {
     let text = chaos::scenario::PAYMENTS_DECLARATION;
-    let planted = text
-        .replace("FROM receipts\"", "FROM receipts WHERE 1 = 0\"")
-        .replace("SELECT c.event_id AS message_id, l.key FROM", "SELECT c.event_id AS message_id, chaos_text(c.event_id) AS key FROM");
+    let planted = text.replace("FROM receipts\"", "FROM receipts WHERE 1 = 0\"").replace(
+        "SELECT c.event_id AS message_id, l.key FROM",
+        "SELECT c.event_id AS message_id, chaos_text(c.event_id) AS key FROM",
+    );
     assert_eq!(planted.matches("WHERE 1 = 0").count() + planted.matches("chaos_text(c.event_id) AS key").count(), 2);
     let sc = chaos::scenario::load(&root().join("scenarios/smoke.toml")).unwrap().with_declaration(&planted).unwrap();
     let (db, brokers) = match backend {
@@ -255,7 +256,10 @@ fn a_wrong_query_in_the_built_in_declaration_fails_the_run(backend: Backend) {
     let mut failed = violated(&r);
     failed.sort();
     assert_eq!(failed.len(), 2, "{failed:?}");
-    assert!(failed[0].starts_with("effect loyalty credits:") && failed[1].starts_with("effect receipts:"), "{failed:?}");
+    assert!(
+        failed[0].starts_with("effect loyalty credits:") && failed[1].starts_with("effect receipts:"),
+        "{failed:?}"
+    );
     for a in r["anomalies"].as_array().unwrap() {
         assert_eq!(a["found_by"], serde_json::json!(["core"]), "{a}");
     }

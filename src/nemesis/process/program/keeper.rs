@@ -37,6 +37,10 @@ pub(super) struct Keeper {
     /// Set once an incarnation shows its session: what the run waits for
     /// before its workload (a relay under test).
     pub(super) shown: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// A service's health URL: each incarnation is ready once it answers
+    /// with a 2xx, not once its first session opens (a JVM's pool connects
+    /// seconds before it serves).
+    pub(super) health: Option<String>,
 }
 
 /// How much longer than a pause a zombie made inside its transaction
@@ -346,7 +350,7 @@ impl Keeper {
         // starting up are not drawn, and a per-message kill that comes
         // before waits for it. On SQLite nothing shows it: ready at once.
         let app = self.application_name(proc.incarnation);
-        let mut w = Watch::new(!matches!(self.ctx.store, Store::Postgres(_)));
+        let mut w = Watch::new(self.health.is_none() && !matches!(self.ctx.store, Store::Postgres(_)));
         w.restart_seconds(self);
         if w.ready {
             self.mark_shown();
@@ -474,10 +478,15 @@ impl Keeper {
         Some(self.kill_for(proc, point, Some(claim)).await)
     }
 
-    /// Whether the incarnation shows its session yet; once it does, a
-    /// deferred kill lands and its seconds start.
+    /// Whether the incarnation shows its session yet (a service: answers
+    /// its health path); once it does, a deferred kill lands and its
+    /// seconds start.
     async fn check_ready(&mut self, proc: &mut Proc, w: &mut Watch, app: &str) -> Option<End> {
-        if sessions(&self.ctx.store, app).await == 0 {
+        let ready = match &self.health {
+            Some(url) => answers(url).await,
+            None => sessions(&self.ctx.store, app).await > 0,
+        };
+        if !ready {
             w.ready_check = Instant::now() + READY_CHECK;
             return None;
         }
@@ -845,6 +854,16 @@ pub(super) async fn sessions(store: &Store, app: &str) -> i64 {
     }
 }
 
+/// Whether `url` answers a GET with a 2xx within a second.
+async fn answers(url: &str) -> bool {
+    static CLIENT: std::sync::OnceLock<Option<reqwest::Client>> = std::sync::OnceLock::new();
+    let client = CLIENT.get_or_init(|| reqwest::Client::builder().timeout(Duration::from_secs(1)).build().ok());
+    match client {
+        Some(c) => c.get(url).send().await.is_ok_and(|r| r.status().is_success()),
+        None => false,
+    }
+}
+
 /// Copies a process's output, line by line, into its log file; keeps the
 /// last lines of stderr for errors.
 pub(super) async fn copy_lines(
@@ -996,6 +1015,7 @@ mod settling {
             tail: Default::default(),
             rng: rand::rngs::StdRng::seed_from_u64(1),
             shown: None,
+            health: None,
         };
         (h, keeper, kill, occupant)
     }
@@ -1079,6 +1099,36 @@ mod settling {
             why.len() == 1 && why[0].contains("ended otherwise (status 3)"),
             "the reason names how it ended: {why:?}"
         );
+    }
+
+    /// A service is ready once it answers its health path, not once it
+    /// starts (on SQLite, nothing else shows it): a per-message kill that
+    /// comes while it is still starting waits for the answer. Planting the
+    /// old readiness (ready at once) kills it before it listens.
+    #[tokio::test]
+    async fn a_service_is_struck_only_once_it_answers_its_health_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let serve = format!("echo $$ > pid; sleep 1; exec python3 -m http.server {port} --bind 127.0.0.1");
+        let (h, mut keeper, kill, occupant) = keeper(&serve, dir.path()).await;
+        (keeper.role, keeper.health) = (Role::Service, Some(format!("http://127.0.0.1:{port}/")));
+        let task = tokio::spawn(keeper.keep());
+        started(&occupant, dir.path()).await;
+        seen(&dir.path().join("pid")).await;
+        let pid: i32 = std::fs::read_to_string(dir.path().join("pid")).unwrap().trim().parse().unwrap();
+        let claim = occupant
+            .claim(|| h.ctx.faults.strike(POINT, "relay-1", || "a message".into()))
+            .expect("the live incarnation is claimed");
+        kill.send((POINT, claim.serial(), Some(claim))).expect("the keeper listens");
+        let (t, mut answered) = (Instant::now(), false);
+        while Seen::of(process_state(pid)) != Ok(Seen::Gone) {
+            assert!(t.elapsed() < Duration::from_secs(30), "the deferred kill never landed");
+            answered |= reqwest::get(format!("http://127.0.0.1:{port}/")).await.is_ok_and(|r| r.status().is_success());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(answered, "killed after {:?}, before its health path answered", t.elapsed());
+        h.stop(vec![task]).await;
+        assert_eq!(h.ctx.faults.fired(POINT), 1);
     }
 
     #[test]

@@ -165,6 +165,12 @@ impl Programs {
                 // occupant: the keeper, the proxy, the per-message nemesis.
                 let occupant = proxy_slot.as_ref().map(|s| s.process.occupant.clone()).unwrap_or_default();
                 let env = slot_env(env.clone(), role, proxy_slot.as_deref(), lanes, &kill, &mut service_ports)?;
+                let health = match (role, sc.system.as_ref().and_then(|s| s.service.as_ref()), service_ports.last()) {
+                    (Role::Service, Some(s), Some(port)) if s.ready_line.is_none() => {
+                        Some(format!("http://127.0.0.1:{port}{}", s.health))
+                    }
+                    _ => None,
+                };
                 kills.push((name.clone(), kill, occupant.clone()));
                 let keeper = Keeper {
                     slot,
@@ -185,6 +191,7 @@ impl Programs {
                     tail,
                     rng: Self::slot_rng(sc.seed, role, slot),
                     shown,
+                    health,
                 };
                 tasks.push((name, tokio::spawn(keeper.keep())));
             }
