@@ -752,6 +752,25 @@ mod tests {
         assert_eq!(json(reference), json(empty));
     }
 
+    /// A declared service without `relay.command` is its own relay: no
+    /// relay instance runs, and none can be named as a target; with the
+    /// command, its relays run as before.
+    #[test]
+    fn a_service_without_a_relay_command_is_its_own_relay() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/orders");
+        let text = std::fs::read_to_string(dir.join("orders.toml")).unwrap();
+        let with = parse(&text, &dir.join("orders.toml")).unwrap();
+        assert!(with.relay.command.is_some() && with.relay.instances > 0);
+        let start = text.find("[relay]").expect("orders.toml has a relay");
+        let end = start + 1 + text[start + 1..].find("\n[").expect("a table after [relay]");
+        let own = format!("{}{}", &text[..start], &text[end + 1..]);
+        let sc = parse(&own, &dir.join("orders.toml")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((sc.relay.command.is_none(), sc.relay.instances), (true, 0));
+        let targeted = own.replacen("[nemesis]\n", "[nemesis]\ntargets = [\"relay-1\"]\n", 1);
+        let e = parse(&targeted, &dir.join("orders.toml")).unwrap_err().to_string();
+        assert!(e.contains("relay-1"), "{e}");
+    }
+
     /// `chaos init --system`: the skeleton is a valid declared scenario
     /// (beside the orders example's schema.sql), and `--from` keeps each
     /// orders declaration while its own faults give way to the skeleton's,

@@ -155,7 +155,7 @@ impl Validator<'_> {
         let timeline = self.timeline(&raw, &mut faults)?;
         let (command, relay_command) = self.programs(&raw, path, &faults)?;
         let pause = self.pause(&raw.nemesis)?;
-        let system = self.declared(&raw, path, &faults, (&command, &relay_command))?;
+        let system = self.declared(&raw, path, &faults, &command)?;
         let notifier = self.notifier(&raw.notifier, &variants, command)?;
         self.provider_needs_emails(&raw, &faults, &notifier, system.as_ref())?;
         // Unset, a pause outlasts the session timeout the program is given
@@ -182,7 +182,7 @@ impl Validator<'_> {
                 None => None,
             },
             partitions: self.count(&raw.topic.partitions, "topic.partitions", 1, 1024)? as i32,
-            relay: self.relay(&raw.relay, &variants, relay_command)?,
+            relay: self.relay(&raw.relay, &variants, relay_command, own_relay(&raw))?,
             notifier,
             faults,
             pause,
@@ -362,9 +362,10 @@ impl Validator<'_> {
         raw: &RawRelay,
         variants: &Variants,
         command: Option<ProgramCommand>,
+        own: bool,
     ) -> Result<RelayConfig, crate::Error> {
         Ok(RelayConfig {
-            instances: self.count(&raw.instances, "relay.instances", 1, 64)? as usize,
+            instances: if own { 0 } else { self.count(&raw.instances, "relay.instances", 1, 64)? as usize },
             batch_size: self.count(&raw.batch_size, "relay.batch_size", 1, 100_000)? as usize,
             poll_interval: ms(self.count(&raw.poll_interval_ms, "relay.poll_interval_ms", 1, 60_000)?),
             restart_delay: ms(self.count(&raw.restart_delay_ms, "relay.restart_delay_ms", 0, 60_000)?),
@@ -508,7 +509,7 @@ impl Validator<'_> {
         key: &str,
         all_when_empty: bool,
     ) -> Result<Vec<String>, crate::Error> {
-        let relays = self.count(&raw.relay.instances, "relay.instances", 1, 64)?;
+        let relays = if own_relay(raw) { 0 } else { self.count(&raw.relay.instances, "relay.instances", 1, 64)? };
         let notifiers = self.count(&raw.notifier.instances, "notifier.instances", 1, 64)?;
         // A declared system's service is a program too; its workload is
         // an HTTP client, with no database session to proxy.
@@ -579,26 +580,34 @@ fn ms(v: i64) -> Duration {
     Duration::from_millis(v as u64)
 }
 
+/// A declared service with no `relay.command` is its own relay: it sends
+/// its outbox rows itself (an externalizer after its commits), and no
+/// relay process runs.
+fn own_relay(raw: &RawScenario) -> bool {
+    raw.system.as_ref().is_some_and(|s| s.service.is_some()) && raw.relay.command.is_none()
+}
+
 impl Validator<'_> {
-    /// `[system]`, with what it needs of the rest: the user's consumer and
-    /// relay as commands, and only faults that act from outside (inside
+    /// `[system]`, with what it needs of the rest: the user's consumer (and
+    /// relay, unless the service is its own) as commands, and only faults that act from outside (inside
     /// faults strike our reference components, which do not run).
     fn declared(
         &self,
         raw: &RawScenario,
         path: &Path,
         faults: &FaultRates,
-        (consumer, relay): (&Option<ProgramCommand>, &Option<ProgramCommand>),
+        consumer: &Option<ProgramCommand>,
     ) -> Result<Option<System>, crate::Error> {
         let Some(sys) = &raw.system else { return Ok(None) };
         let span = 0..0;
         // A declaration without a service runs nothing of its own: the
         // payments pipeline's, built in, judges the pipeline's runs.
-        if sys.service.is_some() && (consumer.is_none() || relay.is_none()) {
-            let missing = if consumer.is_none() { "notifier.command" } else { "relay.command" };
+        // Without `relay.command` the service is its own relay (it sends
+        // its outbox rows itself, after its commits): no relay runs.
+        if sys.service.is_some() && consumer.is_none() {
             return self.err(
                 span,
-                &format!("`[system]` runs your own consumer and relay, and `{missing}` is not set; set `notifier.command` (your consumer) and `relay.command` (your relay)"),
+                "`[system]` runs your own consumer, and `notifier.command` is not set; set `notifier.command` (your consumer), and `relay.command` unless your service sends its outbox rows itself",
             );
         }
         if raw.workload.payments.span() != (0..0) {
