@@ -260,11 +260,11 @@ impl Queries {
                 return Err(at);
             }
             let end = at + 1 + len;
-            if buf[at] == b'Q' && len <= SHORT_QUERY {
+            if matches!(buf[at], b'Q' | b'P') && len <= SHORT_QUERY {
                 if end > buf.len() {
                     break;
                 }
-                if let Some(b) = block(&buf[at + 5..end]) {
+                if let Some(b) = query_text(buf[at], &buf[at + 5..end]).and_then(block) {
                     blocks.push((at, b));
                 }
                 at = end;
@@ -279,7 +279,21 @@ impl Queries {
     }
 }
 
-/// Whether a simple query's text (NUL-terminated) opens or ends a block.
+/// A short query's text: a simple query's (`Q`) whole body; a `Parse`'s
+/// (`P`: a statement name, then the text, each NUL-terminated), as the
+/// extended protocol sends it (pgjdbc sends its `BEGIN` and `COMMIT` so,
+/// each parsed anew unnamed, then bound and executed).
+fn query_text(kind: u8, body: &[u8]) -> Option<&[u8]> {
+    match kind {
+        b'Q' => Some(body),
+        _ => {
+            let text = &body[body.iter().position(|b| *b == 0)? + 1..];
+            Some(&text[..text.iter().position(|b| *b == 0)?])
+        }
+    }
+}
+
+/// Whether a query's text (NUL-terminated or not) opens or ends a block.
 fn block(text: &[u8]) -> Option<Block> {
     let text = std::str::from_utf8(text).ok()?.trim_end_matches('\0').trim().trim_end_matches(';').trim();
     let words: Vec<String> = text.split_whitespace().map(|w| w.to_ascii_uppercase()).collect();
@@ -311,7 +325,9 @@ mod tests {
         let parse = msg(b'P', b"\0COMMIT\0\0\0");
         let stream: Vec<u8> =
             [query("BEGIN"), query(&long), parse.clone(), query(" commit; "), query("SELECT 1")].concat();
-        let commit_at = query("BEGIN").len() + query(&long).len() + parse.len();
+        // pgjdbc's COMMIT: parsed unnamed, with no parameter types.
+        let parse_at = query("BEGIN").len() + query(&long).len();
+        let commit_at = parse_at + parse.len();
         for cut in 1..stream.len() {
             let (mut q, mut held, mut passed, mut seen) = (Queries::default(), Vec::new(), 0, Vec::new());
             for piece in [&stream[..cut], &stream[cut..]] {
@@ -325,7 +341,8 @@ mod tests {
                 passed += s.safe;
                 held.drain(..s.safe);
             }
-            assert_eq!(seen, vec![(0, Block::Begin), (commit_at, Block::Commit)], "cut at {cut}");
+            let want = vec![(0, Block::Begin), (parse_at, Block::Commit), (commit_at, Block::Commit)];
+            assert_eq!(seen, want, "cut at {cut}");
             assert_eq!((passed, held.len()), (stream.len(), 0), "cut at {cut}");
         }
         // A short query cut short is held from its first byte.
@@ -348,7 +365,14 @@ mod tests {
             ("SELECT 'COMMIT'", None),
         ] {
             assert_eq!(block(format!("{text}\0").as_bytes()), want, "{text}");
+            // The same text parsed in the extended protocol, named or not,
+            // with one parameter type after it.
+            for name in ["", "S_1"] {
+                let parse = [name.as_bytes(), b"\0", text.as_bytes(), b"\0\0\x01\0\0\0\x17"].concat();
+                assert_eq!(query_text(b'P', &parse).and_then(block), want, "{name} {text}");
+            }
         }
+        assert_eq!(query_text(b'P', b"no terminator"), None, "a Parse cut short is no block");
     }
 
     /// A whole scan of one buffer, as the proxy does it read by read.
