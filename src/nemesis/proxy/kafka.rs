@@ -420,9 +420,10 @@ impl InFlight {
 
 /// The `Fetch` versions [`fetch_carries_records`] reads: 4 is the oldest a
 /// client of this decade sends (librdkafka and the Java client negotiate
-/// up), 17 the newest Kafka 4 answers. 12 and later are "flexible": compact
-/// lengths and tagged fields; 13 and later name a topic by its id.
-pub const FETCH_VERSIONS: std::ops::RangeInclusive<i16> = 4..=17;
+/// up), 18 the newest Kafka 4.1 answers (its Java client sends it; the
+/// response is 17's). 12 and later are "flexible": compact lengths and
+/// tagged fields; 13 and later name a topic by its id.
+pub const FETCH_VERSIONS: std::ops::RangeInclusive<i16> = 4..=18;
 
 /// Whether a `Fetch` response carries records: some partition's record set
 /// is not empty. `frame` is the response from its size field, whole or its
@@ -596,6 +597,14 @@ impl Fetched {
             self.decided = fetch_carries_records(self.version, &self.bytes);
         }
         self.decided
+    }
+
+    pub fn version(&self) -> i16 {
+        self.version
+    }
+
+    pub fn head_hex(&self) -> String {
+        self.bytes.iter().take(160).map(|b| format!("{b:02x}")).collect()
     }
 
     /// Whether its bytes so far said whether it carries records.
@@ -889,7 +898,18 @@ mod tests {
             assert_eq!(fetch_carries_records(version, &whole[..30]), None, "v{version}: cut in its first topic");
         }
         assert_eq!(fetch_carries_records(3, &fetch(4, &[vec![full(0, 9)]])), None, "a version it does not read");
-        assert_eq!(fetch_carries_records(18, &fetch(17, &[vec![full(0, 9)]])), None, "a version it does not read");
+        assert_eq!(fetch_carries_records(19, &fetch(17, &[vec![full(0, 9)]])), None, "a version it does not read");
+        // The first 160 bytes of a Fetch v18 response as Kafka 4.1.1 sent
+        // it to Spring Kafka's consumer (kafka-clients 4.1): one topic by
+        // id, partition 2, one record batch. Before v18 was read, a Java
+        // consumer met no fetch window at all.
+        let recorded = "000002ae0000000b000000000000004be5db3302a8411da47d694af09f05e0ea45e3b09d02000000020000000000000000\
+                        00020000000000000002000000000000000000ffffffffe60400000000000000000000025900000000027e028f3f000000\
+                        000001000001a25322ca7d000001a25322ca7e00000000000015cc00000000000000000002a4040000004863656161303664\
+                        632d616666642d343966632d";
+        let bytes: Vec<u8> =
+            (0..recorded.len()).step_by(2).map(|i| u8::from_str_radix(&recorded[i..i + 2], 16).unwrap()).collect();
+        assert_eq!(fetch_carries_records(18, &bytes), Some(true), "Kafka 4.1's v18 response, recorded");
         // Read across the proxy's reads, whatever the cuts: decided once the
         // first non-empty record set's length is in, never `true` for an
         // empty poll.

@@ -870,7 +870,9 @@ fn fetch_continued<'a>(
         }
         Some(_) => {}
         None if left_before > buf.len() => {}
-        None => debug!(slot = %slot.name, "a fetch response the proxy could not read; no occurrence"),
+        None => {
+            debug!(slot = %slot.name, version = f.version(), head = %f.head_hex(), "a fetch response the proxy could not read; no occurrence")
+        }
     }
     match left_before > buf.len() {
         true if f.wants_more() => return (Some(f), claimed),

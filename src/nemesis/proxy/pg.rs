@@ -230,6 +230,10 @@ const MAX_MESSAGE: usize = 1 << 30;
 pub struct Queries {
     /// The bytes of a long message begun in an earlier buffer still to come.
     left: usize,
+    /// Named prepared statements that open or end a block: pgjdbc, after
+    /// its fifth `COMMIT` on a connection, prepares it as `S_n` once and
+    /// from then on only binds and executes it.
+    named: Vec<(Vec<u8>, Block)>,
 }
 
 /// What [`Queries::scan`] found.
@@ -246,7 +250,7 @@ impl Queries {
     /// A reader whose stream starts with `startup_left` bytes of the
     /// startup message, which has no type byte.
     pub fn after(startup_left: usize) -> Self {
-        Self { left: startup_left }
+        Self { left: startup_left, named: Vec::new() }
     }
 
     /// `Err` with the offset of a length no client sends.
@@ -260,11 +264,11 @@ impl Queries {
                 return Err(at);
             }
             let end = at + 1 + len;
-            if matches!(buf[at], b'Q' | b'P') && len <= SHORT_QUERY {
+            if matches!(buf[at], b'Q' | b'P' | b'B' | b'C') && len <= SHORT_QUERY {
                 if end > buf.len() {
                     break;
                 }
-                if let Some(b) = query_text(buf[at], &buf[at + 5..end]).and_then(block) {
+                if let Some(b) = self.short(buf[at], &buf[at + 5..end]) {
                     blocks.push((at, b));
                 }
                 at = end;
@@ -279,18 +283,45 @@ impl Queries {
     }
 }
 
-/// A short query's text: a simple query's (`Q`) whole body; a `Parse`'s
-/// (`P`: a statement name, then the text, each NUL-terminated), as the
-/// extended protocol sends it (pgjdbc sends its `BEGIN` and `COMMIT` so,
-/// each parsed anew unnamed, then bound and executed).
-fn query_text(kind: u8, body: &[u8]) -> Option<&[u8]> {
-    match kind {
-        b'Q' => Some(body),
-        _ => {
-            let text = &body[body.iter().position(|b| *b == 0)? + 1..];
-            Some(&text[..text.iter().position(|b| *b == 0)?])
+impl Queries {
+    /// A short message of the client's: the block it opens or ends, if
+    /// any. A simple query (`Q`) by its text. In the extended protocol (as
+    /// pgjdbc sends its `BEGIN` and `COMMIT`): an unnamed statement's
+    /// `Parse` (`P`) by its text; a named one's is noted, and each `Bind`
+    /// (`B`) of it is the block; a `Close` (`C`) of it forgets it.
+    fn short(&mut self, kind: u8, body: &[u8]) -> Option<Block> {
+        let (first, rest) = cstr(body)?;
+        match kind {
+            b'Q' => block(first),
+            b'P' => {
+                let b = block(cstr(rest)?.0)?;
+                if first.is_empty() {
+                    return Some(b);
+                }
+                self.named.retain(|(n, _)| n != first);
+                self.named.push((first.to_vec(), b));
+                None
+            }
+            // A Bind names its portal, then its statement.
+            b'B' => {
+                let statement = cstr(rest)?.0;
+                self.named.iter().find(|(n, _)| !statement.is_empty() && n == statement).map(|(_, b)| *b)
+            }
+            _ => {
+                if let [b'S', name @ ..] = body {
+                    let name = cstr(name)?.0;
+                    self.named.retain(|(n, _)| n != name);
+                }
+                None
+            }
         }
     }
+}
+
+/// A NUL-terminated string at the start of `bytes`, and what follows it.
+fn cstr(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    let end = bytes.iter().position(|b| *b == 0)?;
+    Some((&bytes[..end], &bytes[end + 1..]))
 }
 
 /// Whether a query's text (NUL-terminated or not) opens or ends a block.
@@ -365,14 +396,23 @@ mod tests {
             ("SELECT 'COMMIT'", None),
         ] {
             assert_eq!(block(format!("{text}\0").as_bytes()), want, "{text}");
-            // The same text parsed in the extended protocol, named or not,
-            // with one parameter type after it.
-            for name in ["", "S_1"] {
-                let parse = [name.as_bytes(), b"\0", text.as_bytes(), b"\0\0\x01\0\0\0\x17"].concat();
-                assert_eq!(query_text(b'P', &parse).and_then(block), want, "{name} {text}");
+            // The same text parsed in the extended protocol, with one
+            // parameter type after it: unnamed, the Parse is the block;
+            // named, each Bind of it is, until it is closed.
+            let parse = |name: &str| [name.as_bytes(), b"\0", text.as_bytes(), b"\0\0\x01\0\0\0\x17"].concat();
+            let bind = |name: &str| [b"\0", name.as_bytes(), b"\0\0\0\0\0\0\0"].concat();
+            let mut q = Queries::default();
+            assert_eq!(q.short(b'P', &parse("")), want, "{text}");
+            assert_eq!(q.short(b'B', &bind("")), None, "{text}: the unnamed statement's Bind");
+            assert_eq!(q.short(b'P', &parse("S_1")), None, "{text}: a named Parse");
+            for _ in 0..2 {
+                assert_eq!(q.short(b'B', &bind("S_1")), want, "{text}: a Bind of it");
             }
+            assert_eq!(q.short(b'B', &bind("S_2")), None, "{text}: another statement");
+            assert_eq!(q.short(b'C', b"SS_1\0"), None);
+            assert_eq!(q.short(b'B', &bind("S_1")), None, "{text}: closed");
         }
-        assert_eq!(query_text(b'P', b"no terminator"), None, "a Parse cut short is no block");
+        assert_eq!(Queries::default().short(b'P', b"\0no terminator"), None, "a Parse cut short is no block");
     }
 
     /// A whole scan of one buffer, as the proxy does it read by read.
