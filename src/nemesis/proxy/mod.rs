@@ -815,8 +815,9 @@ async fn pump_broker(
 
 /// Which fetch responses the proxy reads. They are read only when a point
 /// needs them: a consumer's reads are most of its bytes. Their kill needs
-/// their first bytes; a kill after a database commit, what each one
-/// delivered (read whole).
+/// their first bytes; a kill after a database commit and a zombie, what
+/// each one delivered (read whole): a zombie is made only of a transaction
+/// with fetched messages in hand.
 #[derive(Clone, Copy)]
 struct FetchReads {
     /// `kafka.kill_after_fetch` may strike.
@@ -829,7 +830,9 @@ impl FetchReads {
     fn of(faults: &FaultInjector) -> Self {
         Self {
             strike: faults.probability(FaultPoint::KafkaKillAfterFetch) > 0.0,
-            whole: faults.probability(FaultPoint::DbKillAfterCommit) > 0.0,
+            whole: [FaultPoint::DbKillAfterCommit, FaultPoint::DbPauseInTransaction]
+                .iter()
+                .any(|p| faults.probability(*p) > 0.0),
         }
     }
 
@@ -1449,6 +1452,21 @@ mod tests {
         assert!(z.resting(), "16 s after a 17 s zombie");
         tokio::time::advance(Duration::from_secs(2)).await;
         assert!(!z.resting(), "18 s after it");
+    }
+
+    /// A zombie needs each fetch's delivered messages (read whole) as a kill
+    /// after a commit does: set alone, `db.pause_in_transaction` met no
+    /// window behind the Kafka proxy (a probe of a Java system: 5 arms, no
+    /// window), since only the other point turned the whole reads on.
+    #[test]
+    fn every_point_that_reaches_fetched_messages_reads_fetches_whole() {
+        let rates = |p: FaultPoint| FaultInjector::new(1, &crate::faults::FaultRates::none().with(p, 0.1));
+        for p in [FaultPoint::DbKillAfterCommit, FaultPoint::DbPauseInTransaction] {
+            assert!(FetchReads::of(&rates(p)).whole, "{}", p.name());
+        }
+        let only_kill = FetchReads::of(&rates(FaultPoint::KafkaKillAfterFetch));
+        assert!(only_kill.strike && !only_kill.whole, "a fetch's kill needs only its first bytes");
+        assert!(!FetchReads::of(&rates(FaultPoint::ProcessKill)).any(), "no point that reads fetches");
     }
 
     /// Issue 41's cause: `(pgid > 0).then_some(Claimed { .. })` built the
