@@ -22,7 +22,6 @@ use crate::domain::rows::{OutboxRecord, PaymentRow, TruthSink};
 use crate::error::Result;
 use crate::provider::Record;
 use crate::scenario::System;
-use crate::store::declared as rows;
 use crate::store::Store;
 use uuid::Uuid;
 
@@ -72,15 +71,7 @@ impl<'a> Truth<'a> {
     /// ([`super::declared::read`]): after the database's read, so that the
     /// books hold every outbox event the rows name.
     pub async fn read_declared(&mut self, store: &Store) -> Result<()> {
-        let sys = self.sys;
-        for (n, e) in sys.effects.iter().enumerate().filter(|(_, e)| e.provider.is_none()) {
-            rows::effect_rows(store, e, |r| self.books.add_effect_row(n, r)).await?;
-        }
-        for c in &sys.checks {
-            let (n, examples) = rows::check_rows(store, c).await?;
-            self.books.add_check(&c.name, n, examples);
-        }
-        Ok(())
+        super::declared::read::effects_and_checks(store, &mut self.books).await
     }
 
     /// How many messages the topic read will bring, at most.

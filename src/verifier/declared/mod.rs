@@ -26,7 +26,7 @@ use crate::store::declared::{EffectRow, LoggedEvent};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 mod judge;
-mod read;
+pub(crate) mod read;
 mod story;
 #[cfg(test)]
 mod tests;

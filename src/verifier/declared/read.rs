@@ -25,18 +25,28 @@ pub async fn verify(
         books.add_message(m.record.position, &m.key, m.id.as_deref(), m.record.fingerprint)
     })
     .await?;
-    for (n, e) in sys.effects.iter().enumerate().filter(|(_, e)| e.provider.is_none()) {
-        rows::effect_rows(store, e, |r| books.add_effect_row(n, r)).await?;
-    }
+    effects_and_checks(store, &mut books).await?;
     if sys.uses_provider() {
         // No record (no provider ran) reads as one with no request.
         books.add_provider_record(provider.unwrap_or(&crate::provider::Record::default()));
+    }
+    Ok(books.finish())
+}
+
+/// Each effect's query (the provider's record apart) and each check, run
+/// on the store into `books`: after the outbox is in them, so that the
+/// books hold every event the rows name. The payments run's too
+/// (`verifier::compose`).
+pub async fn effects_and_checks(store: &Store, books: &mut Books<'_>) -> Result<()> {
+    let sys = books.sys;
+    for (n, e) in sys.effects.iter().enumerate().filter(|(_, e)| e.provider.is_none()) {
+        rows::effect_rows(store, e, |r| books.add_effect_row(n, r)).await?;
     }
     for c in &sys.checks {
         let (n, examples) = rows::check_rows(store, c).await?;
         books.add_check(&c.name, n, examples);
     }
-    Ok(books.finish())
+    Ok(())
 }
 
 /// How long reading the whole topic may take.
